@@ -1,0 +1,61 @@
+# deepgo build entry points. `make test` is the README's test command and what
+# CI runs; `make deps` installs the system packages the C core links against.
+GO      ?= go
+GOFLAGS ?=
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PKGS := liburing-dev libopenblas-dev libopenmpi-dev openmpi-bin cmake ninja-build
+
+.PHONY: all build deps test test-go test-c lint vet bench demo selftest cuda-toolchain cuda gpu-check clean
+
+all: build
+
+build:
+	$(GO) build ./...
+
+## deps: install missing system packages (Debian/Ubuntu, as root or via sudo)
+deps:
+	@missing=""; for p in $(APT_PKGS); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	else echo "make deps: all of $(APT_PKGS) present"; fi
+
+## test: everything plain CI runs (no GPU needed)
+test: lint test-c test-go
+
+lint: vet
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+test-go:
+	$(GO) test -race -timeout 20m ./...
+
+test-c:
+	cmake -S . -B build/cmake -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build build/cmake
+	ctest --test-dir build/cmake --output-on-failure
+
+bench:
+	$(GO) run ./examples/bench-kernels
+
+selftest:
+	$(GO) run ./cmd/deepgo selftest
+
+## cuda-toolchain: NVIDIA's PyPI wheels into ./.cuda (or a system nvcc on PATH)
+cuda-toolchain:
+	bash scripts/cuda-toolchain.sh
+
+## cuda: compile and link every .cu file (no GPU needed)
+cuda: cuda-toolchain
+	bash scripts/build-cuda.sh
+
+## gpu-check: on a GPU machine, compare every CUDA kernel with its CPU twin
+gpu-check:
+	bash scripts/gpu-check.sh
+
+clean:
+	rm -rf build

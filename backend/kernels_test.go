@@ -1,0 +1,217 @@
+package backend
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+var sizes = []int{0, 1, 15, 16, 17, 63, 64, 65, 1000, 100003}
+
+// fill makes a host tensor of dt holding vals rounded to dt.
+func fill(t testing.TB, dt tensor.DType, vals []float32) *tensor.Tensor {
+	t.Helper()
+	x := mustEmpty(t, dt, len(vals))
+	switch dt {
+	case tensor.Float32:
+		f, _ := x.Float32s()
+		copy(f, vals)
+	case tensor.Float16, tensor.BFloat16:
+		u, _ := x.Uint16s()
+		for i, v := range vals {
+			if dt == tensor.Float16 {
+				u[i] = tensor.Float32ToFloat16(v)
+			} else {
+				u[i] = tensor.Float32ToBFloat16(v)
+			}
+		}
+	}
+	return x
+}
+
+// read returns x's values widened to float32.
+func read(t testing.TB, x *tensor.Tensor) []float32 {
+	t.Helper()
+	switch x.DType() {
+	case tensor.Float32:
+		f, _ := x.Float32s()
+		return append([]float32(nil), f...)
+	case tensor.Float16, tensor.BFloat16:
+		u, _ := x.Uint16s()
+		out := make([]float32, len(u))
+		for i, v := range u {
+			if x.DType() == tensor.Float16 {
+				out[i] = tensor.Float16ToFloat32(v)
+			} else {
+				out[i] = tensor.BFloat16ToFloat32(v)
+			}
+		}
+		return out
+	}
+	t.Fatalf("read: dtype %v", x.DType())
+	return nil
+}
+
+func randVals(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64())
+	}
+	return v
+}
+
+var floatTypes = []tensor.DType{tensor.Float32, tensor.Float16, tensor.BFloat16}
+
+func TestScaleAxpy(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	forEachISA(t, func(t *testing.T, b *CPU) {
+		for _, dt := range floatTypes {
+			var xs, ys []*tensor.Tensor
+			var xv, yv [][]float32
+			for _, n := range sizes {
+				x, y := fill(t, dt, randVals(r, n)), fill(t, dt, randVals(r, n))
+				xs, ys = append(xs, x), append(ys, y)
+				xv, yv = append(xv, read(t, x)), append(yv, read(t, y))
+			}
+			const a = float32(0.37)
+			if err := b.Axpy(a, xs, ys); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Scale(xs, -1.5); err != nil {
+				t.Fatal(err)
+			}
+			for i := range xs {
+				gy, gx := read(t, ys[i]), read(t, xs[i])
+				for k := range gy {
+					wy := tensor.ToHalfPrecision(dt, yv[i][k]+a*xv[i][k])
+					wx := tensor.ToHalfPrecision(dt, xv[i][k]*-1.5)
+					if math.Float32bits(gy[k]) != math.Float32bits(wy) || math.Float32bits(gx[k]) != math.Float32bits(wx) {
+						t.Fatalf("%v n=%d [%d]: axpy %g want %g; scale %g want %g", dt, sizes[i], k, gy[k], wy, gx[k], wx)
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestSumSquaresAndNonFinite(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	forEachISA(t, func(t *testing.T, b *CPU) {
+		for _, dt := range floatTypes {
+			var xs []*tensor.Tensor
+			var wantTotal float64
+			wantPer := make([]float64, len(sizes))
+			for i, n := range sizes {
+				x := fill(t, dt, randVals(r, n))
+				for _, v := range read(t, x) {
+					wantPer[i] += float64(v) * float64(v)
+				}
+				wantTotal += wantPer[i]
+				xs = append(xs, x)
+			}
+			per := make([]float64, len(xs))
+			total, err := b.SumSquares(xs, per)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(total-wantTotal) > 1e-12*wantTotal {
+				t.Errorf("%v total %v want %v", dt, total, wantTotal)
+			}
+			for i := range per {
+				if math.Abs(per[i]-wantPer[i]) > 1e-12*wantPer[i] {
+					t.Errorf("%v per[%d] %v want %v", dt, i, per[i], wantPer[i])
+				}
+			}
+			if bad, err := b.NonFinite(xs); err != nil || bad {
+				t.Fatalf("%v finite data: NonFinite = %v, %v", dt, bad, err)
+			}
+			for _, special := range []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())} {
+				for _, pos := range []int{0, 50001, 100002} { // first, middle, last of the largest tensor
+					x := xs[len(xs)-1]
+					vals := read(t, x)
+					old := vals[pos]
+					vals[pos] = special
+					y := fill(t, dt, vals)
+					bad, err := b.NonFinite(append(append([]*tensor.Tensor{}, xs[:len(xs)-1]...), y))
+					if err != nil || !bad {
+						t.Errorf("%v: %v at %d not found (%v)", dt, special, pos, err)
+					}
+					vals[pos] = old
+				}
+			}
+		}
+	})
+}
+
+func TestPackUnpack(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	forEachISA(t, func(t *testing.T, b *CPU) {
+		for _, dt := range floatTypes {
+			var srcs, dsts []*tensor.Tensor
+			var offs []int
+			off := 0
+			for _, n := range sizes {
+				srcs = append(srcs, fill(t, dt, randVals(r, n)))
+				dsts = append(dsts, mustEmpty(t, dt, n))
+				offs = append(offs, off)
+				off += n + 3 // gaps stay zero
+			}
+			flat := mustEmpty(t, dt, off)
+			if err := b.Pack(flat, offs, srcs); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Unpack(dsts, flat, offs); err != nil {
+				t.Fatal(err)
+			}
+			for i := range srcs {
+				a, c := read(t, srcs[i]), read(t, dsts[i])
+				for k := range a {
+					if math.Float32bits(a[k]) != math.Float32bits(c[k]) {
+						t.Fatalf("%v tensor %d [%d]: %g != %g", dt, i, k, c[k], a[k])
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestReduceListOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	forEachISA(t, func(t *testing.T, b *CPU) {
+		for _, dt := range floatTypes {
+			for _, n := range sizes {
+				var srcs []*tensor.Tensor
+				var vals [][]float32
+				for j := 0; j < 3; j++ {
+					x := fill(t, dt, randVals(r, n))
+					srcs, vals = append(srcs, x), append(vals, read(t, x))
+				}
+				for _, op := range []ReduceOp{Sum, Max, Min} {
+					dst := mustEmpty(t, dt, n)
+					if err := b.Reduce(op, dst, srcs); err != nil {
+						t.Fatal(err)
+					}
+					got := read(t, dst)
+					for k := range got {
+						acc := vals[0][k]
+						for j := 1; j < 3; j++ {
+							switch op {
+							case Sum:
+								acc += vals[j][k]
+							case Max:
+								acc = max(acc, vals[j][k])
+							case Min:
+								acc = min(acc, vals[j][k])
+							}
+						}
+						if want := tensor.ToHalfPrecision(dt, acc); math.Float32bits(got[k]) != math.Float32bits(want) {
+							t.Fatalf("%v %v n=%d [%d]: %g want %g", dt, op, n, k, got[k], want)
+						}
+					}
+				}
+			}
+		}
+	})
+}

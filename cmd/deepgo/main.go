@@ -1,0 +1,53 @@
+// Command deepgo is deepgo's command line: self-test of the native core,
+// config checks, training, checkpoint tools.
+//
+//	deepgo selftest            run every kernel against a float64 Go reference
+//	deepgo config check FILE   resolve and validate a DeepSpeed config
+//	deepgo config explain KEY  what a config key does, and its default
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// command is one subcommand: it gets its own arguments and returns the exit code.
+type command struct {
+	name string
+	help string
+	run  func(args []string, stdout, stderr io.Writer) int
+}
+
+// commands is filled by the files of this package, one per subcommand.
+var commands []command
+
+func register(c command) { commands = append(commands, c) }
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: deepgo <command> [arguments]")
+	fmt.Fprintln(w, "commands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.help)
+	}
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "deepgo: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}

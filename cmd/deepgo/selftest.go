@@ -1,0 +1,358 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"text/tabwriter"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+func init() {
+	register(command{name: "selftest", help: "run every native kernel against a float64 Go reference", run: runSelftest})
+}
+
+// selftest checks each kernel of the CPU core, on every instruction set this
+// CPU has, against a float64 reference computed in Go, and prints a table:
+// the worst error in units in the last place of the result dtype (0 for the
+// kernels that must be bit-exact) and the throughput of the call.
+func runSelftest(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("selftest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	n := fs.Int("n", 1<<20, "elements per kernel call")
+	threads := fs.Int("threads", 0, "threads (0: one per CPU)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fmt.Fprintf(stdout, "deepgo selftest: %d elements, best ISA %v\n", *n, csrc.BestISA())
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "kernel\tdtype\tisa\tthreads\tmax err (ulp)\tallowed\tGB/s\tresult")
+	failed := 0
+	isas := []csrc.ISA{csrc.ISAScalar}
+	for _, i := range []csrc.ISA{csrc.ISAAVX2, csrc.ISAAVX512} {
+		if csrc.BestISA() >= i {
+			isas = append(isas, i)
+		}
+	}
+	for _, isa := range isas {
+		b, err := backend.NewCPU(*threads)
+		if err != nil {
+			fmt.Fprintln(stderr, "deepgo selftest:", err)
+			return 1
+		}
+		if err := b.SetISA(isa); err != nil {
+			fmt.Fprintln(stderr, "deepgo selftest:", err)
+			return 1
+		}
+		for _, c := range selftestCases {
+			for _, dt := range c.dtypes {
+				r := c.run(b, dt, *n)
+				status := "PASS"
+				if r.err != nil || r.ulps > c.allowed {
+					status = "FAIL"
+					failed++
+				}
+				if r.err != nil {
+					status += " (" + r.err.Error() + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%v\t%v\t%d\t%.3g\t%g\t%.2f\t%s\n", c.name, dt, isa, b.Threads(), r.ulps, c.allowed, r.gbps, status)
+			}
+		}
+		b.Close()
+	}
+	tw.Flush()
+	if failed > 0 {
+		fmt.Fprintf(stdout, "%d FAILED\n", failed)
+		return 1
+	}
+	fmt.Fprintln(stdout, "all kernels PASS")
+	return 0
+}
+
+type stResult struct {
+	ulps float64 // worst error in ulps of the result dtype
+	gbps float64
+	err  error
+}
+
+type stCase struct {
+	name    string
+	dtypes  []tensor.DType
+	allowed float64
+	run     func(b *backend.CPU, dt tensor.DType, n int) stResult
+}
+
+var halfAndFloat = []tensor.DType{tensor.Float32, tensor.Float16, tensor.BFloat16}
+
+var selftestCases = []stCase{
+	{"cast from f32", []tensor.DType{tensor.Float16, tensor.BFloat16}, 0, stCastDown},
+	{"cast to f32", []tensor.DType{tensor.Float16, tensor.BFloat16}, 0, stCastUp},
+	{"scale", halfAndFloat, 1, stScale},
+	{"axpy", halfAndFloat, 1, stAxpy},
+	{"sumsq (rel)", halfAndFloat, 1e-12, stSumsq},
+	{"nonfinite", halfAndFloat, 0, stNonFinite},
+	{"pack+unpack", halfAndFloat, 0, stPack},
+	{"reduce sum x4", halfAndFloat, 3, stReduce},
+}
+
+// ulpErr is |got-want| in units of the spacing of dt at want.
+func ulpErr(dt tensor.DType, got float32, want float64) float64 {
+	if math.IsNaN(want) {
+		if got != got {
+			return 0
+		}
+		return math.Inf(1)
+	}
+	if math.IsInf(want, 0) || float64(got) == want {
+		if float64(got) == want {
+			return 0
+		}
+		return math.Inf(1)
+	}
+	mant := map[tensor.DType]int{tensor.Float32: 23, tensor.Float16: 10, tensor.BFloat16: 7}[dt]
+	minExp := map[tensor.DType]int{tensor.Float32: -126, tensor.Float16: -14, tensor.BFloat16: -126}[dt]
+	_, e := math.Frexp(want)
+	e = max(e-1, minExp)
+	return math.Abs(float64(got)-want) / math.Ldexp(1, e-mant)
+}
+
+func stVals(seed uint64, n int) []float32 {
+	r := rand.New(rand.NewPCG(seed, 42))
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64() * math.Exp(r.NormFloat64()*3))
+	}
+	return v
+}
+
+func stTensor(dt tensor.DType, vals []float32) (*tensor.Tensor, error) {
+	x, err := tensor.Empty(dt, len(vals))
+	if err != nil {
+		return nil, err
+	}
+	switch dt {
+	case tensor.Float32:
+		f, _ := x.Float32s()
+		copy(f, vals)
+	default:
+		u, _ := x.Uint16s()
+		for i, v := range vals {
+			if dt == tensor.Float16 {
+				u[i] = tensor.Float32ToFloat16(v)
+			} else {
+				u[i] = tensor.Float32ToBFloat16(v)
+			}
+		}
+	}
+	return x, nil
+}
+
+func stRead(x *tensor.Tensor) []float32 {
+	if x.DType() == tensor.Float32 {
+		f, _ := x.Float32s()
+		return f
+	}
+	u, _ := x.Uint16s()
+	out := make([]float32, len(u))
+	for i, v := range u {
+		if x.DType() == tensor.Float16 {
+			out[i] = tensor.Float16ToFloat32(v)
+		} else {
+			out[i] = tensor.BFloat16ToFloat32(v)
+		}
+	}
+	return out
+}
+
+// timed runs f once to warm up, then reps times, and returns GB/s for bytes per call.
+func timed(bytes int, f func() error) (float64, error) {
+	if err := f(); err != nil {
+		return 0, err
+	}
+	const reps = 5
+	t0 := time.Now()
+	for i := 0; i < reps; i++ {
+		if err := f(); err != nil {
+			return 0, err
+		}
+	}
+	return float64(bytes) * reps / time.Since(t0).Seconds() / 1e9, nil
+}
+
+func stCastDown(b *backend.CPU, dt tensor.DType, n int) stResult {
+	vals := stVals(1, n)
+	src, _ := stTensor(tensor.Float32, vals)
+	dst, _ := tensor.Empty(dt, n)
+	defer src.Free()
+	defer dst.Free()
+	gb, err := timed(n*6, func() error { return b.Cast([]*tensor.Tensor{dst}, []*tensor.Tensor{src}) })
+	if err != nil {
+		return stResult{err: err}
+	}
+	u, _ := dst.Uint16s()
+	worst := 0.0
+	for i, v := range vals {
+		want := tensor.Float32ToFloat16(v)
+		if dt == tensor.BFloat16 {
+			want = tensor.Float32ToBFloat16(v)
+		}
+		if u[i] != want {
+			worst = math.Inf(1)
+		}
+	}
+	return stResult{ulps: worst, gbps: gb}
+}
+
+func stCastUp(b *backend.CPU, dt tensor.DType, n int) stResult {
+	src, _ := stTensor(dt, stVals(2, n))
+	dst, _ := tensor.Empty(tensor.Float32, n)
+	defer src.Free()
+	defer dst.Free()
+	gb, err := timed(n*6, func() error { return b.Cast([]*tensor.Tensor{dst}, []*tensor.Tensor{src}) })
+	if err != nil {
+		return stResult{err: err}
+	}
+	u, _ := src.Uint16s()
+	f, _ := dst.Float32s()
+	worst := 0.0
+	for i, h := range u {
+		want := tensor.Float16ToFloat32(h)
+		if dt == tensor.BFloat16 {
+			want = tensor.BFloat16ToFloat32(h)
+		}
+		if math.Float32bits(f[i]) != math.Float32bits(want) {
+			worst = math.Inf(1)
+		}
+	}
+	return stResult{ulps: worst, gbps: gb}
+}
+
+func stScale(b *backend.CPU, dt tensor.DType, n int) stResult {
+	x, _ := stTensor(dt, stVals(3, n))
+	defer x.Free()
+	in := append([]float32(nil), stRead(x)...)
+	const a = 0.7071
+	if err := b.Scale([]*tensor.Tensor{x}, a); err != nil {
+		return stResult{err: err}
+	}
+	worst := 0.0
+	for i, g := range stRead(x) {
+		worst = max(worst, ulpErr(dt, g, float64(in[i])*float64(float32(a))))
+	}
+	gb, err := timed(n*dt.Size()*2, func() error { return b.Scale([]*tensor.Tensor{x}, 1) })
+	return stResult{ulps: worst, gbps: gb, err: err}
+}
+
+func stAxpy(b *backend.CPU, dt tensor.DType, n int) stResult {
+	x, _ := stTensor(dt, stVals(4, n))
+	y, _ := stTensor(dt, stVals(5, n))
+	defer x.Free()
+	defer y.Free()
+	xv, yv := append([]float32(nil), stRead(x)...), append([]float32(nil), stRead(y)...)
+	const a = -0.25
+	if err := b.Axpy(a, []*tensor.Tensor{x}, []*tensor.Tensor{y}); err != nil {
+		return stResult{err: err}
+	}
+	worst := 0.0
+	for i, g := range stRead(y) {
+		worst = max(worst, ulpErr(dt, g, float64(yv[i])+a*float64(xv[i])))
+	}
+	gb, err := timed(n*dt.Size()*3, func() error { return b.Axpy(0, []*tensor.Tensor{x}, []*tensor.Tensor{y}) })
+	return stResult{ulps: worst, gbps: gb, err: err}
+}
+
+func stSumsq(b *backend.CPU, dt tensor.DType, n int) stResult {
+	x, _ := stTensor(dt, stVals(6, n))
+	defer x.Free()
+	want := 0.0
+	for _, v := range stRead(x) {
+		want += float64(v) * float64(v)
+	}
+	var got float64
+	gb, err := timed(n*dt.Size(), func() (e error) { got, e = b.SumSquares([]*tensor.Tensor{x}, nil); return })
+	if err == nil {
+		err = relCheck(got, want, 1e-12)
+	}
+	// float64 accumulation: the error is reported relative to the total, not in ulps
+	return stResult{ulps: math.Abs(got-want) / want, gbps: gb, err: err}
+}
+
+func relCheck(got, want, tol float64) error {
+	if math.Abs(got-want) > tol*math.Abs(want) {
+		return fmt.Errorf("got %v want %v", got, want)
+	}
+	return nil
+}
+
+func stNonFinite(b *backend.CPU, dt tensor.DType, n int) stResult {
+	vals := stVals(7, n)
+	x, _ := stTensor(dt, vals)
+	defer x.Free()
+	var found bool
+	gb, err := timed(n*dt.Size(), func() (e error) { found, e = b.NonFinite([]*tensor.Tensor{x}); return })
+	if err != nil || found {
+		return stResult{ulps: math.Inf(1), err: err}
+	}
+	vals[n-1] = float32(math.NaN())
+	y, _ := stTensor(dt, vals)
+	defer y.Free()
+	if found, err = b.NonFinite([]*tensor.Tensor{y}); err != nil || !found {
+		return stResult{ulps: math.Inf(1), err: err}
+	}
+	return stResult{gbps: gb}
+}
+
+func stPack(b *backend.CPU, dt tensor.DType, n int) stResult {
+	x, _ := stTensor(dt, stVals(8, n))
+	flat, _ := tensor.Empty(dt, n+64)
+	out, _ := tensor.Empty(dt, n)
+	defer x.Free()
+	defer flat.Free()
+	defer out.Free()
+	parts := func(t *tensor.Tensor) []*tensor.Tensor {
+		a, _ := t.Slice(0, n/3)
+		c, _ := t.Slice(n/3, n-n/3)
+		return []*tensor.Tensor{a, c}
+	}
+	offs := []int{5, 5 + n/3 + 17}
+	gb, err := timed(n*dt.Size()*2, func() error { return b.Pack(flat, offs, parts(x)) })
+	if err == nil {
+		err = b.Unpack(parts(out), flat, offs)
+	}
+	worst := 0.0
+	xr, or := stRead(x), stRead(out)
+	for i := range xr {
+		if math.Float32bits(xr[i]) != math.Float32bits(or[i]) {
+			worst = math.Inf(1)
+		}
+	}
+	return stResult{ulps: worst, gbps: gb, err: err}
+}
+
+func stReduce(b *backend.CPU, dt tensor.DType, n int) stResult {
+	var srcs []*tensor.Tensor
+	var vals [][]float32
+	for j := 0; j < 4; j++ {
+		x, _ := stTensor(dt, stVals(uint64(10+j), n))
+		defer x.Free()
+		srcs, vals = append(srcs, x), append(vals, append([]float32(nil), stRead(x)...))
+	}
+	dst, _ := tensor.Empty(dt, n)
+	defer dst.Free()
+	gb, err := timed(n*dt.Size()*5, func() error { return b.Reduce(backend.Sum, dst, srcs) })
+	worst := 0.0
+	for i, g := range stRead(dst) {
+		want := 0.0
+		for j := range vals {
+			want += float64(vals[j][i])
+		}
+		worst = max(worst, ulpErr(dt, g, want))
+	}
+	return stResult{ulps: worst, gbps: gb, err: err}
+}

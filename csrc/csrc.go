@@ -1,0 +1,311 @@
+// Package csrc is the mechanical Go binding of deepgo's C core: one Go
+// function per function of csrc/include/deepgo.h, taking raw pointers and
+// element counts, returning the C status as a *Error. Idiomatic types
+// (tensor.Tensor, backend.Backend) are built on top of it in other packages.
+//
+// The C sources in this directory are compiled by cgo, so `go build` needs
+// nothing but a C compiler. Memory passed to these functions must be C memory
+// (from Alloc or the CUDA allocator): C never receives or keeps a Go pointer
+// to Go memory holding pointers.
+//
+// -std=c11 matters beyond the dialect: in ISO mode GCC does not contract a*b+c
+// into a fused multiply-add (-ffp-contract=off, which cgo's flag list does not
+// allow naming directly), so the C loops round exactly like dg_math.h says.
+package csrc
+
+/*
+#cgo CFLAGS: -std=c11 -O2 -Wall -Wextra -I${SRCDIR}/include -pthread
+#cgo LDFLAGS: -pthread -lm
+#cgo noescape dg_cast
+#cgo nocallback dg_cast
+#cgo noescape dg_scale
+#cgo nocallback dg_scale
+#cgo noescape dg_axpy
+#cgo nocallback dg_axpy
+#cgo noescape dg_sumsq
+#cgo nocallback dg_sumsq
+#cgo noescape dg_nonfinite
+#cgo nocallback dg_nonfinite
+#cgo noescape dg_pack
+#cgo nocallback dg_pack
+#cgo noescape dg_unpack
+#cgo nocallback dg_unpack
+#cgo noescape dg_reduce_into
+#cgo nocallback dg_reduce_into
+#include <stdlib.h>
+#include "deepgo.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Status is a dg_status code.
+type Status int
+
+// Status codes, equal to deepgo.h's dg_status values.
+const (
+	OK          Status = C.DG_OK
+	Invalid     Status = C.DG_ERR_INVALID
+	NoMem       Status = C.DG_ERR_NOMEM
+	BadDType    Status = C.DG_ERR_DTYPE
+	Misaligned  Status = C.DG_ERR_ALIGN
+	BadSize     Status = C.DG_ERR_SIZE
+	Unsupported Status = C.DG_ERR_UNSUPPORTED
+	IOError     Status = C.DG_ERR_IO
+	CUDAError   Status = C.DG_ERR_CUDA
+	Internal    Status = C.DG_ERR_INTERNAL
+)
+
+// String returns the C core's name for the status.
+func (s Status) String() string { return C.GoString(C.dg_strerror(C.dg_status(s))) }
+
+// Error is a failed C call: which function and the status it returned.
+// Use errors.As to get at Code, or errors.Is with a Status.
+type Error struct {
+	Op   string // the C function, e.g. "dg_cast"
+	Code Status
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("deepgo core: %s: %s", e.Op, e.Code) }
+
+// Is reports whether target is the same Status, so errors.Is(err, csrc.NoMem) works.
+func (e *Error) Is(target error) bool {
+	if s, ok := target.(Status); ok {
+		return s == e.Code
+	}
+	return false
+}
+
+// Error makes a bare Status usable as an error target.
+func (s Status) Error() string { return s.String() }
+
+func check(op string, s C.dg_status) error {
+	if s == C.DG_OK {
+		return nil
+	}
+	return &Error{Op: op, Code: Status(s)}
+}
+
+// DType is a dg_dtype value.
+type DType int
+
+// Element types, equal to deepgo.h's dg_dtype values.
+const (
+	F32  DType = C.DG_F32
+	F16  DType = C.DG_F16
+	BF16 DType = C.DG_BF16
+	I32  DType = C.DG_I32
+	I64  DType = C.DG_I64
+	U8   DType = C.DG_U8
+	Bool DType = C.DG_BOOL
+	F64  DType = C.DG_F64
+)
+
+// ISA names an instruction set of the CPU kernels.
+type ISA int
+
+// Instruction sets, equal to deepgo.h's dg_isa values.
+const (
+	ISAAuto   ISA = C.DG_ISA_AUTO
+	ISAScalar ISA = C.DG_ISA_SCALAR
+	ISAAVX2   ISA = C.DG_ISA_AVX2
+	ISAAVX512 ISA = C.DG_ISA_AVX512
+)
+
+func (i ISA) String() string {
+	switch i {
+	case ISAAuto:
+		return "auto"
+	case ISAScalar:
+		return "scalar"
+	case ISAAVX2:
+		return "avx2"
+	case ISAAVX512:
+		return "avx512"
+	}
+	return fmt.Sprintf("isa(%d)", int(i))
+}
+
+// BestISA reports the best instruction set this CPU supports.
+func BestISA() ISA { return ISA(C.dg_cpu_best_isa()) }
+
+// ReduceOp is a dg_redop value.
+type ReduceOp int
+
+// Reduction operators, equal to deepgo.h's dg_redop values.
+const (
+	Sum ReduceOp = C.DG_SUM
+	Max ReduceOp = C.DG_MAX
+	Min ReduceOp = C.DG_MIN
+)
+
+// Ctx is a dg_ctx: the C core's thread pool and dispatch choice. A Ctx may be
+// used from several goroutines at once (see deepgo.h); Close it once, after
+// every call on it has returned.
+type Ctx struct {
+	c *C.dg_ctx
+}
+
+// NewCtx creates a context with threads workers (<= 0: one per CPU).
+func NewCtx(threads int) (*Ctx, error) {
+	var c *C.dg_ctx
+	if err := check("dg_ctx_create", C.dg_ctx_create(C.int(threads), &c)); err != nil {
+		return nil, err
+	}
+	return &Ctx{c: c}, nil
+}
+
+// Close releases the context's threads. Calling it twice is a no-op.
+func (x *Ctx) Close() {
+	if x.c != nil {
+		C.dg_ctx_destroy(x.c)
+		x.c = nil
+	}
+}
+
+// Threads reports the pool size.
+func (x *Ctx) Threads() int { return int(C.dg_ctx_threads(x.c)) }
+
+// SetThreads resizes the pool; no other call on x may be in flight.
+func (x *Ctx) SetThreads(n int) error {
+	return check("dg_ctx_set_threads", C.dg_ctx_set_threads(x.c, C.int(n)))
+}
+
+// ISA reports the instruction set the kernels dispatch to.
+func (x *Ctx) ISA() ISA { return ISA(C.dg_ctx_isa(x.c)) }
+
+// SetISA forces an instruction set (for tests and benchmarks).
+func (x *Ctx) SetISA(i ISA) error { return check("dg_ctx_set_isa", C.dg_ctx_set_isa(x.c, C.dg_isa(i))) }
+
+// Alloc returns zeroed C memory of bytes, aligned to align (a power of two
+// >= 64). Release it with Free; Go must not use it afterwards.
+func Alloc(bytes int, align int) (unsafe.Pointer, error) {
+	if bytes < 0 {
+		return nil, &Error{Op: "dg_alloc", Code: Invalid}
+	}
+	var p unsafe.Pointer
+	if err := check("dg_alloc", C.dg_alloc(C.size_t(bytes), C.size_t(align), &p)); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Free releases memory from Alloc.
+func Free(p unsafe.Pointer) { C.dg_free(p) }
+
+// DTypeSize reports the element size of t in bytes, 0 if unknown.
+func DTypeSize(t DType) int { return int(C.dg_dtype_size(C.dg_dtype(t))) }
+
+// list turns Go slices into the C (pointer, count) form. The slices are Go
+// memory holding C pointers only, which cgo permits to pass.
+func ptrs(p []unsafe.Pointer) *unsafe.Pointer {
+	if len(p) == 0 {
+		return nil
+	}
+	return &p[0]
+}
+
+func i64s(n []int64) *C.int64_t {
+	if len(n) == 0 {
+		return nil
+	}
+	return (*C.int64_t)(unsafe.Pointer(&n[0]))
+}
+
+func sameLen(op string, a, b int) error {
+	if a != b {
+		return &Error{Op: op, Code: BadSize}
+	}
+	return nil
+}
+
+// Cast converts srcs[i] (dtype src) into dsts[i] (dtype dst), ns[i] elements each.
+func (x *Ctx) Cast(src, dst DType, srcs, dsts []unsafe.Pointer, ns []int64) error {
+	if err := sameLen("dg_cast", len(srcs), len(dsts)); err != nil {
+		return err
+	}
+	if err := sameLen("dg_cast", len(srcs), len(ns)); err != nil {
+		return err
+	}
+	return check("dg_cast", C.dg_cast(x.c, C.dg_dtype(src), C.dg_dtype(dst),
+		ptrs(srcs), ptrs(dsts), i64s(ns), C.int(len(ns))))
+}
+
+// Scale multiplies each xs[i] in place by alpha.
+func (x *Ctx) Scale(t DType, xs []unsafe.Pointer, ns []int64, alpha float32) error {
+	if err := sameLen("dg_scale", len(xs), len(ns)); err != nil {
+		return err
+	}
+	return check("dg_scale", C.dg_scale(x.c, C.dg_dtype(t), ptrs(xs), i64s(ns), C.int(len(ns)), C.float(alpha)))
+}
+
+// Axpy does ys[i] += alpha*xs[i].
+func (x *Ctx) Axpy(t DType, alpha float32, xs, ys []unsafe.Pointer, ns []int64) error {
+	if err := sameLen("dg_axpy", len(xs), len(ys)); err != nil {
+		return err
+	}
+	if err := sameLen("dg_axpy", len(xs), len(ns)); err != nil {
+		return err
+	}
+	return check("dg_axpy", C.dg_axpy(x.c, C.dg_dtype(t), C.float(alpha), ptrs(xs), ptrs(ys), i64s(ns), C.int(len(ns))))
+}
+
+// SumSquares returns the float64 sum of squares of all elements; when per is
+// non-nil (len(per) == len(xs)) it also receives each tensor's sum.
+func (x *Ctx) SumSquares(t DType, xs []unsafe.Pointer, ns []int64, per []float64) (float64, error) {
+	if err := sameLen("dg_sumsq", len(xs), len(ns)); err != nil {
+		return 0, err
+	}
+	var pp *C.double
+	if per != nil {
+		if err := sameLen("dg_sumsq", len(per), len(xs)); err != nil {
+			return 0, err
+		}
+		if len(per) > 0 {
+			pp = (*C.double)(unsafe.Pointer(&per[0]))
+		}
+	}
+	var total C.double
+	err := check("dg_sumsq", C.dg_sumsq(x.c, C.dg_dtype(t), ptrs(xs), i64s(ns), C.int(len(ns)), pp, &total))
+	return float64(total), err
+}
+
+// NonFinite reports whether any element is Inf or NaN.
+func (x *Ctx) NonFinite(t DType, xs []unsafe.Pointer, ns []int64) (bool, error) {
+	if err := sameLen("dg_nonfinite", len(xs), len(ns)); err != nil {
+		return false, err
+	}
+	var found C.int
+	err := check("dg_nonfinite", C.dg_nonfinite(x.c, C.dg_dtype(t), ptrs(xs), i64s(ns), C.int(len(ns)), &found))
+	return found != 0, err
+}
+
+// Pack copies srcs[i] (ns[i] elements) into flat at element offset offs[i].
+func (x *Ctx) Pack(t DType, srcs []unsafe.Pointer, ns, offs []int64, flat unsafe.Pointer, flatN int64) error {
+	if err := sameLen("dg_pack", len(srcs), len(ns)); err != nil {
+		return err
+	}
+	if err := sameLen("dg_pack", len(srcs), len(offs)); err != nil {
+		return err
+	}
+	return check("dg_pack", C.dg_pack(x.c, C.dg_dtype(t), ptrs(srcs), i64s(ns), i64s(offs), C.int(len(ns)), flat, C.int64_t(flatN)))
+}
+
+// Unpack copies flat at element offset offs[i] into dsts[i] (ns[i] elements).
+func (x *Ctx) Unpack(t DType, flat unsafe.Pointer, flatN int64, offs, ns []int64, dsts []unsafe.Pointer) error {
+	if err := sameLen("dg_unpack", len(dsts), len(ns)); err != nil {
+		return err
+	}
+	if err := sameLen("dg_unpack", len(dsts), len(offs)); err != nil {
+		return err
+	}
+	return check("dg_unpack", C.dg_unpack(x.c, C.dg_dtype(t), flat, C.int64_t(flatN), i64s(offs), i64s(ns), ptrs(dsts), C.int(len(ns))))
+}
+
+// ReduceInto sets dst = srcs[0] op srcs[1] op ... over n elements, in list order.
+func (x *Ctx) ReduceInto(t DType, op ReduceOp, srcs []unsafe.Pointer, dst unsafe.Pointer, n int64) error {
+	return check("dg_reduce_into", C.dg_reduce_into(x.c, C.dg_dtype(t), C.dg_redop(op), ptrs(srcs), C.int(len(srcs)), dst, C.int64_t(n)))
+}
