@@ -1,0 +1,190 @@
+package optim
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestNewScheduleBadParams(t *testing.T) {
+	lr1 := []float64{1e-3}
+	lr2 := []float64{1e-3, 2e-3}
+	tests := []struct {
+		name   string
+		typ    string
+		params map[string]any
+		lrs    []float64
+		want   string // substring of the error
+	}{
+		{"unknown type", "Cosine", nil, lr1, `scheduler.type: "Cosine": unknown scheduler type (known: LRRangeTest, OneCycle, WarmupCosineLR, WarmupDecayLR, WarmupLR)`},
+		{"lower-case type", "warmuplr", nil, lr1, "unknown scheduler type"},
+		{"no param groups", "WarmupLR", nil, nil, "at least one param group"},
+		{"nan base lr", "WarmupLR", nil, []float64{nanF()}, "base lr of param group 0"},
+		{"negative warmup steps", "WarmupLR", map[string]any{"warmup_num_steps": -1.0}, lr1, "scheduler.params.warmup_num_steps: -1: must be a positive integer"},
+		{"zero warmup steps", "WarmupCosineLR", map[string]any{"total_num_steps": 10.0, "warmup_num_steps": 0.0}, lr1, "scheduler.params.warmup_num_steps: 0: must be a positive integer"},
+		{"fractional warmup steps", "WarmupLR", map[string]any{"warmup_num_steps": 2.5}, lr1, "scheduler.params.warmup_num_steps: 2.5: must be an integer"},
+		{"bool warmup steps", "WarmupLR", map[string]any{"warmup_num_steps": true}, lr1, "scheduler.params.warmup_num_steps: true: must be an integer"},
+		{"auto", "WarmupLR", map[string]any{"warmup_max_lr": "auto"}, lr1, `scheduler.params.warmup_max_lr: "auto": must be a number or a list`},
+		{"auto int", "WarmupLR", map[string]any{"warmup_num_steps": "auto"}, lr1, `"auto" is resolved only by the Hugging Face Trainer integration`},
+		{"list length", "WarmupLR", map[string]any{"warmup_min_lr": []any{0.0}}, lr2, "scheduler.params.warmup_min_lr: [0]: list must have 2 entries, one per param group, got 1"},
+		{"list entry", "WarmupLR", map[string]any{"warmup_max_lr": []any{0.1, "x"}}, lr2, "entry 1 must be a finite number"},
+		{"warmup_type not string", "WarmupLR", map[string]any{"warmup_type": 1.0}, lr1, "scheduler.params.warmup_type: 1: must be a string"},
+		{"unknown key", "WarmupLR", map[string]any{"warmup_steps": 10.0}, lr1, "scheduler.params.warmup_steps: 10: unknown parameter for WarmupLR (allowed: warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type, last_batch_iteration)"},
+		{"decay missing total", "WarmupDecayLR", map[string]any{}, lr1, "scheduler.params.total_num_steps: missing: required by WarmupDecayLR"},
+		{"cosine missing total", "WarmupCosineLR", nil, lr1, "scheduler.params.total_num_steps: missing: required by WarmupCosineLR"},
+		{"cosine total not int", "WarmupCosineLR", map[string]any{"total_num_steps": "100"}, lr1, `scheduler.params.total_num_steps: "100": must be an integer`},
+		{"cosine lr key", "WarmupCosineLR", map[string]any{"total_num_steps": 10.0, "warmup_max_lr": 0.1}, lr1, "unknown parameter for WarmupCosineLR"},
+		{"onecycle missing min", "OneCycle", map[string]any{"cycle_max_lr": 0.1}, lr1, "scheduler.params.cycle_min_lr: missing: required by OneCycle"},
+		{"onecycle missing max", "OneCycle", map[string]any{"cycle_min_lr": 0.1}, lr1, "scheduler.params.cycle_max_lr: missing: required by OneCycle"},
+		{"onecycle zero step", "OneCycle", map[string]any{"cycle_min_lr": 0.1, "cycle_max_lr": 1.0, "cycle_first_step_size": 0.0}, lr1, "scheduler.params.cycle_first_step_size: 0: must be > 0"},
+		{"onecycle negative second", "OneCycle", map[string]any{"cycle_min_lr": 0.1, "cycle_max_lr": 1.0, "cycle_second_step_size": -5.0}, lr1, "scheduler.params.cycle_second_step_size: -5: must be > 0"},
+		{"onecycle negative stairs", "OneCycle", map[string]any{"cycle_min_lr": 0.1, "cycle_max_lr": 1.0, "cycle_first_stair_count": -1.0}, lr1, "scheduler.params.cycle_first_stair_count: -1: must be >= 0"},
+		{"onecycle negative decay step", "OneCycle", map[string]any{"cycle_min_lr": 0.1, "cycle_max_lr": 1.0, "decay_step_size": -1.0}, lr1, "scheduler.params.decay_step_size: -1: must be >= 0"},
+		{"onecycle momentum not bool", "OneCycle", map[string]any{"cycle_min_lr": 0.1, "cycle_max_lr": 1.0, "cycle_momentum": "yes"}, lr1, `scheduler.params.cycle_momentum: "yes": must be true or false`},
+		{"lrrt zero step", "LRRangeTest", map[string]any{"lr_range_test_step_size": 0.0}, lr1, "scheduler.params.lr_range_test_step_size: 0: must be > 0"},
+		{"lrrt staircase", "LRRangeTest", map[string]any{"lr_range_test_staircase": 1.0}, lr1, "scheduler.params.lr_range_test_staircase: 1: must be true or false"},
+		{"bad last_batch_iteration", "LRRangeTest", map[string]any{"last_batch_iteration": -2.0}, lr1, "scheduler.params.last_batch_iteration: -2: must be >= -1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := NewSchedule(tc.typ, tc.params, tc.lrs)
+			if err == nil {
+				t.Fatalf("NewSchedule succeeded (%s), want error containing %q", s.Type(), tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q\ndoes not contain %q", err, tc.want)
+			}
+			if !errors.Is(err, ErrInvalidScheduleParam) && !errors.Is(err, ErrUnknownSchedule) {
+				t.Fatalf("error %v wraps neither ErrInvalidScheduleParam nor ErrUnknownSchedule", err)
+			}
+			var pe *ParamError
+			if strings.Contains(tc.want, "scheduler.params.") && !errors.As(err, &pe) {
+				t.Fatalf("error %v is not a *ParamError", err)
+			}
+		})
+	}
+}
+
+func nanF() float64 { return math.NaN() }
+
+func TestScheduleDefaultsAndQuirks(t *testing.T) {
+	// warmup_num_steps 1 is raised to 2: steps 0 and 1 both use min.
+	s, err := NewSchedule(ScheduleWarmupLR, map[string]any{"warmup_num_steps": 1, "warmup_type": "linear"}, []float64{0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := [3]float64{s.LRAt(-1)[0], s.LRAt(0)[0], s.LRAt(1)[0]}; got != [3]float64{0, 0, 0.25} {
+		t.Fatalf("LRs %v", got)
+	}
+	// Unknown warmup_type falls back to log, with a warning.
+	var warned []string
+	s, err = NewSchedule(ScheduleWarmupLR, map[string]any{"warmup_type": "cosine", "warmup_num_steps": 10},
+		[]float64{1}, WithWarnings(func(m string) { warned = append(warned, m) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0], `"cosine"`) {
+		t.Fatalf("warnings %q", warned)
+	}
+	if got, want := s.LRAt(2)[0], 1.0/math.Log(10)*math.Log(3); got != want {
+		t.Fatalf("log warm-up: %v, want %v", got, want)
+	}
+	// WarmupDecayLR keeps its 0.001 default max.
+	s, err = NewSchedule(ScheduleWarmupDecayLR, map[string]any{"total_num_steps": 10, "warmup_num_steps": 2}, []float64{0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.LRAt(2)[0]; got != 0.001 {
+		t.Fatalf("decay peak %v, want 0.001", got)
+	}
+	if got := s.LRAt(100)[0]; got != 0 {
+		t.Fatalf("decay after total %v, want 0", got)
+	}
+	// WarmupCosineLR stays at cos_min_ratio after total_num_steps, also
+	// when total == warmup.
+	s, err = NewSchedule(ScheduleWarmupCosineLR, map[string]any{"total_num_steps": 5, "warmup_num_steps": 5, "cos_min_ratio": 0.1}, []float64{2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []int{5, 6, 100} {
+		if got := s.LRAt(step)[0]; got != 0.2 {
+			t.Fatalf("cosine LRAt(%d) = %v, want 0.2", step, got)
+		}
+	}
+	// OneCycle without betas: momentum off.
+	s, err = NewSchedule(ScheduleOneCycle, map[string]any{"cycle_min_lr": 0.1, "cycle_max_lr": 1}, []float64{1}, WithoutBetas())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Betas(); ok {
+		t.Fatal("OneCycle drives betas without an optimizer that has them")
+	}
+	// OneCycle per-group lists.
+	s, err = NewSchedule(ScheduleOneCycle, map[string]any{"cycle_min_lr": []any{0.1, 0.2}, "cycle_max_lr": []any{1.0, 2.0},
+		"cycle_first_step_size": 10, "cycle_min_mom": []any{0.8, 0.7}}, []float64{1, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.LRAt(9); got[0] != 1.0 || got[1] != 2.0 {
+		t.Fatalf("peak %v", got)
+	}
+	if b, ok := s.BetasAt(-1); !ok || b[0] != [2]float64{0.8, 0.99} || b[1] != [2]float64{0.7, 0.99} {
+		t.Fatalf("initial betas %v %v", b, ok)
+	}
+	if b, _ := s.BetasAt(9); b[0] != [2]float64{0.8, 0.99} || b[1] != [2]float64{0.7, 0.99} {
+		t.Fatalf("peak betas %v", b)
+	}
+}
+
+func TestScheduleStateRoundTrip(t *testing.T) {
+	params := map[string]any{"total_num_steps": 100, "warmup_num_steps": 10}
+	a, err := NewSchedule(ScheduleWarmupCosineLR, params, []float64{1e-3, 2e-3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 37 {
+		a.Step()
+	}
+	raw, err := json.Marshal(a.State())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(raw) != `{"type":"WarmupCosineLR","last_batch_iteration":36}` {
+		t.Fatalf("state JSON %s", raw)
+	}
+	b, err := NewSchedule(ScheduleWarmupCosineLR, params, []float64{1e-3, 2e-3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st ScheduleState
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetState(st); err != nil {
+		t.Fatal(err)
+	}
+	for range 80 {
+		if ga, gb := a.LR(), b.LR(); ga[0] != gb[0] || ga[1] != gb[1] {
+			t.Fatalf("restored schedule diverged at t=%d: %v vs %v", a.LastBatchIteration(), ga, gb)
+		}
+		a.Step()
+		b.Step()
+	}
+	if err := b.SetState(ScheduleState{Type: "OneCycle"}); err == nil {
+		t.Fatal("loaded a OneCycle state into a WarmupCosineLR")
+	}
+	if err := b.SetState(ScheduleState{LastBatchIteration: -2}); err == nil {
+		t.Fatal("accepted last_batch_iteration -2")
+	}
+	// The last_batch_iteration param resumes like DeepSpeed's kwarg.
+	c, err := NewSchedule(ScheduleWarmupCosineLR, map[string]any{"total_num_steps": 100, "warmup_num_steps": 10,
+		"last_batch_iteration": 36}, []float64{1e-3, 2e-3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LastBatchIteration() != 36 || c.LR()[1] != b.LRAt(36)[1] {
+		t.Fatalf("resume via params: t=%d lr=%v", c.LastBatchIteration(), c.LR())
+	}
+}
