@@ -26,7 +26,9 @@
 #define DG_HD static inline
 #endif
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) && defined(__CUDA_ARCH__)
+/* device pass of nvcc; its host pass takes the memcpy versions below, since
+ * a __host__ __device__ function may not call the device-only intrinsics */
 DG_HD uint32_t dg_f32_bits(float f) { return __float_as_uint(f); }
 DG_HD float dg_bits_f32(uint32_t u) { return __uint_as_float(u); }
 #else

@@ -1,0 +1,265 @@
+/*
+ * ctx.cu — contexts, errors, and the thin wrappers over the runtime API
+ * (devices, memory, streams, events) that the Go side needs. Only the CUDA
+ * runtime is used: it loads the driver (libcuda) at run time, so everything
+ * links on machines without one.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.cuh"
+
+dg_status dg_cu_fail(dg_cuda_ctx *ctx, cudaError_t e, const char *call, const char *file, int line)
+{
+	const char *base = strrchr(file, '/');
+	ctx->last_cuerr = (int)e;
+	snprintf(ctx->last_msg, sizeof ctx->last_msg, "%s:%d: %s: %s: %s", base ? base + 1 : file, line, call,
+		 cudaGetErrorName(e), cudaGetErrorString(e));
+	return DG_ERR_CUDA;
+}
+
+dg_status dg_cu_invalid(dg_cuda_ctx *ctx, dg_status s, const char *fn, const char *what)
+{
+	ctx->last_cuerr = 0;
+	snprintf(ctx->last_msg, sizeof ctx->last_msg, "%s: %s", fn, what);
+	return s;
+}
+
+dg_status dg_cu_check_list(dg_cuda_ctx *ctx, const char *fn, const void *const *ptrs, const int64_t *ns, int count)
+{
+	if (count < 0)
+		return dg_cu_invalid(ctx, DG_ERR_INVALID, fn, "count < 0");
+	if (count > 0 && (ptrs == NULL || ns == NULL))
+		return dg_cu_invalid(ctx, DG_ERR_INVALID, fn, "NULL list");
+	for (int i = 0; i < count; i++) {
+		if (ns[i] < 0 || (ns[i] > 0 && ptrs[i] == NULL))
+			return dg_cu_invalid(ctx, DG_ERR_INVALID, fn, "a negative count or a NULL tensor");
+	}
+	return DG_OK;
+}
+
+dg_status dg_cu_scratch(dg_cuda_ctx *ctx, size_t bytes)
+{
+	if (bytes <= ctx->scratch_bytes)
+		return DG_OK;
+	/* grow to the next power of two so a slowly growing list reallocates
+	 * O(log n) times; the old buffer may still be read by queued kernels */
+	size_t want = 4096;
+	while (want < bytes)
+		want *= 2;
+	if (ctx->scratch) {
+		DG_CU_CTX(ctx, cudaStreamSynchronize(ctx->stream));
+		DG_CU_CTX(ctx, cudaFree(ctx->scratch));
+		ctx->scratch = NULL;
+		ctx->scratch_bytes = 0;
+	}
+	DG_CU_CTX(ctx, cudaMalloc(&ctx->scratch, want));
+	ctx->scratch_bytes = want;
+	return DG_OK;
+}
+
+/* ---- no context ---------------------------------------------------------- */
+
+dg_status dg_cuda_device_count(int *n, int *cuerr)
+{
+	*n = 0;
+	cudaError_t e = cudaGetDeviceCount(n);
+	/* no driver or no device: a CPU machine, not an error */
+	if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+		*n = 0;
+		return DG_OK;
+	}
+	DG_CU(cuerr, e);
+	return DG_OK;
+}
+
+const char *dg_cuda_error_name(int cuerr) { return cudaGetErrorName((cudaError_t)cuerr); }
+const char *dg_cuda_error_string(int cuerr) { return cudaGetErrorString((cudaError_t)cuerr); }
+
+int dg_cuda_runtime_version(void)
+{
+	int v = 0;
+	return cudaRuntimeGetVersion(&v) == cudaSuccess ? v : 0;
+}
+
+int dg_cuda_driver_version(void)
+{
+	int v = 0;
+	return cudaDriverGetVersion(&v) == cudaSuccess ? v : 0;
+}
+
+dg_status dg_cuda_malloc(int device, size_t bytes, void **out, int *cuerr)
+{
+	*out = NULL;
+	if (bytes == 0)
+		return DG_OK;
+	DG_CU(cuerr, cudaSetDevice(device));
+	void *p = NULL;
+	DG_CU(cuerr, cudaMalloc(&p, bytes));
+	cudaError_t e = cudaMemset(p, 0, bytes);
+	if (e == cudaSuccess)
+		e = cudaDeviceSynchronize(); /* cudaMemset may return before it is done */
+	if (e != cudaSuccess) {
+		cudaFree(p);
+		DG_CU(cuerr, e);
+	}
+	*out = p;
+	return DG_OK;
+}
+
+dg_status dg_cuda_free(int device, void *p, int *cuerr)
+{
+	if (p == NULL)
+		return DG_OK;
+	DG_CU(cuerr, cudaSetDevice(device));
+	DG_CU(cuerr, cudaFree(p));
+	return DG_OK;
+}
+
+dg_status dg_cuda_memcpy(int device, void *dst, const void *src, size_t bytes, int *cuerr)
+{
+	if (bytes == 0)
+		return DG_OK;
+	DG_CU(cuerr, cudaSetDevice(device));
+	DG_CU(cuerr, cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+	/* cudaMemcpy from pageable host memory to the device may return before
+	 * the DMA lands; callers expect the copy complete */
+	DG_CU(cuerr, cudaStreamSynchronize(0));
+	return DG_OK;
+}
+
+dg_status dg_cuda_stream_create(int device, void **out, int *cuerr)
+{
+	DG_CU(cuerr, cudaSetDevice(device));
+	cudaStream_t s;
+	DG_CU(cuerr, cudaStreamCreateWithFlags(&s, cudaStreamDefault));
+	*out = s;
+	return DG_OK;
+}
+
+dg_status dg_cuda_stream_destroy(int device, void *s, int *cuerr)
+{
+	DG_CU(cuerr, cudaSetDevice(device));
+	DG_CU(cuerr, cudaStreamDestroy((cudaStream_t)s));
+	return DG_OK;
+}
+
+dg_status dg_cuda_stream_synchronize(int device, void *s, int *cuerr)
+{
+	DG_CU(cuerr, cudaSetDevice(device));
+	DG_CU(cuerr, cudaStreamSynchronize((cudaStream_t)s));
+	return DG_OK;
+}
+
+static dg_status query_result(cudaError_t e, int *done, int *cuerr)
+{
+	*done = e == cudaSuccess;
+	if (e == cudaErrorNotReady)
+		return DG_OK;
+	DG_CU(cuerr, e);
+	return DG_OK;
+}
+
+dg_status dg_cuda_stream_query(int device, void *s, int *done, int *cuerr)
+{
+	DG_CU(cuerr, cudaSetDevice(device));
+	return query_result(cudaStreamQuery((cudaStream_t)s), done, cuerr);
+}
+
+dg_status dg_cuda_event_create(int device, void **out, int *cuerr)
+{
+	DG_CU(cuerr, cudaSetDevice(device));
+	cudaEvent_t e;
+	DG_CU(cuerr, cudaEventCreate(&e));
+	*out = e;
+	return DG_OK;
+}
+
+dg_status dg_cuda_event_destroy(int device, void *e, int *cuerr)
+{
+	DG_CU(cuerr, cudaSetDevice(device));
+	DG_CU(cuerr, cudaEventDestroy((cudaEvent_t)e));
+	return DG_OK;
+}
+
+dg_status dg_cuda_event_record(int device, void *e, void *s, int *cuerr)
+{
+	DG_CU(cuerr, cudaSetDevice(device));
+	DG_CU(cuerr, cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s));
+	return DG_OK;
+}
+
+dg_status dg_cuda_event_synchronize(int device, void *e, int *cuerr)
+{
+	DG_CU(cuerr, cudaSetDevice(device));
+	DG_CU(cuerr, cudaEventSynchronize((cudaEvent_t)e));
+	return DG_OK;
+}
+
+dg_status dg_cuda_event_query(int device, void *e, int *done, int *cuerr)
+{
+	DG_CU(cuerr, cudaSetDevice(device));
+	return query_result(cudaEventQuery((cudaEvent_t)e), done, cuerr);
+}
+
+dg_status dg_cuda_event_elapsed(void *start, void *end, float *ms, int *cuerr)
+{
+	DG_CU(cuerr, cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
+	return DG_OK;
+}
+
+/* ---- context ------------------------------------------------------------- */
+
+dg_status dg_cuda_ctx_create(int device, void *stream, dg_cuda_ctx **out, int *cuerr)
+{
+	*out = NULL;
+	DG_CU(cuerr, cudaSetDevice(device));
+	dg_cuda_ctx *c = (dg_cuda_ctx *)calloc(1, sizeof *c);
+	if (c == NULL)
+		return DG_ERR_NOMEM;
+	c->device = device;
+	if (stream) {
+		c->stream = (cudaStream_t)stream;
+	} else {
+		cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamDefault);
+		if (e != cudaSuccess) {
+			free(c);
+			DG_CU(cuerr, e);
+		}
+		c->owns_stream = 1;
+	}
+	*out = c;
+	return DG_OK;
+}
+
+void dg_cuda_ctx_destroy(dg_cuda_ctx *ctx)
+{
+	if (ctx == NULL)
+		return;
+	/* errors here have nowhere to go: the context is gone either way */
+	cudaSetDevice(ctx->device);
+	cudaStreamSynchronize(ctx->stream);
+	if (ctx->scratch)
+		cudaFree(ctx->scratch);
+	if (ctx->owns_stream)
+		cudaStreamDestroy(ctx->stream);
+	free(ctx);
+}
+
+int dg_cuda_ctx_device(const dg_cuda_ctx *ctx) { return ctx->device; }
+void *dg_cuda_ctx_stream(const dg_cuda_ctx *ctx) { return ctx->stream; }
+
+const char *dg_cuda_ctx_error(const dg_cuda_ctx *ctx, int *cuerr)
+{
+	if (cuerr)
+		*cuerr = ctx->last_cuerr;
+	return ctx->last_msg;
+}
+
+dg_status dg_cuda_ctx_synchronize(dg_cuda_ctx *ctx)
+{
+	DG_CU_CTX(ctx, cudaSetDevice(ctx->device));
+	DG_CU_CTX(ctx, cudaStreamSynchronize(ctx->stream));
+	return DG_OK;
+}

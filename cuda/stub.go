@@ -1,0 +1,122 @@
+//go:build !cuda
+
+package cuda
+
+import (
+	"context"
+
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// This file gives builds without the cuda tag the same API, every call
+// failing with ErrNoCUDA (the go-sqlite3 static_mock pattern).
+
+// DeviceCount reports the number of CUDA devices.
+func DeviceCount() (int, error) { return 0, ErrNoCUDA }
+
+// Available reports whether a CUDA device can be used.
+func Available() bool { return false }
+
+// RuntimeVersion is the CUDA runtime version (1000*major + 10*minor).
+func RuntimeVersion() int { return 0 }
+
+// DriverVersion is the CUDA version the driver supports, 0 without one.
+func DriverVersion() int { return 0 }
+
+// Malloc allocates a zeroed tensor on device dev.
+func Malloc(dev int, dt tensor.DType, shape ...int) (*tensor.Tensor, error) { return nil, ErrNoCUDA }
+
+// CopyToDevice copies host tensor src into device tensor dst.
+func CopyToDevice(dst, src *tensor.Tensor) error { return ErrNoCUDA }
+
+// CopyToHost copies device tensor src into host tensor dst.
+func CopyToHost(dst, src *tensor.Tensor) error { return ErrNoCUDA }
+
+// Stream is a CUDA stream.
+type Stream struct{}
+
+// NewStream creates a stream on device dev.
+func NewStream(dev int) (*Stream, error) { return nil, ErrNoCUDA }
+
+// Synchronize waits for the stream's work, or for ctx.
+func (s *Stream) Synchronize(ctx context.Context) error { return ErrNoCUDA }
+
+// Close destroys the stream.
+func (s *Stream) Close() error { return ErrNoCUDA }
+
+// Event is a CUDA event with timing.
+type Event struct{}
+
+// NewEvent creates an event on device dev.
+func NewEvent(dev int) (*Event, error) { return nil, ErrNoCUDA }
+
+// Record records the event on s (nil: the legacy default stream).
+func (e *Event) Record(s *Stream) error { return ErrNoCUDA }
+
+// Synchronize waits for the event, or for ctx.
+func (e *Event) Synchronize(ctx context.Context) error { return ErrNoCUDA }
+
+// Elapsed is the time in milliseconds from start to e.
+func (e *Event) Elapsed(start *Event) (float32, error) { return 0, ErrNoCUDA }
+
+// Close destroys the event.
+func (e *Event) Close() error { return ErrNoCUDA }
+
+// Backend runs the multi-tensor kernels on one CUDA device.
+type Backend struct{}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// NewBackend makes a backend on device dev with its own stream.
+func NewBackend(dev int) (*Backend, error) { return nil, ErrNoCUDA }
+
+// Name identifies the backend.
+func (b *Backend) Name() string { return "cuda(unavailable)" }
+
+// Device is the backend's device.
+func (b *Backend) Device() tensor.Device { return tensor.CUDA(0) }
+
+// Stream is the stream the kernels run on.
+func (b *Backend) Stream() *Stream { return nil }
+
+// Empty allocates a zeroed device tensor.
+func (b *Backend) Empty(dt tensor.DType, shape ...int) (*tensor.Tensor, error) { return nil, ErrNoCUDA }
+
+// Cast converts srcs[i] into dsts[i].
+func (b *Backend) Cast(dsts, srcs []*tensor.Tensor) error { return ErrNoCUDA }
+
+// Scale multiplies xs[i] by alpha in place.
+func (b *Backend) Scale(xs []*tensor.Tensor, alpha float32) error { return ErrNoCUDA }
+
+// Axpy does ys[i] += alpha*xs[i].
+func (b *Backend) Axpy(alpha float32, xs, ys []*tensor.Tensor) error { return ErrNoCUDA }
+
+// SumSquares returns the float64 sum of squares over all xs.
+func (b *Backend) SumSquares(xs []*tensor.Tensor, per []float64) (float64, error) {
+	return 0, ErrNoCUDA
+}
+
+// NonFinite reports whether any element of xs is Inf or NaN.
+func (b *Backend) NonFinite(xs []*tensor.Tensor) (bool, error) { return false, ErrNoCUDA }
+
+// Pack copies srcs[i] into flat at offs[i].
+func (b *Backend) Pack(flat *tensor.Tensor, offs []int, srcs []*tensor.Tensor) error {
+	return ErrNoCUDA
+}
+
+// Unpack copies flat at offs[i] into dsts[i].
+func (b *Backend) Unpack(dsts []*tensor.Tensor, flat *tensor.Tensor, offs []int) error {
+	return ErrNoCUDA
+}
+
+// Reduce sets dst = srcs[0] op srcs[1] op ... in list order.
+func (b *Backend) Reduce(op backend.ReduceOp, dst *tensor.Tensor, srcs []*tensor.Tensor) error {
+	return ErrNoCUDA
+}
+
+// Synchronize waits for the backend's work, or for ctx.
+func (b *Backend) Synchronize(ctx context.Context) error { return ErrNoCUDA }
+
+// Close releases the stream and scratch memory.
+func (b *Backend) Close() error { return ErrNoCUDA }

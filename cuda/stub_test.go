@@ -1,0 +1,31 @@
+//go:build !cuda
+
+package cuda
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestStubSaysNoCUDA(t *testing.T) {
+	if Available() {
+		t.Fatal("Available() = true without the cuda tag")
+	}
+	if _, err := DeviceCount(); !errors.Is(err, ErrNoCUDA) {
+		t.Fatalf("DeviceCount: %v, want ErrNoCUDA", err)
+	}
+	if _, err := NewBackend(0); !errors.Is(err, ErrNoCUDA) {
+		t.Fatalf("NewBackend: %v, want ErrNoCUDA", err)
+	}
+	if _, err := Malloc(0, 0, 4); !errors.Is(err, ErrNoCUDA) {
+		t.Fatalf("Malloc: %v, want ErrNoCUDA", err)
+	}
+}
+
+func TestErrorMessage(t *testing.T) {
+	e := &Error{Op: "dg_cuda_scale", Code: 700, Msg: "cudaErrorIllegalAddress: an illegal memory access was encountered"}
+	want := "cuda: dg_cuda_scale: cudaErrorIllegalAddress: an illegal memory access was encountered (cudaError 700)"
+	if e.Error() != want {
+		t.Fatalf("Error() = %q, want %q", e.Error(), want)
+	}
+}
