@@ -309,3 +309,17 @@ func (x *Ctx) Unpack(t DType, flat unsafe.Pointer, flatN int64, offs, ns []int64
 func (x *Ctx) ReduceInto(t DType, op ReduceOp, srcs []unsafe.Pointer, dst unsafe.Pointer, n int64) error {
 	return check("dg_reduce_into", C.dg_reduce_into(x.c, C.dg_dtype(t), C.dg_redop(op), ptrs(srcs), C.int(len(srcs)), dst, C.int64_t(n)))
 }
+
+// RoofCopy is a threaded memcpy of bytes on the pool: the roof benchmarks
+// compare copying kernels with.
+func (x *Ctx) RoofCopy(dst, src unsafe.Pointer, bytes int) error {
+	return check("dg_roof_copy", C.dg_roof_copy(x.c, dst, src, C.int64_t(bytes)))
+}
+
+// RoofRead is a threaded read-and-sum of bytes on the pool: the roof
+// benchmarks compare reductions with. The sum is returned so the reads count.
+func (x *Ctx) RoofRead(src unsafe.Pointer, bytes int) (uint64, error) {
+	var s C.uint64_t
+	err := check("dg_roof_read", C.dg_roof_read(x.c, src, C.int64_t(bytes), &s))
+	return uint64(s), err
+}

@@ -131,10 +131,94 @@ typedef enum dg_redop { DG_SUM = 0, DG_MAX = 1, DG_MIN = 2 } dg_redop;
 /* dg_reduce_into sets dst[k] = srcs[0][k] op srcs[1][k] op ... for k < n,
  * combining the sources in list order in float32 (halves widened, one
  * rounding at the end), so the bits depend only on the order of the list,
- * never on threads or timing. dst may alias any source. MAX and MIN propagate
- * NaN. Dtypes: F32, F16, BF16 (and I32, I64 for SUM/MAX/MIN, exact). */
+ * never on threads or timing. dst may alias any source (the same pointer).
+ * A NaN anywhere makes the result the first NaN in list order, quieted, for
+ * every op and ISA (hardware would otherwise pick either operand's payload).
+ * Dtypes: F32, F16, BF16, and I32, I64 (exact, SUM wraps around). */
 dg_status dg_reduce_into(dg_ctx *ctx, dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst,
 			 int64_t n);
+
+/* ---- bandwidth roofs ----------------------------------------------------
+ * What the benchmarks compare kernels against, measured in the same run on
+ * the same pool: a threaded memcpy, and a threaded read-and-sum that touches
+ * every byte once with the widest loads of the ctx's ISA and no other work. */
+
+/* dg_roof_copy copies bytes from src to dst (non-overlapping) on the pool. */
+dg_status dg_roof_copy(dg_ctx *ctx, void *dst, const void *src, int64_t bytes);
+/* dg_roof_read sums src as 64-bit integers (bytes rounded down to 8) on the
+ * pool and stores the sum so the loads cannot be optimised away. */
+dg_status dg_roof_read(dg_ctx *ctx, const void *src, int64_t bytes, uint64_t *sum);
+
+/* ---- optimizers ----------------------------------------------------------
+ * Fused multi-tensor optimizer steps: one call updates every tensor of a list
+ * (a ZeRO shard or sub-group), reading each element's param, grad and state
+ * once and writing them once, with the grad unscale folded in and an
+ * optional 16-bit copy of the updated parameters written in the same pass.
+ * Element math: dg_optim_math.h (shared with the CUDA kernels). Results do
+ * not depend on the thread count; every ISA gives the scalar path's bits. */
+
+typedef enum dg_optim_kind {
+	DG_OPTIM_ADAM = 0, /* Adam / AdamW (adam_w_mode) */
+	DG_OPTIM_SGD = 1,  /* SGD with momentum, dampening, Nesterov (torch.optim.SGD) */
+	DG_OPTIM_LAMB = 2, /* Lamb: Adam direction scaled by a per-tensor trust ratio */
+	DG_OPTIM_LION = 3  /* Lion: sign of an interpolated momentum */
+} dg_optim_kind;
+
+/* Hyperparameters of one step, in double; the kernels round the derived
+ * coefficients to float once. Unused fields are ignored by other kinds. */
+typedef struct dg_optim_hparams {
+	dg_optim_kind kind;
+	int64_t step;        /* 1-based index of this update (bias correction; SGD's first step) */
+	double lr;           /* >= 0 */
+	double beta1, beta2; /* in [0, 1): Adam, Lamb, Lion */
+	double eps;          /* >= 0: Adam, Lamb */
+	double weight_decay; /* >= 0 */
+	int adam_w_mode;     /* Adam: 1 = decoupled decay (AdamW), 0 = L2 added to the grad */
+	int bias_correction; /* Adam, Lamb: 1 = divide by 1 - beta^step */
+	double momentum;     /* SGD: >= 0; 0 = no momentum buffer */
+	double dampening;    /* SGD: in [0, 1] */
+	int nesterov;        /* SGD: needs momentum > 0 and dampening == 0 */
+	double max_coeff;    /* Lamb: trust ratio clamp, 0 <= min_coeff <= max_coeff */
+	double min_coeff;
+	double grad_scale;   /* > 0, finite: grads are multiplied by 1/grad_scale (loss scale x clip) */
+} dg_optim_hparams;
+
+/* The tensor lists of one step; entry i of every list has ns[i] elements.
+ *   params: param_dtype F32 (master weights) or F16/BF16 (fp32 state kept);
+ *   grads:  grad_dtype F32, F16 or BF16; read only;
+ *   exp_avg: float32 first moment (Adam, Lamb, Lion) or momentum buffer (SGD;
+ *            NULL allowed when momentum == 0);
+ *   exp_avg_sq: float32 second moment (Adam, Lamb); ignored otherwise;
+ *   copies: NULL, or (with F32 params only) copy_dtype F16/BF16 buffers that
+ *           receive the updated parameters rounded to nearest even. */
+typedef struct dg_optim_lists {
+	int count;
+	const int64_t *ns;
+	dg_dtype param_dtype;
+	void *const *params;
+	dg_dtype grad_dtype;
+	const void *const *grads;
+	float *const *exp_avg;
+	float *const *exp_avg_sq;
+	dg_dtype copy_dtype;
+	void *const *copies;
+} dg_optim_lists;
+
+/* dg_optim_step applies one update. For Lamb, trust (count entries, may be
+ * NULL) receives each tensor's trust ratio. A bad hyperparameter is
+ * DG_ERR_INVALID, a bad dtype combination DG_ERR_DTYPE; nothing is written
+ * then. */
+dg_status dg_optim_step(dg_ctx *ctx, const dg_optim_hparams *hp, const dg_optim_lists *l, double *trust);
+
+/* dg_unscale_check multiplies xs[i] (dtype t: F32, F16, BF16) in place by
+ * inv_scale and sets *found to 1 if any result is Inf or NaN, else 0: the
+ * unscale and the overflow check in one read. */
+dg_status dg_unscale_check(dg_ctx *ctx, dg_dtype t, void *const *xs, const int64_t *ns, int count, float inv_scale,
+			   int *found);
+
+/* dg_adamw_naive_ref is the benchmark's baseline: AdamW on one fp32 array
+ * as a plain scalar loop (no SIMD, no threads), same element math. */
+dg_status dg_adamw_naive_ref(const dg_optim_hparams *hp, float *p, const float *g, float *m, float *v, int64_t n);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,53 @@
+/* cast.c — dg_cast: the list is split over threads by its concatenated
+ * element space, so one big tensor and many small ones both use every thread. */
+#include <string.h>
+
+#include "dg_internal.h"
+
+typedef struct cast_job {
+	const dg_kernels *k;
+	dg_dtype src, dst;
+	size_t ss, ds;
+	const void *const *srcs;
+	void *const *dsts;
+	const int64_t *ns;
+	int count;
+} cast_job;
+
+static void cast_task(void *v, int64_t lo, int64_t hi)
+{
+	const cast_job *j = v;
+	int i;
+	int64_t off;
+	dg_list_seek(j->ns, j->count, lo, &i, &off);
+	for (int64_t left = hi - lo; left > 0; i++, off = 0) {
+		int64_t len = j->ns[i] - off < left ? j->ns[i] - off : left;
+		const char *s = (const char *)j->srcs[i] + (size_t)off * j->ss;
+		char *d = (char *)j->dsts[i] + (size_t)off * j->ds;
+		if (len > 0) {
+			if (j->src == j->dst)
+				memcpy(d, s, (size_t)len * j->ss);
+			else
+				j->k->cast(j->src, j->dst, s, d, len);
+		}
+		left -= len;
+	}
+}
+
+dg_status dg_cast(dg_ctx *ctx, dg_dtype src, dg_dtype dst, const void *const *srcs, void *const *dsts,
+		  const int64_t *ns, int count)
+{
+	if (ctx == NULL)
+		return DG_ERR_INVALID;
+	if (!dg_is_float(src) || !dg_is_float(dst))
+		return DG_ERR_DTYPE;
+	int64_t total;
+	dg_status st = dg_check_list(srcs, ns, count, &total);
+	if (st == DG_OK)
+		st = dg_check_list((const void *const *)dsts, ns, count, &total);
+	if (st != DG_OK)
+		return st;
+	cast_job j = {ctx->k, src, dst, dg_dtype_size(src), dg_dtype_size(dst), srcs, dsts, ns, count};
+	dg_parallel_for(ctx, total, DG_GRAIN, total, cast_task, &j);
+	return DG_OK;
+}

@@ -1,0 +1,127 @@
+/* ctx.c — the context: thread count, chosen ISA and the per-ctx scratch. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "dg_internal.h"
+
+dg_isa dg_cpu_best_isa(void)
+{
+#if DG_HAVE_X86
+	/* libgcc/compiler-rt check OS support (XGETBV) as well as CPUID bits. */
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+	    __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2"))
+		return DG_ISA_AVX512;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
+		return DG_ISA_AVX2;
+#endif
+	return DG_ISA_SCALAR;
+}
+
+static const dg_kernels *kernels_for(dg_isa isa)
+{
+	switch (isa) {
+	case DG_ISA_SCALAR: return &dg_kernels_scalar;
+#if DG_HAVE_X86
+	case DG_ISA_AVX2: return &dg_kernels_avx2;
+	case DG_ISA_AVX512: return &dg_kernels_avx512;
+#endif
+	default: return NULL;
+	}
+}
+
+static int resolve_threads(int nthreads)
+{
+	if (nthreads <= 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		nthreads = n > 0 ? (int)n : 1;
+	}
+	return nthreads > DG_MAX_THREADS ? DG_MAX_THREADS : nthreads;
+}
+
+dg_status dg_ctx_create(int nthreads, dg_ctx **out)
+{
+	if (out == NULL)
+		return DG_ERR_INVALID;
+	*out = NULL;
+	dg_ctx *c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return DG_ERR_NOMEM;
+	c->partials = malloc((size_t)DG_PARTIALS * sizeof(double));
+	if (c->partials == NULL) {
+		free(c);
+		return DG_ERR_NOMEM;
+	}
+	c->isa = dg_cpu_best_isa();
+	c->k = kernels_for(c->isa);
+	dg_status st = dg_ctx_set_threads(c, nthreads);
+	if (st != DG_OK) {
+		dg_ctx_destroy(c);
+		return st;
+	}
+	*out = c;
+	return DG_OK;
+}
+
+void dg_ctx_destroy(dg_ctx *ctx)
+{
+	if (ctx == NULL)
+		return;
+	dg_pool_destroy(ctx->pool);
+	free(ctx->partials);
+	free(ctx);
+}
+
+dg_status dg_ctx_set_threads(dg_ctx *ctx, int nthreads)
+{
+	if (ctx == NULL)
+		return DG_ERR_INVALID;
+	nthreads = resolve_threads(nthreads);
+	if (ctx->pool != NULL && nthreads == ctx->nthreads)
+		return DG_OK;
+	dg_pool *p = NULL;
+	if (nthreads > 1) {
+		dg_status st = dg_pool_create(nthreads, &p);
+		if (st != DG_OK)
+			return st;
+	}
+	dg_pool_destroy(ctx->pool);
+	ctx->pool = p;
+	ctx->nthreads = nthreads;
+	return DG_OK;
+}
+
+int dg_ctx_threads(const dg_ctx *ctx) { return ctx == NULL ? 0 : ctx->nthreads; }
+
+dg_status dg_ctx_set_isa(dg_ctx *ctx, dg_isa isa)
+{
+	if (ctx == NULL)
+		return DG_ERR_INVALID;
+	dg_isa best = dg_cpu_best_isa();
+	if (isa == DG_ISA_AUTO)
+		isa = best;
+	if (isa != DG_ISA_SCALAR && isa != DG_ISA_AVX2 && isa != DG_ISA_AVX512)
+		return DG_ERR_INVALID;
+	/* ISAs are ordered: AVX512 implies the AVX2 table works too */
+	if ((int)isa > (int)best || kernels_for(isa) == NULL)
+		return DG_ERR_UNSUPPORTED;
+	ctx->isa = isa;
+	ctx->k = kernels_for(isa);
+	return DG_OK;
+}
+
+dg_isa dg_ctx_isa(const dg_ctx *ctx) { return ctx == NULL ? DG_ISA_AUTO : ctx->isa; }
+
+void dg_parallel_for(dg_ctx *ctx, int64_t n, int64_t grain, int64_t work, dg_task_fn fn, void *arg)
+{
+	if (n <= 0)
+		return;
+	if (ctx->pool == NULL || work < DG_INLINE_ELEMS || n <= grain || !dg_pool_try_acquire(ctx->pool)) {
+		fn(arg, 0, n);
+		return;
+	}
+	dg_pool_run(ctx->pool, n, grain, fn, arg);
+	dg_pool_release(ctx->pool);
+}

@@ -1,0 +1,115 @@
+/*
+ * dg_internal.h — what the core's .c files share and nothing outside sees:
+ * the context layout, the pool's parallel-for, the per-ISA kernel tables and
+ * the multi-tensor list helpers.
+ */
+#ifndef DG_INTERNAL_H
+#define DG_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deepgo.h"
+
+/* Calls with less work than this run on the caller's thread: waking workers
+ * costs microseconds, more than 32Ki elements of streaming work on one core. */
+#define DG_INLINE_ELEMS ((int64_t)32768)
+
+/* dg_sumsq sums each tensor in fixed blocks of this many elements; each block
+ * is summed by one thread, so the block partials, and their in-order sum, do
+ * not depend on how many threads there are. */
+#define DG_SUMSQ_BLOCK ((int64_t)65536)
+
+/* Per-ctx scratch for block partials: 64Ki blocks cover 4Gi elements per
+ * window; larger calls take several windows (see reduce.c). */
+#define DG_PARTIALS ((int64_t)65536)
+
+/* Element ranges handed to threads start at multiples of this, so two
+ * threads rarely write the same cache line and SIMD loops see full vectors. */
+#define DG_GRAIN ((int64_t)1024)
+
+#define DG_MAX_THREADS 1024
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DG_HAVE_X86 1
+#define DG_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
+#define DG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma")))
+#else
+#define DG_HAVE_X86 0
+#endif
+
+/* A kernel table holds one ISA's leaf loops over one contiguous run of
+ * elements. The scalar table is the oracle: every other table must give the
+ * same bits (sumsq_block excepted: its summation order is per-ISA). */
+typedef struct dg_kernels {
+	/* cast between two distinct floating dtypes */
+	void (*cast)(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n);
+	void (*scale)(dg_dtype t, void *x, int64_t n, float alpha);
+	void (*axpy)(dg_dtype t, float alpha, const void *x, void *y, int64_t n);
+	/* sum of squares of n <= DG_SUMSQ_BLOCK elements, in double */
+	double (*sumsq_block)(dg_dtype t, const void *x, int64_t n);
+	/* nonzero when any of n elements is Inf or NaN */
+	int (*nonfinite)(dg_dtype t, const void *x, int64_t n);
+	/* dst[k] = srcs[0][k] op ... for lo <= k < hi, floating dtypes only */
+	void (*reduce)(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst, int64_t lo,
+		       int64_t hi);
+} dg_kernels;
+
+extern const dg_kernels dg_kernels_scalar;
+#if DG_HAVE_X86
+extern const dg_kernels dg_kernels_avx2;
+extern const dg_kernels dg_kernels_avx512;
+#endif
+
+/* ---- pool ---------------------------------------------------------------- */
+
+/* A task runs the half-open index range [lo, hi) of a parallel-for. */
+typedef void (*dg_task_fn)(void *arg, int64_t lo, int64_t hi);
+
+typedef struct dg_pool dg_pool;
+
+dg_status dg_pool_create(int nthreads, dg_pool **out);
+void dg_pool_destroy(dg_pool *p);
+
+/* dg_pool_try_acquire takes the pool for one parallel region; 0 means another
+ * caller holds it and this one must run its work inline. */
+int dg_pool_try_acquire(dg_pool *p);
+void dg_pool_release(dg_pool *p);
+/* dg_pool_run splits [0, n) at multiples of grain over the pool's threads and
+ * returns when all parts are done; the caller must hold the pool. */
+void dg_pool_run(dg_pool *p, int64_t n, int64_t grain, dg_task_fn fn, void *arg);
+
+struct dg_ctx {
+	int nthreads;
+	dg_isa isa;              /* never AUTO once created */
+	const dg_kernels *k;     /* the table for isa */
+	dg_pool *pool;           /* NULL when nthreads == 1 */
+	double *partials;        /* DG_PARTIALS doubles; used only while holding pool */
+};
+
+/* dg_parallel_for runs fn over [0, n): inline when work (elements touched) is
+ * small, the pool is absent or busy; otherwise split over the pool. */
+void dg_parallel_for(dg_ctx *ctx, int64_t n, int64_t grain, int64_t work, dg_task_fn fn, void *arg);
+
+/* ---- lists --------------------------------------------------------------- */
+
+/* dg_check_list validates a tensor list and sums its element counts. */
+dg_status dg_check_list(const void *const *ptrs, const int64_t *ns, int count, int64_t *total);
+
+/* dg_list_seek finds the tensor holding element g of the concatenated list:
+ * on return ns[*i] > *off. g must be < the list's total. */
+static inline void dg_list_seek(const int64_t *ns, int count, int64_t g, int *i, int64_t *off)
+{
+	int j = 0;
+	while (j < count && g >= ns[j]) {
+		g -= ns[j];
+		j++;
+	}
+	*i = j;
+	*off = g;
+}
+
+static inline int dg_is_float(dg_dtype t) { return t == DG_F32 || t == DG_F16 || t == DG_BF16; }
+
+#endif /* DG_INTERNAL_H */

@@ -1,0 +1,297 @@
+/*
+ * kernels_avx512.c — AVX-512 (F, BW, VL, DQ) + F16C leaf loops.
+ *
+ * cgo compiles every file with the same flags and no -march, so each function
+ * carries a target attribute and is only called after dg_cpu_best_isa saw the
+ * features. Element results are bit-identical to dg_math.h:
+ *   - f16: VCVTPS2PH/VCVTPH2PS with an immediate round-to-nearest-even; they
+ *     keep subnormals and quiet NaNs exactly as dg_f32_to_f16/dg_f16_to_f32
+ *     (checked exhaustively by tests/test_cast.c);
+ *   - bf16: integer ops implementing dg_f32_to_bf16's rule, not VCVTNEPS2BF16,
+ *     which flushes denormal inputs;
+ *   - axpy: a separate multiply and add, never FMA.
+ * Tails use masked loads and stores so short tensors stay on the vector path.
+ */
+#include "dg_internal.h"
+
+#if DG_HAVE_X86
+#include <immintrin.h>
+
+#include "dg_math.h"
+
+#define T512 DG_TARGET_AVX512
+#define AI static inline __attribute__((always_inline)) T512
+
+AI __mmask16 tail_mask(int64_t r) { return (__mmask16)((1u << r) - 1u); }
+
+AI __m256i bf16_narrow(__m512 v)
+{
+	__m512i x = _mm512_castps_si512(v);
+	__m512i ax = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+	__mmask16 nan = _mm512_cmpgt_epu32_mask(ax, _mm512_set1_epi32(0x7f800000));
+	__m512i hi = _mm512_srli_epi32(x, 16);
+	__m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
+	r = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+	return _mm512_cvtepi32_epi16(r);
+}
+
+AI __m512 bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
+/* 16 elements of dtype t at p, widened to float32 */
+AI __m512 load16(dg_dtype t, const void *p)
+{
+	if (t == DG_F32)
+		return _mm512_loadu_ps(p);
+	__m256i h = _mm256_loadu_si256((const __m256i *)p);
+	return t == DG_F16 ? _mm512_cvtph_ps(h) : bf16_widen(h);
+}
+
+AI __m512 load16m(dg_dtype t, const void *p, __mmask16 m)
+{
+	if (t == DG_F32)
+		return _mm512_maskz_loadu_ps(m, p);
+	__m256i h = _mm256_maskz_loadu_epi16(m, p);
+	return t == DG_F16 ? _mm512_cvtph_ps(h) : bf16_widen(h);
+}
+
+AI __m256i narrow16(dg_dtype t, __m512 v)
+{
+	return t == DG_F16 ? _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) : bf16_narrow(v);
+}
+
+AI void store16(dg_dtype t, void *p, __m512 v)
+{
+	if (t == DG_F32)
+		_mm512_storeu_ps(p, v);
+	else
+		_mm256_storeu_si256((__m256i *)p, narrow16(t, v));
+}
+
+AI void store16m(dg_dtype t, void *p, __mmask16 m, __m512 v)
+{
+	if (t == DG_F32)
+		_mm512_mask_storeu_ps(p, m, v);
+	else
+		_mm256_mask_storeu_epi16(p, m, narrow16(t, v));
+}
+
+#define AT(p, t, i) ((char *)(p) + (size_t)(i) * ((t) == DG_F32 ? 4u : 2u))
+#define CAT(p, t, i) ((const char *)(p) + (size_t)(i) * ((t) == DG_F32 ? 4u : 2u))
+
+AI void cast_loop(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + 64 <= n; i += 64) {
+		__m512 a = load16(src, CAT(s, src, i)), b = load16(src, CAT(s, src, i + 16));
+		__m512 c = load16(src, CAT(s, src, i + 32)), e = load16(src, CAT(s, src, i + 48));
+		store16(dst, AT(d, dst, i), a);
+		store16(dst, AT(d, dst, i + 16), b);
+		store16(dst, AT(d, dst, i + 32), c);
+		store16(dst, AT(d, dst, i + 48), e);
+	}
+	for (; i + 16 <= n; i += 16)
+		store16(dst, AT(d, dst, i), load16(src, CAT(s, src, i)));
+	if (i < n) {
+		__mmask16 m = tail_mask(n - i);
+		store16m(dst, AT(d, dst, i), m, load16m(src, CAT(s, src, i), m));
+	}
+}
+
+T512 static void cast_avx512(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
+{
+	/* constant arguments let each call inline into a loop with no dtype tests */
+	if (src == DG_F32 && dst == DG_F16)
+		cast_loop(DG_F32, DG_F16, s, d, n);
+	else if (src == DG_F32 && dst == DG_BF16)
+		cast_loop(DG_F32, DG_BF16, s, d, n);
+	else if (src == DG_F16 && dst == DG_F32)
+		cast_loop(DG_F16, DG_F32, s, d, n);
+	else if (src == DG_BF16 && dst == DG_F32)
+		cast_loop(DG_BF16, DG_F32, s, d, n);
+	else if (src == DG_F16 && dst == DG_BF16)
+		cast_loop(DG_F16, DG_BF16, s, d, n);
+	else if (src == DG_BF16 && dst == DG_F16)
+		cast_loop(DG_BF16, DG_F16, s, d, n);
+}
+
+AI void scale_loop(dg_dtype t, void *x, int64_t n, float alpha)
+{
+	__m512 a = _mm512_set1_ps(alpha);
+	int64_t i = 0;
+	for (; i + 32 <= n; i += 32) {
+		__m512 u = load16(t, AT(x, t, i)), v = load16(t, AT(x, t, i + 16));
+		store16(t, AT(x, t, i), _mm512_mul_ps(u, a));
+		store16(t, AT(x, t, i + 16), _mm512_mul_ps(v, a));
+	}
+	for (; i < n; i += 16) {
+		__mmask16 m = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
+		store16m(t, AT(x, t, i), m, _mm512_mul_ps(load16m(t, AT(x, t, i), m), a));
+	}
+}
+
+T512 static void scale_avx512(dg_dtype t, void *x, int64_t n, float alpha)
+{
+	if (t == DG_F32)
+		scale_loop(DG_F32, x, n, alpha);
+	else if (t == DG_F16)
+		scale_loop(DG_F16, x, n, alpha);
+	else
+		scale_loop(DG_BF16, x, n, alpha);
+}
+
+AI void axpy_loop(dg_dtype t, float alpha, const void *x, void *y, int64_t n)
+{
+	__m512 a = _mm512_set1_ps(alpha);
+	int64_t i = 0;
+	for (; i + 32 <= n; i += 32) {
+		__m512 x0 = load16(t, CAT(x, t, i)), x1 = load16(t, CAT(x, t, i + 16));
+		__m512 y0 = load16(t, AT(y, t, i)), y1 = load16(t, AT(y, t, i + 16));
+		store16(t, AT(y, t, i), _mm512_add_ps(y0, _mm512_mul_ps(a, x0)));
+		store16(t, AT(y, t, i + 16), _mm512_add_ps(y1, _mm512_mul_ps(a, x1)));
+	}
+	for (; i < n; i += 16) {
+		__mmask16 m = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
+		__m512 x0 = load16m(t, CAT(x, t, i), m), y0 = load16m(t, AT(y, t, i), m);
+		store16m(t, AT(y, t, i), m, _mm512_add_ps(y0, _mm512_mul_ps(a, x0)));
+	}
+}
+
+T512 static void axpy_avx512(dg_dtype t, float alpha, const void *x, void *y, int64_t n)
+{
+	if (t == DG_F32)
+		axpy_loop(DG_F32, alpha, x, y, n);
+	else if (t == DG_F16)
+		axpy_loop(DG_F16, alpha, x, y, n);
+	else
+		axpy_loop(DG_BF16, alpha, x, y, n);
+}
+
+/* Summation order (fixed for this ISA): 32-element steps; the low and high
+ * 8 floats of each 16 go to their own double accumulator (4 in all), squares
+ * are exact in double so FMA equals multiply-then-add here; the masked tail
+ * feeds accumulators 0 and 1; then (a0+a1)+(a2+a3) and a fixed lane tree. */
+AI __m512d sq_add(__m512 v, __m512d acc_lo, __m512d *acc_hi)
+{
+	__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+	__m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
+	*acc_hi = _mm512_fmadd_pd(hi, hi, *acc_hi);
+	return _mm512_fmadd_pd(lo, lo, acc_lo);
+}
+
+AI double sumsq_loop(dg_dtype t, const void *x, int64_t n)
+{
+	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+	int64_t i = 0;
+	for (; i + 32 <= n; i += 32) {
+		a0 = sq_add(load16(t, CAT(x, t, i)), a0, &a1);
+		a2 = sq_add(load16(t, CAT(x, t, i + 16)), a2, &a3);
+	}
+	for (; i < n; i += 16) {
+		__mmask16 m = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
+		a0 = sq_add(load16m(t, CAT(x, t, i), m), a0, &a1);
+	}
+	return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+}
+
+T512 static double sumsq_avx512(dg_dtype t, const void *x, int64_t n)
+{
+	if (t == DG_F32)
+		return sumsq_loop(DG_F32, x, n);
+	if (t == DG_F16)
+		return sumsq_loop(DG_F16, x, n);
+	return sumsq_loop(DG_BF16, x, n);
+}
+
+/* Inf/NaN are exactly the values whose magnitude bits are >= the Inf pattern,
+ * so a running unsigned max of |bits| needs one compare at the end. */
+T512 static int nonfinite_avx512(dg_dtype t, const void *x, int64_t n)
+{
+	const char *p = x;
+	int64_t bytes = n * (t == DG_F32 ? 4 : 2), i = 0;
+	__m512i mag = t == DG_F32 ? _mm512_set1_epi32(0x7fffffff) : _mm512_set1_epi16(0x7fff);
+	__m512i m0 = _mm512_setzero_si512(), m1 = m0, m2 = m0, m3 = m0;
+	if (t == DG_F32) {
+		for (; i + 256 <= bytes; i += 256) {
+			m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(p + i), mag));
+			m1 = _mm512_max_epu32(m1, _mm512_and_si512(_mm512_loadu_si512(p + i + 64), mag));
+			m2 = _mm512_max_epu32(m2, _mm512_and_si512(_mm512_loadu_si512(p + i + 128), mag));
+			m3 = _mm512_max_epu32(m3, _mm512_and_si512(_mm512_loadu_si512(p + i + 192), mag));
+		}
+		for (; i < bytes; i += 64) {
+			__mmask64 k = bytes - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (bytes - i)) - 1);
+			m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_maskz_loadu_epi8(k, p + i), mag));
+		}
+		__m512i m = _mm512_max_epu32(_mm512_max_epu32(m0, m1), _mm512_max_epu32(m2, m3));
+		return _mm512_cmpge_epu32_mask(m, _mm512_set1_epi32(0x7f800000)) != 0;
+	}
+	for (; i + 256 <= bytes; i += 256) {
+		m0 = _mm512_max_epu16(m0, _mm512_and_si512(_mm512_loadu_si512(p + i), mag));
+		m1 = _mm512_max_epu16(m1, _mm512_and_si512(_mm512_loadu_si512(p + i + 64), mag));
+		m2 = _mm512_max_epu16(m2, _mm512_and_si512(_mm512_loadu_si512(p + i + 128), mag));
+		m3 = _mm512_max_epu16(m3, _mm512_and_si512(_mm512_loadu_si512(p + i + 192), mag));
+	}
+	for (; i < bytes; i += 64) {
+		__mmask64 k = bytes - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (bytes - i)) - 1);
+		m0 = _mm512_max_epu16(m0, _mm512_and_si512(_mm512_maskz_loadu_epi8(k, p + i), mag));
+	}
+	__m512i m = _mm512_max_epu16(_mm512_max_epu16(m0, m1), _mm512_max_epu16(m2, m3));
+	uint16_t inf = t == DG_F16 ? 0x7c00 : 0x7f80;
+	return _mm512_cmpge_epu16_mask(m, _mm512_set1_epi16((short)inf)) != 0;
+}
+
+/* Same rule as kernels_scalar.c red_f32: VMAXPS(v, acc) is v > acc ? v : acc;
+ * NaN lanes are then overwritten with the first NaN in list order, quieted,
+ * because the compiler may commute the add's operands. */
+AI __m512 red16(dg_redop op, __m512 acc, __m512 v)
+{
+	__m512 r = op == DG_SUM ? _mm512_add_ps(acc, v) : op == DG_MAX ? _mm512_max_ps(v, acc) : _mm512_min_ps(v, acc);
+	__m512 quiet = _mm512_castsi512_ps(_mm512_set1_epi32(0x400000));
+	__mmask16 an = _mm512_cmp_ps_mask(acc, acc, _CMP_UNORD_Q);
+	__mmask16 vn = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+	r = _mm512_mask_blend_ps(vn, r, _mm512_or_ps(v, quiet));
+	return _mm512_mask_blend_ps(an, r, _mm512_or_ps(acc, quiet));
+}
+
+AI void reduce_loop(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst, int64_t lo, int64_t hi)
+{
+	for (int64_t k = lo; k < hi; k += 16) {
+		__mmask16 m = hi - k >= 16 ? (__mmask16)0xffff : tail_mask(hi - k);
+		__m512 acc = load16m(t, CAT(srcs[0], t, k), m);
+		for (int j = 1; j < nsrc; j++)
+			acc = red16(op, acc, load16m(t, CAT(srcs[j], t, k), m));
+		store16m(t, AT(dst, t, k), m, acc);
+	}
+}
+
+T512 static void reduce_avx512(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst, int64_t lo,
+			       int64_t hi)
+{
+#define RED_T(tt)                                                                                                   \
+	do {                                                                                                        \
+		if (op == DG_SUM)                                                                                   \
+			reduce_loop(tt, DG_SUM, srcs, nsrc, dst, lo, hi);                                           \
+		else if (op == DG_MAX)                                                                              \
+			reduce_loop(tt, DG_MAX, srcs, nsrc, dst, lo, hi);                                           \
+		else                                                                                                \
+			reduce_loop(tt, DG_MIN, srcs, nsrc, dst, lo, hi);                                           \
+	} while (0)
+	if (t == DG_F32)
+		RED_T(DG_F32);
+	else if (t == DG_F16)
+		RED_T(DG_F16);
+	else
+		RED_T(DG_BF16);
+#undef RED_T
+}
+
+const dg_kernels dg_kernels_avx512 = {
+	.cast = cast_avx512,
+	.scale = scale_avx512,
+	.axpy = axpy_avx512,
+	.sumsq_block = sumsq_avx512,
+	.nonfinite = nonfinite_avx512,
+	.reduce = reduce_avx512,
+};
+
+#endif /* DG_HAVE_X86 */

@@ -1,0 +1,199 @@
+/*
+ * pool.c — a persistent pool of nthreads-1 workers plus the calling thread.
+ *
+ * One parallel region at a time: the region's owner holds `run` (taken with
+ * trylock so a concurrent caller falls back to inline work instead of
+ * waiting). A region is published by bumping `gen` under `mu`; workers spin
+ * briefly on gen before sleeping on `wake`, so back-to-back calls from a
+ * training loop skip the futex round trip. The owner runs part 0 itself and
+ * waits for `pending` to drain the same way.
+ */
+#include <stdlib.h>
+
+#include "dg_internal.h"
+
+/* 256 PAUSEs (~1-15 us; PAUSE is 10-140 cycles by CPU): long enough to catch
+ * the next call of a tight loop, short enough not to steal a core from Go. */
+#define SPIN_ITERS 256
+
+struct dg_pool {
+	pthread_mutex_t run;
+	pthread_mutex_t mu;
+	pthread_cond_t wake;
+	pthread_cond_t done;
+	uint64_t gen;  /* written under mu, polled atomically */
+	int stop;      /* under mu */
+	int pending;   /* atomic: parts not yet finished by workers */
+	/* the current region, written under mu before gen is bumped */
+	dg_task_fn fn;
+	void *arg;
+	int64_t n, grain;
+	int nparts;
+	int nworkers;
+	pthread_t *threads;
+};
+
+typedef struct worker_arg {
+	dg_pool *p;
+	int id; /* part index, 1 .. nworkers */
+} worker_arg;
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+/* part_range gives part `part` of nparts over [0, n) cut at multiples of grain;
+ * written to avoid overflowing units*part for huge n. */
+static void part_range(int64_t n, int64_t grain, int nparts, int part, int64_t *lo, int64_t *hi)
+{
+	int64_t units = n / grain + (n % grain != 0);
+	int64_t q = units / nparts, r = units % nparts;
+	int64_t ulo = q * part + (r * part) / nparts;
+	int64_t uhi = q * (part + 1) + (r * (part + 1)) / nparts;
+	*lo = ulo * grain < n ? ulo * grain : n;
+	*hi = uhi * grain < n ? uhi * grain : n;
+}
+
+static void *worker_main(void *v)
+{
+	worker_arg *wa = v;
+	dg_pool *p = wa->p;
+	int id = wa->id;
+	uint64_t seen = 0;
+	for (;;) {
+		for (int s = 0; s < SPIN_ITERS && __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) == seen; s++)
+			cpu_relax();
+		pthread_mutex_lock(&p->mu);
+		while (p->gen == seen && !p->stop)
+			pthread_cond_wait(&p->wake, &p->mu);
+		if (p->stop) {
+			pthread_mutex_unlock(&p->mu);
+			break;
+		}
+		seen = p->gen;
+		dg_task_fn fn = p->fn;
+		void *arg = p->arg;
+		int64_t n = p->n, grain = p->grain;
+		int nparts = p->nparts;
+		pthread_mutex_unlock(&p->mu);
+		/* A worker that slept through a region may see a later one; that is
+		 * fine because the owner only moves on once every part it handed
+		 * out has finished, so no part is ever skipped or run twice. */
+		if (id < nparts) {
+			int64_t lo, hi;
+			part_range(n, grain, nparts, id, &lo, &hi);
+			if (lo < hi)
+				fn(arg, lo, hi);
+			if (__atomic_sub_fetch(&p->pending, 1, __ATOMIC_ACQ_REL) == 0) {
+				pthread_mutex_lock(&p->mu);
+				pthread_cond_signal(&p->done);
+				pthread_mutex_unlock(&p->mu);
+			}
+		}
+	}
+	free(wa);
+	return NULL;
+}
+
+static void stop_workers(dg_pool *p, int started)
+{
+	pthread_mutex_lock(&p->mu);
+	p->stop = 1;
+	pthread_cond_broadcast(&p->wake);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < started; i++)
+		pthread_join(p->threads[i], NULL);
+}
+
+dg_status dg_pool_create(int nthreads, dg_pool **out)
+{
+	*out = NULL;
+	dg_pool *p = calloc(1, sizeof *p);
+	if (p == NULL)
+		return DG_ERR_NOMEM;
+	p->nworkers = nthreads - 1;
+	p->threads = calloc((size_t)(p->nworkers > 0 ? p->nworkers : 1), sizeof(pthread_t));
+	if (p->threads == NULL) {
+		free(p);
+		return DG_ERR_NOMEM;
+	}
+	pthread_mutex_init(&p->run, NULL);
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->wake, NULL);
+	pthread_cond_init(&p->done, NULL);
+	for (int i = 0; i < p->nworkers; i++) {
+		worker_arg *wa = malloc(sizeof *wa);
+		if (wa != NULL) {
+			wa->p = p;
+			wa->id = i + 1;
+		}
+		if (wa == NULL || pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
+			free(wa);
+			p->nworkers = i;
+			dg_pool_destroy(p);
+			return DG_ERR_NOMEM;
+		}
+	}
+	*out = p;
+	return DG_OK;
+}
+
+void dg_pool_destroy(dg_pool *p)
+{
+	if (p == NULL)
+		return;
+	stop_workers(p, p->nworkers);
+	pthread_cond_destroy(&p->done);
+	pthread_cond_destroy(&p->wake);
+	pthread_mutex_destroy(&p->mu);
+	pthread_mutex_destroy(&p->run);
+	free(p->threads);
+	free(p);
+}
+
+int dg_pool_try_acquire(dg_pool *p) { return pthread_mutex_trylock(&p->run) == 0; }
+
+void dg_pool_release(dg_pool *p) { pthread_mutex_unlock(&p->run); }
+
+void dg_pool_run(dg_pool *p, int64_t n, int64_t grain, dg_task_fn fn, void *arg)
+{
+	if (n <= 0)
+		return;
+	if (grain < 1)
+		grain = 1;
+	int64_t units = n / grain + (n % grain != 0);
+	int nparts = p->nworkers + 1;
+	if (units < nparts)
+		nparts = (int)units;
+	if (nparts <= 1) {
+		fn(arg, 0, n);
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	p->fn = fn;
+	p->arg = arg;
+	p->n = n;
+	p->grain = grain;
+	p->nparts = nparts;
+	__atomic_store_n(&p->pending, nparts - 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->gen, p->gen + 1, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&p->wake);
+	pthread_mutex_unlock(&p->mu);
+
+	int64_t lo, hi;
+	part_range(n, grain, nparts, 0, &lo, &hi);
+	if (lo < hi)
+		fn(arg, lo, hi);
+
+	for (int s = 0; s < SPIN_ITERS && __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) != 0; s++)
+		cpu_relax();
+	if (__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) != 0) {
+		pthread_mutex_lock(&p->mu);
+		while (__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) != 0)
+			pthread_cond_wait(&p->done, &p->mu);
+		pthread_mutex_unlock(&p->mu);
+	}
+}

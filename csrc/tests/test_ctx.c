@@ -1,0 +1,111 @@
+/* test_ctx.c — contexts, the pool (inline when busy), dg_alloc, names. */
+#include <pthread.h>
+
+#include "test_util.h"
+
+typedef struct racer {
+	dg_ctx *ctx;
+	float *x;
+	int64_t n;
+	double want;
+	int bad;
+} racer;
+
+/* hammers one ctx from its own thread; every answer must equal the answer
+ * computed alone, whichever thread ended up doing the work */
+static void *race(void *v)
+{
+	racer *r = v;
+	const void *xs[1] = {r->x};
+	for (int it = 0; it < 200; it++) {
+		double total;
+		if (dg_sumsq(r->ctx, DG_F32, xs, &r->n, 1, NULL, &total) != DG_OK ||
+		    memcmp(&total, &r->want, sizeof total) != 0)
+			r->bad++;
+		int found = -1;
+		if (dg_nonfinite(r->ctx, DG_F32, xs, &r->n, 1, &found) != DG_OK || found != 0)
+			r->bad++;
+	}
+	return NULL;
+}
+
+int main(void)
+{
+	dg_ctx *ctx = NULL;
+	CHECK(dg_ctx_create(1, NULL) == DG_ERR_INVALID);
+	CHECK_OK(dg_ctx_create(0, &ctx));
+	CHECK(dg_ctx_threads(ctx) >= 1);
+	CHECK(dg_ctx_isa(ctx) == dg_cpu_best_isa());
+	CHECK_OK(dg_ctx_set_threads(ctx, 5));
+	CHECK(dg_ctx_threads(ctx) == 5);
+	CHECK_OK(dg_ctx_set_threads(ctx, 1));
+	CHECK(dg_ctx_threads(ctx) == 1);
+	CHECK(dg_ctx_set_threads(NULL, 1) == DG_ERR_INVALID);
+	CHECK(dg_ctx_threads(NULL) == 0);
+	CHECK_OK(dg_ctx_set_isa(ctx, DG_ISA_SCALAR));
+	CHECK(dg_ctx_isa(ctx) == DG_ISA_SCALAR);
+	CHECK_OK(dg_ctx_set_isa(ctx, DG_ISA_AUTO));
+	CHECK(dg_ctx_isa(ctx) == dg_cpu_best_isa());
+	CHECK(dg_ctx_set_isa(ctx, (dg_isa)17) == DG_ERR_INVALID);
+	if (dg_cpu_best_isa() < DG_ISA_AVX512)
+		CHECK(dg_ctx_set_isa(ctx, DG_ISA_AVX512) == DG_ERR_UNSUPPORTED);
+	CHECK(dg_ctx_set_isa(NULL, DG_ISA_AUTO) == DG_ERR_INVALID);
+	dg_ctx_destroy(ctx);
+	dg_ctx_destroy(NULL);
+
+	/* alloc */
+	void *p = NULL, *q = NULL;
+	CHECK(dg_alloc(10, 32, &p) == DG_ERR_ALIGN);
+	CHECK(dg_alloc(10, 96, &p) == DG_ERR_ALIGN);
+	CHECK(dg_alloc(10, 0, &p) == DG_ERR_ALIGN);
+	CHECK(dg_alloc(10, 64, NULL) == DG_ERR_INVALID);
+	CHECK_OK(dg_alloc(0, 64, &p));
+	CHECK_OK(dg_alloc(0, 64, &q));
+	CHECK(p != NULL && q != NULL && p != q);
+	dg_free(p);
+	dg_free(q);
+	CHECK_OK(dg_alloc(100000, 4096, &p));
+	CHECK(((uintptr_t)p & 4095) == 0);
+	for (int i = 0; i < 100000; i++)
+		CHECK_OK(((unsigned char *)p)[i] == 0 ? DG_OK : DG_ERR_INTERNAL);
+	dg_free(p);
+	dg_free(NULL);
+	CHECK(dg_alloc((size_t)-1 / 2, 64, &p) == DG_ERR_NOMEM);
+	CHECK(p == NULL);
+
+	/* names and sizes */
+	CHECK(strcmp(dg_strerror(DG_OK), "ok") == 0);
+	for (int s = 0; s <= 9; s++)
+		CHECK(dg_strerror((dg_status)s) != NULL && strcmp(dg_strerror((dg_status)s), "unknown status") != 0);
+	CHECK(strcmp(dg_strerror((dg_status)99), "unknown status") == 0);
+	CHECK(dg_dtype_size(DG_F32) == 4 && dg_dtype_size(DG_F16) == 2 && dg_dtype_size(DG_BF16) == 2);
+	CHECK(dg_dtype_size(DG_I32) == 4 && dg_dtype_size(DG_I64) == 8 && dg_dtype_size(DG_U8) == 1);
+	CHECK(dg_dtype_size(DG_BOOL) == 1 && dg_dtype_size(DG_F64) == 8 && dg_dtype_size((dg_dtype)99) == 0);
+
+	/* two (then four) threads share one ctx: the loser of the pool runs
+	 * inline; answers are identical to a lone call */
+	CHECK_OK(dg_ctx_create(2, &ctx));
+	int64_t n = 3 * 65536 + 5;
+	float *x = malloc((size_t)n * 4);
+	uint64_t seed = 9;
+	for (int64_t i = 0; i < n; i++)
+		x[i] = rng_float(&seed);
+	const void *xs[1] = {x};
+	double want;
+	CHECK_OK(dg_sumsq(ctx, DG_F32, xs, &n, 1, NULL, &want));
+	for (int nr = 2; nr <= 4; nr += 2) {
+		racer r[4];
+		pthread_t th[4];
+		for (int i = 0; i < nr; i++) {
+			r[i] = (racer){ctx, x, n, want, 0};
+			pthread_create(&th[i], NULL, race, &r[i]);
+		}
+		for (int i = 0; i < nr; i++) {
+			pthread_join(th[i], NULL);
+			CHECK(r[i].bad == 0);
+		}
+	}
+	dg_ctx_destroy(ctx);
+	free(x);
+	return test_done("test_ctx");
+}

@@ -1,0 +1,297 @@
+/* test_reduce.c — dg_sumsq, dg_nonfinite, dg_reduce_into. */
+#include <math.h>
+
+#include "dg_math.h"
+#include "test_util.h"
+
+static float widen(dg_dtype t, const void *p, int64_t i)
+{
+	if (t == DG_F32)
+		return ((const float *)p)[i];
+	uint16_t h = ((const uint16_t *)p)[i];
+	return t == DG_F16 ? dg_f16_to_f32(h) : dg_bf16_to_f32(h);
+}
+
+static void narrow(dg_dtype t, void *p, int64_t i, float v)
+{
+	if (t == DG_F32)
+		((float *)p)[i] = v;
+	else
+		((uint16_t *)p)[i] = t == DG_F16 ? dg_f32_to_f16(v) : dg_f32_to_bf16(v);
+}
+
+static size_t esize(dg_dtype t) { return t == DG_F32 ? 4 : t == DG_I64 ? 8 : t == DG_I32 ? 4 : 2; }
+
+static void fill(dg_dtype t, void *p, int64_t n, uint64_t *seed)
+{
+	for (int64_t i = 0; i < n; i++)
+		narrow(t, p, i, rng_float(seed) * 4.0f);
+}
+
+static void test_sumsq(void)
+{
+	dg_isa isas[3];
+	int nisa = test_isas(isas);
+	dg_dtype ts[3] = {DG_F32, DG_F16, DG_BF16};
+	/* a list mixing every test size plus one tensor spanning many blocks */
+	enum { NT = N_TEST_SIZES + 2 };
+	int64_t ns[NT];
+	void *xs[NT];
+	uint64_t seed = 7;
+	for (int d = 0; d < 3; d++) {
+		dg_dtype t = ts[d];
+		for (int i = 0; i < NT; i++) {
+			ns[i] = i < N_TEST_SIZES ? test_sizes[i] : i == N_TEST_SIZES ? 5 * 65536 + 3 : 65536;
+			xs[i] = malloc((size_t)ns[i] * esize(t) + 1);
+			fill(t, xs[i], ns[i], &seed);
+		}
+		long double ref_total = 0;
+		double ref_per[NT];
+		for (int i = 0; i < NT; i++) {
+			long double s = 0;
+			for (int64_t k = 0; k < ns[i]; k++) {
+				long double v = widen(t, xs[i], k);
+				s += v * v;
+			}
+			ref_per[i] = (double)s;
+			ref_total += s;
+		}
+		for (int k = 0; k < nisa; k++) {
+			double first_total = 0, first_per[NT];
+			static const int threads[] = {1, 2, 3, 7};
+			for (int th = 0; th < 4; th++) {
+				dg_ctx *ctx;
+				CHECK_OK(dg_ctx_create(threads[th], &ctx));
+				CHECK_OK(dg_ctx_set_isa(ctx, isas[k]));
+				double per[NT], total = -1;
+				CHECK_OK(dg_sumsq(ctx, t, (const void *const *)xs, ns, NT, per, &total));
+				CHECK(fabs(total - (double)ref_total) <= 1e-12 * (double)ref_total);
+				for (int i = 0; i < NT; i++)
+					CHECK(fabs(per[i] - ref_per[i]) <= 1e-12 * ref_per[i]);
+				if (th == 0) {
+					first_total = total;
+					memcpy(first_per, per, sizeof per);
+				} else {
+					/* bit-identical across thread counts */
+					CHECK(memcmp(&total, &first_total, sizeof total) == 0);
+					CHECK(memcmp(per, first_per, sizeof per) == 0);
+				}
+				double t2 = -1;
+				CHECK_OK(dg_sumsq(ctx, t, (const void *const *)xs, ns, NT, NULL, &t2));
+				CHECK(memcmp(&t2, &first_total, sizeof t2) == 0);
+				dg_ctx_destroy(ctx);
+			}
+		}
+		for (int i = 0; i < NT; i++)
+			free(xs[i]);
+	}
+
+	dg_ctx *ctx;
+	CHECK_OK(dg_ctx_create(2, &ctx));
+	/* more blocks than the inline stack window (256) and many tiny tensors */
+	enum { MANY = 3000 };
+	static float small[MANY][3];
+	const void *sp[MANY];
+	int64_t sn[MANY];
+	double want = 0;
+	for (int i = 0; i < MANY; i++) {
+		for (int k = 0; k < 3; k++) {
+			small[i][k] = (float)(i % 17) * 0.25f;
+			want += (double)small[i][k] * small[i][k];
+		}
+		sp[i] = small[i];
+		sn[i] = i % 4 == 0 ? 0 : 3;
+		if (sn[i] == 0)
+			want -= 3 * (double)small[i][0] * small[i][0];
+	}
+	double total;
+	static double per[MANY];
+	CHECK_OK(dg_sumsq(ctx, DG_F32, sp, sn, MANY, per, &total));
+	CHECK(fabs(total - want) < 1e-9);
+	CHECK(per[0] == 0 && per[4] == 0);
+	CHECK(per[1] == 3 * 0.0625);
+	CHECK_OK(dg_sumsq(ctx, DG_F32, NULL, NULL, 0, NULL, &total));
+	CHECK(total == 0);
+	int64_t neg = -1, one = 1;
+	CHECK(dg_sumsq(NULL, DG_F32, sp, sn, 1, NULL, &total) == DG_ERR_INVALID);
+	CHECK(dg_sumsq(ctx, DG_F32, sp, sn, 1, NULL, NULL) == DG_ERR_INVALID);
+	CHECK(dg_sumsq(ctx, DG_I32, sp, sn, 1, NULL, &total) == DG_ERR_DTYPE);
+	CHECK(dg_sumsq(ctx, DG_F32, sp, &neg, 1, NULL, &total) == DG_ERR_INVALID);
+	const void *np[1] = {NULL};
+	CHECK(dg_sumsq(ctx, DG_F32, np, &one, 1, NULL, &total) == DG_ERR_INVALID);
+	dg_ctx_destroy(ctx);
+}
+
+static void test_nonfinite(void)
+{
+	dg_isa isas[3];
+	int nisa = test_isas(isas);
+	dg_dtype ts[3] = {DG_F32, DG_F16, DG_BF16};
+	static const int64_t odd[] = {1, 15, 17, 63, 65, 1023, 100003};
+	dg_ctx *ctx;
+	CHECK_OK(dg_ctx_create(3, &ctx));
+	for (int k = 0; k < nisa; k++) {
+		CHECK_OK(dg_ctx_set_isa(ctx, isas[k]));
+		for (int d = 0; d < 3; d++) {
+			dg_dtype t = ts[d];
+			for (size_t z = 0; z < sizeof odd / sizeof odd[0]; z++) {
+				int64_t n = odd[z];
+				void *x = malloc((size_t)n * esize(t));
+				/* largest finite values must not count */
+				for (int64_t i = 0; i < n; i++)
+					narrow(t, x, i, (i & 1) ? -65504.0f : 65504.0f);
+				if (t == DG_F32)
+					for (int64_t i = 0; i < n; i++)
+						((float *)x)[i] = (i & 1) ? -3.4028235e38f : 3.4028235e38f;
+				if (t == DG_BF16)
+					for (int64_t i = 0; i < n; i++)
+						((uint16_t *)x)[i] = (i & 1) ? 0xff7f : 0x7f7f;
+				const void *xs[2] = {x, x};
+				int64_t ns[2] = {n, n};
+				int found = -1;
+				CHECK_OK(dg_nonfinite(ctx, t, xs, ns, 2, &found));
+				CHECK(found == 0);
+				int64_t where[3] = {0, n / 2, n - 1};
+				float bad[3] = {INFINITY, -INFINITY, NAN};
+				for (int w = 0; w < 3; w++)
+					for (int b = 0; b < 3; b++) {
+						void *y = malloc((size_t)n * esize(t));
+						memcpy(y, x, (size_t)n * esize(t));
+						narrow(t, y, where[w], bad[b]);
+						const void *ys[3] = {x, y, x};
+						int64_t yn[3] = {n, n, n};
+						found = -1;
+						CHECK_OK(dg_nonfinite(ctx, t, ys, yn, 3, &found));
+						CHECK(found == 1);
+						found = -1;
+						CHECK_OK(dg_nonfinite(ctx, t, &ys[1], &yn[1], 1, &found));
+						CHECK(found == 1);
+						free(y);
+					}
+				free(x);
+			}
+		}
+	}
+	int found;
+	CHECK_OK(dg_nonfinite(ctx, DG_F32, NULL, NULL, 0, &found));
+	CHECK(found == 0);
+	CHECK(dg_nonfinite(ctx, DG_F32, NULL, NULL, 0, NULL) == DG_ERR_INVALID);
+	CHECK(dg_nonfinite(ctx, DG_U8, NULL, NULL, 0, &found) == DG_ERR_DTYPE);
+	CHECK(dg_nonfinite(NULL, DG_F32, NULL, NULL, 0, &found) == DG_ERR_INVALID);
+	dg_ctx_destroy(ctx);
+}
+
+/* the documented rule: the first NaN in list order wins, quieted */
+static float ref_red(dg_redop op, float acc, float v)
+{
+	if (isnan(acc))
+		return bits_f32(f32_bits(acc) | 0x400000u);
+	if (isnan(v))
+		return bits_f32(f32_bits(v) | 0x400000u);
+	if (op == DG_SUM)
+		return acc + v;
+	if (op == DG_MAX)
+		return v > acc ? v : acc;
+	return v < acc ? v : acc;
+}
+
+static void test_reduce_into(void)
+{
+	dg_isa isas[3];
+	int nisa = test_isas(isas);
+	dg_dtype ts[5] = {DG_F32, DG_F16, DG_BF16, DG_I32, DG_I64};
+	dg_redop ops[3] = {DG_SUM, DG_MAX, DG_MIN};
+	uint64_t seed = 11;
+	dg_ctx *ctx;
+	CHECK_OK(dg_ctx_create(3, &ctx));
+	enum { NS = 4 };
+	for (int k = 0; k < nisa; k++) {
+		CHECK_OK(dg_ctx_set_isa(ctx, isas[k]));
+		for (int d = 0; d < 5; d++)
+			for (int o = 0; o < 3; o++)
+				for (int z = 0; z < N_TEST_SIZES; z++) {
+					dg_dtype t = ts[d];
+					dg_redop op = ops[o];
+					int64_t n = test_sizes[z];
+					size_t bytes = (size_t)n * esize(t) + 8;
+					void *src[NS], *want = malloc(bytes), *got = malloc(bytes);
+					for (int s = 0; s < NS; s++) {
+						src[s] = malloc(bytes);
+						if (t == DG_I32)
+							for (int64_t i = 0; i < n; i++)
+								((int32_t *)src[s])[i] = (int32_t)rng_next(&seed);
+						else if (t == DG_I64)
+							for (int64_t i = 0; i < n; i++)
+								((int64_t *)src[s])[i] = (int64_t)rng_next(&seed);
+						else
+							fill(t, src[s], n, &seed);
+					}
+					/* sprinkle NaNs, and signed zeros, into the floats */
+					if (t != DG_I32 && t != DG_I64 && n > 0) {
+						narrow(t, src[1], n / 3, NAN);
+						narrow(t, src[2], n / 3, -NAN);
+						narrow(t, src[3], n - 1, NAN);
+						if (t == DG_F32)
+							((uint32_t *)src[0])[n - 1] = 0xff800001u; /* signaling */
+						narrow(t, src[0], n / 2, -0.0f);
+						narrow(t, src[1], n / 2, 0.0f);
+					}
+					for (int64_t i = 0; i < n; i++) {
+						if (t == DG_I32) {
+							int32_t a = ((int32_t *)src[0])[i];
+							for (int s = 1; s < NS; s++) {
+								int32_t v = ((int32_t *)src[s])[i];
+								a = op == DG_SUM ? (int32_t)((uint32_t)a + (uint32_t)v)
+								    : op == DG_MAX ? (v > a ? v : a) : (v < a ? v : a);
+							}
+							((int32_t *)want)[i] = a;
+						} else if (t == DG_I64) {
+							int64_t a = ((int64_t *)src[0])[i];
+							for (int s = 1; s < NS; s++) {
+								int64_t v = ((int64_t *)src[s])[i];
+								a = op == DG_SUM ? (int64_t)((uint64_t)a + (uint64_t)v)
+								    : op == DG_MAX ? (v > a ? v : a) : (v < a ? v : a);
+							}
+							((int64_t *)want)[i] = a;
+						} else {
+							float a = widen(t, src[0], i);
+							for (int s = 1; s < NS; s++)
+								a = ref_red(op, a, widen(t, src[s], i));
+							narrow(t, want, i, a);
+						}
+					}
+					CHECK_OK(dg_reduce_into(ctx, t, op, (const void *const *)src, NS, got, n));
+					CHECK(memcmp(got, want, (size_t)n * esize(t)) == 0);
+					/* dst aliasing a middle source */
+					CHECK_OK(dg_reduce_into(ctx, t, op, (const void *const *)src, NS, src[2], n));
+					CHECK(memcmp(src[2], want, (size_t)n * esize(t)) == 0);
+					for (int s = 0; s < NS; s++)
+						free(src[s]);
+					free(want);
+					free(got);
+				}
+	}
+	float a[4] = {1, 2, 3, 4}, b[4] = {1, 1, 1, 1};
+	const void *srcs[2] = {a, b}, *nsrcs[2] = {a, NULL};
+	CHECK_OK(dg_reduce_into(ctx, DG_F32, DG_SUM, srcs, 1, b, 4)); /* one source is a copy */
+	CHECK(b[3] == 4);
+	CHECK(dg_reduce_into(NULL, DG_F32, DG_SUM, srcs, 2, a, 4) == DG_ERR_INVALID);
+	CHECK(dg_reduce_into(ctx, DG_U8, DG_SUM, srcs, 2, a, 4) == DG_ERR_DTYPE);
+	CHECK(dg_reduce_into(ctx, DG_F32, (dg_redop)9, srcs, 2, a, 4) == DG_ERR_INVALID);
+	CHECK(dg_reduce_into(ctx, DG_F32, DG_SUM, srcs, 0, a, 4) == DG_ERR_INVALID);
+	CHECK(dg_reduce_into(ctx, DG_F32, DG_SUM, srcs, -1, a, 4) == DG_ERR_INVALID);
+	CHECK(dg_reduce_into(ctx, DG_F32, DG_SUM, srcs, 2, a, -4) == DG_ERR_INVALID);
+	CHECK(dg_reduce_into(ctx, DG_F32, DG_SUM, srcs, 2, NULL, 4) == DG_ERR_INVALID);
+	CHECK(dg_reduce_into(ctx, DG_F32, DG_SUM, nsrcs, 2, a, 4) == DG_ERR_INVALID);
+	CHECK(dg_reduce_into(ctx, DG_F32, DG_SUM, NULL, 2, a, 4) == DG_ERR_INVALID);
+	CHECK(dg_reduce_into(ctx, DG_F32, DG_SUM, NULL, 0, NULL, 0) == DG_OK);
+	dg_ctx_destroy(ctx);
+}
+
+int main(void)
+{
+	test_sumsq();
+	test_nonfinite();
+	test_reduce_into();
+	return test_done("test_reduce");
+}
