@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -62,5 +63,25 @@ func TestBadArguments(t *testing.T) {
 				t.Fatalf("got %q, want arg %q and message containing %q", err, c.wantArg, c.wantMsg)
 			}
 		})
+	}
+}
+
+// A float32 view at an odd address is refused before C sees it.
+func TestMisalignedBuffer(t *testing.T) {
+	b, err := NewCPU(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	raw := mustEmpty(t, tensor.Uint8, 64)
+	st := tensor.WrapStorage(unsafe.Add(raw.Ptr(), 1), 32, tensor.CPU, nil)
+	x, err := tensor.FromStorage(st, tensor.Float32, 0, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Scale([]*tensor.Tensor{x}, 2)
+	var ae *ArgError
+	if !errors.As(err, &ae) || ae.Arg != "xs[0]" || !strings.Contains(ae.Msg, "not aligned") {
+		t.Fatalf("got %v, want an alignment ArgError on xs[0]", err)
 	}
 }

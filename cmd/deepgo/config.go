@@ -1,0 +1,141 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/deepgo-ml/deepgo/config"
+)
+
+func init() {
+	register(command{name: "config", help: "check a DeepSpeed config (check FILE) or explain a key (explain KEY)", run: runConfig})
+}
+
+const configUsage = `usage:
+  deepgo config check FILE [--world N] [--strict] [--hidden H] [--json]
+      resolve and validate FILE; prints every value (defaults marked) and
+      every warning, or the errors; exits 1 on error
+  deepgo config explain KEY
+      what KEY does, what it accepts and its default
+`
+
+// runConfig implements "deepgo config check" and "deepgo config explain".
+// It returns the process exit code: 0 ok, 1 invalid config, 2 usage error.
+func runConfig(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, configUsage)
+		return 2
+	}
+	switch args[0] {
+	case "check":
+		return configCheck(args[1:], stdout, stderr)
+	case "explain":
+		if len(args) != 2 {
+			fmt.Fprint(stderr, configUsage)
+			return 2
+		}
+		s, err := config.Explain(args[1])
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		fmt.Fprint(stdout, s)
+		return 0
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, configUsage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "deepgo config: unknown subcommand %q\n%s", args[0], configUsage)
+	return 2
+}
+
+func configCheck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	world := fs.Int("world", 0, "total number of ranks (resolves the batch triad)")
+	strict := fs.Bool("strict", false, "unknown keys and unresolved \"auto\" are errors")
+	hidden := fs.Int("hidden", 0, "model hidden size (resolves \"auto\" ZeRO bucket sizes as HF does)")
+	asJSON := fs.Bool("json", false, "print the resolved config as JSON instead of a listing")
+	var files []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(files) != 1 {
+		fmt.Fprint(stderr, configUsage)
+		return 2
+	}
+	cfg, err := config.Load(files[0], config.WithWorld(*world), config.WithStrict(*strict), config.WithModelHidden(*hidden))
+	if cfg != nil {
+		if *asJSON {
+			b, jerr := cfg.JSON()
+			if jerr != nil {
+				fmt.Fprintln(stderr, jerr)
+				return 1
+			}
+			stdout.Write(b)
+		} else {
+			printSettings(stdout, cfg)
+		}
+		if len(cfg.Warnings) > 0 {
+			fmt.Fprintf(stderr, "%d warning(s):\n", len(cfg.Warnings))
+			for _, w := range cfg.Warnings {
+				fmt.Fprintf(stderr, "  warning: %s\n", w)
+			}
+		}
+	}
+	if err != nil {
+		var es config.Errors
+		if errors.As(err, &es) {
+			fmt.Fprintf(stderr, "%d error(s):\n", len(es))
+			for _, e := range es {
+				fmt.Fprintf(stderr, "  error: %s\n", e)
+			}
+		} else {
+			fmt.Fprintf(stderr, "error: %v\n", err)
+		}
+		fmt.Fprintf(stderr, "%s: invalid\n", files[0])
+		return 1
+	}
+	if *world > 0 {
+		b, _ := cfg.Resolve(*world, 0, 0, 0)
+		fmt.Fprintf(stdout, "batch (world %d): train_batch_size=%d = micro %d × accumulation %d × data-parallel %d\n",
+			*world, b.TrainBatchSize, b.MicroBatch, b.GradAccum, b.DataParallel)
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", files[0])
+	return 0
+}
+
+func printSettings(w io.Writer, cfg *config.Config) {
+	ss, err := cfg.Settings()
+	if err != nil {
+		fmt.Fprintln(w, err)
+		return
+	}
+	width := 0
+	for _, s := range ss {
+		width = max(width, len(s.Path))
+	}
+	for _, s := range ss {
+		mark := ""
+		switch {
+		case s.Auto:
+			mark = "  # from \"auto\""
+		case s.Default:
+			mark = "  # default"
+		}
+		fmt.Fprintf(w, "%-*s = %s%s\n", width, s.Path, s.Value, mark)
+	}
+	if len(cfg.Unresolved) > 0 {
+		fmt.Fprintf(w, "unresolved \"auto\": %s\n", strings.Join(cfg.Unresolved, ", "))
+	}
+}

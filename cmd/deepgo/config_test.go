@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRunConfig(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.json")
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(good, []byte("// hjson\ntrain_micro_batch_size_per_gpu: 4\nzero_optimization: {stage: 2, cpu_offload: true}\nzero_optimizaton: {}\n"), 0o644)
+	os.WriteFile(bad, []byte(`{"fp16":{"enabled":true},"bf16":{"enabled":true},"zero_optimization":{"stage":3,"offload_param":{"device":"nvme"}}}`), 0o644)
+	cases := []struct {
+		args       []string
+		rc         int
+		out, errar string
+	}{
+		{[]string{"check", good, "--world", "8"}, 0, "train_batch_size=32 = micro 4 × accumulation 1 × data-parallel 8", `did you mean "zero_optimization"`},
+		{[]string{"check", "--strict", good}, 1, "zero_optimization.stage", "strict mode"},
+		{[]string{"check", bad}, 1, "fp16.enabled", "zero_optimization.offload_param.nvme_path: got <absent>"},
+		{[]string{"check", filepath.Join(dir, "missing.json")}, 1, "", "no such file"},
+		{[]string{"explain", "stage"}, 0, "zero_optimization.stage", ""},
+		{[]string{"explain", "nosuchkey"}, 1, "", "unknown key"},
+		{[]string{"check"}, 2, "", "usage"},
+	}
+	for _, c := range cases {
+		var out, errb bytes.Buffer
+		rc := runConfig(c.args, &out, &errb)
+		if rc != c.rc || !strings.Contains(out.String(), c.out) || !strings.Contains(errb.String(), c.errar) {
+			t.Errorf("%v: rc=%d\nstdout:\n%s\nstderr:\n%s", c.args, rc, out.String(), errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	runConfig([]string{"check", good}, &out, &errb)
+	if !strings.Contains(out.String(), "zero_optimization.reduce_bucket_size") || !strings.Contains(out.String(), "# default") {
+		t.Errorf("defaults not marked:\n%s", out.String())
+	}
+}

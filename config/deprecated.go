@@ -1,0 +1,109 @@
+package config
+
+import "strings"
+
+// deprecated maps deprecated and renamed keys in raw to their replacements,
+// with a warning for each, before the schema walk. It mirrors DeepSpeed's
+// mechanism: the old value is copied to the new key, and giving both is an error.
+func (l *loader) deprecated(raw map[string]any) {
+	// "bfloat16" section name -> "bf16".
+	l.rename(raw, "", "bfloat16", "bf16", `section "bfloat16" is the legacy name of "bf16"`)
+
+	// "zero_optimization": true/false -> stage 1/0, top-level allgather_size.
+	if b, ok := raw["zero_optimization"].(bool); ok {
+		stage := int64(0)
+		if b {
+			stage = 1
+		}
+		z := map[string]any{"stage": stage}
+		if ag, ok := raw["allgather_size"]; ok {
+			z["allgather_bucket_size"] = ag
+			delete(raw, "allgather_size")
+		}
+		raw["zero_optimization"] = z
+		l.warn("zero_optimization", `boolean form is deprecated; mapped to {"stage": %d}`, stage)
+	}
+	if z, ok := raw["zero_optimization"].(map[string]any); ok {
+		l.zeroDeprecated(z)
+	}
+
+	if a, ok := raw["aio"].(map[string]any); ok {
+		l.rename(a, "aio", "thread_count", "intra_op_parallelism",
+			`renamed to intra_op_parallelism in DeepSpeed (Feb 2025), which now silently ignores thread_count; deepgo maps it`)
+	}
+	l.rename(raw, "", "seq_parallel_comm_data_type", "seq_parallel_communication_data_type",
+		"renamed to seq_parallel_communication_data_type")
+
+	if s, ok := raw["communication_data_type"].(string); ok && strings.EqualFold(s, "bfp16") {
+		raw["communication_data_type"] = "bf16"
+		l.warn("communication_data_type", `"bfp16" is the legacy spelling of "bf16" (newest DeepSpeed rejects it); mapped to "bf16"`)
+	}
+
+	// pipeline_schedule shorthand: a string is {"type": string}.
+	if s, ok := raw["pipeline_schedule"].(string); ok {
+		raw["pipeline_schedule"] = map[string]any{"type": s}
+	}
+
+	if o, ok := raw["optimizer"].(map[string]any); ok {
+		if p, ok := o["params"].(map[string]any); ok {
+			if v, ok := p["max_grad_norm"]; ok {
+				l.fail("optimizer.params.max_grad_norm", v, `no max_grad_norm in optimizer params; use the top-level "gradient_clipping"`,
+					"DeepSpeed raises ValueError for it")
+				delete(p, "max_grad_norm")
+			}
+		}
+	}
+}
+
+func (l *loader) zeroDeprecated(z map[string]any) {
+	const zp = "zero_optimization"
+	offload := func(old, neu string) {
+		v, ok := z[old]
+		if !ok {
+			return
+		}
+		delete(z, old)
+		b, isBool := v.(bool)
+		if !isBool {
+			l.fail(zp+"."+old, v, "true or false (deprecated; use "+neu+")", "")
+			return
+		}
+		if !b {
+			l.warn(zp+"."+old, `deprecated; false means no offload (use %s)`, neu)
+			return
+		}
+		if _, both := z[neu]; both {
+			l.fail(zp+"."+old, v, "only one of "+old+" and "+neu, "the deprecated key and its replacement are both set")
+			return
+		}
+		m := map[string]any{"device": "cpu"}
+		if pin, ok := z["cpu_offload_use_pin_memory"].(bool); ok {
+			m["pin_memory"] = pin
+		}
+		z[neu] = m
+		l.warn(zp+"."+old, `deprecated; mapped to %s: {"device": "cpu"}`, neu)
+	}
+	offload("cpu_offload", "offload_optimizer")
+	offload("cpu_offload_param", "offload_param")
+	if _, ok := z["cpu_offload_use_pin_memory"]; ok {
+		delete(z, "cpu_offload_use_pin_memory")
+		l.warn(zp+".cpu_offload_use_pin_memory", "deprecated; use pin_memory inside offload_optimizer/offload_param")
+	}
+	l.rename(z, zp, "stage3_gather_fp16_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save",
+		"renamed to stage3_gather_16bit_weights_on_model_save")
+}
+
+// rename moves m[old] to m[neu] with a warning; both set is an error.
+func (l *loader) rename(m map[string]any, path, old, neu, why string) {
+	v, ok := m[old]
+	if !ok {
+		return
+	}
+	delete(m, old)
+	if _, both := m[neu]; both {
+		l.fail(join(path, old), v, "only one of "+old+" and "+neu, "the deprecated key and its replacement are both set")
+		return
+	}
+	m[neu] = v
+	l.warn(join(path, old), "deprecated: %s; mapped to %s", why, join(path, neu))
+}

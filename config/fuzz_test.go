@@ -1,0 +1,78 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+// FuzzParse feeds arbitrary text to Parse. It must never panic or hang, and
+// every document that loads cleanly must survive a JSON round trip.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{`{}`, `{"train_batch_size": 8}`, "a: 1\nb: x,\n", `{"zero_optimization": true}`} {
+		f.Add([]byte(s))
+	}
+	for _, rel := range []string{"configs", filepath.Join("seed", "configs")} {
+		if d, ok := sharedDirQuiet(rel); ok {
+			ents, _ := os.ReadDir(d)
+			for _, e := range ents {
+				if b, err := os.ReadFile(filepath.Join(d, e.Name())); err == nil {
+					f.Add(b)
+				}
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cfg, err := Parse(b, WithWorld(8))
+		if err != nil || cfg == nil {
+			return
+		}
+		checkRoundTrip(t, cfg)
+	})
+}
+
+// checkRoundTrip asserts that cfg.JSON() loads back to the same values.
+func checkRoundTrip(t *testing.T, cfg *Config) {
+	t.Helper()
+	out, err := cfg.JSON()
+	if err != nil {
+		t.Fatalf("JSON: %v", err)
+	}
+	back, err := Parse(out)
+	if err != nil {
+		t.Fatalf("reload: %v\n%s", err, out)
+	}
+	a, b := comparable(cfg), comparable(back)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("round trip changed values:\n%+v\n%+v\n%s", a, b, out)
+	}
+}
+
+// comparable drops the bookkeeping fields that describe the document rather than the values.
+func comparable(c *Config) Config {
+	x := *c
+	x.Warnings, x.Explicit, x.AutoPaths, x.Unresolved = nil, nil, nil, nil
+	return x
+}
+
+// sharedDirQuiet is sharedDir without a testing.TB (used while seeding).
+func sharedDirQuiet(rel string) (string, bool) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", false
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		p := filepath.Dir(dir)
+		if p == dir {
+			return "", false
+		}
+		dir = p
+	}
+	d := filepath.Join(dir, "..", "shared", rel)
+	_, err = os.Stat(d)
+	return d, err == nil
+}

@@ -1,0 +1,182 @@
+package config
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// manifestRow is one line of MANIFEST.tsv.
+type manifestRow struct {
+	file, features, jsonValid, hjson string
+}
+
+func readManifest(t *testing.T, dir string) (map[string]manifestRow, bool) {
+	f, err := os.Open(filepath.Join(dir, "MANIFEST.tsv"))
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	rows := map[string]manifestRow{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var col map[string]int
+	for sc.Scan() {
+		cells := strings.Split(sc.Text(), "\t")
+		if col == nil {
+			col = map[string]int{}
+			for i, c := range cells {
+				col[c] = i
+			}
+			for _, need := range []string{"file", "notable_features", "json_valid", "hjson_load_as_deepspeed"} {
+				if _, ok := col[need]; !ok {
+					t.Fatalf("MANIFEST.tsv lacks column %q", need)
+				}
+			}
+			continue
+		}
+		get := func(k string) string {
+			if i := col[k]; i < len(cells) {
+				return cells[i]
+			}
+			return ""
+		}
+		rows[get("file")] = manifestRow{get("file"), get("notable_features"), get("json_valid"), get("hjson_load_as_deepspeed")}
+	}
+	return rows, true
+}
+
+var (
+	dupExpect         = regexp.MustCompile(`Duplicate keys in DeepSpeed config: \['([^']*)'\]`)
+	placeholderExpect = regexp.MustCompile(`(?:^|[,:])([a-z0-9_.]+)='([^']*)'`)
+)
+
+// TestConfigCollections loads every file of ../shared/configs (or
+// $DEEPGO_CONFIGS) and ../shared/seed/configs, checks each against its
+// manifest row, and prints a table.
+func TestConfigCollections(t *testing.T) {
+	dirs := []string{sharedDir(t, "DEEPGO_CONFIGS", "configs")}
+	if os.Getenv("DEEPGO_CONFIGS") == "" {
+		if d := filepath.Join(filepath.Dir(dirs[0]), "seed", "configs"); dirExists(d) {
+			dirs = append(dirs, d)
+		}
+	}
+	for _, dir := range dirs {
+		checkCollection(t, dir)
+	}
+}
+
+func dirExists(d string) bool { st, err := os.Stat(d); return err == nil && st.IsDir() }
+
+func checkCollection(t *testing.T, dir string) {
+	manifest, haveManifest := readManifest(t, dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, e := range entries {
+		if e.IsDir() || e.Name() == "MANIFEST.tsv" || strings.HasSuffix(e.Name(), ".md") {
+			continue
+		}
+		files = append(files, e.Name())
+	}
+	sort.Strings(files)
+	if haveManifest && len(files) != len(manifest) {
+		t.Errorf("%s: %d files but %d manifest rows", dir, len(files), len(manifest))
+	}
+	counts := map[string]int{}
+	var table strings.Builder
+	fmt.Fprintf(&table, "\n%-6s %-9s %-5s %-5s %s\n", "load", "validate", "warn", "auto", "file")
+	for _, name := range files {
+		row, ok := manifest[name]
+		if haveManifest && !ok {
+			t.Errorf("%s: not in MANIFEST.tsv", name)
+			continue
+		}
+		if !haveManifest {
+			row = manifestRow{file: name, hjson: "ok"}
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Parse(b)
+		load, validate := "ok", "ok"
+		var es Errors
+		switch {
+		case err == nil:
+		case errors.As(err, &es):
+			validate = fmt.Sprintf("%d err", len(es))
+		default:
+			load, validate = "FAIL", "-"
+		}
+		counts["load "+load]++
+		counts["validate "+validate]++
+		// Expectations from the manifest's hjson column.
+		if row.hjson == "ok" {
+			if load != "ok" {
+				t.Errorf("%s: DeepSpeed loads it but deepgo: %v", name, err)
+			}
+		} else {
+			var dk *DuplicateKeyError
+			var se *SyntaxError
+			if m := dupExpect.FindStringSubmatch(row.hjson); m != nil {
+				if !errors.As(err, &dk) || dk.Key != m[1] {
+					t.Errorf("%s: want duplicate key %q error, got %v", name, m[1], err)
+				}
+			} else if !errors.As(err, &se) && !errors.As(err, &dk) {
+				t.Errorf("%s: DeepSpeed rejects it (%s) but deepgo: %v", name, row.hjson, err)
+			}
+		}
+		// Quoteless placeholders the manifest shows as key='TEXT' (not "auto")
+		// must be reported as type errors at that path.
+		for _, m := range placeholderExpect.FindAllStringSubmatch(row.features, -1) {
+			key, val := m[1], m[2]
+			if val == "auto" || load != "ok" {
+				continue
+			}
+			if strings.HasSuffix(key, "communication_data_type") {
+				continue // a real string value
+			}
+			path := key
+			if found := findErr(es, path); found == nil {
+				t.Errorf("%s: placeholder %s=%q: want a FieldError at %s, got %v", name, key, val, path, err)
+			}
+		}
+		for _, fe := range es {
+			if fe.Path == "" && fe.Allowed == "" {
+				t.Errorf("%s: error without path or allowed: %v", name, fe)
+			}
+		}
+		nw, na := 0, 0
+		if cfg != nil {
+			nw, na = len(cfg.Warnings), len(cfg.AutoPaths)
+		}
+		fmt.Fprintf(&table, "%-6s %-9s %-5d %-5d %s\n", load, validate, nw, na, name)
+		if testing.Verbose() && err != nil {
+			fmt.Fprintf(&table, "       %v\n", strings.ReplaceAll(err.Error(), "\n", "\n       "))
+		}
+	}
+	var cs []string
+	for k, v := range counts {
+		cs = append(cs, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(cs)
+	t.Logf("%s: %d files%s\nsummary: %s", dir, len(files), table.String(), strings.Join(cs, " "))
+}
+
+func findErr(es Errors, path string) *FieldError {
+	for _, e := range es {
+		if e.Path == path {
+			return e
+		}
+	}
+	return nil
+}

@@ -1,0 +1,30 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestRoundTripCollections round-trips every real config that loads cleanly.
+func TestRoundTripCollections(t *testing.T) {
+	dir := sharedDir(t, "DEEPGO_CONFIGS", "configs")
+	dirs := []string{dir, filepath.Join(filepath.Dir(dir), "seed", "configs")}
+	n := 0
+	for _, d := range dirs {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join(d, e.Name()))
+			if err != nil {
+				continue
+			}
+			cfg, err := Parse(b)
+			if err != nil {
+				continue
+			}
+			t.Run(e.Name(), func(t *testing.T) { checkRoundTrip(t, cfg) })
+			n++
+		}
+	}
+	t.Logf("%d configs round-tripped", n)
+}

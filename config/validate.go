@@ -1,0 +1,158 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+)
+
+// crossCheck applies the rules that involve more than one key.
+func (l *loader) crossCheck(c *Config) {
+	z := &c.ZeroOptimization
+	if c.FP16.Enabled && c.BF16.Enabled {
+		l.fail("bf16.enabled", true, "false when fp16.enabled is true", "fp16 and bf16 cannot both be enabled")
+	}
+	if c.AMP != nil {
+		if c.AMP.Enabled() {
+			l.fail("amp.enabled", true, "false (apex amp is not supported by deepgo; use fp16 or bf16)", "")
+		} else {
+			l.warn("amp", "recognised but unsupported by deepgo (apex amp); ignored because it is not enabled")
+		}
+	}
+	if z.LegacyStage1 {
+		l.fail("zero_optimization.legacy_stage1", true, "false", "legacy stage 1 was removed; DeepSpeed raises an exception")
+	}
+	for _, o := range []struct {
+		name string
+		off  *Offload
+	}{{"offload_param", z.OffloadParam}, {"offload_optimizer", z.OffloadOptimizer}} {
+		if o.off == nil {
+			continue
+		}
+		p := "zero_optimization." + o.name
+		if o.off.Device == "nvme" && (o.off.NvmePath == nil || *o.off.NvmePath == "") {
+			l.fail(p+".nvme_path", absent{}, `a directory on an NVMe drive (required when device is "nvme")`,
+				"ZeRO-Infinity swaps to files under this path")
+		}
+		if o.off.Device == "none" {
+			continue
+		}
+		switch {
+		case o.name == "offload_param" && z.Stage != 3:
+			l.warn(p, "parameter offload only works with ZeRO stage 3; ignored at stage %d", z.Stage)
+		case o.name == "offload_optimizer" && z.Stage == 0:
+			l.warn(p, "optimizer offload needs ZeRO stage 1, 2 or 3; ignored at stage 0")
+		}
+	}
+	if oo := z.OffloadOptimizer; oo != nil && oo.Ratio < 1 && z.Stage != 3 {
+		l.fail("zero_optimization.offload_optimizer.ratio", oo.Ratio, "1.0 unless zero_optimization.stage is 3", "partial offload (Twin-Flow) is stage 3 only")
+	}
+	if (z.Stage == 1 || z.Stage == 2) && z.AllgatherBucketSize%2 != 0 {
+		l.fail("zero_optimization.allgather_bucket_size", z.AllgatherBucketSize, "a multiple of 2 at stage 1/2", "")
+	}
+	if z.ElasticCheckpoint && z.Stage == 3 {
+		l.warn("zero_optimization.elastic_checkpoint", "not supported with stage 3; use universal checkpointing")
+	}
+	if c.GradientAllreduceOp == "sum" && z.Stage == 3 {
+		l.fail("gradient_allreduce_op", "sum", `"mean" with ZeRO stage 3`, "")
+	}
+	if c.PipelineModelParallelSize > 1 && z.Stage >= 2 {
+		l.fail("zero_optimization.stage", z.Stage, "0 or 1 with pipeline_model_parallel_size > 1",
+			"ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism (DeepSpeed's PipelineEngine refuses them)")
+	}
+	l.pipelineSchedule(c)
+	if c.Optimizer != nil {
+		switch c.Optimizer.Name() {
+		case "onebitadam", "zerooneadam", "onebitlamb":
+			if z.Stage > 0 {
+				l.fail("optimizer.type", c.Optimizer.Type, "an optimizer compatible with ZeRO (1-bit Adam, 0/1 Adam and 1-bit Lamb are not)", "")
+			}
+		}
+		switch c.Optimizer.Name() {
+		case "lamb", "onebitlamb":
+			if c.FP16.Enabled && c.FP16.LossScale != 0 {
+				l.fail("fp16.loss_scale", c.FP16.LossScale, "0 (dynamic) with the "+c.Optimizer.Type+" optimizer", "")
+			}
+		}
+	}
+	ac := c.ActivationCheckpointing
+	if ac.ContiguousMemoryOptimization && !ac.PartitionActivations {
+		l.fail("activation_checkpointing.contiguous_memory_optimization", true, "false unless partition_activations is true",
+			"contiguous checkpointing needs partitioned activations")
+	}
+	if ac.ContiguousMemoryOptimization && ac.NumberCheckpoints == nil {
+		l.warn("activation_checkpointing.number_checkpoints", "not set; contiguous_memory_optimization needs it, so the model must pass num_checkpoints when configuring checkpointing")
+	}
+	if ac.CPUCheckpointing && !ac.PartitionActivations {
+		l.warn("activation_checkpointing.cpu_checkpointing", "only takes effect with partition_activations")
+	}
+	if c.FlopsProfiler.Enabled && !c.WallClockBreakdown {
+		c.WallClockBreakdown = true
+		l.warn("wall_clock_breakdown", "forced to true because flops_profiler is enabled")
+	}
+	if c.Elasticity.Enabled {
+		l.fail("elasticity.enabled", true, "false (elastic training is recognised but not supported by deepgo)", "")
+	}
+	if c.SequenceParallel.Enabled && c.SequenceParallelSize <= 1 {
+		l.warn("sequence_parallel.enabled", "sequence_parallel_size is 1, so no sequence sharding happens; set sequence_parallel_size > 1")
+	}
+	ck := c.Checkpoint
+	if ck.KeepNMostRecent != nil && ck.NumCheckpointsToKeep != nil && *ck.KeepNMostRecent != *ck.NumCheckpointsToKeep {
+		l.warn("checkpoint", "keep_n_most_recent (%d) and num_checkpoints_to_keep (%d) disagree; the larger wins, so deepgo keeps the %d most recent checkpoints",
+			*ck.KeepNMostRecent, *ck.NumCheckpointsToKeep, ck.Keep())
+	}
+	dt := c.DataTypes
+	mode := "fp32"
+	if c.FP16.Enabled {
+		mode = "fp16"
+	} else if c.BF16.Enabled {
+		mode = "bf16"
+	}
+	for _, d := range []struct {
+		name string
+		v    *string
+	}{{"param_dtype", dt.ParamDtype}, {"buffer_dtype", dt.BufferDtype}} {
+		if d.v != nil && *d.v != mode {
+			l.fail("data_types."+d.name, *d.v, fmt.Sprintf("%q (must match the precision mode)", mode), "")
+		}
+	}
+	if l.o.world > 0 {
+		l.worldChecks(c)
+	}
+}
+
+func (l *loader) pipelineSchedule(c *Config) {
+	ps := &c.PipelineSchedule
+	const p = "pipeline_schedule"
+	if ps.Type != "Interleaved" && ps.VirtualStages > 1 {
+		l.fail(p+".virtual_stages", ps.VirtualStages, `1 unless type is "Interleaved"`, "")
+	}
+	if ps.Type == "Interleaved" {
+		if !l.explicit[p+".virtual_stages"] {
+			ps.VirtualStages = 2
+			l.warn(p, `"Interleaved" without a virtual-stage count; using virtual_stages = 2 (write {"type": "Interleaved", "virtual_stages": N} to choose)`)
+		} else if ps.VirtualStages < 2 {
+			l.fail(p+".virtual_stages", ps.VirtualStages, `an integer >= 2 with "Interleaved"`, "")
+		}
+		if c.PipelineModelParallelSize <= 1 {
+			l.warn(p, `"Interleaved" has no effect without pipeline_model_parallel_size > 1`)
+		}
+	}
+}
+
+// worldChecks applies the rules that need the world size.
+func (l *loader) worldChecks(c *Config) {
+	w := l.o.world
+	z := c.ZeroOptimization
+	if h := z.ZeroHPZPartitionSize; h > 1 && w%h != 0 {
+		l.fail("zero_optimization.zero_hpz_partition_size", h, fmt.Sprintf("a divisor of the world size %d", w), "")
+	}
+	if m := z.MicsShardSize; m > 0 && w%m != 0 {
+		l.fail("zero_optimization.mics_shard_size", m, fmt.Sprintf("a divisor of the world size %d, or -1", w), "")
+	}
+	if _, err := c.Resolve(w, 0, 0, 0); err != nil {
+		var es Errors
+		if errors.As(err, &es) {
+			l.errs = append(l.errs, es...)
+		}
+	}
+}
