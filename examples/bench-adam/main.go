@@ -1,0 +1,229 @@
+// Command bench-adam measures the fused CPU AdamW step against the memory
+// roof that bounds it, in one run, and prints one JSON object.
+//
+// The step is memory bound: per parameter it reads p, g, m, v and writes p,
+// m, v (28 bytes in fp32; 30 with a bf16 copy of p; 22 with bf16 p and g).
+// The roof is an in-place a = a + s*b (the core's Axpy) over arrays of the
+// optimizer's fp32 footprint, on the same thread count: the fastest an
+// in-place streaming update can go on this machine. STREAM triad (a Go loop,
+// for reference), a plain scalar C AdamW loop (dg_adamw_naive_ref) and the
+// 1- vs 2-thread speedup of a compute-only loop are printed alongside, the
+// last because 2-vCPU machines sometimes put both threads on one core.
+//
+//	go run ./examples/bench-adam [-sizes 16,64] [-reps 5]
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+type result struct {
+	Case          string  `json:"case"`
+	Params        int     `json:"params"`
+	Threads       int     `json:"threads"`
+	BytesPerParam int     `json:"bytes_per_param"`
+	Seconds       float64 `json:"seconds_per_step"`
+	ParamsPerSec  float64 `json:"params_per_s"`
+	GBps          float64 `json:"effective_GB_s"`
+	RoofGBps      float64 `json:"inplace_roof_GB_s"`
+	OfRoof        float64 `json:"fraction_of_roof"`
+}
+
+type report struct {
+	CPU            string             `json:"isa"`
+	GOMAXPROCS     int                `json:"gomaxprocs"`
+	Results        []result           `json:"results"`
+	Roof           map[string]float64 `json:"inplace_axpy_GB_s"`
+	Triad          map[string]float64 `json:"stream_triad_go_GB_s"`
+	NaiveParamsPS  map[string]float64 `json:"naive_scalar_c_params_per_s"`
+	SpeedupVsNaive map[string]float64 `json:"fused_1thread_vs_naive"`
+	ComputeSpeedup float64            `json:"compute_only_2thread_speedup"`
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-adam:", err)
+		os.Exit(1)
+	}
+	return v
+}
+
+// fill touches every page (warming the buffer) with small varied values.
+func fill(t *tensor.Tensor, scale float32) {
+	if t.DType() == tensor.Float32 {
+		d := must(t.Float32s())
+		for i := range d {
+			d[i] = scale * float32(i%1021-510) / 510
+		}
+		return
+	}
+	d := must(t.Uint16s())
+	for i := range d {
+		d[i] = tensor.Float32ToBFloat16(scale * float32(i%1021-510) / 510)
+	}
+}
+
+// best returns the fastest of reps timings of f.
+func best(reps int, f func()) float64 {
+	b := math.Inf(1)
+	for range reps {
+		t0 := time.Now()
+		f()
+		b = math.Min(b, time.Since(t0).Seconds())
+	}
+	return b
+}
+
+func main() {
+	sizesFlag := flag.String("sizes", "16,64", "parameter counts in Mi")
+	reps := flag.Int("reps", 5, "timed repetitions (best is kept)")
+	flag.Parse()
+	rep := report{CPU: csrc.BestISA().String(), GOMAXPROCS: runtime.GOMAXPROCS(0), Roof: map[string]float64{},
+		Triad: map[string]float64{}, NaiveParamsPS: map[string]float64{}, SpeedupVsNaive: map[string]float64{}}
+	rep.ComputeSpeedup = computeSpeedup()
+	for _, s := range strings.Split(*sizesFlag, ",") {
+		n := must(strconv.Atoi(strings.TrimSpace(s))) << 20
+		benchSize(&rep, n, *reps)
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	enc.Encode(rep)
+}
+
+func benchSize(rep *report, n, reps int) {
+	key := func(th int) string { return fmt.Sprintf("%dM/%dt", n>>20, th) }
+	// roof: in-place a += s*b over the optimizer's fp32 footprint (16 B/param)
+	a, b := must(tensor.Empty(tensor.Float32, 2*n)), must(tensor.Empty(tensor.Float32, 2*n))
+	fill(a, 1)
+	fill(b, 1)
+	roof := map[int]float64{}
+	for _, th := range []int{1, 2} {
+		be := must(backend.NewCPU(th))
+		sec := best(reps, func() { must(0, be.Axpy(1e-3, []*tensor.Tensor{b}, []*tensor.Tensor{a})) })
+		roof[th] = 12 * float64(2*n) / sec / 1e9
+		rep.Roof[key(th)] = roof[th]
+		rep.Triad[key(th)] = triad(a, b, th, reps)
+		be.Close()
+	}
+	a.Free()
+	b.Free()
+
+	for _, c := range []struct {
+		name       string
+		p, g       tensor.DType
+		copy       bool
+		bytesPerEl int
+	}{
+		{"adamw fp32", tensor.Float32, tensor.Float32, false, 28},
+		{"adamw fp32 + bf16 copy", tensor.Float32, tensor.Float32, true, 30},
+		{"adamw bf16 params/grads, fp32 moments", tensor.BFloat16, tensor.BFloat16, false, 22},
+	} {
+		g := optim.ParamGroup{Name: "shard",
+			Params: []*tensor.Tensor{must(tensor.Empty(c.p, n))},
+			Grads:  []*tensor.Tensor{must(tensor.Empty(c.g, n))}}
+		fill(g.Params[0], 1)
+		fill(g.Grads[0], 1)
+		if c.copy {
+			g.Copies = []*tensor.Tensor{must(tensor.Empty(tensor.BFloat16, n))}
+			fill(g.Copies[0], 0)
+		}
+		for _, th := range []int{1, 2} {
+			be := must(backend.NewCPU(th))
+			o := must(optim.New("AdamW", map[string]any{"lr": 1e-4, "weight_decay": 0.01}, be))
+			must(0, o.Step(g, 1e-4, 1)) // allocates and touches the moments
+			sec := best(reps, func() { must(0, o.Step(g, 1e-4, 1)) })
+			gbs := float64(c.bytesPerEl) * float64(n) / sec / 1e9
+			rep.Results = append(rep.Results, result{Case: c.name, Params: n, Threads: th, BytesPerParam: c.bytesPerEl,
+				Seconds: sec, ParamsPerSec: float64(n) / sec, GBps: gbs, RoofGBps: roof[th], OfRoof: gbs / roof[th]})
+			if c.name == "adamw fp32" && th == 1 {
+				naive := naiveRate(g, o, n, reps)
+				rep.NaiveParamsPS[key(1)] = naive
+				rep.SpeedupVsNaive[key(1)] = float64(n) / sec / naive
+			}
+			o.Close()
+			be.Close()
+		}
+		for _, l := range [][]*tensor.Tensor{g.Params, g.Grads, g.Copies} {
+			for _, t := range l {
+				t.Free()
+			}
+		}
+	}
+}
+
+// naiveRate times the plain scalar C loop on the same fp32 buffers.
+func naiveRate(g optim.ParamGroup, o optim.Optimizer, n, reps int) float64 {
+	st := o.State(g.Name)
+	hp := &csrc.OptimHParams{Kind: csrc.OptimAdam, Step: 2, LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
+		WeightDecay: 0.01, AdamWMode: true, BiasCorrection: true, GradScale: 1}
+	sec := best(reps, func() {
+		must(0, csrc.AdamWNaiveRef(hp, g.Params[0].Ptr(), g.Grads[0].Ptr(), st["exp_avg"][0].Ptr(),
+			st["exp_avg_sq"][0].Ptr(), int64(n)))
+	})
+	return float64(n) / sec
+}
+
+// triad is STREAM's a = b + s*c in Go over th goroutines (24 B/element); it
+// reuses the roof's buffers, splitting b into the two sources.
+func triad(a, b *tensor.Tensor, th, reps int) float64 {
+	x, y := must(a.Float32s()), must(b.Float32s())
+	half := len(y) / 2
+	dst, s1, s2 := x[:half], y[:half], y[half:]
+	sec := best(reps, func() {
+		var wg sync.WaitGroup
+		for t := range th {
+			lo, hi := t*half/th, (t+1)*half/th
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d, p, q := dst[lo:hi], s1[lo:hi], s2[lo:hi]
+				for i := range d {
+					d[i] = p[i] + 3*q[i]
+				}
+			}()
+		}
+		wg.Wait()
+	})
+	return 12 * float64(2*half) / sec / 1e9
+}
+
+// computeSpeedup runs a register-only loop on 1 then 2 goroutines (each
+// doing the same work) and returns 2*t1/t2: ~2 with two real cores, ~1 when
+// both threads share one.
+func computeSpeedup() float64 {
+	work := func() float64 {
+		x := 1.0
+		for i := 0; i < 200_000_000; i++ {
+			x = x*0.9999999 + 1e-7
+		}
+		return x
+	}
+	run := func(k int) float64 {
+		var wg sync.WaitGroup
+		sink := make([]float64, k)
+		t0 := time.Now()
+		for j := range k {
+			wg.Add(1)
+			go func() { defer wg.Done(); sink[j] = work() }()
+		}
+		wg.Wait()
+		_ = sink
+		return time.Since(t0).Seconds()
+	}
+	t1, t2 := run(1), run(2)
+	return 2 * t1 / t2
+}
