@@ -1,0 +1,132 @@
+package comm
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FallbackTimeout is the operation deadline when neither DEEPGO_TIMEOUT nor
+// DEEPSPEED_TIMEOUT is set: DeepSpeed's default process-group timeout.
+const FallbackTimeout = 10 * time.Minute
+
+// DefaultTimeout is the deadline of every operation unless a backend option
+// overrides it: DEEPGO_TIMEOUT (a Go duration such as "90s", or a plain
+// number of minutes), else DEEPSPEED_TIMEOUT (minutes, as DeepSpeed reads
+// it), else FallbackTimeout. An unparsable or non-positive value is an
+// error naming the variable.
+func DefaultTimeout() (time.Duration, error) {
+	for _, name := range []string{"DEEPGO_TIMEOUT", "DEEPSPEED_TIMEOUT"} {
+		v := strings.TrimSpace(os.Getenv(name))
+		if v == "" {
+			continue
+		}
+		d, err := parseTimeout(v, name == "DEEPGO_TIMEOUT")
+		if err != nil {
+			return 0, fmt.Errorf("comm: %s=%q: %w", name, v, err)
+		}
+		return d, nil
+	}
+	return FallbackTimeout, nil
+}
+
+func parseTimeout(v string, durationOK bool) (time.Duration, error) {
+	if m, err := strconv.ParseFloat(v, 64); err == nil {
+		if m <= 0 {
+			return 0, fmt.Errorf("must be > 0 minutes")
+		}
+		return time.Duration(m * float64(time.Minute)), nil
+	}
+	if durationOK {
+		d, err := time.ParseDuration(v)
+		if err == nil && d > 0 {
+			return d, nil
+		}
+		return 0, fmt.Errorf("want a positive Go duration (\"90s\") or minutes (\"10\")")
+	}
+	return 0, fmt.Errorf("want a positive number of minutes")
+}
+
+// Env is the process's place in a job, as launchers describe it.
+type Env struct {
+	Rank, WorldSize           int
+	LocalRank, LocalWorldSize int
+	MasterAddr                string // host of the rendezvous store
+	MasterPort                int
+	Launcher                  string // "torchrun" (RANK, WORLD_SIZE, ...) or "mpirun" (OMPI_COMM_WORLD_*)
+}
+
+// StoreAddr is MasterAddr:MasterPort.
+func (e Env) StoreAddr() string { return net.JoinHostPort(e.MasterAddr, strconv.Itoa(e.MasterPort)) }
+
+// EnvFromOS reads the launcher's variables: RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE (or DeepSpeed's LOCAL_SIZE), MASTER_ADDR, MASTER_PORT, as
+// torchrun and the DeepSpeed launcher set them; when RANK is absent, Open
+// MPI's OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE. MASTER_ADDR
+// defaults to 127.0.0.1 and MASTER_PORT to 29500 (DeepSpeed's defaults).
+func EnvFromOS() (Env, error) { return EnvFrom(os.Getenv) }
+
+// EnvFrom is EnvFromOS over any variable lookup (tests pass a map's).
+func EnvFrom(get func(string) string) (Env, error) {
+	e := Env{MasterAddr: "127.0.0.1", MasterPort: 29500}
+	num := func(name string, dst *int, required bool) error {
+		v := strings.TrimSpace(get(name))
+		if v == "" {
+			if required {
+				return fmt.Errorf("comm: %s is not set", name)
+			}
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("comm: %s=%q: want an integer >= 0", name, v)
+		}
+		*dst = n
+		return nil
+	}
+	var names [4]string
+	switch {
+	case get("RANK") != "":
+		e.Launcher = "torchrun"
+		names = [4]string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
+	case get("OMPI_COMM_WORLD_RANK") != "":
+		e.Launcher = "mpirun"
+		names = [4]string{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"}
+	default:
+		return Env{}, fmt.Errorf("comm: no launcher environment: set RANK and WORLD_SIZE (torchrun, deepspeed) or run under mpirun")
+	}
+	if err := num(names[0], &e.Rank, true); err != nil {
+		return Env{}, err
+	}
+	if err := num(names[1], &e.WorldSize, true); err != nil {
+		return Env{}, err
+	}
+	e.LocalRank, e.LocalWorldSize = e.Rank, e.WorldSize
+	if err := num(names[2], &e.LocalRank, false); err != nil {
+		return Env{}, err
+	}
+	if e.Launcher == "torchrun" && get("LOCAL_WORLD_SIZE") == "" {
+		names[3] = "LOCAL_SIZE"
+	}
+	if err := num(names[3], &e.LocalWorldSize, false); err != nil {
+		return Env{}, err
+	}
+	if v := strings.TrimSpace(get("MASTER_ADDR")); v != "" {
+		e.MasterAddr = v
+	}
+	if err := num("MASTER_PORT", &e.MasterPort, false); err != nil {
+		return Env{}, err
+	}
+	switch {
+	case e.WorldSize < 1 || e.Rank >= e.WorldSize:
+		return Env{}, fmt.Errorf("comm: rank %d of world size %d: need 0 <= rank < size", e.Rank, e.WorldSize)
+	case e.LocalWorldSize < 1 || e.LocalRank >= e.LocalWorldSize:
+		return Env{}, fmt.Errorf("comm: local rank %d of local size %d: need 0 <= rank < size", e.LocalRank, e.LocalWorldSize)
+	case e.MasterPort < 1 || e.MasterPort > 65535:
+		return Env{}, fmt.Errorf("comm: MASTER_PORT=%d: want 1..65535", e.MasterPort)
+	}
+	return e, nil
+}

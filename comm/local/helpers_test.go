@@ -1,0 +1,238 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// testTimeout bounds every operation of the tests that expect success.
+const testTimeout = 10 * time.Second
+
+func newWorld(t testing.TB, n int, timeout time.Duration) *World {
+	t.Helper()
+	w, err := NewWorld(n, Options{Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// onAll runs fn on every rank concurrently and returns each rank's error.
+func onAll(cs []comm.Comm, fn func(c comm.Comm) error) []error {
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(c)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func mustAll(t testing.TB, cs []comm.Comm, fn func(c comm.Comm) error) {
+	t.Helper()
+	for r, err := range onAll(cs, fn) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// input is element i of rank r's input: a value exactly representable in
+// dt, with varied signs and magnitudes (2^-4 .. 2^3) so that float32 sums
+// round.
+func input(dt tensor.DType, r, i int) float64 {
+	x := math.Sin(float64(r)*1.37+float64(i)*0.731) * math.Ldexp(1, (i*3+r)%8-4)
+	switch dt {
+	case tensor.Float32:
+		return float64(float32(x))
+	case tensor.Int32, tensor.Int64:
+		return math.Round(x * 100)
+	}
+	return float64(tensor.ToHalfPrecision(dt, float32(x)))
+}
+
+func newTensor(t testing.TB, dt tensor.DType, n int) *tensor.Tensor {
+	t.Helper()
+	x, err := tensor.Empty(dt, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Free() })
+	return x
+}
+
+// set writes vals (exactly representable) into x.
+func set(x *tensor.Tensor, vals func(i int) float64) {
+	switch x.DType() {
+	case tensor.Float32:
+		s, _ := x.Float32s()
+		for i := range s {
+			s[i] = float32(vals(i))
+		}
+	case tensor.Float16, tensor.BFloat16:
+		s, _ := x.Uint16s()
+		for i := range s {
+			if x.DType() == tensor.Float16 {
+				s[i] = tensor.Float32ToFloat16(float32(vals(i)))
+			} else {
+				s[i] = tensor.Float32ToBFloat16(float32(vals(i)))
+			}
+		}
+	case tensor.Int32:
+		s, _ := x.Int32s()
+		for i := range s {
+			s[i] = int32(vals(i))
+		}
+	case tensor.Int64:
+		s, _ := x.Int64s()
+		for i := range s {
+			s[i] = int64(vals(i))
+		}
+	default:
+		b, _ := x.RawBytes()
+		for i := range b {
+			b[i] = byte(vals(i))
+		}
+	}
+}
+
+// get reads element i of x as float64, and its raw bits.
+func get(x *tensor.Tensor, i int) (float64, uint64) {
+	switch x.DType() {
+	case tensor.Float32:
+		s, _ := x.Float32s()
+		return float64(s[i]), uint64(math.Float32bits(s[i]))
+	case tensor.Float16:
+		s, _ := x.Uint16s()
+		return float64(tensor.Float16ToFloat32(s[i])), uint64(s[i])
+	case tensor.BFloat16:
+		s, _ := x.Uint16s()
+		return float64(tensor.BFloat16ToFloat32(s[i])), uint64(s[i])
+	case tensor.Int32:
+		s, _ := x.Int32s()
+		return float64(s[i]), uint64(s[i])
+	case tensor.Int64:
+		s, _ := x.Int64s()
+		return float64(s[i]), uint64(s[i])
+	}
+	b, _ := x.RawBytes()
+	return float64(b[i]), uint64(b[i])
+}
+
+// model is what the C core must produce, bit for bit: the rank-ordered
+// float32 reduction, rounded once to dt; Avg multiplies by float32(1/n) after
+// that rounding.
+func model(dt tensor.DType, op comm.ReduceOp, xs []float64) float64 {
+	if dt == tensor.Int32 || dt == tensor.Int64 {
+		return ref(op, xs)
+	}
+	acc := float32(xs[0])
+	for _, x := range xs[1:] {
+		switch op {
+		case comm.Sum, comm.Avg:
+			acc += float32(x)
+		case comm.Max:
+			acc = max(acc, float32(x))
+		case comm.Min:
+			acc = min(acc, float32(x))
+		}
+	}
+	acc = tensor.ToHalfPrecision(dt, acc)
+	if op == comm.Avg && len(xs) > 1 {
+		acc = tensor.ToHalfPrecision(dt, acc*(1/float32(len(xs))))
+	}
+	return float64(acc)
+}
+
+// ref is the exact (float64) reduction.
+func ref(op comm.ReduceOp, xs []float64) float64 {
+	acc := xs[0]
+	for _, x := range xs[1:] {
+		switch op {
+		case comm.Sum, comm.Avg:
+			acc += x
+		case comm.Max:
+			acc = math.Max(acc, x)
+		case comm.Min:
+			acc = math.Min(acc, x)
+		}
+	}
+	if op == comm.Avg {
+		acc /= float64(len(xs))
+	}
+	return acc
+}
+
+// tolerance is the documented accuracy against the float64 reference:
+// float32 sums within n*2^-24*sum|x| (rank-ordered float32 accumulation);
+// halves within one unit in the last place of the rounded reference (the
+// float32 sum of up to 8 halves of these magnitudes is exact, so only the
+// final rounding, and for Avg the second one, remain); Max, Min and ints
+// exact.
+func tolerance(dt tensor.DType, op comm.ReduceOp, xs []float64, want float64) float64 {
+	if op == comm.Max || op == comm.Min || dt == tensor.Int32 || dt == tensor.Int64 {
+		return 0
+	}
+	switch dt {
+	case tensor.Float32:
+		s := 0.0
+		for _, x := range xs {
+			s += math.Abs(x)
+		}
+		if op == comm.Avg {
+			s /= float64(len(xs))
+		}
+		return float64(len(xs)+1) * 0x1p-24 * s
+	case tensor.Float16:
+		return ulp(want, 10, -24)
+	}
+	return ulp(want, 7, -133)
+}
+
+// ulp is the spacing of a binary format with mbits mantissa bits at v.
+func ulp(v float64, mbits, minExp int) float64 {
+	if v == 0 {
+		return math.Ldexp(1, minExp)
+	}
+	_, e := math.Frexp(math.Abs(v))
+	return math.Ldexp(1, max(e-1-mbits, minExp))
+}
+
+// values reads all of x as float64.
+func values(x *tensor.Tensor) []float64 {
+	out := make([]float64, x.Numel())
+	for i := range out {
+		out[i], _ = get(x, i)
+	}
+	return out
+}
+
+// check compares got[i] with the bit-exact model and the float64 reference.
+// (No t.Helper on this hot path: it costs a microsecond per call.)
+func check(t *testing.T, what string, got []float64, i int, dt tensor.DType, op comm.ReduceOp, xs []float64) {
+	g := got[i]
+	m := model(dt, op, xs)
+	if g != m && !(math.IsNaN(g) && math.IsNaN(m)) {
+		t.Fatalf("%s[%d] = %v, want %v (rank-ordered float32 reduction, inputs %v)", what, i, g, m, xs)
+	}
+	r := ref(op, xs)
+	if d := math.Abs(g - r); d > tolerance(dt, op, xs, r) {
+		t.Fatalf("%s[%d] = %v, float64 reference %v: off by %g > tolerance %g", what, i, g, r, d, tolerance(dt, op, xs, r))
+	}
+}
+
+func name(parts ...any) string { return fmt.Sprint(parts...) }
+
+var ctxBG = context.Background()

@@ -1,0 +1,309 @@
+//go:build mpi
+
+package mpi
+
+// Run under mpirun (any -np, 2 is what CI uses):
+//
+//	go test -tags mpi -c -o /tmp/mpi.test ./comm/mpi
+//	mpirun --allow-run-as-root --oversubscribe -np 2 /tmp/mpi.test -test.v
+//
+// Without mpirun the binary is a singleton world of one rank.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+var world comm.Comm
+
+func TestMain(m *testing.M) {
+	w, err := World(Options{Timeout: 20 * time.Second, Threads: 1})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	world = w
+	code := m.Run()
+	Finalize()
+	os.Exit(code)
+}
+
+var bg = context.Background()
+
+func val(dt tensor.DType, r, i int) float64 {
+	x := math.Sin(float64(r)*1.37+float64(i)*0.731) * math.Ldexp(1, (i*3+r)%8-4)
+	switch dt {
+	case tensor.Int32:
+		return math.Round(x * 100)
+	case tensor.Float32:
+		return float64(float32(x))
+	}
+	return float64(tensor.ToHalfPrecision(dt, float32(x)))
+}
+
+func filled(t *testing.T, dt tensor.DType, n int, f func(i int) float64) *tensor.Tensor {
+	x, err := tensor.Empty(dt, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Free() })
+	switch dt {
+	case tensor.Float32:
+		s, _ := x.Float32s()
+		for i := range s {
+			s[i] = float32(f(i))
+		}
+	case tensor.Float16, tensor.BFloat16:
+		s, _ := x.Uint16s()
+		for i := range s {
+			if dt == tensor.Float16 {
+				s[i] = tensor.Float32ToFloat16(float32(f(i)))
+			} else {
+				s[i] = tensor.Float32ToBFloat16(float32(f(i)))
+			}
+		}
+	case tensor.Int32:
+		s, _ := x.Int32s()
+		for i := range s {
+			s[i] = int32(f(i))
+		}
+	}
+	return x
+}
+
+func at(x *tensor.Tensor, i int) float64 {
+	switch x.DType() {
+	case tensor.Float32:
+		s, _ := x.Float32s()
+		return float64(s[i])
+	case tensor.Float16:
+		s, _ := x.Uint16s()
+		return float64(tensor.Float16ToFloat32(s[i]))
+	case tensor.BFloat16:
+		s, _ := x.Uint16s()
+		return float64(tensor.BFloat16ToFloat32(s[i]))
+	case tensor.Int32:
+		s, _ := x.Int32s()
+		return float64(s[i])
+	}
+	return math.NaN()
+}
+
+func reference(dt tensor.DType, op comm.ReduceOp, n, i int, col func(r int) int) float64 {
+	acc := val(dt, 0, col(0))
+	for r := 1; r < n; r++ {
+		v := val(dt, r, col(r))
+		switch op {
+		case comm.Sum, comm.Avg:
+			acc += v
+		case comm.Max:
+			acc = math.Max(acc, v)
+		case comm.Min:
+			acc = math.Min(acc, v)
+		}
+	}
+	if op == comm.Avg {
+		acc /= float64(n)
+	}
+	return acc
+}
+
+// close enough: float32 sums within a few ulps, halves within one ulp of
+// the rounded reference, max/min and ints exact.
+func near(dt tensor.DType, got, want float64) bool {
+	tol := 0.0
+	switch dt {
+	case tensor.Float32:
+		tol = 1e-6 * (1 + math.Abs(want))
+	case tensor.Float16:
+		tol = math.Abs(want)*0x1p-10 + 0x1p-24
+	case tensor.BFloat16:
+		tol = math.Abs(want)*0x1p-7 + 0x1p-133
+	}
+	return math.Abs(got-want) <= tol
+}
+
+func TestReductions(t *testing.T) {
+	n, me := world.Size(), world.Rank()
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.Float16, tensor.BFloat16, tensor.Int32} {
+		for _, op := range []comm.ReduceOp{comm.Sum, comm.Avg, comm.Max, comm.Min} {
+			if comm.CheckReduce(dt, op) != nil {
+				continue
+			}
+			for _, length := range []int{0, 1, 7, 1001} {
+				t.Run(fmt.Sprintf("%v/%v/%d", dt, op, length), func(t *testing.T) {
+					x := filled(t, dt, length, func(i int) float64 { return val(dt, me, i) })
+					if err := world.AllReduce(bg, x, op); err != nil {
+						t.Fatal(err)
+					}
+					src := filled(t, dt, n*length, func(i int) float64 { return val(dt, me, i) })
+					dst := filled(t, dt, length, func(int) float64 { return 0 })
+					if err := world.ReduceScatter(bg, dst, src, op); err != nil {
+						t.Fatal(err)
+					}
+					red := filled(t, dt, length, func(i int) float64 { return val(dt, me, i) })
+					if err := world.Reduce(bg, red, 0, op); err != nil {
+						t.Fatal(err)
+					}
+					for i := range length {
+						if w := reference(dt, op, n, i, func(int) int { return i }); !near(dt, at(x, i), w) {
+							t.Fatalf("AllReduce[%d] = %v, want %v", i, at(x, i), w)
+						}
+						if w := reference(dt, op, n, i, func(int) int { return me*length + i }); !near(dt, at(dst, i), w) {
+							t.Fatalf("ReduceScatter[%d] = %v, want %v", i, at(dst, i), w)
+						}
+						w := val(dt, me, i)
+						if me == 0 {
+							w = reference(dt, op, n, i, func(int) int { return i })
+						}
+						if !near(dt, at(red, i), w) {
+							t.Fatalf("Reduce[%d] = %v, want %v", i, at(red, i), w)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestDataMovement(t *testing.T) {
+	n, me := world.Size(), world.Rank()
+	dt := tensor.BFloat16
+	for _, m := range []int{0, 1, 33} {
+		src := filled(t, dt, m, func(i int) float64 { return val(dt, me, i) })
+		dst := filled(t, dt, n*m, func(int) float64 { return 0 })
+		if err := world.AllGather(bg, dst, src); err != nil {
+			t.Fatal(err)
+		}
+		inPlace := filled(t, dt, n*m, func(i int) float64 { return val(dt, me, i%max(m, 1)) })
+		mine, _ := inPlace.Slice(me*m, m)
+		if err := world.AllGather(bg, inPlace, mine); err != nil {
+			t.Fatal(err)
+		}
+		b := filled(t, dt, m, func(i int) float64 { return val(dt, me, i) })
+		if err := world.Broadcast(bg, b, n-1); err != nil {
+			t.Fatal(err)
+		}
+		a2aIn := filled(t, dt, n*m, func(i int) float64 { return val(dt, me, i) })
+		a2aOut := filled(t, dt, n*m, func(int) float64 { return 0 })
+		if err := world.AllToAll(bg, a2aOut, a2aIn); err != nil {
+			t.Fatal(err)
+		}
+		for j := range n {
+			for i := range m {
+				if g, w := at(dst, j*m+i), val(dt, j, i); g != w {
+					t.Fatalf("AllGather[%d] = %v, want %v", j*m+i, g, w)
+				}
+				if g, w := at(inPlace, j*m+i), val(dt, j, i); g != w {
+					t.Fatalf("in-place AllGather[%d] = %v, want %v", j*m+i, g, w)
+				}
+				if g, w := at(a2aOut, j*m+i), val(dt, j, me*m+i); g != w {
+					t.Fatalf("AllToAll[%d] = %v, want %v", j*m+i, g, w)
+				}
+			}
+		}
+		for i := range m {
+			if g, w := at(b, i), val(dt, n-1, i); g != w {
+				t.Fatalf("Broadcast[%d] = %v, want %v", i, g, w)
+			}
+		}
+		if n > 1 {
+			out := filled(t, dt, m, func(int) float64 { return 0 })
+			w := world.SendAsync(bg, src, (me+1)%n)
+			if err := world.Recv(bg, out, (me+n-1)%n); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Wait(bg); err != nil {
+				t.Fatal(err)
+			}
+			for i := range m {
+				if g, w := at(out, i), val(dt, (me+n-1)%n, i); g != w {
+					t.Fatalf("Recv[%d] = %v, want %v", i, g, w)
+				}
+			}
+		}
+	}
+	if err := world.Barrier(bg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fresh splits a new group of all ranks, so a fault test breaks only it.
+func fresh(t *testing.T, timeout time.Duration) comm.Comm {
+	g, err := world.Split(bg, 0, world.Rank(), t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.(*mpiComm).timeout = timeout
+	return g
+}
+
+func TestMismatch(t *testing.T) {
+	if world.Size() < 2 {
+		t.Skip("needs 2 ranks")
+	}
+	g := fresh(t, 5*time.Second)
+	x := filled(t, tensor.Float32, 10, func(int) float64 { return 1 })
+	var err error
+	if g.Rank() == 1 {
+		err = g.Broadcast(bg, x, 0)
+	} else {
+		err = g.AllReduce(bg, x, comm.Sum)
+	}
+	var ce *comm.Error
+	if !errors.Is(err, comm.ErrMismatch) || !errors.As(err, &ce) || fmt.Sprint(ce.Ranks) != "[1]" && world.Size() > 2 {
+		t.Fatalf("got %v, want ErrMismatch naming rank 1", err)
+	}
+	t.Log(err)
+	world.Barrier(bg)
+}
+
+func TestTimeoutNamesMissingRank(t *testing.T) {
+	if world.Size() < 2 {
+		t.Skip("needs 2 ranks")
+	}
+	const deadline = 300 * time.Millisecond
+	g := fresh(t, deadline)
+	if g.Rank() == 1 {
+		time.Sleep(deadline + 500*time.Millisecond) // never joins
+	} else {
+		start := time.Now()
+		err := g.AllReduce(bg, filled(t, tensor.Float32, 4, func(int) float64 { return 1 }), comm.Sum)
+		var ce *comm.Error
+		if !errors.Is(err, comm.ErrTimeout) || !errors.As(err, &ce) || fmt.Sprint(ce.Ranks) != "[1]" {
+			t.Fatalf("got %v, want ErrTimeout naming rank 1", err)
+		}
+		if d := time.Since(start); d > deadline+time.Second {
+			t.Fatalf("gave up after %v", d)
+		}
+		t.Log(err)
+	}
+	world.Barrier(bg)
+}
+
+func TestSplit(t *testing.T) {
+	n, me := world.Size(), world.Rank()
+	g, err := world.Split(bg, me%2, -me, "parity")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := filled(t, tensor.Int32, 1, func(int) float64 { return float64(me) })
+	if err := g.AllReduce(bg, x, comm.Sum); err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for r := me % 2; r < n; r += 2 {
+		want += r
+	}
+	if at(x, 0) != float64(want) || g.Members()[g.Rank()] != me {
+		t.Fatalf("parity group sum %v (members %v), want %d", at(x, 0), g.Members(), want)
+	}
+}
