@@ -1,0 +1,35 @@
+package deepgo
+
+import (
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/optim"
+)
+
+// Option configures Initialize.
+type Option func(*options)
+
+type options struct {
+	comm    comm.Comm
+	backend backend.Backend
+	opt     optim.Optimizer
+	store   optim.StateStore
+}
+
+// WithComm runs the engine as one rank of the data-parallel group c (for
+// in-process ranks: one comm/local rank per goroutine). Without it the
+// engine is a world of one.
+func WithComm(c comm.Comm) Option { return func(o *options) { o.comm = c } }
+
+// WithBackend computes on b (the caller closes it). Without it the engine
+// makes a CPU backend with GOMAXPROCS/world threads and closes it on Close.
+func WithBackend(b backend.Backend) Option { return func(o *options) { o.backend = b } }
+
+// WithOptimizer uses a client optimizer instead of the config's
+// "optimizer" section (DeepSpeed's client optimizer). ZeRO steps it on the
+// rank's shard; the engine does not close it.
+func WithOptimizer(opt optim.Optimizer) Option { return func(o *options) { o.opt = opt } }
+
+// WithStateStore keeps the config optimizer's state in s (where CPU
+// offload and NVMe swapping plug in: the step runs where the state lives).
+func WithStateStore(s optim.StateStore) Option { return func(o *options) { o.store = s } }
