@@ -28,77 +28,8 @@ static const dg_optim_kernels *table_for(const dg_ctx *ctx)
 	return &dg_optim_scalar;
 }
 
-static int in01(double x) { return x >= 0.0 && x < 1.0; } /* false for NaN */
-static int nonneg(double x) { return x >= 0.0 && isfinite(x); }
-
-static dg_status check_hparams(const dg_optim_hparams *hp)
-{
-	if (hp == NULL || hp->step < 1 || !nonneg(hp->lr) || !nonneg(hp->weight_decay))
-		return DG_ERR_INVALID;
-	if (!(hp->grad_scale > 0.0) || !isfinite(hp->grad_scale))
-		return DG_ERR_INVALID;
-	switch (hp->kind) {
-	case DG_OPTIM_ADAM:
-	case DG_OPTIM_LAMB:
-		if (!in01(hp->beta1) || !in01(hp->beta2) || !nonneg(hp->eps))
-			return DG_ERR_INVALID;
-		if (hp->kind == DG_OPTIM_LAMB &&
-		    (!nonneg(hp->min_coeff) || !nonneg(hp->max_coeff) || hp->min_coeff > hp->max_coeff))
-			return DG_ERR_INVALID;
-		return DG_OK;
-	case DG_OPTIM_LION:
-		/* Lion's betas may be 0 but, as in DeepSpeed, not 1 */
-		return in01(hp->beta1) && in01(hp->beta2) ? DG_OK : DG_ERR_INVALID;
-	case DG_OPTIM_SGD:
-		if (!nonneg(hp->momentum) || !(hp->dampening >= 0.0 && hp->dampening <= 1.0))
-			return DG_ERR_INVALID;
-		if (hp->nesterov && (hp->momentum <= 0.0 || hp->dampening != 0.0))
-			return DG_ERR_INVALID;
-		return DG_OK;
-	}
-	return DG_ERR_INVALID;
-}
-
-void dg_optim_coef_make(const dg_optim_hparams *hp, dg_optim_coef *k)
-{
-	double t = (double)hp->step, lr = hp->lr, wd = hp->weight_decay;
-	double bc1 = 1.0, bc2 = 1.0;
-	if (hp->bias_correction) {
-		bc1 = 1.0 - pow(hp->beta1, t);
-		bc2 = 1.0 - pow(hp->beta2, t);
-	}
-	*k = (dg_optim_coef){0};
-	k->inv_scale = (float)(1.0 / hp->grad_scale);
-	k->b1 = (float)hp->beta1;
-	k->omb1 = (float)(1.0 - hp->beta1);
-	k->b2 = (float)hp->beta2;
-	k->omb2 = (float)(1.0 - hp->beta2);
-	k->eps = (float)hp->eps;
-	k->l2 = (float)wd;
-	switch (hp->kind) {
-	case DG_OPTIM_ADAM:
-		k->adamw = hp->adam_w_mode != 0;
-		k->decay = (float)(-lr * wd);
-		k->step_size = (float)(-lr / bc1);
-		k->bc2 = (float)(1.0 / sqrt(bc2));
-		break;
-	case DG_OPTIM_LAMB:
-		k->rbc1 = (float)(1.0 / bc1);
-		k->rbc2 = (float)(1.0 / bc2);
-		break;
-	case DG_OPTIM_LION:
-		k->decay = (float)(1.0 - lr * wd);
-		k->step_size = (float)-lr;
-		break;
-	case DG_OPTIM_SGD:
-		k->step_size = (float)-lr;
-		k->momentum = (float)hp->momentum;
-		k->omd = (float)(1.0 - hp->dampening);
-		k->nesterov = hp->nesterov != 0;
-		k->first = hp->step == 1;
-		break;
-	}
-}
+/* dg_optim_check_hparams and dg_optim_coef_make live in dg_optim_math.h: the
+ * CUDA launcher calls them too. */
 
 static int is_float(dg_dtype t) { return t == DG_F32 || t == DG_F16 || t == DG_BF16; }
 
@@ -250,7 +181,7 @@ dg_status dg_optim_step(dg_ctx *ctx, const dg_optim_hparams *hp, const dg_optim_
 {
 	if (ctx == NULL)
 		return DG_ERR_INVALID;
-	dg_status st = check_hparams(hp);
+	dg_status st = dg_optim_check_hparams(hp);
 	if (st != DG_OK)
 		return st;
 	int64_t total = 0;

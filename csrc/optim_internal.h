@@ -54,9 +54,6 @@ extern const dg_optim_kernels dg_optim_avx2;
 extern const dg_optim_kernels dg_optim_avx512;
 #endif
 
-/* dg_optim_coef_make derives the float coefficients of step hp->step. */
-void dg_optim_coef_make(const dg_optim_hparams *hp, dg_optim_coef *k);
-
 /* DG_OPTIM_DISPATCH calls LOOP(PT, GT, CT, ...) with compile-time dtype
  * constants for the supported combinations, so each inlines into a loop with
  * no dtype tests: params F32 (copy none/F16/BF16) or F16/BF16 (no copy),

@@ -121,6 +121,15 @@ dg_status dg_cuda_unpack(dg_cuda_ctx *ctx, dg_dtype t, const void *flat, int64_t
 dg_status dg_cuda_reduce_into(dg_cuda_ctx *ctx, dg_dtype t, dg_redop op, const void *const *srcs, int nsrc,
 			      void *dst, int64_t n);
 
+/* ---- optimizers (deepgo.h's dg_optim_step, dg_unscale_check) -------------
+ * Same checks, dtypes and result bits as the CPU core, Lamb's trust ratios
+ * included (its norms are summed in the CPU's exact order). trust (count
+ * entries, may be NULL) and *found are DEVICE memory, written on the stream:
+ * read them after a synchronize. */
+dg_status dg_cuda_optim_step(dg_cuda_ctx *ctx, const dg_optim_hparams *hp, const dg_optim_lists *l, double *trust);
+dg_status dg_cuda_unscale_check(dg_cuda_ctx *ctx, dg_dtype t, void *const *xs, const int64_t *ns, int count,
+				float inv_scale, int *found);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,7 +3,9 @@
 // Backend implementing backend.Backend with the same kernels, argument
 // checks and result bits as the CPU backend (casts, scale, axpy, pack,
 // unpack, nonfinite and reduce bit-exact; sum of squares deterministic and
-// within ~1e-15 relative of the CPU's).
+// within ~1e-15 relative of the CPU's), and OptimKernels running optim's
+// fused Adam/AdamW, SGD, Lamb and Lion steps and the unscale check with the
+// CPU kernels' bits (Lamb's trust ratios included).
 //
 // The CUDA code lives in this directory (*.cu, C ABI in deepgo_cuda.h) and is
 // built by scripts/build-cuda.sh into build/cuda/libdeepgo_cuda.a, with the

@@ -6,6 +6,7 @@ import (
 	"context"
 
 	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -120,3 +121,19 @@ func (b *Backend) Synchronize(ctx context.Context) error { return ErrNoCUDA }
 
 // Close releases the stream and scratch memory.
 func (b *Backend) Close() error { return ErrNoCUDA }
+
+// OptimKernels runs optim's fused steps on a Backend's device.
+type OptimKernels struct{}
+
+var _ optim.Kernels = (*OptimKernels)(nil)
+
+// NewOptimKernels runs the steps on b.
+func NewOptimKernels(b *Backend) (*OptimKernels, error) { return nil, ErrNoCUDA }
+
+// Step applies one fused optimizer update.
+func (k *OptimKernels) Step(a *optim.StepArgs) error { return ErrNoCUDA }
+
+// UnscaleCheck multiplies xs by 1/scale in place and reports Inf/NaN.
+func (k *OptimKernels) UnscaleCheck(xs []*tensor.Tensor, scale float64) (bool, error) {
+	return false, ErrNoCUDA
+}

@@ -29,3 +29,16 @@ func TestErrorMessage(t *testing.T) {
 		t.Fatalf("Error() = %q, want %q", e.Error(), want)
 	}
 }
+
+func TestStubOptimKernels(t *testing.T) {
+	if _, err := NewOptimKernels(nil); !errors.Is(err, ErrNoCUDA) {
+		t.Fatalf("NewOptimKernels: %v, want ErrNoCUDA", err)
+	}
+	var k OptimKernels
+	if err := k.Step(nil); !errors.Is(err, ErrNoCUDA) {
+		t.Fatalf("Step: %v, want ErrNoCUDA", err)
+	}
+	if _, err := k.UnscaleCheck(nil, 1); !errors.Is(err, ErrNoCUDA) {
+		t.Fatalf("UnscaleCheck: %v, want ErrNoCUDA", err)
+	}
+}

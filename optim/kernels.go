@@ -21,8 +21,9 @@ type StepArgs struct {
 }
 
 // Kernels runs fused optimizer steps on the device where the tensors live.
-// The CPU implementation (NewCPUKernels) calls the C core; a CUDA one will
-// run the same element math (dg_optim_math.h) on a stream.
+// The CPU implementation (NewCPUKernels) calls the C core; cuda.OptimKernels
+// (package cuda, build tag cuda) runs the same element math
+// (dg_optim_math.h) on a stream, with the same result bits.
 type Kernels interface {
 	// Step applies one update of a.Kind to every tensor of the lists.
 	Step(a *StepArgs) error

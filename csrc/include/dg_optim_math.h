@@ -20,8 +20,11 @@
 #define DG_OPTIM_MATH_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "deepgo.h"
 #include "dg_math.h"
 
 /* dg_optim_coef: one step's float32 coefficients, shared by all elements. */
@@ -42,6 +45,83 @@ typedef struct dg_optim_coef {
 	int nesterov;    /* SGD */
 	int first;       /* SGD: step 1 sets the momentum buffer to the grad, as torch does */
 } dg_optim_coef;
+
+/* dg_optim_check_hparams is dg_optim_step's hyperparameter check (deepgo.h),
+ * shared with the CUDA launcher so both refuse the same steps. */
+static inline int dg_optim_in01(double x) { return x >= 0.0 && x < 1.0; } /* false for NaN */
+static inline int dg_optim_nonneg(double x) { return x >= 0.0 && isfinite(x); }
+
+static inline dg_status dg_optim_check_hparams(const dg_optim_hparams *hp)
+{
+	if (hp == NULL || hp->step < 1 || !dg_optim_nonneg(hp->lr) || !dg_optim_nonneg(hp->weight_decay))
+		return DG_ERR_INVALID;
+	if (!(hp->grad_scale > 0.0) || !isfinite(hp->grad_scale))
+		return DG_ERR_INVALID;
+	switch (hp->kind) {
+	case DG_OPTIM_ADAM:
+	case DG_OPTIM_LAMB:
+		if (!dg_optim_in01(hp->beta1) || !dg_optim_in01(hp->beta2) || !dg_optim_nonneg(hp->eps))
+			return DG_ERR_INVALID;
+		if (hp->kind == DG_OPTIM_LAMB && (!dg_optim_nonneg(hp->min_coeff) || !dg_optim_nonneg(hp->max_coeff) ||
+						  hp->min_coeff > hp->max_coeff))
+			return DG_ERR_INVALID;
+		return DG_OK;
+	case DG_OPTIM_LION:
+		/* Lion's betas may be 0 but, as in DeepSpeed, not 1 */
+		return dg_optim_in01(hp->beta1) && dg_optim_in01(hp->beta2) ? DG_OK : DG_ERR_INVALID;
+	case DG_OPTIM_SGD:
+		if (!dg_optim_nonneg(hp->momentum) || !(hp->dampening >= 0.0 && hp->dampening <= 1.0))
+			return DG_ERR_INVALID;
+		if (hp->nesterov && (hp->momentum <= 0.0 || hp->dampening != 0.0))
+			return DG_ERR_INVALID;
+		return DG_OK;
+	}
+	return DG_ERR_INVALID;
+}
+
+/* dg_optim_coef_make derives the float coefficients of step hp->step, in
+ * double and rounded once. Host code only (C core and CUDA launcher alike),
+ * so both round the same libm results: this is the one derivation. */
+static inline void dg_optim_coef_make(const dg_optim_hparams *hp, dg_optim_coef *k)
+{
+	double t = (double)hp->step, lr = hp->lr, wd = hp->weight_decay;
+	double bc1 = 1.0, bc2 = 1.0;
+	if (hp->bias_correction) {
+		bc1 = 1.0 - pow(hp->beta1, t);
+		bc2 = 1.0 - pow(hp->beta2, t);
+	}
+	memset(k, 0, sizeof *k);
+	k->inv_scale = (float)(1.0 / hp->grad_scale);
+	k->b1 = (float)hp->beta1;
+	k->omb1 = (float)(1.0 - hp->beta1);
+	k->b2 = (float)hp->beta2;
+	k->omb2 = (float)(1.0 - hp->beta2);
+	k->eps = (float)hp->eps;
+	k->l2 = (float)wd;
+	switch (hp->kind) {
+	case DG_OPTIM_ADAM:
+		k->adamw = hp->adam_w_mode != 0;
+		k->decay = (float)(-lr * wd);
+		k->step_size = (float)(-lr / bc1);
+		k->bc2 = (float)(1.0 / sqrt(bc2));
+		break;
+	case DG_OPTIM_LAMB:
+		k->rbc1 = (float)(1.0 / bc1);
+		k->rbc2 = (float)(1.0 / bc2);
+		break;
+	case DG_OPTIM_LION:
+		k->decay = (float)(1.0 - lr * wd);
+		k->step_size = (float)-lr;
+		break;
+	case DG_OPTIM_SGD:
+		k->step_size = (float)-lr;
+		k->momentum = (float)hp->momentum;
+		k->omd = (float)(1.0 - hp->dampening);
+		k->nesterov = hp->nesterov != 0;
+		k->first = hp->step == 1;
+		break;
+	}
+}
 
 /* Adam/AdamW, DeepSpeed CPU Adam order. Returns the new parameter and
  * updates *m, *v. With adamw == 0 weight decay is L2 (added to the grad);

@@ -364,6 +364,164 @@ static void check_reduce(dg_ctx *c, gpu *g, dg_dtype t, dg_redop op, int64_t n)
 	CK(cudaFree(dd));
 }
 
+/* ---- optimizers ----------------------------------------------------------
+ * dg_cuda_optim_step against dg_optim_step: two steps from random state on
+ * moderate finite data, params, moments, copies and Lamb trust ratios bit
+ * for bit (the CUDA Lamb norms add in the CPU's order). */
+
+typedef struct {
+	const char *name;
+	dg_optim_hparams hp;
+} optcase;
+
+static optcase optcases[9];
+
+static void optcases_init(void)
+{
+	dg_optim_hparams z;
+	memset(&z, 0, sizeof z);
+	z.grad_scale = 1000;
+	for (int i = 0; i < 9; i++)
+		optcases[i].hp = z;
+	dg_optim_hparams *h;
+#define OC(i, nm, k) (optcases[i].name = nm, h = &optcases[i].hp, h->kind = k)
+	OC(0, "adamw", DG_OPTIM_ADAM), h->lr = 1e-3, h->beta1 = 0.9, h->beta2 = 0.999, h->eps = 1e-8,
+		h->weight_decay = 0.01, h->adam_w_mode = 1, h->bias_correction = 1;
+	OC(1, "lamb", DG_OPTIM_LAMB), h->lr = 1e-3, h->beta1 = 0.9, h->beta2 = 0.999, h->eps = 1e-6,
+		h->weight_decay = 0.01, h->bias_correction = 1, h->max_coeff = 10, h->min_coeff = 0.01;
+	OC(2, "adam-l2", DG_OPTIM_ADAM), h->lr = 1e-3, h->beta1 = 0.9, h->beta2 = 0.999, h->eps = 1e-8,
+		h->weight_decay = 0.01, h->bias_correction = 1;
+	OC(3, "adamw-nobc", DG_OPTIM_ADAM), h->lr = 3e-4, h->beta1 = 0.8, h->beta2 = 0.99, h->eps = 1e-6,
+		h->weight_decay = 0.1, h->adam_w_mode = 1;
+	OC(4, "sgd", DG_OPTIM_SGD), h->lr = 0.1, h->weight_decay = 1e-4;
+	OC(5, "sgd-mom", DG_OPTIM_SGD), h->lr = 0.1, h->momentum = 0.9, h->dampening = 0.1, h->weight_decay = 1e-4;
+	OC(6, "sgd-nest", DG_OPTIM_SGD), h->lr = 0.05, h->momentum = 0.9, h->nesterov = 1;
+	OC(7, "lamb-clamp", DG_OPTIM_LAMB), h->lr = 2e-3, h->beta1 = 0.9, h->beta2 = 0.99, h->eps = 1e-8,
+		h->max_coeff = 0.5, h->min_coeff = 0.1;
+	OC(8, "lion", DG_OPTIM_LION), h->lr = 1e-4, h->beta1 = 0.9, h->beta2 = 0.99, h->weight_decay = 0.1;
+#undef OC
+}
+
+/* fill_opt fills l with moderate finite values (mode 0 signed, 1 >= 0, 2
+ * zeros), rounded from float32 by the CPU cast, and uploads them. */
+static void fill_opt(dg_ctx *c, dg_dtype t, list *l, int mode)
+{
+	float *f = (float *)malloc(l->total * 4 + 4);
+	for (int64_t i = 0; i < l->total; i++) {
+		float x = ((float)(int32_t)rnd() / 2147483648.0f) * (float)(1 << (rnd() % 8)) / 16.0f;
+		if (mode == 2 || i % 61 == 5)
+			x = 0;
+		else if (i % 67 == 7) { /* a subnormal */
+			uint32_t u = rnd() & 0x807fffffu;
+			memcpy(&x, &u, 4);
+		}
+		f[i] = mode == 1 ? fabsf(x) : x;
+	}
+	const void *src[1] = {f};
+	void *dst[1] = {l->hb};
+	DG(NULL, dg_cast(c, DG_F32, t, src, dst, &l->total, 1));
+	CK(cudaMemcpy(l->db, l->hb, l->total * dg_dtype_size(t), cudaMemcpyHostToDevice));
+	free(f);
+}
+
+static void check_optim(dg_ctx *c, gpu *g, const optcase *oc, dg_dtype pt, dg_dtype gt, int copy, dg_dtype ct,
+			int64_t n)
+{
+	const dg_optim_hparams *hp0 = &oc->hp;
+	int need_m = hp0->kind != DG_OPTIM_SGD || hp0->momentum != 0;
+	int need_v = hp0->kind == DG_OPTIM_ADAM || hp0->kind == DG_OPTIM_LAMB;
+	list p, gr, m, v, cp;
+	list_make(&p, pt, n, 0);
+	list_make(&gr, gt, n, 0);
+	list_make(&m, DG_F32, n, 0);
+	list_make(&v, DG_F32, n, 0);
+	list_make(&cp, copy ? ct : DG_F16, n, 0);
+	fill_opt(c, pt, &p, 0);
+	fill_opt(c, gt, &gr, 0);
+	fill_opt(c, DG_F32, &m, 0);
+	fill_opt(c, DG_F32, &v, 1);
+	fill_opt(c, copy ? ct : DG_F16, &cp, 2);
+	double tc[MAXT], tg[MAXT], *dtrust;
+	CK(cudaMalloc(&dtrust, sizeof tg));
+	int64_t bad_trust = 0;
+	float ms = 0;
+	for (int step = 1; step <= 2; step++) {
+		dg_optim_hparams hp = *hp0;
+		hp.step = step;
+		dg_optim_lists lh = {p.count, p.ns, pt, p.h, gt, (const void *const *)gr.h,
+				     need_m ? (float *const *)m.h : NULL, need_v ? (float *const *)v.h : NULL,
+				     ct, copy ? cp.h : NULL};
+		dg_optim_lists ld = lh;
+		ld.params = p.d;
+		ld.grads = (const void *const *)gr.d;
+		ld.exp_avg = need_m ? (float *const *)m.d : NULL;
+		ld.exp_avg_sq = need_v ? (float *const *)v.d : NULL;
+		ld.copies = copy ? cp.d : NULL;
+		DG(NULL, dg_optim_step(c, &hp, &lh, tc));
+		tick(g);
+		DG(g->ctx, dg_cuda_optim_step(g->ctx, &hp, &ld, dtrust));
+		ms = tock(g);
+		if (hp.kind == DG_OPTIM_LAMB) {
+			CK(cudaMemcpy(tg, dtrust, sizeof tg, cudaMemcpyDeviceToHost));
+			for (int i = 0; i < MAXT; i++)
+				bad_trust += memcmp(&tc[i], &tg[i], sizeof(double)) != 0;
+		}
+	}
+	int64_t bad = list_diff(&p, pt, 1) + list_diff(&m, DG_F32, 1) + list_diff(&v, DG_F32, 1) +
+		      (copy ? list_diff(&cp, ct, 1) : 0);
+	char dt[24], diff[40];
+	snprintf(dt, sizeof dt, "%s/%s%s%s", dname(pt), dname(gt), copy ? ">" : "", copy ? dname(ct) : "");
+	snprintf(diff, sizeof diff, "%lld bad, %lld trust", (long long)bad, (long long)bad_trust);
+	double bytes = (double)p.total * (2.0 * dg_dtype_size(pt) + dg_dtype_size(gt) + 8.0 * need_m +
+					  8.0 * need_v + (copy ? dg_dtype_size(ct) : 0));
+	if (hp0->kind == DG_OPTIM_LAMB) /* pass 2 reads p, m, v and writes p again */
+		bytes += (double)p.total * (2.0 * dg_dtype_size(pt) + 8.0);
+	row(oc->name, dt, p.total, diff, bad == 0 && bad_trust == 0, bytes, ms);
+	CK(cudaFree(dtrust));
+	list_free(&p);
+	list_free(&gr);
+	list_free(&m);
+	list_free(&v);
+	list_free(&cp);
+}
+
+/* every dtype combination for adamw and lamb, two for the other cases */
+static void check_optims(dg_ctx *c, gpu *g, int64_t n)
+{
+	for (int oi = 0; oi < 9; oi++)
+		for (int a = 0; a < 3; a++)
+			for (int b = 0; b < 3; b++)
+				for (int cc = 0; cc < 3; cc++) {
+					dg_dtype pt = floats[a], gt = floats[b], ct = floats[cc];
+					int copy = ct != DG_F32;
+					if (copy && pt != DG_F32)
+						continue; /* copies need float32 params */
+					if (oi >= 2 && !((pt == DG_F32 && gt == DG_F32 && !copy) ||
+							 (pt == DG_F32 && gt == DG_BF16 && ct == DG_BF16)))
+						continue;
+					check_optim(c, g, &optcases[oi], pt, gt, copy, ct, n);
+				}
+}
+
+static void check_unscale(dg_ctx *c, gpu *g, dg_dtype t, int64_t n, float s)
+{
+	list x;
+	list_make(&x, t, n, 1);
+	int fc = 0, fg = -1, *dfound;
+	CK(cudaMalloc(&dfound, sizeof(int)));
+	DG(NULL, dg_unscale_check(c, t, x.h, x.ns, x.count, s, &fc));
+	tick(g);
+	DG(g->ctx, dg_cuda_unscale_check(g->ctx, t, x.d, x.ns, x.count, s, dfound));
+	float ms = tock(g);
+	CK(cudaMemcpy(&fg, dfound, sizeof(int), cudaMemcpyDeviceToHost));
+	int64_t bad = list_diff(&x, t, 1);
+	char diff[40];
+	snprintf(diff, sizeof diff, "%lld bad, found %d/%d", (long long)bad, fc, fg);
+	row("unscale", dname(t), x.total, diff, bad == 0 && fc == fg, 2.0 * x.total * dg_dtype_size(t), ms);
+	CK(cudaFree(dfound));
+	list_free(&x);
+}
+
 int main(void)
 {
 	int ndev = 0;
@@ -382,6 +540,7 @@ int main(void)
 	DG(NULL, dg_cuda_ctx_create(0, NULL, &g.ctx, NULL));
 	CK(cudaEventCreate(&g.e0));
 	CK(cudaEventCreate(&g.e1));
+	optcases_init();
 	printf("%-10s %-10s %9s  %-22s %-4s %8s\n", "kernel", "dtype", "n", "diff", "", "GB/s");
 	/* list of 5 tensors {n, 1, 17, 0, n/2}; the last size is for bandwidth */
 	const int64_t sizes[] = {0, 1, 17, 4097, (1 << 20) + 3, 1 << 26};
@@ -401,6 +560,17 @@ int main(void)
 		for (int a = 0; a < 5; a++)
 			for (int op = 0; op < 3; op++)
 				check_reduce(c, &g, reds[a], (dg_redop)op, n > 0 ? n : 1);
+		for (int a = 0; a < 3; a++) {
+			check_unscale(c, &g, floats[a], n, 1.0f / 1024);
+			check_unscale(c, &g, floats[a], n, 1000.0f); /* 16-bit overflow */
+		}
+		if (n < (1 << 26)) {
+			check_optims(c, &g, n);
+		} else { /* bandwidth rows: float32 lists only, CPU time bounded */
+			const int big[] = {0, 1, 5, 8};
+			for (int i = 0; i < 4; i++)
+				check_optim(c, &g, &optcases[big[i]], DG_F32, DG_F32, 0, DG_F32, n);
+		}
 	}
 	dg_cuda_ctx_destroy(g.ctx);
 	dg_ctx_destroy(c);
