@@ -1,0 +1,133 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/deepgo-ml/deepgo/checkpoint/safetensors"
+	"github.com/deepgo-ml/deepgo/checkpoint/vfs"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// Consolidate writes the checkpoint's parameters as full float32 tensors
+// to one safetensors file (DeepSpeed's zero_to_fp32): each ParamRef of
+// the manifest is assembled from every rank's piece of its source and
+// converted to float32. A checkpoint without Params exports every tensor
+// instead (sharded ones as flat vectors). It reads and verifies the data
+// files it needs, and writes out atomically (temporary file, sync, rename).
+func (c *Checkpoint) Consolidate(ctx context.Context, fsys vfs.FS, out string) (err error) {
+	if fsys == nil {
+		fsys = vfs.OS
+	}
+	refs := c.Manifest.Params
+	if len(refs) == 0 {
+		for _, n := range c.Names() {
+			g := c.index[n]
+			refs = append(refs, ParamRef{Name: n, Shape: g.Shape, Source: n})
+		}
+	}
+	var named []safetensors.Named
+	defer func() {
+		for _, n := range named {
+			n.Tensor.Free()
+		}
+	}()
+	for _, p := range refs {
+		t, err := c.readFloat32(ctx, p)
+		if err != nil {
+			return err
+		}
+		named = append(named, safetensors.Named{Name: p.Name, Tensor: t})
+	}
+	tmp := filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".tmp")
+	f, err := fsys.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("checkpoint: consolidate: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			fsys.Remove(tmp)
+		}
+	}()
+	meta := map[string]string{"format": "pt", "deepgo.tag": c.Tag, "deepgo.step": fmt.Sprint(c.Manifest.Step)}
+	if _, err = safetensors.Write(f, named, meta); err != nil {
+		return fmt.Errorf("checkpoint: consolidate: writing %s: %w", tmp, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("checkpoint: consolidate: %w", err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("checkpoint: consolidate: %w", err)
+	}
+	if err = fsys.Rename(tmp, out); err != nil {
+		return fmt.Errorf("checkpoint: consolidate: %w", err)
+	}
+	return syncDir(fsys, filepath.Dir(out))
+}
+
+// readFloat32 assembles parameter p as a new float32 tensor.
+func (c *Checkpoint) readFloat32(ctx context.Context, p ParamRef) (*tensor.Tensor, error) {
+	g := c.index[p.Source]
+	dt, _ := safetensors.ParseDType(g.DType)
+	raw, err := tensor.Empty(dt, int(p.Numel()))
+	if err != nil {
+		return nil, err
+	}
+	defer raw.Free()
+	if err := c.ReadRange(ctx, p.Source, p.Offset, raw); err != nil {
+		return nil, fmt.Errorf("checkpoint: parameter %q: %w", p.Name, err)
+	}
+	out, err := tensor.Empty(tensor.Float32, p.Shape...)
+	if err != nil {
+		return nil, err
+	}
+	dst, _ := out.Float32s()
+	if err := toFloat32(dst, raw); err != nil {
+		out.Free()
+		return nil, fmt.Errorf("checkpoint: parameter %q: %w", p.Name, err)
+	}
+	return out, nil
+}
+
+// toFloat32 converts src (any dtype) elementwise into dst.
+func toFloat32(dst []float32, src *tensor.Tensor) error {
+	switch src.DType() {
+	case tensor.Float32:
+		s, _ := src.Float32s()
+		copy(dst, s)
+	case tensor.Float16, tensor.BFloat16:
+		s, _ := src.Uint16s()
+		f := tensor.Float16ToFloat32
+		if src.DType() == tensor.BFloat16 {
+			f = tensor.BFloat16ToFloat32
+		}
+		for i, v := range s {
+			dst[i] = f(v)
+		}
+	case tensor.Float64:
+		s, _ := src.Float64s()
+		for i, v := range s {
+			dst[i] = float32(v)
+		}
+	case tensor.Int32:
+		s, _ := src.Int32s()
+		for i, v := range s {
+			dst[i] = float32(v)
+		}
+	case tensor.Int64:
+		s, _ := src.Int64s()
+		for i, v := range s {
+			dst[i] = float32(v)
+		}
+	case tensor.Uint8, tensor.Bool:
+		s, _ := src.RawBytes()
+		for i, v := range s {
+			dst[i] = float32(v)
+		}
+	default:
+		return fmt.Errorf("dtype %v cannot be converted to float32", src.DType())
+	}
+	return nil
+}

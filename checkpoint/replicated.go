@@ -1,0 +1,98 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"strings"
+
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// Named is a tensor with its name.
+type Named struct {
+	Name   string
+	Tensor *tensor.Tensor
+}
+
+// ReplicaMismatchError says that a tensor that should be identical on
+// every data-parallel rank is not.
+type ReplicaMismatchError struct {
+	// Tensor is the first tensor (in the order given) that differs.
+	Tensor string
+	// Ranks lists the ranks whose copy differs from rank 0's.
+	Ranks []int
+	// Mismatched counts the tensors that differ.
+	Mismatched int
+}
+
+// Error names the tensor and the ranks.
+func (e *ReplicaMismatchError) Error() string {
+	rs := make([]string, len(e.Ranks))
+	for i, r := range e.Ranks {
+		rs[i] = fmt.Sprint(r)
+	}
+	return fmt.Sprintf("checkpoint: replicated tensor %q differs from rank 0's on rank(s) %s (%d tensor(s) differ)", e.Tensor, strings.Join(rs, ", "), e.Mismatched)
+}
+
+// Hash is a 64-bit digest of a host tensor's bytes, dtype and shape: the
+// CRC-32C and the IEEE CRC-32 of the bytes side by side.
+func Hash(t *tensor.Tensor) (uint64, error) {
+	b, err := t.RawBytes()
+	if err != nil {
+		return 0, err
+	}
+	desc := []byte(t.String())
+	c := crc32.Update(crc32.Checksum(desc, castagnoli), castagnoli, b)
+	i := crc32.Update(crc32.ChecksumIEEE(desc), crc32.IEEETable, b)
+	return uint64(c)<<32 | uint64(i), nil
+}
+
+// VerifyReplicated is a collective over the data-parallel group c: every
+// rank hashes ts (the same names in the same order on every rank), the
+// hashes are all-gathered, and every rank returns the same
+// *ReplicaMismatchError if any tensor differs between ranks.
+func VerifyReplicated(ctx context.Context, c comm.Comm, ts []Named) error {
+	if c == nil || c.Size() == 1 || len(ts) == 0 {
+		return nil
+	}
+	n, w := len(ts), c.Size()
+	all, err := tensor.Empty(tensor.Int64, w*n)
+	if err != nil {
+		return err
+	}
+	defer all.Free()
+	mine, _ := all.Slice(c.Rank()*n, n)
+	hs, _ := all.Int64s()
+	for i, t := range ts {
+		h, err := Hash(t.Tensor)
+		if err != nil {
+			return fmt.Errorf("checkpoint: hashing %q: %w", t.Name, err)
+		}
+		hs[c.Rank()*n+i] = int64(h)
+	}
+	if err := c.AllGather(ctx, all, mine); err != nil {
+		return fmt.Errorf("checkpoint: comparing replicated tensors: %w", err)
+	}
+	var e *ReplicaMismatchError
+	for i, t := range ts {
+		var bad []int
+		for r := 1; r < w; r++ {
+			if hs[r*n+i] != hs[i] {
+				bad = append(bad, r)
+			}
+		}
+		if len(bad) == 0 {
+			continue
+		}
+		if e == nil {
+			e = &ReplicaMismatchError{Tensor: t.Name, Ranks: bad}
+		}
+		e.Mismatched++
+	}
+	if e != nil {
+		return e
+	}
+	return nil
+}

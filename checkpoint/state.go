@@ -1,0 +1,100 @@
+package checkpoint
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// State is one rank's share of a checkpoint: its tensors and its small
+// JSON-encoded pieces of state. Every rank of the data-parallel group
+// passes its own State to Save.
+type State struct {
+	// Step is the global step count (the same on every rank); the default
+	// tag is global_step<Step>.
+	Step int64
+	// ZeroStage, Topology, Config and Params describe the run; rank 0's
+	// are recorded in the manifest.
+	ZeroStage int
+	// Topology holds the parallel degrees, e.g. {"data": 4, "pipe": 1}.
+	Topology map[string]int
+	// Config is the resolved config document.
+	Config json.RawMessage
+	// Params says where each model parameter lives in the saved tensors,
+	// which is what Consolidate exports.
+	Params []ParamRef
+	// Meta holds this rank's small state by key (loss scaler, LR
+	// schedule, counters, data sampler position, RNG states, ...).
+	Meta map[string]json.RawMessage
+	// Tensors are this rank's tensors: contiguous host tensors, unchanged
+	// until Save returns (AsyncSaver copies them first).
+	Tensors []Entry
+}
+
+// Entry is one tensor of a rank.
+type Entry struct {
+	// Name identifies the tensor. A whole tensor's name is unique in the
+	// checkpoint; every rank's piece of a sharded tensor has the same name.
+	Name string
+	// File groups tensors into files with checkpoint_type "sharded"
+	// (e.g. "model", "optim"); "" means "model". Ignored for "blob".
+	File string
+	// Data is the tensor.
+	Data *tensor.Tensor
+	// Shard is nil for a whole tensor; otherwise Data is elements
+	// [Shard.Offset, Shard.Offset+Data.Numel()) of a flat vector of which
+	// every rank holds a piece (a ZeRO partition).
+	Shard *Shard
+}
+
+// Shard places a piece of a flat vector sharded over ranks.
+type Shard struct {
+	// Numel is the number of meaningful elements of the flat vector;
+	// pieces may extend past it (padding), which reads as zero.
+	Numel int64 `json:"numel"`
+	// Offset is where this piece starts in the flat vector.
+	Offset int64 `json:"offset"`
+}
+
+// ParamRef places one model parameter: elements [Offset, Offset+numel)
+// of the saved tensor Source, viewed with Shape.
+type ParamRef struct {
+	Name   string `json:"name"`
+	Shape  []int  `json:"shape"`
+	Source string `json:"source"`
+	Offset int64  `json:"offset"`
+}
+
+// Numel is the product of Shape.
+func (p ParamRef) Numel() int64 { return shapeNumel(p.Shape) }
+
+func shapeNumel(shape []int) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= int64(d)
+	}
+	return n
+}
+
+// Bytes is the total size of the state's tensors.
+func (s *State) Bytes() int64 {
+	var n int64
+	for _, e := range s.Tensors {
+		n += int64(e.Data.Bytes())
+	}
+	return n
+}
+
+// SetMeta stores v, JSON-encoded, under key.
+func (s *State) SetMeta(key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("checkpoint: meta %q: %w", key, err)
+	}
+	if s.Meta == nil {
+		s.Meta = map[string]json.RawMessage{}
+	}
+	s.Meta[key] = b
+	return nil
+}
