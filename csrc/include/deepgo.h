@@ -220,6 +220,76 @@ dg_status dg_unscale_check(dg_ctx *ctx, dg_dtype t, void *const *xs, const int64
  * as a plain scalar loop (no SIMD, no threads), same element math. */
 dg_status dg_adamw_naive_ref(const dg_optim_hparams *hp, float *p, const float *g, float *m, float *v, int64_t n);
 
+/* ---- nn ops ---------------------------------------------------------------
+ * Layer kernels of the reference transformer (package nn), llm.c style:
+ * float32, row-major, contiguous; N rows (= B*T tokens), C channels, OC
+ * output channels, V vocabulary, NH heads of HS channels. Work runs on the
+ * ctx pool. Every *_backward ACCUMULATES (+=) into the gradients it writes
+ * (inputs and parameters alike), so a weight used twice (tied embedding)
+ * sums both uses; a NULL gradient pointer skips that gradient. Matrix
+ * products go through OpenBLAS sgemm kept single-threaded per call
+ * (openblas_set_num_threads(1) once): the pool splits the rows and every
+ * thread runs its own sgemm, so the ctx's thread count is the only knob. */
+
+/* dg_nn_matmul_forward: out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL). */
+dg_status dg_nn_matmul_forward(dg_ctx *ctx, float *out, const float *inp, const float *w, const float *bias,
+			       int64_t n, int64_t c, int64_t oc);
+/* dg_nn_matmul_backward: dinp[N,C] += dout @ w; dw[OC,C] += dout^T @ inp;
+ * dbias[OC] += column sums of dout. */
+dg_status dg_nn_matmul_backward(dg_ctx *ctx, float *dinp, float *dw, float *dbias, const float *dout,
+				const float *inp, const float *w, int64_t n, int64_t c, int64_t oc);
+
+/* dg_nn_layernorm_forward: per row, out = (x - mean) * rstd * w + b with
+ * rstd = 1/sqrt(var + eps) (biased variance); mean[N], rstd[N] are saved
+ * for the backward pass. */
+dg_status dg_nn_layernorm_forward(dg_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
+				  const float *w, const float *b, float eps, int64_t n, int64_t c);
+dg_status dg_nn_layernorm_backward(dg_ctx *ctx, float *dinp, float *dw, float *db, const float *dout,
+				   const float *inp, const float *w, const float *mean, const float *rstd, int64_t n,
+				   int64_t c);
+
+/* dg_nn_gelu_forward: out[n] = GELU(inp[n]), tanh approximation (GPT-2). */
+dg_status dg_nn_gelu_forward(dg_ctx *ctx, float *out, const float *inp, int64_t n);
+/* dg_nn_gelu_backward: dinp[n] += GELU'(inp[n]) * dout[n]. */
+dg_status dg_nn_gelu_backward(dg_ctx *ctx, float *dinp, const float *inp, const float *dout, int64_t n);
+
+/* dg_nn_add: out[n] = a[n] + b[n] (the residual connection; out may alias a or b). */
+dg_status dg_nn_add(dg_ctx *ctx, float *out, const float *a, const float *b, int64_t n);
+
+/* dg_nn_encoder_forward: out[B,T,C] = wte[tok[b,t]] + wpe[t]. A token outside
+ * [0, V) is DG_ERR_INVALID and nothing is written. */
+dg_status dg_nn_encoder_forward(dg_ctx *ctx, float *out, const int32_t *tok, const float *wte, const float *wpe,
+				int64_t b, int64_t t, int64_t c, int64_t v);
+/* dg_nn_encoder_backward: dwte[tok] += dout, dwpe[t] += dout (either may be
+ * NULL). Threads own channel ranges, so repeated tokens never race and the
+ * sums run in token order whatever the thread count. */
+dg_status dg_nn_encoder_backward(dg_ctx *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tok,
+				 int64_t b, int64_t t, int64_t c, int64_t v);
+
+/* dg_nn_attention_forward: causal multi-head self-attention.
+ *   qkv[B,T,3*NH*HS]: per token the queries of all heads, then keys, then
+ *   values (head h at channels h*HS..h*HS+HS of each third);
+ *   out[B,T,NH*HS]; att[B,NH,T,T] receives the softmax weights (the backward
+ *   pass needs them; entries outside the window are 0).
+ * Query t attends to keys max(0, t-window+1)..t; window <= 0 means all of
+ * 0..t. Scores are scaled by 1/sqrt(HS). */
+dg_status dg_nn_attention_forward(dg_ctx *ctx, float *out, float *att, const float *qkv, int64_t b, int64_t t,
+				  int64_t nh, int64_t hs, int64_t window);
+/* dg_nn_attention_backward: dqkv += d(out)/d(qkv)^T dout, from the saved att. */
+dg_status dg_nn_attention_backward(dg_ctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *att,
+				   int64_t b, int64_t t, int64_t nh, int64_t hs, int64_t window);
+
+/* dg_nn_softmax_xent_forward: probs[N,V] = softmax(logits) per row and
+ * losses[N] = -log probs[n, targets[n]]. probs may alias logits. A target
+ * outside [0, V) is DG_ERR_INVALID and nothing is written. */
+dg_status dg_nn_softmax_xent_forward(dg_ctx *ctx, float *probs, float *losses, const float *logits,
+				     const int32_t *targets, int64_t n, int64_t v);
+/* dg_nn_softmax_xent_backward: dlogits[n,:] = (probs[n,:] - onehot(targets[n]))
+ * * dlosses[n] (written, not accumulated: it is the head's scratch); dlogits
+ * may alias probs. */
+dg_status dg_nn_softmax_xent_backward(dg_ctx *ctx, float *dlogits, const float *probs, const int32_t *targets,
+				      const float *dlosses, int64_t n, int64_t v);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/comm/local"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/nn"
+)
+
+func init() {
+	register(command{name: "train", help: "train a GPT (synthetic Markov corpus unless --data) with in-process ranks", run: runTrain})
+}
+
+// trainModels are the --model choices: GPT sizes and the synthetic source.
+var trainModels = map[string]struct {
+	gpt                  nn.GPTConfig
+	vocab, branch, steps int
+}{
+	"tiny":  {nn.GPTConfig{Layers: 1, Heads: 2, Width: 32, SeqLen: 16}, 16, 2, 300},
+	"small": {nn.GPTConfig{Layers: 2, Heads: 4, Width: 64, SeqLen: 32}, 32, 3, 600},
+}
+
+type trainResult struct {
+	FinalLoss    float64   `json:"final_loss"`
+	EntropyFloor *float64  `json:"entropy_floor,omitempty"`
+	Steps        int       `json:"steps"`
+	TokensPerSec float64   `json:"tokens_per_s"`
+	WallSeconds  float64   `json:"wall_s"`
+	PeakMemory   []int64   `json:"peak_memory_per_rank_bytes"`
+	Ranks        int       `json:"ranks"`
+	Losses       []float64 `json:"-"`
+}
+
+// runTrain: deepgo train --config FILE [--data PATH] [--model small|tiny].
+func runTrain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "DeepSpeed JSON config (required)")
+	dataPath := fs.String("data", "", "token data: .arrow, .parquet (column input_ids) or any other file as bytes; default: a synthetic Markov corpus")
+	model := fs.String("model", "small", "model size: small or tiny")
+	ranks := fs.Int("ranks", 2, "in-process data-parallel ranks")
+	steps := fs.Int("steps", 0, "optimizer steps (0: the model's default)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *cfgPath == "" {
+		fmt.Fprintln(stderr, "deepgo train: --config is required")
+		return 2
+	}
+	res, err := train(*cfgPath, *dataPath, *model, *ranks, *steps, stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, "deepgo train:", err)
+		return 1
+	}
+	b, _ := json.Marshal(res)
+	fmt.Fprintln(stdout, string(b))
+	return 0
+}
+
+func train(cfgPath, dataPath, model string, ranks, steps int, stdout io.Writer) (*trainResult, error) {
+	mc, ok := trainModels[model]
+	if !ok {
+		return nil, fmt.Errorf("--model %q: want small or tiny", model)
+	}
+	if steps <= 0 {
+		steps = mc.steps
+	}
+	var corpus *data.Tokens
+	var floor *float64
+	var err error
+	switch {
+	case dataPath == "":
+		m, err := data.NewMarkov(mc.vocab, 1, mc.branch, 3)
+		if err != nil {
+			return nil, err
+		}
+		h := m.EntropyRate()
+		floor = &h
+		corpus = &data.Tokens{IDs: m.Generate(400000, 4), Vocab: mc.vocab}
+	case strings.HasSuffix(dataPath, ".arrow"):
+		corpus, err = data.ReadArrow(dataPath, "input_ids")
+	case strings.HasSuffix(dataPath, ".parquet"):
+		corpus, err = data.ReadParquet(dataPath, "input_ids")
+	default:
+		corpus, err = data.ReadText(dataPath)
+	}
+	if err != nil {
+		return nil, err
+	}
+	gcfg := mc.gpt
+	gcfg.Vocab = corpus.Vocab
+	T := gcfg.SeqLen
+	res := &trainResult{Steps: steps, Ranks: ranks, PeakMemory: make([]int64, ranks)}
+	var mu sync.Mutex
+	start := time.Now()
+	err = local.Run(context.Background(), ranks, local.Options{Timeout: 5 * time.Minute, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+		cfg, err := config.Load(cfgPath)
+		if err != nil {
+			return err
+		}
+		ac := cfg.ActivationCheckpointing
+		g := gcfg
+		g.Checkpointing = nn.Checkpointing{Enabled: ac.NumberCheckpoints != nil || ac.PartitionActivations || ac.CPUCheckpointing,
+			PartitionActivations: ac.PartitionActivations, CPUCheckpointing: ac.CPUCheckpointing,
+			ContiguousMemoryOptimization: ac.ContiguousMemoryOptimization, SynchronizeCheckpointBoundary: ac.SynchronizeCheckpointBoundary, Profile: ac.Profile}
+		if ac.NumberCheckpoints != nil {
+			g.Checkpointing.NumberCheckpoints = *ac.NumberCheckpoints
+		}
+		be, err := backend.NewCPU(1)
+		if err != nil {
+			return err
+		}
+		defer be.Close()
+		gpt, err := nn.NewGPT(g)
+		if err != nil {
+			return err
+		}
+		defer gpt.Free()
+		gpt.UseCtx(be.Ctx())
+		pb, err := nn.NewParamBuffers(gpt)
+		if err != nil {
+			return err
+		}
+		defer pb.Free()
+		if err := gpt.Init(1); err != nil {
+			return err
+		}
+		e, err := deepgo.Initialize(ctx, cfg, gpt, deepgo.WithComm(c), deepgo.WithBackend(be))
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		rank := c.Rank()
+		if rank == 0 {
+			for _, n := range gpt.Notes() {
+				fmt.Fprintln(stdout, "note:", n)
+			}
+			fmt.Fprintf(stdout, "training GPT %d layers x %d wide, %d params, vocab %d, T %d, %d ranks, ZeRO stage %d, %d steps\n",
+				g.Layers, g.Width, nn.NumParams(gpt), g.Vocab, T, ranks, cfg.ZeroOptimization.Stage, steps)
+		}
+		s, err := data.NewDistributedSampler(corpus.NumWindows(T), rank, c.Size(), 5, true)
+		if err != nil {
+			return err
+		}
+		every := 50
+		if cfg.StepsPerPrint != nil && *cfg.StepsPerPrint > 0 {
+			every = *cfg.StepsPerPrint
+		}
+		B, gas := e.Batch().MicroBatch, e.GradientAccumulationSteps()
+		var tail float64
+		t0 := time.Now()
+		for step := 1; step <= steps; step++ {
+			mbs := make([]deepgo.MicroBatch, gas)
+			for i := range mbs {
+				b := corpus.MakeBatch(s.Next(B), T)
+				nb := nn.Batch{Inputs: b.Inputs, Targets: b.Targets, B: B, T: T}
+				mbs[i] = deepgo.MicroBatch{Input: nb, Target: nb}
+			}
+			loss, err := e.TrainBatch(ctx, mbs)
+			if err != nil {
+				return err
+			}
+			if step > steps-steps/10 {
+				tail += loss / float64(steps/10)
+			}
+			mem := e.Memory().ModelStates() + gpt.ActivationStats().Bytes + gpt.ActivationStats().ScratchBytes
+			mu.Lock()
+			res.PeakMemory[rank] = max(res.PeakMemory[rank], mem)
+			mu.Unlock()
+			if rank == 0 && (step%every == 0 || step == steps) {
+				tps := float64(step*B*gas*T*c.Size()) / time.Since(t0).Seconds()
+				fmt.Fprintf(stdout, "step %d loss %.4f lr %.3g loss_scale %g tokens/s %.0f mem/rank %d\n", step, loss, e.LR(), e.LossScale(), tps, mem)
+			}
+		}
+		if rank == 0 {
+			res.FinalLoss = tail
+			res.TokensPerSec = float64(steps*B*gas*T*c.Size()) / time.Since(t0).Seconds()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.WallSeconds = time.Since(start).Seconds()
+	res.EntropyFloor = floor
+	if floor != nil {
+		fmt.Fprintf(stdout, "final loss %.4f vs entropy floor %.4f nats/token (%.1f%% above)\n", res.FinalLoss, *floor, 100*(res.FinalLoss / *floor - 1))
+	}
+	return res, nil
+}

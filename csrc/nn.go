@@ -1,0 +1,112 @@
+package csrc
+
+// Bindings of the nn kernels (deepgo.h, "nn ops"): one Go method per C
+// function, raw pointers to C float32 (and int32 token) memory, sizes as
+// ints. The layers of package nn are written on top of these.
+
+/*
+#cgo LDFLAGS: -lopenblas
+#cgo noescape dg_nn_matmul_forward
+#cgo nocallback dg_nn_matmul_forward
+#cgo noescape dg_nn_matmul_backward
+#cgo nocallback dg_nn_matmul_backward
+#cgo noescape dg_nn_layernorm_forward
+#cgo nocallback dg_nn_layernorm_forward
+#cgo noescape dg_nn_layernorm_backward
+#cgo nocallback dg_nn_layernorm_backward
+#cgo noescape dg_nn_gelu_forward
+#cgo nocallback dg_nn_gelu_forward
+#cgo noescape dg_nn_gelu_backward
+#cgo nocallback dg_nn_gelu_backward
+#cgo noescape dg_nn_add
+#cgo nocallback dg_nn_add
+#cgo noescape dg_nn_encoder_forward
+#cgo nocallback dg_nn_encoder_forward
+#cgo noescape dg_nn_encoder_backward
+#cgo nocallback dg_nn_encoder_backward
+#cgo noescape dg_nn_attention_forward
+#cgo nocallback dg_nn_attention_forward
+#cgo noescape dg_nn_attention_backward
+#cgo nocallback dg_nn_attention_backward
+#cgo noescape dg_nn_softmax_xent_forward
+#cgo nocallback dg_nn_softmax_xent_forward
+#cgo noescape dg_nn_softmax_xent_backward
+#cgo nocallback dg_nn_softmax_xent_backward
+#include "deepgo.h"
+*/
+import "C"
+
+import "unsafe"
+
+func fp(p unsafe.Pointer) *C.float   { return (*C.float)(p) }
+func ip(p unsafe.Pointer) *C.int32_t { return (*C.int32_t)(p) }
+func i64(n int) C.int64_t            { return C.int64_t(n) }
+
+// MatmulForward computes out[n,oc] = inp[n,c] @ w[oc,c]^T + bias[oc] (bias may be nil).
+func (x *Ctx) MatmulForward(out, inp, w, bias unsafe.Pointer, n, c, oc int) error {
+	return check("dg_nn_matmul_forward", C.dg_nn_matmul_forward(x.c, fp(out), fp(inp), fp(w), fp(bias), i64(n), i64(c), i64(oc)))
+}
+
+// MatmulBackward accumulates dinp += dout @ w, dw += dout^T @ inp, dbias +=
+// column sums of dout; a nil gradient is skipped.
+func (x *Ctx) MatmulBackward(dinp, dw, dbias, dout, inp, w unsafe.Pointer, n, c, oc int) error {
+	return check("dg_nn_matmul_backward", C.dg_nn_matmul_backward(x.c, fp(dinp), fp(dw), fp(dbias), fp(dout), fp(inp), fp(w), i64(n), i64(c), i64(oc)))
+}
+
+// LayerNormForward normalises n rows of c channels, saving mean[n] and rstd[n].
+func (x *Ctx) LayerNormForward(out, mean, rstd, inp, w, b unsafe.Pointer, eps float32, n, c int) error {
+	return check("dg_nn_layernorm_forward", C.dg_nn_layernorm_forward(x.c, fp(out), fp(mean), fp(rstd), fp(inp), fp(w), fp(b), C.float(eps), i64(n), i64(c)))
+}
+
+// LayerNormBackward accumulates dinp, dw and db (each may be nil).
+func (x *Ctx) LayerNormBackward(dinp, dw, db, dout, inp, w, mean, rstd unsafe.Pointer, n, c int) error {
+	return check("dg_nn_layernorm_backward", C.dg_nn_layernorm_backward(x.c, fp(dinp), fp(dw), fp(db), fp(dout), fp(inp), fp(w), fp(mean), fp(rstd), i64(n), i64(c)))
+}
+
+// GELUForward computes out = GELU(inp) (tanh approximation) over n elements.
+func (x *Ctx) GELUForward(out, inp unsafe.Pointer, n int) error {
+	return check("dg_nn_gelu_forward", C.dg_nn_gelu_forward(x.c, fp(out), fp(inp), i64(n)))
+}
+
+// GELUBackward accumulates dinp += GELU'(inp) * dout.
+func (x *Ctx) GELUBackward(dinp, inp, dout unsafe.Pointer, n int) error {
+	return check("dg_nn_gelu_backward", C.dg_nn_gelu_backward(x.c, fp(dinp), fp(inp), fp(dout), i64(n)))
+}
+
+// Add computes out = a + b over n elements (out may alias a or b).
+func (x *Ctx) Add(out, a, b unsafe.Pointer, n int) error {
+	return check("dg_nn_add", C.dg_nn_add(x.c, fp(out), fp(a), fp(b), i64(n)))
+}
+
+// EncoderForward computes out[b,t,:] = wte[tok[b,t]] + wpe[t]; tok is int32.
+func (x *Ctx) EncoderForward(out, tok, wte, wpe unsafe.Pointer, b, t, c, v int) error {
+	return check("dg_nn_encoder_forward", C.dg_nn_encoder_forward(x.c, fp(out), ip(tok), fp(wte), fp(wpe), i64(b), i64(t), i64(c), i64(v)))
+}
+
+// EncoderBackward accumulates dwte[tok] += dout and dwpe[t] += dout.
+func (x *Ctx) EncoderBackward(dwte, dwpe, dout, tok unsafe.Pointer, b, t, c, v int) error {
+	return check("dg_nn_encoder_backward", C.dg_nn_encoder_backward(x.c, fp(dwte), fp(dwpe), fp(dout), ip(tok), i64(b), i64(t), i64(c), i64(v)))
+}
+
+// AttentionForward runs causal attention over qkv[b,t,3*nh*hs] into
+// out[b,t,nh*hs], saving the weights in att[b,nh,t,t]; window <= 0 is full.
+func (x *Ctx) AttentionForward(out, att, qkv unsafe.Pointer, b, t, nh, hs, window int) error {
+	return check("dg_nn_attention_forward", C.dg_nn_attention_forward(x.c, fp(out), fp(att), fp(qkv), i64(b), i64(t), i64(nh), i64(hs), i64(window)))
+}
+
+// AttentionBackward accumulates dqkv from dout and the saved att.
+func (x *Ctx) AttentionBackward(dqkv, dout, qkv, att unsafe.Pointer, b, t, nh, hs, window int) error {
+	return check("dg_nn_attention_backward", C.dg_nn_attention_backward(x.c, fp(dqkv), fp(dout), fp(qkv), fp(att), i64(b), i64(t), i64(nh), i64(hs), i64(window)))
+}
+
+// SoftmaxXentForward writes probs = softmax(logits) per row and losses[n] =
+// -log probs[n, targets[n]]; probs may alias logits; targets is int32.
+func (x *Ctx) SoftmaxXentForward(probs, losses, logits, targets unsafe.Pointer, n, v int) error {
+	return check("dg_nn_softmax_xent_forward", C.dg_nn_softmax_xent_forward(x.c, fp(probs), fp(losses), fp(logits), ip(targets), i64(n), i64(v)))
+}
+
+// SoftmaxXentBackward writes dlogits = (probs - onehot) * dlosses per row;
+// dlogits may alias probs.
+func (x *Ctx) SoftmaxXentBackward(dlogits, probs, targets, dlosses unsafe.Pointer, n, v int) error {
+	return check("dg_nn_softmax_xent_backward", C.dg_nn_softmax_xent_backward(x.c, fp(dlogits), fp(probs), ip(targets), fp(dlosses), i64(n), i64(v)))
+}

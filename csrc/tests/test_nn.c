@@ -1,0 +1,277 @@
+/* test_nn.c — the nn kernels against plain double-precision loops, on 1 and
+ * 3 threads, plus the argument checks. Backward kernels are checked for
+ * accumulation (+=) by starting from non-zero gradients. */
+#include <math.h>
+
+#include "test_util.h"
+
+static float *randv(uint64_t *s, int64_t n)
+{
+	float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+	for (int64_t i = 0; i < n; i++)
+		p[i] = rng_float(s);
+	return p;
+}
+
+/* max |a-b| / (1 + |b|) */
+static double maxrel(const float *a, const double *b, int64_t n)
+{
+	double m = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double e = fabs((double)a[i] - b[i]) / (1.0 + fabs(b[i]));
+		if (!(e <= m))
+			m = isnan(e) ? INFINITY : e;
+	}
+	return m;
+}
+
+static double *tod(const float *x, int64_t n)
+{
+	double *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+	for (int64_t i = 0; i < n; i++)
+		p[i] = x[i];
+	return p;
+}
+
+#define TOL 2e-5
+
+static void test_matmul(dg_ctx *ctx, uint64_t *s)
+{
+	const int64_t n = 37, c = 19, oc = 23;
+	float *x = randv(s, n * c), *w = randv(s, oc * c), *b = randv(s, oc), *dout = randv(s, n * oc);
+	float *out = calloc((size_t)(n * oc), sizeof(float));
+	float *dx = randv(s, n * c), *dw = randv(s, oc * c), *db = randv(s, oc);
+	double *rout = malloc(sizeof(double) * n * oc), *rdx = tod(dx, n * c), *rdw = tod(dw, oc * c),
+	       *rdb = tod(db, oc);
+	for (int64_t r = 0; r < n; r++)
+		for (int64_t o = 0; o < oc; o++) {
+			double a = b[o];
+			for (int64_t i = 0; i < c; i++)
+				a += (double)x[r * c + i] * w[o * c + i];
+			rout[r * oc + o] = a;
+		}
+	for (int64_t r = 0; r < n; r++)
+		for (int64_t o = 0; o < oc; o++) {
+			double d = dout[r * oc + o];
+			rdb[o] += d;
+			for (int64_t i = 0; i < c; i++) {
+				rdx[r * c + i] += d * w[o * c + i];
+				rdw[o * c + i] += d * x[r * c + i];
+			}
+		}
+	CHECK_OK(dg_nn_matmul_forward(ctx, out, x, w, b, n, c, oc));
+	CHECK(maxrel(out, rout, n * oc) < TOL);
+	CHECK_OK(dg_nn_matmul_backward(ctx, dx, dw, db, dout, x, w, n, c, oc));
+	CHECK(maxrel(dx, rdx, n * c) < TOL);
+	CHECK(maxrel(dw, rdw, oc * c) < TOL);
+	CHECK(maxrel(db, rdb, oc) < TOL);
+	/* no bias: plain product */
+	CHECK_OK(dg_nn_matmul_forward(ctx, out, x, w, NULL, n, c, oc));
+	for (int64_t o = 0; o < oc; o++)
+		rout[o] -= b[o];
+	CHECK(maxrel(out, rout, oc) < TOL);
+	CHECK(dg_nn_matmul_forward(ctx, NULL, x, w, b, n, c, oc) == DG_ERR_INVALID);
+	CHECK(dg_nn_matmul_forward(ctx, out, x, w, b, -1, c, oc) == DG_ERR_INVALID);
+	free(x), free(w), free(b), free(dout), free(out), free(dx), free(dw), free(db);
+	free(rout), free(rdx), free(rdw), free(rdb);
+}
+
+static void test_layernorm(dg_ctx *ctx, uint64_t *s)
+{
+	const int64_t n = 41, c = 24;
+	float *x = randv(s, n * c), *w = randv(s, c), *b = randv(s, c), *dout = randv(s, n * c);
+	float *out = malloc(sizeof(float) * n * c), *mean = malloc(sizeof(float) * n), *rstd = malloc(sizeof(float) * n);
+	float *dx = randv(s, n * c), *dw = randv(s, c), *db = randv(s, c);
+	double *rout = malloc(sizeof(double) * n * c), *rdx = tod(dx, n * c), *rdw = tod(dw, c), *rdb = tod(db, c);
+	for (int64_t r = 0; r < n; r++) {
+		const float *xr = x + r * c;
+		double m = 0, v = 0;
+		for (int64_t i = 0; i < c; i++)
+			m += xr[i];
+		m /= c;
+		for (int64_t i = 0; i < c; i++)
+			v += (xr[i] - m) * (xr[i] - m);
+		v /= c;
+		double rs = 1 / sqrt(v + 1e-5);
+		double a = 0, bb = 0;
+		for (int64_t i = 0; i < c; i++) {
+			double nm = (xr[i] - m) * rs;
+			rout[r * c + i] = nm * w[i] + b[i];
+			double dn = dout[r * c + i] * (double)w[i];
+			a += dn;
+			bb += dn * nm;
+			rdw[i] += nm * dout[r * c + i];
+			rdb[i] += dout[r * c + i];
+		}
+		a /= c, bb /= c;
+		for (int64_t i = 0; i < c; i++) {
+			double nm = (xr[i] - m) * rs;
+			rdx[r * c + i] += (dout[r * c + i] * (double)w[i] - a - nm * bb) * rs;
+		}
+	}
+	CHECK_OK(dg_nn_layernorm_forward(ctx, out, mean, rstd, x, w, b, 1e-5f, n, c));
+	CHECK(maxrel(out, rout, n * c) < TOL);
+	CHECK_OK(dg_nn_layernorm_backward(ctx, dx, dw, db, dout, x, w, mean, rstd, n, c));
+	CHECK(maxrel(dx, rdx, n * c) < 1e-4);
+	CHECK(maxrel(dw, rdw, c) < TOL);
+	CHECK(maxrel(db, rdb, c) < TOL);
+	CHECK(dg_nn_layernorm_forward(ctx, out, mean, rstd, x, w, b, 1e-5f, n, 0) == DG_ERR_INVALID);
+	free(x), free(w), free(b), free(dout), free(out), free(mean), free(rstd), free(dx), free(dw), free(db);
+	free(rout), free(rdx), free(rdw), free(rdb);
+}
+
+static void test_gelu_add(dg_ctx *ctx, uint64_t *s)
+{
+	const int64_t n = 70001; /* over DG_INLINE_ELEMS, so the pool splits it */
+	float *x = randv(s, n), *dout = randv(s, n), *out = malloc(sizeof(float) * n), *dx = randv(s, n);
+	double *rout = malloc(sizeof(double) * n), *rdx = tod(dx, n);
+	for (int64_t i = 0; i < n; i++)
+		x[i] *= 4;
+	for (int64_t i = 0; i < n; i++) {
+		double v = x[i], k = sqrt(2 / 3.14159265358979323846), u = k * (v + 0.044715 * v * v * v), th = tanh(u);
+		rout[i] = 0.5 * v * (1 + th);
+		rdx[i] += (0.5 * (1 + th) + 0.5 * v * (1 - th * th) * k * (1 + 3 * 0.044715 * v * v)) * dout[i];
+	}
+	CHECK_OK(dg_nn_gelu_forward(ctx, out, x, n));
+	CHECK(maxrel(out, rout, n) < TOL);
+	CHECK_OK(dg_nn_gelu_backward(ctx, dx, x, dout, n));
+	CHECK(maxrel(dx, rdx, n) < TOL);
+	CHECK_OK(dg_nn_add(ctx, out, x, dout, n));
+	for (int64_t i = 0; i < n; i++)
+		CHECK(out[i] == x[i] + dout[i]);
+	free(x), free(dout), free(out), free(dx), free(rout), free(rdx);
+}
+
+static void test_encoder(dg_ctx *ctx, uint64_t *s)
+{
+	const int64_t B = 3, T = 5, C = 40, V = 7;
+	int32_t tok[15];
+	for (int i = 0; i < 15; i++)
+		tok[i] = (int32_t)(rng_next(s) % V);
+	tok[3] = tok[4] = 2; /* a repeated token: its gradient rows must sum */
+	float *wte = randv(s, V * C), *wpe = randv(s, T * C), *dout = randv(s, B * T * C), *out = malloc(sizeof(float) * B * T * C);
+	float *dwte = randv(s, V * C), *dwpe = randv(s, T * C);
+	double *rdwte = tod(dwte, V * C), *rdwpe = tod(dwpe, T * C), *rout = malloc(sizeof(double) * B * T * C);
+	for (int64_t r = 0; r < B * T; r++)
+		for (int64_t i = 0; i < C; i++) {
+			rout[r * C + i] = (double)wte[tok[r] * C + i] + wpe[(r % T) * C + i];
+			rdwte[tok[r] * C + i] += dout[r * C + i];
+			rdwpe[(r % T) * C + i] += dout[r * C + i];
+		}
+	CHECK_OK(dg_nn_encoder_forward(ctx, out, tok, wte, wpe, B, T, C, V));
+	CHECK(maxrel(out, rout, B * T * C) < 1e-7);
+	CHECK_OK(dg_nn_encoder_backward(ctx, dwte, dwpe, dout, tok, B, T, C, V));
+	CHECK(maxrel(dwte, rdwte, V * C) < TOL);
+	CHECK(maxrel(dwpe, rdwpe, T * C) < TOL);
+	tok[7] = (int32_t)V;
+	CHECK(dg_nn_encoder_forward(ctx, out, tok, wte, wpe, B, T, C, V) == DG_ERR_INVALID);
+	free(wte), free(wpe), free(dout), free(out), free(dwte), free(dwpe), free(rdwte), free(rdwpe), free(rout);
+}
+
+static void test_attention(dg_ctx *ctx, uint64_t *s, int64_t window)
+{
+	const int64_t B = 2, T = 7, NH = 3, HS = 4, C = NH * HS;
+	float *qkv = randv(s, B * T * 3 * C), *dout = randv(s, B * T * C), *out = malloc(sizeof(float) * B * T * C);
+	float *att = malloc(sizeof(float) * B * NH * T * T), *dqkv = randv(s, B * T * 3 * C);
+	double *rout = calloc((size_t)(B * T * C), sizeof(double)), *ratt = calloc((size_t)(B * NH * T * T), sizeof(double));
+	double *rdqkv = tod(dqkv, B * T * 3 * C);
+	for (int64_t b = 0; b < B; b++)
+		for (int64_t h = 0; h < NH; h++)
+			for (int64_t q = 0; q < T; q++) {
+				const float *Q = qkv + (b * T + q) * 3 * C + h * HS;
+				int64_t k0 = window > 0 && q - window + 1 > 0 ? q - window + 1 : 0;
+				double sc[16], mx = -1e300, sum = 0;
+				for (int64_t k = k0; k <= q; k++) {
+					const float *K = qkv + (b * T + k) * 3 * C + C + h * HS;
+					double d = 0;
+					for (int64_t i = 0; i < HS; i++)
+						d += (double)Q[i] * K[i];
+					sc[k] = d / sqrt((double)HS);
+					mx = sc[k] > mx ? sc[k] : mx;
+				}
+				for (int64_t k = k0; k <= q; k++)
+					sum += exp(sc[k] - mx);
+				double *A = ratt + ((b * NH + h) * T + q) * T, dA[16], dot = 0;
+				const float *D = dout + (b * T + q) * C + h * HS;
+				for (int64_t k = k0; k <= q; k++) {
+					A[k] = exp(sc[k] - mx) / sum;
+					const float *Vv = qkv + (b * T + k) * 3 * C + 2 * C + h * HS;
+					dA[k] = 0;
+					for (int64_t i = 0; i < HS; i++) {
+						rout[(b * T + q) * C + h * HS + i] += A[k] * Vv[i];
+						dA[k] += (double)D[i] * Vv[i];
+						rdqkv[(b * T + k) * 3 * C + 2 * C + h * HS + i] += A[k] * D[i];
+					}
+					dot += A[k] * dA[k];
+				}
+				for (int64_t k = k0; k <= q; k++) {
+					double ds = A[k] * (dA[k] - dot) / sqrt((double)HS);
+					const float *K = qkv + (b * T + k) * 3 * C + C + h * HS;
+					for (int64_t i = 0; i < HS; i++) {
+						rdqkv[(b * T + q) * 3 * C + h * HS + i] += ds * K[i];
+						rdqkv[(b * T + k) * 3 * C + C + h * HS + i] += ds * Q[i];
+					}
+				}
+			}
+	CHECK_OK(dg_nn_attention_forward(ctx, out, att, qkv, B, T, NH, HS, window));
+	CHECK(maxrel(out, rout, B * T * C) < TOL);
+	CHECK(maxrel(att, ratt, B * NH * T * T) < TOL);
+	CHECK_OK(dg_nn_attention_backward(ctx, dqkv, dout, qkv, att, B, T, NH, HS, window));
+	CHECK(maxrel(dqkv, rdqkv, B * T * 3 * C) < TOL);
+	free(qkv), free(dout), free(out), free(att), free(dqkv), free(rout), free(ratt), free(rdqkv);
+}
+
+static void test_xent(dg_ctx *ctx, uint64_t *s)
+{
+	const int64_t N = 9, V = 50;
+	int32_t tg[9];
+	for (int i = 0; i < 9; i++)
+		tg[i] = (int32_t)(rng_next(s) % V);
+	float *x = randv(s, N * V), *dl = randv(s, N), *p = malloc(sizeof(float) * N * V), *loss = malloc(sizeof(float) * N);
+	for (int64_t i = 0; i < N * V; i++)
+		x[i] *= 10;
+	double *rp = malloc(sizeof(double) * N * V), *rl = malloc(sizeof(double) * N), *rd = malloc(sizeof(double) * N * V);
+	for (int64_t r = 0; r < N; r++) {
+		double mx = -1e300, sum = 0;
+		for (int64_t i = 0; i < V; i++)
+			mx = x[r * V + i] > mx ? x[r * V + i] : mx;
+		for (int64_t i = 0; i < V; i++)
+			sum += exp(x[r * V + i] - mx);
+		for (int64_t i = 0; i < V; i++) {
+			rp[r * V + i] = exp(x[r * V + i] - mx) / sum;
+			rd[r * V + i] = (rp[r * V + i] - (i == tg[r])) * dl[r];
+		}
+		rl[r] = log(sum) - (x[r * V + tg[r]] - mx);
+	}
+	CHECK_OK(dg_nn_softmax_xent_forward(ctx, p, loss, x, tg, N, V));
+	CHECK(maxrel(p, rp, N * V) < TOL);
+	CHECK(maxrel(loss, rl, N) < TOL);
+	/* in place: probs over the logits, then the gradient over the probs */
+	CHECK_OK(dg_nn_softmax_xent_forward(ctx, x, loss, x, tg, N, V));
+	CHECK(maxrel(loss, rl, N) < TOL);
+	CHECK_OK(dg_nn_softmax_xent_backward(ctx, x, x, tg, dl, N, V));
+	CHECK(maxrel(x, rd, N * V) < TOL);
+	tg[0] = -1;
+	CHECK(dg_nn_softmax_xent_forward(ctx, p, loss, p, tg, N, V) == DG_ERR_INVALID);
+	free(x), free(dl), free(p), free(loss), free(rp), free(rl), free(rd);
+}
+
+int main(void)
+{
+	int threads[] = {1, 3};
+	for (int ti = 0; ti < 2; ti++) {
+		dg_ctx *ctx;
+		CHECK_OK(dg_ctx_create(threads[ti], &ctx));
+		uint64_t s = 42;
+		test_matmul(ctx, &s);
+		test_layernorm(ctx, &s);
+		test_gelu_add(ctx, &s);
+		test_encoder(ctx, &s);
+		test_attention(ctx, &s, 0);
+		test_attention(ctx, &s, 3);
+		test_attention(ctx, &s, 1);
+		test_xent(ctx, &s);
+		dg_ctx_destroy(ctx);
+	}
+	return test_done("test_nn");
+}

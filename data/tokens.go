@@ -1,0 +1,72 @@
+package data
+
+import (
+	"fmt"
+	"os"
+)
+
+// Tokens is a token stream: the documents of a dataset concatenated in row
+// order. Windows of the stream, not documents, are the training examples.
+type Tokens struct {
+	IDs   []int32
+	Vocab int // one more than the largest id (at least the declared vocabulary)
+}
+
+func newTokens(ids []int32, vocab int) (*Tokens, error) {
+	for _, id := range ids {
+		if id < 0 {
+			return nil, fmt.Errorf("negative token id %d", id)
+		}
+		if int(id) >= vocab {
+			vocab = int(id) + 1
+		}
+	}
+	return &Tokens{IDs: ids, Vocab: vocab}, nil
+}
+
+// NumWindows is how many non-overlapping windows of t+1 tokens (t inputs
+// and, shifted by one, t targets) the stream holds: consecutive windows
+// share their boundary token, so every token is a target exactly once.
+func (s *Tokens) NumWindows(t int) int {
+	if t < 1 || len(s.IDs) < t+1 {
+		return 0
+	}
+	return (len(s.IDs) - 1) / t
+}
+
+// Window returns window i of length t: inputs ids[i*t : i*t+t] and targets
+// ids[i*t+1 : i*t+t+1] (slices of the stream: do not modify).
+func (s *Tokens) Window(i, t int) (inputs, targets []int32) {
+	lo := i * t
+	return s.IDs[lo : lo+t], s.IDs[lo+1 : lo+t+1]
+}
+
+// ReadText reads a file as bytes: each byte is a token (vocabulary 256).
+func ReadText(path string) (*Tokens, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("data.ReadText: %w", err)
+	}
+	ids := make([]int32, len(b))
+	for i, c := range b {
+		ids[i] = int32(c)
+	}
+	return &Tokens{IDs: ids, Vocab: 256}, nil
+}
+
+// Batch is B windows of T tokens, row-major [B, T].
+type Batch struct {
+	Inputs, Targets []int32
+	B, T            int
+}
+
+// MakeBatch copies the windows idx (each of length t) into one batch.
+func (s *Tokens) MakeBatch(idx []int, t int) Batch {
+	b := Batch{Inputs: make([]int32, 0, len(idx)*t), Targets: make([]int32, 0, len(idx)*t), B: len(idx), T: t}
+	for _, i := range idx {
+		in, tg := s.Window(i, t)
+		b.Inputs = append(b.Inputs, in...)
+		b.Targets = append(b.Targets, tg...)
+	}
+	return b
+}

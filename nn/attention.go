@@ -1,0 +1,51 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// Attention is the parameter-free core of causal multi-head self-attention:
+// softmax(q k^T / sqrt(HeadSize)) v per head, each query seeing only keys at
+// or before its own position, and with Window > 0 only the last Window of
+// them (itself included: Longformer/Mistral-style sliding window). The
+// projections around it are Linear layers (see Block). Heads is a field, not
+// derived from the width, so a tensor-parallel shard is an Attention with
+// Heads/world heads over its slice of q, k, v.
+type Attention struct {
+	Heads, HeadSize int
+	Window          int // attention_window_size; <= 0: full causal
+}
+
+// Params is empty.
+func (Attention) Params() []*Param { return nil }
+
+// Forward reads qkv[B, T, 3*Heads*HeadSize] (all heads' queries, then keys,
+// then values per token) and writes out[B, T, Heads*HeadSize] and the
+// softmax weights att[B, Heads, T, T], which Backward needs.
+func (a Attention) Forward(ctx *csrc.Ctx, out, att, qkv *tensor.Tensor, b, t int) error {
+	const op = "Attention.Forward"
+	c := a.Heads * a.HeadSize
+	if err := needF32(op, "out", out, b*t*c, "att", att, b*a.Heads*t*t, "qkv", qkv, b*t*3*c); err != nil {
+		return err
+	}
+	if err := ctx.AttentionForward(out.Ptr(), att.Ptr(), qkv.Ptr(), b, t, a.Heads, a.HeadSize, a.Window); err != nil {
+		return fmt.Errorf("nn.%s: %w", op, err)
+	}
+	return nil
+}
+
+// Backward accumulates dqkv[B, T, 3C] from dout[B, T, C] and the saved att.
+func (a Attention) Backward(ctx *csrc.Ctx, dqkv, dout, qkv, att *tensor.Tensor, b, t int) error {
+	const op = "Attention.Backward"
+	c := a.Heads * a.HeadSize
+	if err := needF32(op, "dqkv", dqkv, b*t*3*c, "dout", dout, b*t*c, "qkv", qkv, b*t*3*c, "att", att, b*a.Heads*t*t); err != nil {
+		return err
+	}
+	if err := ctx.AttentionBackward(dqkv.Ptr(), dout.Ptr(), qkv.Ptr(), att.Ptr(), b, t, a.Heads, a.HeadSize, a.Window); err != nil {
+		return fmt.Errorf("nn.%s: %w", op, err)
+	}
+	return nil
+}

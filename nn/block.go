@@ -1,0 +1,184 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// Block is GPT-2's pre-LN transformer block on a residual stream x[N, C]:
+//
+//	h   = x + Proj(Attn(QKV(LN1(x))))
+//	out = h + FCProj(GELU(FC(LN2(h))))
+type Block struct {
+	Width  int
+	LN1    *LayerNorm
+	QKV    *Linear // C -> 3C
+	Attn   Attention
+	Proj   *Linear // C -> C
+	LN2    *LayerNorm
+	FC     *Linear // C -> 4C
+	Act    GELU
+	FCProj *Linear // 4C -> C
+}
+
+// NewBlock declares a block named name with heads heads over width channels
+// and an attention window (<= 0: full causal).
+func NewBlock(name string, width, heads, window int) (*Block, error) {
+	if width <= 0 || heads <= 0 || width%heads != 0 {
+		return nil, fmt.Errorf("nn.NewBlock(%s): width %d must be a positive multiple of heads %d", name, width, heads)
+	}
+	return &Block{
+		Width:  width,
+		LN1:    NewLayerNorm(name+".ln_1", width),
+		QKV:    NewLinear(name+".attn.c_attn", width, 3*width, true),
+		Attn:   Attention{Heads: heads, HeadSize: width / heads, Window: window},
+		Proj:   NewLinear(name+".attn.c_proj", width, width, true),
+		LN2:    NewLayerNorm(name+".ln_2", width),
+		FC:     NewLinear(name+".mlp.c_fc", width, 4*width, true),
+		FCProj: NewLinear(name+".mlp.c_proj", 4*width, width, true),
+	}, nil
+}
+
+// Params lists the block's parameters in forward order.
+func (k *Block) Params() []*Param {
+	var ps []*Param
+	for _, m := range []Module{k.LN1, k.QKV, k.Proj, k.LN2, k.FC, k.FCProj} {
+		ps = append(ps, m.Params()...)
+	}
+	return ps
+}
+
+// BlockActivations are what a block's backward pass reads, for N = B*T rows.
+type BlockActivations struct {
+	LN1, LN1Mean, LN1Rstd *tensor.Tensor // [N, C], [N], [N]
+	QKV                   *tensor.Tensor // [N, 3C]
+	Att                   *tensor.Tensor // [B, H, T, T]
+	AttY                  *tensor.Tensor // [N, C]
+	Res2                  *tensor.Tensor // [N, C]: x + attention
+	LN2, LN2Mean, LN2Rstd *tensor.Tensor // [N, C], [N], [N]
+	FC, FCAct             *tensor.Tensor // [N, 4C] before and after GELU
+}
+
+// NewActivations allocates one block's activations for b x t tokens.
+func (k *Block) NewActivations(a *Arena, b, t int) (*BlockActivations, error) {
+	n, c := b*t, k.Width
+	var s BlockActivations
+	var err error
+	for _, f := range []struct {
+		p     **tensor.Tensor
+		shape []int
+	}{
+		{&s.LN1, []int{n, c}}, {&s.LN1Mean, []int{n}}, {&s.LN1Rstd, []int{n}}, {&s.QKV, []int{n, 3 * c}},
+		{&s.Att, []int{b, k.Attn.Heads, t, t}}, {&s.AttY, []int{n, c}}, {&s.Res2, []int{n, c}},
+		{&s.LN2, []int{n, c}}, {&s.LN2Mean, []int{n}}, {&s.LN2Rstd, []int{n}}, {&s.FC, []int{n, 4 * c}}, {&s.FCAct, []int{n, 4 * c}},
+	} {
+		if *f.p, err = a.Float32(f.shape...); err != nil {
+			return nil, err
+		}
+	}
+	return &s, nil
+}
+
+// BlockScratch is what a block needs only while it runs (the projection
+// outputs, consumed at once by the residual adds, and the gradients of its
+// internal activations); every block of a model shares one.
+type BlockScratch struct {
+	Proj, DRes2, DLN, DAttY *tensor.Tensor // [N, C]
+	DQKV                    *tensor.Tensor // [N, 3C]
+	DFC, DFCAct             *tensor.Tensor // [N, 4C]
+}
+
+// NewScratch allocates a block scratch for b x t tokens.
+func (k *Block) NewScratch(a *Arena, b, t int) (*BlockScratch, error) {
+	n, c := b*t, k.Width
+	var s BlockScratch
+	var err error
+	for _, f := range []struct {
+		p *(*tensor.Tensor)
+		w int
+	}{{&s.Proj, c}, {&s.DRes2, c}, {&s.DLN, c}, {&s.DAttY, c}, {&s.DQKV, 3 * c}, {&s.DFC, 4 * c}, {&s.DFCAct, 4 * c}} {
+		if *f.p, err = a.Float32(n, f.w); err != nil {
+			return nil, err
+		}
+	}
+	return &s, nil
+}
+
+// Forward computes out[N, C] from in[N, C] (N = b*t), filling acts.
+func (k *Block) Forward(ctx *csrc.Ctx, out, in *tensor.Tensor, acts *BlockActivations, s *BlockScratch, b, t int) error {
+	n := b * t
+	if err := needF32("Block.Forward", "out", out, n*k.Width, "in", in, n*k.Width); err != nil {
+		return err
+	}
+	steps := []func() error{
+		func() error { return k.LN1.Forward(ctx, acts.LN1, acts.LN1Mean, acts.LN1Rstd, in, n) },
+		func() error { return k.QKV.Forward(ctx, acts.QKV, acts.LN1, n) },
+		func() error { return k.Attn.Forward(ctx, acts.AttY, acts.Att, acts.QKV, b, t) },
+		func() error { return k.Proj.Forward(ctx, s.Proj, acts.AttY, n) },
+		func() error { return add(ctx, acts.Res2, in, s.Proj, n*k.Width) },
+		func() error { return k.LN2.Forward(ctx, acts.LN2, acts.LN2Mean, acts.LN2Rstd, acts.Res2, n) },
+		func() error { return k.FC.Forward(ctx, acts.FC, acts.LN2, n) },
+		func() error { return k.Act.Forward(ctx, acts.FCAct, acts.FC, n*4*k.Width) },
+		func() error { return k.FCProj.Forward(ctx, s.Proj, acts.FCAct, n) },
+		func() error { return add(ctx, out, acts.Res2, s.Proj, n*k.Width) },
+	}
+	for _, f := range steps {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Backward accumulates din[N, C] += d(out)/d(in)^T dout and every
+// parameter gradient, from the activations Forward left in acts.
+func (k *Block) Backward(ctx *csrc.Ctx, din, dout, in *tensor.Tensor, acts *BlockActivations, s *BlockScratch, b, t int) error {
+	n, c := b*t, k.Width
+	if err := needF32("Block.Backward", "din", din, n*c, "dout", dout, n*c, "in", in, n*c); err != nil {
+		return err
+	}
+	steps := []func() error{
+		// the residual passes dout straight through to h
+		func() error { return copyF32(s.DRes2, dout, n*c) },
+		func() error { zero(s.DFCAct); return k.FCProj.Backward(ctx, s.DFCAct, dout, acts.FCAct, n) },
+		func() error { zero(s.DFC); return k.Act.Backward(ctx, s.DFC, acts.FC, s.DFCAct, n*4*c) },
+		func() error { zero(s.DLN); return k.FC.Backward(ctx, s.DLN, s.DFC, acts.LN2, n) },
+		func() error { return k.LN2.Backward(ctx, s.DRes2, s.DLN, acts.Res2, acts.LN2Mean, acts.LN2Rstd, n) },
+		func() error { zero(s.DAttY); return k.Proj.Backward(ctx, s.DAttY, s.DRes2, acts.AttY, n) },
+		func() error { zero(s.DQKV); return k.Attn.Backward(ctx, s.DQKV, s.DAttY, acts.QKV, acts.Att, b, t) },
+		func() error { zero(s.DLN); return k.QKV.Backward(ctx, s.DLN, s.DQKV, acts.LN1, n) },
+		func() error { return add(ctx, din, din, s.DRes2, n*c) },
+		func() error { return k.LN1.Backward(ctx, din, s.DLN, in, acts.LN1Mean, acts.LN1Rstd, n) },
+	}
+	for _, f := range steps {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func add(ctx *csrc.Ctx, out, a, b *tensor.Tensor, n int) error {
+	if err := needF32("add", "out", out, n, "a", a, n, "b", b, n); err != nil {
+		return err
+	}
+	if err := ctx.Add(out.Ptr(), a.Ptr(), b.Ptr(), n); err != nil {
+		return fmt.Errorf("nn: residual add: %w", err)
+	}
+	return nil
+}
+
+func copyF32(dst, src *tensor.Tensor, n int) error {
+	d, err := dst.Float32s()
+	if err != nil {
+		return err
+	}
+	s, err := src.Float32s()
+	if err != nil {
+		return err
+	}
+	copy(d[:n], s[:n])
+	return nil
+}

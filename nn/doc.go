@@ -1,0 +1,25 @@
+// Package nn holds deepgo's reference layers: Linear, Embedding, LayerNorm,
+// GELU, causal multi-head self-attention (optionally windowed), pre-LN
+// transformer blocks, softmax cross-entropy, and a GPT-2 style model built
+// from them, with activation checkpointing.
+//
+// Every layer is a forward/backward pair in llm.c's style (shapes in the
+// comments, explicit buffers, no autograd): the arithmetic runs in the C core
+// (csrc/nn_*.c) on a csrc.Ctx's thread pool, the matrix products on OpenBLAS
+// sgemm kept single-threaded per call, the pool splitting the rows.
+//
+// Parameters are declared, not owned: a layer lists its parameters (Param:
+// name, shape) and whoever trains the model binds each one to a value and a
+// gradient tensor, typically views of the flat buffers a ZeRO engine
+// partitions (see Bind and NewParamBuffers). Backward passes accumulate into
+// the gradients (+=), so a parameter used twice — the tied token embedding
+// and output head of GPT — receives the sum of both uses, and gradient
+// accumulation over micro-batches is the caller zeroing the gradients only
+// at a boundary.
+//
+// Tensor parallelism is not implemented, but the layers are cut so that it
+// can be added around them: Linear knows its in/out features, so a column
+// or row shard is a Linear with Out/world or In/world features; attention
+// takes its heads as a parameter, so a head shard is an Attention with
+// Heads/world heads.
+package nn

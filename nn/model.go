@@ -1,0 +1,297 @@
+package nn
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// GPT as a deepgo.Model: the modules are the embedding, each block, and the
+// head (ln_f plus the output projection tied to wte); activations between
+// them are *tensor.Tensor views of the model's residual stream, and the
+// input of the first module is a Batch.
+//
+// The tied weight belongs to the embedding module only. The head reads its
+// Data during the head's forward and backward, and writes its share of the
+// gradient into a private [V, C] buffer that the embedding module's
+// Backward adds into wte's Grad: an engine may bind a module's gradients
+// only while that module runs backward (ZeRO 2 buckets), and the embedding
+// runs last, so both uses land in the one gradient before it is reduced.
+// ZeRO stage 3, which releases wte after the embedding module's forward,
+// is refused with an error at the head.
+
+var _ deepgo.Model = (*GPT)(nil)
+
+// Batch is one micro-batch of token ids, row-major [B, T]: the input of
+// GPT's first module (and the Target of deepgo.MicroBatch).
+type Batch struct {
+	Inputs, Targets []int32
+	B, T            int
+}
+
+// UseCtx sets the C context the modules run on when driven by an engine
+// (Forward and Backward set it themselves).
+func (g *GPT) UseCtx(ctx *csrc.Ctx) { g.ctx = ctx }
+
+// Modules lists embedding, blocks, head; the same values on every call.
+func (g *GPT) Modules() []deepgo.Module {
+	if g.mods == nil {
+		g.mods = append(g.mods, embedModule{g})
+		for l := range g.Blocks {
+			g.mods = append(g.mods, blockModule{g, l})
+		}
+		g.mods = append(g.mods, headModule{g})
+	}
+	return g.mods
+}
+
+func (g *GPT) needCtx() (*csrc.Ctx, error) {
+	if g.ctx == nil {
+		return nil, fmt.Errorf("nn.GPT: no C context: call UseCtx before training with an engine")
+	}
+	return g.ctx, nil
+}
+
+func asBatch(a deepgo.Activation) (Batch, error) {
+	switch b := a.(type) {
+	case Batch:
+		return b, nil
+	case *Batch:
+		return *b, nil
+	}
+	return Batch{}, fmt.Errorf("nn.GPT: input is %T, want nn.Batch", a)
+}
+
+func asTensor(what string, a deepgo.Activation) (*tensor.Tensor, error) {
+	t, ok := a.(*tensor.Tensor)
+	if !ok {
+		return nil, fmt.Errorf("nn.GPT: %s is %T, want *tensor.Tensor", what, a)
+	}
+	return t, nil
+}
+
+type embedModule struct{ g *GPT }
+
+func (m embedModule) Name() string     { return "transformer.embed" }
+func (m embedModule) Params() []*Param { return m.g.Embed.Params() }
+
+func (m embedModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
+	g := m.g
+	ctx, err := g.needCtx()
+	if err != nil {
+		return nil, err
+	}
+	b, err := asBatch(in)
+	if err != nil {
+		return nil, err
+	}
+	if b.B < 1 || b.T < 1 || b.T > g.Config.SeqLen {
+		return nil, fmt.Errorf("nn.GPT.Forward: batch %d x %d tokens: need B >= 1 and 1 <= T <= %d", b.B, b.T, g.Config.SeqLen)
+	}
+	if len(b.Inputs) != b.B*b.T || len(b.Targets) != b.B*b.T {
+		return nil, fmt.Errorf("nn.GPT.Forward: %d inputs and %d targets for %d x %d tokens", len(b.Inputs), len(b.Targets), b.B, b.T)
+	}
+	if err := g.alloc(b.B, b.T); err != nil {
+		return nil, err
+	}
+	s := g.st
+	s.gradOut = nil
+	tok, _ := s.tokens.Int32s()
+	copy(tok, b.Inputs)
+	tg, _ := s.targets.Int32s()
+	copy(tg, b.Targets)
+	if err := g.Embed.Forward(ctx, s.resid[0], s.tokens, b.B, b.T); err != nil {
+		return nil, err
+	}
+	return s.resid[0], nil
+}
+
+func (m embedModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
+	g := m.g
+	ctx, err := g.needCtx()
+	if err != nil {
+		return nil, err
+	}
+	d, err := asTensor("embedding gradient", gout)
+	if err != nil {
+		return nil, err
+	}
+	if err := bound("GPT.Backward", g.Embed.Tok, true); err != nil {
+		return nil, err
+	}
+	// the head's share of the tied weight's gradient joins the embedding's
+	vc := g.Config.Vocab * g.Config.Width
+	if err := ctx.Add(g.Embed.Tok.Grad.Ptr(), g.Embed.Tok.Grad.Ptr(), g.st.dwteHead.Ptr(), vc); err != nil {
+		return nil, fmt.Errorf("nn.GPT.Backward: tied wte: %w", err)
+	}
+	return nil, g.Embed.Backward(ctx, d, g.st.tokens, g.st.b, g.st.t)
+}
+
+type blockModule struct {
+	g *GPT
+	l int
+}
+
+func (m blockModule) Name() string     { return fmt.Sprintf("transformer.h.%d", m.l) }
+func (m blockModule) Params() []*Param { return m.g.Blocks[m.l].Params() }
+
+func (m blockModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
+	g := m.g
+	ctx, err := g.needCtx()
+	if err != nil {
+		return nil, err
+	}
+	if g.st == nil {
+		return nil, fmt.Errorf("nn.GPT: block %d before the embedding", m.l)
+	}
+	s := g.st
+	x, err := asTensor("block input", in)
+	if err != nil {
+		return nil, err
+	}
+	if x != s.resid[m.l] {
+		return nil, fmt.Errorf("nn.GPT: block %d got an input that is not the previous module's output", m.l)
+	}
+	if err := g.Blocks[m.l].Forward(ctx, s.resid[m.l+1], x, g.actsFor(m.l), s.scratch, s.b, s.t); err != nil {
+		return nil, err
+	}
+	return s.resid[m.l+1], nil
+}
+
+func (m blockModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
+	g := m.g
+	ctx, err := g.needCtx()
+	if err != nil {
+		return nil, err
+	}
+	s := g.st
+	dout, err := asTensor("block gradient", gout)
+	if err != nil {
+		return nil, err
+	}
+	blk, acts := g.Blocks[m.l], g.actsFor(m.l)
+	if m.l < g.checkpointed() {
+		// recompute the block's internals from its saved input; the
+		// output lands where it was (same values) and is not read again
+		t0 := time.Now()
+		if err := blk.Forward(ctx, s.resid[m.l+1], s.resid[m.l], acts, s.scratch, s.b, s.t); err != nil {
+			return nil, fmt.Errorf("nn.GPT: recompute block %d: %w", m.l, err)
+		}
+		if g.Config.Checkpointing.Profile {
+			s.recomputed += time.Since(t0)
+		}
+	}
+	din := s.dA
+	if dout == s.dA {
+		din = s.dB
+	}
+	zero(din)
+	if err := blk.Backward(ctx, din, dout, s.resid[m.l], acts, s.scratch, s.b, s.t); err != nil {
+		return nil, err
+	}
+	return din, nil
+}
+
+type headModule struct{ g *GPT }
+
+func (m headModule) Name() string     { return "transformer.ln_f" }
+func (m headModule) Params() []*Param { return m.g.LNF.Params() }
+
+func (m headModule) wte(op string) error {
+	if p := m.g.Embed.Tok; p.Data == nil || p.Data.Ptr() == nil || p.Data.DType() != tensor.Float32 {
+		return fmt.Errorf("nn.GPT.%s: the output head is tied to %s, which is not available as float32 here (ZeRO stage 3 releases it after the embedding; fp16/bf16 are not supported by these layers)", op, p.Name)
+	}
+	return nil
+}
+
+func (m headModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
+	g := m.g
+	ctx, err := g.needCtx()
+	if err != nil {
+		return nil, err
+	}
+	s := g.st
+	x, err := asTensor("head input", in)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.wte("Forward"); err != nil {
+		return nil, err
+	}
+	n := s.b * s.t
+	if err := g.LNF.Forward(ctx, s.lnf, s.lnfMean, s.lnfRstd, x, n); err != nil {
+		return nil, err
+	}
+	// logits[N, V] = lnf @ wte^T
+	if err := ctx.MatmulForward(s.probs.Ptr(), s.lnf.Ptr(), g.Embed.Tok.Data.Ptr(), nil, n, g.Config.Width, g.Config.Vocab); err != nil {
+		return nil, fmt.Errorf("nn.GPT.Forward: head: %w", err)
+	}
+	return s.probs, nil
+}
+
+func (m headModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
+	g := m.g
+	ctx, err := g.needCtx()
+	if err != nil {
+		return nil, err
+	}
+	s := g.st
+	dlogits, err := asTensor("logits gradient", gout)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.wte("Backward"); err != nil {
+		return nil, err
+	}
+	n, c := s.b*s.t, g.Config.Width
+	zero(s.dB) // dlnf
+	zero(s.dwteHead)
+	if err := ctx.MatmulBackward(s.dB.Ptr(), s.dwteHead.Ptr(), nil, dlogits.Ptr(), s.lnf.Ptr(), g.Embed.Tok.Data.Ptr(), n, c, g.Config.Vocab); err != nil {
+		return nil, fmt.Errorf("nn.GPT.Backward: head: %w", err)
+	}
+	zero(s.dA)
+	if err := g.LNF.Backward(ctx, s.dA, s.dB, s.resid[g.Config.Layers], s.lnfMean, s.lnfRstd, n); err != nil {
+		return nil, err
+	}
+	return s.dA, nil
+}
+
+// Loss is the mean cross-entropy of the head's logits against the batch's
+// targets; the gradient it returns (in place of the logits) is that of
+// gradScale x loss.
+func (g *GPT) Loss(_ context.Context, out, target deepgo.Activation, gradScale float64) (float64, deepgo.Activation, error) {
+	ctx, err := g.needCtx()
+	if err != nil {
+		return 0, nil, err
+	}
+	s := g.st
+	logits, err := asTensor("logits", out)
+	if err != nil {
+		return 0, nil, err
+	}
+	if b, err := asBatch(target); err == nil {
+		if len(b.Targets) != s.b*s.t {
+			return 0, nil, fmt.Errorf("nn.GPT.Loss: %d targets for %d x %d tokens", len(b.Targets), s.b, s.t)
+		}
+		tg, _ := s.targets.Int32s()
+		copy(tg, b.Targets)
+	}
+	n := s.b * s.t
+	loss, err := g.Xent.Forward(ctx, logits, s.losses, logits, s.targets, n)
+	if err != nil {
+		return 0, nil, err
+	}
+	dl, _ := s.dlosses.Float32s()
+	for i := range dl {
+		dl[i] = float32(gradScale / float64(n))
+	}
+	// probs become dlogits in place
+	if err := g.Xent.Backward(ctx, logits, logits, s.targets, s.dlosses, n); err != nil {
+		return 0, nil, err
+	}
+	return float64(loss), logits, nil
+}

@@ -1,0 +1,148 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo"
+
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// Param is one trainable parameter: the engine's deepgo.Param (name and
+// shape declared by the layer; Data and Grad bound by whoever trains it,
+// float32 contiguous host memory for these layers). Being the same type,
+// the engine binds the layers' parameters directly, with no copy.
+type Param = deepgo.Param
+
+// numel is the element count of p's declared shape.
+func numel(p *Param) int {
+	n := 1
+	for _, d := range p.Shape {
+		n *= d
+	}
+	return n
+}
+
+func newParam(name string, shape ...int) *Param { return &Param{Name: name, Shape: shape} }
+
+// Module is anything with trainable parameters: every layer of this package
+// and the GPT model. Params lists them in a fixed order, each exactly once
+// (a tied weight is one Param, even though it is used twice).
+type Module interface {
+	Params() []*Param
+}
+
+// Specs lists m's parameters as tensor.ParamSpecs, in order.
+func Specs(m Module) []tensor.ParamSpec {
+	ps := m.Params()
+	out := make([]tensor.ParamSpec, len(ps))
+	for i, p := range ps {
+		out[i] = tensor.ParamSpec{Name: p.Name, Shape: append([]int(nil), p.Shape...)}
+	}
+	return out
+}
+
+// Bind points m's parameters at values[i] and grads[i] (one pair per Param,
+// in Params order; grads may be nil for inference), checking dtype and size.
+func Bind(m Module, values, grads []*tensor.Tensor) error {
+	ps := m.Params()
+	if len(values) != len(ps) || (grads != nil && len(grads) != len(ps)) {
+		return fmt.Errorf("nn.Bind: %d parameters, got %d values and %d grads", len(ps), len(values), len(grads))
+	}
+	for i, p := range ps {
+		if err := checkParamTensor(p, "value", values[i]); err != nil {
+			return err
+		}
+		if grads != nil {
+			if err := checkParamTensor(p, "grad", grads[i]); err != nil {
+				return err
+			}
+		}
+	}
+	for i, p := range ps {
+		p.Data = values[i]
+		if grads != nil {
+			p.Grad = grads[i]
+		}
+	}
+	return nil
+}
+
+func checkParamTensor(p *Param, what string, t *tensor.Tensor) error {
+	if t == nil {
+		return fmt.Errorf("nn.Bind: %s %s is nil", p.Name, what)
+	}
+	if t.DType() != tensor.Float32 || !t.Contiguous() || !t.Device().IsCPU() {
+		return fmt.Errorf("nn.Bind: %s %s is %v: want contiguous float32 host memory", p.Name, what, t)
+	}
+	if t.Numel() != numel(p) {
+		return fmt.Errorf("nn.Bind: %s %s has %d elements, shape %v needs %d", p.Name, what, t.Numel(), p.Shape, numel(p))
+	}
+	return nil
+}
+
+// ParamBuffers is a standalone home for a module's parameters: one flat
+// buffer of values and one of gradients, each parameter a view of both.
+// Trainers without an engine (tests, benchmarks) use it; the engine binds
+// its own partitioned buffers instead.
+type ParamBuffers struct {
+	Values, Grads *tensor.Flat
+}
+
+// NewParamBuffers allocates zeroed flat value and gradient buffers for m and
+// binds every parameter to its views.
+func NewParamBuffers(m Module) (*ParamBuffers, error) {
+	specs := Specs(m)
+	vals, err := tensor.NewFlat(tensor.Float32, specs, 16, 1)
+	if err != nil {
+		return nil, fmt.Errorf("nn.NewParamBuffers: %w", err)
+	}
+	grads, err := tensor.NewFlat(tensor.Float32, specs, 16, 1)
+	if err != nil {
+		vals.Free()
+		return nil, fmt.Errorf("nn.NewParamBuffers: %w", err)
+	}
+	vs := make([]*tensor.Tensor, len(specs))
+	gs := make([]*tensor.Tensor, len(specs))
+	for i := range specs {
+		if vs[i], err = vals.View(i); err == nil {
+			gs[i], err = grads.View(i)
+		}
+		if err != nil {
+			vals.Free()
+			grads.Free()
+			return nil, fmt.Errorf("nn.NewParamBuffers: %w", err)
+		}
+	}
+	if err := Bind(m, vs, gs); err != nil {
+		vals.Free()
+		grads.Free()
+		return nil, err
+	}
+	return &ParamBuffers{Values: vals, Grads: grads}, nil
+}
+
+// ZeroGrads sets every gradient to zero.
+func (b *ParamBuffers) ZeroGrads() error {
+	g, err := b.Grads.Data.Float32s()
+	if err != nil {
+		return err
+	}
+	clear(g)
+	return nil
+}
+
+// Free releases both buffers; the bound views die with them.
+func (b *ParamBuffers) Free() {
+	b.Values.Free()
+	b.Grads.Free()
+}
+
+// NumParams sums the parameter counts of m.
+func NumParams(m Module) int {
+	n := 0
+	for _, p := range m.Params() {
+		n += numel(p)
+	}
+	return n
+}
