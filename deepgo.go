@@ -64,6 +64,17 @@ type Param struct {
 	Parallel TPLayout
 }
 
+// Resident is implemented by a Module whose parameters other modules read
+// outside its own Forward and Backward, such as a token embedding tied to
+// the output head. Under ZeRO stage 3 the engine keeps such a module's
+// parameters gathered for the whole run (as stage3_param_persistence_threshold
+// does for small modules) instead of releasing them after use; its gradients
+// are reduced like any other module's, after its own Backward. At stages 0-2
+// every parameter is resident anyway.
+type Resident interface {
+	Resident() bool
+}
+
 // Module is one unit the engine schedules: ZeRO-3 gathers its parameters
 // as one flat buffer before Forward and before Backward, and its gradients
 // are ready for reduction when Backward returns.

@@ -134,6 +134,9 @@ func Initialize(ctx context.Context, cfg *config.Config, model Model, opts ...Op
 		ps := m.Params()
 		e.params[i] = ps
 		specs[i] = zero.ModuleSpec{Name: name, Params: make([]zero.ParamSpec, len(ps))}
+		if r, ok := m.(Resident); ok && r.Resident() {
+			specs[i].Persistent = true
+		}
 		for j, p := range ps {
 			if p == nil {
 				return nil, fmt.Errorf("deepgo.Initialize: module %q param %d is nil", name, j)

@@ -21,8 +21,9 @@ import (
 // Backward adds into wte's Grad: an engine may bind a module's gradients
 // only while that module runs backward (ZeRO 2 buckets), and the embedding
 // runs last, so both uses land in the one gradient before it is reduced.
-// ZeRO stage 3, which releases wte after the embedding module's forward,
-// is refused with an error at the head.
+// Under ZeRO stage 3 the embedding module is deepgo.Resident, so the engine
+// keeps wte gathered for the head instead of releasing it after the
+// embedding's forward.
 
 var _ deepgo.Model = (*GPT)(nil)
 
@@ -76,7 +77,10 @@ func asTensor(what string, a deepgo.Activation) (*tensor.Tensor, error) {
 
 type embedModule struct{ g *GPT }
 
-func (m embedModule) Name() string     { return "transformer.embed" }
+func (m embedModule) Name() string { return "transformer.embed" }
+
+// Resident keeps the tied wte gathered under ZeRO stage 3: the head reads it.
+func (m embedModule) Resident() bool   { return true }
 func (m embedModule) Params() []*Param { return m.g.Embed.Params() }
 
 func (m embedModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
@@ -203,7 +207,7 @@ func (m headModule) Params() []*Param { return m.g.LNF.Params() }
 
 func (m headModule) wte(op string) error {
 	if p := m.g.Embed.Tok; p.Data == nil || p.Data.Ptr() == nil || p.Data.DType() != tensor.Float32 {
-		return fmt.Errorf("nn.GPT.%s: the output head is tied to %s, which is not available as float32 here (ZeRO stage 3 releases it after the embedding; fp16/bf16 are not supported by these layers)", op, p.Name)
+		return fmt.Errorf("nn.GPT.%s: the output head is tied to %s, which is not available as float32 here (fp16/bf16 are not supported by these layers)", op, p.Name)
 	}
 	return nil
 }

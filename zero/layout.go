@@ -21,6 +21,10 @@ func (p ParamSpec) Numel() int {
 type ModuleSpec struct {
 	Name   string
 	Params []ParamSpec
+	// Persistent keeps the module's parameters gathered for the whole run at
+	// stage 3, as stage3_param_persistence_threshold does for small modules:
+	// for modules whose weights other modules read (a tied embedding).
+	Persistent bool
 }
 
 // Slot is where one parameter lives inside a unit.

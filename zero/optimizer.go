@@ -280,7 +280,7 @@ func (z *Optimizer) alloc() error {
 				u := ws[0].Unit
 				z.unitOf[m] = u
 				numel[m] = int64(z.lay.Units[u].Used)
-				persist[m] = numel[m] <= z.cfg.PersistenceThreshold
+				persist[m] = z.mods[m].Persistent || numel[m] <= z.cfg.PersistenceThreshold
 			}
 		}
 		z.coord = NewCoordinator(z.cfg.Coordinator, numel, persist)
