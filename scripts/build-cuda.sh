@@ -81,4 +81,25 @@ if [[ -z "${SKIP_GO:-}" ]] && command -v go >/dev/null 2>&1; then
 elif [[ -z "${SKIP_GO:-}" ]]; then
 	echo "build-cuda: no Go toolchain here: skipping go vet and the Go test binary"
 fi
+
+# Package nccl (Go, tag cuda) is compiled against nccl.h but links no
+# libnccl: it dlopens libnccl.so.2 at run time. Its cgo flags name these
+# links into the toolchain in use (wheels or system), as libcudart_static.a
+# is copied above; lib/libnccl.so.2 is its last-resort load path. A system
+# toolkit without nccl.h (not part of CUDA) falls back to /usr/include.
+mkdir -p "$OUT/include" "$OUT/lib"
+ln -sfn "$DG_CUDA_INC" "$OUT/include/cuda"
+ln -sfn "$DG_NCCL_INC" "$OUT/include/nccl"
+if [[ -e "$DG_NCCL_LIB/libnccl.so.2" ]]; then
+	ln -sfn "$DG_NCCL_LIB/libnccl.so.2" "$OUT/lib/libnccl.so.2"
+fi
+if [[ -z "${SKIP_GO:-}" ]] && command -v go >/dev/null 2>&1; then
+	if [[ -e "$DG_NCCL_INC/nccl.h" || -e /usr/include/nccl.h ]]; then
+		echo "build-cuda: go vet -tags cuda ./nccl; go test -c -tags cuda -o $OUT/nccl.test ./nccl"
+		go vet -tags cuda ./nccl
+		go test -c -tags cuda -o "$OUT/nccl.test" ./nccl
+	else
+		echo "build-cuda: no nccl.h in $DG_NCCL_INC or /usr/include: skipping package nccl"
+	fi
+fi
 echo "build-cuda: done in $((SECONDS - t0)) s"

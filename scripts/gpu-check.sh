@@ -31,4 +31,9 @@ if [[ -x build/cuda/cuda.test ]]; then
 else
 	echo "gpu-check: no build/cuda/cuda.test (build it on a CPU machine with -tags cuda): Go tests not run"
 fi
+if [[ -x build/cuda/nccl.test ]]; then
+	echo "gpu-check: build/cuda/nccl.test (one-rank communicator: NCCL refuses two ranks on one GPU)"
+	(cd nccl && timeout 120 ../build/cuda/nccl.test -test.v -test.timeout 110s) | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|_test.go'
+	[[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "gpu-check: nccl tests FAILED"; exit 1; }
+fi
 echo "gpu-check: PASS in $((SECONDS - t0)) s"
