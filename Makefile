@@ -45,6 +45,10 @@ bench:
 selftest:
 	$(GO) run ./cmd/deepgo selftest
 
+## demo: the README's main job: a small GPT on 2 in-process ranks, ZeRO-2, CPU
+demo:
+	$(GO) run ./cmd/deepgo train --config configs/demo-zero2.json
+
 ## cuda-toolchain: NVIDIA's PyPI wheels into ./.cuda (or a system nvcc on PATH)
 cuda-toolchain:
 	bash scripts/cuda-toolchain.sh

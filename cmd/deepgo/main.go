@@ -1,9 +1,13 @@
-// Command deepgo is deepgo's command line: self-test of the native core,
-// config checks, training, checkpoint tools.
+// Command deepgo is deepgo's command line: training, config checks, memory
+// estimates, checkpoint tools and a self-test of the native core.
 //
-//	deepgo selftest            run every kernel against a float64 Go reference
-//	deepgo config check FILE   resolve and validate a DeepSpeed config
-//	deepgo config explain KEY  what a config key does, and its default
+//	deepgo train --config FILE [--data PATH]  train a GPT on in-process ranks
+//	deepgo config check FILE                  resolve and validate a DeepSpeed config
+//	deepgo config explain KEY                 what a config key does, and its default
+//	deepgo estimate --params N --world W      ZeRO model-state memory, DeepSpeed's and ours
+//	deepgo ckpt inspect DIR                   tags, steps, world, sizes; verify checksums
+//	deepgo ckpt consolidate DIR OUT           full float32 weights as one safetensors file
+//	deepgo selftest                           every kernel against a float64 Go reference
 package main
 
 import (
