@@ -89,7 +89,3 @@ type ArgError struct {
 }
 
 func (e *ArgError) Error() string { return fmt.Sprintf("backend.%s: %s: %s", e.Op, e.Arg, e.Msg) }
-
-func argErr(op, arg, format string, a ...any) error {
-	return &ArgError{Op: op, Arg: arg, Msg: fmt.Sprintf(format, a...)}
-}

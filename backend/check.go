@@ -7,39 +7,47 @@ import (
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-// checkOne validates one tensor argument: present, on dev, contiguous, not
-// freed, aligned to its element size.
-func checkOne(op, arg string, t *tensor.Tensor, dev tensor.Device) error {
+// The argument rules every Backend applies, exported so that other backends
+// (package cuda) give the same *ArgError for the same mistake.
+
+// ArgErr builds the *ArgError for argument arg of method op.
+func ArgErr(op, arg, format string, a ...any) error {
+	return &ArgError{Op: op, Arg: arg, Msg: fmt.Sprintf(format, a...)}
+}
+
+// CheckTensor validates one tensor argument: present, on dev, contiguous,
+// not freed, aligned to its element size.
+func CheckTensor(op, arg string, t *tensor.Tensor, dev tensor.Device) error {
 	if t == nil {
-		return argErr(op, arg, "is nil")
+		return ArgErr(op, arg, "is nil")
 	}
 	if t.Device() != dev {
-		return argErr(op, arg, "%v is on %v, backend is on %v", t, t.Device(), dev)
+		return ArgErr(op, arg, "%v is on %v, backend is on %v", t, t.Device(), dev)
 	}
 	if !t.Contiguous() {
-		return argErr(op, arg, "%v is not contiguous", t)
+		return ArgErr(op, arg, "%v is not contiguous", t)
 	}
 	if t.Storage().Freed() {
-		return argErr(op, arg, "%v: storage already freed", t)
+		return ArgErr(op, arg, "%v: storage already freed", t)
 	}
 	if p := uintptr(t.Ptr()); t.Numel() > 0 && p%uintptr(t.DType().Size()) != 0 {
-		return argErr(op, arg, "address %#x is not aligned to its %d-byte elements", p, t.DType().Size())
+		return ArgErr(op, arg, "address %#x is not aligned to its %d-byte elements", p, t.DType().Size())
 	}
 	return nil
 }
 
-// list validates a tensor list and returns its pointers and element counts.
-// want, when valid, is the dtype every element must have.
-func list(op, name string, ts []*tensor.Tensor, dev tensor.Device, want tensor.DType, anyDType bool) ([]unsafe.Pointer, []int64, error) {
+// CheckList validates a tensor list whose elements must all have dtype want
+// and returns its pointers and element counts.
+func CheckList(op, name string, ts []*tensor.Tensor, dev tensor.Device, want tensor.DType) ([]unsafe.Pointer, []int64, error) {
 	ptrs := make([]unsafe.Pointer, len(ts))
 	ns := make([]int64, len(ts))
 	for i, t := range ts {
 		arg := fmt.Sprintf("%s[%d]", name, i)
-		if err := checkOne(op, arg, t, dev); err != nil {
+		if err := CheckTensor(op, arg, t, dev); err != nil {
 			return nil, nil, err
 		}
-		if !anyDType && t.DType() != want {
-			return nil, nil, argErr(op, arg, "dtype %v, want %v like %s[0]", t.DType(), want, name)
+		if t.DType() != want {
+			return nil, nil, ArgErr(op, arg, "dtype %v, want %v like %s[0]", t.DType(), want, name)
 		}
 		ptrs[i] = t.Ptr()
 		ns[i] = int64(t.Numel())
@@ -47,26 +55,73 @@ func list(op, name string, ts []*tensor.Tensor, dev tensor.Device, want tensor.D
 	return ptrs, ns, nil
 }
 
-func floatDType(op, arg string, dt tensor.DType) error {
+// CheckFloatList is CheckList for a list of one floating dtype (taken from
+// its first element), the shape of the one-list kernels.
+func CheckFloatList(op, name string, ts []*tensor.Tensor, dev tensor.Device) (tensor.DType, []unsafe.Pointer, []int64, error) {
+	t := FirstDType(ts)
+	p, n, err := CheckList(op, name, ts, dev, t)
+	if err == nil && len(ts) > 0 {
+		err = CheckFloatDType(op, name+"[0]", t)
+	}
+	return t, p, n, err
+}
+
+// CheckFloatDType allows float32, float16 and bfloat16.
+func CheckFloatDType(op, arg string, dt tensor.DType) error {
 	switch dt {
 	case tensor.Float32, tensor.Float16, tensor.BFloat16:
 		return nil
 	}
-	return argErr(op, arg, "dtype %v: allowed float32, float16, bfloat16", dt)
+	return ArgErr(op, arg, "dtype %v: allowed float32, float16, bfloat16", dt)
 }
 
-func sameLens(op, a, b string, na, nb int) error {
+// CheckSameLens requires list b to have as many entries as list a.
+func CheckSameLens(op, a, b string, na, nb int) error {
 	if na != nb {
-		return argErr(op, b, "has %d entries, %s has %d", nb, a, na)
+		return ArgErr(op, b, "has %d entries, %s has %d", nb, a, na)
 	}
 	return nil
 }
 
-func sameCounts(op, name string, a, b []int64) error {
+// CheckSameCounts requires b[i] == a[i] element counts, naming name[i].
+func CheckSameCounts(op, name string, a, b []int64) error {
 	for i := range a {
 		if a[i] != b[i] {
-			return argErr(op, fmt.Sprintf("%s[%d]", name, i), "has %d elements, want %d", b[i], a[i])
+			return ArgErr(op, fmt.Sprintf("%s[%d]", name, i), "has %d elements, want %d", b[i], a[i])
 		}
 	}
 	return nil
+}
+
+// FirstDType is the dtype of the first non-nil tensor (float32 if none).
+func FirstDType(ts []*tensor.Tensor) tensor.DType {
+	for _, t := range ts {
+		if t != nil {
+			return t.DType()
+		}
+	}
+	return tensor.Float32
+}
+
+// CheckPack validates Pack/Unpack arguments: the flat buffer, one offset per
+// tensor, every region inside flat. It returns pointers, counts and offsets.
+func CheckPack(op, name string, flat *tensor.Tensor, offs []int, ts []*tensor.Tensor, dev tensor.Device) ([]unsafe.Pointer, []int64, []int64, error) {
+	if err := CheckTensor(op, "flat", flat, dev); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := CheckSameLens(op, name, "offs", len(ts), len(offs)); err != nil {
+		return nil, nil, nil, err
+	}
+	p, n, err := CheckList(op, name, ts, dev, flat.DType())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	o := make([]int64, len(offs))
+	for i, v := range offs {
+		if v < 0 || int64(v)+n[i] > int64(flat.Numel()) {
+			return nil, nil, nil, ArgErr(op, fmt.Sprintf("offs[%d]", i), "region [%d, %d) outside flat of %d elements", v, int64(v)+n[i], flat.Numel())
+		}
+		o[i] = int64(v)
+	}
+	return p, n, o, nil
 }

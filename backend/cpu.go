@@ -3,7 +3,6 @@ package backend
 import (
 	"context"
 	"fmt"
-	"unsafe"
 
 	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/tensor"
@@ -55,40 +54,31 @@ func (b *CPU) Empty(dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
 
 func dt(d tensor.DType) csrc.DType { return csrc.DType(d) }
 
-func firstDType(ts []*tensor.Tensor) tensor.DType {
-	for _, t := range ts {
-		if t != nil {
-			return t.DType()
-		}
-	}
-	return tensor.Float32
-}
-
 // Cast converts srcs[i] into dsts[i]. All srcs share one dtype and all dsts
 // share one dtype.
 func (b *CPU) Cast(dsts, srcs []*tensor.Tensor) error {
 	const op = "Cast"
-	if err := sameLens(op, "srcs", "dsts", len(srcs), len(dsts)); err != nil {
+	if err := CheckSameLens(op, "srcs", "dsts", len(srcs), len(dsts)); err != nil {
 		return err
 	}
-	st, dtt := firstDType(srcs), firstDType(dsts)
-	sp, sn, err := list(op, "srcs", srcs, tensor.CPU, st, false)
+	st, dtt := FirstDType(srcs), FirstDType(dsts)
+	sp, sn, err := CheckList(op, "srcs", srcs, tensor.CPU, st)
 	if err != nil {
 		return err
 	}
-	dp, dn, err := list(op, "dsts", dsts, tensor.CPU, dtt, false)
+	dp, dn, err := CheckList(op, "dsts", dsts, tensor.CPU, dtt)
 	if err != nil {
 		return err
 	}
 	if len(srcs) > 0 {
-		if err := floatDType(op, "srcs[0]", st); err != nil {
+		if err := CheckFloatDType(op, "srcs[0]", st); err != nil {
 			return err
 		}
-		if err := floatDType(op, "dsts[0]", dtt); err != nil {
+		if err := CheckFloatDType(op, "dsts[0]", dtt); err != nil {
 			return err
 		}
 	}
-	if err := sameCounts(op, "dsts", sn, dn); err != nil {
+	if err := CheckSameCounts(op, "dsts", sn, dn); err != nil {
 		return err
 	}
 	return b.ctx.Cast(dt(st), dt(dtt), sp, dp, sn)
@@ -97,13 +87,13 @@ func (b *CPU) Cast(dsts, srcs []*tensor.Tensor) error {
 // Scale multiplies xs[i] by alpha in place.
 func (b *CPU) Scale(xs []*tensor.Tensor, alpha float32) error {
 	const op = "Scale"
-	t := firstDType(xs)
-	p, n, err := list(op, "xs", xs, tensor.CPU, t, false)
+	t := FirstDType(xs)
+	p, n, err := CheckList(op, "xs", xs, tensor.CPU, t)
 	if err != nil {
 		return err
 	}
 	if len(xs) > 0 {
-		if err := floatDType(op, "xs[0]", t); err != nil {
+		if err := CheckFloatDType(op, "xs[0]", t); err != nil {
 			return err
 		}
 	}
@@ -113,24 +103,24 @@ func (b *CPU) Scale(xs []*tensor.Tensor, alpha float32) error {
 // Axpy does ys[i] += alpha*xs[i].
 func (b *CPU) Axpy(alpha float32, xs, ys []*tensor.Tensor) error {
 	const op = "Axpy"
-	if err := sameLens(op, "xs", "ys", len(xs), len(ys)); err != nil {
+	if err := CheckSameLens(op, "xs", "ys", len(xs), len(ys)); err != nil {
 		return err
 	}
-	t := firstDType(xs)
-	xp, xn, err := list(op, "xs", xs, tensor.CPU, t, false)
+	t := FirstDType(xs)
+	xp, xn, err := CheckList(op, "xs", xs, tensor.CPU, t)
 	if err != nil {
 		return err
 	}
-	yp, yn, err := list(op, "ys", ys, tensor.CPU, t, false)
+	yp, yn, err := CheckList(op, "ys", ys, tensor.CPU, t)
 	if err != nil {
 		return err
 	}
 	if len(xs) > 0 {
-		if err := floatDType(op, "xs[0]", t); err != nil {
+		if err := CheckFloatDType(op, "xs[0]", t); err != nil {
 			return err
 		}
 	}
-	if err := sameCounts(op, "ys", xn, yn); err != nil {
+	if err := CheckSameCounts(op, "ys", xn, yn); err != nil {
 		return err
 	}
 	return b.ctx.Axpy(dt(t), alpha, xp, yp, xn)
@@ -140,17 +130,17 @@ func (b *CPU) Axpy(alpha float32, xs, ys []*tensor.Tensor) error {
 func (b *CPU) SumSquares(xs []*tensor.Tensor, per []float64) (float64, error) {
 	const op = "SumSquares"
 	if per != nil {
-		if err := sameLens(op, "xs", "per", len(xs), len(per)); err != nil {
+		if err := CheckSameLens(op, "xs", "per", len(xs), len(per)); err != nil {
 			return 0, err
 		}
 	}
-	t := firstDType(xs)
-	p, n, err := list(op, "xs", xs, tensor.CPU, t, false)
+	t := FirstDType(xs)
+	p, n, err := CheckList(op, "xs", xs, tensor.CPU, t)
 	if err != nil {
 		return 0, err
 	}
 	if len(xs) > 0 {
-		if err := floatDType(op, "xs[0]", t); err != nil {
+		if err := CheckFloatDType(op, "xs[0]", t); err != nil {
 			return 0, err
 		}
 	}
@@ -160,43 +150,22 @@ func (b *CPU) SumSquares(xs []*tensor.Tensor, per []float64) (float64, error) {
 // NonFinite reports whether any element of xs is Inf or NaN.
 func (b *CPU) NonFinite(xs []*tensor.Tensor) (bool, error) {
 	const op = "NonFinite"
-	t := firstDType(xs)
-	p, n, err := list(op, "xs", xs, tensor.CPU, t, false)
+	t := FirstDType(xs)
+	p, n, err := CheckList(op, "xs", xs, tensor.CPU, t)
 	if err != nil {
 		return false, err
 	}
 	if len(xs) > 0 {
-		if err := floatDType(op, "xs[0]", t); err != nil {
+		if err := CheckFloatDType(op, "xs[0]", t); err != nil {
 			return false, err
 		}
 	}
 	return b.ctx.NonFinite(dt(t), p, n)
 }
 
-func packArgs(op, name string, flat *tensor.Tensor, offs []int, ts []*tensor.Tensor) ([]unsafe.Pointer, []int64, []int64, error) {
-	if err := checkOne(op, "flat", flat, tensor.CPU); err != nil {
-		return nil, nil, nil, err
-	}
-	if err := sameLens(op, name, "offs", len(ts), len(offs)); err != nil {
-		return nil, nil, nil, err
-	}
-	p, n, err := list(op, name, ts, tensor.CPU, flat.DType(), false)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	o := make([]int64, len(offs))
-	for i, v := range offs {
-		if v < 0 || int64(v)+n[i] > int64(flat.Numel()) {
-			return nil, nil, nil, argErr(op, fmt.Sprintf("offs[%d]", i), "region [%d, %d) outside flat of %d elements", v, int64(v)+n[i], flat.Numel())
-		}
-		o[i] = int64(v)
-	}
-	return p, n, o, nil
-}
-
 // Pack copies srcs[i] into flat at offs[i].
 func (b *CPU) Pack(flat *tensor.Tensor, offs []int, srcs []*tensor.Tensor) error {
-	p, n, o, err := packArgs("Pack", "srcs", flat, offs, srcs)
+	p, n, o, err := CheckPack("Pack", "srcs", flat, offs, srcs, tensor.CPU)
 	if err != nil {
 		return err
 	}
@@ -205,7 +174,7 @@ func (b *CPU) Pack(flat *tensor.Tensor, offs []int, srcs []*tensor.Tensor) error
 
 // Unpack copies flat at offs[i] into dsts[i].
 func (b *CPU) Unpack(dsts []*tensor.Tensor, flat *tensor.Tensor, offs []int) error {
-	p, n, o, err := packArgs("Unpack", "dsts", flat, offs, dsts)
+	p, n, o, err := CheckPack("Unpack", "dsts", flat, offs, dsts, tensor.CPU)
 	if err != nil {
 		return err
 	}
@@ -215,25 +184,25 @@ func (b *CPU) Unpack(dsts []*tensor.Tensor, flat *tensor.Tensor, offs []int) err
 // Reduce sets dst = srcs[0] op srcs[1] op ... in list order.
 func (b *CPU) Reduce(op ReduceOp, dst *tensor.Tensor, srcs []*tensor.Tensor) error {
 	const name = "Reduce"
-	if err := checkOne(name, "dst", dst, tensor.CPU); err != nil {
+	if err := CheckTensor(name, "dst", dst, tensor.CPU); err != nil {
 		return err
 	}
 	if len(srcs) == 0 {
-		return argErr(name, "srcs", "is empty: need at least one source")
+		return ArgErr(name, "srcs", "is empty: need at least one source")
 	}
-	p, n, err := list(name, "srcs", srcs, tensor.CPU, dst.DType(), false)
+	p, n, err := CheckList(name, "srcs", srcs, tensor.CPU, dst.DType())
 	if err != nil {
 		return err
 	}
 	for i := range n {
 		if n[i] != int64(dst.Numel()) {
-			return argErr(name, fmt.Sprintf("srcs[%d]", i), "has %d elements, dst has %d", n[i], dst.Numel())
+			return ArgErr(name, fmt.Sprintf("srcs[%d]", i), "has %d elements, dst has %d", n[i], dst.Numel())
 		}
 	}
 	switch dst.DType() {
 	case tensor.Float32, tensor.Float16, tensor.BFloat16, tensor.Int32, tensor.Int64:
 	default:
-		return argErr(name, "dst", "dtype %v: allowed float32, float16, bfloat16, int32, int64", dst.DType())
+		return ArgErr(name, "dst", "dtype %v: allowed float32, float16, bfloat16, int32, int64", dst.DType())
 	}
 	var cop csrc.ReduceOp
 	switch op {
@@ -244,7 +213,7 @@ func (b *CPU) Reduce(op ReduceOp, dst *tensor.Tensor, srcs []*tensor.Tensor) err
 	case Min:
 		cop = csrc.Min
 	default:
-		return argErr(name, "op", "%v: allowed sum, max, min", op)
+		return ArgErr(name, "op", "%v: allowed sum, max, min", op)
 	}
 	return b.ctx.ReduceInto(dt(dst.DType()), cop, p, dst.Ptr(), int64(dst.Numel()))
 }
