@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
@@ -51,6 +52,9 @@ type Engine struct {
 	lastLoss     float64
 	stepApplied  bool
 	timers       Timers
+
+	saver    *checkpoint.AsyncSaver // background saves (SaveAsync), closed by Close
+	saverDir string
 }
 
 // Timers are the engine's cumulative wall-clock split.
@@ -625,10 +629,14 @@ func (e *Engine) Timers() Timers {
 	return t
 }
 
-// Close releases the engine's buffers, and the optimizer, backend and
-// world it created.
+// Close waits for a background save in flight (SaveAsync), then releases
+// the engine's buffers, and the optimizer, backend and world it created.
 func (e *Engine) Close() error {
 	var errs []error
+	if e.saver != nil {
+		errs = append(errs, e.saver.Close())
+		e.saver = nil
+	}
 	if e.z != nil {
 		errs = append(errs, e.z.Close())
 		e.z = nil

@@ -1,0 +1,463 @@
+package deepgo_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/checkpoint"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/config"
+)
+
+// ckptSteps is the length of the checkpoint tests' runs; they save after
+// ckptAt steps.
+const (
+	ckptSteps = 6
+	ckptAt    = 3
+)
+
+// segment trains one fresh engine per rank of a fresh world: it loads
+// load (a save directory) first when set, trains steps [from, to), saves
+// to save when set (tag "", client state {"rank": r, "step": to}), and
+// returns rank 0's parameters and every rank's loaded client state.
+type segment struct {
+	r          run
+	load, save string
+	from, to   int
+	async      bool
+	check      func(rank int, e *deepgo.Engine) error // after load
+}
+
+func (s segment) train(t testing.TB) (map[string][]float32, []json.RawMessage, error) {
+	t.Helper()
+	data := newDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	var params map[string][]float32
+	clients := make([]json.RawMessage, s.r.world)
+	var mu sync.Mutex
+	err := newWorld(context.Background(), s.r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+		cfg, err := config.Parse([]byte(s.r.config()))
+		if err != nil {
+			return err
+		}
+		e, err := deepgo.Initialize(ctx, cfg, newMLP(1, sizes...), opts...)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		if s.load != "" {
+			cl, err := e.Load(ctx, s.load, "")
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			clients[c.Rank()] = cl
+			mu.Unlock()
+			if e.GlobalSteps() != s.from {
+				return fmt.Errorf("rank %d: loaded global steps %d, want %d", c.Rank(), e.GlobalSteps(), s.from)
+			}
+			if s.check != nil {
+				if err := s.check(c.Rank(), e); err != nil {
+					return err
+				}
+			}
+		}
+		for st := s.from; st < s.to; st++ {
+			if _, err := e.TrainBatch(ctx, data.rankBatch(st, globalBatch, s.r.world, c.Rank(), s.r.gas)); err != nil {
+				return err
+			}
+		}
+		if s.save != "" {
+			cl := json.RawMessage(fmt.Sprintf(`{"rank":%d,"step":%d}`, c.Rank(), s.to))
+			save := e.Save
+			if s.async {
+				save = e.SaveAsync
+			}
+			if err := save(ctx, s.save, "", cl); err != nil {
+				return err
+			}
+		}
+		p, err := e.Parameters(ctx)
+		if err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			params = p
+		}
+		return nil // Close waits for an async save
+	})
+	return params, clients, err
+}
+
+// bitEqual reports the first parameter element that differs bitwise.
+func bitEqual(want, got map[string][]float32) error {
+	if len(want) != len(got) {
+		return fmt.Errorf("%d parameters, want %d", len(got), len(want))
+	}
+	for k, a := range want {
+		b := got[k]
+		if len(a) != len(b) {
+			return fmt.Errorf("%s: %d elements, want %d", k, len(b), len(a))
+		}
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				return fmt.Errorf("%s[%d] = %v, uninterrupted run has %v", k, i, b[i], a[i])
+			}
+		}
+	}
+	return nil
+}
+
+// TestCheckpointBitwiseResume: for stages 0-3 in fp32, bf16 and fp16
+// (dynamic loss scale), saving at step 3 and loading into fresh engines of
+// a fresh world gives, at step 6, parameters bit-identical to an
+// uninterrupted run, and each rank gets its client state back.
+func TestCheckpointBitwiseResume(t *testing.T) {
+	t.Parallel()
+	for _, stage := range []int{0, 1, 2, 3} {
+		for _, prec := range []string{"", "bf16", "fp16"} {
+			r := run{stage: stage, world: 2, gas: 2, precision: prec, steps: ckptSteps}
+			t.Run(r.String(), func(t *testing.T) {
+				t.Parallel()
+				ref, err := train(t, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dir := t.TempDir()
+				if _, _, err := (segment{r: r, save: dir, from: 0, to: ckptAt}).train(t); err != nil {
+					t.Fatal(err)
+				}
+				got, clients, err := segment{r: r, load: dir, from: ckptAt, to: ckptSteps}.train(t)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := bitEqual(ref.params, got); err != nil {
+					t.Fatal(err)
+				}
+				for rank, c := range clients {
+					if want := fmt.Sprintf(`{"rank":%d,"step":%d}`, rank, ckptAt); string(c) != want {
+						t.Errorf("rank %d: client state %s, want %s", rank, c, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestCheckpointAsyncResume: a background save (SaveAsync, waited for by
+// Close) resumes bit-identically too, and keep_n_most_recent rotates.
+func TestCheckpointAsyncResume(t *testing.T) {
+	t.Parallel()
+	r := run{stage: 2, world: 2, gas: 1, steps: ckptSteps, extra: `, "checkpoint": {"keep_n_most_recent": 1}`}
+	ref, err := train(t, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, _, err := (segment{r: r, save: dir, from: 0, to: 1, async: true}).train(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := (segment{r: r, load: dir, save: dir, from: 1, to: ckptAt, async: true}).train(t); err != nil {
+		t.Fatal(err)
+	}
+	if all, err := checkpoint.List(nil, dir); err != nil || len(all) != 1 || all[0].Tag != checkpoint.DefaultTag(ckptAt) {
+		t.Fatalf("after rotation: %v, %v; want only %s", all, err, checkpoint.DefaultTag(ckptAt))
+	}
+	got, _, err := segment{r: r, load: dir, from: ckptAt, to: ckptSteps}.train(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bitEqual(ref.params, got); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckpointReshard: checkpoints of 4 ranks load into 1 and 2 ranks,
+// and of 2 ranks into 4, for stages 0-3 (the gathered format too), and the
+// continued training matches the uninterrupted run at the new world size
+// to the equivalence tolerance (1e-6 relative).
+func TestCheckpointReshard(t *testing.T) {
+	t.Parallel()
+	for _, stage := range []int{0, 1, 2, 3} {
+		for _, w := range [][2]int{{4, 1}, {4, 2}, {2, 4}} {
+			t.Run(fmt.Sprintf("stage%d/%dto%d", stage, w[0], w[1]), func(t *testing.T) {
+				t.Parallel()
+				extra := ""
+				if stage == 1 {
+					extra = `, "checkpoint": {"zero_checkpoint": false}` // gathered on rank 0
+				}
+				from := run{stage: stage, world: w[0], gas: 1, steps: ckptSteps, extra: extra}
+				to := run{stage: stage, world: w[1], gas: 1, steps: ckptSteps}
+				ref, err := train(t, to)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dir := t.TempDir()
+				if _, _, err := (segment{r: from, save: dir, from: 0, to: ckptAt}).train(t); err != nil {
+					t.Fatal(err)
+				}
+				got, clients, err := segment{r: to, load: dir, from: ckptAt, to: ckptSteps}.train(t)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pd, where := relDiff(ref.params, got); pd > 1e-6 {
+					t.Errorf("parameters differ by %.3g relative at %s (> 1e-6)", pd, where)
+				}
+				for rank, c := range clients {
+					src := rank
+					if rank >= w[0] {
+						src = 0
+					}
+					if want := fmt.Sprintf(`{"rank":%d,"step":%d}`, src, ckptAt); string(c) != want {
+						t.Errorf("rank %d: client state %s, want %s", rank, c, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestCheckpointStageChange: a stage-2 checkpoint loads into stage 3 (a
+// different unit layout) and continues as the stage-3 run does.
+func TestCheckpointStageChange(t *testing.T) {
+	t.Parallel()
+	from := run{stage: 2, world: 2, gas: 1, steps: ckptSteps}
+	to := run{stage: 3, world: 2, gas: 1, steps: ckptSteps}
+	ref, err := train(t, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, _, err := (segment{r: from, save: dir, from: 0, to: ckptAt}).train(t); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := segment{r: to, load: dir, from: ckptAt, to: ckptSteps}.train(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pd, where := relDiff(ref.params, got); pd > 1e-6 {
+		t.Errorf("parameters differ by %.3g relative at %s (> 1e-6)", pd, where)
+	}
+}
+
+// TestCheckpointCorruptLoad: a load from a checkpoint with one damaged
+// data file fails on every rank, names the file, and leaves every engine
+// unchanged (parameters, counters, and the training that follows).
+func TestCheckpointCorruptLoad(t *testing.T) {
+	t.Parallel()
+	r := run{stage: 2, world: 2, gas: 1, precision: "bf16", steps: ckptSteps}
+	ref, err := train(t, r) // uninterrupted
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, _, err := (segment{r: r, save: dir, from: 0, to: 1}).train(t); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, checkpoint.DefaultTag(1), "zero_pp_rank_1_*optim*.safetensors"))
+	if len(files) != 1 {
+		t.Fatalf("rank 1's optimizer file: %v", files)
+	}
+	bad := files[0]
+	b, err := os.ReadFile(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-3] ^= 0x10
+	if err := os.WriteFile(bad, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	data := newDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	var mu sync.Mutex
+	var final map[string][]float32
+	err = newWorld(context.Background(), r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+		cfg, err := config.Parse([]byte(r.config()))
+		if err != nil {
+			return err
+		}
+		e, err := deepgo.Initialize(ctx, cfg, newMLP(1, sizes...), opts...)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		for st := range ckptAt {
+			if _, err := e.TrainBatch(ctx, data.rankBatch(st, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
+				return err
+			}
+		}
+		before, err := e.Parameters(ctx)
+		if err != nil {
+			return err
+		}
+		_, lerr := e.Load(ctx, dir, "")
+		if lerr == nil {
+			return fmt.Errorf("rank %d: Load of a damaged checkpoint succeeded", c.Rank())
+		}
+		if !strings.Contains(lerr.Error(), bad) {
+			return fmt.Errorf("rank %d: error does not name %s: %v", c.Rank(), bad, lerr)
+		}
+		if c.Rank() == 1 && !errors.Is(lerr, checkpoint.ErrCorrupt) {
+			return fmt.Errorf("rank 1: error does not wrap ErrCorrupt: %v", lerr)
+		}
+		after, err := e.Parameters(ctx)
+		if err != nil {
+			return err
+		}
+		if err := bitEqual(before, after); err != nil {
+			return fmt.Errorf("rank %d: a failed load changed the parameters: %v", c.Rank(), err)
+		}
+		if e.GlobalSteps() != ckptAt || e.MicroSteps() != ckptAt {
+			return fmt.Errorf("rank %d: a failed load changed the counters: %d, %d", c.Rank(), e.GlobalSteps(), e.MicroSteps())
+		}
+		for st := ckptAt; st < ckptSteps; st++ {
+			if _, err := e.TrainBatch(ctx, data.rankBatch(st, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
+				return err
+			}
+		}
+		p, err := e.Parameters(ctx)
+		if c.Rank() == 0 {
+			mu.Lock()
+			final = p
+			mu.Unlock()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bitEqual(ref.params, final); err != nil {
+		t.Fatalf("training after a failed load: %v", err)
+	}
+}
+
+// TestCheckpointLoadMismatch: a checkpoint of another model is refused
+// before anything changes, naming the parameter.
+func TestCheckpointLoadMismatch(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := run{stage: 1, world: 1, gas: 1}
+	if _, _, err := (segment{r: r, save: dir, from: 0, to: 1}).train(t); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(r.config()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := deepgo.Initialize(context.Background(), cfg, newMLP(1, 8, 16, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	_, err = e.Load(context.Background(), dir, "")
+	if err == nil || !strings.Contains(err.Error(), `"fc2.weight"`) {
+		t.Fatalf("Load into another model: %v", err)
+	}
+	if e.GlobalSteps() != 0 {
+		t.Fatal("counters changed")
+	}
+}
+
+// TestCheckpointConsolidate: the consolidated float32 weights of an
+// engine checkpoint (what `deepgo ckpt consolidate` writes) equal
+// Engine.Parameters at the save, read back by Go and, when python3 has
+// safetensors and numpy, by checkpoint/testdata/check_consolidated.py.
+func TestCheckpointConsolidate(t *testing.T) {
+	t.Parallel()
+	for _, r := range []run{{stage: 3, world: 4, gas: 1, precision: "bf16"}, {stage: 0, world: 2, gas: 1}} {
+		t.Run(r.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			want, _, err := segment{r: r, save: dir, from: 0, to: 2}.train(t)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ck, err := checkpoint.Open(nil, dir, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ck.Close()
+			if err := ck.Verify(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(t.TempDir(), "model.safetensors")
+			if err := ck.Consolidate(context.Background(), nil, out); err != nil {
+				t.Fatal(err)
+			}
+			exp := map[string]any{}
+			for _, p := range ck.Manifest.Params {
+				got, err := ck.ReadTensor(context.Background(), p.Source)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v, _ := got.Float32s()
+				vals := slices.Clone(v[p.Offset : p.Offset+p.Numel()])
+				got.Free()
+				if err := bitEqual(map[string][]float32{p.Name: want[p.Name]}, map[string][]float32{p.Name: vals}); err != nil {
+					t.Fatal(err)
+				}
+				exp[p.Name] = map[string]any{"shape": p.Shape, "values": want[p.Name]}
+			}
+			if len(exp) != len(want) {
+				t.Fatalf("%d parameters in the checkpoint, engine has %d", len(exp), len(want))
+			}
+			if err := exec.Command("python3", "-c", "import safetensors, numpy").Run(); err != nil {
+				t.Skip("python3 with safetensors and numpy not available: pip install safetensors numpy")
+			}
+			expPath := filepath.Join(t.TempDir(), "expected.json")
+			b, _ := json.Marshal(exp)
+			if err := os.WriteFile(expPath, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			py, err := exec.Command("python3", "checkpoint/testdata/check_consolidated.py", out, expPath).CombinedOutput()
+			if err != nil {
+				t.Fatalf("python check: %v\n%s", err, py)
+			}
+			t.Logf("python: %s", py)
+		})
+	}
+}
+
+// TestCheckpointMidAccumulation: Save and Load refuse to run in the middle
+// of a gradient accumulation.
+func TestCheckpointMidAccumulation(t *testing.T) {
+	t.Parallel()
+	r := run{stage: 2, world: 1, gas: 2}
+	cfg, err := config.Parse([]byte(r.config()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	e, err := deepgo.Initialize(ctx, cfg, newMLP(1, sizes...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	data := newDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	mb := data.rankBatch(0, globalBatch, 1, 0, 2)[0]
+	if _, err := e.Forward(ctx, mb); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Backward(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := e.Save(ctx, dir, "", nil); err == nil || !strings.Contains(err.Error(), "between optimizer steps") {
+		t.Fatalf("Save mid-accumulation: %v", err)
+	}
+	if _, err := e.Load(ctx, dir, ""); err == nil || !strings.Contains(err.Error(), "between optimizer steps") {
+		t.Fatalf("Load mid-accumulation: %v", err)
+	}
+}
