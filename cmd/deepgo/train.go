@@ -59,7 +59,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "deepgo train: --config is required")
 		return 2
 	}
-	res, err := train(*cfgPath, *dataPath, *model, *ranks, *steps, stdout)
+	res, err := train(*cfgPath, *dataPath, *model, *ranks, *steps, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 1
@@ -69,7 +69,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func train(cfgPath, dataPath, model string, ranks, steps int, stdout io.Writer) (*trainResult, error) {
+func train(cfgPath, dataPath, model string, ranks, steps int, stdout, stderr io.Writer) (*trainResult, error) {
 	mc, ok := trainModels[model]
 	if !ok {
 		return nil, fmt.Errorf("--model %q: want small or tiny", model)
@@ -160,6 +160,8 @@ func train(cfgPath, dataPath, model string, ranks, steps int, stdout io.Writer) 
 		}
 		B, gas := e.Batch().MicroBatch, e.GradientAccumulationSteps()
 		var tail float64
+		bar := newProgress(stderr, steps)
+		defer bar.clear()
 		t0 := time.Now()
 		for step := 1; step <= steps; step++ {
 			mbs := make([]deepgo.MicroBatch, gas)
@@ -179,8 +181,12 @@ func train(cfgPath, dataPath, model string, ranks, steps int, stdout io.Writer) 
 			mu.Lock()
 			res.PeakMemory[rank] = max(res.PeakMemory[rank], mem)
 			mu.Unlock()
+			if rank == 0 {
+				bar.update(step, loss)
+			}
 			if rank == 0 && (step%every == 0 || step == steps) {
 				tps := float64(step*B*gas*T*c.Size()) / time.Since(t0).Seconds()
+				bar.clear()
 				fmt.Fprintf(stdout, "step %d loss %.4f lr %.3g loss_scale %g tokens/s %.0f mem/rank %d\n", step, loss, e.LR(), e.LossScale(), tps, mem)
 			}
 		}
