@@ -32,6 +32,8 @@ package csrc
 #cgo nocallback dg_unpack
 #cgo noescape dg_reduce_into
 #cgo nocallback dg_reduce_into
+#cgo noescape dg_reduce_bcast
+#cgo nocallback dg_reduce_bcast
 #include <stdlib.h>
 #include "deepgo.h"
 */
@@ -308,6 +310,16 @@ func (x *Ctx) Unpack(t DType, flat unsafe.Pointer, flatN int64, offs, ns []int64
 // ReduceInto sets dst = srcs[0] op srcs[1] op ... over n elements, in list order.
 func (x *Ctx) ReduceInto(t DType, op ReduceOp, srcs []unsafe.Pointer, dst unsafe.Pointer, n int64) error {
 	return check("dg_reduce_into", C.dg_reduce_into(x.c, C.dg_dtype(t), C.dg_redop(op), ptrs(srcs), C.int(len(srcs)), dst, C.int64_t(n)))
+}
+
+// ReduceBcast computes the reduction of srcs over n elements exactly as
+// ReduceInto does (same bits) and stores it into every dsts[d], in one pass;
+// scale != 1 then multiplies the dtype-rounded result and rounds again (the
+// bits of ReduceInto followed by Scale). A dst may be the same pointer as a
+// src: each element is read from every src before it is written.
+func (x *Ctx) ReduceBcast(t DType, op ReduceOp, srcs, dsts []unsafe.Pointer, n int64, scale float32) error {
+	return check("dg_reduce_bcast", C.dg_reduce_bcast(x.c, C.dg_dtype(t), C.dg_redop(op), ptrs(srcs), C.int(len(srcs)),
+		ptrs(dsts), C.int(len(dsts)), C.int64_t(n), C.float(scale)))
 }
 
 // RoofCopy is a threaded memcpy of bytes on the pool: the roof benchmarks

@@ -54,6 +54,11 @@ typedef struct dg_kernels {
 	/* dst[k] = srcs[0][k] op ... for lo <= k < hi, floating dtypes only */
 	void (*reduce)(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst, int64_t lo,
 		       int64_t hi);
+	/* the reduce of lo <= k < hi stored into every dsts[d]; scale != 1 then
+	 * multiplies the t-rounded result and rounds again (see dg_reduce_bcast);
+	 * each element's (or vector's) loads precede its stores */
+	void (*reduce_bcast)(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *const *dsts,
+			     int ndst, int64_t lo, int64_t hi, float scale);
 } dg_kernels;
 
 extern const dg_kernels dg_kernels_scalar;

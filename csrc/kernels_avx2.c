@@ -293,6 +293,71 @@ T256 static void reduce_avx2(dg_dtype t, dg_redop op, const void *const *srcs, i
 #undef RED_T
 }
 
+/* 8 elements of the reduce, scaled when asked, stored to every dst after
+ * all of the block's loads (a dst equal to a src is safe); halves are
+ * narrowed once. The tail goes one element at a time, same order. */
+AI void bcast_loop(dg_dtype t, dg_redop op, int scaled, const void *const *srcs, int nsrc, void *const *dsts,
+		   int ndst, int64_t lo, int64_t hi, float scale)
+{
+	__m256 a = _mm256_set1_ps(scale);
+	int64_t k = lo;
+	for (; k + 8 <= hi; k += 8) {
+		__m256 acc = load8(t, CAT(srcs[0], t, k));
+		for (int j = 1; j < nsrc; j++)
+			acc = red8(op, acc, load8(t, CAT(srcs[j], t, k)));
+		if (t == DG_F32) {
+			if (scaled)
+				acc = _mm256_mul_ps(acc, a);
+			for (int d = 0; d < ndst; d++)
+				_mm256_storeu_ps((float *)AT(dsts[d], t, k), acc);
+			continue;
+		}
+		__m128i h = t == DG_F16 ? _mm256_cvtps_ph(acc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+					: bf16_narrow(acc);
+		if (scaled) {
+			__m256 w = _mm256_mul_ps(t == DG_F16 ? _mm256_cvtph_ps(h) : bf16_widen(h), a);
+			h = t == DG_F16 ? _mm256_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+					: bf16_narrow(w);
+		}
+		for (int d = 0; d < ndst; d++)
+			_mm_storeu_si128((__m128i *)AT(dsts[d], t, k), h);
+	}
+	for (; k < hi; k++) {
+		float acc = load1(t, srcs[0], k);
+		for (int j = 1; j < nsrc; j++)
+			acc = red1(op, acc, load1(t, srcs[j], k));
+		if (scaled) {
+			if (t != DG_F32)
+				acc = t == DG_F16 ? dg_f16_to_f32(dg_f32_to_f16(acc)) : dg_bf16_to_f32(dg_f32_to_bf16(acc));
+			acc *= scale;
+		}
+		for (int d = 0; d < ndst; d++)
+			store1(t, dsts[d], k, acc);
+	}
+}
+
+T256 static void reduce_bcast_avx2(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *const *dsts,
+				   int ndst, int64_t lo, int64_t hi, float scale)
+{
+	int scaled = scale != 1.0f;
+#define BC_T(tt)                                                                                                    \
+	do {                                                                                                        \
+		if (op == DG_SUM)                                                                                   \
+			bcast_loop(tt, DG_SUM, scaled, srcs, nsrc, dsts, ndst, lo, hi, scale);                     \
+		else if (op == DG_MAX)                                                                              \
+			bcast_loop(tt, DG_MAX, scaled, srcs, nsrc, dsts, ndst, lo, hi, scale);                     \
+		else                                                                                                \
+			bcast_loop(tt, DG_MIN, scaled, srcs, nsrc, dsts, ndst, lo, hi, scale);                     \
+	} while (0)
+	if (t == DG_F32)
+		BC_T(DG_F32);
+	else if (t == DG_F16)
+		BC_T(DG_F16);
+	else
+		BC_T(DG_BF16);
+#undef BC_T
+}
+
 const dg_kernels dg_kernels_avx2 = {
 	.cast = cast_avx2,
 	.scale = scale_avx2,
@@ -300,6 +365,7 @@ const dg_kernels dg_kernels_avx2 = {
 	.sumsq_block = sumsq_avx2,
 	.nonfinite = nonfinite_avx2,
 	.reduce = reduce_avx2,
+	.reduce_bcast = reduce_bcast_avx2,
 };
 
 #endif /* DG_HAVE_X86 */

@@ -167,7 +167,8 @@ T512 static void axpy_avx512(dg_dtype t, float alpha, const void *x, void *y, in
 		axpy_loop(DG_BF16, alpha, x, y, n);
 }
 
-/* Summation order (fixed for this ISA): 32-element steps; the low and high
+/* Summation order of float32 (fixed for this ISA; halves: sumsq_half_loop
+ * below): 32-element steps; the low and high
  * 8 floats of each 16 go to their own double accumulator (4 in all), squares
  * are exact in double so FMA equals multiply-then-add here; the masked tail
  * feeds accumulators 0 and 1; then (a0+a1)+(a2+a3) and a fixed lane tree. */
@@ -194,13 +195,51 @@ AI double sumsq_loop(dg_dtype t, const void *x, int64_t n)
 	return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
 }
 
+/* Halves without conversion instructions (the converters are the bottleneck:
+ * half->float->double is three of them per 16 elements). A 512-bit load holds
+ * four halves per 64-bit lane; each is shifted and masked (sign dropped) into
+ * the low exponent and high mantissa bits of a double, which makes it exactly
+ * |x| * 2^-(1023-bias), subnormals and zero included; one multiply by the
+ * power of two restores |x| exactly and an FMA adds the (exact) square.
+ * Order (fixed for this ISA): the half at position q (0..3) of each lane goes
+ * to accumulator q; a short tail is a zero-padded masked load; then
+ * (a0+a1)+(a2+a3) and a fixed lane tree. The trick maps Inf/NaN to finite
+ * values, so a running max of |bits| spots them and such a block is summed
+ * again by sumsq_loop, whose double arithmetic gives the Inf or NaN. */
+AI double sumsq_half_loop(dg_dtype t, const void *x, int64_t n)
+{
+	const int sh = t == DG_F16 ? 42 : 45; /* half's exponent LSB -> double's bit 52 */
+	const __m512d up = _mm512_set1_pd(t == DG_F16 ? 0x1p1008 : 0x1p896);
+	const __m512i keep = _mm512_set1_epi64((int64_t)0x7fff << sh);
+	const __m512i mag = _mm512_set1_epi16(0x7fff);
+	const char *p = x;
+	__m512i mx = _mm512_setzero_si512();
+	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+	for (int64_t i = 0; i < n; i += 32) {
+		__m512i v = n - i >= 32 ? _mm512_loadu_si512(p + 2 * i)
+					: _mm512_maskz_loadu_epi16((__mmask32)((1ull << (n - i)) - 1), p + 2 * i);
+		mx = _mm512_max_epu16(mx, _mm512_and_si512(v, mag));
+		__m512d y0 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh), keep)), up);
+		__m512d y1 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh - 16), keep)), up);
+		__m512d y2 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh - 32), keep)), up);
+		__m512d y3 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_srli_epi64(v, 48 - sh), keep)), up);
+		a0 = _mm512_fmadd_pd(y0, y0, a0);
+		a1 = _mm512_fmadd_pd(y1, y1, a1);
+		a2 = _mm512_fmadd_pd(y2, y2, a2);
+		a3 = _mm512_fmadd_pd(y3, y3, a3);
+	}
+	if (_mm512_cmpge_epu16_mask(mx, _mm512_set1_epi16((short)(t == DG_F16 ? 0x7c00 : 0x7f80))) != 0)
+		return sumsq_loop(t, x, n);
+	return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+}
+
 T512 static double sumsq_avx512(dg_dtype t, const void *x, int64_t n)
 {
 	if (t == DG_F32)
 		return sumsq_loop(DG_F32, x, n);
 	if (t == DG_F16)
-		return sumsq_loop(DG_F16, x, n);
-	return sumsq_loop(DG_BF16, x, n);
+		return sumsq_half_loop(DG_F16, x, n);
+	return sumsq_half_loop(DG_BF16, x, n);
 }
 
 /* Inf/NaN are exactly the values whose magnitude bits are >= the Inf pattern,
@@ -285,6 +324,71 @@ T512 static void reduce_avx512(dg_dtype t, dg_redop op, const void *const *srcs,
 #undef RED_T
 }
 
+/* 16 (or, masked, fewer) elements of the reduce, scaled when asked, stored
+ * to every dst: all loads of the block precede its first store, so a dst
+ * equal to a src is safe. Halves are narrowed once and the same 16-bit
+ * vector is stored ndst times. */
+AI void bcast16(dg_dtype t, dg_redop op, int scaled, __m512 a, const void *const *srcs, int nsrc,
+		void *const *dsts, int ndst, int64_t k, __mmask16 m, int full)
+{
+	__m512 acc = full ? load16(t, CAT(srcs[0], t, k)) : load16m(t, CAT(srcs[0], t, k), m);
+	for (int j = 1; j < nsrc; j++)
+		acc = red16(op, acc, full ? load16(t, CAT(srcs[j], t, k)) : load16m(t, CAT(srcs[j], t, k), m));
+	if (t == DG_F32) {
+		if (scaled)
+			acc = _mm512_mul_ps(acc, a);
+		for (int d = 0; d < ndst; d++) {
+			if (full)
+				_mm512_storeu_ps(AT(dsts[d], t, k), acc);
+			else
+				_mm512_mask_storeu_ps(AT(dsts[d], t, k), m, acc);
+		}
+		return;
+	}
+	__m256i h = narrow16(t, acc);
+	if (scaled)
+		h = narrow16(t, _mm512_mul_ps(t == DG_F16 ? _mm512_cvtph_ps(h) : bf16_widen(h), a));
+	for (int d = 0; d < ndst; d++) {
+		if (full)
+			_mm256_storeu_si256((__m256i *)AT(dsts[d], t, k), h);
+		else
+			_mm256_mask_storeu_epi16(AT(dsts[d], t, k), m, h);
+	}
+}
+
+AI void bcast_loop(dg_dtype t, dg_redop op, int scaled, const void *const *srcs, int nsrc, void *const *dsts,
+		   int ndst, int64_t lo, int64_t hi, float scale)
+{
+	__m512 a = _mm512_set1_ps(scale);
+	int64_t k = lo;
+	for (; k + 16 <= hi; k += 16)
+		bcast16(t, op, scaled, a, srcs, nsrc, dsts, ndst, k, (__mmask16)0xffff, 1);
+	if (k < hi)
+		bcast16(t, op, scaled, a, srcs, nsrc, dsts, ndst, k, tail_mask(hi - k), 0);
+}
+
+T512 static void reduce_bcast_avx512(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *const *dsts,
+				     int ndst, int64_t lo, int64_t hi, float scale)
+{
+	int scaled = scale != 1.0f;
+#define BC_T(tt)                                                                                                    \
+	do {                                                                                                        \
+		if (op == DG_SUM)                                                                                   \
+			bcast_loop(tt, DG_SUM, scaled, srcs, nsrc, dsts, ndst, lo, hi, scale);                     \
+		else if (op == DG_MAX)                                                                              \
+			bcast_loop(tt, DG_MAX, scaled, srcs, nsrc, dsts, ndst, lo, hi, scale);                     \
+		else                                                                                                \
+			bcast_loop(tt, DG_MIN, scaled, srcs, nsrc, dsts, ndst, lo, hi, scale);                     \
+	} while (0)
+	if (t == DG_F32)
+		BC_T(DG_F32);
+	else if (t == DG_F16)
+		BC_T(DG_F16);
+	else
+		BC_T(DG_BF16);
+#undef BC_T
+}
+
 const dg_kernels dg_kernels_avx512 = {
 	.cast = cast_avx512,
 	.scale = scale_avx512,
@@ -292,6 +396,7 @@ const dg_kernels dg_kernels_avx512 = {
 	.sumsq_block = sumsq_avx512,
 	.nonfinite = nonfinite_avx512,
 	.reduce = reduce_avx512,
+	.reduce_bcast = reduce_bcast_avx512,
 };
 
 #endif /* DG_HAVE_X86 */

@@ -137,6 +137,33 @@ static void reduce_scalar(dg_dtype t, dg_redop op, const void *const *srcs, int 
 	}
 }
 
+/* v rounded to dtype t and widened back */
+static inline float round_t(dg_dtype t, float v)
+{
+	switch (t) {
+	case DG_F16: return dg_f16_to_f32(dg_f32_to_f16(v));
+	case DG_BF16: return dg_bf16_to_f32(dg_f32_to_bf16(v));
+	default: return v;
+	}
+}
+
+/* reduce_scalar's element, then (scale != 1) scale_scalar's, stored to every
+ * dst after all of the element's loads */
+static void reduce_bcast_scalar(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *const *dsts,
+				int ndst, int64_t lo, int64_t hi, float scale)
+{
+	int scaled = scale != 1.0f;
+	for (int64_t k = lo; k < hi; k++) {
+		float acc = load_f(t, srcs[0], k);
+		for (int j = 1; j < nsrc; j++)
+			acc = red_f32(op, acc, load_f(t, srcs[j], k));
+		if (scaled)
+			acc = round_t(t, acc) * scale;
+		for (int d = 0; d < ndst; d++)
+			store_f(t, dsts[d], k, acc);
+	}
+}
+
 const dg_kernels dg_kernels_scalar = {
 	.cast = cast_scalar,
 	.scale = scale_scalar,
@@ -144,4 +171,5 @@ const dg_kernels dg_kernels_scalar = {
 	.sumsq_block = sumsq_scalar,
 	.nonfinite = nonfinite_scalar,
 	.reduce = reduce_scalar,
+	.reduce_bcast = reduce_bcast_scalar,
 };

@@ -1,5 +1,5 @@
 /*
- * reduce.c — dg_sumsq, dg_nonfinite and dg_reduce_into.
+ * reduce.c — dg_sumsq, dg_nonfinite, dg_reduce_into and dg_reduce_bcast.
  *
  * dg_sumsq's order, fixed for a given ISA and independent of threads: every
  * tensor is cut into DG_SUMSQ_BLOCK-element blocks from its start; one thread
@@ -204,5 +204,74 @@ dg_status dg_reduce_into(dg_ctx *ctx, dg_dtype t, dg_redop op, const void *const
 	reduce_job j = {ctx->k, t, op, srcs, nsrc, dst};
 	int64_t work = n > INT64_MAX / (nsrc + 1) ? INT64_MAX : n * (nsrc + 1);
 	dg_parallel_for(ctx, n, DG_GRAIN, work, reduce_task, &j);
+	return DG_OK;
+}
+
+typedef struct bcast_job {
+	const dg_kernels *k;
+	dg_dtype t;
+	dg_redop op;
+	const void *const *srcs;
+	int nsrc;
+	void *const *dsts;
+	int ndst;
+	float scale;
+} bcast_job;
+
+/* INT_REDUCE's element, stored to every dst after all of its loads */
+#define INT_BCAST(T, UT)                                                                                            \
+	do {                                                                                                        \
+		const T *const *s = (const T *const *)j->srcs;                                                      \
+		T *const *d = (T *const *)j->dsts;                                                                  \
+		for (int64_t e = lo; e < hi; e++) {                                                                 \
+			T acc = s[0][e];                                                                            \
+			for (int q = 1; q < j->nsrc; q++) {                                                         \
+				T v = s[q][e];                                                                      \
+				if (j->op == DG_SUM)                                                                \
+					acc = (T)((UT)acc + (UT)v);                                                 \
+				else if (j->op == DG_MAX)                                                           \
+					acc = v > acc ? v : acc;                                                    \
+				else                                                                                \
+					acc = v < acc ? v : acc;                                                    \
+			}                                                                                           \
+			for (int q = 0; q < j->ndst; q++)                                                           \
+				d[q][e] = acc;                                                                      \
+		}                                                                                                   \
+	} while (0)
+
+static void bcast_task(void *v, int64_t lo, int64_t hi)
+{
+	const bcast_job *j = v;
+	if (j->t == DG_I32)
+		INT_BCAST(int32_t, uint32_t);
+	else if (j->t == DG_I64)
+		INT_BCAST(int64_t, uint64_t);
+	else
+		j->k->reduce_bcast(j->t, j->op, j->srcs, j->nsrc, j->dsts, j->ndst, lo, hi, j->scale);
+}
+
+dg_status dg_reduce_bcast(dg_ctx *ctx, dg_dtype t, dg_redop op, const void *const *srcs, int nsrc,
+			  void *const *dsts, int ndst, int64_t n, float scale)
+{
+	if (ctx == NULL || n < 0 || nsrc < 0 || ndst < 0 || (op != DG_SUM && op != DG_MAX && op != DG_MIN))
+		return DG_ERR_INVALID;
+	if (!dg_is_float(t) && t != DG_I32 && t != DG_I64)
+		return DG_ERR_DTYPE;
+	if (!dg_is_float(t) && scale != 1.0f)
+		return DG_ERR_DTYPE;
+	if (n == 0)
+		return DG_OK;
+	if (nsrc == 0 || ndst == 0 || srcs == NULL || dsts == NULL)
+		return DG_ERR_INVALID;
+	for (int q = 0; q < nsrc; q++)
+		if (srcs[q] == NULL)
+			return DG_ERR_INVALID;
+	for (int q = 0; q < ndst; q++)
+		if (dsts[q] == NULL)
+			return DG_ERR_INVALID;
+	bcast_job j = {ctx->k, t, op, srcs, nsrc, dsts, ndst, scale};
+	int64_t per = (int64_t)nsrc + ndst;
+	int64_t work = n > INT64_MAX / per ? INT64_MAX : n * per;
+	dg_parallel_for(ctx, n, DG_GRAIN, work, bcast_task, &j);
 	return DG_OK;
 }

@@ -75,6 +75,36 @@ func (c *rankComm) reduceSlice(s *slot, srcs []*tensor.Tensor, so int, dst *tens
 	}
 }
 
+// allReduceSlice reduces elements [lo, lo+n) of every party's input, in rank
+// order, and writes the result into that slice of every party's output, in
+// one pass (dg_reduce_bcast: each byte of the slice is read once and written
+// once in every buffer, outputs may be the inputs). Avg folds its 1/size
+// scale into the same pass with the bits of reduce-then-scale.
+func (c *rankComm) allReduceSlice(s *slot, lo, n int) {
+	if n == 0 {
+		return
+	}
+	if len(s.in) == 1 && s.in[0] == s.out[0] {
+		return // a world of one, in place: nothing to do
+	}
+	call := s.calls[0]
+	srcs := make([]unsafe.Pointer, len(s.in))
+	for i, t := range s.in {
+		srcs[i] = at(t, lo)
+	}
+	dsts := make([]unsafe.Pointer, len(s.out))
+	for i, t := range s.out {
+		dsts[i] = at(t, lo)
+	}
+	scale := float32(1)
+	if call.Red == comm.Avg && len(srcs) > 1 {
+		scale = 1 / float32(len(srcs))
+	}
+	if err := c.cpu.Ctx().ReduceBcast(csrc.DType(call.DType), redop(call.Red), srcs, dsts, int64(n), scale); err != nil {
+		s.setDataErr(fmt.Errorf("rank %d: all-reducing %d elements: %w", c.rank, n, err))
+	}
+}
+
 // execute runs this rank's share of a completed slot and meets the other
 // parties at the slot's latches; it never returns before every party is
 // done with this rank's buffers.
@@ -87,19 +117,12 @@ func (c *rankComm) execute(s *slot, pos int) {
 		return
 
 	case comm.OpAllReduce:
-		// Reduce-scatter in place: my slice of every input into my buffer;
-		// then all-gather: every other rank's reduced slice into mine.
-		n := call.Count
-		lo, hi := part(n, size, me)
-		c.reduceSlice(s, s.in, lo, s.out[me], lo, hi-lo)
-		s.mid.arrive()
-		s.mid.wait()
-		for j := range size {
-			if j != me {
-				jl, jh := part(n, size, j)
-				copyElems(s.out[me], jl, s.out[j], jl, jh-jl)
-			}
-		}
+		// Reduce-scatter and all-gather fused: my slice of every input,
+		// reduced, into my slice of every output. Slices are disjoint, so
+		// the ranks never touch the same element; the end latch keeps every
+		// buffer alive until all are done.
+		lo, hi := part(call.Count, size, me)
+		c.allReduceSlice(s, lo, hi-lo)
 
 	case comm.OpReduce:
 		n := call.Count

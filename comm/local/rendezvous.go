@@ -78,9 +78,9 @@ type slot struct {
 	ready    chan struct{}
 	splitRes []splitOut
 
-	mid, end latch // data-phase meeting points
-	dataMu   sync.Mutex
-	dataErr  error // a kernel failure on some party, reported to all
+	end     latch // data-phase meeting point: no party leaves before all are done
+	dataMu  sync.Mutex
+	dataErr error // a kernel failure on some party, reported to all
 }
 
 func (s *slot) setDataErr(err error) {
@@ -182,7 +182,6 @@ func (g *group) post(key slotKey, parties []int, pos int, call comm.Call, in, ou
 		if call.Op == comm.OpSplit {
 			s.splits = make([]splitArg, n)
 		}
-		s.mid.init(n)
 		s.end.init(n)
 		g.slots[key] = s
 	}

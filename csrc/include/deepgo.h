@@ -138,6 +138,24 @@ typedef enum dg_redop { DG_SUM = 0, DG_MAX = 1, DG_MIN = 2 } dg_redop;
 dg_status dg_reduce_into(dg_ctx *ctx, dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst,
 			 int64_t n);
 
+/* dg_reduce_bcast is dg_reduce_into with several destinations, in one pass:
+ * for k < n it computes r = srcs[0][k] op srcs[1][k] op ... exactly as
+ * dg_reduce_into does (same list-order float32 combining, one rounding to t,
+ * the same first-NaN rule, so the same bits) and stores r into dsts[0][k],
+ * ..., dsts[ndst-1][k]. When scale != 1 (floating t only; an integer t with
+ * scale != 1 is DG_ERR_DTYPE), r, once rounded to t, is then multiplied by
+ * scale in float32 and rounded to t again: the bits of dg_reduce_into
+ * followed by dg_scale(scale), e.g. an average with scale = 1/nsrc.
+ * Dtypes as dg_reduce_into; n > 0 needs nsrc >= 1, ndst >= 1, no NULLs.
+ * Aliasing: a dst may be the same pointer as any src (or as another dst);
+ * every element's loads happen before any of its stores, so the in-process
+ * all-reduce passes its ranks' buffers as both lists. Partial overlaps
+ * (a dst pointing into a src at another offset) are not allowed. Built for
+ * that all-reduce: each rank reduces its slice of every buffer and writes
+ * it back into every buffer, reading and writing each byte once. */
+dg_status dg_reduce_bcast(dg_ctx *ctx, dg_dtype t, dg_redop op, const void *const *srcs, int nsrc,
+			  void *const *dsts, int ndst, int64_t n, float scale);
+
 /* ---- bandwidth roofs ----------------------------------------------------
  * What the benchmarks compare kernels against, measured in the same run on
  * the same pool: a threaded memcpy, and a threaded read-and-sum that touches

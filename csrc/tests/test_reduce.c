@@ -1,4 +1,4 @@
-/* test_reduce.c — dg_sumsq, dg_nonfinite, dg_reduce_into. */
+/* test_reduce.c — dg_sumsq, dg_nonfinite, dg_reduce_into, dg_reduce_bcast. */
 #include <math.h>
 
 #include "dg_math.h"
@@ -120,6 +120,61 @@ static void test_sumsq(void)
 	const void *np[1] = {NULL};
 	CHECK(dg_sumsq(ctx, DG_F32, np, &one, 1, NULL, &total) == DG_ERR_INVALID);
 	dg_ctx_destroy(ctx);
+}
+
+/* halves over their whole range (subnormals, zeros, extremes, both signs)
+ * against a long double reference, and Inf/NaN propagating, on every ISA */
+static void test_sumsq_halves(void)
+{
+	dg_isa isas[3];
+	int nisa = test_isas(isas);
+	dg_dtype ts[2] = {DG_F16, DG_BF16};
+	enum { N = 3 * 65536 + 37 };
+	uint16_t *x = malloc((size_t)N * 2);
+	dg_ctx *ctx;
+	CHECK_OK(dg_ctx_create(2, &ctx));
+	for (int d = 0; d < 2; d++) {
+		dg_dtype t = ts[d];
+		uint16_t inf = t == DG_F16 ? 0x7c00 : 0x7f80;
+		uint64_t seed = 99;
+		for (int64_t i = 0; i < N; i++) {
+			uint16_t h = (uint16_t)rng_next(&seed);
+			if ((h & 0x7fff) >= inf) /* keep it finite */
+				h &= 0x83ff;
+			if (i % 7 == 0)
+				h &= 0x803f; /* subnormal or zero */
+			x[i] = h;
+		}
+		long double ref = 0;
+		for (int64_t i = 0; i < N; i++) {
+			long double v = widen(t, x, i);
+			ref += v * v;
+		}
+		const void *xs[1] = {x};
+		int64_t ns[1] = {N};
+		for (int k = 0; k < nisa; k++) {
+			CHECK_OK(dg_ctx_set_isa(ctx, isas[k]));
+			double total = -1;
+			CHECK_OK(dg_sumsq(ctx, t, xs, ns, 1, NULL, &total));
+			CHECK(fabsl((long double)total - ref) <= 1e-12L * ref);
+			uint16_t keep = x[N / 2];
+			x[N / 2] = (uint16_t)(inf | 0x8000);
+			CHECK_OK(dg_sumsq(ctx, t, xs, ns, 1, NULL, &total));
+			CHECK(isinf(total) && total > 0);
+			x[N / 2] = (uint16_t)(inf | 1); /* NaN */
+			CHECK_OK(dg_sumsq(ctx, t, xs, ns, 1, NULL, &total));
+			CHECK(isnan(total));
+			x[N / 2] = keep;
+			/* a short tail holding the Inf */
+			int64_t n5[1] = {5};
+			uint16_t sh[5] = {0x3c00, 0, 0x8001, 0x3c00, inf};
+			const void *s5[1] = {sh};
+			CHECK_OK(dg_sumsq(ctx, t, s5, n5, 1, NULL, &total));
+			CHECK(isinf(total));
+		}
+	}
+	dg_ctx_destroy(ctx);
+	free(x);
 }
 
 static void test_nonfinite(void)
@@ -288,10 +343,133 @@ static void test_reduce_into(void)
 	dg_ctx_destroy(ctx);
 }
 
+/* dg_reduce_bcast against dg_reduce_into (+ dg_scale): separate dsts, dsts
+ * that are the srcs themselves (the all-reduce pattern), a scale; every ISA,
+ * dtype and op, NaNs sprinkled in. */
+static void test_reduce_bcast(void)
+{
+	dg_isa isas[3];
+	int nisa = test_isas(isas);
+	dg_dtype ts[5] = {DG_F32, DG_F16, DG_BF16, DG_I32, DG_I64};
+	dg_redop ops[3] = {DG_SUM, DG_MAX, DG_MIN};
+	static const int64_t sizes[] = {0, 1, 7, 16, 17, 65, 1000003};
+	uint64_t seed = 23;
+	dg_ctx *ctx;
+	CHECK_OK(dg_ctx_create(3, &ctx));
+	enum { NS = 4 };
+	for (int k = 0; k < nisa; k++) {
+		CHECK_OK(dg_ctx_set_isa(ctx, isas[k]));
+		for (int d = 0; d < 5; d++)
+			for (int o = 0; o < 3; o++)
+				for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+					for (int nsrc = 1; nsrc <= NS; nsrc += 2) {
+						dg_dtype t = ts[d];
+						int isint = t == DG_I32 || t == DG_I64;
+						dg_redop op = ops[o];
+						int64_t n = sizes[z];
+						size_t bytes = (size_t)n * esize(t) + 8;
+						void *src[NS], *want = malloc(bytes), *got[3];
+						for (int s = 0; s < NS; s++) {
+							src[s] = malloc(bytes);
+							if (isint)
+								for (size_t i = 0; i < bytes; i++)
+									((unsigned char *)src[s])[i] = (unsigned char)rng_next(&seed);
+							else
+								fill(t, src[s], n, &seed);
+						}
+						if (!isint && n > 0) {
+							narrow(t, src[0], n / 3, NAN);
+							narrow(t, src[nsrc - 1], n / 3, -NAN);
+							narrow(t, src[nsrc - 1], n - 1, NAN);
+							if (t == DG_F32)
+								((uint32_t *)src[0])[n / 2] = 0xff800001u; /* signaling */
+						}
+						for (int g = 0; g < 3; g++)
+							got[g] = malloc(bytes);
+						CHECK_OK(dg_reduce_into(ctx, t, op, (const void *const *)src, nsrc, want, n));
+						/* three separate destinations */
+						CHECK_OK(dg_reduce_bcast(ctx, t, op, (const void *const *)src, nsrc, got, 3, n, 1.0f));
+						for (int g = 0; g < 3; g++)
+							CHECK(memcmp(got[g], want, (size_t)n * esize(t)) == 0);
+						/* scaled, as an average: reduce_into then dg_scale */
+						if (!isint) {
+							float sc = 1.0f / (float)nsrc;
+							if (nsrc == 1)
+								sc = 0.3f;
+							int64_t nn = n;
+							void *w[1] = {want};
+							CHECK_OK(dg_scale(ctx, t, w, &nn, 1, sc));
+							CHECK_OK(dg_reduce_bcast(ctx, t, op, (const void *const *)src, nsrc, got, 2, n,
+										 sc));
+							for (int g = 0; g < 2; g++)
+								CHECK(memcmp(got[g], want, (size_t)n * esize(t)) == 0);
+							CHECK_OK(dg_reduce_into(ctx, t, op, (const void *const *)src, nsrc, want, n));
+						}
+						/* in place: the sources are the destinations, plus one extra */
+						void *dsts[NS + 1];
+						for (int s = 0; s < nsrc; s++)
+							dsts[s] = src[s];
+						dsts[nsrc] = got[0];
+						CHECK_OK(dg_reduce_bcast(ctx, t, op, (const void *const *)src, nsrc, dsts, nsrc + 1, n,
+									 1.0f));
+						for (int s = 0; s <= nsrc; s++)
+							CHECK(memcmp(dsts[s], want, (size_t)n * esize(t)) == 0);
+						for (int s = 0; s < NS; s++)
+							free(src[s]);
+						for (int g = 0; g < 3; g++)
+							free(got[g]);
+						free(want);
+					}
+	}
+	/* split across pool threads, reversed dst order, 5 sources */
+	{
+		int64_t n = 3 * 65536 + 11;
+		float *x[5], *y[5];
+		for (int s = 0; s < 5; s++) {
+			x[s] = malloc((size_t)n * 4);
+			y[s] = malloc((size_t)n * 4);
+			fill(DG_F32, x[s], n, &seed);
+		}
+		float *want = malloc((size_t)n * 4);
+		CHECK_OK(dg_reduce_into(ctx, DG_F32, DG_SUM, (const void *const *)x, 5, want, n));
+		void *dsts[5] = {x[4], x[3], x[2], x[1], x[0]};
+		CHECK_OK(dg_reduce_bcast(ctx, DG_F32, DG_SUM, (const void *const *)x, 5, dsts, 5, n, 1.0f));
+		for (int s = 0; s < 5; s++)
+			CHECK(memcmp(x[s], want, (size_t)n * 4) == 0);
+		for (int s = 0; s < 5; s++) {
+			free(x[s]);
+			free(y[s]);
+		}
+		free(want);
+	}
+	float a[4] = {1, 2, 3, 4}, b[4] = {1, 1, 1, 1};
+	const void *srcs[2] = {a, b}, *nsrcs[2] = {a, NULL};
+	void *dsts[2] = {a, b}, *ndsts[2] = {a, NULL};
+	int32_t ia[4] = {1, 2, 3, 4};
+	const void *isrcs[1] = {ia};
+	void *idsts[1] = {ia};
+	CHECK(dg_reduce_bcast(NULL, DG_F32, DG_SUM, srcs, 2, dsts, 2, 4, 1) == DG_ERR_INVALID);
+	CHECK(dg_reduce_bcast(ctx, DG_U8, DG_SUM, srcs, 2, dsts, 2, 4, 1) == DG_ERR_DTYPE);
+	CHECK(dg_reduce_bcast(ctx, DG_I32, DG_SUM, isrcs, 1, idsts, 1, 4, 0.5f) == DG_ERR_DTYPE);
+	CHECK(dg_reduce_bcast(ctx, DG_F32, (dg_redop)9, srcs, 2, dsts, 2, 4, 1) == DG_ERR_INVALID);
+	CHECK(dg_reduce_bcast(ctx, DG_F32, DG_SUM, srcs, 0, dsts, 2, 4, 1) == DG_ERR_INVALID);
+	CHECK(dg_reduce_bcast(ctx, DG_F32, DG_SUM, srcs, 2, dsts, 0, 4, 1) == DG_ERR_INVALID);
+	CHECK(dg_reduce_bcast(ctx, DG_F32, DG_SUM, srcs, 2, dsts, -1, 4, 1) == DG_ERR_INVALID);
+	CHECK(dg_reduce_bcast(ctx, DG_F32, DG_SUM, srcs, 2, dsts, 2, -4, 1) == DG_ERR_INVALID);
+	CHECK(dg_reduce_bcast(ctx, DG_F32, DG_SUM, nsrcs, 2, dsts, 2, 4, 1) == DG_ERR_INVALID);
+	CHECK(dg_reduce_bcast(ctx, DG_F32, DG_SUM, srcs, 2, ndsts, 2, 4, 1) == DG_ERR_INVALID);
+	CHECK(dg_reduce_bcast(ctx, DG_F32, DG_SUM, NULL, 0, NULL, 0, 0, 1) == DG_OK);
+	CHECK_OK(dg_reduce_bcast(ctx, DG_F32, DG_SUM, srcs, 2, dsts, 2, 4, 1));
+	CHECK(a[0] == 2 && b[0] == 2 && a[3] == 5 && b[3] == 5);
+	dg_ctx_destroy(ctx);
+}
+
 int main(void)
 {
 	test_sumsq();
+	test_sumsq_halves();
 	test_nonfinite();
 	test_reduce_into();
+	test_reduce_bcast();
 	return test_done("test_reduce");
 }

@@ -4,6 +4,8 @@
 // measured in the same run, interleaved with it: a threaded memcpy of the same
 // bytes for casts and packing, a threaded read-and-sum for the reductions. It
 // also reports the cost of one cgo call and a 1- vs 2-thread compute probe.
+// A size is the kernel's input: "64 MiB" means 64 MiB of float32 for the f32
+// cases and 64 MiB of halves (twice the elements) for the bf16/f16 ones.
 //
 //	go run ./examples/bench-kernels [-mib 64,256] [-reps 7]
 package main
@@ -30,7 +32,7 @@ type Result struct {
 	Kernel    string  `json:"kernel"`
 	MiB       int     `json:"mib"`        // size of the kernel's input
 	Threads   int     `json:"threads"`    // C pool threads
-	Bytes     int     `json:"bytes"`      // bytes read + written per call
+	Bytes     int     `json:"bytes"`      // bytes read + written per call (input is mib MiB)
 	GBps      float64 `json:"gbps"`       // best of reps
 	Roof      string  `json:"roof"`       // what the roof is
 	RoofGBps  float64 `json:"roof_gbps"`  // best of reps, interleaved with the kernel
@@ -99,15 +101,24 @@ func run(mibList string, reps int) error {
 	return enc.Encode(rep)
 }
 
+// buffers holds one size's operands. Every case reads an input of exactly
+// the labelled size: nf float32 or nh = 2*nf halves.
 type buffers struct {
-	f32, f32b *tensor.Tensor // n float32
-	h16, bf16 *tensor.Tensor // n halves
-	flat      *tensor.Tensor // n float32, the pack target
-	roofSrc   *tensor.Tensor // bytes for the memcpy roof
-	roofDst   *tensor.Tensor
+	f32, h16, bf16  *tensor.Tensor // inputs: nf float32, nh float16, nh bfloat16
+	f32Out          *tensor.Tensor // nh float32: half->f32 cast output
+	h16Out, bf16Out *tensor.Tensor // nf halves each: f32->half cast outputs
+	flat            *tensor.Tensor // nf float32, the pack target
+	roofSrc         *tensor.Tensor // bytes for the memcpy roof
+	roofDst         *tensor.Tensor
 }
 
-func alloc(n int) (*buffers, error) {
+func (bs *buffers) all() []*tensor.Tensor {
+	return []*tensor.Tensor{bs.f32, bs.h16, bs.bf16, bs.f32Out, bs.h16Out, bs.bf16Out, bs.flat, bs.roofSrc, bs.roofDst}
+}
+
+// alloc sizes everything for an input of inBytes bytes.
+func alloc(b *backend.CPU, inBytes int) (*buffers, error) {
+	nf, nh := inBytes/4, inBytes/2
 	var bs buffers
 	var err error
 	mk := func(dt tensor.DType, k int) *tensor.Tensor {
@@ -118,20 +129,32 @@ func alloc(n int) (*buffers, error) {
 		t, err = tensor.Empty(dt, k)
 		return t
 	}
-	bs.f32, bs.f32b = mk(tensor.Float32, n), mk(tensor.Float32, n)
-	bs.h16, bs.bf16 = mk(tensor.Float16, n), mk(tensor.BFloat16, n)
-	bs.flat = mk(tensor.Float32, n)
-	bs.roofSrc, bs.roofDst = mk(tensor.Uint8, 4*n), mk(tensor.Uint8, 4*n)
+	bs.f32, bs.h16, bs.bf16 = mk(tensor.Float32, nf), mk(tensor.Float16, nh), mk(tensor.BFloat16, nh)
+	bs.f32Out, bs.h16Out, bs.bf16Out = mk(tensor.Float32, nh), mk(tensor.Float16, nf), mk(tensor.BFloat16, nf)
+	bs.flat = mk(tensor.Float32, nf)
+	// the largest memcpy roof: half->f32 cast, nh*(2+4) bytes moved
+	bs.roofSrc, bs.roofDst = mk(tensor.Uint8, 3*nh), mk(tensor.Uint8, 3*nh)
 	if err != nil {
+		bs.free()
 		return nil, err
 	}
-	// touch every page and give the data realistic values
+	// touch every page and give the data realistic values; the halves are
+	// rounded from normal float32s
 	r := rand.New(rand.NewPCG(1, 1))
-	f, _ := bs.f32.Float32s()
-	for i := range f {
-		f[i] = float32(r.NormFloat64())
+	for _, t := range []*tensor.Tensor{bs.f32, bs.f32Out} {
+		f, _ := t.Float32s()
+		for i := range f {
+			f[i] = float32(r.NormFloat64())
+		}
 	}
-	for _, t := range []*tensor.Tensor{bs.f32b, bs.h16, bs.bf16, bs.flat, bs.roofSrc, bs.roofDst} {
+	T := func(ts ...*tensor.Tensor) []*tensor.Tensor { return ts }
+	if err := b.Cast(T(bs.h16), T(bs.f32Out)); err != nil {
+		return nil, err
+	}
+	if err := b.Cast(T(bs.bf16), T(bs.f32Out)); err != nil {
+		return nil, err
+	}
+	for _, t := range []*tensor.Tensor{bs.h16Out, bs.bf16Out, bs.flat, bs.roofSrc, bs.roofDst} {
 		raw, _ := t.RawBytes()
 		for i := 0; i < len(raw); i += 4096 {
 			raw[i] = 1
@@ -141,38 +164,45 @@ func alloc(n int) (*buffers, error) {
 }
 
 func (bs *buffers) free() {
-	for _, t := range []*tensor.Tensor{bs.f32, bs.f32b, bs.h16, bs.bf16, bs.flat, bs.roofSrc, bs.roofDst} {
-		t.Free()
+	for _, t := range bs.all() {
+		if t != nil {
+			t.Free()
+		}
 	}
 }
 
 func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
-	n := mib << 20 / 4 // float32 elements in the input
-	bs, err := alloc(n)
+	if err := b.SetThreads(2); err != nil {
+		return nil, err
+	}
+	in := mib << 20 // input bytes of every case
+	nf, nh := in/4, in/2
+	bs, err := alloc(b, in)
 	if err != nil {
 		return nil, err
 	}
 	defer bs.free()
 	T := func(ts ...*tensor.Tensor) []*tensor.Tensor { return ts }
 	ctx := b.Ctx()
+	// a memcpy moving the same bytes (read + written) as the kernel
 	copyRoof := func(bytes int) func() error {
 		return func() error {
-			return ctx.RoofCopy(bs.roofDst.Ptr(), bs.roofSrc.Ptr(), bytes)
+			return ctx.RoofCopy(bs.roofDst.Ptr(), bs.roofSrc.Ptr(), bytes/2)
 		}
 	}
 	readRoof := func(p unsafe.Pointer, bytes int) func() error {
 		return func() error { _, err := ctx.RoofRead(p, bytes); return err }
 	}
 	// four pieces, like a bucket of several parameters
-	q := n / 4
+	q := nf / 4
 	var packSrcs []*tensor.Tensor
 	offs := []int{0, q, 2 * q, 3 * q}
 	for i := 0; i < 4; i++ {
 		sz := q
 		if i == 3 {
-			sz = n - 3*q
+			sz = nf - 3*q
 		}
-		v, _ := bs.f32b.Slice(offs[i], sz)
+		v, _ := bs.f32.Slice(offs[i], sz)
 		packSrcs = append(packSrcs, v)
 	}
 	type kcase struct {
@@ -182,14 +212,24 @@ func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
 		rf    func() error
 		kf    func() error
 	}
+	sumsq := func(t *tensor.Tensor) func() error {
+		return func() error { _, err := b.SumSquares(T(t), nil); return err }
+	}
+	nonfinite := func(t *tensor.Tensor) func() error {
+		return func() error { _, err := b.NonFinite(T(t)); return err }
+	}
 	cases := []kcase{
-		{"cast f32->bf16", 6 * n, "memcpy", copyRoof(3 * n), func() error { return b.Cast(T(bs.bf16), T(bs.f32)) }},
-		{"cast f32->f16", 6 * n, "memcpy", copyRoof(3 * n), func() error { return b.Cast(T(bs.h16), T(bs.f32)) }},
-		{"cast bf16->f32", 6 * n, "memcpy", copyRoof(3 * n), func() error { return b.Cast(T(bs.f32b), T(bs.bf16)) }},
-		{"sumsq f32", 4 * n, "read-and-sum", readRoof(bs.f32.Ptr(), 4*n), func() error { _, err := b.SumSquares(T(bs.f32), nil); return err }},
-		{"sumsq bf16", 2 * n, "read-and-sum", readRoof(bs.bf16.Ptr(), 2*n), func() error { _, err := b.SumSquares(T(bs.bf16), nil); return err }},
-		{"nonfinite f32", 4 * n, "read-and-sum", readRoof(bs.f32.Ptr(), 4*n), func() error { _, err := b.NonFinite(T(bs.f32)); return err }},
-		{"pack f32 x4", 8 * n, "memcpy", copyRoof(4 * n), func() error { return b.Pack(bs.flat, offs, packSrcs) }},
+		{"cast f32->bf16", in + 2*nf, "memcpy", copyRoof(in + 2*nf), func() error { return b.Cast(T(bs.bf16Out), T(bs.f32)) }},
+		{"cast f32->f16", in + 2*nf, "memcpy", copyRoof(in + 2*nf), func() error { return b.Cast(T(bs.h16Out), T(bs.f32)) }},
+		{"cast bf16->f32", in + 4*nh, "memcpy", copyRoof(in + 4*nh), func() error { return b.Cast(T(bs.f32Out), T(bs.bf16)) }},
+		{"cast f16->f32", in + 4*nh, "memcpy", copyRoof(in + 4*nh), func() error { return b.Cast(T(bs.f32Out), T(bs.h16)) }},
+		{"sumsq f32", in, "read-and-sum", readRoof(bs.f32.Ptr(), in), sumsq(bs.f32)},
+		{"sumsq bf16", in, "read-and-sum", readRoof(bs.bf16.Ptr(), in), sumsq(bs.bf16)},
+		{"sumsq f16", in, "read-and-sum", readRoof(bs.h16.Ptr(), in), sumsq(bs.h16)},
+		{"nonfinite f32", in, "read-and-sum", readRoof(bs.f32.Ptr(), in), nonfinite(bs.f32)},
+		{"nonfinite bf16", in, "read-and-sum", readRoof(bs.bf16.Ptr(), in), nonfinite(bs.bf16)},
+		{"nonfinite f16", in, "read-and-sum", readRoof(bs.h16.Ptr(), in), nonfinite(bs.h16)},
+		{"pack f32 x4", 2 * in, "memcpy", copyRoof(2 * in), func() error { return b.Pack(bs.flat, offs, packSrcs) }},
 	}
 	var out []Result
 	for _, th := range []int{1, 2} {
