@@ -215,3 +215,48 @@ func TestReduceListOrder(t *testing.T) {
 		}
 	})
 }
+
+// Past DG_STREAM_BYTES of output, casts and packs take the non-temporal
+// store path; it must give the same bits, whatever the alignment.
+func TestLargeCallsStreamingStores(t *testing.T) {
+	const n = 5<<20 + 3 // 20 MiB of float32, odd
+	r := rand.New(rand.NewPCG(11, 12))
+	vals := randVals(r, n)
+	forEachISA(t, func(t *testing.T, b *CPU) {
+		src := fill(t, tensor.Float32, vals)
+		// pack three pieces at odd offsets so no destination starts aligned
+		flat := mustEmpty(t, tensor.Float32, n+40)
+		a, _ := src.Slice(0, 1001)
+		c, _ := src.Slice(1001, n/2)
+		d, _ := src.Slice(1001+n/2, n-1001-n/2)
+		offs := []int{3, 3 + 1001 + 5, 3 + 1001 + 5 + n/2 + 7}
+		if err := b.Pack(flat, offs, []*tensor.Tensor{a, c, d}); err != nil {
+			t.Fatal(err)
+		}
+		back := mustEmpty(t, tensor.Float32, n)
+		x, _ := back.Slice(0, 1001)
+		y, _ := back.Slice(1001, n/2)
+		z, _ := back.Slice(1001+n/2, n-1001-n/2)
+		if err := b.Unpack([]*tensor.Tensor{x, y, z}, flat, offs); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := back.Float32s()
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(vals[i]) {
+				t.Fatalf("pack/unpack [%d]: %g != %g", i, got[i], vals[i])
+			}
+		}
+		// a cast into a destination that starts 2 bytes past alignment
+		h := mustEmpty(t, tensor.BFloat16, n+1)
+		hv, _ := h.Slice(1, n)
+		if err := b.Cast([]*tensor.Tensor{hv}, []*tensor.Tensor{src}); err != nil {
+			t.Fatal(err)
+		}
+		u, _ := hv.Uint16s()
+		for i, v := range vals {
+			if want := tensor.Float32ToBFloat16(v); u[i] != want {
+				t.Fatalf("cast [%d]: %#04x want %#04x", i, u[i], want)
+			}
+		}
+	})
+}

@@ -5,7 +5,8 @@
 #include "dg_internal.h"
 
 typedef struct cast_job {
-	const dg_kernels *k;
+	void (*cast)(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n);
+	void (*copy)(void *d, const void *s, int64_t bytes);
 	dg_dtype src, dst;
 	size_t ss, ds;
 	const void *const *srcs;
@@ -13,6 +14,8 @@ typedef struct cast_job {
 	const int64_t *ns;
 	int count;
 } cast_job;
+
+static void plain_copy(void *d, const void *s, int64_t bytes) { memcpy(d, s, (size_t)bytes); }
 
 static void cast_task(void *v, int64_t lo, int64_t hi)
 {
@@ -26,9 +29,9 @@ static void cast_task(void *v, int64_t lo, int64_t hi)
 		char *d = (char *)j->dsts[i] + (size_t)off * j->ds;
 		if (len > 0) {
 			if (j->src == j->dst)
-				memcpy(d, s, (size_t)len * j->ss);
+				j->copy(d, s, len * (int64_t)j->ss);
 			else
-				j->k->cast(j->src, j->dst, s, d, len);
+				j->cast(j->src, j->dst, s, d, len);
 		}
 		left -= len;
 	}
@@ -47,7 +50,13 @@ dg_status dg_cast(dg_ctx *ctx, dg_dtype src, dg_dtype dst, const void *const *sr
 		st = dg_check_list((const void *const *)dsts, ns, count, &total);
 	if (st != DG_OK)
 		return st;
-	cast_job j = {ctx->k, src, dst, dg_dtype_size(src), dg_dtype_size(dst), srcs, dsts, ns, count};
+	cast_job j = {ctx->k->cast, plain_copy, src, dst, dg_dtype_size(src), dg_dtype_size(dst), srcs, dsts, ns, count};
+	if (total * (int64_t)j.ds >= DG_STREAM_BYTES) {
+		if (ctx->k->cast_stream != NULL)
+			j.cast = ctx->k->cast_stream;
+		if (ctx->k->copy_stream != NULL)
+			j.copy = ctx->k->copy_stream;
+	}
 	dg_parallel_for(ctx, total, DG_GRAIN, total, cast_task, &j);
 	return DG_OK;
 }

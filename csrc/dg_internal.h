@@ -59,7 +59,19 @@ typedef struct dg_kernels {
 	 * each element's (or vector's) loads precede its stores */
 	void (*reduce_bcast)(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *const *dsts,
 			     int ndst, int64_t lo, int64_t hi, float scale);
+	/* cast and copy_stream write with non-temporal stores and end with a
+	 * store fence; NULL in tables without them (callers fall back to cast
+	 * and memcpy). Used only past DG_STREAM_BYTES of output per call. */
+	void (*cast_stream)(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n);
+	void (*copy_stream)(void *d, const void *s, int64_t bytes);
 } dg_kernels;
+
+/* Calls writing at least this many bytes bypass the cache: such an output
+ * cannot stay in cache for its reader anyway, and a normal store first
+ * reads each destination line (write-allocate), a third more memory traffic
+ * for a cast or a bucket copy. glibc's memcpy switches to non-temporal
+ * stores around this size too, so kernels and the memcpy roof pay alike. */
+#define DG_STREAM_BYTES ((int64_t)16 << 20)
 
 extern const dg_kernels dg_kernels_scalar;
 #if DG_HAVE_X86

@@ -12,6 +12,8 @@
  *   - axpy: a separate multiply and add, never FMA.
  * Tails use masked loads and stores so short tensors stay on the vector path.
  */
+#include <string.h>
+
 #include "dg_internal.h"
 
 #if DG_HAVE_X86
@@ -96,6 +98,80 @@ AI void cast_loop(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
 		__mmask16 m = tail_mask(n - i);
 		store16m(dst, AT(d, dst, i), m, load16m(src, CAT(s, src, i), m));
 	}
+}
+
+/* cast_stream_loop is cast_loop with non-temporal stores. The head up to
+ * the first 64-byte aligned destination element goes through the scalar
+ * oracle (same bits); the body stores whole aligned vectors; the tail uses
+ * the masked path. */
+AI void store16_nt(dg_dtype t, void *p, __m512 v)
+{
+	if (t == DG_F32)
+		_mm512_stream_ps(p, v);
+	else
+		_mm256_stream_si256((__m256i *)p, narrow16(t, v));
+}
+
+AI void cast_stream_loop(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
+{
+	size_t es = dst == DG_F32 ? 4u : 2u;
+	int64_t head = (int64_t)(((64u - ((uintptr_t)d & 63u)) & 63u) / es);
+	if ((uintptr_t)d % es != 0 || head > n)
+		head = n; /* cannot align: all of it the ordinary way */
+	if (head > 0)
+		dg_kernels_scalar.cast(src, dst, s, d, head);
+	int64_t i = head;
+	for (; i + 64 <= n; i += 64) {
+		__m512 a = load16(src, CAT(s, src, i)), b = load16(src, CAT(s, src, i + 16));
+		__m512 c = load16(src, CAT(s, src, i + 32)), e = load16(src, CAT(s, src, i + 48));
+		store16_nt(dst, AT(d, dst, i), a);
+		store16_nt(dst, AT(d, dst, i + 16), b);
+		store16_nt(dst, AT(d, dst, i + 32), c);
+		store16_nt(dst, AT(d, dst, i + 48), e);
+	}
+	_mm_sfence();
+	if (i < n)
+		cast_loop(src, dst, CAT(s, src, i), AT(d, dst, i), n - i);
+}
+
+T512 static void cast_stream_avx512(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
+{
+	if (src == DG_F32 && dst == DG_F16)
+		cast_stream_loop(DG_F32, DG_F16, s, d, n);
+	else if (src == DG_F32 && dst == DG_BF16)
+		cast_stream_loop(DG_F32, DG_BF16, s, d, n);
+	else if (src == DG_F16 && dst == DG_F32)
+		cast_stream_loop(DG_F16, DG_F32, s, d, n);
+	else if (src == DG_BF16 && dst == DG_F32)
+		cast_stream_loop(DG_BF16, DG_F32, s, d, n);
+	else if (src == DG_F16)
+		cast_stream_loop(DG_F16, DG_BF16, s, d, n);
+	else
+		cast_stream_loop(DG_BF16, DG_F16, s, d, n);
+}
+
+/* copy_stream_avx512 is memcpy with non-temporal stores: an ordinary head
+ * up to a 64-byte aligned destination, 256-byte streamed steps, an ordinary
+ * tail. */
+T512 static void copy_stream_avx512(void *d, const void *s, int64_t bytes)
+{
+	char *dp = d;
+	const char *sp = s;
+	int64_t head = (int64_t)((64u - ((uintptr_t)dp & 63u)) & 63u);
+	if (head > bytes)
+		head = bytes;
+	memcpy(dp, sp, (size_t)head);
+	int64_t i = head;
+	for (; i + 256 <= bytes; i += 256) {
+		__m512i a = _mm512_loadu_si512(sp + i), b = _mm512_loadu_si512(sp + i + 64);
+		__m512i c = _mm512_loadu_si512(sp + i + 128), e = _mm512_loadu_si512(sp + i + 192);
+		_mm512_stream_si512((__m512i *)(dp + i), a);
+		_mm512_stream_si512((__m512i *)(dp + i + 64), b);
+		_mm512_stream_si512((__m512i *)(dp + i + 128), c);
+		_mm512_stream_si512((__m512i *)(dp + i + 192), e);
+	}
+	_mm_sfence();
+	memcpy(dp + i, sp + i, (size_t)(bytes - i));
 }
 
 T512 static void cast_avx512(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
@@ -397,6 +473,8 @@ const dg_kernels dg_kernels_avx512 = {
 	.nonfinite = nonfinite_avx512,
 	.reduce = reduce_avx512,
 	.reduce_bcast = reduce_bcast_avx512,
+	.cast_stream = cast_stream_avx512,
+	.copy_stream = copy_stream_avx512,
 };
 
 #endif /* DG_HAVE_X86 */

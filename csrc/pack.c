@@ -63,7 +63,10 @@ typedef struct pack_job {
 	int count;
 	char *flat;
 	int unpack;
+	void (*copy)(void *d, const void *s, int64_t bytes);
 } pack_job;
+
+static void plain_copy(void *d, const void *s, int64_t bytes) { memcpy(d, s, (size_t)bytes); }
 
 static void pack_task(void *v, int64_t lo, int64_t hi)
 {
@@ -77,9 +80,9 @@ static void pack_task(void *v, int64_t lo, int64_t hi)
 			char *t = (char *)j->tensors[i] + (size_t)off * j->es;
 			char *f = j->flat + (size_t)(j->offs[i] + off) * j->es;
 			if (j->unpack)
-				memcpy(t, f, (size_t)len * j->es);
+				j->copy(t, f, len * (int64_t)j->es);
 			else
-				memcpy(f, t, (size_t)len * j->es);
+				j->copy(f, t, len * (int64_t)j->es);
 		}
 		left -= len;
 	}
@@ -104,7 +107,9 @@ static dg_status pack_common(dg_ctx *ctx, dg_dtype t, const void *const *tensors
 	st = check_regions(offs, ns, count, flat_n);
 	if (st != DG_OK)
 		return st;
-	pack_job j = {es, tensors, ns, offs, count, flat, unpack};
+	pack_job j = {es, tensors, ns, offs, count, flat, unpack, plain_copy};
+	if (total * (int64_t)es >= DG_STREAM_BYTES && ctx->k->copy_stream != NULL)
+		j.copy = ctx->k->copy_stream;
 	/* memcpy moves bytes, so weigh the work by element size */
 	int64_t work = total > INT64_MAX / 8 ? INT64_MAX : total * (int64_t)es / 4;
 	dg_parallel_for(ctx, total, DG_GRAIN, work, pack_task, &j);

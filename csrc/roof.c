@@ -16,19 +16,25 @@
 typedef struct copy_job {
 	unsigned char *dst;
 	const unsigned char *src;
+	void (*stream)(void *d, const void *s, int64_t bytes);
 } copy_job;
 
+/* The copy roof is the best copy the core has: past DG_STREAM_BYTES it
+ * streams like the kernels do, else it is libc's memcpy. */
 static void copy_task(void *arg, int64_t lo, int64_t hi)
 {
 	copy_job *j = arg;
-	memcpy(j->dst + lo, j->src + lo, (size_t)(hi - lo));
+	if (j->stream != NULL)
+		j->stream(j->dst + lo, j->src + lo, hi - lo);
+	else
+		memcpy(j->dst + lo, j->src + lo, (size_t)(hi - lo));
 }
 
 dg_status dg_roof_copy(dg_ctx *ctx, void *dst, const void *src, int64_t bytes)
 {
 	if (ctx == NULL || bytes < 0 || (bytes > 0 && (dst == NULL || src == NULL)))
 		return DG_ERR_INVALID;
-	copy_job j = {dst, src};
+	copy_job j = {dst, src, bytes >= DG_STREAM_BYTES ? ctx->k->copy_stream : NULL};
 	dg_parallel_for(ctx, bytes, ROOF_GRAIN, bytes / 4, copy_task, &j);
 	return DG_OK;
 }
