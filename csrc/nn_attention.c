@@ -9,21 +9,18 @@ typedef struct att_job {
 	int64_t t, nh, hs, window;
 } att_job;
 
-/* first key query q may see */
-static inline int64_t first_key(int64_t q, int64_t window) { return window > 0 && q - window + 1 > 0 ? q - window + 1 : 0; }
-
 /* unit u = (b*NH + h)*T + q */
 static void att_fwd_task(void *v, int64_t lo, int64_t hi)
 {
 	const att_job *j = v;
 	const int64_t T = j->t, NH = j->nh, HS = j->hs, C = NH * HS, C3 = 3 * C;
-	const float scale = 1.0f / sqrtf((float)HS);
+	const float scale = dg_nn_att_scale(HS);
 	for (int64_t u = lo; u < hi; u++) {
 		int64_t q = u % T, h = (u / T) % NH, b = u / (T * NH);
 		const float *base = j->qkv + b * T * C3;
 		const float *qv = base + q * C3 + h * HS;
 		float *row = j->att + u * T;
-		int64_t k0 = first_key(q, j->window);
+		int64_t k0 = dg_nn_first_key(q, j->window);
 		float mx = -INFINITY;
 		for (int64_t k = k0; k <= q; k++) {
 			const float *kv = base + k * C3 + C + h * HS;
@@ -37,7 +34,7 @@ static void att_fwd_task(void *v, int64_t lo, int64_t hi)
 		}
 		float sum = 0.0f;
 		for (int64_t k = k0; k <= q; k++) {
-			float e = expf(row[k] - mx);
+			float e = dg_nn_softmax_exp(row[k], mx);
 			row[k] = e;
 			sum += e;
 		}
@@ -75,7 +72,7 @@ static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 {
 	const att_job *j = v;
 	const int64_t T = j->t, NH = j->nh, HS = j->hs, C = NH * HS, C3 = 3 * C;
-	const float scale = 1.0f / sqrtf((float)HS);
+	const float scale = dg_nn_att_scale(HS);
 	for (int64_t u = lo; u < hi; u++) {
 		int64_t h = u % NH, b = u / NH;
 		const float *base = j->qkv + b * T * C3;
@@ -83,7 +80,7 @@ static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 		for (int64_t q = 0; q < T; q++) {
 			const float *row = j->catt + (u * T + q) * T;
 			const float *d = j->dout + (b * T + q) * C + h * HS;
-			int64_t k0 = first_key(q, j->window);
+			int64_t k0 = dg_nn_first_key(q, j->window);
 			/* pass 1: sum_k att[k] * datt[k], datt[k] = dout . v_k */
 			float dot = 0.0f;
 			for (int64_t k = k0; k <= q; k++) {
@@ -104,7 +101,7 @@ static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 				for (int64_t i = 0; i < HS; i++)
 					da += d[i] * vv[i];
 				/* softmax backward, then the 1/sqrt(HS) scale */
-				float ds = row[k] * (da - dot) * scale;
+				float ds = dg_nn_att_dscore(row[k], da, dot, scale);
 				for (int64_t i = 0; i < HS; i++) {
 					dq[i] += ds * kv[i];
 					dk[i] += ds * qv[i];

@@ -36,7 +36,7 @@ static void xent_fwd_task(void *vj, int64_t lo, int64_t hi)
 		 * error would show first in the loss */
 		double sum = 0.0;
 		for (int64_t i = 0; i < V; i++) {
-			float e = expf(x[i] - mx);
+			float e = dg_nn_softmax_exp(x[i], mx);
 			p[i] = e;
 			sum += e;
 		}
@@ -69,7 +69,7 @@ static void xent_bwd_task(void *vj, int64_t lo, int64_t hi)
 		float dl = j->dlosses[r];
 		int32_t tg = j->targets[r];
 		for (int64_t i = 0; i < V; i++)
-			d[i] = (p[i] - (i == tg ? 1.0f : 0.0f)) * dl;
+			d[i] = dg_nn_xent_grad(p[i], i == tg, dl);
 	}
 }
 

@@ -2,9 +2,6 @@
  * plain elementwise loops on the pool. */
 #include "nn_internal.h"
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_CUBE 0.044715f
-
 typedef struct ew_job {
 	float *out;
 	const float *a, *b;
@@ -14,9 +11,7 @@ static void gelu_fwd_task(void *v, int64_t lo, int64_t hi)
 {
 	const ew_job *j = v;
 	for (int64_t i = lo; i < hi; i++) {
-		float x = j->a[i];
-		float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-		j->out[i] = 0.5f * x * (1.0f + tanhf(u));
+		j->out[i] = dg_nn_gelu(j->a[i]);
 	}
 }
 
@@ -29,17 +24,12 @@ dg_status dg_nn_gelu_forward(dg_ctx *ctx, float *out, const float *inp, int64_t 
 	return DG_OK;
 }
 
-/* d/dx of 0.5 x (1 + tanh u) = 0.5 (1 + tanh u) + 0.5 x sech^2(u) du/dx */
+/* dinp += GELU'(x) * dout (dg_nn_math.h) */
 static void gelu_bwd_task(void *v, int64_t lo, int64_t hi)
 {
 	const ew_job *j = v;
 	for (int64_t i = lo; i < hi; i++) {
-		float x = j->a[i];
-		float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-		float th = tanhf(u);
-		float sech2 = 1.0f - th * th;
-		float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-		j->out[i] += local * j->b[i];
+		j->out[i] += dg_nn_gelu_grad(j->a[i]) * j->b[i];
 	}
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dg_internal.h"
+#include "dg_nn_math.h"
 
 /* Rows handed to one thread at a time: big enough that one sgemm call per
  * part is efficient, small enough that small batches still split. */

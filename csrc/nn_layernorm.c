@@ -33,7 +33,7 @@ static void ln_fwd_task(void *v, int64_t lo, int64_t hi)
 		float mf = (float)m;
 		float *o = j->out + r * c;
 		for (int64_t i = 0; i < c; i++)
-			o[i] = (x[i] - mf) * s * j->w[i] + j->b[i];
+			o[i] = dg_nn_ln_out(x[i], mf, s, j->w[i], j->b[i]);
 		j->mean[r] = mf;
 		j->rstd[r] = s;
 	}
@@ -60,7 +60,7 @@ static void ln_dinp_task(void *v, int64_t lo, int64_t hi)
 		float m = j->cmean[r], s = j->crstd[r];
 		float a = 0.0f, bsum = 0.0f;
 		for (int64_t i = 0; i < c; i++) {
-			float norm = (x[i] - m) * s;
+			float norm = dg_nn_ln_norm(x[i], m, s);
 			float dn = j->w[i] * d[i];
 			a += dn;
 			bsum += dn * norm;
@@ -69,9 +69,9 @@ static void ln_dinp_task(void *v, int64_t lo, int64_t hi)
 		bsum /= (float)c;
 		float *dx = j->dinp + r * c;
 		for (int64_t i = 0; i < c; i++) {
-			float norm = (x[i] - m) * s;
+			float norm = dg_nn_ln_norm(x[i], m, s);
 			float dn = j->w[i] * d[i];
-			dx[i] += (dn - a - norm * bsum) * s;
+			dx[i] += dg_nn_ln_dinp(dn, norm, a, bsum, s);
 		}
 	}
 }
@@ -85,7 +85,7 @@ static void ln_dw_task(void *v, int64_t lo, int64_t hi)
 		float m = j->cmean[r], s = j->crstd[r];
 		for (int64_t i = lo; i < hi; i++) {
 			if (j->dw != NULL)
-				j->dw[i] += (x[i] - m) * s * d[i];
+				j->dw[i] += dg_nn_ln_norm(x[i], m, s) * d[i];
 			if (j->db != NULL)
 				j->db[i] += d[i];
 		}

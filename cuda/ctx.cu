@@ -240,6 +240,7 @@ void dg_cuda_ctx_destroy(dg_cuda_ctx *ctx)
 	/* errors here have nowhere to go: the context is gone either way */
 	cudaSetDevice(ctx->device);
 	cudaStreamSynchronize(ctx->stream);
+	dg_cu_nn_release(ctx);
 	if (ctx->scratch)
 		cudaFree(ctx->scratch);
 	if (ctx->owns_stream)

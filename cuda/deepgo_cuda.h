@@ -130,6 +130,68 @@ dg_status dg_cuda_optim_step(dg_cuda_ctx *ctx, const dg_optim_hparams *hp, const
 dg_status dg_cuda_unscale_check(dg_cuda_ctx *ctx, dg_dtype t, void *const *xs, const int64_t *ns, int count,
 				float inv_scale, int *found);
 
+/* ---- nn ops (deepgo.h's "nn ops", on device memory) ---------------------
+ * Same arguments, layouts, checks and accumulate-vs-write rules as the
+ * dg_nn_* function of the same name; every float, token and target pointer
+ * is DEVICE memory and the work is queued on the context's stream.
+ *
+ * Matrix products run on cuBLAS (cublasSgemm in CUBLAS_PEDANTIC_MATH: plain
+ * float32, never TF32 or BF16x9 emulation), with a handle the context makes
+ * on first use, bound to its stream. cuBLAS is loaded at run time (dlopen
+ * of libcublas.so.13, see dg_cuda_blas_load): a binary linked here runs
+ * where the GPU machine has its own CUDA, and links without one.
+ *
+ * Everything else is hand-written kernels whose every sum runs in the CPU
+ * twin's exact order (warp-cooperative loads, then the adds in sequence; no
+ * float atomics), on dg_nn_math.h's element math, so results are
+ * deterministic and match the CPU bit for bit except where expf/tanhf/log
+ * (CUDA's vs glibc's, a few ulp) or cuBLAS's summation order enter.
+ *
+ * Tokens and targets live on the device, so their range check cannot return
+ * a status without a wait: a kernel checks them on the stream first, and if
+ * one is outside [0, V) nothing is written and the DEVICE int *invalid (may
+ * be NULL) is set to 1, else to 0. */
+
+/* dg_cuda_blas_load loads cuBLAS once per process. path NULL tries, in
+ * order: $DEEPGO_CUBLAS_LIB (a file, or a folder holding libcublas.so.13),
+ * lib/libcublas.so.13 next to the executable (build/cuda/lib, linked by
+ * scripts/build-cuda.sh), libcublas.so.13 on the loader's search path,
+ * $CUDA_HOME/lib64 and /usr/local/cuda/lib64. A path tries that file only.
+ * DG_OK once loaded (later calls: DG_OK at once); otherwise
+ * DG_ERR_UNSUPPORTED and err (errlen bytes, may be NULL) says why. The
+ * matmuls call it with NULL when nothing is loaded yet. */
+dg_status dg_cuda_blas_load(const char *path, char *err, size_t errlen);
+/* dg_cuda_blas_path is the file loaded ("" when none). */
+const char *dg_cuda_blas_path(void);
+
+dg_status dg_cuda_nn_matmul_forward(dg_cuda_ctx *ctx, float *out, const float *inp, const float *w,
+				    const float *bias, int64_t n, int64_t c, int64_t oc);
+dg_status dg_cuda_nn_matmul_backward(dg_cuda_ctx *ctx, float *dinp, float *dw, float *dbias, const float *dout,
+				     const float *inp, const float *w, int64_t n, int64_t c, int64_t oc);
+dg_status dg_cuda_nn_layernorm_forward(dg_cuda_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
+				       const float *w, const float *b, float eps, int64_t n, int64_t c);
+dg_status dg_cuda_nn_layernorm_backward(dg_cuda_ctx *ctx, float *dinp, float *dw, float *db, const float *dout,
+					const float *inp, const float *w, const float *mean, const float *rstd,
+					int64_t n, int64_t c);
+dg_status dg_cuda_nn_gelu_forward(dg_cuda_ctx *ctx, float *out, const float *inp, int64_t n);
+dg_status dg_cuda_nn_gelu_backward(dg_cuda_ctx *ctx, float *dinp, const float *inp, const float *dout, int64_t n);
+dg_status dg_cuda_nn_add(dg_cuda_ctx *ctx, float *out, const float *a, const float *b, int64_t n);
+dg_status dg_cuda_nn_encoder_forward(dg_cuda_ctx *ctx, float *out, const int32_t *tok, const float *wte,
+				     const float *wpe, int64_t b, int64_t t, int64_t c, int64_t v, int *invalid);
+dg_status dg_cuda_nn_encoder_backward(dg_cuda_ctx *ctx, float *dwte, float *dwpe, const float *dout,
+				      const int32_t *tok, int64_t b, int64_t t, int64_t c, int64_t v, int *invalid);
+/* The attention backward uses B*NH*T floats of the context's scratch. */
+dg_status dg_cuda_nn_attention_forward(dg_cuda_ctx *ctx, float *out, float *att, const float *qkv, int64_t b,
+				       int64_t t, int64_t nh, int64_t hs, int64_t window);
+dg_status dg_cuda_nn_attention_backward(dg_cuda_ctx *ctx, float *dqkv, const float *dout, const float *qkv,
+					const float *att, int64_t b, int64_t t, int64_t nh, int64_t hs,
+					int64_t window);
+dg_status dg_cuda_nn_softmax_xent_forward(dg_cuda_ctx *ctx, float *probs, float *losses, const float *logits,
+					  const int32_t *targets, int64_t n, int64_t v, int *invalid);
+dg_status dg_cuda_nn_softmax_xent_backward(dg_cuda_ctx *ctx, float *dlogits, const float *probs,
+					   const int32_t *targets, const float *dlosses, int64_t n, int64_t v,
+					   int *invalid);
+
 #ifdef __cplusplus
 }
 #endif

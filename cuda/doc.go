@@ -5,7 +5,14 @@
 // unpack, nonfinite and reduce bit-exact; sum of squares deterministic and
 // within ~1e-15 relative of the CPU's), and OptimKernels running optim's
 // fused Adam/AdamW, SGD, Lamb and Lion steps and the unscale check with the
-// CPU kernels' bits (Lamb's trust ratios included).
+// CPU kernels' bits (Lamb's trust ratios included), and NNKernels running
+// package nn's layer kernels (matmul on cuBLAS, layernorm, GELU, residual
+// add, embedding, causal attention, softmax cross-entropy) with the CPU
+// twins' layouts and summation orders (see NNKernels for what can differ).
+//
+// cuBLAS is not linked: the first matmul dlopens libcublas.so.13
+// (DEEPGO_CUBLAS_LIB, build/cuda/lib next to the executable, the loader's
+// path, $CUDA_HOME/lib64, /usr/local/cuda/lib64; see deepgo_cuda.h).
 //
 // The CUDA code lives in this directory (*.cu, C ABI in deepgo_cuda.h) and is
 // built by scripts/build-cuda.sh into build/cuda/libdeepgo_cuda.a, with the

@@ -5,7 +5,8 @@
  *
  * Defines: struct dg_cuda_ctx, DG_CU_CTX, DG_CU, dg_cu_fail, dg_cu_invalid,
  * DG_CU_ENTER, dg_cu_check_list, dg_cu_scratch, dg_cu_copy_lists, Elem<dtype>,
- * dg_cu_is_float, dg_cu_dtype_size, DG_CU_FLOAT_DISPATCH, DG_CU_BLOCK.
+ * dg_cu_is_float, dg_cu_dtype_size, DG_CU_FLOAT_DISPATCH, DG_CU_BLOCK,
+ * dg_cu_nn_release. (The nn kernels' own helpers are in nn.cuh.)
  */
 #ifndef DG_CUDA_INTERNAL_CUH
 #define DG_CUDA_INTERNAL_CUH
@@ -28,7 +29,13 @@ struct dg_cuda_ctx {
 	size_t scratch_bytes;
 	int last_cuerr;
 	char last_msg[256];
+	void *blas;   /* cublasHandle_t, made on the first matmul (nn_matmul.cu) */
+	int *nn_flag; /* device int for the nn kernels' token checks (nn_layers.cu) */
 };
+
+/* dg_cu_nn_release frees what the nn kernels made lazily on ctx (the cuBLAS
+ * handle, the flag); dg_cuda_ctx_destroy calls it after the last sync. */
+void dg_cu_nn_release(dg_cuda_ctx *ctx);
 
 /* dg_cu_fail records a failed CUDA call on ctx and returns DG_ERR_CUDA. */
 dg_status dg_cu_fail(dg_cuda_ctx *ctx, cudaError_t e, const char *call, const char *file, int line);

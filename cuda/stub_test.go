@@ -42,3 +42,19 @@ func TestStubOptimKernels(t *testing.T) {
 		t.Fatalf("UnscaleCheck: %v, want ErrNoCUDA", err)
 	}
 }
+
+func TestStubNNKernels(t *testing.T) {
+	if _, err := NewNNKernels(nil); !errors.Is(err, ErrNoCUDA) {
+		t.Fatalf("NewNNKernels: %v, want ErrNoCUDA", err)
+	}
+	var k NNKernels
+	if err := k.MatmulForward(nil, nil, nil, nil, 1, 1, 1); !errors.Is(err, ErrNoCUDA) {
+		t.Fatalf("MatmulForward: %v, want ErrNoCUDA", err)
+	}
+	if err := k.AttentionBackward(nil, nil, nil, nil, 1, 1, 1, 1, 0); !errors.Is(err, ErrNoCUDA) {
+		t.Fatalf("AttentionBackward: %v, want ErrNoCUDA", err)
+	}
+	if CuBLASPath() != "" {
+		t.Fatal("CuBLASPath() non-empty without CUDA")
+	}
+}

@@ -11,8 +11,17 @@
 #   scripts/build-cuda.sh            everything above
 #   SKIP_GO=1 scripts/build-cuda.sh  library and gpucheck only
 #
+# cuBLAS (the nn matmuls) is not linked: cuda/nn_matmul.cu dlopens
+# libcublas.so.13 on first use; lib/ below holds links to the toolchain's
+# copy, found next to gpucheck and cuda.test. OpenBLAS (the CPU twins of the
+# nn kernels, csrc/nn_*.c) is linked statically when the machine has
+# libopenblas.a, so gpucheck and cuda.test built here run on a GPU machine
+# without it; with only a shared OpenBLAS gpucheck links that, and with none
+# at all gpucheck's CPU side uses cuda/gpucheck/blas (a naive sgemm).
+#
 # Outputs (build/cuda/): obj/*.o, libdeepgo_cuda.a, libcudart_static.a,
-# gpucheck, cuda.test (the Go test binary, for scripts/gpu-check.sh).
+# gpucheck, cuda.test (the Go test binary, for scripts/gpu-check.sh),
+# lib/ (links to libcublas, libcublasLt, libnccl), blas/libopenblas.a.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -62,19 +71,48 @@ rm -f "$OUT/libdeepgo_cuda.a"
 ar rcs "$OUT/libdeepgo_cuda.a" "$OUT"/obj/*.o
 cp -f "$DG_CUDA_LIB/libcudart_static.a" "$OUT/libcudart_static.a"
 
-echo "build-cuda: linking $OUT/gpucheck (cuda/gpucheck/*.cu + csrc/*.c)"
+# cuBLAS for the nn matmuls, loaded at run time (see the header)
+mkdir -p "$OUT/lib"
+for so in libcublas.so.13 libcublasLt.so.13; do
+	if [[ -e "$DG_CUDA_LIB/$so" ]]; then
+		ln -sfn "$DG_CUDA_LIB/$so" "$OUT/lib/$so"
+	else
+		echo "build-cuda: warning: no $DG_CUDA_LIB/$so: the nn matmuls will look elsewhere (DEEPGO_CUBLAS_LIB)"
+	fi
+done
+
+# OpenBLAS for the CPU twins: static archive, else shared, else the stand-in
+BLAS_INC=() BLAS_LINK=() BLAS_MODE=""
+BLAS_A="$(gcc -print-file-name=libopenblas.a)"
+have_cblas_h() { echo '#include <cblas.h>' | gcc -E -x c - >/dev/null 2>&1; }
+rm -rf "$OUT/blas"
+if [[ "$BLAS_A" == /* && -e "$BLAS_A" ]] && have_cblas_h; then
+	mkdir -p "$OUT/blas"
+	ln -sfn "$(readlink -f "$BLAS_A")" "$OUT/blas/libopenblas.a"
+	BLAS_LINK=("$OUT/blas/libopenblas.a") BLAS_MODE="static OpenBLAS ($(readlink -f "$BLAS_A"))"
+elif [[ "$(gcc -print-file-name=libopenblas.so)" == /* ]] && have_cblas_h; then
+	BLAS_LINK=(-lopenblas) BLAS_MODE="shared OpenBLAS (gpucheck needs libopenblas.so.0 where it runs)"
+else
+	BLAS_INC=(-I cuda/gpucheck/blas) BLAS_MODE="no OpenBLAS here: naive sgemm stand-in (cuda/gpucheck/blas)"
+	gcc -std=c11 -O2 -c cuda/gpucheck/blas/sgemm.c -o "$OUT/gpucheck-obj/blas_sgemm.o"
+fi
+
+echo "build-cuda: linking $OUT/gpucheck (cuda/gpucheck/*.cu + csrc/*.c; $BLAS_MODE)"
 compile_all "$OUT/gpucheck-obj" cuda/gpucheck/*.cu
 for f in csrc/*.c; do
-	# gpucheck has no nn twins yet: leave out csrc/nn_*.c so it needs no
-	# OpenBLAS (the GPU machine may lack it); add -lopenblas with nn checks
-	[[ $f == csrc/nn_* ]] && continue
 	# the flags of csrc's cgo preamble (csrc/csrc.go): ISO C11 keeps GCC from
 	# contracting a*b+c into an FMA
-	gcc -std=c11 -O2 -pthread -I csrc/include -c "$f" -o "$OUT/gpucheck-obj/csrc_$(basename "${f%.c}").o"
+	gcc -std=c11 -O2 -pthread -I csrc/include "${BLAS_INC[@]}" -c "$f" -o "$OUT/gpucheck-obj/csrc_$(basename "${f%.c}").o"
 done
-g++ -o "$OUT/gpucheck" "$OUT"/gpucheck-obj/*.o "$OUT/libdeepgo_cuda.a" "${CUDART[@]}" -lm -pthread
+g++ -o "$OUT/gpucheck" "$OUT"/gpucheck-obj/*.o "$OUT/libdeepgo_cuda.a" "${BLAS_LINK[@]}" "${CUDART[@]}" -lm -pthread
 
 if [[ -z "${SKIP_GO:-}" ]] && command -v go >/dev/null 2>&1; then
+	# package csrc links -lopenblas; with build/cuda/blas first on the
+	# search path (it holds only libopenblas.a) the test binaries get the
+	# static archive and need no OpenBLAS where they run
+	if [[ -e "$OUT/blas/libopenblas.a" ]]; then
+		export CGO_LDFLAGS="${CGO_LDFLAGS:--g -O2} -L$OUT/blas"
+	fi
 	echo "build-cuda: go vet -tags cuda ./cuda; go test -c -tags cuda -o $OUT/cuda.test ./cuda"
 	go vet -tags cuda ./cuda
 	go test -c -tags cuda -o "$OUT/cuda.test" ./cuda
@@ -87,7 +125,7 @@ fi
 # links into the toolchain in use (wheels or system), as libcudart_static.a
 # is copied above; lib/libnccl.so.2 is its last-resort load path. A system
 # toolkit without nccl.h (not part of CUDA) falls back to /usr/include.
-mkdir -p "$OUT/include" "$OUT/lib"
+mkdir -p "$OUT/include"
 ln -sfn "$DG_CUDA_INC" "$OUT/include/cuda"
 ln -sfn "$DG_NCCL_INC" "$OUT/include/nccl"
 if [[ -e "$DG_NCCL_LIB/libnccl.so.2" ]]; then

@@ -5,6 +5,8 @@
  * max relative difference, PASS/FAIL, GB/s of the GPU kernel. Exit status 1
  * on any failure. Build: scripts/build-cuda.sh; run: build/cuda/gpucheck.
  *
+ * The nn rows (check_nn) have their own tolerances, stated there.
+ *
  * Bits must match exactly, except that a NaN produced by arithmetic (scale,
  * axpy, reduce sum) matches any NaN: GPUs return the canonical NaN where x86
  * propagates the input's payload. Casts, pack/unpack, max/min keep payloads
@@ -522,6 +524,314 @@ static void check_unscale(dg_ctx *c, gpu *g, dg_dtype t, int64_t n, float s)
 	list_free(&x);
 }
 
+/* ---- nn ops ---------------------------------------------------------------
+ * dg_cuda_nn_* against dg_nn_* (the CPU twins, OpenBLAS or the stand-in
+ * sgemm, see build-cuda.sh) on the same random inputs; the tolerances of
+ * cuda/nn_test.go: "bits" rows must match exactly (the CUDA kernels add in
+ * the CPU's order, no transcendental enters); "rel" rows are max|gpu-cpu| /
+ * max|cpu| <= 1e-5 (cuBLAS vs OpenBLAS summation order; CUDA's vs glibc's
+ * expf); gelu is |gpu-cpu| <= 1e-6 (1 + |x|) per element (tanhf). Backward
+ * passes accumulate into non-zero gradients; the attention and layernorm
+ * backward run from the CPU's saved weights and statistics. */
+
+static float *nn_host(int64_t n, float scale)
+{
+	float *h = (float *)malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+	for (int64_t i = 0; i < n; i++) /* sum of uniforms: roughly normal */
+		h[i] = scale * (((float)rnd() + (float)rnd() + (float)rnd()) / 65536.0f / 65536.0f * 2.0f - 3.0f) * 1.2f;
+	return h;
+}
+
+template <typename T> static T *nn_up(const T *h, int64_t bytes)
+{
+	T *d;
+	CK(cudaMalloc(&d, bytes > 0 ? bytes : 4));
+	if (bytes > 0)
+		CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+	return d;
+}
+
+static int32_t *nn_ids(int64_t n, int64_t v)
+{
+	int32_t *h = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+	for (int64_t i = 0; i < n; i++)
+		h[i] = i % 5 == 3 ? (int32_t)(1 % v) : (int32_t)(rnd() % (uint32_t)v); /* repeats: ordered sums */
+	return h;
+}
+
+/* nn_cmp downloads d (n floats) and compares it with h: tol < 0 bits, else
+ * max|diff| <= tol * max|h|; one row. */
+static void nn_cmp(const char *k, const char *cs, const float *h, const float *d, int64_t n, double tol, float ms,
+		   double bytes)
+{
+	float *g = (float *)malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+	CK(cudaMemcpy(g, d, sizeof(float) * n, cudaMemcpyDeviceToHost));
+	char diff[40];
+	int ok;
+	if (tol < 0) {
+		int64_t bad = 0;
+		for (int64_t i = 0; i < n; i++)
+			bad += memcmp(&h[i], &g[i], 4) != 0;
+		snprintf(diff, sizeof diff, "%lld bad (bits)", (long long)bad);
+		ok = bad == 0;
+	} else {
+		double mx = 0, df = 0;
+		for (int64_t i = 0; i < n; i++) {
+			mx = fmax(mx, fabs((double)h[i]));
+			double e = fabs((double)h[i] - (double)g[i]);
+			df = isnan(e) ? INFINITY : fmax(df, e);
+		}
+		double rel = mx > 0 ? df / mx : df;
+		snprintf(diff, sizeof diff, "rel %.2e", rel);
+		ok = rel <= tol;
+	}
+	row(k, cs, n, diff, ok, bytes, ms);
+	free(g);
+}
+
+static void check_nn_matmul(dg_ctx *c, gpu *g, int64_t n, int64_t ci, int64_t oc)
+{
+	char cs[24];
+	snprintf(cs, sizeof cs, "%lldx%lld", (long long)ci, (long long)oc);
+	float *inp = nn_host(n * ci, 1), *w = nn_host(oc * ci, 0.5f), *bias = nn_host(oc, 1), *out = nn_host(n * oc, 1);
+	float *dinp_ = nn_up(inp, 4 * n * ci), *dw_ = nn_up(w, 4 * oc * ci), *db_ = nn_up(bias, 4 * oc),
+	      *dout_ = nn_up(out, 4 * n * oc);
+	DG(NULL, dg_nn_matmul_forward(c, out, inp, w, bias, n, ci, oc));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_matmul_forward(g->ctx, dout_, dinp_, dw_, db_, n, ci, oc));
+	float ms = tock(g);
+	nn_cmp("mm.fwd", cs, out, dout_, n * oc, 1e-5, ms, 2.0 * n * ci * oc /* GFLOP/s */);
+	float *gy = nn_host(n * oc, 1), *gx = nn_host(n * ci, 1), *gw = nn_host(oc * ci, 1), *gb = nn_host(oc, 1);
+	float *dgy = nn_up(gy, 4 * n * oc), *dgx = nn_up(gx, 4 * n * ci), *dgw = nn_up(gw, 4 * oc * ci),
+	      *dgb = nn_up(gb, 4 * oc);
+	DG(NULL, dg_nn_matmul_backward(c, gx, gw, gb, gy, inp, w, n, ci, oc));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_matmul_backward(g->ctx, dgx, dgw, dgb, dgy, dinp_, dw_, n, ci, oc));
+	ms = tock(g);
+	nn_cmp("mm.dinp", cs, gx, dgx, n * ci, 1e-5, ms, 4.0 * n * ci * oc);
+	nn_cmp("mm.dw", cs, gw, dgw, oc * ci, 1e-5, 0, 0);
+	nn_cmp("mm.dbias", cs, gb, dgb, oc, -1, 0, 0);
+	void *frees[] = {inp, w, bias, out, gy, gx, gw, gb};
+	for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
+		free(frees[i]);
+	void *dfrees[] = {dinp_, dw_, db_, dout_, dgy, dgx, dgw, dgb};
+	for (size_t i = 0; i < sizeof dfrees / sizeof dfrees[0]; i++)
+		CK(cudaFree(dfrees[i]));
+}
+
+static void check_nn_layernorm(dg_ctx *c, gpu *g, int64_t n, int64_t ci)
+{
+	char cs[24];
+	snprintf(cs, sizeof cs, "c%lld", (long long)ci);
+	float *x = nn_host(n * ci, 3), *w = nn_host(ci, 1), *b = nn_host(ci, 1), *o = nn_host(n * ci, 1);
+	float *m = nn_host(n, 1), *r = nn_host(n, 1);
+	float *dx = nn_up(x, 4 * n * ci), *dw = nn_up(w, 4 * ci), *db = nn_up(b, 4 * ci), *dout = nn_up(o, 4 * n * ci),
+	      *dm = nn_up(m, 4 * n), *dr = nn_up(r, 4 * n);
+	DG(NULL, dg_nn_layernorm_forward(c, o, m, r, x, w, b, 1e-5f, n, ci));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_layernorm_forward(g->ctx, dout, dm, dr, dx, dw, db, 1e-5f, n, ci));
+	float ms = tock(g);
+	nn_cmp("ln.fwd", cs, o, dout, n * ci, -1, ms, 8.0 * n * ci);
+	nn_cmp("ln.mean", cs, m, dm, n, -1, 0, 0);
+	nn_cmp("ln.rstd", cs, r, dr, n, -1, 0, 0);
+	CK(cudaMemcpy(dm, m, 4 * n, cudaMemcpyHostToDevice)); /* backward from the CPU's statistics */
+	CK(cudaMemcpy(dr, r, 4 * n, cudaMemcpyHostToDevice));
+	float *gy = nn_host(n * ci, 1), *gx = nn_host(n * ci, 1), *gw = nn_host(ci, 1), *gb = nn_host(ci, 1);
+	float *dgy = nn_up(gy, 4 * n * ci), *dgx = nn_up(gx, 4 * n * ci), *dgw = nn_up(gw, 4 * ci), *dgb = nn_up(gb, 4 * ci);
+	DG(NULL, dg_nn_layernorm_backward(c, gx, gw, gb, gy, x, w, m, r, n, ci));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_layernorm_backward(g->ctx, dgx, dgw, dgb, dgy, dx, dw, dm, dr, n, ci));
+	ms = tock(g);
+	nn_cmp("ln.dinp", cs, gx, dgx, n * ci, -1, ms, 16.0 * n * ci);
+	nn_cmp("ln.dw", cs, gw, dgw, ci, -1, 0, 0);
+	nn_cmp("ln.db", cs, gb, dgb, ci, -1, 0, 0);
+	void *frees[] = {x, w, b, o, m, r, gy, gx, gw, gb};
+	for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
+		free(frees[i]);
+	void *dfrees[] = {dx, dw, db, dout, dm, dr, dgy, dgx, dgw, dgb};
+	for (size_t i = 0; i < sizeof dfrees / sizeof dfrees[0]; i++)
+		CK(cudaFree(dfrees[i]));
+}
+
+static void check_nn_gelu_add(dg_ctx *c, gpu *g, int64_t n)
+{
+	float *x = nn_host(n, 3), *o = nn_host(n, 1), *gy = nn_host(n, 1), *gx = nn_host(n, 1);
+	float *gx0 = (float *)malloc(4 * (size_t)(n > 0 ? n : 1)), *back = (float *)malloc(4 * (size_t)(n > 0 ? n : 1));
+	memcpy(gx0, gx, 4 * n);
+	float *dx = nn_up(x, 4 * n), *dout = nn_up(o, 4 * n), *dgy = nn_up(gy, 4 * n), *dgx = nn_up(gx, 4 * n);
+	DG(NULL, dg_nn_gelu_forward(c, o, x, n));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_gelu_forward(g->ctx, dout, dx, n));
+	float ms = tock(g);
+	CK(cudaMemcpy(back, dout, 4 * n, cudaMemcpyDeviceToHost));
+	int64_t bad = 0, ulps = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double d = fabs((double)o[i] - (double)back[i]);
+		bad += !(d <= 1e-6 * (1 + fabs((double)x[i])));
+		ulps += memcmp(&o[i], &back[i], 4) != 0;
+	}
+	char diff[64];
+	snprintf(diff, sizeof diff, "%lld bad, %lld !bits", (long long)bad, (long long)ulps);
+	row("gelu.fwd", "f32", n, diff, bad == 0, 8.0 * n, ms);
+	DG(NULL, dg_nn_gelu_backward(c, gx, x, gy, n));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_gelu_backward(g->ctx, dgx, dx, dgy, n));
+	ms = tock(g);
+	CK(cudaMemcpy(back, dgx, 4 * n, cudaMemcpyDeviceToHost));
+	bad = ulps = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double d = fabs((double)gx[i] - (double)back[i]);
+		bad += !(d <= 1e-6 * (fabs((double)gx0[i]) + fabs((double)gy[i]) * (1 + fabs((double)x[i]))));
+		ulps += memcmp(&gx[i], &back[i], 4) != 0;
+	}
+	snprintf(diff, sizeof diff, "%lld bad, %lld !bits", (long long)bad, (long long)ulps);
+	row("gelu.bwd", "f32", n, diff, bad == 0, 16.0 * n, ms);
+	/* add, in place on the GPU side (out aliases a) */
+	DG(NULL, dg_nn_add(c, o, x, gy, n));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_add(g->ctx, dx, dx, dgy, n));
+	ms = tock(g);
+	nn_cmp("add", "f32", o, dx, n, -1, ms, 12.0 * n);
+	free(x), free(o), free(gy), free(gx), free(gx0), free(back);
+	CK(cudaFree(dx));
+	CK(cudaFree(dout));
+	CK(cudaFree(dgy));
+	CK(cudaFree(dgx));
+}
+
+static void check_nn_encoder(dg_ctx *c, gpu *g, int64_t b, int64_t t, int64_t ci, int64_t v)
+{
+	char cs[24];
+	snprintf(cs, sizeof cs, "v%lld", (long long)v);
+	int64_t n = b * t;
+	int32_t *tok = nn_ids(n, v);
+	float *wte = nn_host(v * ci, 1), *wpe = nn_host(t * ci, 1), *o = nn_host(n * ci, 1);
+	int32_t *dtok = (int32_t *)nn_up(tok, 4 * n);
+	float *dwte = nn_up(wte, 4 * v * ci), *dwpe = nn_up(wpe, 4 * t * ci), *dout = nn_up(o, 4 * n * ci);
+	int *dinv, inv = -1;
+	CK(cudaMalloc(&dinv, sizeof(int)));
+	DG(NULL, dg_nn_encoder_forward(c, o, tok, wte, wpe, b, t, ci, v));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_encoder_forward(g->ctx, dout, dtok, dwte, dwpe, b, t, ci, v, dinv));
+	float ms = tock(g);
+	nn_cmp("enc.fwd", cs, o, dout, n * ci, -1, ms, 12.0 * n * ci);
+	/* gradients into wte/wpe's buffers (non-zero: accumulation) */
+	float *gy = nn_host(n * ci, 1);
+	float *dgy = nn_up(gy, 4 * n * ci);
+	DG(NULL, dg_nn_encoder_backward(c, wte, wpe, gy, tok, b, t, ci, v));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_encoder_backward(g->ctx, dwte, dwpe, dgy, dtok, b, t, ci, v, dinv));
+	ms = tock(g);
+	nn_cmp("enc.dwte", cs, wte, dwte, v * ci, -1, ms, 12.0 * n * ci);
+	nn_cmp("enc.dwpe", cs, wpe, dwpe, t * ci, -1, 0, 0);
+	CK(cudaMemcpy(&inv, dinv, sizeof(int), cudaMemcpyDeviceToHost));
+	/* a token out of range: flagged, nothing written */
+	int32_t badtok = (int32_t)v;
+	CK(cudaMemcpy(dtok + n / 2, &badtok, 4, cudaMemcpyHostToDevice));
+	DG(g->ctx, dg_cuda_nn_encoder_forward(g->ctx, dgy, dtok, dwte, dwpe, b, t, ci, v, dinv));
+	int inv2 = 0;
+	CK(cudaMemcpy(&inv2, dinv, sizeof(int), cudaMemcpyDeviceToHost));
+	nn_cmp("enc.bad", "untouched", gy, dgy, n * ci, -1, 0, 0);
+	char diff[40];
+	snprintf(diff, sizeof diff, "invalid %d then %d", inv, inv2);
+	row("enc.check", cs, n, diff, inv == 0 && inv2 == 1, 0, 0);
+	free(tok), free(wte), free(wpe), free(o), free(gy);
+	CK(cudaFree(dtok));
+	CK(cudaFree(dwte));
+	CK(cudaFree(dwpe));
+	CK(cudaFree(dout));
+	CK(cudaFree(dgy));
+	CK(cudaFree(dinv));
+}
+
+static void check_nn_attention(dg_ctx *c, gpu *g, int64_t b, int64_t t, int64_t nh, int64_t hs, int64_t win)
+{
+	char cs[24];
+	snprintf(cs, sizeof cs, "T%lld w%lld", (long long)t, (long long)win);
+	int64_t ci = nh * hs, nq = b * t * 3 * ci, no = b * t * ci, na = b * nh * t * t;
+	float *qkv = nn_host(nq, 1), *o = nn_host(no, 1), *att = nn_host(na, 1);
+	float *dqkv = nn_up(qkv, 4 * nq), *dout = nn_up(o, 4 * no), *datt = nn_up(att, 4 * na);
+	DG(NULL, dg_nn_attention_forward(c, o, att, qkv, b, t, nh, hs, win));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_attention_forward(g->ctx, dout, datt, dqkv, b, t, nh, hs, win));
+	float ms = tock(g);
+	nn_cmp("att.fwd", cs, o, dout, no, 1e-5, ms, 4.0 * (nq + no + na));
+	nn_cmp("att.att", cs, att, datt, na, 1e-5, 0, 0);
+	CK(cudaMemcpy(datt, att, 4 * na, cudaMemcpyHostToDevice)); /* backward from the CPU's weights */
+	float *gy = nn_host(no, 1), *gq = nn_host(nq, 1);
+	float *dgy = nn_up(gy, 4 * no), *dgq = nn_up(gq, 4 * nq);
+	DG(NULL, dg_nn_attention_backward(c, gq, gy, qkv, att, b, t, nh, hs, win));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_attention_backward(g->ctx, dgq, dgy, dqkv, datt, b, t, nh, hs, win));
+	ms = tock(g);
+	nn_cmp("att.bwd", cs, gq, dgq, nq, -1, ms, 4.0 * (3 * nq + no + na));
+	free(qkv), free(o), free(att), free(gy), free(gq);
+	CK(cudaFree(dqkv));
+	CK(cudaFree(dout));
+	CK(cudaFree(datt));
+	CK(cudaFree(dgy));
+	CK(cudaFree(dgq));
+}
+
+static void check_nn_xent(dg_ctx *c, gpu *g, int64_t n, int64_t v)
+{
+	char cs[24];
+	snprintf(cs, sizeof cs, "v%lld", (long long)v);
+	float *x = nn_host(n * v, 4), *p = nn_host(n * v, 1), *l = nn_host(n, 1);
+	int32_t *tg = nn_ids(n, v);
+	float *dx = nn_up(x, 4 * n * v), *dl = nn_up(l, 4 * n);
+	int32_t *dtg = (int32_t *)nn_up(tg, 4 * n);
+	int *dinv;
+	CK(cudaMalloc(&dinv, sizeof(int)));
+	DG(NULL, dg_nn_softmax_xent_forward(c, p, l, x, tg, n, v));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_softmax_xent_forward(g->ctx, dx, dl, dx, dtg, n, v, dinv)); /* in place */
+	float ms = tock(g);
+	nn_cmp("xent.prob", cs, p, dx, n * v, 1e-5, ms, 12.0 * n * v);
+	float *back = (float *)malloc(4 * (size_t)n);
+	CK(cudaMemcpy(back, dl, 4 * n, cudaMemcpyDeviceToHost));
+	double worst = 0;
+	for (int64_t i = 0; i < n; i++)
+		worst = fmax(worst, fabs((double)back[i] - (double)l[i]) / (1 + fabs((double)l[i])));
+	char diff[40];
+	snprintf(diff, sizeof diff, "rel %.2e", worst);
+	row("xent.loss", cs, n, diff, worst <= 1e-5, 0, 0);
+	CK(cudaMemcpy(dx, p, 4 * n * v, cudaMemcpyHostToDevice)); /* backward from the CPU's probs */
+	float *gl = nn_host(n, 1);
+	float *dgl = nn_up(gl, 4 * n);
+	DG(NULL, dg_nn_softmax_xent_backward(c, p, p, tg, gl, n, v)); /* in place on both */
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_softmax_xent_backward(g->ctx, dx, dx, dtg, dgl, n, v, dinv));
+	ms = tock(g);
+	nn_cmp("xent.bwd", cs, p, dx, n * v, -1, ms, 8.0 * n * v);
+	free(x), free(p), free(l), free(tg), free(back), free(gl);
+	CK(cudaFree(dx));
+	CK(cudaFree(dl));
+	CK(cudaFree(dtg));
+	CK(cudaFree(dinv));
+	CK(cudaFree(dgl));
+}
+
+static void check_nn(dg_ctx *c, gpu *g)
+{
+	printf("nn ops (GB/s column: GFLOP/s for mm rows)\n");
+	check_nn_matmul(c, g, 37, 70, 45);
+	check_nn_matmul(c, g, 5, 0, 3);
+	check_nn_matmul(c, g, 512, 768, 2304);
+	check_nn_layernorm(c, g, 33, 100);
+	check_nn_layernorm(c, g, 1024, 768);
+	check_nn_gelu_add(c, g, 10007);
+	check_nn_gelu_add(c, g, 1 << 22);
+	check_nn_encoder(c, g, 3, 11, 50, 23);
+	check_nn_encoder(c, g, 4, 256, 768, 8192);
+	check_nn_attention(c, g, 2, 37, 3, 40, 0);
+	check_nn_attention(c, g, 2, 37, 3, 40, 5);
+	check_nn_attention(c, g, 2, 256, 12, 64, 0);
+	check_nn_attention(c, g, 2, 256, 12, 64, 64);
+	check_nn_xent(c, g, 19, 1000);
+	check_nn_xent(c, g, 256, 50257);
+}
+
 int main(void)
 {
 	int ndev = 0;
@@ -572,6 +882,7 @@ int main(void)
 				check_optim(c, &g, &optcases[big[i]], DG_F32, DG_F32, 0, DG_F32, n);
 		}
 	}
+	check_nn(c, &g);
 	dg_cuda_ctx_destroy(g.ctx);
 	dg_ctx_destroy(c);
 	printf("gpucheck: %s (%d failing rows)\n", failures ? "FAIL" : "PASS", failures);

@@ -1,0 +1,65 @@
+/*
+ * nn.cuh — what the nn_*.cu kernels share: launch shapes, the warp-ordered
+ * sums that reproduce the CPU loops' exact summation order, and the device
+ * check of tokens and targets.
+ *
+ * Ordered sums: a warp loads 32 consecutive elements at once (coalesced),
+ * each lane computes its term, then every lane adds the 32 terms one by one
+ * in index order, reading them with __shfl_sync. The chain of adds is
+ * exactly the CPU's `acc += term[i]` for i = 0, 1, 2, ...: same operands,
+ * same order, same roundings (no FMA: -fmad=false), so the sum has the CPU's
+ * bits and every lane holds it. The adds are serial, as on the CPU; rows,
+ * heads and queries give the parallelism.
+ */
+#ifndef DG_CUDA_NN_CUH
+#define DG_CUDA_NN_CUH
+
+#include "dg_nn_math.h"
+#include "internal.cuh"
+
+#define NN_BLOCK 256                  /* threads per block of the nn kernels */
+#define NN_WARPS (NN_BLOCK / 32)      /* warps per block of the row kernels */
+#define NN_FULL 0xffffffffu
+
+/* nn_blocks: blocks for a grid-stride loop over n elements (capped; the
+ * loops stride). */
+static inline unsigned nn_blocks(int64_t n)
+{
+	int64_t b = (n + NN_BLOCK - 1) / NN_BLOCK;
+	return (unsigned)(b < 65536 * 16 ? b : 65536 * 16);
+}
+
+/* nn_warp_blocks: blocks for one warp per unit. */
+static inline unsigned nn_warp_blocks(int64_t units) { return (unsigned)((units + NN_WARPS - 1) / NN_WARPS); }
+
+/* nn_seq_add returns acc + v(lane 0) + v(lane 1) + ... + v(lane m-1), added
+ * in that order, to every lane. m (1..32) must be the same on all lanes and
+ * all 32 lanes must call it. */
+template <typename T> static __device__ __forceinline__ T nn_seq_add(T acc, T v, int m)
+{
+	for (int j = 0; j < m; j++)
+		acc += __shfl_sync(NN_FULL, v, j);
+	return acc;
+}
+
+/* nn_warp_max combines the lanes' running maxima as the CPU's
+ * `if (x > mx) mx = x` does: NaNs never win. The value does not depend on
+ * the order (only a tie of +0 and -0 could pick either sign, and every use
+ * below, x - max, rounds both alike). */
+static __device__ __forceinline__ float nn_warp_max(float mx)
+{
+	for (int off = 16; off > 0; off >>= 1) {
+		float o = __shfl_xor_sync(NN_FULL, mx, off);
+		if (o > mx)
+			mx = o;
+	}
+	return mx;
+}
+
+/* nn_ids_flag queues on ctx's stream: *flag = 0, then *flag = 1 if any of
+ * ids[0..n) is outside [0, v); it sets *flag to that device int (the
+ * caller's invalid, or ctx's own when invalid is NULL), which the kernels
+ * that follow test before writing anything. */
+dg_status nn_ids_flag(dg_cuda_ctx *ctx, const int32_t *ids, int64_t n, int64_t v, int *invalid, int **flag);
+
+#endif /* DG_CUDA_NN_CUH */
