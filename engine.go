@@ -113,6 +113,12 @@ func Initialize(ctx context.Context, cfg *config.Config, model Model, opts ...Op
 		}
 		e.be, e.ownBE = b, true
 	}
+	if dev := e.be.Device(); !dev.IsCPU() {
+		// The ZeRO buffers, gradient zeroing and the module bindings work on
+		// host memory today; the CUDA kernels and NCCL exist, the engine's
+		// device path does not yet.
+		return nil, fmt.Errorf("deepgo.Initialize: backend %s on %v: not supported: the engine runs on the CPU backend only so far", e.be.Name(), dev)
+	}
 	batch, err := cfg.Resolve(n, 1, 1, 1)
 	if err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)

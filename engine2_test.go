@@ -8,9 +8,11 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
 )
 
@@ -191,5 +193,27 @@ func TestStage3Knobs(t *testing.T) {
 			t.Logf("%+v", stats)
 			c.check(t, stats)
 		})
+	}
+}
+
+// fakeDevice is a CPU backend that claims to live on a GPU.
+type fakeDevice struct{ *backend.CPU }
+
+func (fakeDevice) Device() tensor.Device { return tensor.CUDA(0) }
+
+// A backend on another device is refused with a clear error, not misused.
+func TestInitializeRefusesDeviceBackend(t *testing.T) {
+	cpu, err := backend.NewCPU(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = deepgo.Initialize(context.Background(), cfg, newMLP(1, 4, 3), deepgo.WithBackend(fakeDevice{cpu}))
+	if err == nil || !strings.Contains(err.Error(), "not supported") || !strings.Contains(err.Error(), "cuda:0") {
+		t.Fatalf("Initialize on a device backend: %v, want a not-supported error naming cuda:0", err)
 	}
 }
