@@ -42,20 +42,11 @@ func TestGPTEngineZeRO2(t *testing.T) {
 			return err
 		}
 		defer be.Close()
-		g, err := nn.NewGPT(nn.GPTConfig{Layers: 1, Heads: 2, Width: 32, Vocab: V, SeqLen: T})
+		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 1, Heads: 2, Width: 32, Vocab: V, SeqLen: T}, be.Ctx(), 1)
 		if err != nil {
 			return err
 		}
 		defer g.Free()
-		g.UseCtx(be.Ctx())
-		pb, err := nn.NewParamBuffers(g) // initial values, broadcast from rank 0
-		if err != nil {
-			return err
-		}
-		defer pb.Free()
-		if err := g.Init(1); err != nil {
-			return err
-		}
 		e, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithComm(c), deepgo.WithBackend(be))
 		if err != nil {
 			return err

@@ -39,20 +39,11 @@ func gptCurve(t *testing.T, stage, world, steps int, corpus *data.Tokens) ([]flo
 			return err
 		}
 		defer be.Close()
-		g, err := nn.NewGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 16, Vocab: corpus.Vocab, SeqLen: T})
+		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 16, Vocab: corpus.Vocab, SeqLen: T}, be.Ctx(), 7)
 		if err != nil {
 			return err
 		}
 		defer g.Free()
-		g.UseCtx(be.Ctx())
-		pb, err := nn.NewParamBuffers(g)
-		if err != nil {
-			return err
-		}
-		defer pb.Free()
-		if err := g.Init(7); err != nil {
-			return err
-		}
 		e, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithComm(c), deepgo.WithBackend(be))
 		if err != nil {
 			return err

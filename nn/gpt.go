@@ -44,6 +44,7 @@ type GPT struct {
 	notes []string
 	ctx   *csrc.Ctx
 	mods  []deepgo.Module
+	own   *ParamBuffers // from NewReadyGPT; freed by Free
 }
 
 // ParamGroup is a named group of parameters: the unit a ZeRO stage-3 engine
@@ -108,6 +109,27 @@ func (g *GPT) Groups() []ParamGroup {
 		gs = append(gs, ParamGroup{Name: fmt.Sprintf("transformer.h.%d", l), Params: b.Params()})
 	}
 	return append(gs, ParamGroup{Name: "transformer.ln_f", Params: g.LNF.Params()})
+}
+
+// NewReadyGPT is NewGPT, its own parameter buffers (NewParamBuffers), Init
+// with seed and UseCtx in one call: a model ready to hand to
+// deepgo.Initialize. Free releases the buffers with the rest.
+func NewReadyGPT(cfg GPTConfig, ctx *csrc.Ctx, seed uint64) (*GPT, error) {
+	g, err := NewGPT(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pb, err := NewParamBuffers(g)
+	if err != nil {
+		return nil, err
+	}
+	g.own = pb
+	if err := g.Init(seed); err != nil {
+		g.Free()
+		return nil, err
+	}
+	g.UseCtx(ctx)
+	return g, nil
 }
 
 // Init fills the bound values GPT-2's way, from seed: weights N(0, 0.02),
@@ -260,6 +282,10 @@ func (g *GPT) alloc(b, t int) error {
 
 // Free releases the activation memory (the next Forward allocates again).
 func (g *GPT) Free() {
+	if g.own != nil {
+		g.own.Free()
+		g.own = nil
+	}
 	if g.st != nil {
 		g.st.acts.Free()
 		g.st.scr.Free()

@@ -123,20 +123,11 @@ func train(cfgPath, dataPath, model string, ranks, steps int, stdout, stderr io.
 			return err
 		}
 		defer be.Close()
-		gpt, err := nn.NewGPT(g)
+		gpt, err := nn.NewReadyGPT(g, be.Ctx(), 1)
 		if err != nil {
 			return err
 		}
 		defer gpt.Free()
-		gpt.UseCtx(be.Ctx())
-		pb, err := nn.NewParamBuffers(gpt)
-		if err != nil {
-			return err
-		}
-		defer pb.Free()
-		if err := gpt.Init(1); err != nil {
-			return err
-		}
 		e, err := deepgo.Initialize(ctx, cfg, gpt, deepgo.WithComm(c), deepgo.WithBackend(be))
 		if err != nil {
 			return err

@@ -47,20 +47,11 @@ func main() {
 			return err
 		}
 		defer cpu.Close()
-		model, err := nn.NewGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 64, Vocab: vocab, SeqLen: seqLen})
+		model, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 64, Vocab: vocab, SeqLen: seqLen}, cpu.Ctx(), 1)
 		if err != nil {
 			return err
 		}
 		defer model.Free()
-		model.UseCtx(cpu.Ctx())
-		params, err := nn.NewParamBuffers(model)
-		if err != nil {
-			return err
-		}
-		defer params.Free()
-		if err := model.Init(1); err != nil {
-			return err
-		}
 		engine, err := deepgo.Initialize(ctx, cfg, model, deepgo.WithComm(c), deepgo.WithBackend(cpu))
 		if err != nil {
 			return err
