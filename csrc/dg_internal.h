@@ -51,10 +51,8 @@ typedef struct dg_kernels {
 	double (*sumsq_block)(dg_dtype t, const void *x, int64_t n);
 	/* nonzero when any of n elements is Inf or NaN */
 	int (*nonfinite)(dg_dtype t, const void *x, int64_t n);
-	/* dst[k] = srcs[0][k] op ... for lo <= k < hi, floating dtypes only */
-	void (*reduce)(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst, int64_t lo,
-		       int64_t hi);
-	/* the reduce of lo <= k < hi stored into every dsts[d]; scale != 1 then
+	/* dsts[d][k] = srcs[0][k] op srcs[1][k] op ... for lo <= k < hi, every d,
+	 * floating dtypes only, combined in list order in float32; scale != 1 then
 	 * multiplies the t-rounded result and rounds again (see dg_reduce_bcast);
 	 * each element's (or vector's) loads precede its stores */
 	void (*reduce_bcast)(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *const *dsts,

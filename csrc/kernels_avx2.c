@@ -255,44 +255,6 @@ AI float red1(dg_redop op, float acc, float v)
 	return r;
 }
 
-AI void reduce_loop(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst, int64_t lo, int64_t hi)
-{
-	int64_t k = lo;
-	for (; k + 8 <= hi; k += 8) {
-		__m256 acc = load8(t, CAT(srcs[0], t, k));
-		for (int j = 1; j < nsrc; j++)
-			acc = red8(op, acc, load8(t, CAT(srcs[j], t, k)));
-		store8(t, AT(dst, t, k), acc);
-	}
-	for (; k < hi; k++) {
-		float acc = load1(t, srcs[0], k);
-		for (int j = 1; j < nsrc; j++)
-			acc = red1(op, acc, load1(t, srcs[j], k));
-		store1(t, dst, k, acc);
-	}
-}
-
-T256 static void reduce_avx2(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst, int64_t lo,
-			     int64_t hi)
-{
-#define RED_T(tt)                                                                                                   \
-	do {                                                                                                        \
-		if (op == DG_SUM)                                                                                   \
-			reduce_loop(tt, DG_SUM, srcs, nsrc, dst, lo, hi);                                           \
-		else if (op == DG_MAX)                                                                              \
-			reduce_loop(tt, DG_MAX, srcs, nsrc, dst, lo, hi);                                           \
-		else                                                                                                \
-			reduce_loop(tt, DG_MIN, srcs, nsrc, dst, lo, hi);                                           \
-	} while (0)
-	if (t == DG_F32)
-		RED_T(DG_F32);
-	else if (t == DG_F16)
-		RED_T(DG_F16);
-	else
-		RED_T(DG_BF16);
-#undef RED_T
-}
-
 /* 8 elements of the reduce, scaled when asked, stored to every dst after
  * all of the block's loads (a dst equal to a src is safe); halves are
  * narrowed once. The tail goes one element at a time, same order. */
@@ -364,7 +326,6 @@ const dg_kernels dg_kernels_avx2 = {
 	.axpy = axpy_avx2,
 	.sumsq_block = sumsq_avx2,
 	.nonfinite = nonfinite_avx2,
-	.reduce = reduce_avx2,
 	.reduce_bcast = reduce_bcast_avx2,
 };
 

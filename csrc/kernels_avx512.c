@@ -368,38 +368,6 @@ AI __m512 red16(dg_redop op, __m512 acc, __m512 v)
 	return _mm512_mask_blend_ps(an, r, _mm512_or_ps(acc, quiet));
 }
 
-AI void reduce_loop(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst, int64_t lo, int64_t hi)
-{
-	for (int64_t k = lo; k < hi; k += 16) {
-		__mmask16 m = hi - k >= 16 ? (__mmask16)0xffff : tail_mask(hi - k);
-		__m512 acc = load16m(t, CAT(srcs[0], t, k), m);
-		for (int j = 1; j < nsrc; j++)
-			acc = red16(op, acc, load16m(t, CAT(srcs[j], t, k), m));
-		store16m(t, AT(dst, t, k), m, acc);
-	}
-}
-
-T512 static void reduce_avx512(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst, int64_t lo,
-			       int64_t hi)
-{
-#define RED_T(tt)                                                                                                   \
-	do {                                                                                                        \
-		if (op == DG_SUM)                                                                                   \
-			reduce_loop(tt, DG_SUM, srcs, nsrc, dst, lo, hi);                                           \
-		else if (op == DG_MAX)                                                                              \
-			reduce_loop(tt, DG_MAX, srcs, nsrc, dst, lo, hi);                                           \
-		else                                                                                                \
-			reduce_loop(tt, DG_MIN, srcs, nsrc, dst, lo, hi);                                           \
-	} while (0)
-	if (t == DG_F32)
-		RED_T(DG_F32);
-	else if (t == DG_F16)
-		RED_T(DG_F16);
-	else
-		RED_T(DG_BF16);
-#undef RED_T
-}
-
 /* 16 (or, masked, fewer) elements of the reduce, scaled when asked, stored
  * to every dst: all loads of the block precede its first store, so a dst
  * equal to a src is safe. Halves are narrowed once and the same 16-bit
@@ -471,7 +439,6 @@ const dg_kernels dg_kernels_avx512 = {
 	.axpy = axpy_avx512,
 	.sumsq_block = sumsq_avx512,
 	.nonfinite = nonfinite_avx512,
-	.reduce = reduce_avx512,
 	.reduce_bcast = reduce_bcast_avx512,
 	.cast_stream = cast_stream_avx512,
 	.copy_stream = copy_stream_avx512,

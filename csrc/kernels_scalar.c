@@ -126,17 +126,6 @@ static inline float red_f32(dg_redop op, float acc, float v)
 	return r;
 }
 
-static void reduce_scalar(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst, int64_t lo,
-			  int64_t hi)
-{
-	for (int64_t k = lo; k < hi; k++) {
-		float acc = load_f(t, srcs[0], k);
-		for (int j = 1; j < nsrc; j++)
-			acc = red_f32(op, acc, load_f(t, srcs[j], k));
-		store_f(t, dst, k, acc);
-	}
-}
-
 /* v rounded to dtype t and widened back */
 static inline float round_t(dg_dtype t, float v)
 {
@@ -147,8 +136,9 @@ static inline float round_t(dg_dtype t, float v)
 	}
 }
 
-/* reduce_scalar's element, then (scale != 1) scale_scalar's, stored to every
- * dst after all of the element's loads */
+/* the list-order reduce of each element (red_f32), then (scale != 1)
+ * scale_scalar's rounding, stored to every dst after all of the element's
+ * loads */
 static void reduce_bcast_scalar(dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *const *dsts,
 				int ndst, int64_t lo, int64_t hi, float scale)
 {
@@ -170,6 +160,5 @@ const dg_kernels dg_kernels_scalar = {
 	.axpy = axpy_scalar,
 	.sumsq_block = sumsq_scalar,
 	.nonfinite = nonfinite_scalar,
-	.reduce = reduce_scalar,
 	.reduce_bcast = reduce_bcast_scalar,
 };

@@ -145,68 +145,6 @@ dg_status dg_nonfinite(dg_ctx *ctx, dg_dtype t, const void *const *xs, const int
 	return DG_OK;
 }
 
-typedef struct reduce_job {
-	const dg_kernels *k;
-	dg_dtype t;
-	dg_redop op;
-	const void *const *srcs;
-	int nsrc;
-	void *dst;
-} reduce_job;
-
-/* Integers wrap in two's complement (computed unsigned: signed overflow
- * would be undefined in C). Each element reads every source before dst is
- * written, which is what makes dst == srcs[j] safe. */
-#define INT_REDUCE(T, UT)                                                                                           \
-	do {                                                                                                        \
-		const T *const *s = (const T *const *)j->srcs;                                                      \
-		T *d = j->dst;                                                                                      \
-		for (int64_t e = lo; e < hi; e++) {                                                                 \
-			T acc = s[0][e];                                                                            \
-			for (int q = 1; q < j->nsrc; q++) {                                                         \
-				T v = s[q][e];                                                                      \
-				if (j->op == DG_SUM)                                                                \
-					acc = (T)((UT)acc + (UT)v);                                                 \
-				else if (j->op == DG_MAX)                                                           \
-					acc = v > acc ? v : acc;                                                    \
-				else                                                                                \
-					acc = v < acc ? v : acc;                                                    \
-			}                                                                                           \
-			d[e] = acc;                                                                                 \
-		}                                                                                                   \
-	} while (0)
-
-static void reduce_task(void *v, int64_t lo, int64_t hi)
-{
-	const reduce_job *j = v;
-	if (j->t == DG_I32)
-		INT_REDUCE(int32_t, uint32_t);
-	else if (j->t == DG_I64)
-		INT_REDUCE(int64_t, uint64_t);
-	else
-		j->k->reduce(j->t, j->op, j->srcs, j->nsrc, j->dst, lo, hi);
-}
-
-dg_status dg_reduce_into(dg_ctx *ctx, dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst,
-			 int64_t n)
-{
-	if (ctx == NULL || n < 0 || nsrc < 0 || (op != DG_SUM && op != DG_MAX && op != DG_MIN))
-		return DG_ERR_INVALID;
-	if (!dg_is_float(t) && t != DG_I32 && t != DG_I64)
-		return DG_ERR_DTYPE;
-	if (n == 0)
-		return DG_OK;
-	if (nsrc == 0 || srcs == NULL || dst == NULL)
-		return DG_ERR_INVALID;
-	for (int q = 0; q < nsrc; q++)
-		if (srcs[q] == NULL)
-			return DG_ERR_INVALID;
-	reduce_job j = {ctx->k, t, op, srcs, nsrc, dst};
-	int64_t work = n > INT64_MAX / (nsrc + 1) ? INT64_MAX : n * (nsrc + 1);
-	dg_parallel_for(ctx, n, DG_GRAIN, work, reduce_task, &j);
-	return DG_OK;
-}
-
 typedef struct bcast_job {
 	const dg_kernels *k;
 	dg_dtype t;
@@ -218,7 +156,9 @@ typedef struct bcast_job {
 	float scale;
 } bcast_job;
 
-/* INT_REDUCE's element, stored to every dst after all of its loads */
+/* Integers wrap in two's complement (computed unsigned: signed overflow
+ * would be undefined in C). Each element reads every source before any dst
+ * is written, which is what makes a dst equal to a source safe. */
 #define INT_BCAST(T, UT)                                                                                            \
 	do {                                                                                                        \
 		const T *const *s = (const T *const *)j->srcs;                                                      \
@@ -274,4 +214,12 @@ dg_status dg_reduce_bcast(dg_ctx *ctx, dg_dtype t, dg_redop op, const void *cons
 	int64_t work = n > INT64_MAX / per ? INT64_MAX : n * per;
 	dg_parallel_for(ctx, n, DG_GRAIN, work, bcast_task, &j);
 	return DG_OK;
+}
+
+/* dg_reduce_into is the one-destination case: the same pass, the same bits. */
+dg_status dg_reduce_into(dg_ctx *ctx, dg_dtype t, dg_redop op, const void *const *srcs, int nsrc, void *dst,
+			 int64_t n)
+{
+	void *dsts[1] = {dst};
+	return dg_reduce_bcast(ctx, t, op, srcs, nsrc, dsts, 1, n, 1.0f);
 }
