@@ -52,6 +52,7 @@ type Engine struct {
 	lastLoss     float64
 	stepApplied  bool
 	timers       Timers
+	notes        []string
 
 	saver    *checkpoint.AsyncSaver // background saves (SaveAsync), closed by Close
 	saverDir string
@@ -119,6 +120,7 @@ func Initialize(ctx context.Context, cfg *config.Config, model Model, opts ...Op
 		// device path does not yet.
 		return nil, fmt.Errorf("deepgo.Initialize: backend %s on %v: not supported: the engine runs on the CPU backend only so far", e.be.Name(), dev)
 	}
+	e.notes = offloadNotes(cfg, e.be.Device())
 	batch, err := cfg.Resolve(n, 1, 1, 1)
 	if err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
@@ -239,10 +241,10 @@ func unsupported(cfg *config.Config) error {
 		return fmt.Errorf("deepgo.Initialize: %s: not supported yet", key)
 	}
 	switch {
-	case z.OffloadOptimizer != nil && z.OffloadOptimizer.Device != "none":
-		return ns("zero_optimization.offload_optimizer.device=" + z.OffloadOptimizer.Device + " (CPU/NVMe offload slots in behind optim.StateStore; use WithStateStore)")
-	case z.OffloadParam != nil && z.OffloadParam.Device != "none":
-		return ns("zero_optimization.offload_param.device=" + z.OffloadParam.Device)
+	case z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "nvme":
+		return ns("zero_optimization.offload_optimizer.device=nvme (NVMe swapping slots in behind optim.StateStore; use WithStateStore)")
+	case z.OffloadParam != nil && z.OffloadParam.Device == "nvme":
+		return ns("zero_optimization.offload_param.device=nvme")
 	case z.ZeroQuantizedWeights || z.ZeroQuantizedGradients || z.ZeroQuantizedNontrainableWeights:
 		return ns("zero_optimization.zero_quantized_* (ZeRO++)")
 	case z.ZeroHPZPartitionSize > 1:
@@ -260,6 +262,28 @@ func unsupported(cfg *config.Config) error {
 	}
 	return nil
 }
+
+// offloadNotes says what the offload keys mean on this engine's device.
+// On the CPU backend device "cpu" is what already happens: the fp32 master
+// weights, moments and parameter partitions live in host memory and the
+// optimizer step runs on the CPU, as ZeRO-Offload arranges on a GPU. So such
+// configs train unchanged, with a note rather than an error.
+func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
+	z := cfg.ZeroOptimization
+	var notes []string
+	if z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "cpu" && dev.IsCPU() {
+		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: on the CPU backend the optimizer state already lives in host memory and the step runs on the CPU; nothing moves")
+	}
+	if z.OffloadParam != nil && z.OffloadParam.Device == "cpu" && dev.IsCPU() {
+		notes = append(notes, "zero_optimization.offload_param.device=cpu: on the CPU backend parameter partitions already live in host memory; nothing moves")
+	}
+	return notes
+}
+
+// Notes lists what the engine did differently from what the config's words
+// alone suggest (for example offload keys that are no-ops on the CPU
+// backend), for the trainer to log.
+func (e *Engine) Notes() []string { return append([]string(nil), e.notes...) }
 
 func optDType(s *string, def tensor.DType, key string) (tensor.DType, error) {
 	if s == nil {

@@ -135,7 +135,7 @@ func train(cfgPath, dataPath, model string, ranks, steps int, stdout, stderr io.
 		defer e.Close()
 		rank := c.Rank()
 		if rank == 0 {
-			for _, n := range gpt.Notes() {
+			for _, n := range append(gpt.Notes(), e.Notes()...) {
 				fmt.Fprintln(stdout, "note:", n)
 			}
 			fmt.Fprintf(stdout, "training GPT %d layers x %d wide, %d params, vocab %d, T %d, %d ranks, ZeRO stage %d, %d steps\n",
