@@ -2,6 +2,7 @@ package nn_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,5 +81,38 @@ func TestGPTEngineZeRO2(t *testing.T) {
 	}
 	if losses[0] > 1.1*floor {
 		t.Errorf("loss %.4f not within 10%% of the floor %.4f", losses[0], floor)
+	}
+}
+
+// The layers compute in float32: an engine that binds float16 weights gets
+// an error naming the parameter, not a read past the end of its buffer.
+func TestGPTRefusesHalfPrecision(t *testing.T) {
+	for _, prec := range []string{`"fp16": {"enabled": true}`, `"bf16": {"enabled": true}`} {
+		cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, ` + prec + `,
+			"optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		be, err := backend.NewCPU(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 1, Heads: 2, Width: 16, Vocab: 16, SeqLen: 4}, be.Ctx(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := deepgo.Initialize(context.Background(), cfg, g, deepgo.WithBackend(be))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := []int32{1, 2, 3, 4, 5, 6, 7, 8}
+		b := nn.Batch{Inputs: ids, Targets: ids, B: 2, T: 4}
+		_, err = e.TrainBatch(context.Background(), []deepgo.MicroBatch{{Input: b, Target: b}})
+		if err == nil || !strings.Contains(err.Error(), "not supported") || !strings.Contains(err.Error(), "transformer.wte") {
+			t.Errorf("%s: TrainBatch = %v, want a not-supported error naming transformer.wte", prec, err)
+		}
+		e.Close()
+		g.Free()
+		be.Close()
 	}
 }

@@ -84,6 +84,9 @@ func (m embedModule) Resident() bool   { return true }
 func (m embedModule) Params() []*Param { return m.g.Embed.Params() }
 
 func (m embedModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
+	if err := float32Params(m.Name(), "Forward", m.g.Embed.Params()); err != nil {
+		return nil, err
+	}
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -115,6 +118,9 @@ func (m embedModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Ac
 }
 
 func (m embedModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
+	if err := float32Params(m.Name(), "Backward", m.g.Embed.Params()); err != nil {
+		return nil, err
+	}
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -144,6 +150,9 @@ func (m blockModule) Name() string     { return fmt.Sprintf("transformer.h.%d", 
 func (m blockModule) Params() []*Param { return m.g.Blocks[m.l].Params() }
 
 func (m blockModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
+	if err := float32Params(m.Name(), "Forward", m.g.Blocks[m.l].Params()); err != nil {
+		return nil, err
+	}
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -167,6 +176,9 @@ func (m blockModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Ac
 }
 
 func (m blockModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
+	if err := float32Params(m.Name(), "Backward", m.g.Blocks[m.l].Params()); err != nil {
+		return nil, err
+	}
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -200,6 +212,27 @@ func (m blockModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo
 	return din, nil
 }
 
+// float32Params refuses to run a module whose parameters the engine bound as
+// anything but float32 host tensors: these layers' C kernels read float32,
+// and a float16 or bfloat16 buffer handed to them would be read past its end.
+func float32Params(module, op string, ps []*Param) error {
+	for _, p := range ps {
+		ts := []*tensor.Tensor{p.Data}
+		if op == "Backward" { // an engine binds gradients only for backward
+			ts = append(ts, p.Grad)
+		}
+		for _, t := range ts {
+			if t == nil || t.Ptr() == nil {
+				return fmt.Errorf("nn.GPT: %s.%s: parameter %s is not bound", module, op, p.Name)
+			}
+			if t.DType() != tensor.Float32 || !t.Device().IsCPU() {
+				return fmt.Errorf("nn.GPT: %s.%s: parameter %s is %v: not supported: these layers compute in float32 on the CPU (turn off fp16.enabled / bf16.enabled)", module, op, p.Name, t)
+			}
+		}
+	}
+	return nil
+}
+
 type headModule struct{ g *GPT }
 
 func (m headModule) Name() string     { return "transformer.ln_f" }
@@ -213,6 +246,9 @@ func (m headModule) wte(op string) error {
 }
 
 func (m headModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
+	if err := float32Params(m.Name(), "Forward", m.g.LNF.Params()); err != nil {
+		return nil, err
+	}
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -238,6 +274,9 @@ func (m headModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Act
 }
 
 func (m headModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
+	if err := float32Params(m.Name(), "Backward", m.g.LNF.Params()); err != nil {
+		return nil, err
+	}
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
