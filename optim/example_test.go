@@ -69,7 +69,7 @@ func ExampleNewSchedule() {
 	// step 3 lr 0.000500
 	// step 4 lr 0.000750
 	// step 5 lr 0.001000
-	// optim: WarmupLR: scheduler.params.warmup_num_steps: -1: must be a positive integer
+	// optim: WarmupLR: scheduler.params.warmup_num_steps: -1: must be >= 0
 }
 
 // OneCycle drives beta1 of Adam-like optimizers inversely to the LR.

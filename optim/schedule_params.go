@@ -295,15 +295,17 @@ func (r *paramReader) warmupType(warn func(string)) (string, error) {
 	return t, nil
 }
 
-// warmupSteps reads warmup_num_steps: a positive integer (default 1000),
-// clamped to at least 2 as DeepSpeed does.
+// warmupSteps reads warmup_num_steps: an integer >= 0 (default 1000),
+// clamped to at least 2 as DeepSpeed does (so 0, which the Hugging Face
+// Trainer writes when it has no warmup, means 2). Negative values, which
+// DeepSpeed also clamps, are refused: they are always a mistake.
 func (r *paramReader) warmupSteps() (int, error) {
 	n, _, err := r.integer(keyWarmupNumSteps, 1000)
 	if err != nil {
 		return 0, err
 	}
-	if n <= 0 {
-		return 0, r.errf(keyWarmupNumSteps, r.params[keyWarmupNumSteps], "must be a positive integer")
+	if n < 0 {
+		return 0, r.errf(keyWarmupNumSteps, r.params[keyWarmupNumSteps], "must be >= 0")
 	}
 	return max(2, n), nil
 }

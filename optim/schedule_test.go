@@ -22,8 +22,8 @@ func TestNewScheduleBadParams(t *testing.T) {
 		{"lower-case type", "warmuplr", nil, lr1, "unknown scheduler type"},
 		{"no param groups", "WarmupLR", nil, nil, "at least one param group"},
 		{"nan base lr", "WarmupLR", nil, []float64{nanF()}, "base lr of param group 0"},
-		{"negative warmup steps", "WarmupLR", map[string]any{"warmup_num_steps": -1.0}, lr1, "scheduler.params.warmup_num_steps: -1: must be a positive integer"},
-		{"zero warmup steps", "WarmupCosineLR", map[string]any{"total_num_steps": 10.0, "warmup_num_steps": 0.0}, lr1, "scheduler.params.warmup_num_steps: 0: must be a positive integer"},
+		{"negative warmup steps", "WarmupLR", map[string]any{"warmup_num_steps": -1.0}, lr1, "scheduler.params.warmup_num_steps: -1: must be >= 0"},
+		{"negative cosine warmup steps", "WarmupCosineLR", map[string]any{"total_num_steps": 10.0, "warmup_num_steps": -3.0}, lr1, "scheduler.params.warmup_num_steps: -3: must be >= 0"},
 		{"fractional warmup steps", "WarmupLR", map[string]any{"warmup_num_steps": 2.5}, lr1, "scheduler.params.warmup_num_steps: 2.5: must be an integer"},
 		{"bool warmup steps", "WarmupLR", map[string]any{"warmup_num_steps": true}, lr1, "scheduler.params.warmup_num_steps: true: must be an integer"},
 		{"auto", "WarmupLR", map[string]any{"warmup_max_lr": "auto"}, lr1, `scheduler.params.warmup_max_lr: "auto": must be a number or a list`},
@@ -70,17 +70,20 @@ func TestNewScheduleBadParams(t *testing.T) {
 func nanF() float64 { return math.NaN() }
 
 func TestScheduleDefaultsAndQuirks(t *testing.T) {
-	// warmup_num_steps 1 is raised to 2: steps 0 and 1 both use min.
-	s, err := NewSchedule(ScheduleWarmupLR, map[string]any{"warmup_num_steps": 1, "warmup_type": "linear"}, []float64{0.5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := [3]float64{s.LRAt(-1)[0], s.LRAt(0)[0], s.LRAt(1)[0]}; got != [3]float64{0, 0, 0.25} {
-		t.Fatalf("LRs %v", got)
+	// warmup_num_steps 1 (and 0, the Hugging Face Trainer's "no warmup")
+	// is raised to 2: steps 0 and 1 both use min.
+	for _, n := range []int{0, 1} {
+		s, err := NewSchedule(ScheduleWarmupLR, map[string]any{"warmup_num_steps": n, "warmup_type": "linear"}, []float64{0.5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := [3]float64{s.LRAt(-1)[0], s.LRAt(0)[0], s.LRAt(1)[0]}; got != [3]float64{0, 0, 0.25} {
+			t.Fatalf("warmup_num_steps %d: LRs %v", n, got)
+		}
 	}
 	// Unknown warmup_type falls back to log, with a warning.
 	var warned []string
-	s, err = NewSchedule(ScheduleWarmupLR, map[string]any{"warmup_type": "cosine", "warmup_num_steps": 10},
+	s, err := NewSchedule(ScheduleWarmupLR, map[string]any{"warmup_type": "cosine", "warmup_num_steps": 10},
 		[]float64{1}, WithWarnings(func(m string) { warned = append(warned, m) }))
 	if err != nil {
 		t.Fatal(err)
