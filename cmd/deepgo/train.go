@@ -52,6 +52,8 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	model := fs.String("model", "small", "model size: small or tiny")
 	ranks := fs.Int("ranks", 2, "in-process data-parallel ranks")
 	steps := fs.Int("steps", 0, "optimizer steps (0: the model's default)")
+	micro := fs.Int("micro-batch", 8, "micro-batch per rank, when the config leaves it absent or \"auto\"")
+	lr := fs.Float64("lr", 1e-3, "learning rate, when the config has no optimizer or lr \"auto\"")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -59,7 +61,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "deepgo train: --config is required")
 		return 2
 	}
-	res, err := train(*cfgPath, *dataPath, *model, *ranks, *steps, stdout, stderr)
+	res, err := train(*cfgPath, *dataPath, *model, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr}, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 1
@@ -69,7 +71,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func train(cfgPath, dataPath, model string, ranks, steps int, stdout, stderr io.Writer) (*trainResult, error) {
+func train(cfgPath, dataPath, model string, ranks, steps int, targs trainerArgs, stdout, stderr io.Writer) (*trainResult, error) {
 	mc, ok := trainModels[model]
 	if !ok {
 		return nil, fmt.Errorf("--model %q: want small or tiny", model)
@@ -110,6 +112,8 @@ func train(cfgPath, dataPath, model string, ranks, steps int, stdout, stderr io.
 		if err != nil {
 			return err
 		}
+		targs.steps = steps
+		autoNotes := fillTrainerAutos(cfg, targs)
 		ac := cfg.ActivationCheckpointing
 		g := gcfg
 		g.Checkpointing = nn.Checkpointing{Enabled: ac.NumberCheckpoints != nil || ac.PartitionActivations || ac.CPUCheckpointing,
@@ -135,7 +139,7 @@ func train(cfgPath, dataPath, model string, ranks, steps int, stdout, stderr io.
 		defer e.Close()
 		rank := c.Rank()
 		if rank == 0 {
-			for _, n := range append(gpt.Notes(), e.Notes()...) {
+			for _, n := range append(append(autoNotes, gpt.Notes()...), e.Notes()...) {
 				fmt.Fprintln(stdout, "note:", n)
 			}
 			fmt.Fprintf(stdout, "training GPT %d layers x %d wide, %d params, vocab %d, T %d, %d ranks, ZeRO stage %d, %d steps\n",
@@ -165,8 +169,9 @@ func train(cfgPath, dataPath, model string, ranks, steps int, stdout, stderr io.
 			if err != nil {
 				return err
 			}
-			if step > steps-steps/10 {
-				tail += loss / float64(steps/10)
+			// the final loss is the mean of the last tenth of the steps (at least one)
+			if last := max(1, steps/10); step > steps-last {
+				tail += loss / float64(last)
 			}
 			mem := e.Memory().ModelStates() + gpt.ActivationStats().Bytes + gpt.ActivationStats().ScratchBytes
 			mu.Lock()
