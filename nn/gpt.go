@@ -45,6 +45,8 @@ type GPT struct {
 	ctx   *csrc.Ctx
 	mods  []deepgo.Module
 	own   *ParamBuffers // from NewReadyGPT; freed by Free
+
+	shadows map[*Param]*shadow // float32 copies of half-precision weights
 }
 
 // ParamGroup is a named group of parameters: the unit a ZeRO stage-3 engine
@@ -212,7 +214,7 @@ func (g *GPT) alloc(b, t int) error {
 	if g.st != nil && g.st.b == b && g.st.t == t {
 		return nil
 	}
-	g.Free()
+	g.freeActivations()
 	s := &gptState{b: b, t: t}
 	n, c, L := b*t, g.Config.Width, g.Config.Layers
 	k := g.checkpointed()
@@ -280,12 +282,22 @@ func (g *GPT) alloc(b, t int) error {
 	return nil
 }
 
-// Free releases the activation memory (the next Forward allocates again).
+// Free releases everything the model allocated: activation memory, the
+// float32 copies of half-precision weights, and the parameter buffers of
+// NewReadyGPT. Parameters bound by the caller (Bind, NewParamBuffers) stay
+// the caller's to free.
 func (g *GPT) Free() {
+	g.freeShadows()
 	if g.own != nil {
 		g.own.Free()
 		g.own = nil
 	}
+	g.freeActivations()
+}
+
+// freeActivations releases the activation memory (the next Forward
+// allocates again, for a new batch shape).
+func (g *GPT) freeActivations() {
 	if g.st != nil {
 		g.st.acts.Free()
 		g.st.scr.Free()

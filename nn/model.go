@@ -23,7 +23,8 @@ import (
 // runs last, so both uses land in the one gradient before it is reduced.
 // Under ZeRO stage 3 the embedding module is deepgo.Resident, so the engine
 // keeps wte gathered for the head instead of releasing it after the
-// embedding's forward.
+// embedding's forward. Under fp16 or bf16 every module runs on float32
+// copies of the half-precision weights the engine binds (halfweights.go).
 
 var _ deepgo.Model = (*GPT)(nil)
 
@@ -83,10 +84,19 @@ func (m embedModule) Name() string { return "transformer.embed" }
 func (m embedModule) Resident() bool   { return true }
 func (m embedModule) Params() []*Param { return m.g.Embed.Params() }
 
+// Forward runs the module in float32 whatever precision the engine bound
+// (see halfweights.go).
 func (m embedModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
-	if err := float32Params(m.Name(), "Forward", m.g.Embed.Params()); err != nil {
-		return nil, err
-	}
+	return m.g.inFloat32(m.Name(), "Forward", m.Params(), nil, func() (deepgo.Activation, error) { return m.forward(in) })
+}
+
+// Backward runs the module's backward in float32 and adds its gradients
+// into what the engine bound.
+func (m embedModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
+	return m.g.inFloat32(m.Name(), "Backward", m.Params(), nil, func() (deepgo.Activation, error) { return m.backward(gout) })
+}
+
+func (m embedModule) forward(in deepgo.Activation) (deepgo.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -117,10 +127,7 @@ func (m embedModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Ac
 	return s.resid[0], nil
 }
 
-func (m embedModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
-	if err := float32Params(m.Name(), "Backward", m.g.Embed.Params()); err != nil {
-		return nil, err
-	}
+func (m embedModule) backward(gout deepgo.Activation) (deepgo.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -149,10 +156,19 @@ type blockModule struct {
 func (m blockModule) Name() string     { return fmt.Sprintf("transformer.h.%d", m.l) }
 func (m blockModule) Params() []*Param { return m.g.Blocks[m.l].Params() }
 
+// Forward runs the module in float32 whatever precision the engine bound
+// (see halfweights.go).
 func (m blockModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
-	if err := float32Params(m.Name(), "Forward", m.g.Blocks[m.l].Params()); err != nil {
-		return nil, err
-	}
+	return m.g.inFloat32(m.Name(), "Forward", m.Params(), nil, func() (deepgo.Activation, error) { return m.forward(in) })
+}
+
+// Backward runs the module's backward in float32 and adds its gradients
+// into what the engine bound.
+func (m blockModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
+	return m.g.inFloat32(m.Name(), "Backward", m.Params(), nil, func() (deepgo.Activation, error) { return m.backward(gout) })
+}
+
+func (m blockModule) forward(in deepgo.Activation) (deepgo.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -175,10 +191,7 @@ func (m blockModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Ac
 	return s.resid[m.l+1], nil
 }
 
-func (m blockModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
-	if err := float32Params(m.Name(), "Backward", m.g.Blocks[m.l].Params()); err != nil {
-		return nil, err
-	}
+func (m blockModule) backward(gout deepgo.Activation) (deepgo.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -212,43 +225,24 @@ func (m blockModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo
 	return din, nil
 }
 
-// float32Params refuses to run a module whose parameters the engine bound as
-// anything but float32 host tensors: these layers' C kernels read float32,
-// and a float16 or bfloat16 buffer handed to them would be read past its end.
-func float32Params(module, op string, ps []*Param) error {
-	for _, p := range ps {
-		ts := []*tensor.Tensor{p.Data}
-		if op == "Backward" { // an engine binds gradients only for backward
-			ts = append(ts, p.Grad)
-		}
-		for _, t := range ts {
-			if t == nil || t.Ptr() == nil {
-				return fmt.Errorf("nn.GPT: %s.%s: parameter %s is not bound", module, op, p.Name)
-			}
-			if t.DType() != tensor.Float32 || !t.Device().IsCPU() {
-				return fmt.Errorf("nn.GPT: %s.%s: parameter %s is %v: not supported: these layers compute in float32 on the CPU (turn off fp16.enabled / bf16.enabled)", module, op, p.Name, t)
-			}
-		}
-	}
-	return nil
-}
-
 type headModule struct{ g *GPT }
 
 func (m headModule) Name() string     { return "transformer.ln_f" }
 func (m headModule) Params() []*Param { return m.g.LNF.Params() }
 
-func (m headModule) wte(op string) error {
-	if p := m.g.Embed.Tok; p.Data == nil || p.Data.Ptr() == nil || p.Data.DType() != tensor.Float32 {
-		return fmt.Errorf("nn.GPT.%s: the output head is tied to %s, which is not available as float32 here (fp16/bf16 are not supported by these layers)", op, p.Name)
-	}
-	return nil
+// Forward runs the module in float32 whatever precision the engine bound
+// (see halfweights.go).
+func (m headModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
+	return m.g.inFloat32(m.Name(), "Forward", m.Params(), []*Param{m.g.Embed.Tok}, func() (deepgo.Activation, error) { return m.forward(in) })
 }
 
-func (m headModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
-	if err := float32Params(m.Name(), "Forward", m.g.LNF.Params()); err != nil {
-		return nil, err
-	}
+// Backward runs the module's backward in float32 and adds its gradients
+// into what the engine bound.
+func (m headModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
+	return m.g.inFloat32(m.Name(), "Backward", m.Params(), []*Param{m.g.Embed.Tok}, func() (deepgo.Activation, error) { return m.backward(gout) })
+}
+
+func (m headModule) forward(in deepgo.Activation) (deepgo.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -257,9 +251,6 @@ func (m headModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Act
 	s := g.st
 	x, err := asTensor("head input", in)
 	if err != nil {
-		return nil, err
-	}
-	if err := m.wte("Forward"); err != nil {
 		return nil, err
 	}
 	n := s.b * s.t
@@ -273,10 +264,7 @@ func (m headModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Act
 	return s.probs, nil
 }
 
-func (m headModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
-	if err := float32Params(m.Name(), "Backward", m.g.LNF.Params()); err != nil {
-		return nil, err
-	}
+func (m headModule) backward(gout deepgo.Activation) (deepgo.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -285,9 +273,6 @@ func (m headModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.
 	s := g.st
 	dlogits, err := asTensor("logits gradient", gout)
 	if err != nil {
-		return nil, err
-	}
-	if err := m.wte("Backward"); err != nil {
 		return nil, err
 	}
 	n, c := s.b*s.t, g.Config.Width
