@@ -50,7 +50,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "DeepSpeed JSON config (required)")
 	dataPath := fs.String("data", "", "token data: .arrow, .parquet (column input_ids) or any other file as bytes; default: a synthetic Markov corpus")
 	model := fs.String("model", "small", "model size: small or tiny")
-	ranks := fs.Int("ranks", 2, "in-process data-parallel ranks")
+	ranks := fs.Int("ranks", 0, "in-process data-parallel ranks (0: what the config's batch triad implies, else 2)")
 	steps := fs.Int("steps", 0, "optimizer steps (0: the model's default)")
 	micro := fs.Int("micro-batch", 8, "micro-batch per rank, when the config leaves it absent or \"auto\"")
 	lr := fs.Float64("lr", 1e-3, "learning rate, when the config has no optimizer or lr \"auto\"")
@@ -78,6 +78,9 @@ func train(cfgPath, dataPath, model string, ranks, steps int, targs trainerArgs,
 	}
 	if steps <= 0 {
 		steps = mc.steps
+	}
+	if ranks <= 0 {
+		ranks = impliedRanks(cfgPath)
 	}
 	var corpus *data.Tokens
 	var floor *float64
@@ -201,4 +204,23 @@ func train(cfgPath, dataPath, model string, ranks, steps int, targs trainerArgs,
 		fmt.Fprintf(stdout, "final loss %.4f vs entropy floor %.4f nats/token (%.1f%% above)\n", res.FinalLoss, *floor, 100*(res.FinalLoss / *floor - 1))
 	}
 	return res, nil
+}
+
+// impliedRanks is the data-parallel size a config's batch triad fixes when
+// it gives train_batch_size and the micro batch (train_batch_size / (micro
+// batch × accumulation, 1 when absent)), else 2: the demo's two ranks.
+func impliedRanks(cfgPath string) int {
+	cfg, err := config.Load(cfgPath)
+	if err != nil || cfg.TrainBatchSize == nil || cfg.TrainMicroBatchSizePerGPU == nil {
+		return 2
+	}
+	gas := 1
+	if cfg.GradientAccumulationSteps != nil {
+		gas = *cfg.GradientAccumulationSteps
+	}
+	per := *cfg.TrainMicroBatchSizePerGPU * gas
+	if per <= 0 || *cfg.TrainBatchSize%per != 0 || *cfg.TrainBatchSize/per < 1 {
+		return 2
+	}
+	return *cfg.TrainBatchSize / per
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -40,5 +42,26 @@ func TestFillTrainerAutos(t *testing.T) {
 	notes = fillTrainerAutos(cfg, trainerArgs{microBatch: 8, lr: 1e-3})
 	if cfg.Optimizer == nil || cfg.Optimizer.Type != "AdamW" || len(notes) != 1 || !strings.HasPrefix(notes[0], "optimizer:") {
 		t.Errorf("optimizer %+v, notes %q", cfg.Optimizer, notes)
+	}
+}
+
+func TestImpliedRanks(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		json string
+		want int
+	}{
+		{`{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}`, 4},
+		{`{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 32}`, 1},
+		{`{"train_micro_batch_size_per_gpu": 4}`, 2},
+		{`{"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4}`, 2},
+	} {
+		p := filepath.Join(dir, "c.json")
+		if err := os.WriteFile(p, []byte(c.json), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := impliedRanks(p); got != c.want {
+			t.Errorf("%s: %d ranks, want %d", c.json, got, c.want)
+		}
 	}
 }
