@@ -157,11 +157,19 @@ func train(cfgPath, dataPath, model string, ranks, steps int, targs trainerArgs,
 			every = *cfg.StepsPerPrint
 		}
 		B, gas := e.Batch().MicroBatch, e.GradientAccumulationSteps()
+		first, err := resume(ctx, cfg, e, s)
+		if err != nil {
+			return err
+		}
+		if rank == 0 && first > 1 {
+			fmt.Fprintf(stdout, "resumed at step %d from %s\n", first-1, resumeDir(cfg))
+		}
 		var tail float64
+		var tailN int
 		bar := newProgress(stderr, steps)
 		defer bar.clear()
 		t0 := time.Now()
-		for step := 1; step <= steps; step++ {
+		for step := first; step <= steps; step++ {
 			mbs := make([]deepgo.MicroBatch, gas)
 			for i := range mbs {
 				b := corpus.MakeBatch(s.Next(B), T)
@@ -174,7 +182,8 @@ func train(cfgPath, dataPath, model string, ranks, steps int, targs trainerArgs,
 			}
 			// the final loss is the mean of the last tenth of the steps (at least one)
 			if last := max(1, steps/10); step > steps-last {
-				tail += loss / float64(last)
+				tail += loss
+				tailN++
 			}
 			mem := e.Memory().ModelStates() + gpt.ActivationStats().Bytes + gpt.ActivationStats().ScratchBytes
 			mu.Lock()
@@ -184,14 +193,21 @@ func train(cfgPath, dataPath, model string, ranks, steps int, targs trainerArgs,
 				bar.update(step, loss)
 			}
 			if rank == 0 && (step%every == 0 || step == steps) {
-				tps := float64(step*B*gas*T*c.Size()) / time.Since(t0).Seconds()
+				tps := float64((step-first+1)*B*gas*T*c.Size()) / time.Since(t0).Seconds()
 				bar.clear()
 				fmt.Fprintf(stdout, "step %d loss %.4f lr %.3g loss_scale %g tokens/s %.0f mem/rank %d\n", step, loss, e.LR(), e.LossScale(), tps, mem)
 			}
+			if cfg.Checkpoint.SaveDir != "" && (step%every == 0 || step == steps) {
+				if err := save(ctx, cfg, e, s); err != nil {
+					return err
+				}
+			}
 		}
 		if rank == 0 {
-			res.FinalLoss = tail
-			res.TokensPerSec = float64(steps*B*gas*T*c.Size()) / time.Since(t0).Seconds()
+			if tailN > 0 {
+				res.FinalLoss = tail / float64(tailN)
+			}
+			res.TokensPerSec = float64((steps-first+1)*B*gas*T*c.Size()) / time.Since(t0).Seconds()
 		}
 		return nil
 	})
