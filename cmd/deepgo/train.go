@@ -82,6 +82,7 @@ func train(cfgPath, dataPath, model string, ranks, steps int, targs trainerArgs,
 	if ranks <= 0 {
 		ranks = impliedRanks(cfgPath)
 	}
+	targs.steps = steps // before the ranks start: they share targs
 	var corpus *data.Tokens
 	var floor *float64
 	var err error
@@ -115,7 +116,6 @@ func train(cfgPath, dataPath, model string, ranks, steps int, targs trainerArgs,
 		if err != nil {
 			return err
 		}
-		targs.steps = steps
 		autoNotes := fillTrainerAutos(cfg, targs)
 		ac := cfg.ActivationCheckpointing
 		g := gcfg
