@@ -1,0 +1,201 @@
+package zero
+
+// This file holds the Optimizer's memory accounting, closing, and the state
+// checkpoints read and restore.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// Memory reports this rank's bytes by category.
+func (z *Optimizer) Memory() Memory {
+	a := z.acct
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := Memory{Params: map[tensor.DType]int64{}, Master: a.cur[CatMaster], Grads: a.cur[CatGrads],
+		Buckets: a.cur[CatBuckets], BucketsPeak: a.peak[CatBuckets],
+		Gathered: a.cur[CatGathered], GatheredPeak: a.peak[CatGathered]}
+	for k, v := range a.params {
+		if v != 0 {
+			m.Params[k] = v
+		}
+	}
+	for _, ts := range z.base.State(z.cfg.GroupName) {
+		for _, t := range ts {
+			m.OptimizerState += int64(t.Bytes())
+		}
+	}
+	m.Peak = a.totalMax + m.OptimizerState
+	return m
+}
+
+// Close frees every buffer. The base optimizer is not closed.
+func (z *Optimizer) Close() error {
+	var errs []error
+	for _, w := range z.gwork {
+		if w != nil {
+			errs = append(errs, w.Wait(context.Background()))
+		}
+	}
+	for _, p := range z.pending {
+		errs = append(errs, p.work.Wait(context.Background()))
+	}
+	z.pending = nil
+	for u := range z.lay.Units {
+		z.acct.free(CatParams, z.param[u])
+		z.acct.free(CatParams, z.shard[u])
+		z.acct.free(CatGathered, z.full[u])
+		if z.cfg.ModelDType != tensor.Float32 {
+			z.acct.free(CatMaster, z.master[u])
+		}
+		z.acct.free(CatGrads, z.acc[u])
+		z.acct.free(CatBuckets, z.gbuf[u])
+	}
+	z.buckets.close()
+	z.gathered.close()
+	return errors.Join(errs...)
+}
+
+// GatherMaster returns the full fp32 master weights (the parameters
+// themselves for fp32 models) of every parameter, as out[m][p]: a
+// collective, every rank must call it (zero_to_fp32's consolidation).
+func (z *Optimizer) GatherMaster(ctx context.Context) ([][][]float32, error) {
+	out := make([][][]float32, len(z.mods))
+	for m := range z.mods {
+		out[m] = make([][]float32, len(z.mods[m].Params))
+	}
+	for u, unit := range z.lay.Units {
+		full := z.master[u]
+		if z.cfg.Stage > 0 {
+			tmp, err := z.be.Empty(tensor.Float32, unit.Numel)
+			if err != nil {
+				return nil, err
+			}
+			defer tmp.Free()
+			if err := z.c.AllGather(ctx, tmp, z.master[u]); err != nil {
+				return nil, fmt.Errorf("zero: gathering master weights: %w", err)
+			}
+			full = tmp
+		}
+		v, err := full.Float32s()
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range unit.Slots {
+			out[s.Module][s.Param] = append([]float32(nil), v[s.Offset:s.Offset+s.Numel]...)
+		}
+	}
+	return out, nil
+}
+
+// Checkpoint access. The methods below read and restore the state a
+// checkpoint holds; they are called between optimizer steps only.
+
+// Own returns this rank's owned range of unit u, elements [lo, lo+n) of
+// the padded unit: the whole unit for stage 0, chunk Rank of World for
+// stages 1-3.
+func (z *Optimizer) Own(u int) (lo, n int) { return z.own(u) }
+
+// Master is this rank's fp32 master chunk of unit u (Own(u) elements; for
+// float32 models the parameters' owned range itself). Callers must not
+// write it; RestoreMaster does.
+func (z *Optimizer) Master(u int) *tensor.Tensor { return z.master[u] }
+
+// Config is the resolved configuration the Optimizer runs with (Align and
+// GroupName filled in).
+func (z *Optimizer) Config() Config { return z.cfg }
+
+// Base is the optimizer that steps this rank's shard.
+func (z *Optimizer) Base() optim.Optimizer { return z.base }
+
+// OptimizerState returns the base optimizer's state of this rank's shard,
+// by state name one float32 tensor per unit aligned with Master (nil
+// before the first step), and the group's step count.
+func (z *Optimizer) OptimizerState() (map[string][]*tensor.Tensor, int64) {
+	return z.base.State(z.cfg.GroupName), z.base.Steps(z.cfg.GroupName)
+}
+
+// ReplicatedParams lists the working-precision parameters that are
+// identical on every rank, as (module, param) pairs with their tensors:
+// every parameter for stages 0-2, the gathered (persistent) ones for
+// stage 3 between steps.
+func (z *Optimizer) ReplicatedParams() (idx [][2]int, ts []*tensor.Tensor) {
+	for m := range z.mods {
+		for p := range z.mods[m].Params {
+			if t := z.data[m][p]; t != nil {
+				idx = append(idx, [2]int{m, p})
+				ts = append(ts, t)
+			}
+		}
+	}
+	return idx, ts
+}
+
+// RestoreMaster overwrites this rank's fp32 master chunks with masters
+// (per unit one float32 tensor of Own(u) elements, in memory the backend
+// reads), re-casts them to the working-precision parameters, discards
+// accumulated gradients, and re-gathers the replicated parameters
+// (stages 1-2: every unit; stage 3: the persistent modules). It is a
+// collective. The arguments are checked before anything is written; a
+// failure of the re-gather itself leaves the parameters partly restored.
+func (z *Optimizer) RestoreMaster(ctx context.Context, masters []*tensor.Tensor) error {
+	if len(masters) != len(z.lay.Units) {
+		return fmt.Errorf("zero: restore: %d master chunks for %d units", len(masters), len(z.lay.Units))
+	}
+	for u, t := range masters {
+		if _, n := z.own(u); t == nil || t.DType() != tensor.Float32 || t.Numel() != n || !t.Contiguous() {
+			return fmt.Errorf("zero: restore: unit %d: master chunk %v, want %d contiguous float32 elements", u, t, n)
+		}
+	}
+	if len(z.pending) > 0 {
+		return errors.New("zero: restore: gradient reductions are in flight (restore between steps only)")
+	}
+	for u := range z.lay.Units {
+		if err := z.be.Pack(z.master[u], []int{0}, []*tensor.Tensor{masters[u]}); err != nil {
+			return fmt.Errorf("zero: restore: unit %d: %w", u, err)
+		}
+		if z.cfg.ModelDType != tensor.Float32 {
+			if err := z.be.Cast([]*tensor.Tensor{z.copies[u]}, []*tensor.Tensor{z.master[u]}); err != nil {
+				return fmt.Errorf("zero: restore: unit %d: %w", u, err)
+			}
+		}
+	}
+	if err := z.ZeroGrad(); err != nil {
+		return err
+	}
+	switch z.cfg.Stage {
+	case 1, 2:
+		for u := range z.lay.Units {
+			lo, n := z.own(u)
+			own, err := z.param[u].Slice(lo, n)
+			if err != nil {
+				return err
+			}
+			if err := z.c.AllGather(ctx, z.param[u], own); err != nil {
+				return fmt.Errorf("zero: restore: gathering bucket %d: %w", u, err)
+			}
+		}
+	case 3:
+		if err := z.execute(ctx, z.coord.ReleaseAll()); err != nil {
+			return err
+		}
+		return z.gatherPersistent(ctx)
+	}
+	return nil
+}
+
+// RestoreOptimizerState replaces the base optimizer's state of this
+// rank's shard with state (by state name one float32 host tensor per
+// unit of Own(u) elements; nil resets it to zero) and its step count with
+// steps (see optim.LoadState).
+func (z *Optimizer) RestoreOptimizerState(state map[string][]*tensor.Tensor, steps int64) error {
+	if err := optim.LoadState(z.base, z.cfg.GroupName, z.master, state, steps); err != nil {
+		return fmt.Errorf("zero: restore: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,172 @@
+package zero
+
+// This file holds the Optimizer's the step: overflow agreement, the global
+// norm, the optimizer on the owned chunks, the re-gather.
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// Overflow reduces the accumulated gradients where that happens at the
+// boundary (stages 0-1), then reports whether any rank's gradients hold
+// inf or nan (false when Config.CheckOverflow is off).
+func (z *Optimizer) Overflow(ctx context.Context) (bool, error) {
+	if err := z.reduceBoundary(ctx); err != nil {
+		return false, err
+	}
+	if !z.cfg.CheckOverflow {
+		return false, nil
+	}
+	g, err := z.grads()
+	if err != nil {
+		return false, err
+	}
+	bad, err := z.be.NonFinite(g)
+	if err != nil {
+		return false, err
+	}
+	if z.world == 1 || z.cfg.Stage == 0 { // stage 0: all-reduced grads are identical on every rank
+		return bad, nil
+	}
+	flag, err := z.be.Empty(tensor.Int32, 1)
+	if err != nil {
+		return false, err
+	}
+	defer flag.Free()
+	v, _ := flag.Int32s()
+	if bad {
+		v[0] = 1
+	}
+	t0 := time.Now()
+	err = z.c.AllReduce(ctx, flag, comm.Max)
+	z.timers.Comm += time.Since(t0)
+	if err != nil {
+		return false, fmt.Errorf("zero: agreeing on overflow: %w", err)
+	}
+	return v[0] != 0, nil
+}
+
+// GlobalNorm is the L2 norm of the (still loss-scaled) reduced gradients
+// over all ranks, summed in float64 in rank order.
+func (z *Optimizer) GlobalNorm(ctx context.Context) (float64, error) {
+	g, err := z.grads()
+	if err != nil {
+		return 0, err
+	}
+	ss, err := z.be.SumSquares(g, nil)
+	if err != nil {
+		return 0, err
+	}
+	if z.world == 1 || z.cfg.Stage == 0 {
+		return math.Sqrt(ss), nil
+	}
+	src, err := z.be.Empty(tensor.Float64, 1)
+	if err != nil {
+		return 0, err
+	}
+	defer src.Free()
+	all, err := z.be.Empty(tensor.Float64, z.world)
+	if err != nil {
+		return 0, err
+	}
+	defer all.Free()
+	s, _ := src.Float64s()
+	s[0] = ss
+	t0 := time.Now()
+	err = z.c.AllGather(ctx, all, src)
+	z.timers.Comm += time.Since(t0)
+	if err != nil {
+		return 0, fmt.Errorf("zero: global gradient norm: %w", err)
+	}
+	a, _ := all.Float64s()
+	var sum float64
+	for _, x := range a {
+		sum += x
+	}
+	return math.Sqrt(sum), nil
+}
+
+// Step applies the base optimizer to this rank's shard with learning
+// rate lr, dividing the gradients by gradScale (optim.CombinedScale of the
+// loss scale and the clip), then all-gathers the updated parameters
+// (stages 1-2) or re-gathers persistent ones (stage 3), and zeroes the
+// gradients.
+func (z *Optimizer) Step(ctx context.Context, lr, gradScale float64) error {
+	g, err := z.grads()
+	if err != nil {
+		return err
+	}
+	grp := optim.ParamGroup{Name: z.cfg.GroupName, Params: z.master, Grads: g}
+	if z.cfg.ModelDType != tensor.Float32 {
+		grp.Copies = z.copies
+	}
+	t0 := time.Now()
+	err = z.base.Step(grp, lr, gradScale)
+	z.timers.Optimizer += time.Since(t0)
+	if err != nil {
+		return fmt.Errorf("zero: optimizer step: %w", err)
+	}
+	if err := z.ZeroGrad(); err != nil {
+		return err
+	}
+	switch z.cfg.Stage {
+	case 1, 2:
+		for u := range z.lay.Units {
+			lo, n := z.own(u)
+			own, err := z.param[u].Slice(lo, n)
+			if err != nil {
+				return err
+			}
+			t0 := time.Now()
+			err = z.c.AllGather(ctx, z.param[u], own)
+			z.timers.Comm += time.Since(t0)
+			if err != nil {
+				return fmt.Errorf("zero: gathering updated parameters of bucket %d: %w", u, err)
+			}
+		}
+	case 3:
+		if err := z.execute(ctx, z.coord.ReleaseAll()); err != nil {
+			return err
+		}
+		return z.gatherPersistent(ctx)
+	}
+	return nil
+}
+
+// gatherPersistent (re)gathers the stage-3 persistent modules.
+func (z *Optimizer) gatherPersistent(ctx context.Context) error {
+	for m, u := range z.unitOf {
+		if u < 0 || !z.coord.persistent[m] {
+			continue
+		}
+		if z.full[u] == nil {
+			buf, err := z.gathered.get(z.cfg.ModelDType, z.lay.Units[u].Numel)
+			if err != nil {
+				return err
+			}
+			z.full[u] = buf
+		}
+		t0 := time.Now()
+		err := z.c.AllGather(ctx, z.full[u], z.shard[u])
+		z.timers.Comm += time.Since(t0)
+		if err != nil {
+			return fmt.Errorf("zero: stage 3: gathering persistent module %q: %w", z.mods[m].Name, err)
+		}
+		if err := z.bind(m, z.data[m], z.full); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ZeroGrad clears the accumulated gradients (after a step or a skipped one).
+func (z *Optimizer) ZeroGrad() error {
+	return zeroFill(z.acc...)
+}
