@@ -1,7 +1,7 @@
 package zero
 
-// This file holds the Optimizer's the step: overflow agreement, the global
-// norm, the optimizer on the owned chunks, the re-gather.
+// This file holds the Optimizer's step: overflow agreement, the global norm,
+// the optimizer on the owned chunks, the re-gather.
 
 import (
 	"context"
