@@ -1,0 +1,226 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+type goldenInstruction struct {
+	Op       string `json:"op"`
+	BufferID *int   `json:"buffer_id"`
+}
+
+type scheduleRecord struct {
+	Schedule       string                `json:"schedule"`
+	MicroBatches   int                   `json:"micro_batches"`
+	Stages         int                   `json:"stages"`
+	StageID        int                   `json:"stage_id"`
+	NumPipeBuffers int                   `json:"num_pipe_buffers"`
+	NumSteps       int                   `json:"num_steps"`
+	Steps          [][]goldenInstruction `json:"steps"`
+}
+
+// reprSteps renders golden steps with DeepSpeed's repr, one line per step.
+func (r scheduleRecord) reprSteps() []string {
+	out := make([]string, len(r.Steps))
+	for i, step := range r.Steps {
+		s := make([]string, len(step))
+		for j, in := range step {
+			if in.BufferID != nil {
+				s[j] = fmt.Sprintf("%s(buffer_id=%d)", in.Op, *in.BufferID)
+			} else {
+				s[j] = in.Op + "()"
+			}
+		}
+		out[i] = "[" + strings.Join(s, ", ") + "]"
+	}
+	return out
+}
+
+func reprSteps(steps [][]Instruction) []string {
+	out := make([]string, len(steps))
+	for i, step := range steps {
+		s := make([]string, len(step))
+		for j, in := range step {
+			s[j] = in.String()
+		}
+		out[i] = "[" + strings.Join(s, ", ") + "]"
+	}
+	return out
+}
+
+func TestGoldenPipeSchedules(t *testing.T) {
+	recs := readGolden[scheduleRecord](t, "pipe_schedules.jsonl")
+	matched := map[string]int{}
+	total := map[string]int{}
+	for _, r := range recs {
+		total[r.Schedule]++
+		name := fmt.Sprintf("%s/mb=%d/stages=%d/stage=%d", r.Schedule, r.MicroBatches, r.Stages, r.StageID)
+		var ctor func(int, int, int) (Schedule, error)
+		switch r.Schedule {
+		case "TrainSchedule":
+			ctor = NewTrainSchedule
+		case "InferenceSchedule":
+			ctor = NewInferenceSchedule
+		default:
+			t.Errorf("%s: unknown schedule", name)
+			continue
+		}
+		s, err := ctor(r.MicroBatches, r.Stages, r.StageID)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		ok := true
+		if got := s.NumPipeBuffers(); got != r.NumPipeBuffers {
+			t.Errorf("%s: NumPipeBuffers = %d, want %d", name, got, r.NumPipeBuffers)
+			ok = false
+		}
+		got, want := reprSteps(s.Steps()), r.reprSteps()
+		if len(want) != r.NumSteps {
+			t.Fatalf("%s: golden record inconsistent: num_steps %d, %d steps", name, r.NumSteps, len(want))
+		}
+		if !slices.Equal(got, want) {
+			ok = false
+			t.Errorf("%s: steps differ\n got: %s\nwant: %s", name, strings.Join(got, " "), strings.Join(want, " "))
+		}
+		if ok {
+			matched[r.Schedule]++
+		}
+	}
+	logSummary(t, "pipe_schedules.jsonl", []string{"TrainSchedule", "InferenceSchedule"}, matched, total)
+}
+
+type goldenLayer struct {
+	Kind            string `json:"kind"`
+	Type            string `json:"type"`
+	TrainableParams int64  `json:"trainable_params"`
+	TotalParams     int64  `json:"total_params"`
+}
+
+type partitionRecord struct {
+	Case        int           `json:"case"`
+	Fn          string        `json:"fn"`
+	NumItems    int           `json:"num_items"`
+	NumParts    int           `json:"num_parts"`
+	Weights     []float64     `json:"weights"`
+	Parts       []int         `json:"parts"`
+	Method      string        `json:"method"`
+	NumStages   int           `json:"num_stages"`
+	Layers      []goldenLayer `json:"layers"`
+	StageBounds [][2]int      `json:"stage_bounds"`
+	Error       *struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// pythonErrorKind maps DeepSpeed's exception class to the sentinel error.
+var pythonErrorKind = map[string]error{
+	"NotImplementedError": ErrMethodNotImplemented,
+	"RuntimeError":        ErrNoLayersMatched,
+	"error":               ErrBadLayerRegex, // re.error
+}
+
+func goldenLayers(t *testing.T, in []goldenLayer) []Layer {
+	out := make([]Layer, len(in))
+	for i, l := range in {
+		kind, ok := map[string]LayerKind{"LayerSpec": LayerSpec, "Module": LayerModule, "function": LayerFunction}[l.Kind]
+		if !ok {
+			t.Fatalf("unknown layer kind %q", l.Kind)
+		}
+		out[i] = Layer{Kind: kind, Type: l.Type, TrainableParams: l.TrainableParams}
+	}
+	return out
+}
+
+func TestGoldenPartitions(t *testing.T) {
+	recs := readGolden[partitionRecord](t, "partitions.jsonl")
+	matched := map[string]int{}
+	total := map[string]int{}
+	for _, r := range recs {
+		kind := r.Fn
+		if r.Error != nil {
+			kind += " (error)"
+		}
+		total[kind]++
+		name := fmt.Sprintf("case %d (%s)", r.Case, r.Fn)
+		var ok bool
+		switch r.Fn {
+		case "partition_uniform":
+			got, err := PartitionUniform(r.NumItems, r.NumParts)
+			ok = err == nil && slices.Equal(got, r.Parts)
+			if !ok {
+				t.Errorf("%s: PartitionUniform(%d, %d) = %v, %v; want %v", name, r.NumItems, r.NumParts, got, err, r.Parts)
+			}
+		case "partition_balanced":
+			got, err := PartitionBalanced(r.Weights, r.NumParts)
+			ok = err == nil && slices.Equal(got, r.Parts)
+			if !ok {
+				t.Errorf("%s: PartitionBalanced(%v, %d) = %v, %v; want %v", name, r.Weights, r.NumParts, got, err, r.Parts)
+			}
+		case "PipelineModule._partition_layers":
+			ok = checkPartitionLayers(t, name, r)
+		default:
+			t.Errorf("%s: unknown fn", name)
+		}
+		if ok {
+			matched[kind]++
+		}
+	}
+	kinds := make([]string, 0, len(total))
+	for k := range total {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	logSummary(t, "partitions.jsonl", kinds, matched, total)
+}
+
+func checkPartitionLayers(t *testing.T, name string, r partitionRecord) bool {
+	t.Helper()
+	p, err := PartitionLayers(r.Method, goldenLayers(t, r.Layers), r.NumStages)
+	if r.Error != nil {
+		want, known := pythonErrorKind[r.Error.Type]
+		var pe *PartitionError
+		switch {
+		case !known:
+			t.Errorf("%s: golden error type %q has no Go counterpart", name, r.Error.Type)
+		case err == nil:
+			t.Errorf("%s: PartitionLayers(%q) = %v, want %s %q", name, r.Method, p.Parts, r.Error.Type, r.Error.Message)
+		case !errors.Is(err, want) || !errors.As(err, &pe):
+			t.Errorf("%s: error %v, want one wrapping %v", name, err, want)
+		case pe.Msg != r.Error.Message:
+			t.Errorf("%s: message %q, want %q", name, pe.Msg, r.Error.Message)
+		default:
+			return true
+		}
+		return false
+	}
+	if err != nil {
+		t.Errorf("%s: PartitionLayers(%q): %v", name, r.Method, err)
+		return false
+	}
+	ok := true
+	if !slices.Equal(p.Weights, r.Weights) {
+		t.Errorf("%s: weights %v, want %v", name, p.Weights, r.Weights)
+		ok = false
+	}
+	if !slices.Equal(p.Parts, r.Parts) {
+		t.Errorf("%s: parts %v, want %v", name, p.Parts, r.Parts)
+		ok = false
+	}
+	if len(r.StageBounds) != r.NumStages {
+		t.Errorf("%s: golden has %d stage bounds for %d stages", name, len(r.StageBounds), r.NumStages)
+		ok = false
+	}
+	for s, b := range r.StageBounds {
+		if start, stop := p.StageBounds(s); start != b[0] || stop != b[1] {
+			t.Errorf("%s: stage %d bounds [%d, %d), want %v", name, s, start, stop, b)
+			ok = false
+		}
+	}
+	return ok
+}

@@ -1,0 +1,126 @@
+package pipeline
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestScheduleArgumentErrors(t *testing.T) {
+	ctors := map[string]func(int, int, int) (Schedule, error){
+		"Train": NewTrainSchedule, "Inference": NewInferenceSchedule, "GPipe": NewGPipeSchedule,
+	}
+	tests := []struct {
+		microBatches, stages, stageID int
+		wantArg                       string
+	}{
+		{0, 1, 0, "microBatches"},
+		{-3, 2, 0, "microBatches"},
+		{1, 0, 0, "stages"},
+		{1, 2, 2, "stageID"},
+		{1, 2, -1, "stageID"},
+	}
+	for name, ctor := range ctors {
+		for _, tt := range tests {
+			_, err := ctor(tt.microBatches, tt.stages, tt.stageID)
+			if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tt.wantArg) {
+				t.Errorf("%s(%d, %d, %d) error = %v, want ErrInvalidArgument naming %s",
+					name, tt.microBatches, tt.stages, tt.stageID, err, tt.wantArg)
+			}
+		}
+	}
+}
+
+func TestNewTraining(t *testing.T) {
+	tests := []struct {
+		kind    string
+		virtual int
+		wantErr error
+		wantArg string
+		same    func(int, int, int) (Schedule, error)
+	}{
+		{kind: "", virtual: 1, same: NewTrainSchedule},
+		{kind: "1F1B", virtual: 1, same: NewTrainSchedule},
+		{kind: "1f1b", virtual: 1, same: NewTrainSchedule},
+		{kind: "GPipe", virtual: 1, same: NewGPipeSchedule},
+		{kind: "gpipe", virtual: 1, same: NewGPipeSchedule},
+		{kind: "Interleaved", virtual: 2, wantErr: ErrNotSupported},
+		{kind: "interleaved", virtual: 1, wantErr: ErrNotSupported},
+		{kind: "GPipe", virtual: 2, wantErr: ErrInvalidArgument, wantArg: "virtualStages"},
+		{kind: "1F1B", virtual: 0, wantErr: ErrInvalidArgument, wantArg: "virtualStages"},
+		{kind: "ZB-H1", virtual: 1, wantErr: ErrInvalidArgument, wantArg: "scheduleType"},
+	}
+	for _, tt := range tests {
+		s, err := NewTraining(tt.kind, tt.virtual, 4, 2, 1)
+		if tt.wantErr != nil {
+			if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.wantArg) {
+				t.Errorf("NewTraining(%q, %d): error %v, want %v naming %q", tt.kind, tt.virtual, err, tt.wantErr, tt.wantArg)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("NewTraining(%q, %d): %v", tt.kind, tt.virtual, err)
+			continue
+		}
+		want, _ := tt.same(4, 2, 1)
+		if strings.Join(reprSteps(s.Steps()), "") != strings.Join(reprSteps(want.Steps()), "") {
+			t.Errorf("NewTraining(%q) is not the expected schedule", tt.kind)
+		}
+	}
+}
+
+func TestInstructionString(t *testing.T) {
+	tests := []struct {
+		in   Instruction
+		want string
+	}{
+		{buffered(LoadMicroBatch, 1, 3), "LoadMicroBatch(buffer_id=1)"},
+		{buffered(RecvGrad, 0, 0), "RecvGrad(buffer_id=0)"},
+		{Instruction{Op: ReduceTiedGrads}, "ReduceTiedGrads()"},
+		{Instruction{Op: OptimizerStep, BufferID: -1, MicroBatch: -1}, "OptimizerStep()"},
+		{Instruction{}, "Op(0)()"},
+	}
+	for _, tt := range tests {
+		if got := tt.in.String(); got != tt.want {
+			t.Errorf("%#v.String() = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	for o := LoadMicroBatch; o <= OptimizerStep; o++ {
+		if back, err := ParseOp(o.String()); err != nil || back != o {
+			t.Errorf("ParseOp(%q) = %v, %v", o.String(), back, err)
+		}
+	}
+	if _, err := ParseOp("Barrier"); err == nil {
+		t.Error("ParseOp(Barrier) succeeded")
+	}
+}
+
+// TestStepsAreFresh: callers may mutate what Steps returns.
+func TestStepsAreFresh(t *testing.T) {
+	for _, ctor := range []func(int, int, int) (Schedule, error){NewTrainSchedule, NewInferenceSchedule, NewGPipeSchedule} {
+		s, _ := ctor(4, 2, 0)
+		a := s.Steps()
+		before := strings.Join(reprSteps(a), "")
+		for _, step := range a {
+			for i := range step {
+				step[i].Op = OptimizerStep
+			}
+		}
+		if after := strings.Join(reprSteps(s.Steps()), ""); after != before {
+			t.Errorf("%T: mutating Steps() changed the schedule", s)
+		}
+	}
+}
+
+// TestStepsNeverNil: idle steps are empty, non-nil lists, as DeepSpeed
+// yields [] (so they encode as [] rather than null).
+func TestStepsNeverNil(t *testing.T) {
+	for _, ctor := range []func(int, int, int) (Schedule, error){NewTrainSchedule, NewInferenceSchedule, NewGPipeSchedule} {
+		s, _ := ctor(1, 4, 2)
+		for i, step := range s.Steps() {
+			if step == nil {
+				t.Errorf("%T: step %d is nil", s, i)
+			}
+		}
+	}
+}
