@@ -14,8 +14,14 @@
 // empty idle steps, so that a deepgo stage and a DeepSpeed stage executing
 // the same configuration issue the same point-to-point operations in the
 // same order. [NewGPipeSchedule] is deepgo's own (pipeline_schedule "GPipe"):
-// every micro-batch's forward, then every backward. [NewTraining] picks one
-// of them from the pipeline_schedule config value.
+// every micro-batch's forward, then every backward.
+// [NewInterleavedSchedule] is Megatron-LM's interleaved 1F1B
+// (pipeline_schedule "Interleaved" with virtual_stages V >= 2): each stage
+// holds V model chunks, chunk c of stage s being virtual stage c*S+s, and
+// the pipeline's activations wrap from the last stage back to the first
+// between chunks; it keeps Megatron's per-stage compute order and warmup
+// depth. [NewTraining] picks one of them from the pipeline_schedule config
+// value.
 //
 // The engine's obligations when executing a schedule:
 //
@@ -25,7 +31,14 @@
 //     instructions must be executed in the order given (the order is what
 //     keeps blocking send/recv pairs free of deadlock).
 //   - A buffer id names one of NumPipeBuffers() activation slots on the
-//     stage; an instruction's MicroBatch says which micro-batch occupies it.
+//     stage; an instruction's MicroBatch says which micro-batch occupies it
+//     and its Chunk which model chunk runs the op (always 0 except under
+//     the interleaved schedule).
+//   - Under the interleaved schedule a Send on chunk c of the last stage
+//     pairs with the Recv on chunk c+1 of the first (and gradients the
+//     reverse way). With a single stage that pair is on the stage itself:
+//     the Send is immediately followed by its Recv, and the engine copies
+//     locally instead of calling the communicator.
 //   - ReduceTiedGrads, ReduceGrads and OptimizerStep close a training batch
 //     and appear only in the last step.
 //

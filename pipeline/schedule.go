@@ -85,12 +85,21 @@ type Instruction struct {
 	// buffer; -1 when Op.HasBuffer() is false. DeepSpeed does not carry it;
 	// it is here so engines and tests can check what a buffer holds.
 	MicroBatch int
+	// Chunk is the model chunk (virtual stage) of the stage the op runs on:
+	// chunk c of stage s of an S-stage pipeline is virtual stage c*S+s. It
+	// is 0 for every schedule but the interleaved one, and for ops without
+	// a buffer.
+	Chunk int
 }
 
 // String formats the instruction like DeepSpeed's repr:
-// "ForwardPass(buffer_id=0)" or "OptimizerStep()".
+// "ForwardPass(buffer_id=0)" or "OptimizerStep()". A non-zero Chunk is
+// appended: "ForwardPass(buffer_id=0, chunk=1)".
 func (in Instruction) String() string {
 	if in.Op.HasBuffer() {
+		if in.Chunk != 0 {
+			return fmt.Sprintf("%s(buffer_id=%d, chunk=%d)", in.Op, in.BufferID, in.Chunk)
+		}
 		return fmt.Sprintf("%s(buffer_id=%d)", in.Op, in.BufferID)
 	}
 	return in.Op.String() + "()"
@@ -113,7 +122,8 @@ type Schedule interface {
 var ErrInvalidArgument = errors.New("pipeline: invalid argument")
 
 // ErrNotSupported is wrapped by the errors returned for schedules deepgo
-// does not implement yet (interleaved virtual stages).
+// does not implement yet. No schedule returns it today; it is kept so that
+// callers matching on it keep compiling.
 var ErrNotSupported = errors.New("pipeline: not supported yet")
 
 // Names of the training schedules, as pipeline_schedule.type spells them
@@ -128,10 +138,12 @@ const (
 // Schedule1F1B, ScheduleGPipe, ScheduleInterleaved; "" means 1F1B) for stage
 // stageID of a stages-deep pipeline running microBatches micro-batches per
 // optimizer step. virtualStages is pipeline_schedule.virtual_stages and must
-// be 1 except for Interleaved, which is not supported yet.
+// be 1 except for Interleaved, which needs at least 2 (see
+// [NewInterleavedSchedule]; it also needs microBatches to be a multiple of
+// stages).
 func NewTraining(scheduleType string, virtualStages, microBatches, stages, stageID int) (Schedule, error) {
 	if virtualStages < 1 {
-		return nil, argError("virtualStages", virtualStages, "must be at least 1")
+		return nil, argError("virtualStages (pipeline_schedule.virtual_stages)", virtualStages, "must be at least 1")
 	}
 	switch {
 	case scheduleType == "" || strings.EqualFold(scheduleType, Schedule1F1B):
@@ -145,7 +157,10 @@ func NewTraining(scheduleType string, virtualStages, microBatches, stages, stage
 		}
 		return NewGPipeSchedule(microBatches, stages, stageID)
 	case strings.EqualFold(scheduleType, ScheduleInterleaved):
-		return nil, fmt.Errorf("%w: interleaved pipeline schedule (virtual_stages=%d); use 1F1B or GPipe", ErrNotSupported, virtualStages)
+		if virtualStages < 2 {
+			return nil, argError("virtualStages (pipeline_schedule.virtual_stages)", virtualStages, "must be at least 2 for the Interleaved schedule")
+		}
+		return NewInterleavedSchedule(virtualStages, microBatches, stages, stageID)
 	}
 	return nil, fmt.Errorf("%w: scheduleType %q is not one of %s, %s, %s", ErrInvalidArgument, scheduleType, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved)
 }

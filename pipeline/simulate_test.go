@@ -12,35 +12,55 @@ import (
 // is overwritten while it holds a live micro-batch; each micro-batch is
 // loaded, forwarded (and, when training, backwarded) exactly once per
 // stage, in dependency order; and the optimizer tail closes the batch.
+//
+// It also runs interleaved schedules, where each stage holds several model
+// chunks: chunk c of stage s is virtual stage c*stages+s, activations flow
+// (s, c) -> (s+1, c) and, around the ring, (stages-1, c) -> (0, c+1), and
+// gradients flow back the same way. Everything above is then checked per
+// (micro-batch, chunk); loads belong to virtual stage 0 and to the last
+// virtual stage. With one stage the ring closes on itself: a Send must be
+// immediately followed by its own Recv.
 
 // slot is what one pipeline buffer of one stage holds.
 type slot struct {
-	mb                     int // -1 when free
+	mb, chunk              int // mb is -1 when free
 	input, output, outGrad bool
 	backwarded             bool
 }
 
 type stageSim struct {
 	id, stages, microBatches int
+	virtual                  int // model chunks per stage
 	training                 bool
 	bufs                     []slot
-	loaded, forwarded        []int
-	backwarded               []int
-	tail                     []Op
+	live, peak               int // buffers in use, now and at most
+	// loaded, forwarded and backwarded count per chunk*microBatches+mb.
+	loaded, forwarded []int
+	backwarded        []int
+	tail              []Op
 }
 
-func newStageSim(id, stages, microBatches, nbuf int, training bool) *stageSim {
-	s := &stageSim{id: id, stages: stages, microBatches: microBatches, training: training,
+func newStageSim(id, stages, microBatches, virtual, nbuf int, training bool) *stageSim {
+	n := microBatches * virtual
+	s := &stageSim{id: id, stages: stages, microBatches: microBatches, virtual: virtual, training: training,
 		bufs:   make([]slot, nbuf),
-		loaded: make([]int, microBatches), forwarded: make([]int, microBatches), backwarded: make([]int, microBatches)}
+		loaded: make([]int, n), forwarded: make([]int, n), backwarded: make([]int, n)}
 	for i := range s.bufs {
 		s.bufs[i].mb = -1
 	}
 	return s
 }
 
-func (s *stageSim) first() bool { return s.id == 0 }
-func (s *stageSim) last() bool  { return s.id == s.stages-1 }
+// first and last report whether chunk c of this stage is the first or the
+// last virtual stage.
+func (s *stageSim) first(c int) bool { return s.id == 0 && c == 0 }
+func (s *stageSim) last(c int) bool  { return s.id == s.stages-1 && c == s.virtual-1 }
+
+// free empties buffer b.
+func (s *stageSim) free(b *slot) {
+	*b = slot{mb: -1}
+	s.live--
+}
 
 // claim makes buffer b hold micro-batch mb, failing if it holds another
 // live one.
@@ -49,11 +69,13 @@ func (s *stageSim) claim(in Instruction) (*slot, error) {
 		return nil, fmt.Errorf("buffer %d outside [0, %d)", in.BufferID, len(s.bufs))
 	}
 	b := &s.bufs[in.BufferID]
-	if b.mb != -1 && b.mb != in.MicroBatch {
-		return nil, fmt.Errorf("buffer %d still holds live micro-batch %d", in.BufferID, b.mb)
+	if b.mb != -1 && (b.mb != in.MicroBatch || b.chunk != in.Chunk) {
+		return nil, fmt.Errorf("buffer %d still holds live micro-batch %d (chunk %d)", in.BufferID, b.mb, b.chunk)
 	}
 	if b.mb == -1 {
-		*b = slot{mb: in.MicroBatch}
+		*b = slot{mb: in.MicroBatch, chunk: in.Chunk}
+		s.live++
+		s.peak = max(s.peak, s.live)
 	}
 	return b, nil
 }
@@ -64,8 +86,8 @@ func (s *stageSim) holding(in Instruction) (*slot, error) {
 		return nil, fmt.Errorf("buffer %d outside [0, %d)", in.BufferID, len(s.bufs))
 	}
 	b := &s.bufs[in.BufferID]
-	if b.mb != in.MicroBatch {
-		return nil, fmt.Errorf("buffer %d holds micro-batch %d, not %d", in.BufferID, b.mb, in.MicroBatch)
+	if b.mb != in.MicroBatch || b.chunk != in.Chunk {
+		return nil, fmt.Errorf("buffer %d holds micro-batch %d chunk %d, not %d chunk %d", in.BufferID, b.mb, b.chunk, in.MicroBatch, in.Chunk)
 	}
 	return b, nil
 }
@@ -75,18 +97,26 @@ func (s *stageSim) exec(in Instruction) error {
 	if in.Op.HasBuffer() && (in.MicroBatch < 0 || in.MicroBatch >= s.microBatches) {
 		return fmt.Errorf("micro-batch %d outside [0, %d)", in.MicroBatch, s.microBatches)
 	}
+	if in.Op.HasBuffer() && (in.Chunk < 0 || in.Chunk >= s.virtual) {
+		return fmt.Errorf("chunk %d outside [0, %d)", in.Chunk, s.virtual)
+	}
+	if !in.Op.HasBuffer() && in.Chunk != 0 {
+		return fmt.Errorf("chunk %d on an op without a buffer", in.Chunk)
+	}
 	if len(s.tail) > 0 && in.Op.HasBuffer() {
 		return fmt.Errorf("after %v", s.tail)
 	}
+	c := in.Chunk
+	key := c*s.microBatches + in.MicroBatch
 	switch in.Op {
 	case LoadMicroBatch:
-		if !s.first() && !s.last() {
+		if !s.first(c) && !s.last(c) {
 			return fmt.Errorf("load on a middle stage")
 		}
 		if _, err := s.claim(in); err != nil {
 			return err
 		}
-		s.loaded[in.MicroBatch]++
+		s.loaded[key]++
 	case RecvActivation:
 		b, err := s.claim(in)
 		if err != nil {
@@ -98,18 +128,18 @@ func (s *stageSim) exec(in Instruction) error {
 		if err != nil {
 			return err
 		}
-		if s.first() && s.loaded[in.MicroBatch] == 0 || !s.first() && !b.input {
+		if s.first(c) && s.loaded[key] == 0 || !s.first(c) && !b.input {
 			return fmt.Errorf("forward before its input arrived")
 		}
-		if s.last() && s.loaded[in.MicroBatch] == 0 {
+		if s.last(c) && s.loaded[key] == 0 {
 			return fmt.Errorf("forward on the last stage before its labels were loaded")
 		}
-		if s.forwarded[in.MicroBatch]++; s.forwarded[in.MicroBatch] > 1 {
+		if s.forwarded[key]++; s.forwarded[key] > 1 {
 			return fmt.Errorf("micro-batch forwarded twice")
 		}
 		b.output = true
-		if !s.training && s.last() {
-			*b = slot{mb: -1}
+		if !s.training && s.last(c) {
+			s.free(b)
 		}
 	case SendActivation:
 		b, err := s.holding(in)
@@ -120,7 +150,7 @@ func (s *stageSim) exec(in Instruction) error {
 			return fmt.Errorf("send before forward")
 		}
 		if !s.training {
-			*b = slot{mb: -1}
+			s.free(b)
 		}
 	case RecvGrad:
 		b, err := s.holding(in)
@@ -136,15 +166,15 @@ func (s *stageSim) exec(in Instruction) error {
 		if err != nil {
 			return err
 		}
-		if !b.output || !s.last() && !b.outGrad {
+		if !b.output || !s.last(c) && !b.outGrad {
 			return fmt.Errorf("backward before forward or before its output gradient arrived")
 		}
-		if s.backwarded[in.MicroBatch]++; s.backwarded[in.MicroBatch] > 1 {
+		if s.backwarded[key]++; s.backwarded[key] > 1 {
 			return fmt.Errorf("micro-batch backwarded twice")
 		}
 		b.backwarded = true
-		if s.first() { // no input gradient to send: the buffer is free
-			*b = slot{mb: -1}
+		if s.first(c) { // no input gradient to send: the buffer is free
+			s.free(b)
 		}
 	case SendGrad:
 		b, err := s.holding(in)
@@ -154,14 +184,14 @@ func (s *stageSim) exec(in Instruction) error {
 		if !b.backwarded {
 			return fmt.Errorf("input gradient sent before backward")
 		}
-		*b = slot{mb: -1}
+		s.free(b)
 	case ReduceTiedGrads, ReduceGrads, OptimizerStep:
 		if !s.training {
 			return fmt.Errorf("optimizer op in an inference schedule")
 		}
-		for mb, n := range s.backwarded {
+		for k, n := range s.backwarded {
 			if n != 1 {
-				return fmt.Errorf("micro-batch %d backwarded %d times before the optimizer tail", mb, n)
+				return fmt.Errorf("micro-batch %d (chunk %d) backwarded %d times before the optimizer tail", k%s.microBatches, k/s.microBatches, n)
 			}
 		}
 		want := []Op{ReduceTiedGrads, ReduceGrads, OptimizerStep}[len(s.tail)]
@@ -175,30 +205,48 @@ func (s *stageSim) exec(in Instruction) error {
 	return nil
 }
 
-// partner returns the stage and op that must meet a transfer.
-func partner(stage int, op Op) (int, Op) {
+// partner returns the stage, chunk and op that must meet a transfer on
+// chunk chunk of stage stage of a stages-deep pipeline: the neighbouring
+// virtual stage, wrapping from the last stage to the first one chunk up.
+// The result may be out of range (no such neighbour).
+func partner(stage, chunk, stages int, op Op) (int, int, Op) {
+	v := chunk*stages + stage
+	var other int
+	var want Op
 	switch op {
 	case SendActivation:
-		return stage + 1, RecvActivation
+		other, want = v+1, RecvActivation
 	case RecvActivation:
-		return stage - 1, SendActivation
+		other, want = v-1, SendActivation
 	case SendGrad:
-		return stage - 1, RecvGrad
+		other, want = v-1, RecvGrad
 	default: // RecvGrad
-		return stage + 1, SendGrad
+		other, want = v+1, SendGrad
 	}
+	if other < 0 {
+		return -1, 0, want
+	}
+	return other % stages, other / stages, want
 }
 
 // simulate runs the schedules of all stages in lockstep.
 func simulate(scheds []Schedule, microBatches int, training bool) error {
+	_, err := simulateChunks(scheds, microBatches, 1, training)
+	return err
+}
+
+// simulateChunks runs the schedules of all stages, each holding virtual
+// model chunks, in lockstep, and returns each stage's most buffers in use
+// at once.
+func simulateChunks(scheds []Schedule, microBatches, virtual int, training bool) ([]int, error) {
 	stages := len(scheds)
 	steps := make([][][]Instruction, stages)
 	sims := make([]*stageSim, stages)
 	for s, sc := range scheds {
 		steps[s] = sc.Steps()
-		sims[s] = newStageSim(s, stages, microBatches, sc.NumPipeBuffers(), training)
+		sims[s] = newStageSim(s, stages, microBatches, virtual, sc.NumPipeBuffers(), training)
 		if len(steps[s]) != len(steps[0]) {
-			return fmt.Errorf("stage %d has %d steps, stage 0 has %d", s, len(steps[s]), len(steps[0]))
+			return nil, fmt.Errorf("stage %d has %d steps, stage 0 has %d", s, len(steps[s]), len(steps[0]))
 		}
 	}
 	for t := range steps[0] {
@@ -209,24 +257,37 @@ func simulate(scheds []Schedule, microBatches int, training bool) error {
 				for pc[s] < len(steps[s][t]) {
 					in := steps[s][t][pc[s]]
 					if !in.Op.IsComm() {
+						if !in.Op.HasBuffer() && t != len(steps[0])-1 {
+							return nil, fmt.Errorf("step %d stage %d %v: end-of-batch op before the last step", t, s, in)
+						}
 						if err := sims[s].exec(in); err != nil {
-							return fmt.Errorf("step %d stage %d %v (mb %d): %v", t, s, in, in.MicroBatch, err)
+							return nil, fmt.Errorf("step %d stage %d %v (mb %d): %v", t, s, in, in.MicroBatch, err)
 						}
 						pc[s]++
 						progress = true
 						continue
 					}
-					p, want := partner(s, in.Op)
-					if p < 0 || p >= stages {
-						return fmt.Errorf("step %d stage %d %v: no stage %d to talk to", t, s, in, p)
+					p, pchunk, want := partner(s, in.Chunk, stages, in.Op)
+					if p < 0 || pchunk >= virtual {
+						return nil, fmt.Errorf("step %d stage %d %v: no virtual stage to talk to", t, s, in)
 					}
-					if pc[p] >= len(steps[p][t]) || steps[p][t][pc[p]].Op != want {
+					at := pc[p]
+					if p == s { // the ring closed on one stage: the Recv comes right after the Send
+						if in.Op == RecvActivation || in.Op == RecvGrad {
+							return nil, fmt.Errorf("step %d stage %d %v: a transfer to itself must start with its Send", t, s, in)
+						}
+						at++
+					}
+					if at >= len(steps[p][t]) || steps[p][t][at].Op != want {
+						if p == s {
+							return nil, fmt.Errorf("step %d stage %d %v: a transfer to itself must be followed by its %v", t, s, in, want)
+						}
 						break // blocked until the partner reaches the match
 					}
-					other := steps[p][t][pc[p]]
-					if other.MicroBatch != in.MicroBatch {
-						return fmt.Errorf("step %d: stage %d %v carries micro-batch %d, stage %d %v carries %d",
-							t, s, in, in.MicroBatch, p, other, other.MicroBatch)
+					other := steps[p][t][at]
+					if other.MicroBatch != in.MicroBatch || other.Chunk != pchunk {
+						return nil, fmt.Errorf("step %d: stage %d %v carries micro-batch %d, stage %d %v carries %d (chunk %d, want %d)",
+							t, s, in, in.MicroBatch, p, other, other.MicroBatch, other.Chunk, pchunk)
 					}
 					// The sender's side first: the data leaves before it lands.
 					first, second := s, p
@@ -235,10 +296,10 @@ func simulate(scheds []Schedule, microBatches int, training bool) error {
 						first, second, fi, si = p, s, other, in
 					}
 					if err := sims[first].exec(fi); err != nil {
-						return fmt.Errorf("step %d stage %d %v (mb %d): %v", t, first, fi, fi.MicroBatch, err)
+						return nil, fmt.Errorf("step %d stage %d %v (mb %d): %v", t, first, fi, fi.MicroBatch, err)
 					}
 					if err := sims[second].exec(si); err != nil {
-						return fmt.Errorf("step %d stage %d %v (mb %d): %v", t, second, si, si.MicroBatch, err)
+						return nil, fmt.Errorf("step %d stage %d %v (mb %d): %v", t, second, si, si.MicroBatch, err)
 					}
 					pc[s]++
 					pc[p]++
@@ -248,32 +309,41 @@ func simulate(scheds []Schedule, microBatches int, training bool) error {
 		}
 		for s := range stages {
 			if pc[s] < len(steps[s][t]) {
-				return fmt.Errorf("step %d: deadlock, stage %d blocked at %v (%v)", t, s, steps[s][t][pc[s]], steps[s][t])
+				return nil, fmt.Errorf("step %d: deadlock, stage %d blocked at %v (%v)", t, s, steps[s][t][pc[s]], steps[s][t])
 			}
 		}
 	}
+	peaks := make([]int, stages)
 	for s, sim := range sims {
-		for mb := range microBatches {
-			if sim.forwarded[mb] != 1 {
-				return fmt.Errorf("stage %d forwarded micro-batch %d %d times", s, mb, sim.forwarded[mb])
-			}
-			if training && sim.backwarded[mb] != 1 {
-				return fmt.Errorf("stage %d backwarded micro-batch %d %d times", s, mb, sim.backwarded[mb])
-			}
-			if (sim.first() || sim.last()) && sim.loaded[mb] != 1 {
-				return fmt.Errorf("stage %d loaded micro-batch %d %d times", s, mb, sim.loaded[mb])
+		for c := range virtual {
+			for mb := range microBatches {
+				k := c*microBatches + mb
+				if sim.forwarded[k] != 1 {
+					return nil, fmt.Errorf("stage %d forwarded micro-batch %d (chunk %d) %d times", s, mb, c, sim.forwarded[k])
+				}
+				if training && sim.backwarded[k] != 1 {
+					return nil, fmt.Errorf("stage %d backwarded micro-batch %d (chunk %d) %d times", s, mb, c, sim.backwarded[k])
+				}
+				want := 0
+				if sim.first(c) || sim.last(c) {
+					want = 1
+				}
+				if sim.loaded[k] != want {
+					return nil, fmt.Errorf("stage %d loaded micro-batch %d (chunk %d) %d times", s, mb, c, sim.loaded[k])
+				}
 			}
 		}
 		if training && len(sim.tail) != 3 {
-			return fmt.Errorf("stage %d ended without the optimizer tail (%v)", s, sim.tail)
+			return nil, fmt.Errorf("stage %d ended without the optimizer tail (%v)", s, sim.tail)
 		}
 		for i, b := range sim.bufs {
 			if b.mb != -1 {
-				return fmt.Errorf("stage %d buffer %d still holds micro-batch %d at the end", s, i, b.mb)
+				return nil, fmt.Errorf("stage %d buffer %d still holds micro-batch %d (chunk %d) at the end", s, i, b.mb, b.chunk)
 			}
 		}
+		peaks[s] = sim.peak
 	}
-	return nil
+	return peaks, nil
 }
 
 func TestSimulateLockstep(t *testing.T) {
