@@ -56,7 +56,7 @@ func comparable(c *Config) Config {
 	return x
 }
 
-// sharedDirQuiet is sharedDir without a testing.TB (used while seeding).
+// sharedDirQuiet is shareddata.Dir without a testing.TB (used while seeding).
 func sharedDirQuiet(rel string) (string, bool) {
 	dir, err := os.Getwd()
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/deepgo-ml/deepgo/internal/shareddata"
 )
 
 type goldenBatch struct {
@@ -61,7 +63,7 @@ func samePy(a, b any) bool {
 // TestGoldenBatch checks every record of batch_config.jsonl against
 // DeepSpeed's batch logic, and the typed Resolve for the integer cases.
 func TestGoldenBatch(t *testing.T) {
-	dir := sharedDir(t, "DEEPGO_GOLDEN", "golden")
+	dir := shareddata.Dir(t, "DEEPGO_GOLDEN", "golden")
 	f, err := os.Open(filepath.Join(dir, "batch_config.jsonl"))
 	if err != nil {
 		t.Skipf("no batch_config.jsonl: %v", err)

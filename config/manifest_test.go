@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/deepgo-ml/deepgo/internal/shareddata"
 )
 
 // manifestRow is one line of MANIFEST.tsv.
@@ -61,7 +63,7 @@ var (
 // $DEEPGO_CONFIGS) and ../shared/seed/configs, checks each against its
 // manifest row, and prints a table.
 func TestConfigCollections(t *testing.T) {
-	dirs := []string{sharedDir(t, "DEEPGO_CONFIGS", "configs")}
+	dirs := []string{shareddata.Dir(t, "DEEPGO_CONFIGS", "configs")}
 	if os.Getenv("DEEPGO_CONFIGS") == "" {
 		if d := filepath.Join(filepath.Dir(dirs[0]), "seed", "configs"); dirExists(d) {
 			dirs = append(dirs, d)

@@ -4,11 +4,13 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/deepgo-ml/deepgo/internal/shareddata"
 )
 
 // TestRoundTripCollections round-trips every real config that loads cleanly.
 func TestRoundTripCollections(t *testing.T) {
-	dir := sharedDir(t, "DEEPGO_CONFIGS", "configs")
+	dir := shareddata.Dir(t, "DEEPGO_CONFIGS", "configs")
 	dirs := []string{dir, filepath.Join(filepath.Dir(dir), "seed", "configs")}
 	n := 0
 	for _, d := range dirs {

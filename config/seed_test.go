@@ -4,12 +4,14 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+
+	"github.com/deepgo-ml/deepgo/internal/shareddata"
 )
 
 // TestSeed175B loads the user's own 175B example: offload_param to NVMe
 // without nvme_path, and ZeRO-3 with 4 pipeline stages, are both reported.
 func TestSeed175B(t *testing.T) {
-	dir := sharedDir(t, "DEEPGO_SEED_CONFIGS", filepath.Join("seed", "configs"))
+	dir := shareddata.Dir(t, "DEEPGO_SEED_CONFIGS", filepath.Join("seed", "configs"))
 	cfg, err := Load(filepath.Join(dir, "5.1-175b.json"), WithWorld(64))
 	var es Errors
 	if !errors.As(err, &es) || cfg == nil {

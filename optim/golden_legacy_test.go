@@ -3,6 +3,8 @@ package optim
 import (
 	"fmt"
 	"testing"
+
+	"github.com/deepgo-ml/deepgo/internal/shareddata"
 )
 
 // TestGoldenLegacyDifferences runs the inputs of the older DeepSpeed golden
@@ -12,7 +14,7 @@ import (
 // values: those files exist to explain differences, not to be matched.
 func TestGoldenLegacyDifferences(t *testing.T) {
 	t.Run("loss_scaler", func(t *testing.T) {
-		recs := readOptimGolden[scalerGolden](t, "loss_scaler.jsonl")
+		recs := shareddata.ReadGolden[scalerGolden](t, "loss_scaler.jsonl")
 		same := 0
 		for _, rec := range recs {
 			p := rec.Params
@@ -45,7 +47,7 @@ func TestGoldenLegacyDifferences(t *testing.T) {
 		t.Logf("loss_scaler.jsonl: %d/%d records identical to the new behaviour", same, len(recs))
 	})
 	t.Run("lr_schedules", func(t *testing.T) {
-		recs := readOptimGolden[lrGolden](t, "lr_schedules.jsonl")
+		recs := shareddata.ReadGolden[lrGolden](t, "lr_schedules.jsonl")
 		same := 0
 		for _, rec := range recs {
 			var opts []ScheduleOption

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strconv"
 	"testing"
+
+	"github.com/deepgo-ml/deepgo/internal/shareddata"
 )
 
 type scalerGolden struct {
@@ -38,7 +40,7 @@ func TestDynamicScalerGoldenFP16Optimizer(t *testing.T) {
 }
 
 func runScalerGolden(t *testing.T, file string, mode ScalerMode) {
-	recs := readOptimGolden[scalerGolden](t, file)
+	recs := shareddata.ReadGolden[scalerGolden](t, file)
 	matched, updates := 0, 0
 	t.Logf("%-36s %6s %8s %10s %s", "case ("+file+")", "calls", "overflow", "final", "result")
 	for _, rec := range recs {

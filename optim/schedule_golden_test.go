@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"testing"
+
+	"github.com/deepgo-ml/deepgo/internal/shareddata"
 )
 
 type lrGolden struct {
@@ -84,7 +86,7 @@ func compareBetas(label string, got [][2]float64, ok bool, want []*[2]float64) e
 
 func TestScheduleGolden(t *testing.T) {
 	const file = "lr_schedules.deepspeedai.jsonl"
-	recs := readOptimGolden[lrGolden](t, file)
+	recs := shareddata.ReadGolden[lrGolden](t, file)
 	matched, values := 0, 0
 	t.Logf("%-42s %-15s %6s %6s %9s %s", "case ("+file+")", "type", "groups", "steps", "max rel", "result")
 	for _, rec := range recs {

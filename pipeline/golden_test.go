@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/deepgo-ml/deepgo/internal/shareddata"
 )
 
 type goldenInstruction struct {
@@ -53,7 +55,7 @@ func reprSteps(steps [][]Instruction) []string {
 }
 
 func TestGoldenPipeSchedules(t *testing.T) {
-	recs := readGolden[scheduleRecord](t, "pipe_schedules.jsonl")
+	recs := shareddata.ReadGolden[scheduleRecord](t, "pipe_schedules.jsonl")
 	matched := map[string]int{}
 	total := map[string]int{}
 	for _, r := range recs {
@@ -138,7 +140,7 @@ func goldenLayers(t *testing.T, in []goldenLayer) []Layer {
 }
 
 func TestGoldenPartitions(t *testing.T) {
-	recs := readGolden[partitionRecord](t, "partitions.jsonl")
+	recs := shareddata.ReadGolden[partitionRecord](t, "partitions.jsonl")
 	matched := map[string]int{}
 	total := map[string]int{}
 	for _, r := range recs {
