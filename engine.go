@@ -14,6 +14,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
@@ -23,9 +24,9 @@ import (
 // called from one goroutine.
 type Engine struct {
 	cfg      *config.Config
-	model    Model
-	mods     []Module
-	params   [][]*Param
+	model    model.Model
+	mods     []model.Module
+	params   [][]*model.Param
 	index    map[string]int
 	hashes   map[int64]string
 	c        comm.Comm
@@ -42,7 +43,7 @@ type Engine struct {
 	checkSeq bool
 
 	seq      []int
-	gradOut  Activation
+	gradOut  model.Activation
 	forwards int
 
 	microSteps   int
@@ -78,18 +79,18 @@ type Timers struct {
 // offload_param devices other than none, ZeRO++ (zero_quantized_*,
 // zero_hpz_partition_size > 1), MiCS, and tensor, pipeline or sequence
 // parallel sizes above 1.
-func Initialize(ctx context.Context, cfg *config.Config, model Model, opts ...Option) (*Engine, error) {
+func Initialize(ctx context.Context, cfg *config.Config, net model.Model, opts ...Option) (*Engine, error) {
 	if cfg == nil {
 		return nil, errors.New("deepgo.Initialize: cfg is nil")
 	}
-	if model == nil {
+	if net == nil {
 		return nil, errors.New("deepgo.Initialize: model is nil")
 	}
 	var o options
 	for _, f := range opts {
 		f(&o)
 	}
-	e := &Engine{cfg: cfg, model: model, c: o.comm, be: o.backend, opt: o.opt, clip: cfg.GradientClipping}
+	e := &Engine{cfg: cfg, model: net, c: o.comm, be: o.backend, opt: o.opt, clip: cfg.GradientClipping}
 	ok := false
 	defer func() {
 		if !ok {
@@ -128,14 +129,14 @@ func Initialize(ctx context.Context, cfg *config.Config, model Model, opts ...Op
 	e.batch = batch
 
 	// Modules and parameters.
-	e.mods = model.Modules()
+	e.mods = net.Modules()
 	if len(e.mods) == 0 {
 		return nil, errors.New("deepgo.Initialize: model.Modules() is empty")
 	}
 	e.index = map[string]int{}
 	e.hashes = map[int64]string{}
 	specs := make([]zero.ModuleSpec, len(e.mods))
-	e.params = make([][]*Param, len(e.mods))
+	e.params = make([][]*model.Param, len(e.mods))
 	for i, m := range e.mods {
 		name := m.Name()
 		if j, dup := e.index[name]; dup {
@@ -146,7 +147,7 @@ func Initialize(ctx context.Context, cfg *config.Config, model Model, opts ...Op
 		ps := m.Params()
 		e.params[i] = ps
 		specs[i] = zero.ModuleSpec{Name: name, Params: make([]zero.ParamSpec, len(ps))}
-		if r, ok := m.(Resident); ok && r.Resident() {
+		if r, ok := m.(model.Resident); ok && r.Resident() {
 			specs[i].Persistent = true
 		}
 		for j, p := range ps {
@@ -362,7 +363,7 @@ func (e *Engine) IsGradientAccumulationBoundary() bool {
 
 // Forward runs mb's input through the model's modules and returns the
 // loss of this micro-batch on this rank.
-func (e *Engine) Forward(ctx context.Context, mb MicroBatch) (float64, error) {
+func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, error) {
 	mods := e.model.Modules()
 	seq := make([]int, len(mods))
 	for i, m := range mods {
@@ -492,7 +493,7 @@ func (e *Engine) Step(ctx context.Context) error {
 // Backward and Step on each. It returns the mean loss over the
 // micro-batches and the data-parallel ranks (every rank gets the same
 // value). TrainBatch is the entry point a pipeline engine implements too.
-func (e *Engine) TrainBatch(ctx context.Context, data []MicroBatch) (float64, error) {
+func (e *Engine) TrainBatch(ctx context.Context, data []model.MicroBatch) (float64, error) {
 	if len(data) != e.batch.GradAccum {
 		return 0, fmt.Errorf("deepgo: TrainBatch: %d micro-batches, gradient_accumulation_steps is %d", len(data), e.batch.GradAccum)
 	}

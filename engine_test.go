@@ -15,6 +15,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/model"
 )
 
 // The engine tests run every case on the CPU backend over comm/local. A
@@ -298,7 +299,7 @@ func TestOrderMismatch(t *testing.T) {
 		}
 		defer e.Close()
 		if c.Rank() == 1 {
-			m.order = func() []deepgo.Module { return []deepgo.Module{m.layers[0], m.layers[2], m.layers[1]} }
+			m.order = func() []model.Module { return []model.Module{m.layers[0], m.layers[2], m.layers[1]} }
 		}
 		_, err = e.TrainBatch(ctx, data.rankBatch(0, globalBatch, 2, c.Rank(), 1))
 		mu.Lock()

@@ -6,7 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -65,7 +65,7 @@ type linear struct {
 	name      string
 	in, out   int
 	relu      bool
-	w, b      *deepgo.Param
+	w, b      *model.Param
 	x, y      batch // saved input, output (post-activation)
 	injectInf func() bool
 }
@@ -83,15 +83,15 @@ func newLinear(name string, in, out int, relu bool, rng *rand.Rand) *linear {
 	}
 	wt, _ := tensor.FromFloat32(ws, out, in)
 	bt, _ := tensor.FromFloat32(bs, out)
-	l.w = &deepgo.Param{Name: "weight", Shape: []int{out, in}, Data: wt}
-	l.b = &deepgo.Param{Name: "bias", Shape: []int{out}, Data: bt}
+	l.w = &model.Param{Name: "weight", Shape: []int{out, in}, Data: wt}
+	l.b = &model.Param{Name: "bias", Shape: []int{out}, Data: bt}
 	return l
 }
 
-func (l *linear) Name() string            { return l.name }
-func (l *linear) Params() []*deepgo.Param { return []*deepgo.Param{l.w, l.b} }
+func (l *linear) Name() string           { return l.name }
+func (l *linear) Params() []*model.Param { return []*model.Param{l.w, l.b} }
 
-func (l *linear) Forward(ctx context.Context, in deepgo.Activation) (deepgo.Activation, error) {
+func (l *linear) Forward(ctx context.Context, in model.Activation) (model.Activation, error) {
 	x := in.(batch)
 	if x.cols != l.in {
 		return nil, fmt.Errorf("%s: input has %d columns, want %d", l.name, x.cols, l.in)
@@ -119,7 +119,7 @@ func (l *linear) Forward(ctx context.Context, in deepgo.Activation) (deepgo.Acti
 	return y, nil
 }
 
-func (l *linear) Backward(ctx context.Context, gradOut deepgo.Activation) (deepgo.Activation, error) {
+func (l *linear) Backward(ctx context.Context, gradOut model.Activation) (model.Activation, error) {
 	gy := gradOut.(batch)
 	if l.w.Data == nil || l.w.Grad == nil {
 		return nil, fmt.Errorf("%s: weight or grad not bound in backward", l.name)
@@ -163,7 +163,7 @@ func (l *linear) Backward(ctx context.Context, gradOut deepgo.Activation) (deepg
 // mlp is a stack of linear modules with a mean-squared-error loss.
 type mlp struct {
 	layers []*linear
-	order  func() []deepgo.Module // overrides Modules when set
+	order  func() []model.Module // overrides Modules when set
 }
 
 func newMLP(seed uint64, sizes ...int) *mlp {
@@ -175,18 +175,18 @@ func newMLP(seed uint64, sizes ...int) *mlp {
 	return m
 }
 
-func (m *mlp) Modules() []deepgo.Module {
+func (m *mlp) Modules() []model.Module {
 	if m.order != nil {
 		return m.order()
 	}
-	out := make([]deepgo.Module, len(m.layers))
+	out := make([]model.Module, len(m.layers))
 	for i, l := range m.layers {
 		out[i] = l
 	}
 	return out
 }
 
-func (m *mlp) Loss(ctx context.Context, out, target deepgo.Activation, gradScale float64) (float64, deepgo.Activation, error) {
+func (m *mlp) Loss(ctx context.Context, out, target model.Activation, gradScale float64) (float64, model.Activation, error) {
 	y, t := out.(batch), target.(batch)
 	n := float64(len(y.x))
 	g := batch{rows: y.rows, cols: y.cols, x: make([]float32, len(y.x))}
@@ -218,7 +218,7 @@ func newDataset(seed uint64, samples, in, out int) *dataset {
 }
 
 // micro returns samples [lo, lo+n) of step's slice of the data.
-func (d *dataset) micro(step, global, lo, n int) deepgo.MicroBatch {
+func (d *dataset) micro(step, global, lo, n int) model.MicroBatch {
 	samples := len(d.x) / d.in
 	base := (step * global) % samples
 	x := batch{rows: n, cols: d.in, x: make([]float32, 0, n*d.in)}
@@ -228,14 +228,14 @@ func (d *dataset) micro(step, global, lo, n int) deepgo.MicroBatch {
 		x.x = append(x.x, d.x[k*d.in:(k+1)*d.in]...)
 		y.x = append(y.x, d.y[k*d.out:(k+1)*d.out]...)
 	}
-	return deepgo.MicroBatch{Input: x, Target: y}
+	return model.MicroBatch{Input: x, Target: y}
 }
 
 // rankBatch is the micro-batches of rank r (of n) for one step of a
 // global batch split into gas accumulation steps.
-func (d *dataset) rankBatch(step, global, n, r, gas int) []deepgo.MicroBatch {
+func (d *dataset) rankBatch(step, global, n, r, gas int) []model.MicroBatch {
 	mb := global / (n * gas)
-	out := make([]deepgo.MicroBatch, gas)
+	out := make([]model.MicroBatch, gas)
 	for j := range gas {
 		out[j] = d.micro(step, global, (j*n+r)*mb, mb)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -93,7 +94,7 @@ func zero(t *tensor.Tensor) {
 }
 
 // bound checks that p has a value (and, for backward, a gradient) bound.
-func bound(op string, p *Param, grad bool) error {
+func bound(op string, p *model.Param, grad bool) error {
 	if p.Data == nil || p.Data.Ptr() == nil {
 		return fmt.Errorf("nn.%s: parameter %s has no value bound (see nn.Bind)", op, p.Name)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -20,7 +21,7 @@ type Attention struct {
 }
 
 // Params is empty.
-func (Attention) Params() []*Param { return nil }
+func (Attention) Params() []*model.Param { return nil }
 
 // Forward reads qkv[B, T, 3*Heads*HeadSize] (all heads' queries, then keys,
 // then values per token) and writes out[B, T, Heads*HeadSize] and the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -42,9 +43,9 @@ func NewBlock(name string, width, heads, window int) (*Block, error) {
 }
 
 // Params lists the block's parameters in forward order.
-func (k *Block) Params() []*Param {
-	var ps []*Param
-	for _, m := range []Module{k.LN1, k.QKV, k.Proj, k.LN2, k.FC, k.FCProj} {
+func (k *Block) Params() []*model.Param {
+	var ps []*model.Param
+	for _, m := range []HasParams{k.LN1, k.QKV, k.Proj, k.LN2, k.FC, k.FCProj} {
 		ps = append(ps, m.Params()...)
 	}
 	return ps

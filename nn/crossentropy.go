@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -15,7 +16,7 @@ type CrossEntropy struct {
 }
 
 // Params is empty.
-func (CrossEntropy) Params() []*Param { return nil }
+func (CrossEntropy) Params() []*model.Param { return nil }
 
 // Forward writes probs[n, Vocab] = softmax(logits) (probs may be logits)
 // and losses[n], and returns the mean loss. targets is int32 [n].

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -11,7 +12,7 @@ import (
 // plus a learned position embedding Pos [MaxSeq, Width].
 type Embedding struct {
 	Vocab, MaxSeq, Width int
-	Tok, Pos             *Param
+	Tok, Pos             *model.Param
 }
 
 // NewEmbedding declares name.wte [vocab, width] and name.wpe [maxSeq, width].
@@ -21,7 +22,7 @@ func NewEmbedding(name string, vocab, maxSeq, width int) *Embedding {
 }
 
 // Params lists Tok then Pos.
-func (e *Embedding) Params() []*Param { return []*Param{e.Tok, e.Pos} }
+func (e *Embedding) Params() []*model.Param { return []*model.Param{e.Tok, e.Pos} }
 
 func (e *Embedding) check(op string, tokens *tensor.Tensor, b, t int, grad bool) error {
 	if t > e.MaxSeq {

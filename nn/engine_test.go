@@ -13,6 +13,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
 )
 
@@ -62,7 +63,7 @@ func TestGPTEngineZeRO2(t *testing.T) {
 		for step := 0; step < steps; step++ {
 			b := corpus.MakeBatch(s.Next(B), T)
 			nb := nn.Batch{Inputs: b.Inputs, Targets: b.Targets, B: B, T: T}
-			loss, err := e.TrainBatch(ctx, []deepgo.MicroBatch{{Input: nb, Target: nb}})
+			loss, err := e.TrainBatch(ctx, []model.MicroBatch{{Input: nb, Target: nb}})
 			if err != nil {
 				return err
 			}
@@ -129,7 +130,7 @@ func TestGPTHalfPrecisionTracksFloat32(t *testing.T) {
 			idx := []int{4 * s, 4*s + 1, 4*s + 2, 4*s + 3}
 			b := corpus.MakeBatch(idx, 8)
 			nb := nn.Batch{Inputs: b.Inputs, Targets: b.Targets, B: 4, T: 8}
-			loss, err := e.TrainBatch(context.Background(), []deepgo.MicroBatch{{Input: nb, Target: nb}})
+			loss, err := e.TrainBatch(context.Background(), []model.MicroBatch{{Input: nb, Target: nb}})
 			if err != nil {
 				t.Fatalf("%s step %d: %v", prec, s, err)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
 )
 
@@ -57,7 +58,7 @@ func gptCurve(t *testing.T, stage, world, steps int, corpus *data.Tokens) ([]flo
 			}
 			b := corpus.MakeBatch(idx, T)
 			nb := nn.Batch{Inputs: b.Inputs, Targets: b.Targets, B: per, T: T}
-			loss, err := e.TrainBatch(ctx, []deepgo.MicroBatch{{Input: nb, Target: nb}})
+			loss, err := e.TrainBatch(ctx, []model.MicroBatch{{Input: nb, Target: nb}})
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -12,7 +13,7 @@ import (
 type GELU struct{}
 
 // Params is empty.
-func (GELU) Params() []*Param { return nil }
+func (GELU) Params() []*model.Param { return nil }
 
 // Forward computes out[n] = GELU(in[n]).
 func (GELU) Forward(ctx *csrc.Ctx, out, in *tensor.Tensor, n int) error {

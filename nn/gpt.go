@@ -7,8 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -43,17 +43,17 @@ type GPT struct {
 	st    *gptState
 	notes []string
 	ctx   *csrc.Ctx
-	mods  []deepgo.Module
+	mods  []model.Module
 	own   *ParamBuffers // from NewReadyGPT; freed by Free
 
-	shadows map[*Param]*shadow // float32 copies of half-precision weights
+	shadows map[*model.Param]*shadow // float32 copies of half-precision weights
 }
 
 // ParamGroup is a named group of parameters: the unit a ZeRO stage-3 engine
 // gathers and releases together.
 type ParamGroup struct {
 	Name   string
-	Params []*Param
+	Params []*model.Param
 }
 
 // NewGPT declares a model; bind its parameters (Bind or NewParamBuffers)
@@ -95,8 +95,8 @@ func (g *GPT) Notes() []string { return append([]string(nil), g.notes...) }
 
 // Params lists every parameter once, in forward order: wte, wpe, the blocks,
 // ln_f. The output head has none of its own (it is wte).
-func (g *GPT) Params() []*Param {
-	var ps []*Param
+func (g *GPT) Params() []*model.Param {
+	var ps []*model.Param
 	for _, grp := range g.Groups() {
 		ps = append(ps, grp.Params...)
 	}
@@ -139,11 +139,11 @@ func NewReadyGPT(cfg GPTConfig, ctx *csrc.Ctx, seed uint64) (*GPT, error) {
 // LayerNorm gains 1.
 func (g *GPT) Init(seed uint64) error {
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
-	proj := map[*Param]bool{}
+	proj := map[*model.Param]bool{}
 	for _, b := range g.Blocks {
 		proj[b.Proj.W], proj[b.FCProj.W] = true, true
 	}
-	ln := map[*Param]bool{g.LNF.W: true}
+	ln := map[*model.Param]bool{g.LNF.W: true}
 	for _, b := range g.Blocks {
 		ln[b.LN1.W], ln[b.LN2.W] = true, true
 	}
@@ -195,7 +195,7 @@ type gptState struct {
 	dA, dB     *tensor.Tensor // [N, C] residual-stream gradients
 	dwteHead   *tensor.Tensor // [V, C]: the head's share of the tied wte gradient
 	recomputed time.Duration
-	gradOut    deepgo.Activation
+	gradOut    model.Activation
 }
 
 // checkpointed reports how many leading blocks are checkpointed.
@@ -328,7 +328,7 @@ func (g *GPT) actsFor(l int) *BlockActivations {
 func (g *GPT) Forward(ctx *csrc.Ctx, inputs, targets []int32, b, t int) (float32, error) {
 	g.ctx = ctx
 	bg := context.Background()
-	var act deepgo.Activation = Batch{Inputs: inputs, Targets: targets, B: b, T: t}
+	var act model.Activation = Batch{Inputs: inputs, Targets: targets, B: b, T: t}
 	batch := act
 	for _, m := range g.Modules() {
 		out, err := m.Forward(bg, act)

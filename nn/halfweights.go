@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -32,7 +32,7 @@ func (s *shadow) free() {
 	}
 }
 
-func (g *GPT) shadowOf(p *Param) (*shadow, error) {
+func (g *GPT) shadowOf(p *model.Param) (*shadow, error) {
 	if s, ok := g.shadows[p]; ok {
 		return s, nil
 	}
@@ -46,7 +46,7 @@ func (g *GPT) shadowOf(p *Param) (*shadow, error) {
 		}
 	}
 	if g.shadows == nil {
-		g.shadows = map[*Param]*shadow{}
+		g.shadows = map[*model.Param]*shadow{}
 	}
 	g.shadows[p] = s
 	return s, nil
@@ -61,7 +61,7 @@ func (g *GPT) freeShadows() {
 
 // checkBound requires t to be a bound host tensor of a floating dtype the
 // layers can take (float32 directly, float16 and bfloat16 through copies).
-func checkBound(module, op, what string, p *Param, t *tensor.Tensor) error {
+func checkBound(module, op, what string, p *model.Param, t *tensor.Tensor) error {
 	if t == nil || t.Ptr() == nil {
 		return fmt.Errorf("nn.GPT: %s.%s: parameter %s: %s is not bound", module, op, p.Name, what)
 	}
@@ -85,14 +85,14 @@ func cast(ctx *csrc.Ctx, dst, src *tensor.Tensor) error {
 // Backward, gradients) and reads (parameters of other modules the module
 // only reads, such as the tied wte in the head) presented as float32.
 // Whatever the engine bound is restored before returning.
-func (g *GPT) inFloat32(module, op string, own, reads []*Param, fn func() (deepgo.Activation, error)) (deepgo.Activation, error) {
+func (g *GPT) inFloat32(module, op string, own, reads []*model.Param, fn func() (model.Activation, error)) (model.Activation, error) {
 	ctx, err := g.needCtx()
 	if err != nil {
 		return nil, err
 	}
 	backward := op == "Backward"
 	type swap struct {
-		p          *Param
+		p          *model.Param
 		data, grad *tensor.Tensor
 		sh         *shadow
 		gradCopy   bool
@@ -103,7 +103,7 @@ func (g *GPT) inFloat32(module, op string, own, reads []*Param, fn func() (deepg
 			s.p.Data, s.p.Grad = s.data, s.grad
 		}
 	}
-	for i, p := range append(append([]*Param(nil), own...), reads...) {
+	for i, p := range append(append([]*model.Param(nil), own...), reads...) {
 		withGrad := backward && i < len(own)
 		if err := checkBound(module, op, "weights", p, p.Data); err != nil {
 			restore()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -12,7 +13,7 @@ import (
 type LayerNorm struct {
 	Width int
 	Eps   float32
-	W, B  *Param // [Width] each
+	W, B  *model.Param // [Width] each
 }
 
 // NewLayerNorm declares name.weight and name.bias with eps 1e-5 (GPT-2's).
@@ -21,7 +22,7 @@ func NewLayerNorm(name string, width int) *LayerNorm {
 }
 
 // Params lists W then B.
-func (l *LayerNorm) Params() []*Param { return []*Param{l.W, l.B} }
+func (l *LayerNorm) Params() []*model.Param { return []*model.Param{l.W, l.B} }
 
 // Forward normalises in[n, Width] into out, saving the per-row mean[n] and
 // reciprocal standard deviation rstd[n] for Backward.

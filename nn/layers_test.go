@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/model"
 )
 
 // Each case runs one layer's C forward and backward on random inputs, checks
@@ -199,7 +200,7 @@ func attentionCase(t *testing.T, ctx *csrc.Ctx, r *rand.Rand, window int) {
 
 // setParam writes v into p's bound value (rounded to float32) and returns
 // the rounded values.
-func setParam(t testing.TB, p *Param, v []float64) []float64 {
+func setParam(t testing.TB, p *model.Param, v []float64) []float64 {
 	t.Helper()
 	f, err := p.Data.Float32s()
 	if err != nil {

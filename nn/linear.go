@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -13,8 +14,8 @@ import (
 // addition.
 type Linear struct {
 	In, Out int
-	W       *Param // [Out, In]
-	B       *Param // [Out], nil without bias
+	W       *model.Param // [Out, In]
+	B       *model.Param // [Out], nil without bias
 }
 
 // NewLinear declares a Linear named name (parameters name.weight, name.bias).
@@ -27,11 +28,11 @@ func NewLinear(name string, in, out int, bias bool) *Linear {
 }
 
 // Params lists W then B.
-func (l *Linear) Params() []*Param {
+func (l *Linear) Params() []*model.Param {
 	if l.B == nil {
-		return []*Param{l.W}
+		return []*model.Param{l.W}
 	}
-	return []*Param{l.W, l.B}
+	return []*model.Param{l.W, l.B}
 }
 
 func (l *Linear) bias(grad bool) *tensor.Tensor {

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-// GPT as a deepgo.Model: the modules are the embedding, each block, and the
+// GPT as a model.Model: the modules are the embedding, each block, and the
 // head (ln_f plus the output projection tied to wte); activations between
 // them are *tensor.Tensor views of the model's residual stream, and the
 // input of the first module is a Batch.
@@ -21,15 +21,15 @@ import (
 // Backward adds into wte's Grad: an engine may bind a module's gradients
 // only while that module runs backward (ZeRO 2 buckets), and the embedding
 // runs last, so both uses land in the one gradient before it is reduced.
-// Under ZeRO stage 3 the embedding module is deepgo.Resident, so the engine
+// Under ZeRO stage 3 the embedding module is model.Resident, so the engine
 // keeps wte gathered for the head instead of releasing it after the
 // embedding's forward. Under fp16 or bf16 every module runs on float32
 // copies of the half-precision weights the engine binds (halfweights.go).
 
-var _ deepgo.Model = (*GPT)(nil)
+var _ model.Model = (*GPT)(nil)
 
 // Batch is one micro-batch of token ids, row-major [B, T]: the input of
-// GPT's first module (and the Target of deepgo.MicroBatch).
+// GPT's first module (and the Target of model.MicroBatch).
 type Batch struct {
 	Inputs, Targets []int32
 	B, T            int
@@ -40,7 +40,7 @@ type Batch struct {
 func (g *GPT) UseCtx(ctx *csrc.Ctx) { g.ctx = ctx }
 
 // Modules lists embedding, blocks, head; the same values on every call.
-func (g *GPT) Modules() []deepgo.Module {
+func (g *GPT) Modules() []model.Module {
 	if g.mods == nil {
 		g.mods = append(g.mods, embedModule{g})
 		for l := range g.Blocks {
@@ -58,7 +58,7 @@ func (g *GPT) needCtx() (*csrc.Ctx, error) {
 	return g.ctx, nil
 }
 
-func asBatch(a deepgo.Activation) (Batch, error) {
+func asBatch(a model.Activation) (Batch, error) {
 	switch b := a.(type) {
 	case Batch:
 		return b, nil
@@ -68,7 +68,7 @@ func asBatch(a deepgo.Activation) (Batch, error) {
 	return Batch{}, fmt.Errorf("nn.GPT: input is %T, want nn.Batch", a)
 }
 
-func asTensor(what string, a deepgo.Activation) (*tensor.Tensor, error) {
+func asTensor(what string, a model.Activation) (*tensor.Tensor, error) {
 	t, ok := a.(*tensor.Tensor)
 	if !ok {
 		return nil, fmt.Errorf("nn.GPT: %s is %T, want *tensor.Tensor", what, a)
@@ -81,22 +81,22 @@ type embedModule struct{ g *GPT }
 func (m embedModule) Name() string { return "transformer.embed" }
 
 // Resident keeps the tied wte gathered under ZeRO stage 3: the head reads it.
-func (m embedModule) Resident() bool   { return true }
-func (m embedModule) Params() []*Param { return m.g.Embed.Params() }
+func (m embedModule) Resident() bool         { return true }
+func (m embedModule) Params() []*model.Param { return m.g.Embed.Params() }
 
 // Forward runs the module in float32 whatever precision the engine bound
 // (see halfweights.go).
-func (m embedModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
-	return m.g.inFloat32(m.Name(), "Forward", m.Params(), nil, func() (deepgo.Activation, error) { return m.forward(in) })
+func (m embedModule) Forward(_ context.Context, in model.Activation) (model.Activation, error) {
+	return m.g.inFloat32(m.Name(), "Forward", m.Params(), nil, func() (model.Activation, error) { return m.forward(in) })
 }
 
 // Backward runs the module's backward in float32 and adds its gradients
 // into what the engine bound.
-func (m embedModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
-	return m.g.inFloat32(m.Name(), "Backward", m.Params(), nil, func() (deepgo.Activation, error) { return m.backward(gout) })
+func (m embedModule) Backward(_ context.Context, gout model.Activation) (model.Activation, error) {
+	return m.g.inFloat32(m.Name(), "Backward", m.Params(), nil, func() (model.Activation, error) { return m.backward(gout) })
 }
 
-func (m embedModule) forward(in deepgo.Activation) (deepgo.Activation, error) {
+func (m embedModule) forward(in model.Activation) (model.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -127,7 +127,7 @@ func (m embedModule) forward(in deepgo.Activation) (deepgo.Activation, error) {
 	return s.resid[0], nil
 }
 
-func (m embedModule) backward(gout deepgo.Activation) (deepgo.Activation, error) {
+func (m embedModule) backward(gout model.Activation) (model.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -153,22 +153,22 @@ type blockModule struct {
 	l int
 }
 
-func (m blockModule) Name() string     { return fmt.Sprintf("transformer.h.%d", m.l) }
-func (m blockModule) Params() []*Param { return m.g.Blocks[m.l].Params() }
+func (m blockModule) Name() string           { return fmt.Sprintf("transformer.h.%d", m.l) }
+func (m blockModule) Params() []*model.Param { return m.g.Blocks[m.l].Params() }
 
 // Forward runs the module in float32 whatever precision the engine bound
 // (see halfweights.go).
-func (m blockModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
-	return m.g.inFloat32(m.Name(), "Forward", m.Params(), nil, func() (deepgo.Activation, error) { return m.forward(in) })
+func (m blockModule) Forward(_ context.Context, in model.Activation) (model.Activation, error) {
+	return m.g.inFloat32(m.Name(), "Forward", m.Params(), nil, func() (model.Activation, error) { return m.forward(in) })
 }
 
 // Backward runs the module's backward in float32 and adds its gradients
 // into what the engine bound.
-func (m blockModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
-	return m.g.inFloat32(m.Name(), "Backward", m.Params(), nil, func() (deepgo.Activation, error) { return m.backward(gout) })
+func (m blockModule) Backward(_ context.Context, gout model.Activation) (model.Activation, error) {
+	return m.g.inFloat32(m.Name(), "Backward", m.Params(), nil, func() (model.Activation, error) { return m.backward(gout) })
 }
 
-func (m blockModule) forward(in deepgo.Activation) (deepgo.Activation, error) {
+func (m blockModule) forward(in model.Activation) (model.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -191,7 +191,7 @@ func (m blockModule) forward(in deepgo.Activation) (deepgo.Activation, error) {
 	return s.resid[m.l+1], nil
 }
 
-func (m blockModule) backward(gout deepgo.Activation) (deepgo.Activation, error) {
+func (m blockModule) backward(gout model.Activation) (model.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -227,22 +227,22 @@ func (m blockModule) backward(gout deepgo.Activation) (deepgo.Activation, error)
 
 type headModule struct{ g *GPT }
 
-func (m headModule) Name() string     { return "transformer.ln_f" }
-func (m headModule) Params() []*Param { return m.g.LNF.Params() }
+func (m headModule) Name() string           { return "transformer.ln_f" }
+func (m headModule) Params() []*model.Param { return m.g.LNF.Params() }
 
 // Forward runs the module in float32 whatever precision the engine bound
 // (see halfweights.go).
-func (m headModule) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
-	return m.g.inFloat32(m.Name(), "Forward", m.Params(), []*Param{m.g.Embed.Tok}, func() (deepgo.Activation, error) { return m.forward(in) })
+func (m headModule) Forward(_ context.Context, in model.Activation) (model.Activation, error) {
+	return m.g.inFloat32(m.Name(), "Forward", m.Params(), []*model.Param{m.g.Embed.Tok}, func() (model.Activation, error) { return m.forward(in) })
 }
 
 // Backward runs the module's backward in float32 and adds its gradients
 // into what the engine bound.
-func (m headModule) Backward(_ context.Context, gout deepgo.Activation) (deepgo.Activation, error) {
-	return m.g.inFloat32(m.Name(), "Backward", m.Params(), []*Param{m.g.Embed.Tok}, func() (deepgo.Activation, error) { return m.backward(gout) })
+func (m headModule) Backward(_ context.Context, gout model.Activation) (model.Activation, error) {
+	return m.g.inFloat32(m.Name(), "Backward", m.Params(), []*model.Param{m.g.Embed.Tok}, func() (model.Activation, error) { return m.backward(gout) })
 }
 
-func (m headModule) forward(in deepgo.Activation) (deepgo.Activation, error) {
+func (m headModule) forward(in model.Activation) (model.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -264,7 +264,7 @@ func (m headModule) forward(in deepgo.Activation) (deepgo.Activation, error) {
 	return s.probs, nil
 }
 
-func (m headModule) backward(gout deepgo.Activation) (deepgo.Activation, error) {
+func (m headModule) backward(gout model.Activation) (model.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -291,7 +291,7 @@ func (m headModule) backward(gout deepgo.Activation) (deepgo.Activation, error) 
 // Loss is the mean cross-entropy of the head's logits against the batch's
 // targets; the gradient it returns (in place of the logits) is that of
 // gradScale x loss.
-func (g *GPT) Loss(_ context.Context, out, target deepgo.Activation, gradScale float64) (float64, deepgo.Activation, error) {
+func (g *GPT) Loss(_ context.Context, out, target model.Activation, gradScale float64) (float64, model.Activation, error) {
 	ctx, err := g.needCtx()
 	if err != nil {
 		return 0, nil, err

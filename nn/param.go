@@ -3,19 +3,12 @@ package nn
 import (
 	"fmt"
 
-	"github.com/deepgo-ml/deepgo"
-
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-// Param is one trainable parameter: the engine's deepgo.Param (name and
-// shape declared by the layer; Data and Grad bound by whoever trains it,
-// float32 contiguous host memory for these layers). Being the same type,
-// the engine binds the layers' parameters directly, with no copy.
-type Param = deepgo.Param
-
 // numel is the element count of p's declared shape.
-func numel(p *Param) int {
+func numel(p *model.Param) int {
 	n := 1
 	for _, d := range p.Shape {
 		n *= d
@@ -23,17 +16,19 @@ func numel(p *Param) int {
 	return n
 }
 
-func newParam(name string, shape ...int) *Param { return &Param{Name: name, Shape: shape} }
+func newParam(name string, shape ...int) *model.Param { return &model.Param{Name: name, Shape: shape} }
 
-// Module is anything with trainable parameters: every layer of this package
-// and the GPT model. Params lists them in a fixed order, each exactly once
-// (a tied weight is one Param, even though it is used twice).
-type Module interface {
-	Params() []*Param
+// HasParams is anything with trainable parameters: every layer of this
+// package, the GPT model and any model.Module. Params lists them in a fixed
+// order, each exactly once (a tied weight is one model.Param, even though
+// it is used twice). The layers' parameters are model.Params, so an engine
+// binds them directly, with no copy.
+type HasParams interface {
+	Params() []*model.Param
 }
 
 // Specs lists m's parameters as tensor.ParamSpecs, in order.
-func Specs(m Module) []tensor.ParamSpec {
+func Specs(m HasParams) []tensor.ParamSpec {
 	ps := m.Params()
 	out := make([]tensor.ParamSpec, len(ps))
 	for i, p := range ps {
@@ -44,7 +39,7 @@ func Specs(m Module) []tensor.ParamSpec {
 
 // Bind points m's parameters at values[i] and grads[i] (one pair per Param,
 // in Params order; grads may be nil for inference), checking dtype and size.
-func Bind(m Module, values, grads []*tensor.Tensor) error {
+func Bind(m HasParams, values, grads []*tensor.Tensor) error {
 	ps := m.Params()
 	if len(values) != len(ps) || (grads != nil && len(grads) != len(ps)) {
 		return fmt.Errorf("nn.Bind: %d parameters, got %d values and %d grads", len(ps), len(values), len(grads))
@@ -68,7 +63,7 @@ func Bind(m Module, values, grads []*tensor.Tensor) error {
 	return nil
 }
 
-func checkParamTensor(p *Param, what string, t *tensor.Tensor) error {
+func checkParamTensor(p *model.Param, what string, t *tensor.Tensor) error {
 	if t == nil {
 		return fmt.Errorf("nn.Bind: %s %s is nil", p.Name, what)
 	}
@@ -91,7 +86,7 @@ type ParamBuffers struct {
 
 // NewParamBuffers allocates zeroed flat value and gradient buffers for m and
 // binds every parameter to its views.
-func NewParamBuffers(m Module) (*ParamBuffers, error) {
+func NewParamBuffers(m HasParams) (*ParamBuffers, error) {
 	specs := Specs(m)
 	vals, err := tensor.NewFlat(tensor.Float32, specs, 16, 1)
 	if err != nil {
@@ -139,7 +134,7 @@ func (b *ParamBuffers) Free() {
 }
 
 // NumParams sums the parameter counts of m.
-func NumParams(m Module) int {
+func NumParams(m HasParams) int {
 	n := 0
 	for _, p := range m.Params() {
 		n += numel(p)

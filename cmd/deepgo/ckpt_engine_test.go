@@ -15,6 +15,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -22,22 +23,22 @@ import (
 // consolidation test needs an engine's checkpoint layout, not training.
 type affine struct {
 	name string
-	ps   []*deepgo.Param
+	ps   []*model.Param
 }
 
-func (a *affine) Name() string            { return a.name }
-func (a *affine) Params() []*deepgo.Param { return a.ps }
-func (a *affine) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
+func (a *affine) Name() string           { return a.name }
+func (a *affine) Params() []*model.Param { return a.ps }
+func (a *affine) Forward(_ context.Context, in model.Activation) (model.Activation, error) {
 	return in, nil
 }
-func (a *affine) Backward(_ context.Context, g deepgo.Activation) (deepgo.Activation, error) {
+func (a *affine) Backward(_ context.Context, g model.Activation) (model.Activation, error) {
 	return g, nil
 }
 
-type affineModel []deepgo.Module
+type affineModel []model.Module
 
-func (m affineModel) Modules() []deepgo.Module { return m }
-func (m affineModel) Loss(context.Context, deepgo.Activation, deepgo.Activation, float64) (float64, deepgo.Activation, error) {
+func (m affineModel) Modules() []model.Module { return m }
+func (m affineModel) Loss(context.Context, model.Activation, model.Activation, float64) (float64, model.Activation, error) {
 	return 0, nil, nil
 }
 
@@ -57,7 +58,7 @@ func newAffineModel() affineModel {
 				v[x] = float32(k) / 8
 			}
 			t, _ := tensor.FromFloat32(v, s...)
-			a.ps = append(a.ps, &deepgo.Param{Name: []string{"weight", "bias"}[j], Shape: s, Data: t})
+			a.ps = append(a.ps, &model.Param{Name: []string{"weight", "bias"}[j], Shape: s, Data: t})
 		}
 		m = append(m, a)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
 )
 
@@ -49,7 +50,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "DeepSpeed JSON config (required)")
 	dataPath := fs.String("data", "", "token data: .arrow, .parquet (column input_ids) or any other file as bytes; default: a synthetic Markov corpus")
-	model := fs.String("model", "small", "model size: small or tiny")
+	modelName := fs.String("model", "small", "model size: small or tiny")
 	ranks := fs.Int("ranks", 0, "in-process data-parallel ranks (0: what the config's batch triad implies, else 2)")
 	steps := fs.Int("steps", 0, "optimizer steps (0: the model's default)")
 	micro := fs.Int("micro-batch", 8, "micro-batch per rank, when the config leaves it absent or \"auto\"")
@@ -61,7 +62,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "deepgo train: --config is required")
 		return 2
 	}
-	res, err := train(*cfgPath, *dataPath, *model, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr}, stdout, stderr)
+	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr}, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 1
@@ -71,10 +72,10 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func train(cfgPath, dataPath, model string, ranks, steps int, targs trainerArgs, stdout, stderr io.Writer) (*trainResult, error) {
-	mc, ok := trainModels[model]
+func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerArgs, stdout, stderr io.Writer) (*trainResult, error) {
+	mc, ok := trainModels[modelName]
 	if !ok {
-		return nil, fmt.Errorf("--model %q: want small or tiny", model)
+		return nil, fmt.Errorf("--model %q: want small or tiny", modelName)
 	}
 	if steps <= 0 {
 		steps = mc.steps
@@ -170,11 +171,11 @@ func train(cfgPath, dataPath, model string, ranks, steps int, targs trainerArgs,
 		defer bar.clear()
 		t0 := time.Now()
 		for step := first; step <= steps; step++ {
-			mbs := make([]deepgo.MicroBatch, gas)
+			mbs := make([]model.MicroBatch, gas)
 			for i := range mbs {
 				b := corpus.MakeBatch(s.Next(B), T)
 				nb := nn.Batch{Inputs: b.Inputs, Targets: b.Targets, B: B, T: T}
-				mbs[i] = deepgo.MicroBatch{Input: nb, Target: nb}
+				mbs[i] = model.MicroBatch{Input: nb, Target: nb}
 			}
 			loss, err := e.TrainBatch(ctx, mbs)
 			if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -41,7 +42,7 @@ type linear struct {
 	name    string
 	in, out int
 	relu    bool
-	w, b    *deepgo.Param
+	w, b    *model.Param
 	x, y    act
 }
 
@@ -53,12 +54,12 @@ func newLinear(name string, in, out int, relu bool, rng *rand.Rand) *linear {
 	wt, _ := tensor.FromFloat32(ws, out, in)
 	bt, _ := tensor.Empty(tensor.Float32, out)
 	return &linear{name: name, in: in, out: out, relu: relu,
-		w: &deepgo.Param{Name: "weight", Shape: []int{out, in}, Data: wt},
-		b: &deepgo.Param{Name: "bias", Shape: []int{out}, Data: bt}}
+		w: &model.Param{Name: "weight", Shape: []int{out, in}, Data: wt},
+		b: &model.Param{Name: "bias", Shape: []int{out}, Data: bt}}
 }
 
-func (l *linear) Name() string            { return l.name }
-func (l *linear) Params() []*deepgo.Param { return []*deepgo.Param{l.w, l.b} }
+func (l *linear) Name() string           { return l.name }
+func (l *linear) Params() []*model.Param { return []*model.Param{l.w, l.b} }
 
 func f32(t *tensor.Tensor) []float32 {
 	v, err := t.Float32s()
@@ -89,7 +90,7 @@ func axpy(alpha float32, x, y []float32) {
 	}
 }
 
-func (l *linear) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activation, error) {
+func (l *linear) Forward(_ context.Context, in model.Activation) (model.Activation, error) {
 	x := in.(act)
 	w, b := f32(l.w.Data), f32(l.b.Data)
 	y := act{x.rows, l.out, make([]float32, x.rows*l.out)}
@@ -107,7 +108,7 @@ func (l *linear) Forward(_ context.Context, in deepgo.Activation) (deepgo.Activa
 	return y, nil
 }
 
-func (l *linear) Backward(_ context.Context, gradOut deepgo.Activation) (deepgo.Activation, error) {
+func (l *linear) Backward(_ context.Context, gradOut model.Activation) (model.Activation, error) {
 	g := gradOut.(act)
 	w, dw, db := f32(l.w.Data), f32(l.w.Grad), f32(l.b.Grad)
 	gx := act{g.rows, l.in, make([]float32, g.rows*l.in)}
@@ -129,15 +130,15 @@ func (l *linear) Backward(_ context.Context, gradOut deepgo.Activation) (deepgo.
 
 type mlp struct{ layers []*linear }
 
-func (m *mlp) Modules() []deepgo.Module {
-	out := make([]deepgo.Module, len(m.layers))
+func (m *mlp) Modules() []model.Module {
+	out := make([]model.Module, len(m.layers))
 	for i, l := range m.layers {
 		out[i] = l
 	}
 	return out
 }
 
-func (m *mlp) Loss(_ context.Context, out, target deepgo.Activation, scale float64) (float64, deepgo.Activation, error) {
+func (m *mlp) Loss(_ context.Context, out, target model.Activation, scale float64) (float64, model.Activation, error) {
 	y, t := out.(act), target.(act)
 	g := act{y.rows, y.cols, make([]float32, len(y.x))}
 	var loss float64
@@ -223,14 +224,14 @@ func bench(stage, ranks, hidden, layers, steps, micro int) (result, error) {
 		}
 		defer e.Close()
 		drng := rand.New(rand.NewPCG(uint64(c.Rank()), 3))
-		batch := func() []deepgo.MicroBatch {
+		batch := func() []model.MicroBatch {
 			x := act{micro, hidden, make([]float32, micro*hidden)}
 			y := act{micro, hidden, make([]float32, micro*hidden)}
 			for i := range x.x {
 				x.x[i] = float32(drng.NormFloat64())
 				y.x[i] = float32(drng.NormFloat64() * 0.1)
 			}
-			return []deepgo.MicroBatch{{Input: x, Target: y}}
+			return []model.MicroBatch{{Input: x, Target: y}}
 		}
 		if _, err := e.TrainBatch(ctx, batch()); err != nil {
 			return err

@@ -19,6 +19,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
 )
 
@@ -47,12 +48,12 @@ func main() {
 			return err
 		}
 		defer cpu.Close()
-		model, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 64, Vocab: vocab, SeqLen: seqLen}, cpu.Ctx(), 1)
+		gpt, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 64, Vocab: vocab, SeqLen: seqLen}, cpu.Ctx(), 1)
 		if err != nil {
 			return err
 		}
-		defer model.Free()
-		engine, err := deepgo.Initialize(ctx, cfg, model, deepgo.WithComm(c), deepgo.WithBackend(cpu))
+		defer gpt.Free()
+		engine, err := deepgo.Initialize(ctx, cfg, gpt, deepgo.WithComm(c), deepgo.WithBackend(cpu))
 		if err != nil {
 			return err
 		}
@@ -64,7 +65,7 @@ func main() {
 		for step := 1; step <= steps; step++ {
 			b := corpus.MakeBatch(sampler.Next(batch), seqLen)
 			mb := nn.Batch{Inputs: b.Inputs, Targets: b.Targets, B: batch, T: seqLen}
-			loss, err := engine.TrainBatch(ctx, []deepgo.MicroBatch{{Input: mb, Target: mb}})
+			loss, err := engine.TrainBatch(ctx, []model.MicroBatch{{Input: mb, Target: mb}})
 			if err != nil {
 				return err
 			}

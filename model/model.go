@@ -1,0 +1,107 @@
+// Package model is the contract between a model and whatever trains it: a
+// Model is an ordered list of Modules, each with named parameters and an
+// explicit Forward and Backward over opaque Activations, plus a Loss. The
+// data-parallel engine (package deepgo), a pipeline engine and the
+// tensor-parallel layers all speak it, and a model author implements it
+// without importing any engine: this package imports only tensor.
+//
+// The engine runs the modules itself, which is what lets it gather a
+// module's parameters just before it runs (ZeRO stage 3), release them
+// after, and reduce a gradient bucket as soon as the gradients in it are
+// ready, without hooks.
+package model
+
+import (
+	"context"
+
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// Activation is what flows between modules: the output of one module's
+// Forward is the input of the next, and Backward maps the gradient of a
+// module's output to the gradient of its input. The engine never looks
+// inside; models choose the type (usually *tensor.Tensor or a struct of
+// them).
+type Activation any
+
+// TPLayout says how tensor parallelism splits a parameter. The zero value
+// is Replicated. ZeRO treats both alike today; the field is where a tensor
+// parallel engine reads (and a checkpoint records) the split.
+type TPLayout struct {
+	// Split is true when each tensor-parallel rank holds a slice of the
+	// full parameter along Dim (Megatron's column/row parallel weights).
+	Split bool
+	// Dim is the split dimension when Split is true.
+	Dim int
+}
+
+// Param is one named parameter of a Module.
+//
+// Before Initialize, Data holds the initial value (float32, float16 or
+// bfloat16 host memory, owned by the caller; rank 0's values are broadcast
+// to every rank). From Initialize on, Data and Grad point into engine
+// memory and change as the engine sees fit: Data is the working-precision
+// weight the module computes with, valid during the module's Forward and
+// Backward (for ZeRO stage 3 only between the engine's gather and
+// release, nil otherwise); Grad is where Backward must ADD (+=) the
+// gradient of the loss with respect to Data, in the same dtype, valid
+// during Backward. Modules must not keep either across calls.
+type Param struct {
+	Name  string
+	Shape []int
+	Data  *tensor.Tensor
+	Grad  *tensor.Tensor
+	// Parallel marks the tensor-parallel layout (Replicated by default).
+	Parallel TPLayout
+}
+
+// Resident is implemented by a Module whose parameters other modules read
+// outside its own Forward and Backward, such as a token embedding tied to
+// the output head. Under ZeRO stage 3 the engine keeps such a module's
+// parameters gathered for the whole run (as stage3_param_persistence_threshold
+// does for small modules) instead of releasing them after use; its gradients
+// are reduced like any other module's, after its own Backward. At stages 0-2
+// every parameter is resident anyway.
+type Resident interface {
+	Resident() bool
+}
+
+// Module is one unit the engine schedules: ZeRO-3 gathers its parameters
+// as one flat buffer before Forward and before Backward, and its gradients
+// are ready for reduction when Backward returns.
+type Module interface {
+	// Name identifies the module; names are unique within a model and
+	// appear in errors.
+	Name() string
+	// Params lists the module's parameters; the list and the Param
+	// pointers must stay the same for the life of the engine.
+	Params() []*Param
+	// Forward computes the output from in. It may keep what Backward needs
+	// (activations), but not Param.Data.
+	Forward(ctx context.Context, in Activation) (Activation, error)
+	// Backward takes the gradient of the loss with respect to the output
+	// of the last Forward and returns the gradient with respect to its
+	// input, adding parameter gradients into Param.Grad.
+	Backward(ctx context.Context, gradOut Activation) (gradIn Activation, err error)
+}
+
+// Model is what the engine trains: modules run in order, then a loss.
+type Model interface {
+	// Modules returns the modules in execution order. Initialize takes the
+	// set of modules from the first call; the engine calls it again at
+	// every forward, so a model may vary the sequence (layer drop), as long
+	// as every data-parallel rank runs the same sequence: with ZeRO stages
+	// 2-3 the engine checks that and reports the first differing module
+	// instead of hanging.
+	Modules() []Module
+	// Loss returns the loss of the last module's output out against
+	// target, and the gradient of gradScale×loss with respect to out (the
+	// engine passes the loss scale divided by the accumulation steps).
+	Loss(ctx context.Context, out, target Activation, gradScale float64) (loss float64, gradOut Activation, err error)
+}
+
+// MicroBatch is one micro-batch of one rank.
+type MicroBatch struct {
+	Input  Activation
+	Target Activation
+}
