@@ -100,7 +100,7 @@ func train(t testing.TB, r run) (*result, error) {
 			return err
 		}
 		m := newMLP(uint64(1+c.Rank()*0), sizes...)
-		e, err := deepgo.Initialize(ctx, cfg, m, opts...)
+		e, err := initEngine(ctx, cfg, m, opts...)
 		if err != nil {
 			return err
 		}

@@ -34,7 +34,7 @@ func ExampleInitialize() {
 		var first, last float64
 		for step := range 10 {
 			// this rank's gradient_accumulation_steps micro-batches
-			loss, err := eng.TrainBatch(ctx, data.rankBatch(step, 16, eng.World(), eng.Rank(), eng.GradientAccumulationSteps()))
+			loss, err := eng.TrainBatch(ctx, data.rankBatch(step, 16, c.Size(), c.Rank(), eng.Batch().GradAccum))
 			if err != nil {
 				return err
 			}
@@ -43,13 +43,13 @@ func ExampleInitialize() {
 			}
 			last = loss
 		}
-		if eng.Rank() == 0 {
-			fmt.Printf("steps %d, skipped %d, loss went down: %v\n", eng.GlobalSteps(), eng.SkippedSteps(), last < first)
+		if c.Rank() == 0 {
+			fmt.Printf("steps %d, loss went down: %v\n", eng.GlobalSteps(), last < first)
 		}
 		return nil
 	})
 	if err != nil {
 		fmt.Println(err)
 	}
-	// Output: steps 10, skipped 0, loss went down: true
+	// Output: steps 10, loss went down: true
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -240,4 +242,19 @@ func (d *dataset) rankBatch(step, global, n, r, gas int) []model.MicroBatch {
 		out[j] = d.micro(step, global, (j*n+r)*mb, mb)
 	}
 	return out
+}
+
+// initEngine is deepgo.Initialize for tests that reach the data-parallel
+// engine's own methods (ZeRO internals, SaveAsync, counters).
+func initEngine(ctx context.Context, cfg *config.Config, m model.Model, opts ...deepgo.Option) (*deepgo.Engine, error) {
+	t, err := deepgo.Initialize(ctx, cfg, m, opts...)
+	if err != nil {
+		return nil, err
+	}
+	e, ok := t.(*deepgo.Engine)
+	if !ok {
+		t.Close()
+		return nil, fmt.Errorf("Initialize returned %T, want *deepgo.Engine", t)
+	}
+	return e, nil
 }

@@ -157,7 +157,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if cfg.StepsPerPrint != nil && *cfg.StepsPerPrint > 0 {
 			every = *cfg.StepsPerPrint
 		}
-		B, gas := e.Batch().MicroBatch, e.GradientAccumulationSteps()
+		B, gas := e.Batch().MicroBatch, e.Batch().GradAccum
 		first, err := resume(ctx, cfg, e, s)
 		if err != nil {
 			return err

@@ -32,7 +32,7 @@ func resumeDir(cfg *config.Config) string {
 
 // resume loads the latest checkpoint under resumeDir when there is one,
 // restores the sampler, and returns the first step still to run.
-func resume(ctx context.Context, cfg *config.Config, e *deepgo.Engine, s *data.DistributedSampler) (int, error) {
+func resume(ctx context.Context, cfg *config.Config, e deepgo.Trainer, s *data.DistributedSampler) (int, error) {
 	dir := resumeDir(cfg)
 	if dir == "" {
 		return 1, nil
@@ -56,7 +56,7 @@ func resume(ctx context.Context, cfg *config.Config, e *deepgo.Engine, s *data.D
 
 // save writes a checkpoint under checkpoint.save_dir (tag global_step<N>,
 // keep_n_most_recent rotation as configured).
-func save(ctx context.Context, cfg *config.Config, e *deepgo.Engine, s *data.DistributedSampler) error {
+func save(ctx context.Context, cfg *config.Config, e deepgo.Trainer, s *data.DistributedSampler) error {
 	client, err := json.Marshal(trainState{Sampler: s.Position()})
 	if err != nil {
 		return err

@@ -50,7 +50,7 @@ func (s segment) train(t testing.TB) (map[string][]float32, []json.RawMessage, e
 		if err != nil {
 			return err
 		}
-		e, err := deepgo.Initialize(ctx, cfg, newMLP(1, sizes...), opts...)
+		e, err := initEngine(ctx, cfg, newMLP(1, sizes...), opts...)
 		if err != nil {
 			return err
 		}
@@ -286,7 +286,7 @@ func TestCheckpointCorruptLoad(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		e, err := deepgo.Initialize(ctx, cfg, newMLP(1, sizes...), opts...)
+		e, err := initEngine(ctx, cfg, newMLP(1, sizes...), opts...)
 		if err != nil {
 			return err
 		}
@@ -354,7 +354,7 @@ func TestCheckpointLoadMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := deepgo.Initialize(context.Background(), cfg, newMLP(1, 8, 16, 5))
+	e, err := initEngine(context.Background(), cfg, newMLP(1, 8, 16, 5))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +437,7 @@ func TestCheckpointMidAccumulation(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	e, err := deepgo.Initialize(ctx, cfg, newMLP(1, sizes...))
+	e, err := initEngine(ctx, cfg, newMLP(1, sizes...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,74 @@
+package deepgo_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/zero"
+)
+
+// TestMemory: at world 4 with fp16 and Adam, each rank's model-state bytes
+// for stages 1, 2, 3 are within 5% of the ZeRO paper's formulas (4Ψ+12Ψ/N,
+// 2Ψ+14Ψ/N, 16Ψ/N); bucket and gathered buffers are reported next to them.
+func TestMemory(t *testing.T) {
+	memSizes := []int{64, 256, 256, 64}
+	psi := int64(0)
+	for i := 0; i+1 < len(memSizes); i++ {
+		psi += int64(memSizes[i]*memSizes[i+1] + memSizes[i+1])
+	}
+	const world = 4
+	var table strings.Builder
+	fmt.Fprintf(&table, "\nΨ = %d parameters, N = %d, fp16 + Adam (bytes per rank)\n", psi, world)
+	fmt.Fprintf(&table, "%-6s %12s %12s %8s %10s %10s %10s %10s %10s\n", "stage", "model states", "ZeRO formula", "ratio", "params", "grads", "master+opt", "buckets", "gathered")
+	for _, stage := range []int{0, 1, 2, 3} {
+		cfgJSON := fmt.Sprintf(`{"train_batch_size": 8, "fp16": {"enabled": true, "initial_scale_power": 8},
+			"optimizer": {"type": "Adam", "params": {"lr": 0.001}},
+			"zero_optimization": {"stage": %d, "reduce_bucket_size": 50000, "stage3_param_persistence_threshold": 0}}`, stage)
+		data := newDataset(3, 64, memSizes[0], memSizes[len(memSizes)-1])
+		var mem zero.Memory
+		err := newWorld(context.Background(), world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+			cfg, err := config.Parse([]byte(cfgJSON))
+			if err != nil {
+				return err
+			}
+			e, err := initEngine(ctx, cfg, newMLP(5, memSizes...), opts...)
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			for s := range 2 {
+				if _, err := e.TrainBatch(ctx, data.rankBatch(s, 8, world, c.Rank(), 1)); err != nil {
+					return err
+				}
+			}
+			if c.Rank() == 0 {
+				mem = e.Memory()
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := mem.ModelStates()
+		want := zero.PaperModelStates(stage, psi, world)
+		ratio := float64(got) / float64(want)
+		fmt.Fprintf(&table, "%-6d %12d %12d %8.4f %10d %10d %10d %10d %10d\n", stage, got, want, ratio,
+			mem.ParamBytes(), mem.Grads, mem.Master+mem.OptimizerState, mem.BucketsPeak, mem.GatheredPeak)
+		if math.Abs(ratio-1) > 0.05 {
+			t.Errorf("stage %d: model states %d bytes, formula %d (ratio %.4f)", stage, got, want, ratio)
+		}
+		if stage == 3 && (mem.GatheredPeak == 0 || mem.GatheredPeak > 2*int64(psi)) {
+			t.Errorf("stage 3: gathered peak %d bytes: want 0 < peak <= 2Ψ", mem.GatheredPeak)
+		}
+		if mem.Peak < got {
+			t.Errorf("stage %d: peak %d below model states %d", stage, mem.Peak, got)
+		}
+	}
+	t.Log(table.String())
+}

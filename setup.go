@@ -1,0 +1,293 @@
+package deepgo
+
+// The translation of a config into the engine's parts: the module table,
+// precisions, loss scaler, optimizer, schedule and ZeRO configuration. The
+// training loop (engine.go) sees only the parts.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/comm/local"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/deepgo-ml/deepgo/zero"
+)
+
+// newEngine builds the data-parallel engine: it resolves the batch triad
+// for the data-parallel world, builds the optimizer, loss scaler and LR
+// schedule, lays out and partitions the parameters for the configured ZeRO
+// stage, and rebinds every Param to engine memory.
+func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o options) (*Engine, error) {
+	e := &Engine{cfg: cfg, model: net, c: o.comm, be: o.backend, opt: o.opt, clip: cfg.GradientClipping}
+	ok := false
+	defer func() {
+		if !ok {
+			e.Close()
+		}
+	}()
+	if err := unsupported(cfg); err != nil {
+		return nil, err
+	}
+	if e.c == nil {
+		w, err := local.NewWorld(1, local.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("deepgo.Initialize: %w", err)
+		}
+		e.world, e.c = w, w.Comm(0)
+	}
+	n := e.c.Size()
+	if e.be == nil {
+		b, err := backend.NewCPU(max(1, runtime.GOMAXPROCS(0)/n))
+		if err != nil {
+			return nil, fmt.Errorf("deepgo.Initialize: %w", err)
+		}
+		e.be, e.ownBE = b, true
+	}
+	if dev := e.be.Device(); !dev.IsCPU() {
+		// The ZeRO buffers, gradient zeroing and the module bindings work on
+		// host memory today; the CUDA kernels and NCCL exist, the engine's
+		// device path does not yet.
+		return nil, fmt.Errorf("deepgo.Initialize: backend %s on %v: not supported: the engine runs on the CPU backend only so far", e.be.Name(), dev)
+	}
+	e.notes = offloadNotes(cfg, e.be.Device())
+	batch, err := cfg.Resolve(n, 1, 1, 1)
+	if err != nil {
+		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
+	}
+	e.batch = batch
+
+	specs, err := e.declare(net)
+	if err != nil {
+		return nil, err
+	}
+	dts, err := precision(cfg)
+	if err != nil {
+		return nil, err
+	}
+	stage := cfg.ZeroOptimization.Stage
+	if e.scaler, err = newScaler(cfg, stage); err != nil {
+		return nil, err
+	}
+	if e.opt == nil {
+		if e.opt, err = newOptimizer(cfg, e.be, o.store); err != nil {
+			return nil, err
+		}
+		e.ownOpt = true
+	}
+	if cfg.Scheduler != nil {
+		if e.sched, err = optim.NewSchedule(cfg.Scheduler.Type, cfg.Scheduler.Params, []float64{e.opt.Defaults().LR}); err != nil {
+			return nil, fmt.Errorf("deepgo.Initialize: %w", err)
+		}
+	}
+	initial := func(m, p int) *tensor.Tensor { return e.params[m][p].Data }
+	if e.z, err = zero.New(ctx, zeroConfig(cfg, dts), e.c, e.be, e.opt, specs, initial); err != nil {
+		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
+	}
+	e.checkSeq = stage >= 2 && n > 1
+	for m := range e.params {
+		e.bind(m)
+	}
+	ok = true
+	return e, nil
+}
+
+// declare takes the model's modules and parameters into the engine's
+// tables and returns them as ZeRO's module specs.
+func (e *Engine) declare(net model.Model) ([]zero.ModuleSpec, error) {
+	e.mods = net.Modules()
+	if len(e.mods) == 0 {
+		return nil, errors.New("deepgo.Initialize: model.Modules() is empty")
+	}
+	e.index = map[string]int{}
+	e.hashes = map[int64]string{}
+	specs := make([]zero.ModuleSpec, len(e.mods))
+	e.params = make([][]*model.Param, len(e.mods))
+	for i, m := range e.mods {
+		name := m.Name()
+		if j, dup := e.index[name]; dup {
+			return nil, fmt.Errorf("deepgo.Initialize: module name %q is used by modules %d and %d: names must be unique", name, j, i)
+		}
+		e.index[name] = i
+		e.hashes[nameHash(name)] = name
+		ps := m.Params()
+		e.params[i] = ps
+		specs[i] = zero.ModuleSpec{Name: name, Params: make([]zero.ParamSpec, len(ps))}
+		if r, ok := m.(model.Resident); ok && r.Resident() {
+			specs[i].Persistent = true
+		}
+		for j, p := range ps {
+			if p == nil {
+				return nil, fmt.Errorf("deepgo.Initialize: module %q param %d is nil", name, j)
+			}
+			specs[i].Params[j] = zero.ParamSpec{Name: p.Name, Shape: p.Shape}
+		}
+	}
+	return specs, nil
+}
+
+// dtypes are the engine's three precisions.
+type dtypes struct {
+	model, accum, comm tensor.DType
+}
+
+// precision reads fp16/bf16, data_types.grad_accum_dtype and
+// communication_data_type.
+func precision(cfg *config.Config) (dtypes, error) {
+	d := dtypes{model: tensor.Float32}
+	switch {
+	case cfg.FP16.Enabled && cfg.BF16.Enabled:
+		return d, errors.New("deepgo.Initialize: fp16.enabled and bf16.enabled: at most one may be true")
+	case cfg.FP16.Enabled:
+		d.model = tensor.Float16
+	case cfg.BF16.Enabled:
+		d.model = tensor.BFloat16
+	}
+	var err error
+	if d.accum, err = optDType(cfg.DataTypes.GradAccumDtype, d.model, "data_types.grad_accum_dtype"); err != nil {
+		return d, err
+	}
+	if d.comm, err = optDType(cfg.CommunicationDataType, d.model, "communication_data_type"); err != nil {
+		return d, err
+	}
+	return d, nil
+}
+
+// newOptimizer builds the config's "optimizer" section on be, keeping its
+// state in store when one is given.
+func newOptimizer(cfg *config.Config, be backend.Backend, store optim.StateStore) (optim.Optimizer, error) {
+	if cfg.Optimizer == nil {
+		return nil, errors.New("deepgo.Initialize: optimizer: the config has no \"optimizer\" section; add one or pass WithOptimizer")
+	}
+	var oo []optim.Option
+	if store != nil {
+		oo = append(oo, optim.WithStateStore(store))
+	}
+	opt, err := optim.New(cfg.Optimizer.Type, cfg.Optimizer.Params, be, oo...)
+	if err != nil {
+		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
+	}
+	return opt, nil
+}
+
+// zeroConfig translates the zero_optimization section and the gradient
+// keys into the ZeRO optimizer's configuration.
+func zeroConfig(cfg *config.Config, d dtypes) zero.Config {
+	zc := cfg.ZeroOptimization
+	overlap := zc.Stage == 3
+	if zc.OverlapComm != nil {
+		overlap = *zc.OverlapComm
+	}
+	return zero.Config{
+		Stage:             zc.Stage,
+		ModelDType:        d.model,
+		AccumDType:        d.accum,
+		CommDType:         d.comm,
+		ReduceBucketSize:  zc.ReduceBucketSize,
+		OverlapComm:       overlap,
+		PredivideFactor:   cfg.GradientPredivideFactor,
+		PrescaleGradients: cfg.PrescaleGradients,
+		SumOp:             cfg.GradientAllreduceOp == "sum",
+		CheckOverflow:     cfg.FP16.Enabled || cfg.BF16.Enabled && cfg.BF16.CheckGradOverflow,
+		Coordinator: zero.CoordinatorConfig{
+			PrefetchBucketSize: int64(zc.Stage3PrefetchBucketSize),
+			MaxLiveParameters:  int64(zc.Stage3MaxLiveParameters),
+			MaxReuseDistance:   int64(zc.Stage3MaxReuseDistance),
+		},
+		PersistenceThreshold: int64(zc.Stage3ParamPersistenceThreshold),
+	}
+}
+
+func unsupported(cfg *config.Config) error {
+	z := cfg.ZeroOptimization
+	ns := func(key string) error {
+		return fmt.Errorf("deepgo.Initialize: %s: not supported yet", key)
+	}
+	switch {
+	case z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "nvme":
+		return ns("zero_optimization.offload_optimizer.device=nvme (NVMe swapping slots in behind optim.StateStore; use WithStateStore)")
+	case z.OffloadParam != nil && z.OffloadParam.Device == "nvme":
+		return ns("zero_optimization.offload_param.device=nvme")
+	case z.ZeroQuantizedWeights || z.ZeroQuantizedGradients || z.ZeroQuantizedNontrainableWeights:
+		return ns("zero_optimization.zero_quantized_* (ZeRO++)")
+	case z.ZeroHPZPartitionSize > 1:
+		return ns("zero_optimization.zero_hpz_partition_size > 1 (ZeRO++ hpZ)")
+	case z.MicsShardSize > 0:
+		return ns("zero_optimization.mics_shard_size (MiCS)")
+	case cfg.TensorModelParallelSize > 1:
+		return ns("tensor_model_parallel_size > 1")
+	case cfg.PipelineModelParallelSize > 1:
+		return ns("pipeline_model_parallel_size > 1 (the pipeline engine will implement TrainBatch)")
+	case cfg.SequenceParallelSize > 1:
+		return ns("sequence_parallel_size > 1")
+	case cfg.AMP.Enabled():
+		return ns("amp.enabled (apex)")
+	}
+	return nil
+}
+
+// offloadNotes says what the offload keys mean on this engine's device.
+// On the CPU backend device "cpu" is what already happens: the fp32 master
+// weights, moments and parameter partitions live in host memory and the
+// optimizer step runs on the CPU, as ZeRO-Offload arranges on a GPU. So such
+// configs train unchanged, with a note rather than an error.
+func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
+	z := cfg.ZeroOptimization
+	var notes []string
+	if z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "cpu" && dev.IsCPU() {
+		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: on the CPU backend the optimizer state already lives in host memory and the step runs on the CPU; nothing moves")
+	}
+	if z.OffloadParam != nil && z.OffloadParam.Device == "cpu" && dev.IsCPU() {
+		notes = append(notes, "zero_optimization.offload_param.device=cpu: on the CPU backend parameter partitions already live in host memory; nothing moves")
+	}
+	return notes
+}
+
+func optDType(s *string, def tensor.DType, key string) (tensor.DType, error) {
+	if s == nil {
+		return def, nil
+	}
+	dt, err := tensor.ParseDType(*s)
+	if err != nil || !dt.IsFloat() || dt == tensor.Float64 {
+		return 0, fmt.Errorf("deepgo.Initialize: %s %q: allowed fp32, fp16, bf16", key, *s)
+	}
+	return dt, nil
+}
+
+func newScaler(cfg *config.Config, stage int) (optim.LossScaler, error) {
+	if !cfg.FP16.Enabled {
+		return optim.NewStaticScaler(1)
+	}
+	f := cfg.FP16
+	if f.LossScale > 0 {
+		s, err := optim.NewStaticScaler(f.LossScale)
+		if err != nil {
+			return nil, fmt.Errorf("deepgo.Initialize: fp16.loss_scale: %w", err)
+		}
+		return s, nil
+	}
+	dc := optim.DynamicScalerConfig{
+		InitScale:             math.Ldexp(1, f.InitialScalePower),
+		ScaleFactor:           2,
+		ScaleWindow:           f.LossScaleWindow,
+		MinScale:              f.MinLossScale,
+		DelayedShift:          f.Hysteresis,
+		ConsecutiveHysteresis: f.ConsecutiveHysteresis,
+		RaiseErrorAtMin:       stage > 0,
+		Mode:                  optim.ScalerModeZeRO,
+	}
+	if stage == 0 {
+		dc.Mode = optim.ScalerModeFP16Optimizer
+	}
+	s, err := optim.NewDynamicScaler(dc)
+	if err != nil {
+		return nil, fmt.Errorf("deepgo.Initialize: fp16: %w", err)
+	}
+	return s, nil
+}

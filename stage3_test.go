@@ -1,0 +1,61 @@
+package deepgo_test
+
+import (
+	"testing"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/zero"
+)
+
+// TestStage3Knobs: prefetch, persistence, max-live and reuse distance are
+// honoured and observable through Stage3Stats.
+func TestStage3Knobs(t *testing.T) {
+	// fc1 144, fc2 272, fc3 68 elements
+	cases := []struct {
+		name  string
+		extra string
+		check func(t *testing.T, s zero.CoordinatorStats)
+	}{
+		{"no prefetch", `, "stage3_prefetch_bucket_size": 0, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0`, func(t *testing.T, s zero.CoordinatorStats) {
+			if s.Prefetches != 0 {
+				t.Errorf("prefetches %d, want 0", s.Prefetches)
+			}
+		}},
+		{"prefetch", `, "stage3_prefetch_bucket_size": 1000, "stage3_param_persistence_threshold": 0`, func(t *testing.T, s zero.CoordinatorStats) {
+			if s.Prefetches == 0 {
+				t.Errorf("no prefetches")
+			}
+		}},
+		{"max live", `, "stage3_prefetch_bucket_size": 1000, "stage3_max_live_parameters": 300, "stage3_param_persistence_threshold": 0`, func(t *testing.T, s zero.CoordinatorStats) {
+			if s.PeakLiveNumel > 300+272 {
+				t.Errorf("peak live %d elements with max_live 300", s.PeakLiveNumel)
+			}
+		}},
+		{"persistence", `, "stage3_param_persistence_threshold": 150`, func(t *testing.T, s zero.CoordinatorStats) {
+			if s.PersistentModules != 2 || s.PersistentNumel != 144+68 {
+				t.Errorf("persistent %d modules / %d elements, want 2 / 212", s.PersistentModules, s.PersistentNumel)
+			}
+		}},
+		{"reuse distance", `, "stage3_prefetch_bucket_size": 0, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 1000000`, func(t *testing.T, s zero.CoordinatorStats) {
+			if s.ReuseHolds == 0 {
+				t.Errorf("no releases held by the reuse distance")
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var stats zero.CoordinatorStats
+			r := run{stage: 3, world: 2, gas: 2, zeroExtra: c.extra, steps: 3}
+			r.hook = func(rank int, m *mlp, e *deepgo.Engine, step int) {
+				if rank == 0 {
+					stats = e.Stage3Stats()
+				}
+			}
+			if _, err := train(t, r); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%+v", stats)
+			c.check(t, stats)
+		})
+	}
+}

@@ -1,0 +1,94 @@
+package deepgo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/zero"
+)
+
+// Trainer is one rank's training engine, what Initialize returns: the
+// data-parallel engine (*Engine) today, a pipeline engine when the config
+// asks for pipeline stages. A trainer loop needs only these methods; the
+// concrete type offers more (a type assertion to *Engine reaches the ZeRO
+// internals, the loss scaler and the step counters).
+//
+// A Trainer's methods must be called from one goroutine, and the
+// collective ones (TrainBatch, Step at a boundary, Save, Load,
+// Parameters) by every rank of its group in the same order.
+type Trainer interface {
+	// TrainBatch runs one optimizer step over gradient_accumulation_steps
+	// micro-batches of this rank and returns the mean loss over the
+	// micro-batches and the data-parallel ranks.
+	TrainBatch(ctx context.Context, data []model.MicroBatch) (float64, error)
+	// Forward runs one micro-batch through the model and returns its loss
+	// on this rank (DeepSpeed's engine(batch)).
+	Forward(ctx context.Context, mb model.MicroBatch) (float64, error)
+	// Backward runs the backward pass of the last Forward.
+	Backward(ctx context.Context) error
+	// Step ends a micro-step; at a gradient-accumulation boundary it steps
+	// the optimizer.
+	Step(ctx context.Context) error
+	// Save writes a checkpoint (a collective; see Engine.Save).
+	Save(ctx context.Context, dir, tag string, client json.RawMessage) error
+	// Load restores a checkpoint and returns this rank's client state.
+	Load(ctx context.Context, dir, tag string) (json.RawMessage, error)
+	// Parameters gathers the full fp32 parameters keyed by name (a
+	// collective).
+	Parameters(ctx context.Context) (map[string][]float32, error)
+	// Batch is the resolved batch triad (micro-batch size per GPU,
+	// gradient accumulation steps, global batch size).
+	Batch() config.Batch
+	// GlobalSteps counts optimizer steps, skipped ones included.
+	GlobalSteps() int
+	// LR is the learning rate the next optimizer step uses.
+	LR() float64
+	// LossScale is the current loss scale (1 without fp16).
+	LossScale() float64
+	// Memory reports this rank's bytes by category.
+	Memory() zero.Memory
+	// Timers returns the cumulative wall-clock split.
+	Timers() Timers
+	// Notes lists what the engine did differently from what the config's
+	// words alone suggest, for the trainer to log.
+	Notes() []string
+	// Close waits for background work and releases what the engine owns.
+	Close() error
+}
+
+var _ Trainer = (*Engine)(nil)
+
+// Initialize builds the Trainer that cfg (a loaded config.Config) asks
+// for, like deepspeed.initialize: with pipeline_model_parallel_size above 1
+// a pipeline engine, otherwise the data-parallel ZeRO engine (*Engine; see
+// its documentation for what it sets up). It rebinds every model.Param to
+// engine memory.
+//
+// Not supported yet (an error naming the key): offload_optimizer and
+// offload_param device nvme, ZeRO++ (zero_quantized_*,
+// zero_hpz_partition_size > 1), MiCS, apex amp, and tensor, pipeline or
+// sequence parallel sizes above 1.
+func Initialize(ctx context.Context, cfg *config.Config, net model.Model, opts ...Option) (Trainer, error) {
+	if cfg == nil {
+		return nil, errors.New("deepgo.Initialize: cfg is nil")
+	}
+	if net == nil {
+		return nil, errors.New("deepgo.Initialize: model is nil")
+	}
+	if cfg.PipelineModelParallelSize > 1 {
+		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d: not supported yet (the pipeline engine will implement Trainer)", cfg.PipelineModelParallelSize)
+	}
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	e, err := newEngine(ctx, cfg, net, o)
+	if err != nil {
+		return nil, err // a nil *Engine must not become a non-nil Trainer
+	}
+	return e, nil
+}

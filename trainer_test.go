@@ -1,0 +1,73 @@
+package deepgo_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// fakeDevice is a CPU backend that claims to live on a GPU.
+type fakeDevice struct{ *backend.CPU }
+
+func (fakeDevice) Device() tensor.Device { return tensor.CUDA(0) }
+
+// A backend on another device is refused with a clear error, not misused.
+func TestInitializeRefusesDeviceBackend(t *testing.T) {
+	cpu, err := backend.NewCPU(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = deepgo.Initialize(context.Background(), cfg, newMLP(1, 4, 3), deepgo.WithBackend(fakeDevice{cpu}))
+	if err == nil || !strings.Contains(err.Error(), "not supported") || !strings.Contains(err.Error(), "cuda:0") {
+		t.Fatalf("Initialize on a device backend: %v, want a not-supported error naming cuda:0", err)
+	}
+}
+
+// Initialize chooses the engine from the config: the data-parallel engine
+// without pipeline stages, a clear not-supported error (naming the key and
+// value) with them until the pipeline engine lands.
+func TestInitializeChoosesEngine(t *testing.T) {
+	cases := []struct {
+		name    string
+		extra   string
+		wantErr string
+	}{
+		{"data parallel", ``, ""},
+		{"pipeline", `, "pipeline_model_parallel_size": 2`, "pipeline_model_parallel_size 2: not supported"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}` + c.extra + `}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr, err := deepgo.Initialize(context.Background(), cfg, newMLP(1, 4, 3))
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("Initialize: %v, want an error containing %q", err, c.wantErr)
+				}
+				if tr != nil {
+					t.Fatalf("Initialize returned a non-nil Trainer %T with its error", tr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			if _, ok := tr.(*deepgo.Engine); !ok {
+				t.Fatalf("Initialize returned %T, want *deepgo.Engine", tr)
+			}
+		})
+	}
+}
