@@ -15,6 +15,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
 )
 
@@ -41,7 +42,7 @@ type run struct {
 	extra             string // more top-level JSON members, with a leading comma
 	zeroExtra         string // zero_optimization members replacing the stage-3 defaults, with a leading comma
 	steps             int
-	hook              func(rank int, m *mlp, e *deepgo.Engine, step int) // before each step
+	hook              func(rank int, m *testmodel.MLP, e *deepgo.Engine, step int) // before each step
 }
 
 func (r run) String() string {
@@ -91,7 +92,7 @@ func train(t testing.TB, r run) (*result, error) {
 	if r.steps == 0 {
 		r.steps = steps
 	}
-	data := newDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	res := &result{engines: make([]*deepgo.Engine, r.world)}
 	var mu sync.Mutex
 	err := newWorld(context.Background(), r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
@@ -99,7 +100,7 @@ func train(t testing.TB, r run) (*result, error) {
 		if err != nil {
 			return err
 		}
-		m := newMLP(uint64(1+c.Rank()*0), sizes...)
+		m := testmodel.NewMLP(uint64(1+c.Rank()*0), sizes...)
 		e, err := initEngine(ctx, cfg, m, opts...)
 		if err != nil {
 			return err
@@ -112,7 +113,7 @@ func train(t testing.TB, r run) (*result, error) {
 			if r.hook != nil {
 				r.hook(c.Rank(), m, e, s)
 			}
-			loss, err := e.TrainBatch(ctx, data.rankBatch(s, globalBatch, r.world, c.Rank(), r.gas))
+			loss, err := e.TrainBatch(ctx, data.RankBatch(s, globalBatch, r.world, c.Rank(), r.gas))
 			if err != nil {
 				return err
 			}
@@ -284,7 +285,7 @@ func TestAccumulationEquivalence(t *testing.T) {
 // modules, instead of hanging.
 func TestOrderMismatch(t *testing.T) {
 	start := time.Now()
-	data := newDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	var mu sync.Mutex
 	var errs []error
 	_ = newWorld(context.Background(), 2, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
@@ -292,16 +293,16 @@ func TestOrderMismatch(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		m := newMLP(1, sizes...)
+		m := testmodel.NewMLP(1, sizes...)
 		e, err := deepgo.Initialize(ctx, cfg, m, opts...)
 		if err != nil {
 			return err
 		}
 		defer e.Close()
 		if c.Rank() == 1 {
-			m.order = func() []model.Module { return []model.Module{m.layers[0], m.layers[2], m.layers[1]} }
+			m.Order = func() []model.Module { return []model.Module{m.Layers[0], m.Layers[2], m.Layers[1]} }
 		}
-		_, err = e.TrainBatch(ctx, data.rankBatch(0, globalBatch, 2, c.Rank(), 1))
+		_, err = e.TrainBatch(ctx, data.RankBatch(0, globalBatch, 2, c.Rank(), 1))
 		mu.Lock()
 		errs = append(errs, err)
 		mu.Unlock()

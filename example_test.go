@@ -8,6 +8,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
 )
 
 // Two data-parallel ranks, as goroutines over comm/local, train a small
@@ -24,9 +25,9 @@ func ExampleInitialize() {
 		fmt.Println(err)
 		return
 	}
-	data := newDataset(42, 64, 8, 4)
+	data := testmodel.NewDataset(42, 64, 8, 4)
 	err = local.Run(context.Background(), 2, local.Options{}, func(ctx context.Context, c comm.Comm) error {
-		eng, err := deepgo.Initialize(ctx, cfg, newMLP(1, 8, 16, 4), deepgo.WithComm(c))
+		eng, err := deepgo.Initialize(ctx, cfg, testmodel.NewMLP(1, 8, 16, 4), deepgo.WithComm(c))
 		if err != nil {
 			return err
 		}
@@ -34,7 +35,7 @@ func ExampleInitialize() {
 		var first, last float64
 		for step := range 10 {
 			// this rank's gradient_accumulation_steps micro-batches
-			loss, err := eng.TrainBatch(ctx, data.rankBatch(step, 16, c.Size(), c.Rank(), eng.Batch().GradAccum))
+			loss, err := eng.TrainBatch(ctx, data.RankBatch(step, 16, c.Size(), c.Rank(), eng.Batch().GradAccum))
 			if err != nil {
 				return err
 			}

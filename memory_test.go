@@ -10,6 +10,7 @@ import (
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/zero"
 )
 
@@ -30,20 +31,20 @@ func TestMemory(t *testing.T) {
 		cfgJSON := fmt.Sprintf(`{"train_batch_size": 8, "fp16": {"enabled": true, "initial_scale_power": 8},
 			"optimizer": {"type": "Adam", "params": {"lr": 0.001}},
 			"zero_optimization": {"stage": %d, "reduce_bucket_size": 50000, "stage3_param_persistence_threshold": 0}}`, stage)
-		data := newDataset(3, 64, memSizes[0], memSizes[len(memSizes)-1])
+		data := testmodel.NewDataset(3, 64, memSizes[0], memSizes[len(memSizes)-1])
 		var mem zero.Memory
 		err := newWorld(context.Background(), world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
 			cfg, err := config.Parse([]byte(cfgJSON))
 			if err != nil {
 				return err
 			}
-			e, err := initEngine(ctx, cfg, newMLP(5, memSizes...), opts...)
+			e, err := initEngine(ctx, cfg, testmodel.NewMLP(5, memSizes...), opts...)
 			if err != nil {
 				return err
 			}
 			defer e.Close()
 			for s := range 2 {
-				if _, err := e.TrainBatch(ctx, data.rankBatch(s, 8, world, c.Rank(), 1)); err != nil {
+				if _, err := e.TrainBatch(ctx, data.RankBatch(s, 8, world, c.Rank(), 1)); err != nil {
 					return err
 				}
 			}

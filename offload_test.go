@@ -8,6 +8,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
 )
 
 // ZeRO-Offload configs (offload_optimizer / offload_param on "cpu", the
@@ -52,7 +53,7 @@ func TestOffloadNVMeNotSupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = deepgo.Initialize(context.Background(), cfg, newMLP(1, 4, 3))
+	_, err = deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3))
 	if err == nil || !strings.Contains(err.Error(), "offload_optimizer.device=nvme") || !strings.Contains(err.Error(), "not supported") {
 		t.Fatalf("Initialize with NVMe offload: %v, want a not-supported error naming the key", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/optim"
 )
 
@@ -20,9 +21,9 @@ func TestOverflow(t *testing.T) {
 			var before, after [2]map[string][]float32
 			var applied [2][]bool
 			r := run{stage: stage, world: 2, gas: 1, precision: "fp16", steps: 12}
-			r.hook = func(rank int, m *mlp, e *deepgo.Engine, step int) {
+			r.hook = func(rank int, m *testmodel.MLP, e *deepgo.Engine, step int) {
 				if rank == 1 {
-					m.layers[1].injectInf = func() bool { return overflowAt[step] }
+					m.Layers[1].InjectInf = func() bool { return overflowAt[step] }
 				}
 				if step == 4 || step == 5 {
 					// snapshots around skipped step 4 (Parameters is a collective)

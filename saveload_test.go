@@ -18,6 +18,7 @@ import (
 	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
 )
 
 // ckptSteps is the length of the checkpoint tests' runs; they save after
@@ -41,7 +42,7 @@ type segment struct {
 
 func (s segment) train(t testing.TB) (map[string][]float32, []json.RawMessage, error) {
 	t.Helper()
-	data := newDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	var params map[string][]float32
 	clients := make([]json.RawMessage, s.r.world)
 	var mu sync.Mutex
@@ -50,7 +51,7 @@ func (s segment) train(t testing.TB) (map[string][]float32, []json.RawMessage, e
 		if err != nil {
 			return err
 		}
-		e, err := initEngine(ctx, cfg, newMLP(1, sizes...), opts...)
+		e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), opts...)
 		if err != nil {
 			return err
 		}
@@ -73,7 +74,7 @@ func (s segment) train(t testing.TB) (map[string][]float32, []json.RawMessage, e
 			}
 		}
 		for st := s.from; st < s.to; st++ {
-			if _, err := e.TrainBatch(ctx, data.rankBatch(st, globalBatch, s.r.world, c.Rank(), s.r.gas)); err != nil {
+			if _, err := e.TrainBatch(ctx, data.RankBatch(st, globalBatch, s.r.world, c.Rank(), s.r.gas)); err != nil {
 				return err
 			}
 		}
@@ -278,7 +279,7 @@ func TestCheckpointCorruptLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	data := newDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	var mu sync.Mutex
 	var final map[string][]float32
 	err = newWorld(context.Background(), r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
@@ -286,13 +287,13 @@ func TestCheckpointCorruptLoad(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		e, err := initEngine(ctx, cfg, newMLP(1, sizes...), opts...)
+		e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), opts...)
 		if err != nil {
 			return err
 		}
 		defer e.Close()
 		for st := range ckptAt {
-			if _, err := e.TrainBatch(ctx, data.rankBatch(st, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
+			if _, err := e.TrainBatch(ctx, data.RankBatch(st, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
 				return err
 			}
 		}
@@ -321,7 +322,7 @@ func TestCheckpointCorruptLoad(t *testing.T) {
 			return fmt.Errorf("rank %d: a failed load changed the counters: %d, %d", c.Rank(), e.GlobalSteps(), e.MicroSteps())
 		}
 		for st := ckptAt; st < ckptSteps; st++ {
-			if _, err := e.TrainBatch(ctx, data.rankBatch(st, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
+			if _, err := e.TrainBatch(ctx, data.RankBatch(st, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
 				return err
 			}
 		}
@@ -354,7 +355,7 @@ func TestCheckpointLoadMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := initEngine(context.Background(), cfg, newMLP(1, 8, 16, 5))
+	e, err := initEngine(context.Background(), cfg, testmodel.NewMLP(1, 8, 16, 5))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,13 +438,13 @@ func TestCheckpointMidAccumulation(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	e, err := initEngine(ctx, cfg, newMLP(1, sizes...))
+	e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	data := newDataset(42, 64, sizes[0], sizes[len(sizes)-1])
-	mb := data.rankBatch(0, globalBatch, 1, 0, 2)[0]
+	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	mb := data.RankBatch(0, globalBatch, 1, 0, 2)[0]
 	if _, err := e.Forward(ctx, mb); err != nil {
 		t.Fatal(err)
 	}

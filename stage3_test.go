@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/zero"
 )
 
@@ -46,7 +47,7 @@ func TestStage3Knobs(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var stats zero.CoordinatorStats
 			r := run{stage: 3, world: 2, gas: 2, zeroExtra: c.extra, steps: 3}
-			r.hook = func(rank int, m *mlp, e *deepgo.Engine, step int) {
+			r.hook = func(rank int, m *testmodel.MLP, e *deepgo.Engine, step int) {
 				if rank == 0 {
 					stats = e.Stage3Stats()
 				}

@@ -8,6 +8,7 @@ import (
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -27,7 +28,7 @@ func TestInitializeRefusesDeviceBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = deepgo.Initialize(context.Background(), cfg, newMLP(1, 4, 3), deepgo.WithBackend(fakeDevice{cpu}))
+	_, err = deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3), deepgo.WithBackend(fakeDevice{cpu}))
 	if err == nil || !strings.Contains(err.Error(), "not supported") || !strings.Contains(err.Error(), "cuda:0") {
 		t.Fatalf("Initialize on a device backend: %v, want a not-supported error naming cuda:0", err)
 	}
@@ -51,7 +52,7 @@ func TestInitializeChoosesEngine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tr, err := deepgo.Initialize(context.Background(), cfg, newMLP(1, 4, 3))
+			tr, err := deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3))
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("Initialize: %v, want an error containing %q", err, c.wantErr)

@@ -1,9 +1,10 @@
 // Command bench-zero measures the step time of ZeRO stages 0-3 on the CPU
 // backend with 2 and 4 in-process ranks (comm/local) for a ~50M-parameter
-// fp32 MLP trained with AdamW, and the share of each step spent in module
-// compute (forward + backward), communication (time blocked issuing or
-// waiting on collectives), gradient bucket work (casts, scaling,
-// accumulation) and the optimizer. It prints one JSON object.
+// fp32 MLP (internal/testmodel, the engine tests' model) trained with
+// AdamW, and the share of each step spent in module compute (forward +
+// backward), communication (time blocked issuing or waiting on
+// collectives), gradient bucket work (casts, scaling, accumulation) and the
+// optimizer. It prints one JSON object.
 //
 // All ranks share this machine's cores (each rank gets GOMAXPROCS/ranks C
 // threads), so the numbers compare the stages' overheads against each
@@ -27,129 +28,9 @@ import (
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
-	"github.com/deepgo-ml/deepgo/tensor"
 )
-
-// act is a row-major rows×cols batch in Go memory.
-type act struct {
-	rows, cols int
-	x          []float32
-}
-
-// linear is y = relu?(x Wᵀ + b) over the engine's float32 tensors.
-type linear struct {
-	name    string
-	in, out int
-	relu    bool
-	w, b    *model.Param
-	x, y    act
-}
-
-func newLinear(name string, in, out int, relu bool, rng *rand.Rand) *linear {
-	ws := make([]float32, in*out)
-	for i := range ws {
-		ws[i] = float32(rng.NormFloat64() * 0.02)
-	}
-	wt, _ := tensor.FromFloat32(ws, out, in)
-	bt, _ := tensor.Empty(tensor.Float32, out)
-	return &linear{name: name, in: in, out: out, relu: relu,
-		w: &model.Param{Name: "weight", Shape: []int{out, in}, Data: wt},
-		b: &model.Param{Name: "bias", Shape: []int{out}, Data: bt}}
-}
-
-func (l *linear) Name() string           { return l.name }
-func (l *linear) Params() []*model.Param { return []*model.Param{l.w, l.b} }
-
-func f32(t *tensor.Tensor) []float32 {
-	v, err := t.Float32s()
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
-
-func dot(a, b []float32) float32 {
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return s0 + s1 + s2 + s3
-}
-
-func axpy(alpha float32, x, y []float32) {
-	for i := range x {
-		y[i] += alpha * x[i]
-	}
-}
-
-func (l *linear) Forward(_ context.Context, in model.Activation) (model.Activation, error) {
-	x := in.(act)
-	w, b := f32(l.w.Data), f32(l.b.Data)
-	y := act{x.rows, l.out, make([]float32, x.rows*l.out)}
-	for r := range x.rows {
-		xr := x.x[r*l.in : (r+1)*l.in]
-		for o := range l.out {
-			s := b[o] + dot(xr, w[o*l.in:(o+1)*l.in])
-			if l.relu && s < 0 {
-				s = 0
-			}
-			y.x[r*l.out+o] = s
-		}
-	}
-	l.x, l.y = x, y
-	return y, nil
-}
-
-func (l *linear) Backward(_ context.Context, gradOut model.Activation) (model.Activation, error) {
-	g := gradOut.(act)
-	w, dw, db := f32(l.w.Data), f32(l.w.Grad), f32(l.b.Grad)
-	gx := act{g.rows, l.in, make([]float32, g.rows*l.in)}
-	for r := range g.rows {
-		xr := l.x.x[r*l.in : (r+1)*l.in]
-		gxr := gx.x[r*l.in : (r+1)*l.in]
-		for o := range l.out {
-			v := g.x[r*l.out+o]
-			if l.relu && l.y.x[r*l.out+o] <= 0 || v == 0 {
-				continue
-			}
-			db[o] += v
-			axpy(v, xr, dw[o*l.in:(o+1)*l.in])
-			axpy(v, w[o*l.in:(o+1)*l.in], gxr)
-		}
-	}
-	return gx, nil
-}
-
-type mlp struct{ layers []*linear }
-
-func (m *mlp) Modules() []model.Module {
-	out := make([]model.Module, len(m.layers))
-	for i, l := range m.layers {
-		out[i] = l
-	}
-	return out
-}
-
-func (m *mlp) Loss(_ context.Context, out, target model.Activation, scale float64) (float64, model.Activation, error) {
-	y, t := out.(act), target.(act)
-	g := act{y.rows, y.cols, make([]float32, len(y.x))}
-	var loss float64
-	n := float64(len(y.x))
-	for i, v := range y.x {
-		d := float64(v - t.x[i])
-		loss += d * d
-		g.x[i] = float32(2 * d / n * scale)
-	}
-	return loss / n, g, nil
-}
 
 type result struct {
 	Stage          int     `json:"stage"`
@@ -213,11 +94,11 @@ func bench(stage, ranks, hidden, layers, steps, micro int) (result, error) {
 		if err != nil {
 			return err
 		}
-		rng := rand.New(rand.NewPCG(1, 2))
-		m := &mlp{}
-		for i := range layers {
-			m.layers = append(m.layers, newLinear(fmt.Sprintf("fc%d", i), hidden, hidden, i+1 < layers, rng))
+		sizes := make([]int, layers+1)
+		for i := range sizes {
+			sizes[i] = hidden
 		}
+		m := testmodel.NewMLP(1, sizes...)
 		e, err := deepgo.Initialize(ctx, cfg, m, deepgo.WithComm(c))
 		if err != nil {
 			return err
@@ -225,11 +106,11 @@ func bench(stage, ranks, hidden, layers, steps, micro int) (result, error) {
 		defer e.Close()
 		drng := rand.New(rand.NewPCG(uint64(c.Rank()), 3))
 		batch := func() []model.MicroBatch {
-			x := act{micro, hidden, make([]float32, micro*hidden)}
-			y := act{micro, hidden, make([]float32, micro*hidden)}
-			for i := range x.x {
-				x.x[i] = float32(drng.NormFloat64())
-				y.x[i] = float32(drng.NormFloat64() * 0.1)
+			x := testmodel.Batch{Rows: micro, Cols: hidden, X: make([]float32, micro*hidden)}
+			y := testmodel.Batch{Rows: micro, Cols: hidden, X: make([]float32, micro*hidden)}
+			for i := range x.X {
+				x.X[i] = float32(drng.NormFloat64())
+				y.X[i] = float32(drng.NormFloat64() * 0.1)
 			}
 			return []model.MicroBatch{{Input: x, Target: y}}
 		}
