@@ -101,6 +101,9 @@ func (e *Engine) IsGradientAccumulationBoundary() bool {
 // Forward runs mb's input through the model's modules and returns the
 // loss of this micro-batch on this rank.
 func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, error) {
+	if s, ok := mb.Input.(model.Sized); ok && s.BatchSize() != e.batch.MicroBatch {
+		return 0, fmt.Errorf("deepgo: Forward: the micro-batch holds %d samples, train_micro_batch_size_per_gpu is %d: every rank's micro-batch must have that size", s.BatchSize(), e.batch.MicroBatch)
+	}
 	mods := e.model.Modules()
 	seq := make([]int, len(mods))
 	for i, m := range mods {

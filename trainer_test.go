@@ -2,6 +2,7 @@ package deepgo_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -70,5 +72,32 @@ func TestInitializeChoosesEngine(t *testing.T) {
 				t.Fatalf("Initialize returned %T, want *deepgo.Engine", tr)
 			}
 		})
+	}
+}
+
+// A micro-batch whose size disagrees with train_micro_batch_size_per_gpu
+// is refused before any module runs, naming both numbers.
+func TestMicroBatchSizeChecked(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	data := testmodel.NewDataset(1, 16, 4, 3)
+	for _, n := range []int{1, 2, 3} {
+		_, err := tr.TrainBatch(context.Background(), []model.MicroBatch{data.Micro(0, 8, 0, n)})
+		switch {
+		case n == 2 && err != nil:
+			t.Errorf("%d samples: %v", n, err)
+		case n != 2 && (err == nil || !strings.Contains(err.Error(), fmt.Sprintf("holds %d samples, train_micro_batch_size_per_gpu is 2", n))):
+			t.Errorf("%d samples: %v, want an error naming %d and train_micro_batch_size_per_gpu 2", n, err, n)
+		}
+	}
+	if tr.GlobalSteps() != 1 {
+		t.Errorf("global steps %d after one good batch, want 1", tr.GlobalSteps())
 	}
 }

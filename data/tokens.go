@@ -3,6 +3,8 @@ package data
 import (
 	"fmt"
 	"os"
+
+	"github.com/deepgo-ml/deepgo/model"
 )
 
 // Tokens is a token stream: the documents of a dataset concatenated in row
@@ -54,15 +56,11 @@ func ReadText(path string) (*Tokens, error) {
 	return &Tokens{IDs: ids, Vocab: 256}, nil
 }
 
-// Batch is B windows of T tokens, row-major [B, T].
-type Batch struct {
-	Inputs, Targets []int32
-	B, T            int
-}
-
-// MakeBatch copies the windows idx (each of length t) into one batch.
-func (s *Tokens) MakeBatch(idx []int, t int) Batch {
-	b := Batch{Inputs: make([]int32, 0, len(idx)*t), Targets: make([]int32, 0, len(idx)*t), B: len(idx), T: t}
+// MakeBatch copies the windows idx (each of length t) into one batch: a
+// model.TokenBatch, ready for a language model (b.MicroBatch() for an
+// engine).
+func (s *Tokens) MakeBatch(idx []int, t int) model.TokenBatch {
+	b := model.TokenBatch{Inputs: make([]int32, 0, len(idx)*t), Targets: make([]int32, 0, len(idx)*t), B: len(idx), T: t}
 	for _, i := range idx {
 		in, tg := s.Window(i, t)
 		b.Inputs = append(b.Inputs, in...)

@@ -100,8 +100,32 @@ type Model interface {
 	Loss(ctx context.Context, out, target Activation, gradScale float64) (loss float64, gradOut Activation, err error)
 }
 
-// MicroBatch is one micro-batch of one rank.
+// MicroBatch is one micro-batch of one rank: Input goes to the first
+// module, Target to Loss. A model whose input carries its own targets (a
+// TokenBatch) leaves Target nil.
 type MicroBatch struct {
 	Input  Activation
 	Target Activation
 }
+
+// Sized is implemented by an Input that knows its batch size (samples,
+// rows or sequences). The engine checks it against
+// train_micro_batch_size_per_gpu, so a data pipeline that hands the wrong
+// number of samples fails at once instead of training on a different batch
+// than the config says.
+type Sized interface {
+	BatchSize() int
+}
+
+// TokenBatch is a language model's micro-batch: B windows of T token ids,
+// row-major [B, T], and their next-token targets in the same layout.
+type TokenBatch struct {
+	Inputs, Targets []int32
+	B, T            int
+}
+
+// BatchSize is B, the number of sequences.
+func (b TokenBatch) BatchSize() int { return b.B }
+
+// MicroBatch wraps b for an engine: the targets travel with the input.
+func (b TokenBatch) MicroBatch() MicroBatch { return MicroBatch{Input: b} }

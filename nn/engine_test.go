@@ -62,8 +62,7 @@ func TestGPTEngineZeRO2(t *testing.T) {
 		var avg float64
 		for step := 0; step < steps; step++ {
 			b := corpus.MakeBatch(s.Next(B), T)
-			nb := nn.Batch{Inputs: b.Inputs, Targets: b.Targets, B: B, T: T}
-			loss, err := e.TrainBatch(ctx, []model.MicroBatch{{Input: nb, Target: nb}})
+			loss, err := e.TrainBatch(ctx, []model.MicroBatch{b.MicroBatch()})
 			if err != nil {
 				return err
 			}
@@ -129,8 +128,7 @@ func TestGPTHalfPrecisionTracksFloat32(t *testing.T) {
 		for s := 0; s < steps; s++ {
 			idx := []int{4 * s, 4*s + 1, 4*s + 2, 4*s + 3}
 			b := corpus.MakeBatch(idx, 8)
-			nb := nn.Batch{Inputs: b.Inputs, Targets: b.Targets, B: 4, T: 8}
-			loss, err := e.TrainBatch(context.Background(), []model.MicroBatch{{Input: nb, Target: nb}})
+			loss, err := e.TrainBatch(context.Background(), []model.MicroBatch{b.MicroBatch()})
 			if err != nil {
 				t.Fatalf("%s step %d: %v", prec, s, err)
 			}

@@ -57,8 +57,7 @@ func gptCurve(t *testing.T, stage, world, steps int, corpus *data.Tokens) ([]flo
 				idx[i] = step*B + c.Rank()*per + i
 			}
 			b := corpus.MakeBatch(idx, T)
-			nb := nn.Batch{Inputs: b.Inputs, Targets: b.Targets, B: per, T: T}
-			loss, err := e.TrainBatch(ctx, []model.MicroBatch{{Input: nb, Target: nb}})
+			loss, err := e.TrainBatch(ctx, []model.MicroBatch{b.MicroBatch()})
 			if err != nil {
 				return err
 			}

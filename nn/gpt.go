@@ -328,7 +328,7 @@ func (g *GPT) actsFor(l int) *BlockActivations {
 func (g *GPT) Forward(ctx *csrc.Ctx, inputs, targets []int32, b, t int) (float32, error) {
 	g.ctx = ctx
 	bg := context.Background()
-	var act model.Activation = Batch{Inputs: inputs, Targets: targets, B: b, T: t}
+	var act model.Activation = model.TokenBatch{Inputs: inputs, Targets: targets, B: b, T: t}
 	batch := act
 	for _, m := range g.Modules() {
 		out, err := m.Forward(bg, act)

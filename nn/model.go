@@ -13,7 +13,7 @@ import (
 // GPT as a model.Model: the modules are the embedding, each block, and the
 // head (ln_f plus the output projection tied to wte); activations between
 // them are *tensor.Tensor views of the model's residual stream, and the
-// input of the first module is a Batch.
+// input of the first module is a model.TokenBatch.
 //
 // The tied weight belongs to the embedding module only. The head reads its
 // Data during the head's forward and backward, and writes its share of the
@@ -27,13 +27,6 @@ import (
 // copies of the half-precision weights the engine binds (halfweights.go).
 
 var _ model.Model = (*GPT)(nil)
-
-// Batch is one micro-batch of token ids, row-major [B, T]: the input of
-// GPT's first module (and the Target of model.MicroBatch).
-type Batch struct {
-	Inputs, Targets []int32
-	B, T            int
-}
 
 // UseCtx sets the C context the modules run on when driven by an engine
 // (Forward and Backward set it themselves).
@@ -58,14 +51,14 @@ func (g *GPT) needCtx() (*csrc.Ctx, error) {
 	return g.ctx, nil
 }
 
-func asBatch(a model.Activation) (Batch, error) {
+func asBatch(a model.Activation) (model.TokenBatch, error) {
 	switch b := a.(type) {
-	case Batch:
+	case model.TokenBatch:
 		return b, nil
-	case *Batch:
+	case *model.TokenBatch:
 		return *b, nil
 	}
-	return Batch{}, fmt.Errorf("nn.GPT: input is %T, want nn.Batch", a)
+	return model.TokenBatch{}, fmt.Errorf("nn.GPT: input is %T, want model.TokenBatch", a)
 }
 
 func asTensor(what string, a model.Activation) (*tensor.Tensor, error) {
@@ -301,7 +294,11 @@ func (g *GPT) Loss(_ context.Context, out, target model.Activation, gradScale fl
 	if err != nil {
 		return 0, nil, err
 	}
-	if b, err := asBatch(target); err == nil {
+	if target != nil {
+		b, err := asBatch(target)
+		if err != nil {
+			return 0, nil, fmt.Errorf("nn.GPT.Loss: target: %w (or nil: the targets of the input batch)", err)
+		}
 		if len(b.Targets) != s.b*s.t {
 			return 0, nil, fmt.Errorf("nn.GPT.Loss: %d targets for %d x %d tokens", len(b.Targets), s.b, s.t)
 		}

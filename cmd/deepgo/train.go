@@ -174,8 +174,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			mbs := make([]model.MicroBatch, gas)
 			for i := range mbs {
 				b := corpus.MakeBatch(s.Next(B), T)
-				nb := nn.Batch{Inputs: b.Inputs, Targets: b.Targets, B: B, T: T}
-				mbs[i] = model.MicroBatch{Input: nb, Target: nb}
+				mbs[i] = b.MicroBatch()
 			}
 			loss, err := e.TrainBatch(ctx, mbs)
 			if err != nil {

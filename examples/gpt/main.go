@@ -64,8 +64,7 @@ func main() {
 		}
 		for step := 1; step <= steps; step++ {
 			b := corpus.MakeBatch(sampler.Next(batch), seqLen)
-			mb := nn.Batch{Inputs: b.Inputs, Targets: b.Targets, B: batch, T: seqLen}
-			loss, err := engine.TrainBatch(ctx, []model.MicroBatch{{Input: mb, Target: mb}})
+			loss, err := engine.TrainBatch(ctx, []model.MicroBatch{b.MicroBatch()})
 			if err != nil {
 				return err
 			}

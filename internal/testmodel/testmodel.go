@@ -23,6 +23,9 @@ type Batch struct {
 	X          []float32
 }
 
+// BatchSize is Rows, the number of samples (model.Sized).
+func (b Batch) BatchSize() int { return b.Rows }
+
 // Read returns t as float32 (t's own memory for float32, a widened copy
 // for float16 and bfloat16).
 func Read(t *tensor.Tensor) []float32 {
