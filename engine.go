@@ -126,7 +126,7 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 		}
 		e.bind(m)
 		t0 := time.Now()
-		out, err := e.mods[m].Forward(ctx, act)
+		out, err := e.mods[m].Forward(e.moduleCtx(ctx), act)
 		e.timers.Forward += time.Since(t0)
 		if err != nil {
 			return 0, fmt.Errorf("deepgo: forward of module %q: %w", e.mods[m].Name(), err)
@@ -139,7 +139,7 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 	}
 	scale := e.scaler.Scale() / float64(e.batch.GradAccum)
 	t0 := time.Now()
-	loss, g, err := e.model.Loss(ctx, act, mb.Target, scale)
+	loss, g, err := e.model.Loss(e.moduleCtx(ctx), act, mb.Target, scale)
 	e.timers.Forward += time.Since(t0)
 	if err != nil {
 		return 0, fmt.Errorf("deepgo: loss: %w", err)
@@ -164,7 +164,7 @@ func (e *Engine) Backward(ctx context.Context) error {
 		}
 		e.bind(m)
 		t0 := time.Now()
-		gin, err := e.mods[m].Backward(ctx, g)
+		gin, err := e.mods[m].Backward(e.moduleCtx(ctx), g)
 		e.timers.Backward += time.Since(t0)
 		if err != nil {
 			return fmt.Errorf("deepgo: backward of module %q: %w", e.mods[m].Name(), err)
@@ -384,4 +384,10 @@ func (e *Engine) Parameters(ctx context.Context) (map[string][]float32, error) {
 		}
 	}
 	return out, nil
+}
+
+// moduleCtx is ctx carrying the engine's backend, for module and loss
+// calls (backend.FromContext).
+func (e *Engine) moduleCtx(ctx context.Context) context.Context {
+	return backend.NewContext(ctx, e.be)
 }

@@ -22,7 +22,12 @@ type options struct {
 func WithComm(c comm.Comm) Option { return func(o *options) { o.comm = c } }
 
 // WithBackend computes on b (the caller closes it). Without it the engine
-// makes a CPU backend with GOMAXPROCS/world threads and closes it on Close.
+// computes on the backend its comm carries (comm/local and comm/mpi ranks
+// carry their CPU pool, sized by their Options.Threads: the one place the
+// thread count is set), else on a CPU backend of its own with
+// GOMAXPROCS/world threads, closed on Close. Modules reach the engine's
+// backend through backend.FromContext on the context their Forward,
+// Backward and the model's Loss receive.
 func WithBackend(b backend.Backend) Option { return func(o *options) { o.backend = b } }
 
 // WithOptimizer uses a client optimizer instead of the config's

@@ -44,6 +44,13 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	}
 	n := e.c.Size()
 	if e.be == nil {
+		if bc, ok := e.c.(interface{ Backend() backend.Backend }); ok {
+			// comm/local and comm/mpi ranks carry their CPU pool: computing
+			// on it keeps the thread count in one place (their Options).
+			e.be = bc.Backend()
+		}
+	}
+	if e.be == nil {
 		b, err := backend.NewCPU(max(1, runtime.GOMAXPROCS(0)/n))
 		if err != nil {
 			return nil, fmt.Errorf("deepgo.Initialize: %w", err)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
@@ -99,5 +101,69 @@ func TestMicroBatchSizeChecked(t *testing.T) {
 	}
 	if tr.GlobalSteps() != 1 {
 		t.Errorf("global steps %d after one good batch, want 1", tr.GlobalSteps())
+	}
+}
+
+// backendProbe is a one-module model that records the backend its Forward
+// finds in the context.
+type backendProbe struct {
+	*testmodel.MLP
+	seen []backend.Backend
+}
+
+func (p *backendProbe) Modules() []model.Module {
+	return []model.Module{probeModule{p.MLP.Layers[0], p}}
+}
+
+type probeModule struct {
+	*testmodel.Linear
+	p *backendProbe
+}
+
+func (m probeModule) Forward(ctx context.Context, in model.Activation) (model.Activation, error) {
+	b, _ := backend.FromContext(ctx)
+	m.p.seen = append(m.p.seen, b)
+	return m.Linear.Forward(ctx, in)
+}
+
+// A module reaches the engine's backend through its context; without
+// WithBackend that is the comm's CPU pool (the thread count's one place).
+func TestModulesReachTheBackend(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = local.Run(context.Background(), 1, local.Options{Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+		own, err := backend.NewCPU(2)
+		if err != nil {
+			return err
+		}
+		defer own.Close()
+		carried := c.(interface{ Backend() backend.Backend }).Backend()
+		for _, tc := range []struct {
+			opts []deepgo.Option
+			want backend.Backend
+		}{
+			{[]deepgo.Option{deepgo.WithComm(c)}, carried},
+			{[]deepgo.Option{deepgo.WithComm(c), deepgo.WithBackend(own)}, own},
+		} {
+			p := &backendProbe{MLP: testmodel.NewMLP(1, 4, 3)}
+			tr, err := deepgo.Initialize(ctx, cfg, p, tc.opts...)
+			if err != nil {
+				return err
+			}
+			_, err = tr.TrainBatch(ctx, []model.MicroBatch{testmodel.NewDataset(1, 8, 4, 3).Micro(0, 2, 0, 2)})
+			tr.Close()
+			if err != nil {
+				return err
+			}
+			if len(p.seen) != 1 || p.seen[0] != tc.want {
+				return fmt.Errorf("module saw backends %v, want [%v]", p.seen, tc.want.Name())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
