@@ -523,7 +523,7 @@ func (e *Engine) allMean(ctx context.Context, v float64) (float64, error) {
 	if n == 1 {
 		return v, nil
 	}
-	vals, err := e.allGatherInt64(ctx, []int64{int64(math.Float64bits(v))})
+	vals, err := comm.AllGatherInt64s(ctx, e.c, []int64{int64(math.Float64bits(v))})
 	if err != nil {
 		return 0, fmt.Errorf("deepgo: averaging the loss: %w", err)
 	}
@@ -534,33 +534,12 @@ func (e *Engine) allMean(ctx context.Context, v float64) (float64, error) {
 	return s / float64(n), nil
 }
 
-func (e *Engine) allGatherInt64(ctx context.Context, vals []int64) ([]int64, error) {
-	n := e.c.Size()
-	src, err := e.be.Empty(tensor.Int64, len(vals))
-	if err != nil {
-		return nil, err
-	}
-	defer src.Free()
-	dst, err := e.be.Empty(tensor.Int64, len(vals)*n)
-	if err != nil {
-		return nil, err
-	}
-	defer dst.Free()
-	s, _ := src.Int64s()
-	copy(s, vals)
-	if err := e.c.AllGather(ctx, dst, src); err != nil {
-		return nil, err
-	}
-	d, _ := dst.Int64s()
-	return append([]int64(nil), d...), nil
-}
-
 // checkSequence verifies that every rank runs the same module sequence,
 // and names the first module where they differ.
 func (e *Engine) checkSequence(ctx context.Context, seq []int) error {
 	e.forwards++
 	n := e.c.Size()
-	lens, err := e.allGatherInt64(ctx, []int64{int64(len(seq))})
+	lens, err := comm.AllGatherInt64s(ctx, e.c, []int64{int64(len(seq))})
 	if err != nil {
 		return fmt.Errorf("deepgo: checking module order: %w", err)
 	}
@@ -572,7 +551,7 @@ func (e *Engine) checkSequence(ctx context.Context, seq []int) error {
 	for i, m := range seq {
 		mine[i] = nameHash(e.mods[m].Name())
 	}
-	all, err := e.allGatherInt64(ctx, mine)
+	all, err := comm.AllGatherInt64s(ctx, e.c, mine)
 	if err != nil {
 		return fmt.Errorf("deepgo: checking module order: %w", err)
 	}
