@@ -14,7 +14,6 @@ import (
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/optim"
-	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
 )
 
@@ -263,7 +262,7 @@ func (e *Engine) allMean(ctx context.Context, v float64) (float64, error) {
 	if n == 1 {
 		return v, nil
 	}
-	vals, err := e.allGatherInt64(ctx, []int64{int64(math.Float64bits(v))})
+	vals, err := comm.AllGatherInt64s(ctx, e.c, []int64{int64(math.Float64bits(v))})
 	if err != nil {
 		return 0, fmt.Errorf("deepgo: averaging the loss: %w", err)
 	}
@@ -272,27 +271,6 @@ func (e *Engine) allMean(ctx context.Context, v float64) (float64, error) {
 		s += math.Float64frombits(uint64(b))
 	}
 	return s / float64(n), nil
-}
-
-func (e *Engine) allGatherInt64(ctx context.Context, vals []int64) ([]int64, error) {
-	n := e.c.Size()
-	src, err := e.be.Empty(tensor.Int64, len(vals))
-	if err != nil {
-		return nil, err
-	}
-	defer src.Free()
-	dst, err := e.be.Empty(tensor.Int64, len(vals)*n)
-	if err != nil {
-		return nil, err
-	}
-	defer dst.Free()
-	s, _ := src.Int64s()
-	copy(s, vals)
-	if err := e.c.AllGather(ctx, dst, src); err != nil {
-		return nil, err
-	}
-	d, _ := dst.Int64s()
-	return append([]int64(nil), d...), nil
 }
 
 // LR is the learning rate the next optimizer step uses.

@@ -9,6 +9,8 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+
+	"github.com/deepgo-ml/deepgo/comm"
 )
 
 func nameHash(s string) int64 {
@@ -22,9 +24,11 @@ func nameHash(s string) int64 {
 func (e *Engine) checkSequence(ctx context.Context, seq []int) error {
 	e.forwards++
 	n := e.c.Size()
-	lens, err := e.allGatherInt64(ctx, []int64{int64(len(seq))})
+	lens, err := comm.AllGatherInt64s(ctx, e.c, []int64{int64(len(seq))})
 	if err != nil {
-		return fmt.Errorf("deepgo: checking module order: %w", err)
+		// The first collective of a forward: a rank that skipped this step
+		// (or died) shows up here, not as a module-order problem.
+		return fmt.Errorf("deepgo: forward %d: not every data-parallel rank joined this step (a rank skipped it, stopped or failed): %w", e.forwards, err)
 	}
 	longest := 0
 	for _, l := range lens {
@@ -34,9 +38,9 @@ func (e *Engine) checkSequence(ctx context.Context, seq []int) error {
 	for i, m := range seq {
 		mine[i] = nameHash(e.mods[m].Name())
 	}
-	all, err := e.allGatherInt64(ctx, mine)
+	all, err := comm.AllGatherInt64s(ctx, e.c, mine)
 	if err != nil {
-		return fmt.Errorf("deepgo: checking module order: %w", err)
+		return fmt.Errorf("deepgo: forward %d: comparing the ranks' module sequences: %w", e.forwards, err)
 	}
 	name := func(h int64) string {
 		if h == 0 {

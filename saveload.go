@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
+	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -522,72 +523,17 @@ func (e *Engine) paramIndex(name string) ([2]int, bool) {
 	return [2]int{}, false
 }
 
-// agree is a collective: every rank passes its outcome of op and gets nil
-// only if every rank succeeded; otherwise its own error, or one naming the
-// first failing rank and its message.
+// agree is comm.Agree in the engine's words: every rank gets nil only if
+// every rank succeeded at op; a rank that failed gets its own error, the
+// others a *comm.RankError read "deepgo: Save failed on rank 1: ...".
 func (e *Engine) agree(ctx context.Context, op string, err error) error {
-	if e.c.Size() == 1 {
-		return err
+	aerr := comm.Agree(ctx, e.c, op, err)
+	var re *comm.RankError
+	if err != nil && errors.As(aerr, &re) {
+		return err // this rank's own failure reads best unwrapped
 	}
-	msg := ""
-	if err != nil {
-		msg = cmpOr(err.Error(), "error")
-	}
-	all, gerr := e.allGatherBytes(ctx, []byte(msg))
-	if gerr != nil {
-		return errors.Join(err, fmt.Errorf("deepgo: %s: ranks could not agree: %w", op, gerr))
-	}
-	if err != nil {
-		return err
-	}
-	for r, m := range all {
-		if len(m) > 0 {
-			return fmt.Errorf("deepgo: %s failed on rank %d: %s", op, r, m)
-		}
+	if aerr != nil {
+		return fmt.Errorf("deepgo: %w", aerr)
 	}
 	return nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-// allGatherBytes gives every rank every rank's b, in rank order.
-func (e *Engine) allGatherBytes(ctx context.Context, b []byte) ([][]byte, error) {
-	lens, err := e.allGatherInt64(ctx, []int64{int64(len(b))})
-	if err != nil {
-		return nil, err
-	}
-	width := int64(1)
-	for _, l := range lens {
-		width = max(width, l)
-	}
-	words := int((width + 7) / 8)
-	mine := make([]int64, words)
-	buf := make([]byte, words*8)
-	copy(buf, b)
-	for i := range mine {
-		for k := range 8 {
-			mine[i] |= int64(buf[i*8+k]) << (8 * k)
-		}
-	}
-	all, err := e.allGatherInt64(ctx, mine)
-	if err != nil {
-		return nil, err
-	}
-	out := make([][]byte, len(lens))
-	for r := range out {
-		rb := make([]byte, words*8)
-		for i := range words {
-			v := all[r*words+i]
-			for k := range 8 {
-				rb[i*8+k] = byte(v >> (8 * k))
-			}
-		}
-		out[r] = rb[:lens[r]]
-	}
-	return out, nil
 }

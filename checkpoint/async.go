@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -62,7 +63,7 @@ func (a *AsyncSaver) Save(ctx context.Context, tag string, st *State) error {
 		return fmt.Errorf("checkpoint: previous background save failed: %w", err)
 	}
 	o := a.opts
-	o.Tag = cmpOr(tag, DefaultTag(st.Step))
+	o.Tag = cmp.Or(tag, DefaultTag(st.Step))
 	if err := AgreeTag(ctx, o.Comm, o.Tag); err != nil {
 		return err
 	}

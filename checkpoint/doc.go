@@ -43,8 +43,8 @@
 // Collectives. Save, AgreeTag and VerifyReplicated are collectives over a
 // comm.Comm: a rank missing or calling something else makes every rank
 // fail within the group's timeout instead of hanging; a failure on one
-// rank makes every rank fail with a *RankError naming it. AsyncSaver runs
-// saves in the background on a group of its own.
+// rank makes every rank fail with a *comm.RankError naming it. AsyncSaver
+// runs saves in the background on a group of its own.
 //
 // Files go through vfs.FS, so tests inject faults (vfs.DiskFull,
 // vfs.OnOp) and check what a failed save leaves behind.

@@ -58,21 +58,16 @@ func VerifyReplicated(ctx context.Context, c comm.Comm, ts []Named) error {
 		return nil
 	}
 	n, w := len(ts), c.Size()
-	all, err := tensor.Empty(tensor.Int64, w*n)
-	if err != nil {
-		return err
-	}
-	defer all.Free()
-	mine, _ := all.Slice(c.Rank()*n, n)
-	hs, _ := all.Int64s()
+	mine := make([]int64, n)
 	for i, t := range ts {
 		h, err := Hash(t.Tensor)
 		if err != nil {
 			return fmt.Errorf("checkpoint: hashing %q: %w", t.Name, err)
 		}
-		hs[c.Rank()*n+i] = int64(h)
+		mine[i] = int64(h)
 	}
-	if err := c.AllGather(ctx, all, mine); err != nil {
+	hs, err := comm.AllGatherInt64s(ctx, c, mine)
+	if err != nil {
 		return fmt.Errorf("checkpoint: comparing replicated tensors: %w", err)
 	}
 	var e *ReplicaMismatchError

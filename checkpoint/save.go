@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -87,7 +88,7 @@ func worldOf(c comm.Comm) int {
 // Save writes st, this rank's state, as part of one checkpoint. It is a
 // collective over o.Comm, and it is atomic and durable:
 //
-//  1. the ranks agree on the tag (a *TagMismatchError on every rank if
+//  1. the ranks agree on the tag (a *comm.MismatchError on every rank if
 //     they differ; a comm error within the group timeout if some rank
 //     does not call Save);
 //  2. rank 0 prepares <dir>/.tmp.<tag> (removing leftovers of interrupted
@@ -99,7 +100,7 @@ func worldOf(c comm.Comm) int {
 //     and only then rotates out old checkpoints.
 //
 // A crash at any point leaves the previous checkpoints and latest intact.
-// Any rank's failure makes Save fail on every rank with a *RankError
+// Any rank's failure makes Save fail on every rank with a *comm.RankError
 // naming it. Saving under the tag latest names is refused.
 func Save(ctx context.Context, o Options, st *State) (*Result, error) {
 	c := o.Comm
@@ -136,7 +137,7 @@ func Save(ctx context.Context, o Options, st *State) (*Result, error) {
 	if err == nil {
 		body, err = json.Marshal(rm)
 	}
-	all, gerr := allGatherBytes(ctx, c, body)
+	all, gerr := comm.AllGatherBytes(ctx, c, body)
 	if gerr != nil {
 		return nil, fmt.Errorf("checkpoint: collecting rank manifests of %s: %w", tag, gerr)
 	}
@@ -158,7 +159,7 @@ func checkState(o Options, st *State) error {
 	default:
 		return fmt.Errorf("checkpoint type %q: want %q or %q", o.Type, TypeSharded, TypeBlob)
 	}
-	if err := validTag(cmpOr(o.Tag, DefaultTag(st.Step))); err != nil {
+	if err := validTag(cmp.Or(o.Tag, DefaultTag(st.Step))); err != nil {
 		return err
 	}
 	seen := map[string]bool{}
@@ -185,13 +186,6 @@ func checkState(o Options, st *State) error {
 		seen[e.Name] = true
 	}
 	return nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func prepare(fsys vfs.FS, dir, tag, stage string) error {
@@ -230,7 +224,7 @@ func writeRank(ctx context.Context, o Options, st *State, tag, stage string) (*R
 	for _, e := range ents {
 		g := ""
 		if o.Type != TypeBlob {
-			g = cmpOr(e.File, "model")
+			g = cmp.Or(e.File, "model")
 		}
 		if _, ok := byGroup[g]; !ok {
 			groups = append(groups, g)
@@ -350,7 +344,7 @@ func commit(o Options, st *State, tag, stage, final string, ranks [][]byte) ([]s
 	fsys := o.fs()
 	m := &Manifest{
 		Format: Format, Version: Version, Tag: tag, Step: st.Step, World: len(ranks),
-		Topology: st.Topology, ZeroStage: st.ZeroStage, CheckpointType: cmpOr(o.Type, TypeSharded),
+		Topology: st.Topology, ZeroStage: st.ZeroStage, CheckpointType: cmp.Or(o.Type, TypeSharded),
 		Gathered: o.Gathered, Config: st.Config, Params: st.Params,
 	}
 	for r, b := range ranks {

@@ -121,7 +121,7 @@ func TestSaveTagMismatch(t *testing.T) {
 		return err
 	})
 	for r, err := range errs {
-		var tm *TagMismatchError
+		var tm *comm.MismatchError
 		if !errors.As(err, &tm) || !strings.Contains(err.Error(), `rank 2 has "global_step2"`) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
@@ -163,7 +163,7 @@ func TestSaveFailureOnOneRankFailsAll(t *testing.T) {
 		return err
 	})
 	for r, err := range errs {
-		var re *RankError
+		var re *comm.RankError
 		if !errors.As(err, &re) || len(re.Errs) != 1 || re.Errs[1] == "" {
 			t.Fatalf("rank %d: %v", r, err)
 		}

@@ -4,6 +4,8 @@
 // out on a named Grid (pipe, data, model, seq) with DeepSpeed's rank
 // mapping, an environment rendezvous (torchrun, the DeepSpeed launcher or
 // mpirun) over a small TCP Store, and the errors every backend returns.
+// Small agreements built on AllGather (AllGatherBytes, AllGatherInt64s,
+// Agree, AgreeString) let every rank reach the same verdict.
 //
 // Backends live in subpackages: comm/local runs N ranks as goroutines over
 // shared memory (the default on one machine and the engine of every

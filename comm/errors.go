@@ -15,7 +15,8 @@ var (
 	ErrAborted = errors.New("aborted")
 	// ErrMismatch: ranks made different calls (operation, dtype, element
 	// count, root or operator) at the same point of the sequence, or
-	// disagree on a configuration (AgreeOnConfig).
+	// disagree on a configuration (AgreeOnConfig) or a value (AgreeString,
+	// whose *MismatchError wraps it).
 	ErrMismatch = errors.New("mismatched calls")
 	// ErrInvalid: a bad argument on the calling rank.
 	ErrInvalid = errors.New("invalid argument")

@@ -9,7 +9,6 @@ import "C"
 
 import (
 	"context"
-	"fmt"
 	"time"
 	"unsafe"
 
@@ -51,17 +50,7 @@ type work struct {
 func (w *work) Done() <-chan struct{} { return w.done }
 
 func (w *work) Wait(ctx context.Context) error {
-	select {
-	case <-w.done:
-		return w.err
-	default:
-	}
-	select {
-	case <-w.done:
-		return w.err
-	case <-ctx.Done():
-		return w.c.errorf(w.op, fmt.Errorf("Wait gave up, the operation continues: %w", ctx.Err()))
-	}
+	return comm.WaitDone(ctx, w.done, func() error { return w.err }, w.op, w.c.name, w.c.rank)
 }
 
 func (w *work) finish(err error) *work {

@@ -60,18 +60,7 @@ type work struct {
 func (w *work) Done() <-chan struct{} { return w.done }
 
 func (w *work) Wait(ctx context.Context) error {
-	select {
-	case <-w.done:
-		return w.err
-	default:
-	}
-	select {
-	case <-w.done:
-		return w.err
-	case <-ctx.Done():
-		return &comm.Error{Op: w.call.Op.String(), Group: w.c.g.name, Rank: w.c.rank,
-			Err: fmt.Errorf("Wait gave up, the operation continues: %w", ctx.Err())}
-	}
+	return comm.WaitDone(ctx, w.done, func() error { return w.err }, w.call.Op, w.c.g.name, w.c.rank)
 }
 
 func (c *rankComm) errorf(op comm.OpKind, ranks []int, err error) *comm.Error {

@@ -207,17 +207,7 @@ type op struct {
 func (o *op) Done() <-chan struct{} { return o.done }
 
 func (o *op) Wait(ctx context.Context) error {
-	select {
-	case <-o.done:
-		return o.err
-	default:
-	}
-	select {
-	case <-o.done:
-		return o.err
-	case <-ctx.Done():
-		return o.c.errorf(o.call.Op, nil, fmt.Errorf("Wait gave up, the operation continues: %w", ctx.Err()))
-	}
+	return comm.WaitDone(ctx, o.done, func() error { return o.err }, o.call.Op, o.c.name, o.c.rank)
 }
 
 func (c *mpiComm) errorf(k comm.OpKind, ranks []int, err error) *comm.Error {

@@ -1,0 +1,301 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/comm/local"
+)
+
+// onRanks runs fn on every rank of a fresh local world of n ranks but
+// those in absent, concurrently, and returns each rank's error (nil for
+// the absent ones).
+func onRanks(t *testing.T, n int, timeout time.Duration, absent []int, fn func(c comm.Comm) error) []error {
+	t.Helper()
+	w, err := local.NewWorld(n, local.Options{Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		skip := false
+		for _, a := range absent {
+			skip = skip || a == r
+		}
+		if !skip {
+			wg.Go(func() { errs[r] = fn(w.Comm(r)) })
+		}
+	}
+	wg.Wait()
+	return errs
+}
+
+var worlds = []int{1, 2, 4}
+
+func TestAllGatherBytes(t *testing.T) {
+	cases := []struct {
+		name string
+		of   func(r int) []byte
+	}{
+		{"equal", func(r int) []byte { return []byte{byte(r), 7, 8} }},
+		{"different lengths", func(r int) []byte { return []byte(strings.Repeat("ab", r) + "!") }},
+		{"some empty", func(r int) []byte { return make([]byte, r%2*5) }},
+		{"all empty", func(int) []byte { return nil }},
+	}
+	for _, n := range worlds {
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("n=%d/%s", n, tc.name), func(t *testing.T) {
+				want := make([][]byte, n)
+				for r := range want {
+					want[r] = tc.of(r)
+				}
+				errs := onRanks(t, n, 10*time.Second, nil, func(c comm.Comm) error {
+					got, err := comm.AllGatherBytes(context.Background(), c, tc.of(c.Rank()))
+					if err != nil {
+						return err
+					}
+					if len(got) != n {
+						return fmt.Errorf("got %d parts, want %d", len(got), n)
+					}
+					for r := range got {
+						if string(got[r]) != string(want[r]) {
+							return fmt.Errorf("part %d is %q, want %q", r, got[r], want[r])
+						}
+					}
+					return nil
+				})
+				for r, err := range errs {
+					if err != nil {
+						t.Errorf("rank %d: %v", r, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestAllGatherInt64s(t *testing.T) {
+	for _, n := range worlds {
+		for _, k := range []int{0, 1, 3} {
+			t.Run(fmt.Sprintf("n=%d/k=%d", n, k), func(t *testing.T) {
+				of := func(r int) []int64 {
+					v := make([]int64, k)
+					for i := range v {
+						v[i] = int64(r)<<40 - int64(i) // sign and high bits survive
+					}
+					return v
+				}
+				var want []int64
+				for r := range n {
+					want = append(want, of(r)...)
+				}
+				errs := onRanks(t, n, 10*time.Second, nil, func(c comm.Comm) error {
+					got, err := comm.AllGatherInt64s(context.Background(), c, of(c.Rank()))
+					if err != nil {
+						return err
+					}
+					if len(got) != len(want) || (len(want) > 0 && !reflect.DeepEqual(got, want)) {
+						return fmt.Errorf("got %v, want %v", got, want)
+					}
+					return nil
+				})
+				for r, err := range errs {
+					if err != nil {
+						t.Errorf("rank %d: %v", r, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// Ranks passing different numbers of values all fail with ErrMismatch.
+func TestAllGatherInt64sUnequal(t *testing.T) {
+	for _, n := range []int{2, 4} {
+		errs := onRanks(t, n, 10*time.Second, nil, func(c comm.Comm) error {
+			_, err := comm.AllGatherInt64s(context.Background(), c, make([]int64, 1+c.Rank()/(n-1)))
+			return err
+		})
+		for r, err := range errs {
+			if !errors.Is(err, comm.ErrMismatch) {
+				t.Errorf("n=%d rank %d: %v, want ErrMismatch", n, r, err)
+			}
+		}
+	}
+}
+
+func TestAgree(t *testing.T) {
+	errOf := func(r int) error { return fmt.Errorf("disk full on rank %d", r) }
+	cases := []struct {
+		name    string
+		failing []int // ranks that pass an error; -1 means an empty message
+		want    map[int]string
+	}{
+		{"all succeed", nil, nil},
+		{"rank 0 fails", []int{0}, map[int]string{0: "disk full on rank 0"}},
+		{"last rank fails", []int{3}, map[int]string{3: "disk full on rank 3"}},
+		{"two fail", []int{1, 2}, map[int]string{1: "disk full on rank 1", 2: "disk full on rank 2"}},
+		{"empty message", []int{-1}, map[int]string{0: "error"}},
+	}
+	for _, n := range worlds {
+		for _, tc := range cases {
+			fails := map[int]error{}
+			want := map[int]string{}
+			for _, r := range tc.failing {
+				if r == -1 {
+					fails[0] = errors.New("")
+				} else if r < n {
+					fails[r] = errOf(r)
+				}
+			}
+			for r, m := range tc.want {
+				if r < n {
+					want[r] = m
+				}
+			}
+			t.Run(fmt.Sprintf("n=%d/%s", n, tc.name), func(t *testing.T) {
+				errs := onRanks(t, n, 10*time.Second, nil, func(c comm.Comm) error {
+					return comm.Agree(context.Background(), c, "write step7", fails[c.Rank()])
+				})
+				for r, err := range errs {
+					if len(want) == 0 {
+						if err != nil {
+							t.Errorf("rank %d: %v, want nil", r, err)
+						}
+						continue
+					}
+					var re *comm.RankError
+					switch {
+					case !errors.As(err, &re):
+						t.Errorf("rank %d: %v (%T), want a *comm.RankError", r, err, err)
+					case re.Phase != "write step7" || !reflect.DeepEqual(re.Errs, want):
+						t.Errorf("rank %d: phase %q errs %v, want %v", r, re.Phase, re.Errs, want)
+					case re.Local != fails[r]:
+						t.Errorf("rank %d: Local %v, want %v", r, re.Local, fails[r])
+					case fails[r] != nil && !errors.Is(err, fails[r]):
+						t.Errorf("rank %d: %v does not unwrap to its own error", r, err)
+					case err.Error() != errs[0].Error():
+						t.Errorf("rank %d says %q, rank 0 %q", r, err, errs[0])
+					case !strings.HasPrefix(err.Error(), "write step7 failed on rank "):
+						t.Errorf("rank %d: %q", r, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestAgreeString(t *testing.T) {
+	cases := []struct {
+		name string
+		of   func(r int) string
+		diff string // a substring of the error; "" for agreement
+	}{
+		{"same", func(int) string { return "global_step3" }, ""},
+		{"empty", func(int) string { return "" }, ""},
+		{"last differs", func(r int) string { return fmt.Sprintf("step%d", r/3) }, `rank 3 has "step1"`},
+		{"rank 0 differs", func(r int) string { return fmt.Sprintf("x%d", min(r, 1)) }, `rank 0 has "x0", rank 1 has "x1"`},
+	}
+	for _, n := range worlds {
+		for _, tc := range cases {
+			values := make([]string, n)
+			agreed := true
+			for r := range values {
+				values[r] = tc.of(r)
+				agreed = agreed && values[r] == values[0]
+			}
+			t.Run(fmt.Sprintf("n=%d/%s", n, tc.name), func(t *testing.T) {
+				errs := onRanks(t, n, 10*time.Second, nil, func(c comm.Comm) error {
+					return comm.AgreeString(context.Background(), c, "tag", tc.of(c.Rank()))
+				})
+				for r, err := range errs {
+					var me *comm.MismatchError
+					switch {
+					case agreed && err != nil:
+						t.Errorf("rank %d: %v, want nil", r, err)
+					case agreed:
+					case !errors.As(err, &me) || !errors.Is(err, comm.ErrMismatch):
+						t.Errorf("rank %d: %v (%T), want a *comm.MismatchError", r, err, err)
+					case me.What != "tag" || !reflect.DeepEqual(me.Values, values):
+						t.Errorf("rank %d: %q %q, want tag %q", r, me.What, me.Values, values)
+					case !strings.HasPrefix(err.Error(), "ranks disagree on the tag: rank 0 has ") || !strings.Contains(err.Error(), tc.diff):
+						t.Errorf("rank %d: %q does not name %s", r, err, tc.diff)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A rank that never joins makes every other rank fail within the group's
+// timeout, with a comm *Error naming it, whichever helper they call.
+func TestAgreementMissingRank(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	ctx := context.Background()
+	helpers := []struct {
+		name string
+		call func(c comm.Comm) error
+	}{
+		{"AllGatherBytes", func(c comm.Comm) error { _, err := comm.AllGatherBytes(ctx, c, []byte("x")); return err }},
+		{"AllGatherInt64s", func(c comm.Comm) error { _, err := comm.AllGatherInt64s(ctx, c, []int64{1}); return err }},
+		{"Agree", func(c comm.Comm) error { return comm.Agree(ctx, c, "commit", nil) }},
+		{"Agree failing", func(c comm.Comm) error { return comm.Agree(ctx, c, "commit", errors.New("bad")) }},
+		{"AgreeString", func(c comm.Comm) error { return comm.AgreeString(ctx, c, "tag", "a") }},
+	}
+	for _, n := range []int{2, 4} {
+		for _, h := range helpers {
+			t.Run(fmt.Sprintf("n=%d/%s", n, h.name), func(t *testing.T) {
+				absent := n - 1
+				start := time.Now()
+				errs := onRanks(t, n, timeout, []int{absent}, h.call)
+				elapsed := time.Since(start)
+				if elapsed > timeout+time.Second {
+					t.Errorf("took %v, want <= %v", elapsed, timeout+time.Second)
+				}
+				for r, err := range errs {
+					if r == absent {
+						continue
+					}
+					var ce *comm.Error
+					switch {
+					case !errors.Is(err, comm.ErrTimeout) || !errors.As(err, &ce):
+						t.Errorf("rank %d: %v, want a comm timeout", r, err)
+					case !reflect.DeepEqual(ce.Ranks, []int{absent}):
+						t.Errorf("rank %d: %v blames %v, want [%d]", r, err, ce.Ranks, absent)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A nil Comm is a world of one.
+func TestAgreementNilComm(t *testing.T) {
+	ctx := context.Background()
+	if b, err := comm.AllGatherBytes(ctx, nil, []byte("ab")); err != nil || len(b) != 1 || string(b[0]) != "ab" {
+		t.Errorf("AllGatherBytes: %q, %v", b, err)
+	}
+	if v, err := comm.AllGatherInt64s(ctx, nil, []int64{-5, 6}); err != nil || !reflect.DeepEqual(v, []int64{-5, 6}) {
+		t.Errorf("AllGatherInt64s: %v, %v", v, err)
+	}
+	if err := comm.AgreeString(ctx, nil, "tag", "t"); err != nil {
+		t.Errorf("AgreeString: %v", err)
+	}
+	if err := comm.Agree(ctx, nil, "p", nil); err != nil {
+		t.Errorf("Agree: %v", err)
+	}
+	bad := errors.New("bad")
+	var re *comm.RankError
+	if err := comm.Agree(ctx, nil, "p", bad); !errors.As(err, &re) || !errors.Is(err, bad) || err.Error() != "p failed on rank 0: bad" {
+		t.Errorf("Agree failing: %v", err)
+	}
+}
