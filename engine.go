@@ -348,7 +348,7 @@ func (e *Engine) Close() error {
 }
 
 // Parameters returns the full fp32 master weights (the parameters for
-// fp32 models) keyed "module.param". It is a collective: every rank must
+// fp32 models) keyed by model.Param.Name. It is a collective: every rank must
 // call it.
 func (e *Engine) Parameters(ctx context.Context) (map[string][]float32, error) {
 	all, err := e.z.GatherMaster(ctx)
@@ -358,7 +358,7 @@ func (e *Engine) Parameters(ctx context.Context) (map[string][]float32, error) {
 	out := map[string][]float32{}
 	for m, ps := range e.params {
 		for j, p := range ps {
-			out[e.mods[m].Name()+"."+p.Name] = all[m][j]
+			out[p.Name] = all[m][j]
 		}
 	}
 	return out, nil

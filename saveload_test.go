@@ -57,12 +57,12 @@ func (s segment) train(t testing.TB) (map[string][]float32, []json.RawMessage, e
 		}
 		defer e.Close()
 		if s.load != "" {
-			cl, err := e.Load(ctx, s.load, "")
+			res, err := e.Load(ctx, s.load, deepgo.LoadOptions{})
 			if err != nil {
 				return err
 			}
 			mu.Lock()
-			clients[c.Rank()] = cl
+			clients[c.Rank()] = res.ClientState
 			mu.Unlock()
 			if e.GlobalSteps() != s.from {
 				return fmt.Errorf("rank %d: loaded global steps %d, want %d", c.Rank(), e.GlobalSteps(), s.from)
@@ -84,7 +84,7 @@ func (s segment) train(t testing.TB) (map[string][]float32, []json.RawMessage, e
 			if s.async {
 				save = e.SaveAsync
 			}
-			if err := save(ctx, s.save, "", cl); err != nil {
+			if err := save(ctx, s.save, deepgo.SaveOptions{ClientState: cl}); err != nil {
 				return err
 			}
 		}
@@ -301,7 +301,7 @@ func TestCheckpointCorruptLoad(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		_, lerr := e.Load(ctx, dir, "")
+		_, lerr := e.Load(ctx, dir, deepgo.LoadOptions{})
 		if lerr == nil {
 			return fmt.Errorf("rank %d: Load of a damaged checkpoint succeeded", c.Rank())
 		}
@@ -360,7 +360,7 @@ func TestCheckpointLoadMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	_, err = e.Load(context.Background(), dir, "")
+	_, err = e.Load(context.Background(), dir, deepgo.LoadOptions{})
 	if err == nil || !strings.Contains(err.Error(), `"fc2.weight"`) {
 		t.Fatalf("Load into another model: %v", err)
 	}
@@ -455,10 +455,10 @@ func TestCheckpointMidAccumulation(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if err := e.Save(ctx, dir, "", nil); err == nil || !strings.Contains(err.Error(), "between optimizer steps") {
+	if err := e.Save(ctx, dir, deepgo.SaveOptions{}); err == nil || !strings.Contains(err.Error(), "between optimizer steps") {
 		t.Fatalf("Save mid-accumulation: %v", err)
 	}
-	if _, err := e.Load(ctx, dir, ""); err == nil || !strings.Contains(err.Error(), "between optimizer steps") {
+	if _, err := e.Load(ctx, dir, deepgo.LoadOptions{}); err == nil || !strings.Contains(err.Error(), "between optimizer steps") {
 		t.Fatalf("Load mid-accumulation: %v", err)
 	}
 }

@@ -114,6 +114,7 @@ func (e *Engine) declare(net model.Model) ([]zero.ModuleSpec, error) {
 	}
 	e.index = map[string]int{}
 	e.hashes = map[int64]string{}
+	owner := map[string]string{} // parameter name -> module
 	specs := make([]zero.ModuleSpec, len(e.mods))
 	e.params = make([][]*model.Param, len(e.mods))
 	for i, m := range e.mods {
@@ -133,6 +134,13 @@ func (e *Engine) declare(net model.Model) ([]zero.ModuleSpec, error) {
 			if p == nil {
 				return nil, fmt.Errorf("deepgo.Initialize: module %q param %d is nil", name, j)
 			}
+			if p.Name == "" {
+				return nil, fmt.Errorf("deepgo.Initialize: module %q param %d has no name", name, j)
+			}
+			if other, dup := owner[p.Name]; dup {
+				return nil, fmt.Errorf("deepgo.Initialize: parameter name %q is used twice (modules %q and %q): model.Param.Name is the model-wide name, as PyTorch's named_parameters gives it (e.g. %q)", p.Name, other, name, name+"."+p.Name)
+			}
+			owner[p.Name] = name
 			specs[i].Params[j] = zero.ParamSpec{Name: p.Name, Shape: p.Shape}
 		}
 	}

@@ -2,7 +2,6 @@ package deepgo
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -34,9 +33,10 @@ type Trainer interface {
 	// the optimizer.
 	Step(ctx context.Context) error
 	// Save writes a checkpoint (a collective; see Engine.Save).
-	Save(ctx context.Context, dir, tag string, client json.RawMessage) error
-	// Load restores a checkpoint and returns this rank's client state.
-	Load(ctx context.Context, dir, tag string) (json.RawMessage, error)
+	Save(ctx context.Context, dir string, opts SaveOptions) error
+	// Load restores a checkpoint (a collective; see Engine.Load) and says
+	// which one, with this rank's client state.
+	Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error)
 	// Parameters gathers the full fp32 parameters keyed by name (a
 	// collective).
 	Parameters(ctx context.Context) (map[string][]float32, error)

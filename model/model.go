@@ -46,11 +46,22 @@ type TPLayout struct {
 // release, nil otherwise); Grad is where Backward must ADD (+=) the
 // gradient of the loss with respect to Data, in the same dtype, valid
 // during Backward. Modules must not keep either across calls.
+//
+// Name is the parameter's full name in the model, the name PyTorch's
+// model.named_parameters() and a Hugging Face state dict give it
+// ("transformer.h.0.attn.c_attn.weight", "fc1.weight"): unique within the
+// model, used as is by the engine in Parameters(), checkpoints and errors,
+// and never prefixed with the module's name. Keep names stable across
+// versions of a model; when one must change, list the old one in Aliases
+// so that checkpoints written under it still load.
 type Param struct {
 	Name  string
 	Shape []int
 	Data  *tensor.Tensor
 	Grad  *tensor.Tensor
+	// Aliases are former names of the parameter, accepted when loading a
+	// checkpoint that has no entry under Name.
+	Aliases []string
 	// Parallel marks the tensor-parallel layout (Replicated by default).
 	Parallel TPLayout
 }

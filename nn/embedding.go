@@ -15,10 +15,15 @@ type Embedding struct {
 	Tok, Pos             *model.Param
 }
 
-// NewEmbedding declares name.wte [vocab, width] and name.wpe [maxSeq, width].
+// NewEmbedding declares name.wte.weight [vocab, width] and name.wpe.weight
+// [maxSeq, width], the Hugging Face GPT-2 names.
 func NewEmbedding(name string, vocab, maxSeq, width int) *Embedding {
-	return &Embedding{Vocab: vocab, MaxSeq: maxSeq, Width: width,
-		Tok: newParam(name+".wte", vocab, width), Pos: newParam(name+".wpe", maxSeq, width)}
+	e := &Embedding{Vocab: vocab, MaxSeq: maxSeq, Width: width,
+		Tok: newParam(name+".wte.weight", vocab, width), Pos: newParam(name+".wpe.weight", maxSeq, width)}
+	// Before the Hugging Face names the tables were name.wte and name.wpe.
+	e.Tok.Aliases = []string{name + ".wte"}
+	e.Pos.Aliases = []string{name + ".wpe"}
+	return e
 }
 
 // Params lists Tok then Pos.

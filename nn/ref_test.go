@@ -213,7 +213,7 @@ func accv(dst, src []float64) {
 func refGPT(cfg GPTConfig, p map[string][]float64, grads map[string][]float64, in, tg []int32, B, T int) float64 {
 	C, V, N, NH := cfg.Width, cfg.Vocab, B*T, cfg.Heads
 	HS := C / NH
-	wte, wpe := p["transformer.wte"], p["transformer.wpe"]
+	wte, wpe := p["transformer.wte.weight"], p["transformer.wpe.weight"]
 	x := make([]float64, N*C)
 	for r := 0; r < N; r++ {
 		for i := 0; i < C; i++ {
@@ -243,7 +243,7 @@ func refGPT(cfg GPTConfig, p map[string][]float64, grads map[string][]float64, i
 	}
 	g := func(name string) []float64 { return grads[name] }
 	dlnf := make([]float64, N*C)
-	refLinearBack(dlnf, g("transformer.wte"), nil, dlogits, lnf, wte, N, C, V)
+	refLinearBack(dlnf, g("transformer.wte.weight"), nil, dlogits, lnf, wte, N, C, V)
 	dx := make([]float64, N*C)
 	refLNBack(dx, g("transformer.ln_f.weight"), g("transformer.ln_f.bias"), dlnf, x, p["transformer.ln_f.weight"], mf, rf, N, C)
 	for l := cfg.Layers - 1; l >= 0; l-- {
@@ -268,8 +268,8 @@ func refGPT(cfg GPTConfig, p map[string][]float64, grads map[string][]float64, i
 	}
 	for r := 0; r < N; r++ {
 		for i := 0; i < C; i++ {
-			g("transformer.wte")[int(in[r])*C+i] += dx[r*C+i]
-			g("transformer.wpe")[(r%T)*C+i] += dx[r*C+i]
+			g("transformer.wte.weight")[int(in[r])*C+i] += dx[r*C+i]
+			g("transformer.wpe.weight")[(r%T)*C+i] += dx[r*C+i]
 		}
 	}
 	return loss

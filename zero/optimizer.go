@@ -318,7 +318,7 @@ func (z *Optimizer) init(ctx context.Context, initial func(m, p int) *tensor.Ten
 			defer tmp.Free()
 			for _, s := range unit.Slots {
 				src := initial(s.Module, s.Param)
-				name := z.mods[s.Module].Name + "." + z.mods[s.Module].Params[s.Param].Name
+				name := z.mods[s.Module].Params[s.Param].Name
 				if src == nil {
 					return fmt.Errorf("zero: parameter %s has no initial value", name)
 				}

@@ -58,7 +58,7 @@ func newAffineModel() affineModel {
 				v[x] = float32(k) / 8
 			}
 			t, _ := tensor.FromFloat32(v, s...)
-			a.ps = append(a.ps, &model.Param{Name: []string{"weight", "bias"}[j], Shape: s, Data: t})
+			a.ps = append(a.ps, &model.Param{Name: a.name + "." + []string{"weight", "bias"}[j], Shape: s, Data: t})
 		}
 		m = append(m, a)
 	}
@@ -84,7 +84,7 @@ func TestCkptConsolidateEngine(t *testing.T) {
 			return err
 		}
 		defer e.Close()
-		if err := e.Save(ctx, dir, "", nil); err != nil {
+		if err := e.Save(ctx, dir, deepgo.SaveOptions{}); err != nil {
 			return err
 		}
 		p, err := e.Parameters(ctx)

@@ -40,12 +40,12 @@ func resume(ctx context.Context, cfg *config.Config, e deepgo.Trainer, s *data.D
 	if _, err := os.Stat(filepath.Join(dir, "latest")); errors.Is(err, fs.ErrNotExist) {
 		return 1, nil
 	}
-	client, err := e.Load(ctx, dir, "")
+	res, err := e.Load(ctx, dir, deepgo.LoadOptions{})
 	if err != nil {
 		return 0, fmt.Errorf("resume from %s: %w", dir, err)
 	}
 	var st trainState
-	if err := json.Unmarshal(client, &st); err != nil {
+	if err := json.Unmarshal(res.ClientState, &st); err != nil {
 		return 0, fmt.Errorf("resume from %s: client state: %w", dir, err)
 	}
 	if err := s.SetPosition(st.Sampler); err != nil {
@@ -61,7 +61,7 @@ func save(ctx context.Context, cfg *config.Config, e deepgo.Trainer, s *data.Dis
 	if err != nil {
 		return err
 	}
-	if err := e.Save(ctx, cfg.Checkpoint.SaveDir, "", client); err != nil {
+	if err := e.Save(ctx, cfg.Checkpoint.SaveDir, deepgo.SaveOptions{ClientState: client}); err != nil {
 		return fmt.Errorf("checkpoint to %s: %w", cfg.Checkpoint.SaveDir, err)
 	}
 	return nil

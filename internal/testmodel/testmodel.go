@@ -83,7 +83,7 @@ type Linear struct {
 	InjectInf func() bool
 }
 
-// NewLinear declares a Linear with weights and bias drawn uniformly from
+// NewLinear declares a Linear (parameters name.weight and name.bias) with weights and bias drawn uniformly from
 // ±1/√in (torch's default), in float32 host tensors the engine takes as
 // initial values.
 func NewLinear(name string, in, out int, relu bool, rng *rand.Rand) *Linear {
@@ -99,8 +99,8 @@ func NewLinear(name string, in, out int, relu bool, rng *rand.Rand) *Linear {
 	}
 	wt, _ := tensor.FromFloat32(ws, out, in)
 	bt, _ := tensor.FromFloat32(bs, out)
-	l.w = &model.Param{Name: "weight", Shape: []int{out, in}, Data: wt}
-	l.b = &model.Param{Name: "bias", Shape: []int{out}, Data: bt}
+	l.w = &model.Param{Name: name + ".weight", Shape: []int{out, in}, Data: wt}
+	l.b = &model.Param{Name: name + ".bias", Shape: []int{out}, Data: bt}
 	return l
 }
 

@@ -1,0 +1,410 @@
+package deepgo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/deepgo-ml/deepgo/checkpoint"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// LoadOptions are Load's optional arguments. The zero value loads
+// everything and strictly, as DeepSpeed's load_checkpoint does by default;
+// each field is one of its keyword arguments turned so that false is the
+// default.
+type LoadOptions struct {
+	// Tag is the checkpoint to load ("": the one dir/latest names).
+	Tag string
+	// ModuleOnly loads the parameters only (load_module_only=True): the
+	// optimizer state, loss scaler, LR schedule and step counters stay as
+	// they are, as when fine-tuning from pretrained weights.
+	ModuleOnly bool
+	// SkipOptimizerStates (load_optimizer_states=False) keeps the
+	// optimizer's moments and step count and the loss scaler (which
+	// DeepSpeed keeps in the optimizer's state) as they are.
+	SkipOptimizerStates bool
+	// SkipLRSchedulerStates (load_lr_scheduler_states=False) keeps the LR
+	// schedule as it is.
+	SkipLRSchedulerStates bool
+	// NonStrict (load_module_strict=False) lets parameters the checkpoint
+	// lacks keep their current values (and optimizer state) and ignores
+	// parameters the model lacks; LoadResult lists both. Shapes must still
+	// match.
+	NonStrict bool
+}
+
+// LoadResult says what Load loaded.
+type LoadResult struct {
+	// Tag and Path are the checkpoint loaded (Path is dir/Tag).
+	Tag, Path string
+	// ClientState is this rank's client state (rank 0's when the
+	// checkpoint had fewer ranks; nil if none was saved).
+	ClientState json.RawMessage
+	// Missing lists model parameters the checkpoint lacked and Unexpected
+	// checkpoint parameters the model lacks (both empty unless NonStrict).
+	Missing, Unexpected []string
+}
+
+// loadPlan is a checkpoint read into host memory, verified, not applied.
+type loadPlan struct {
+	res     LoadResult
+	ec      engineCheckpoint
+	masters []*tensor.Tensor
+	state   map[string][]*tensor.Tensor
+	scaler  optim.LossScaler
+	sched   optim.Schedule
+}
+
+func (p *loadPlan) free() {
+	if p == nil {
+		return
+	}
+	for _, t := range p.masters {
+		t.Free()
+	}
+	for _, ts := range p.state {
+		for _, t := range ts {
+			t.Free()
+		}
+	}
+}
+
+// Load restores the engine from a checkpoint of dir ("": the config's
+// checkpoint.load_path, else save_dir), like DeepSpeed's load_checkpoint,
+// and says which checkpoint it loaded and this rank's client state.
+//
+// It is a collective over the data-parallel group, called between
+// optimizer steps. Every rank reads its partition of the fp32 master
+// weights and optimizer state (from whichever saved pieces hold it, so
+// the checkpoint may come from another data-parallel world size, ZeRO
+// stage or bucket size), checks that the checkpoint's parameters match
+// the model's names (model.Param.Name, or one of its Aliases) and shapes,
+// the optimizer state its optimizer's, and the loss scaler and LR
+// schedule states their config; every data file read is verified against
+// its checksum. Only when every rank has succeeded does any rank change
+// its engine: masters, working-precision parameters (re-cast and
+// re-gathered), optimizer state and step count, loss scaler, LR schedule
+// and counters, less what opts leaves out. On any error every rank's
+// engine is unchanged and the error names the file or item at fault.
+// Finally the replicated parameters are compared across ranks
+// (checkpoint.VerifyReplicated).
+//
+// Checkpoints written before parameter names became model-wide (when the
+// engine prefixed each with its module's name) load too.
+func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error) {
+	if err := e.atBoundary("Load"); err != nil {
+		return LoadResult{}, err
+	}
+	werr := e.WaitSave()
+	if dir == "" {
+		ck := e.cfg.Checkpoint
+		dir = ck.SaveDir
+		if ck.LoadPath != nil && *ck.LoadPath != "" {
+			dir = *ck.LoadPath
+		}
+	}
+	var plan *loadPlan
+	err := werr
+	if err == nil && dir == "" {
+		err = errors.New("deepgo: Load: no directory given and neither checkpoint.load_path nor save_dir is set")
+	}
+	if err == nil {
+		plan, err = e.prepareLoad(ctx, dir, opts)
+	}
+	ptag := ""
+	if plan != nil {
+		ptag = plan.res.Tag
+	}
+	if err = e.agree(ctx, "Load", err); err == nil {
+		err = checkpoint.AgreeTag(ctx, e.c, ptag)
+	}
+	if err != nil {
+		plan.free()
+		return LoadResult{}, err
+	}
+	defer plan.free()
+	if plan.state != nil {
+		if err := e.z.RestoreOptimizerState(plan.state, plan.ec.OptimizerSteps); err != nil {
+			return LoadResult{}, fmt.Errorf("deepgo: Load: %w", err)
+		}
+	}
+	if err := e.z.RestoreMaster(ctx, plan.masters); err != nil {
+		return LoadResult{}, fmt.Errorf("deepgo: Load: %w", err)
+	}
+	if plan.scaler != nil {
+		e.scaler = plan.scaler
+	}
+	if plan.sched != nil {
+		e.sched = plan.sched
+	}
+	if !opts.ModuleOnly {
+		e.globalSteps, e.skippedSteps = plan.ec.GlobalSteps, plan.ec.SkippedSteps
+		e.microSteps = e.globalSteps * e.batch.GradAccum
+	}
+	e.stepApplied, e.gradNorm = false, 0
+	for m := range e.params {
+		e.bind(m)
+	}
+	if err := checkpoint.VerifyReplicated(ctx, e.c, e.replicated()); err != nil {
+		return LoadResult{}, fmt.Errorf("deepgo: Load: after restoring %s: %w", plan.res.Tag, err)
+	}
+	return plan.res, nil
+}
+
+// checkpointNames are the names under which parameter p of module m may
+// stand in a checkpoint, in order of preference. Checkpoints without the
+// param_names marker were written when the engine named a parameter
+// "<module>.<Param.Name>".
+func (e *Engine) checkpointNames(m int, p *model.Param, legacy bool) []string {
+	names := append([]string{p.Name}, p.Aliases...)
+	if !legacy {
+		return names
+	}
+	out := make([]string, 0, 2*len(names))
+	for _, n := range names {
+		out = append(out, e.mods[m].Name()+"."+n)
+	}
+	return append(out, names...)
+}
+
+// slotRef is where one parameter's values come from: a checkpoint entry,
+// or (found false, NonStrict) the engine's current values.
+type slotRef struct {
+	ref   checkpoint.ParamRef
+	name  string
+	found bool
+}
+
+// matchParams pairs every model parameter with its checkpoint entry,
+// by ZeRO unit and slot.
+func (e *Engine) matchParams(ck *checkpoint.Checkpoint, ec engineCheckpoint, opts LoadOptions, res *LoadResult) ([][]slotRef, error) {
+	where := ck.Path
+	refs := map[string]checkpoint.ParamRef{}
+	for _, r := range ck.Manifest.Params {
+		refs[r.Name] = r
+	}
+	lay := e.z.Layout()
+	bySlot := make([][]slotRef, len(lay.Units))
+	for u := range lay.Units {
+		bySlot[u] = make([]slotRef, len(lay.Units[u].Slots))
+	}
+	claimed := map[string]string{} // checkpoint name -> model parameter
+	for m, ps := range e.params {
+		for j, p := range ps {
+			var sr slotRef
+			for _, n := range e.checkpointNames(m, p, ec.ParamNames == "") {
+				if r, ok := refs[n]; ok {
+					sr = slotRef{ref: r, name: p.Name, found: true}
+					break
+				}
+			}
+			if !sr.found {
+				if !opts.NonStrict {
+					return nil, fmt.Errorf("deepgo: Load: %s: the checkpoint has no parameter %q", where, p.Name)
+				}
+				res.Missing = append(res.Missing, p.Name)
+				sr.name = p.Name
+			} else {
+				if other, dup := claimed[sr.ref.Name]; dup {
+					return nil, fmt.Errorf("deepgo: Load: %s: checkpoint parameter %q matches both %q and %q", where, sr.ref.Name, other, p.Name)
+				}
+				claimed[sr.ref.Name] = p.Name
+				if !slices.Equal(sr.ref.Shape, p.Shape) {
+					return nil, fmt.Errorf("deepgo: Load: %s: parameter %q has shape %v in the checkpoint, %v in the model", where, p.Name, sr.ref.Shape, p.Shape)
+				}
+				if g, ok := ck.Lookup(sr.ref.Source); !ok || g.DType != "F32" {
+					return nil, fmt.Errorf("deepgo: Load: %s: parameter %q: source %q is not a float32 tensor of the checkpoint", where, p.Name, sr.ref.Source)
+				}
+			}
+			w := lay.Where[m][j]
+			bySlot[w.Unit][w.Slot] = sr
+		}
+	}
+	for n := range refs {
+		if _, ok := claimed[n]; !ok {
+			res.Unexpected = append(res.Unexpected, n)
+		}
+	}
+	slices.Sort(res.Unexpected)
+	if len(res.Unexpected) > 0 && !opts.NonStrict {
+		return nil, fmt.Errorf("deepgo: Load: %s: the checkpoint has parameters the model lacks: %s", where, strings.Join(res.Unexpected, ", "))
+	}
+	return bySlot, nil
+}
+
+// prepareLoad reads and checks everything Load needs, touching nothing.
+func (e *Engine) prepareLoad(ctx context.Context, dir string, opts LoadOptions) (plan *loadPlan, err error) {
+	ck, err := checkpoint.Open(nil, dir, opts.Tag)
+	if err != nil {
+		return nil, fmt.Errorf("deepgo: Load: %w", err)
+	}
+	defer ck.Close()
+	where := ck.Path
+	plan = &loadPlan{res: LoadResult{Tag: ck.Tag, Path: ck.Path}}
+	defer func() {
+		if err != nil {
+			plan.free()
+			plan = nil
+		}
+	}()
+	raw, ok := ck.Meta(0, metaEngine)
+	if !ok {
+		return nil, fmt.Errorf("deepgo: Load: %s: not an engine checkpoint (no %q state)", where, metaEngine)
+	}
+	if err := json.Unmarshal(raw, &plan.ec); err != nil {
+		return nil, fmt.Errorf("deepgo: Load: %s: %s: %w", where, metaEngine, err)
+	}
+	ec := plan.ec
+	if ec.GlobalSteps < 0 || ec.SkippedSteps < 0 || ec.SkippedSteps > ec.GlobalSteps || ec.OptimizerSteps < 0 {
+		return nil, fmt.Errorf("deepgo: Load: %s: counters global_steps %d, skipped_steps %d, optimizer_steps %d are inconsistent", where, ec.GlobalSteps, ec.SkippedSteps, ec.OptimizerSteps)
+	}
+	bySlot, err := e.matchParams(ck, ec, opts, &plan.res)
+	if err != nil {
+		return nil, err
+	}
+	z := e.z
+	lay := z.Layout()
+	// read fills, for every unit, this rank's owned range from the
+	// parameters' ranges of the tensors source(ref) names, or for a
+	// parameter the checkpoint lacks from current(u) (nil: zeros).
+	read := func(source func(checkpoint.ParamRef) (string, error), current func(u int) *tensor.Tensor) ([]*tensor.Tensor, error) {
+		out := make([]*tensor.Tensor, 0, len(lay.Units))
+		fail := func(err error) ([]*tensor.Tensor, error) {
+			for _, t := range out {
+				t.Free()
+			}
+			return nil, err
+		}
+		for u, unit := range lay.Units {
+			lo, n := z.Own(u)
+			t, err := tensor.Empty(tensor.Float32, n)
+			if err != nil {
+				return fail(err)
+			}
+			out = append(out, t)
+			for i, s := range unit.Slots {
+				a, b := max(lo, s.Offset), min(lo+n, s.Offset+s.Numel)
+				if a >= b {
+					continue
+				}
+				dst, err := t.Slice(a-lo, b-a)
+				if err != nil {
+					return fail(err)
+				}
+				sr := bySlot[u][i]
+				if !sr.found {
+					if err := keep(dst, current(u), a-lo); err != nil {
+						return fail(fmt.Errorf("deepgo: Load: parameter %q: %w", sr.name, err))
+					}
+					continue
+				}
+				src, err := source(sr.ref)
+				if err != nil {
+					return fail(err)
+				}
+				if err := ck.ReadRange(ctx, src, sr.ref.Offset+int64(a-s.Offset), dst); err != nil {
+					return fail(fmt.Errorf("deepgo: Load: parameter %q: %w", sr.name, err))
+				}
+			}
+		}
+		return out, nil
+	}
+	if plan.masters, err = read(func(r checkpoint.ParamRef) (string, error) { return r.Source, nil }, z.Master); err != nil {
+		return nil, err
+	}
+	r := e.c.Rank()
+	if r >= ck.Manifest.World {
+		r = 0
+	}
+	if c, ok := ck.Meta(r, metaClient); ok {
+		plan.res.ClientState = slices.Clone(c)
+	}
+	if opts.ModuleOnly {
+		return plan, nil
+	}
+	if !opts.SkipOptimizerStates {
+		if err := e.readOptimizerState(ck, plan, read); err != nil {
+			return nil, err
+		}
+		// Loss scaler: restored into a fresh one.
+		if plan.scaler, err = newScaler(e.cfg, z.Config().Stage); err != nil {
+			return nil, err
+		}
+		if ec.Scaler.Dynamic == plan.scaler.Dynamic() {
+			if err := plan.scaler.SetState(ec.Scaler); err != nil {
+				return nil, fmt.Errorf("deepgo: Load: %s: loss scaler: %w", where, err)
+			}
+		}
+	}
+	if e.sched != nil && !opts.SkipLRSchedulerStates {
+		if plan.sched, err = optim.NewSchedule(e.cfg.Scheduler.Type, e.cfg.Scheduler.Params, []float64{e.opt.Defaults().LR}); err != nil {
+			return nil, fmt.Errorf("deepgo: Load: %w", err)
+		}
+		if ec.Schedule != nil {
+			if err := plan.sched.SetState(*ec.Schedule); err != nil {
+				return nil, fmt.Errorf("deepgo: Load: %s: lr_scheduler: %w", where, err)
+			}
+		}
+	}
+	return plan, nil
+}
+
+// readOptimizerState reads the optimizer's state tensors into plan.state
+// (an empty map when the checkpoint was saved before the first step).
+func (e *Engine) readOptimizerState(ck *checkpoint.Checkpoint, plan *loadPlan,
+	read func(func(checkpoint.ParamRef) (string, error), func(int) *tensor.Tensor) ([]*tensor.Tensor, error)) error {
+	ec, z := plan.ec, e.z
+	plan.state = map[string][]*tensor.Tensor{}
+	if len(ec.OptimizerState) == 0 {
+		return nil
+	}
+	want := slices.Sorted(slices.Values(z.Base().StateNames()))
+	if got := slices.Sorted(slices.Values(ec.OptimizerState)); !slices.Equal(got, want) {
+		return fmt.Errorf("deepgo: Load: %s: optimizer state %v (%s), this engine's optimizer (%s) keeps %v", ck.Path, got, ec.OptimizerType, z.Base().Kind(), want)
+	}
+	current, _ := z.OptimizerState()
+	for _, s := range want {
+		ts, err := read(func(r checkpoint.ParamRef) (string, error) {
+			name, ok := stateSource(s, r.Source)
+			if g, found := ck.Lookup(name); !ok || !found || g.DType != "F32" {
+				return "", fmt.Errorf("deepgo: Load: %s: parameter %q: no float32 optimizer state %q", ck.Path, r.Name, name)
+			}
+			return name, nil
+		}, func(u int) *tensor.Tensor {
+			if current[s] == nil {
+				return nil
+			}
+			return current[s][u]
+		})
+		if err != nil {
+			return err
+		}
+		plan.state[s] = ts
+	}
+	return nil
+}
+
+// keep copies dst's range of the engine's current chunk cur (starting at
+// offset off), or zeros when there is none yet.
+func keep(dst, cur *tensor.Tensor, off int) error {
+	d, err := dst.Float32s()
+	if err != nil {
+		return err
+	}
+	if cur == nil {
+		clear(d)
+		return nil
+	}
+	c, err := cur.Float32s()
+	if err != nil {
+		return fmt.Errorf("current values: %w", err)
+	}
+	copy(d, c[off:off+len(d)])
+	return nil
+}

@@ -1,0 +1,288 @@
+package deepgo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/deepgo-ml/deepgo/checkpoint"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// Engine checkpoints. Save and Load use package checkpoint's layout
+// (see checkpoint/doc.go) with these tensors, every one sharded over the
+// data-parallel ranks as the ZeRO partition is:
+//
+//	fp32/unit<u>            the fp32 master weights of ZeRO unit u: the
+//	                        unit's parameters back to back, unpadded
+//	                        length (Shard.Numel) = the unit's used elements
+//	optim/<state>/unit<u>   the optimizer's state <state> (exp_avg,
+//	                        exp_avg_sq, momentum_buffer, ...) of unit u,
+//	                        laid out like fp32/unit<u> (after the first step)
+//
+// Rank r saves chunk r of each unit's padded flat (the unit padded to a
+// multiple of 2×W), so the pieces have equal sizes in rank order (stage 0
+// too, whose ranks all hold every unit). The manifest's parameter map
+// places every parameter (by model.Param.Name) in fp32/unit<u> at its unpadded
+// offset, which is what Consolidate exports and what Load reads from:
+// Load fills each parameter's part of the new rank's chunks from the
+// parameter's range, so a checkpoint loads into any data-parallel world,
+// ZeRO stage and reduce_bucket_size for the same model.
+//
+// Small state is JSON in every rank's manifest entry: deepgo.engine
+// (engineCheckpoint: counters, optimizer step count, loss scaler, LR
+// schedule) and client_state (the caller's, per rank). The resolved
+// config is recorded as the manifest's config.
+
+// Checkpoint meta keys and tensor name prefixes.
+const (
+	metaEngine   = "deepgo.engine"
+	metaClient   = "client_state"
+	masterPrefix = "fp32/"
+	statePrefix  = "optim/"
+)
+
+func masterName(u int) string { return fmt.Sprintf("%sunit%d", masterPrefix, u) }
+
+// stateSource is the name of state s's tensor laid out like master
+// tensor src ("fp32/unit3" → "optim/exp_avg/unit3").
+func stateSource(s, src string) (string, bool) {
+	rest, ok := strings.CutPrefix(src, masterPrefix)
+	return statePrefix + s + "/" + rest, ok
+}
+
+// engineCheckpoint is the engine's small state in a checkpoint (meta key
+// deepgo.engine).
+type engineCheckpoint struct {
+	GlobalSteps   int   `json:"global_steps"`
+	SkippedSteps  int   `json:"skipped_steps"`
+	MicroSteps    int   `json:"micro_steps"`
+	GlobalSamples int64 `json:"global_samples"`
+	// OptimizerGroup and OptimizerSteps are the base optimizer's state key
+	// and step count (bias correction); OptimizerState lists the state
+	// tensors saved (none before the first step).
+	OptimizerGroup string   `json:"optimizer_group"`
+	OptimizerSteps int64    `json:"optimizer_steps"`
+	OptimizerType  string   `json:"optimizer_type"`
+	OptimizerState []string `json:"optimizer_state,omitempty"`
+	ModelDType     string   `json:"model_dtype"`
+	// Scaler and Schedule are the loss scaler's and LR schedule's state.
+	Scaler   optim.ScalerState    `json:"loss_scaler"`
+	Schedule *optim.ScheduleState `json:"lr_scheduler,omitempty"`
+	// ParamNames is "model" when parameters are named by model.Param.Name
+	// alone; checkpoints without it prefixed each with its module's name.
+	ParamNames string `json:"param_names,omitempty"`
+}
+
+// paramNamesModel marks checkpoints whose parameters carry their
+// model-wide names.
+const paramNamesModel = "model"
+
+// SaveOptions are Save's and SaveAsync's optional arguments.
+type SaveOptions struct {
+	// Tag names the checkpoint ("": global_step<N>).
+	Tag string
+	// ClientState is this rank's own JSON state (data-sampler position,
+	// RNG states), returned by Load in LoadResult.ClientState; nil for none.
+	ClientState json.RawMessage
+}
+
+// atBoundary reports an error unless the engine is between optimizer
+// steps (no forward pending, no partial accumulation).
+func (e *Engine) atBoundary(op string) error {
+	if e.seq != nil || e.microSteps%e.batch.GradAccum != 0 {
+		return fmt.Errorf("deepgo: %s: only between optimizer steps (micro step %d of %d, forward pending %v)", op, e.microSteps%e.batch.GradAccum, e.batch.GradAccum, e.seq != nil)
+	}
+	return nil
+}
+
+// checkpointState builds this rank's checkpoint.State and the save options.
+func (e *Engine) checkpointState(op, dir string, so SaveOptions) (checkpoint.Options, *checkpoint.State, error) {
+	tag, client := so.Tag, so.ClientState
+	o := checkpoint.OptionsFromConfig(e.cfg.Checkpoint)
+	if err := e.atBoundary(op); err != nil {
+		return o, nil, err
+	}
+	if dir != "" {
+		o.Dir = dir
+	}
+	if o.Dir == "" {
+		return o, nil, fmt.Errorf("deepgo: %s: no directory given and checkpoint.save_dir is not set", op)
+	}
+	o.Tag, o.Comm = tag, e.c
+	if client != nil && !json.Valid(client) {
+		return o, nil, fmt.Errorf("deepgo: %s: client state is not valid JSON", op)
+	}
+	cfgJSON, err := e.cfg.JSON()
+	if err != nil {
+		return o, nil, fmt.Errorf("deepgo: %s: config: %w", op, err)
+	}
+	z := e.z
+	zc := z.Config()
+	lay := z.Layout()
+	world, rank := e.c.Size(), e.c.Rank()
+	state, steps := z.OptimizerState()
+	names := slices.Sorted(maps.Keys(state))
+	st := &checkpoint.State{
+		Step:      int64(e.globalSteps),
+		ZeroStage: zc.Stage,
+		Topology:  map[string]int{"data": world, "pipe": 1, "model": 1},
+		Config:    cfgJSON,
+	}
+	piece := func(full *tensor.Tensor, u int, name, file string) error {
+		unit := lay.Units[u]
+		n := unit.Numel / world
+		lo, _ := z.Own(u)
+		v, err := full.Slice(rank*n-lo, n)
+		if err != nil {
+			return err
+		}
+		if !v.Device().IsCPU() {
+			return fmt.Errorf("%s is in %v memory: engine checkpoints need host-resident ZeRO buffers", name, v.Device())
+		}
+		st.Tensors = append(st.Tensors, checkpoint.Entry{Name: name, File: file, Data: v,
+			Shard: &checkpoint.Shard{Numel: int64(unit.Used), Offset: int64(rank * n)}})
+		return nil
+	}
+	for u := range lay.Units {
+		if err := piece(z.Master(u), u, masterName(u), "model"); err != nil {
+			return o, nil, fmt.Errorf("deepgo: %s: %w", op, err)
+		}
+		for _, s := range names {
+			if err := piece(state[s][u], u, statePrefix+s+"/"+strings.TrimPrefix(masterName(u), masterPrefix), "optim"); err != nil {
+				return o, nil, fmt.Errorf("deepgo: %s: %w", op, err)
+			}
+		}
+	}
+	for m, ps := range e.params {
+		for j, p := range ps {
+			w := lay.Where[m][j]
+			st.Params = append(st.Params, checkpoint.ParamRef{Name: p.Name, Shape: slices.Clone(p.Shape),
+				Source: masterName(w.Unit), Offset: int64(lay.Units[w.Unit].Slots[w.Slot].Offset)})
+		}
+	}
+	ec := engineCheckpoint{
+		GlobalSteps: e.globalSteps, SkippedSteps: e.skippedSteps, MicroSteps: e.microSteps,
+		GlobalSamples:  int64(e.globalSteps) * int64(e.batch.TrainBatchSize),
+		OptimizerGroup: zc.GroupName, OptimizerSteps: steps, OptimizerType: z.Base().Kind().String(), OptimizerState: names,
+		ModelDType: zc.ModelDType.String(), Scaler: e.scaler.State(), ParamNames: paramNamesModel,
+	}
+	if e.sched != nil {
+		ss := e.sched.State()
+		ec.Schedule = &ss
+	}
+	if err := st.SetMeta(metaEngine, ec); err != nil {
+		return o, nil, err
+	}
+	if client != nil {
+		st.Meta[metaClient] = slices.Clone(client)
+	}
+	return o, st, nil
+}
+
+// Save writes a checkpoint of the engine under dir ("": the config's
+// checkpoint.save_dir) with opts.Tag ("": global_step<N>), like DeepSpeed's
+// save_checkpoint: fp32 master weights and optimizer state as each rank's
+// ZeRO partition (or gathered on rank 0 with checkpoint.zero_checkpoint
+// false), loss scaler, LR schedule, counters, the resolved config, and
+// opts.ClientState, this rank's own state. Parameters are named by
+// model.Param.Name. It updates dir/latest and keeps
+// checkpoint.keep_n_most_recent checkpoints. It is a collective over the
+// data-parallel group, atomic and durable (see checkpoint.Save), and must
+// be called between optimizer steps. A background save in flight
+// (SaveAsync) is waited for first.
+func (e *Engine) Save(ctx context.Context, dir string, opts SaveOptions) error {
+	o, st, err := e.checkpointState("Save", dir, opts)
+	if err := e.agree(ctx, "Save", err); err != nil { // no rank enters the save alone
+		return err
+	}
+	if err := e.WaitSave(); err != nil {
+		return err
+	}
+	if _, err := checkpoint.Save(ctx, o, st); err != nil {
+		return fmt.Errorf("deepgo: Save: %w", err)
+	}
+	return nil
+}
+
+// SaveAsync is Save in the background (checkpoint.AsyncSaver): it copies
+// the state to host memory and returns while a goroutine writes it, on a
+// group of its own. It first waits for the previous background save and
+// returns that save's error if it failed. WaitSave, the next Save, Load
+// and Close wait for it. A collective, like Save.
+func (e *Engine) SaveAsync(ctx context.Context, dir string, opts SaveOptions) error {
+	o, st, err := e.checkpointState("SaveAsync", dir, opts)
+	if err := e.agree(ctx, "SaveAsync", err); err != nil { // no rank enters the save alone
+		return err
+	}
+	if e.saver != nil && e.saverDir != o.Dir {
+		err := e.saver.Close()
+		e.saver = nil
+		if err != nil {
+			return fmt.Errorf("deepgo: SaveAsync: previous background save failed: %w", err)
+		}
+	}
+	if e.saver == nil {
+		o.Tag = ""
+		s, err := checkpoint.NewAsyncSaver(ctx, o, 0)
+		if err != nil {
+			return fmt.Errorf("deepgo: SaveAsync: %w", err)
+		}
+		e.saver, e.saverDir = s, o.Dir
+	}
+	if err := e.saver.Save(ctx, opts.Tag, st); err != nil {
+		return fmt.Errorf("deepgo: SaveAsync: %w", err)
+	}
+	return nil
+}
+
+// WaitSave waits for the background save in flight (if any) and returns
+// its error.
+func (e *Engine) WaitSave() error {
+	if e.saver == nil {
+		return nil
+	}
+	if _, err := e.saver.Wait(); err != nil {
+		return fmt.Errorf("deepgo: background save: %w", err)
+	}
+	return nil
+}
+
+// replicated lists the tensors that must be identical on every rank:
+// the working-precision parameters (stage 3: the persistent ones), and
+// for stage 0 the fp32 masters too.
+func (e *Engine) replicated() []checkpoint.Named {
+	idx, ts := e.z.ReplicatedParams()
+	out := make([]checkpoint.Named, 0, len(ts))
+	for i, t := range ts {
+		m, p := idx[i][0], idx[i][1]
+		out = append(out, checkpoint.Named{Name: e.params[m][p].Name, Tensor: t})
+	}
+	if e.z.Config().Stage == 0 && e.z.Config().ModelDType != tensor.Float32 {
+		for u := range e.z.Layout().Units {
+			out = append(out, checkpoint.Named{Name: masterName(u), Tensor: e.z.Master(u)})
+		}
+	}
+	return out
+}
+
+// agree is comm.Agree in the engine's words: every rank gets nil only if
+// every rank succeeded at op; a rank that failed gets its own error, the
+// others a *comm.RankError read "deepgo: Save failed on rank 1: ...".
+func (e *Engine) agree(ctx context.Context, op string, err error) error {
+	aerr := comm.Agree(ctx, e.c, op, err)
+	var re *comm.RankError
+	if err != nil && errors.As(aerr, &re) {
+		return err // this rank's own failure reads best unwrapped
+	}
+	if aerr != nil {
+		return fmt.Errorf("deepgo: %w", aerr)
+	}
+	return nil
+}
