@@ -51,7 +51,7 @@ func TestGPTLoadsCheckpointFromBeforeTheNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want struct {
-		Losses []float64             `json:"losses_after_resume"`
+		Losses []float64            `json:"losses_after_resume"`
 		Params map[string][]float32 `json:"params_after"`
 	}
 	if err := json.Unmarshal(raw, &want); err != nil {
