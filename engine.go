@@ -273,7 +273,10 @@ func (e *Engine) allMean(ctx context.Context, v float64) (float64, error) {
 	return s / float64(n), nil
 }
 
-// LR is the learning rate the next optimizer step uses.
+// LR is the learning rate the next optimizer step uses: 0 before the
+// first step under DeepSpeed's warmup schedules (they start at
+// warmup_min_lr, default 0, and its first two steps both use it); see
+// Trainer.LR.
 func (e *Engine) LR() float64 {
 	if e.sched != nil {
 		return e.sched.LR()[0]
