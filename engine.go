@@ -273,10 +273,9 @@ func (e *Engine) allMean(ctx context.Context, v float64) (float64, error) {
 	return s / float64(n), nil
 }
 
-// LR is the learning rate the next optimizer step uses: 0 before the
-// first step under DeepSpeed's warmup schedules (they start at
-// warmup_min_lr, default 0, and its first two steps both use it); see
-// Trainer.LR.
+// LR is the learning rate the next optimizer step uses; under DeepSpeed's
+// warmup schedules that is their minimum, usually 0, before the first step
+// (see Trainer.LR).
 func (e *Engine) LR() float64 {
 	if e.sched != nil {
 		return e.sched.LR()[0]

@@ -1,0 +1,45 @@
+package deepgo_test
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
+	"github.com/deepgo-ml/deepgo/model"
+)
+
+// What Trainer.LR documents: a warmup schedule reads its minimum before
+// the first step and for the first two steps; no schedule reads lr.
+func TestLRBeforeFirstStep(t *testing.T) {
+	cases := []struct {
+		sched string
+		want  []float64 // LR before steps 1, 2, 3
+	}{
+		{``, []float64{0.01, 0.01, 0.01}},
+		{`, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4, "warmup_max_lr": 0.01, "warmup_type": "linear"}}`, []float64{0, 0, 0.0025}},
+		{`, "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.001, "warmup_num_steps": 4, "warmup_max_lr": 0.01, "warmup_type": "linear"}}`, []float64{0.001, 0.001, 0.00325}},
+	}
+	for _, c := range cases {
+		cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.01}}` + c.sched + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := testmodel.NewDataset(1, 8, 4, 3)
+		for s, want := range c.want {
+			if got := tr.LR(); math.Abs(got-want) > 1e-15 {
+				t.Errorf("%s: LR before step %d = %v, want %v", c.sched, s+1, got, want)
+			}
+			if _, err := tr.TrainBatch(context.Background(), []model.MicroBatch{data.Micro(s, 2, 0, 2)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tr.Close()
+	}
+}
