@@ -207,8 +207,10 @@ func (rule optimizerRule) set(r *paramReader, h *OptimizerHyper, k string) error
 		return nil
 	}
 	if k == "max_grad_norm" {
-		return r.bad(k, v, `not an optimizer parameter; use the top-level "gradient_clipping"`,
-			`no such parameter (use the top-level "gradient_clipping")`)
+		e := r.bad(k, v, `not an optimizer parameter; use the top-level "gradient_clipping"`,
+			`no max_grad_norm in optimizer params; use the top-level "gradient_clipping"`)
+		e.msg = "DeepSpeed raises ValueError for it"
+		return e
 	}
 	if !contains(rule.keys, k) {
 		return r.unknownKey(k, rule.keys)
