@@ -153,8 +153,8 @@ func (l *loader) paramError(err error) {
 	switch {
 	case errors.As(err, &pe):
 		l.errs = append(l.errs, pe.fieldError())
-	case err != nil:
-		l.errs = append(l.errs, &FieldError{Msg: err.Error()})
+	case err != nil: // not a document problem (no param group); kept visible all the same
+		l.errs = append(l.errs, &FieldError{Path: "scheduler", Msg: err.Error()})
 	}
 }
 
