@@ -43,16 +43,6 @@ func (l *loader) deprecated(raw map[string]any) {
 	if s, ok := raw["pipeline_schedule"].(string); ok {
 		raw["pipeline_schedule"] = map[string]any{"type": s}
 	}
-
-	if o, ok := raw["optimizer"].(map[string]any); ok {
-		if p, ok := o["params"].(map[string]any); ok {
-			if v, ok := p["max_grad_norm"]; ok {
-				l.fail("optimizer.params.max_grad_norm", v, `no max_grad_norm in optimizer params; use the top-level "gradient_clipping"`,
-					"DeepSpeed raises ValueError for it")
-				delete(p, "max_grad_norm")
-			}
-		}
-	}
 }
 
 func (l *loader) zeroDeprecated(z map[string]any) {

@@ -49,6 +49,18 @@
 // total_num_steps) stays "auto" and is listed by path in Config.Unresolved
 // with a warning; WithStrict makes those errors.
 //
+// # Optimizer and scheduler
+//
+// The "optimizer" and "scheduler" params are checked by ParseOptimizer and
+// ParseScheduler, the functions optim.New and optim.NewSchedule build from,
+// so Parse and deepgo.Initialize agree on them (an unresolved "auto" aside,
+// which Parse leaves to the trainer unless WithStrict). Types deepgo does
+// not implement (OneBitAdam, Adagrad, torch.optim classes other than SGD,
+// torch lr_schedulers) are errors; unknown params are errors, as they are
+// in DeepSpeed, which passes them on as keyword arguments. What DeepSpeed
+// only logs (an unknown warmup_type, total_num_steps below
+// warmup_num_steps, a negative learning rate) is a warning.
+//
 // # Batch arithmetic
 //
 // Config.Resolve(world, tp, pp, sp) infers the missing member of

@@ -179,7 +179,7 @@ var fieldDocs = map[string]map[string]string{
 	"Optimizer": {
 		"legacy_fusion": "legacy_fusion selects the legacy fused fp16 optimizer.",
 		"params":        "params are the optimizer's keyword arguments.",
-		"type":          "type is the optimizer name: a DeepSpeed optimizer (case-insensitive) or a torch.optim class.",
+		"type":          "type is the optimizer name: Adam, AdamW, Lamb, Lion (DeepSpeed's, any case) or SGD (torch.optim); see ParseOptimizer.",
 	},
 	"ParallelWrite": {
 		"pipeline_stage": "pipeline_stage spreads pipeline layer files across data-parallel ranks.",
@@ -199,7 +199,7 @@ var fieldDocs = map[string]map[string]string{
 	},
 	"Scheduler": {
 		"params": "params are the schedule's keyword arguments.",
-		"type":   "type is the schedule name: a DeepSpeed schedule or a torch.optim.lr_scheduler class.",
+		"type":   "type is the schedule name: WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle or LRRangeTest; see ParseScheduler.",
 	},
 	"SequenceParallel": {
 		"attention_window_size":         "attention_window_size limits attention to a sliding window of this many tokens (0 = full).",

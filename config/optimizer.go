@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"strings"
 )
 
@@ -11,9 +12,6 @@ var deepSpeedOptimizers = []string{"adam", "adamw", "lamb", "onebitadam", "zeroo
 // torchOptimizers are torch.optim classes DeepSpeed falls back to (case-sensitive).
 var torchOptimizers = []string{"SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "Adamax", "ASGD", "LBFGS",
 	"NAdam", "RAdam", "RMSprop", "Rprop", "SparseAdam", "Adafactor"}
-
-// deepSpeedSchedulers are the schedules in deepspeed/runtime/lr_schedules.py.
-var deepSpeedSchedulers = []string{"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"}
 
 // torchSchedulers are torch.optim.lr_scheduler classes DeepSpeed falls back to.
 var torchSchedulers = []string{"LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR",
@@ -39,30 +37,34 @@ func (o *Optimizer) Float(name string) (float64, bool) { return paramFloat(o.Par
 // LR returns params.lr, if present.
 func (o *Optimizer) LR() (float64, bool) { return o.Float("lr") }
 
-// Eps returns params.eps, or 1e-8 (the DeepSpeed Adam default).
-func (o *Optimizer) Eps() float64 {
-	if v, ok := o.Float("eps"); ok {
-		return v
+// Hyper returns the params as ParseOptimizer reads them, with the type's
+// defaults for what is left out; an unresolved "auto" reads as the default.
+func (o *Optimizer) Hyper() (OptimizerHyper, error) {
+	spec, _, err := parseOptimizer(o.Type, o.Params, true)
+	return spec.Hyper, err
+}
+
+// hyperOrAdam is Hyper, or DeepSpeed's Adam defaults when the block does
+// not parse.
+func (o *Optimizer) hyperOrAdam() OptimizerHyper {
+	h, err := o.Hyper()
+	if err != nil {
+		return adamRule(false).def
 	}
-	return 1e-8
+	return h
 }
 
-// WeightDecay returns params.weight_decay, or 0.
-func (o *Optimizer) WeightDecay() float64 {
-	v, _ := o.Float("weight_decay")
-	return v
-}
+// Eps returns eps as Hyper reads it (1e-8 for Adam and Lamb by default).
+func (o *Optimizer) Eps() float64 { return o.hyperOrAdam().Eps }
 
-// Betas returns params.betas, or (0.9, 0.999).
+// WeightDecay returns weight_decay as Hyper reads it (0 by default).
+func (o *Optimizer) WeightDecay() float64 { return o.hyperOrAdam().WeightDecay }
+
+// Betas returns betas as Hyper reads it ((0.9, 0.999) for Adam and Lamb,
+// (0.9, 0.99) for Lion by default).
 func (o *Optimizer) Betas() (float64, float64) {
-	if a, ok := o.Params["betas"].([]any); ok && len(a) == 2 {
-		b1, ok1 := a[0].(float64)
-		b2, ok2 := a[1].(float64)
-		if ok1 && ok2 {
-			return b1, b2
-		}
-	}
-	return 0.9, 0.999
+	h := o.hyperOrAdam()
+	return h.Beta1, h.Beta2
 }
 
 // Bool returns the boolean parameter name, or def when absent.
@@ -75,7 +77,7 @@ func (o *Optimizer) Bool(name string, def bool) bool {
 
 // AdamWMode reports whether Adam runs in decoupled-weight-decay mode
 // (params.adam_w_mode, default true in DeepSpeed; always true for AdamW).
-func (o *Optimizer) AdamWMode() bool { return o.Name() == "adamw" || o.Bool("adam_w_mode", true) }
+func (o *Optimizer) AdamWMode() bool { return o.hyperOrAdam().AdamWMode }
 
 // Float returns the numeric parameter name, if present.
 func (s *Scheduler) Float(name string) (float64, bool) { return paramFloat(s.Params, name) }
@@ -111,128 +113,96 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// optimizerParams validates optimizer and scheduler blocks in the cleaned
-// tree and resolves "auto" parameters the way HF Trainer would where deepgo
-// knows the value. Unresolved ones stay "auto" in Params (and are listed in
-// Config.Unresolved), so the typed accessors report them as absent.
+// optimizerParams resolves "auto" in the optimizer and scheduler params the
+// way the HF Trainer would where deepgo knows the value, then checks both
+// blocks with ParseOptimizer's and ParseScheduler's rules, so Parse and
+// optim.New / optim.NewSchedule (deepgo.Initialize) agree. Unresolved
+// "auto" values stay in Params (and in Config.Unresolved), so the typed
+// accessors report them as absent, and the checks read them as the default.
 func (l *loader) optimizerParams(tree map[string]any) {
 	var lr any
+	baseLR, hasBetas := 1e-3, true // a client optimizer's: unknown here; only the group count matters
 	if o, ok := tree["optimizer"].(map[string]any); ok {
-		typ, _ := o["type"].(string)
-		if typ != "" && !contains(deepSpeedOptimizers, strings.ToLower(typ)) && !contains(torchOptimizers, typ) {
-			l.fail("optimizer.type", typ, "a DeepSpeed optimizer ("+strings.Join(deepSpeedOptimizers, ", ")+
-				", any case) or a torch.optim class ("+strings.Join(torchOptimizers, ", ")+")", "")
-		}
 		p, _ := o["params"].(map[string]any)
-		for _, k := range sortedKeys(p) {
-			path := "optimizer.params." + k
-			v := p[k]
-			if v == "auto" {
-				l.autos = append(l.autos, path)
-				switch k {
-				case "betas":
-					p[k] = []any{0.9, 0.999}
-				case "eps":
-					p[k] = 1e-8
-				case "weight_decay":
-					p[k] = 0.0
-				default:
-					l.unresolvedAt(path, `"auto" cannot be resolved: deepgo does not know the training arguments HF Trainer would use; set a value`)
-					continue
-				}
-				l.warn(path, `"auto" resolved to %s (HF TrainingArguments default)`, render(p[k]))
-				continue
-			}
-			switch k {
-			case "lr", "weight_decay", "momentum":
-				if x, ok := asFloat(v); !ok || x < 0 {
-					l.fail(path, v, "a number >= 0", "")
-				}
-			case "eps":
-				if x, ok := asFloat(v); !ok || x <= 0 {
-					l.fail(path, v, "a number > 0", "")
-				}
-			case "betas":
-				if !validBetas(v) {
-					l.fail(path, v, "an array of two numbers in [0, 1)", "")
-				}
+		l.optimizerAutos(p)
+		lr = p["lr"]
+		if typ, ok := o["type"].(string); ok {
+			spec, _, err := parseOptimizer(typ, p, true)
+			l.paramError(err)
+			if err == nil {
+				baseLR, hasBetas = spec.Hyper.LR, spec.Kind != OptimizerSGD
 			}
 		}
-		lr = p["lr"]
 	}
 	if s, ok := tree["scheduler"].(map[string]any); ok {
-		typ, _ := s["type"].(string)
-		if typ != "" && !contains(deepSpeedSchedulers, typ) && !contains(torchSchedulers, typ) {
-			allowed := "a DeepSpeed schedule (" + strings.Join(deepSpeedSchedulers, ", ") + ") or a torch.optim.lr_scheduler class"
-			msg := ""
-			if sug := suggest(typ, append(append([]string{}, deepSpeedSchedulers...), torchSchedulers...)); sug != "" {
-				msg = "did you mean " + sug + "?"
-			}
-			l.fail("scheduler.type", typ, allowed, msg)
-		}
 		p, _ := s["params"].(map[string]any)
-		for _, k := range sortedKeys(p) {
-			path := "scheduler.params." + k
-			v := p[k]
-			if v == "auto" {
-				l.autos = append(l.autos, path)
-				switch {
-				case k == "warmup_min_lr":
-					p[k] = 0.0
-					l.warn(path, `"auto" resolved to 0 (as HF Trainer does)`)
-				case k == "warmup_max_lr" && isNumber(lr):
-					p[k] = lr
-					l.warn(path, `"auto" resolved to optimizer.params.lr = %s`, render(lr))
-				default:
-					l.unresolvedAt(path, `"auto" cannot be resolved: it depends on the dataset length and training arguments; set a value`)
-				}
-				continue
-			}
-			switch k {
-			case "warmup_min_lr", "warmup_max_lr", "cycle_min_lr", "cycle_max_lr", "lr_range_test_min_lr":
-				if x, ok := asFloat(v); !ok {
-					l.fail(path, v, "a number", "")
-				} else if x < 0 {
-					l.warn(path, "negative learning rate %s; DeepSpeed accepts it and so does deepgo, but the schedule will produce negative rates unless the trainer overrides it", render(v))
-				}
-			case "warmup_num_steps", "cycle_first_step_size", "lr_range_test_step_size":
-				if x, ok := asInt(v); !ok || x < 0 {
-					l.fail(path, v, "an integer >= 0", "")
-				}
-			case "total_num_steps", "last_batch_iteration":
-				if _, ok := asInt(v); !ok {
-					l.fail(path, v, "an integer", "")
-				}
-			case "warmup_type":
-				if v != "log" && v != "linear" {
-					l.fail(path, v, `one of "log", "linear"`, "")
-				}
-			case "warmup_min_ratio", "cos_min_ratio":
-				if x, ok := asFloat(v); !ok || x < 0 || x > 1 {
-					l.fail(path, v, "a number in [0, 1]", "")
-				}
+		l.schedulerAutos(p, lr)
+		if typ, ok := s["type"].(string); ok {
+			spec, err := parseScheduler(typ, p, []float64{baseLR}, hasBetas, true)
+			l.paramError(err)
+			if err == nil {
+				l.warns = append(l.warns, spec.Warnings...)
 			}
 		}
-		if typ == "WarmupDecayLR" || typ == "WarmupCosineLR" {
-			if _, ok := p["total_num_steps"]; !ok && !contains(l.unresolved, "scheduler.params.total_num_steps") {
-				l.fail("scheduler.params.total_num_steps", absent{}, "an integer (required by "+typ+")", "")
-			}
+	}
+}
+
+// paramError records a ParseOptimizer / ParseScheduler error.
+func (l *loader) paramError(err error) {
+	var pe *ParamError
+	switch {
+	case errors.As(err, &pe):
+		l.errs = append(l.errs, pe.fieldError())
+	case err != nil: // not a document problem (no param group); kept visible all the same
+		l.errs = append(l.errs, &FieldError{Path: "scheduler", Msg: err.Error()})
+	}
+}
+
+// optimizerAutos resolves "auto" optimizer params to HF TrainingArguments'
+// defaults where it can and records the others as unresolved.
+func (l *loader) optimizerAutos(p map[string]any) {
+	for _, k := range sortedKeys(p) {
+		if !isAuto(p[k]) {
+			continue
+		}
+		path := optPrefix + k
+		l.autos = append(l.autos, path)
+		switch k {
+		case "betas":
+			p[k] = []any{0.9, 0.999}
+		case "eps":
+			p[k] = 1e-8
+		case "weight_decay":
+			p[k] = 0.0
+		default:
+			l.unresolvedAt(path, `"auto" cannot be resolved: deepgo does not know the training arguments HF Trainer would use; set a value`)
+			continue
+		}
+		l.warn(path, `"auto" resolved to %s (HF TrainingArguments default)`, render(p[k]))
+	}
+}
+
+// schedulerAutos resolves "auto" scheduler params as the HF Trainer does
+// where deepgo knows the value (warmup_min_lr 0, warmup_max_lr the
+// optimizer's lr) and records the others as unresolved.
+func (l *loader) schedulerAutos(p map[string]any, lr any) {
+	for _, k := range sortedKeys(p) {
+		if !isAuto(p[k]) {
+			continue
+		}
+		path := schedPrefix + k
+		l.autos = append(l.autos, path)
+		switch {
+		case k == keyWarmupMinLR:
+			p[k] = 0.0
+			l.warn(path, `"auto" resolved to 0 (as HF Trainer does)`)
+		case k == keyWarmupMaxLR && isNumber(lr):
+			p[k] = lr
+			l.warn(path, `"auto" resolved to optimizer.params.lr = %s`, render(lr))
+		default:
+			l.unresolvedAt(path, `"auto" cannot be resolved: it depends on the dataset length and training arguments; set a value`)
 		}
 	}
 }
 
 func isNumber(v any) bool { _, ok := asFloat(v); return ok }
-
-func validBetas(v any) bool {
-	a, ok := v.([]any)
-	if !ok || len(a) != 2 {
-		return false
-	}
-	for _, e := range a {
-		x, ok := asFloat(e)
-		if !ok || x < 0 || x >= 1 {
-			return false
-		}
-	}
-	return true
-}

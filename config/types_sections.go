@@ -62,7 +62,7 @@ type GradientCheckpointingKwargs struct {
 
 // Optimizer is the optimizer section.
 type Optimizer struct {
-	// Type is the optimizer name: a DeepSpeed optimizer (case-insensitive) or a torch.optim class.
+	// Type is the optimizer name: Adam, AdamW, Lamb, Lion (DeepSpeed's, any case) or SGD (torch.optim); see ParseOptimizer.
 	Type string `json:"type" ds:"required"`
 	// Params are the optimizer's keyword arguments.
 	Params map[string]any `json:"params,omitempty"`
@@ -72,7 +72,7 @@ type Optimizer struct {
 
 // Scheduler is the scheduler section.
 type Scheduler struct {
-	// Type is the schedule name: a DeepSpeed schedule or a torch.optim.lr_scheduler class.
+	// Type is the schedule name: WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle or LRRangeTest; see ParseScheduler.
 	Type string `json:"type" ds:"required"`
 	// Params are the schedule's keyword arguments.
 	Params map[string]any `json:"params,omitempty"`

@@ -5,50 +5,77 @@ import (
 	"math"
 	"sync"
 
+	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
 // Kind is an update rule of the fused optimizer kernels.
 type Kind int
 
-// Update rules. DeepSpeed's Adam, AdamW, FusedAdam and DeepSpeedCPUAdam are
-// all KindAdam (Hyper.AdamWMode picks decoupled weight decay).
+// Update rules, one per fused kernel. config.ParseOptimizer maps the
+// ds_config type names onto them: DeepSpeed's Adam and AdamW are KindAdam
+// (Hyper.AdamWMode picks decoupled weight decay), Lamb KindLamb, Lion
+// KindLion, torch.optim's SGD KindSGD. g is grad/gradScale throughout and
+// bc = 1 - beta^t when bias_correction is on, else 1.
 const (
+	// KindAdam follows DeepSpeed's FusedAdam and DeepSpeedCPUAdam:
+	//
+	//	g += wd*p                    (adam_w_mode false: L2)
+	//	m  = b1*m + (1-b1)*g
+	//	v  = b2*v + (1-b2)*g*g
+	//	p += -lr*wd*p                (adam_w_mode true: decoupled)
+	//	p += -(lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)
 	KindAdam Kind = iota
+	// KindSGD is torch.optim.SGD (DeepSpeed falls back to torch for it):
+	//
+	//	g += wd*p
+	//	b  = g on the first step, else momentum*b + (1-dampening)*g
+	//	g  = g + momentum*b (nesterov) or b
+	//	p += -lr*g
+	//
+	// With momentum 0 there is no buffer and g is used directly.
 	KindSGD
+	// KindLamb follows apex/DeepSpeed FusedLamb with eps outside the
+	// square root:
+	//
+	//	m, v as Adam;  u = (m/bc1) / (sqrt(v/bc2) + eps) + wd*p
+	//	trust = clamp(||p|| / ||u||, min_coeff, max_coeff), 1 if either norm is 0
+	//	p += -lr*trust*u
+	//
+	// with norms per tensor. (FusedLamb's CUDA kernel folds the bias
+	// corrections into the step size instead, which also scales eps and
+	// the decay term; the textbook form above is what the float64
+	// reference checks.)
 	KindLamb
+	// KindLion follows DeepSpeed's FusedLion / DeepSpeedCPULion:
+	//
+	//	c  = b1*m + (1-b1)*g
+	//	p  = p*(1 - lr*wd) - lr*sign(c)     (sign(0) = 0, as torch.sign)
+	//	m  = b2*m + (1-b2)*g
 	KindLion
 )
 
+// String returns the update rule's name in config.OptimizerSpec.Kind:
+// "adam", "sgd", "lamb" or "lion".
 func (k Kind) String() string {
 	switch k {
 	case KindAdam:
-		return "adam"
+		return config.OptimizerAdam
 	case KindSGD:
-		return "sgd"
+		return config.OptimizerSGD
 	case KindLamb:
-		return "lamb"
+		return config.OptimizerLamb
 	case KindLion:
-		return "lion"
+		return config.OptimizerLion
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
 
 // Hyper holds an optimizer's hyperparameters. Each Kind reads its own
-// fields; LR is the configured base rate (Step takes the scheduled one).
-type Hyper struct {
-	LR             float64
-	Beta1, Beta2   float64 // Adam, Lamb, Lion
-	Eps            float64 // Adam, Lamb
-	WeightDecay    float64
-	AdamWMode      bool    // Adam: decoupled weight decay (DeepSpeed's adam_w_mode)
-	BiasCorrection bool    // Adam, Lamb
-	Momentum       float64 // SGD
-	Dampening      float64 // SGD
-	Nesterov       bool    // SGD
-	MaxCoeff       float64 // Lamb: upper clamp of the trust ratio
-	MinCoeff       float64 // Lamb: lower clamp of the trust ratio
-}
+// fields; LR is the configured base rate (Step takes the scheduled one). It
+// is config.OptimizerHyper, which config.ParseOptimizer fills with
+// DeepSpeed's defaults.
+type Hyper = config.OptimizerHyper
 
 // ParamGroup is one list of parameters stepped together: a ZeRO rank's
 // shard, or one sub-group of it. Entry i of Grads (and Copies) goes with
@@ -169,7 +196,7 @@ func (o *fused) Step(g ParamGroup, lr, gradScale float64) error {
 	h := o.def
 	if g.Hyper != nil {
 		h = *g.Hyper
-		if err := validate(o.kind, h, "ParamGroup.Hyper."); err != nil {
+		if err := config.ValidateOptimizerHyper(o.kind.String(), h, "ParamGroup.Hyper."); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
 	}

@@ -44,7 +44,14 @@ func TestNewConfigErrors(t *testing.T) {
 			t.Errorf("New(%s) = %v, want ErrUnsupportedOptimizer", typ, err)
 		}
 	}
-	for _, typ := range []string{"adam", "AdamW", "FusedAdam", "CPUAdam", "DeepSpeedCPUAdam", "SGD", "lamb", "Lion", "FusedLion"} {
+	// FusedAdam & co. are classes DeepSpeed builds, not type names it accepts.
+	for _, typ := range []string{"FusedAdam", "CPUAdam", "DeepSpeedCPUAdam", "FusedLion", "sgd"} {
+		_, err := New(typ, nil, b)
+		if !errors.Is(err, ErrUnsupportedOptimizer) || !strings.Contains(err.Error(), "optimizer.type") {
+			t.Errorf("New(%s) = %v, want ErrUnsupportedOptimizer", typ, err)
+		}
+	}
+	for _, typ := range []string{"adam", "AdamW", "SGD", "lamb", "Lion", "LION"} {
 		o, err := New(typ, map[string]any{"lr": 0.01, "torch_adam": nil}, b)
 		if err != nil {
 			t.Errorf("New(%s): %v", typ, err)

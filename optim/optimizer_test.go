@@ -24,7 +24,7 @@ type cfgCase struct {
 var cfgCases = []cfgCase{
 	{"adamw", "AdamW", map[string]any{"lr": 1e-3, "weight_decay": 0.01}},
 	{"adam-l2", "Adam", map[string]any{"adam_w_mode": false, "weight_decay": 0.01, "betas": []any{0.8, 0.99}}},
-	{"adam-nobc", "FusedAdam", map[string]any{"bias_correction": false, "eps": 1e-6}},
+	{"adam-nobc", "Adam", map[string]any{"bias_correction": false, "eps": 1e-6}},
 	{"sgd", "SGD", map[string]any{"lr": 0.01, "weight_decay": 1e-4}},
 	{"sgd-momentum", "SGD", map[string]any{"lr": 0.01, "momentum": 0.9, "dampening": 0.1}},
 	{"sgd-nesterov", "SGD", map[string]any{"lr": 0.01, "momentum": 0.9, "nesterov": true}},

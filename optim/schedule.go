@@ -1,24 +1,38 @@
 package optim
 
 import (
+	"errors"
 	"fmt"
 	"math"
-	"strings"
+
+	"github.com/deepgo-ml/deepgo/config"
 )
 
 // Scheduler type names, as written in the ds_config "scheduler.type".
 const (
-	ScheduleWarmupLR       = "WarmupLR"
-	ScheduleWarmupDecayLR  = "WarmupDecayLR"
-	ScheduleWarmupCosineLR = "WarmupCosineLR"
-	ScheduleOneCycle       = "OneCycle"
-	ScheduleLRRangeTest    = "LRRangeTest"
+	ScheduleWarmupLR       = config.ScheduleWarmupLR
+	ScheduleWarmupDecayLR  = config.ScheduleWarmupDecayLR
+	ScheduleWarmupCosineLR = config.ScheduleWarmupCosineLR
+	ScheduleOneCycle       = config.ScheduleOneCycle
+	ScheduleLRRangeTest    = config.ScheduleLRRangeTest
 )
 
 // ScheduleTypes returns the scheduler types NewSchedule knows, sorted.
-func ScheduleTypes() []string {
-	return []string{ScheduleLRRangeTest, ScheduleOneCycle, ScheduleWarmupCosineLR, ScheduleWarmupDecayLR, ScheduleWarmupLR}
-}
+func ScheduleTypes() []string { return config.ScheduleTypes() }
+
+// ErrUnknownSchedule is matched by the error NewSchedule returns for a
+// scheduler type it does not know. It is config.ErrUnknownSchedule.
+var ErrUnknownSchedule = config.ErrUnknownSchedule
+
+// ErrInvalidScheduleParam is matched by every *ParamError and by
+// NewSchedule's other argument errors. It is config.ErrInvalidScheduleParam.
+var ErrInvalidScheduleParam = config.ErrInvalidScheduleParam
+
+// ParamError reports a bad value in the ds_config "scheduler.params" block:
+// "<key>: <value>: <reason>", with "missing" as the value of an absent
+// required key. It is config.ParamError: config.Parse and NewSchedule
+// apply the same rules (config.ParseScheduler) and report the same path.
+type ParamError = config.ParamError
 
 // Schedule is a per-step learning-rate (and, for OneCycle, momentum)
 // schedule with DeepSpeed's semantics (deepspeedai/DeepSpeed 0.19.x
@@ -96,37 +110,26 @@ func WithWarnings(fn func(msg string)) ScheduleOption {
 
 // NewSchedule builds the schedule named by typ (the ds_config
 // "scheduler.type") from params (the ds_config "scheduler.params", as
-// decoded by encoding/json) for an optimizer whose param groups start with
-// learning rates baseLRs.
+// decoded from JSON) for an optimizer whose param groups start with
+// learning rates baseLRs. config.ParseScheduler reads the params: its doc
+// lists each type's parameters and DeepSpeed's defaults. With t the
+// last_batch_iteration and N the warm-up steps:
 //
-// Parameters and defaults mirror DeepSpeed:
+//   - WarmupLR: lr = min + (max-min)*g, g = ln(t+1)/ln(N) (log) or t/N
+//     (linear) while t < N, then 1.
+//   - WarmupDecayLR: as WarmupLR; after warm-up g = max(0, (T-t)/max(1, T-N))
+//     with T = total_num_steps.
+//   - WarmupCosineLR: lr = base_lr * ratio, warm-up from warmup_min_ratio,
+//     then a cosine down to cos_min_ratio at T; zero before the first Step.
+//   - OneCycle: a triangle from cycle_min_lr to cycle_max_lr and back (the
+//     momentum, beta1, goes the other way), then decay.
+//   - LRRangeTest: lr = min_lr * (1 + rate*k), k = (t+1)/step_size,
+//     floored with staircase.
 //
-//   - WarmupLR: warmup_min_lr (0), warmup_max_lr (the optimizer's lr),
-//     warmup_num_steps (1000, a positive integer, raised to 2 if 1),
-//     warmup_type ("log" or "linear"; anything else falls back to "log").
-//     lr = min + (max-min)*g, g = ln(t+1)/ln(N) or t/N while t < N, then 1.
-//   - WarmupDecayLR: as WarmupLR plus total_num_steps (required); note that
-//     its warmup_max_lr defaults to 0.001. After warm-up
-//     g = max(0, (T-t)/max(1, T-N)).
-//   - WarmupCosineLR: total_num_steps (required), warmup_min_ratio (0),
-//     warmup_num_steps (1000), cos_min_ratio (1e-4), warmup_type ("log").
-//     lr = base_lr * ratio; zero before the first Step.
-//   - OneCycle: cycle_min_lr and cycle_max_lr (required), decay_lr_rate (0),
-//     cycle_first_step_size (2000), cycle_second_step_size (= first),
-//     cycle_first_stair_count (0 = continuous), cycle_second_stair_count
-//     (= first), decay_step_size (0 = no decay), cycle_momentum (true),
-//     cycle_min_mom (0.8), cycle_max_mom (0.9), decay_mom_rate (0).
-//   - LRRangeTest: lr_range_test_min_lr (1e-3), lr_range_test_step_size
-//     (2000), lr_range_test_step_rate (1.0), lr_range_test_staircase (false).
-//
-// Learning-rate and momentum bounds accept a number or a list with one
-// entry per param group. Every type also takes last_batch_iteration (-1).
-// Bad values give a *ParamError ("scheduler.params.<key>: <value>:
-// <what is allowed>"); an unknown type gives an error wrapping
-// ErrUnknownSchedule that lists the known ones.
-//
-// Where DeepSpeed would only fail at the first Step (a zero
-// lr_range_test_step_size divides by zero), NewSchedule rejects the value.
+// Bad values give a
+// *ParamError ("scheduler.params.<key>: <value>: <what is allowed>"); an
+// unknown type gives an error matching ErrUnknownSchedule that lists the
+// known ones.
 func NewSchedule(typ string, params map[string]any, baseLRs []float64, opts ...ScheduleOption) (Schedule, error) {
 	o := scheduleOptions{hasBetas: true, warn: func(string) {}}
 	for _, opt := range opts {
@@ -142,34 +145,28 @@ func NewSchedule(typ string, params map[string]any, baseLRs []float64, opts ...S
 				typ, i, lr, ErrInvalidScheduleParam)
 		}
 	}
-	r := &paramReader{typ: typ, params: params, groups: len(baseLRs)}
-	var (
-		impl scheduleImpl
-		err  error
-	)
-	switch typ {
-	case ScheduleWarmupLR:
-		impl, err = newWarmupLR(r, baseLRs, false, o)
-	case ScheduleWarmupDecayLR:
-		impl, err = newWarmupLR(r, baseLRs, true, o)
-	case ScheduleWarmupCosineLR:
-		impl, err = newWarmupCosineLR(r, baseLRs, o)
-	case ScheduleOneCycle:
-		impl, err = newOneCycle(r, o)
-	case ScheduleLRRangeTest:
-		impl, err = newLRRangeTest(r)
-	default:
-		return nil, fmt.Errorf("optim: scheduler.type: %q: %w (known: %s)",
-			typ, ErrUnknownSchedule, strings.Join(ScheduleTypes(), ", "))
+	spec, err := config.ParseScheduler(typ, params, baseLRs, o.hasBetas)
+	if errors.Is(err, ErrUnknownSchedule) {
+		return nil, fmt.Errorf("optim: %w", err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("optim: %s: %w", typ, err)
 	}
-	last, err := r.lastBatchIteration()
-	if err != nil {
-		return nil, fmt.Errorf("optim: %s: %w", typ, err)
+	for _, w := range spec.Warnings {
+		o.warn(w.String())
 	}
-	return &schedule{typ: typ, groups: len(baseLRs), last: last, impl: impl}, nil
+	var impl scheduleImpl
+	switch {
+	case spec.Warmup != nil:
+		impl = newWarmupLR(spec.Warmup)
+	case spec.WarmupCosine != nil:
+		impl = newWarmupCosineLR(spec.WarmupCosine, baseLRs)
+	case spec.OneCycle != nil:
+		impl = newOneCycle(spec.OneCycle)
+	case spec.LRRangeTest != nil:
+		impl = &lrRangeTest{p: *spec.LRRangeTest}
+	}
+	return &schedule{typ: typ, groups: len(baseLRs), last: spec.LastBatchIteration, impl: impl}, nil
 }
 
 // scheduleImpl is the pure part of a schedule: values as functions of t.
@@ -219,17 +216,7 @@ func (s *schedule) SetState(st ScheduleState) error {
 	return nil
 }
 
-// Parameter keys shared by several schedules.
-const (
-	keyLastBatchIteration = "last_batch_iteration"
-	keyWarmupMinLR        = "warmup_min_lr"
-	keyWarmupMaxLR        = "warmup_max_lr"
-	keyWarmupNumSteps     = "warmup_num_steps"
-	keyWarmupType         = "warmup_type"
-	keyTotalNumSteps      = "total_num_steps"
-	warmupLog             = "log"
-	warmupLinear          = "linear"
-)
+const warmupLinear = "linear"
 
 // warmupGamma is DeepSpeed's warm-up progress for t in [0, n).
 func warmupGamma(typ string, invLogN float64, t, n int) float64 {

@@ -40,3 +40,36 @@ func TestRunConfig(t *testing.T) {
 		t.Errorf("defaults not marked:\n%s", out.String())
 	}
 }
+
+// TestConfigCheckOptimizer: `deepgo config check` reports optimizer and
+// scheduler problems with the rules Initialize applies (optim's verdict
+// table runs the full set); "auto" is an error only with --strict.
+func TestConfigCheckOptimizer(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, doc string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	onebit := write("onebit.json", `{"optimizer":{"type":"OneBitAdam"}}`)
+	autoLR := write("auto.json", `{"optimizer":{"type":"AdamW","params":{"lr":"auto"}}}`)
+	warmup := write("warmup.json", `{"optimizer":{"type":"Adam"},"scheduler":{"type":"WarmupLR","params":{"warmup_type":"cosine"}}}`)
+	for _, c := range []struct {
+		args        []string
+		rc          int
+		out, stderr string
+	}{
+		{[]string{"check", onebit}, 1, "", `optimizer.type: got "OneBitAdam"; allowed: a DeepSpeed optimizer deepgo implements`},
+		{[]string{"check", autoLR}, 0, `unresolved "auto": optimizer.params.lr`, ""},
+		{[]string{"check", "--strict", autoLR}, 1, "", `optimizer.params.lr: got "auto"`},
+		{[]string{"check", warmup}, 0, ": ok", `warning: scheduler.params.warmup_type: "cosine": unknown warmup type, using "log"`},
+	} {
+		var out, errb bytes.Buffer
+		rc := runConfig(c.args, &out, &errb)
+		if rc != c.rc || !strings.Contains(out.String(), c.out) || !strings.Contains(errb.String(), c.stderr) {
+			t.Errorf("%v: rc=%d\nstdout:\n%s\nstderr:\n%s", c.args, rc, out.String(), errb.String())
+		}
+	}
+}

@@ -1,0 +1,288 @@
+package config
+
+import (
+	"fmt"
+	"math"
+)
+
+// The scheduler params: DeepSpeed's constructor keyword arguments.
+const (
+	keyLastBatchIteration   = "last_batch_iteration"
+	keyWarmupMinLR          = "warmup_min_lr"
+	keyWarmupMaxLR          = "warmup_max_lr"
+	keyWarmupNumSteps       = "warmup_num_steps"
+	keyWarmupType           = "warmup_type"
+	keyTotalNumSteps        = "total_num_steps"
+	keyWarmupMinRatio       = "warmup_min_ratio"
+	keyCosMinRatio          = "cos_min_ratio"
+	keyCycleMinLR           = "cycle_min_lr"
+	keyCycleMaxLR           = "cycle_max_lr"
+	keyDecayLRRate          = "decay_lr_rate"
+	keyCycleFirstStepSize   = "cycle_first_step_size"
+	keyCycleSecondStepSize  = "cycle_second_step_size"
+	keyCycleFirstStairCount = "cycle_first_stair_count"
+	keyCycleSecondStairCnt  = "cycle_second_stair_count"
+	keyDecayStepSize        = "decay_step_size"
+	keyCycleMomentum        = "cycle_momentum"
+	keyCycleMinMom          = "cycle_min_mom"
+	keyCycleMaxMom          = "cycle_max_mom"
+	keyDecayMomRate         = "decay_mom_rate"
+	keyLRRTMinLR            = "lr_range_test_min_lr"
+	keyLRRTStepSize         = "lr_range_test_step_size"
+	keyLRRTStepRate         = "lr_range_test_step_rate"
+	keyLRRTStaircase        = "lr_range_test_staircase"
+	warmupLog               = "log"
+	warmupLinear            = "linear"
+)
+
+// warmupLR reads WarmupLR's params (decay: WarmupDecayLR's).
+func (r *paramReader) warmupLR(baseLRs []float64, decay bool) (*WarmupParams, error) {
+	allowed := []string{keyWarmupMinLR, keyWarmupMaxLR, keyWarmupNumSteps, keyWarmupType, keyLastBatchIteration}
+	if decay {
+		allowed = append([]string{keyTotalNumSteps}, allowed...)
+	}
+	if err := r.checkKeys(allowed); err != nil {
+		return nil, err
+	}
+	groups := len(baseLRs)
+	p := &WarmupParams{Decay: decay}
+	var err error
+	if decay {
+		if p.TotalNumSteps, err = r.totalNumSteps(); err != nil {
+			return nil, err
+		}
+	}
+	if p.NumSteps, err = r.warmupSteps(); err != nil {
+		return nil, err
+	}
+	if p.MinLR, err = r.lrs(keyWarmupMinLR, make([]float64, groups), groups); err != nil {
+		return nil, err
+	}
+	// WarmupLR's warmup_max_lr defaults to the optimizer's lr; WarmupDecayLR
+	// keeps its own signature default of 0.001.
+	defMax := baseLRs
+	if decay {
+		defMax = fill(groups, 0.001)
+	}
+	if p.MaxLR, err = r.lrs(keyWarmupMaxLR, defMax, groups); err != nil {
+		return nil, err
+	}
+	if p.Type, err = r.warmupType(); err != nil {
+		return nil, err
+	}
+	if decay {
+		r.totalBelowWarmup(p.TotalNumSteps, p.NumSteps)
+	}
+	return p, nil
+}
+
+// warmupCosineLR reads WarmupCosineLR's params.
+func (r *paramReader) warmupCosineLR() (*WarmupCosineParams, error) {
+	if err := r.checkKeys([]string{keyTotalNumSteps, keyWarmupMinRatio, keyWarmupNumSteps, keyCosMinRatio,
+		keyWarmupType, keyLastBatchIteration}); err != nil {
+		return nil, err
+	}
+	p := &WarmupCosineParams{}
+	var err error
+	if p.TotalNumSteps, err = r.totalNumSteps(); err != nil {
+		return nil, err
+	}
+	if p.NumSteps, err = r.warmupSteps(); err != nil {
+		return nil, err
+	}
+	if p.MinRatio, err = r.ratio(keyWarmupMinRatio, 0); err != nil {
+		return nil, err
+	}
+	if p.CosMinRatio, err = r.ratio(keyCosMinRatio, 1e-4); err != nil {
+		return nil, err
+	}
+	if p.Type, err = r.warmupType(); err != nil {
+		return nil, err
+	}
+	r.totalBelowWarmup(p.TotalNumSteps, p.NumSteps)
+	return p, nil
+}
+
+// oneCycle reads OneCycle's params for groups param groups.
+func (r *paramReader) oneCycle(groups int, hasBetas bool) (*OneCycleParams, error) {
+	if err := r.checkKeys([]string{keyCycleMinLR, keyCycleMaxLR, keyDecayLRRate, keyCycleFirstStepSize,
+		keyCycleSecondStepSize, keyCycleFirstStairCount, keyCycleSecondStairCnt, keyDecayStepSize,
+		keyCycleMomentum, keyCycleMinMom, keyCycleMaxMom, keyDecayMomRate, keyLastBatchIteration}); err != nil {
+		return nil, err
+	}
+	p := &OneCycleParams{}
+	var err error
+	if p.FirstStepSize, err = r.positive(keyCycleFirstStepSize, 2000, "steps in the increasing half of the cycle"); err != nil {
+		return nil, err
+	}
+	if p.SecondStepSize, err = r.positive(keyCycleSecondStepSize, p.FirstStepSize, "steps in the decreasing half of the cycle"); err != nil {
+		return nil, err
+	}
+	if p.FirstStairCount, err = r.stairs(keyCycleFirstStairCount, 0); err != nil {
+		return nil, err
+	}
+	if p.SecondStairCount, err = r.stairs(keyCycleSecondStairCnt, p.FirstStairCount); err != nil {
+		return nil, err
+	}
+	if p.DecayStepSize, err = r.float(keyDecayStepSize, 0); err != nil {
+		return nil, err
+	}
+	if p.DecayStepSize < 0 {
+		return nil, r.bad(keyDecayStepSize, r.params[keyDecayStepSize], "must be >= 0 (0 = no decay after the cycle)", "a number >= 0 (0 = no decay after the cycle)")
+	}
+	if p.MinLR, err = r.lrs(keyCycleMinLR, nil, groups); err != nil {
+		return nil, err
+	}
+	if p.MaxLR, err = r.lrs(keyCycleMaxLR, nil, groups); err != nil {
+		return nil, err
+	}
+	if p.DecayLRRate, err = r.float(keyDecayLRRate, 0); err != nil {
+		return nil, err
+	}
+	if p.DecayMomRate, err = r.float(keyDecayMomRate, 0); err != nil {
+		return nil, err
+	}
+	if p.CycleMomentum, err = r.boolean(keyCycleMomentum, true); err != nil {
+		return nil, err
+	}
+	if p.MinMom, err = r.floats(keyCycleMinMom, fill(groups, 0.8), groups); err != nil {
+		return nil, err
+	}
+	if p.MaxMom, err = r.floats(keyCycleMaxMom, fill(groups, 0.9), groups); err != nil {
+		return nil, err
+	}
+	if p.CycleMomentum && !hasBetas {
+		r.warn(keyCycleMomentum, "momentum cycling is disabled because the optimizer has no betas")
+		p.CycleMomentum = false
+	}
+	return p, nil
+}
+
+// lrRangeTest reads LRRangeTest's params for groups param groups.
+func (r *paramReader) lrRangeTest(groups int) (*LRRangeTestParams, error) {
+	if err := r.checkKeys([]string{keyLRRTMinLR, keyLRRTStepSize, keyLRRTStepRate, keyLRRTStaircase,
+		keyLastBatchIteration}); err != nil {
+		return nil, err
+	}
+	p := &LRRangeTestParams{}
+	var err error
+	if p.MinLR, err = r.lrs(keyLRRTMinLR, fill(groups, 1e-3), groups); err != nil {
+		return nil, err
+	}
+	if p.StepSize, err = r.positive(keyLRRTStepSize, 2000, "training steps per LR increase"); err != nil {
+		return nil, err
+	}
+	if p.StepRate, err = r.float(keyLRRTStepRate, 1.0); err != nil {
+		return nil, err
+	}
+	if p.Staircase, err = r.boolean(keyLRRTStaircase, false); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// lrs is floats for a learning rate: DeepSpeed takes a negative one, so it
+// is only a warning.
+func (r *paramReader) lrs(key string, def []float64, groups int) ([]float64, error) {
+	v, err := r.floats(key, def, groups)
+	if err != nil {
+		return nil, err
+	}
+	if !isAuto(r.params[key]) && r.given(key) && slicesMin(v) < 0 {
+		r.warn(key, "negative learning rate %s; DeepSpeed accepts it and so does deepgo, but the schedule will produce negative rates unless the trainer overrides it",
+			render(r.params[key]))
+	}
+	return v, nil
+}
+
+func slicesMin(v []float64) float64 {
+	m := math.Inf(1)
+	for _, x := range v {
+		m = math.Min(m, x)
+	}
+	return m
+}
+
+// ratio is float for a ratio DeepSpeed does not range-check: outside
+// [0, 1] it is a warning.
+func (r *paramReader) ratio(key string, def float64) (float64, error) {
+	f, err := r.float(key, def)
+	if err == nil && (f < 0 || f > 1) {
+		r.warn(key, "%s is outside [0, 1]; DeepSpeed accepts it and so does deepgo, but the learning rate then leaves [0, base lr]", render(r.params[key]))
+	}
+	return f, err
+}
+
+// positive reads a finite number > 0 (a step size DeepSpeed divides by).
+func (r *paramReader) positive(key string, def float64, what string) (float64, error) {
+	f, err := r.float(key, def)
+	if err != nil {
+		return 0, err
+	}
+	if !(f > 0) {
+		return 0, r.bad(key, r.params[key], fmt.Sprintf("must be > 0 (%s)", what), fmt.Sprintf("a number > 0 (%s)", what))
+	}
+	return f, nil
+}
+
+// stairs reads a stair count: an integer >= 0.
+func (r *paramReader) stairs(key string, def int) (int, error) {
+	n, _, err := r.integer(key, def)
+	if err == nil && n < 0 {
+		err = r.bad(key, r.params[key], "must be >= 0 (0 = continuous)", "an integer >= 0 (0 = continuous)")
+	}
+	return n, err
+}
+
+// totalNumSteps reads the required total_num_steps.
+func (r *paramReader) totalNumSteps() (int, error) {
+	n, given, err := r.integer(keyTotalNumSteps, 0)
+	if err == nil && !given {
+		err = r.missing(keyTotalNumSteps)
+	}
+	return n, err
+}
+
+// totalBelowWarmup warns as DeepSpeed does when total < warmup.
+func (r *paramReader) totalBelowWarmup(total, warmup int) {
+	if total < warmup && !r.anyAuto(keyTotalNumSteps, keyWarmupNumSteps) {
+		r.warn(keyTotalNumSteps, "%d is less than %s %d", total, keyWarmupNumSteps, warmup)
+	}
+}
+
+// lastBatchIteration reads DeepSpeed's last_batch_iteration kwarg (default
+// -1, the start of the schedule).
+func (r *paramReader) lastBatchIteration() (int, error) {
+	n, _, err := r.integer(keyLastBatchIteration, -1)
+	if err == nil && n < -1 {
+		err = r.bad(keyLastBatchIteration, r.params[keyLastBatchIteration], "must be >= -1 (-1 starts the schedule from the beginning)",
+			"an integer >= -1 (-1 starts the schedule from the beginning)")
+	}
+	return n, err
+}
+
+// warmupType reads warmup_type. Like DeepSpeed, an unknown string falls
+// back to "log" with a warning.
+func (r *paramReader) warmupType() (string, error) {
+	t, err := r.str(keyWarmupType, warmupLog)
+	if err != nil {
+		return "", err
+	}
+	if t != warmupLog && t != warmupLinear {
+		r.warn(keyWarmupType, "%q: unknown warmup type, using %q (allowed: %q, %q)", t, warmupLog, warmupLog, warmupLinear)
+		t = warmupLog
+	}
+	return t, nil
+}
+
+// warmupSteps reads warmup_num_steps: an integer >= 0 (default 1000),
+// raised to at least 2 as DeepSpeed does (so 0, which the Hugging Face
+// Trainer writes when it has no warmup, means 2). Negative values, which
+// DeepSpeed also raises, are refused: they are always a mistake.
+func (r *paramReader) warmupSteps() (int, error) {
+	n, _, err := r.integer(keyWarmupNumSteps, 1000)
+	if err == nil && n < 0 {
+		err = r.bad(keyWarmupNumSteps, r.params[keyWarmupNumSteps], "must be >= 0", "an integer >= 0")
+	}
+	return max(2, n), err
+}

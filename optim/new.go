@@ -1,0 +1,83 @@
+package optim
+
+import (
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/config"
+)
+
+// ErrUnsupportedOptimizer is wrapped by New's error for an optimizer type
+// deepgo does not implement (1-bit Adam, Adagrad, ...). It is
+// config.ErrUnsupportedOptimizer.
+var ErrUnsupportedOptimizer = config.ErrUnsupportedOptimizer
+
+// ErrInvalidOptimizerParam is matched by every *ConfigError from New or
+// Step. It is config.ErrInvalidOptimizerParam.
+var ErrInvalidOptimizerParam = config.ErrInvalidOptimizerParam
+
+// ConfigError is a bad value in the ds_config "optimizer" block (or in a
+// ParamGroup.Hyper override). It formats as "<key>: <value>: <reason>",
+// e.g. "optimizer.params.betas[1]: 1.5: must be in [0, 1)". It is
+// config.ParamError: config.Parse and New apply the same rules
+// (config.ParseOptimizer) and report the same path.
+type ConfigError = config.ParamError
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	kernels Kernels
+	store   StateStore
+}
+
+// WithKernels runs the steps on k instead of the backend's default kernels.
+func WithKernels(k Kernels) Option { return func(o *options) { o.kernels = k } }
+
+// WithStateStore keeps the optimizer state in s (default: a HostStore).
+func WithStateStore(s StateStore) Option { return func(o *options) { o.store = s } }
+
+// New builds an optimizer from a ds_config "optimizer" block: typ is its
+// "type" and params its "params", read by config.ParseOptimizer (DeepSpeed's
+// names and defaults; unknown keys, out-of-range values and an unresolved
+// "auto" are a *ConfigError, a type deepgo does not implement an error
+// matching ErrUnsupportedOptimizer). The steps run on be's kernels (the CPU
+// backend's C core) unless WithKernels says otherwise.
+func New(typ string, params map[string]any, be backend.Backend, opts ...Option) (Optimizer, error) {
+	spec, err := config.ParseOptimizer(typ, params)
+	if err != nil {
+		return nil, err
+	}
+	kind, err := kindOf(spec.Kind)
+	if err != nil {
+		return nil, err
+	}
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.kernels == nil {
+		switch b := be.(type) {
+		case Kernels:
+			o.kernels = b
+		case *backend.CPU:
+			o.kernels = NewCPUKernels(b)
+		default:
+			return nil, fmt.Errorf("optim.New: backend %T: %w: no optimizer kernels (pass WithKernels)", be, backend.ErrUnsupported)
+		}
+	}
+	if o.store == nil {
+		o.store = NewHostStore()
+	}
+	return &fused{kind: kind, def: spec.Hyper, k: o.kernels, store: o.store, steps: map[string]int64{}, trust: map[string][]float64{}}, nil
+}
+
+// kindOf maps config's update-rule name to its Kind.
+func kindOf(name string) (Kind, error) {
+	for _, k := range []Kind{KindAdam, KindSGD, KindLamb, KindLion} {
+		if k.String() == name {
+			return k, nil
+		}
+	}
+	return 0, fmt.Errorf("optim.New: update rule %q: %w: no kernel", name, ErrUnsupportedOptimizer)
+}
