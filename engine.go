@@ -35,7 +35,7 @@ type Engine struct {
 	z        *zero.Optimizer
 	scaler   optim.LossScaler
 	sched    optim.Schedule
-	batch    config.Batch
+	batch    config.BatchSizes
 	clip     float64
 	checkSeq bool
 
@@ -85,8 +85,8 @@ func (e *Engine) Rank() int { return e.c.Rank() }
 // World is the data-parallel size.
 func (e *Engine) World() int { return e.c.Size() }
 
-// Batch is the resolved batch triad.
-func (e *Engine) Batch() config.Batch { return e.batch }
+// BatchSizes is the resolved batch triad.
+func (e *Engine) BatchSizes() config.BatchSizes { return e.batch }
 
 // GradientAccumulationSteps is gradient_accumulation_steps.
 func (e *Engine) GradientAccumulationSteps() int { return e.batch.GradAccum }

@@ -35,7 +35,7 @@ func ExampleInitialize() {
 		var first, last float64
 		for step := range 10 {
 			// this rank's gradient_accumulation_steps micro-batches
-			loss, err := eng.TrainBatch(ctx, data.RankBatch(step, 16, c.Size(), c.Rank(), eng.Batch().GradAccum))
+			loss, err := eng.TrainBatch(ctx, data.RankBatch(step, 16, c.Size(), c.Rank(), eng.BatchSizes().GradAccum))
 			if err != nil {
 				return err
 			}

@@ -42,7 +42,7 @@ type Trainer interface {
 	Parameters(ctx context.Context) (map[string][]float32, error)
 	// Batch is the resolved batch triad (micro-batch size per GPU,
 	// gradient accumulation steps, global batch size).
-	Batch() config.Batch
+	BatchSizes() config.BatchSizes
 	// GlobalSteps counts optimizer steps, skipped ones included.
 	GlobalSteps() int
 	// LR is the learning rate the next optimizer step uses. With a

@@ -2,8 +2,8 @@ package config
 
 import "fmt"
 
-// Batch is the resolved batch triad for one run.
-type Batch struct {
+// BatchSizes is the resolved batch triad for one run.
+type BatchSizes struct {
 	// TrainBatchSize is the global batch: MicroBatch × GradAccum × DataParallel.
 	TrainBatchSize int
 	// MicroBatch is train_micro_batch_size_per_gpu.
@@ -20,7 +20,7 @@ type Batch struct {
 // sequence-parallel size sp. A zero tp, pp or sp takes the config's
 // tensor_model_parallel_size, pipeline_model_parallel_size or
 // sequence_parallel_size. Errors (type Errors) show the arithmetic.
-func (c *Config) Resolve(world, tp, pp, sp int) (Batch, error) {
+func (c *Config) Resolve(world, tp, pp, sp int) (BatchSizes, error) {
 	if tp == 0 {
 		tp = max(c.TensorModelParallelSize, 1)
 	}
@@ -34,14 +34,14 @@ func (c *Config) Resolve(world, tp, pp, sp int) (Batch, error) {
 	if world < 1 || tp < 1 || pp < 1 || sp < 1 {
 		errs = append(errs, &FieldError{Path: "", Value: fmt.Sprintf("world=%d tp=%d pp=%d sp=%d", world, tp, pp, sp),
 			Allowed: "positive sizes"})
-		return Batch{}, errs
+		return BatchSizes{}, errs
 	}
 	model := tp * pp * sp
 	if world%model != 0 {
 		errs = append(errs, &FieldError{Path: "tensor_model_parallel_size", Value: fmt.Sprint(tp),
 			Allowed: fmt.Sprintf("tp × pp × sp dividing the world size %d", world),
 			Msg:     fmt.Sprintf("tp %d × pp %d × sp %d = %d does not divide world %d", tp, pp, sp, model, world)})
-		return Batch{}, errs
+		return BatchSizes{}, errs
 	}
 	dp := world / model
 	toAny := func(p *int) any {
@@ -53,9 +53,9 @@ func (c *Config) Resolve(world, tp, pp, sp int) (Batch, error) {
 	tb, mb, gas, perr := pyBatch(toAny(c.TrainBatchSize), toAny(c.TrainMicroBatchSizePerGPU), toAny(c.GradientAccumulationSteps), int64(dp))
 	if perr != nil {
 		errs = append(errs, batchError(c, perr, world, tp, pp, sp, dp))
-		return Batch{}, errs
+		return BatchSizes{}, errs
 	}
-	b := Batch{TrainBatchSize: int(tb.(int64)), MicroBatch: int(mb.(int64)), GradAccum: int(gas.(int64)), DataParallel: dp}
+	b := BatchSizes{TrainBatchSize: int(tb.(int64)), MicroBatch: int(mb.(int64)), GradAccum: int(gas.(int64)), DataParallel: dp}
 	if c.PipelineSchedule.Type == "Interleaved" && pp > 1 && b.GradAccum%pp != 0 {
 		errs = append(errs, &FieldError{Path: "gradient_accumulation_steps", Value: fmt.Sprint(b.GradAccum),
 			Allowed: fmt.Sprintf("a multiple of the pipeline size %d with the Interleaved schedule", pp),

@@ -157,7 +157,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if cfg.StepsPerPrint != nil && *cfg.StepsPerPrint > 0 {
 			every = *cfg.StepsPerPrint
 		}
-		B, gas := e.Batch().MicroBatch, e.Batch().GradAccum
+		B, gas := e.BatchSizes().MicroBatch, e.BatchSizes().GradAccum
 		first, err := resume(ctx, cfg, e, s)
 		if err != nil {
 			return err
