@@ -40,7 +40,7 @@ type Trainer interface {
 	// Parameters gathers the full fp32 parameters keyed by name (a
 	// collective).
 	Parameters(ctx context.Context) (map[string][]float32, error)
-	// Batch is the resolved batch triad (micro-batch size per GPU,
+	// BatchSizes is the resolved batch triad (micro-batch size per GPU,
 	// gradient accumulation steps, global batch size).
 	BatchSizes() config.BatchSizes
 	// GlobalSteps counts optimizer steps, skipped ones included.
