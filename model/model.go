@@ -23,8 +23,8 @@
 //   - A micro-batch's Input and Target are the caller's: the engine
 //     neither copies nor frees them, and they must stay valid until the
 //     micro-step's Backward returns.
-//   - Initial parameter values are the caller's unless handed over, see
-//     Param.
+//   - Initial parameter values are the caller's, copied by Initialize,
+//     unless Param.Donate hands them to the engine.
 //   - Param.Data and Param.Grad from Initialize on are the engine's.
 //   - Anything else a module keeps across micro-steps (caches, scratch
 //     sized once) is the module's to allocate and free.
@@ -57,14 +57,19 @@ type TPLayout struct {
 // Param is one named parameter of a Module.
 //
 // Before Initialize, Data holds the initial value (float32, float16 or
-// bfloat16 host memory, owned by the caller; rank 0's values are broadcast
-// to every rank). From Initialize on, Data and Grad point into engine
-// memory and change as the engine sees fit: Data is the working-precision
-// weight the module computes with, valid during the module's Forward and
-// Backward (for ZeRO stage 3 only between the engine's gather and
-// release, nil otherwise); Grad is where Backward must ADD (+=) the
-// gradient of the loss with respect to Data, in the same dtype, valid
-// during Backward. Modules must not keep either across calls.
+// bfloat16 host memory; rank 0's values are broadcast to every rank).
+// Initialize copies it into engine memory and points Data there. The
+// initial tensor stays the caller's: it may be freed as soon as Initialize
+// returns (keep a reference, since Data no longer leads to it), and must
+// not be freed before. Set Donate to hand it to the engine instead.
+//
+// From Initialize on, Data and Grad point into engine memory and change as
+// the engine sees fit: Data is the working-precision weight the module
+// computes with, valid during the module's Forward and Backward (for ZeRO
+// stage 3 only between the engine's gather and release, nil otherwise);
+// Grad is where Backward must ADD (+=) the gradient of the loss with
+// respect to Data, in the same dtype, valid during Backward. Modules must
+// not keep either across calls, nor free them.
 type Param struct {
 	Name  string
 	Shape []int
@@ -72,6 +77,16 @@ type Param struct {
 	Grad  *tensor.Tensor
 	// Parallel marks the tensor-parallel layout (Replicated by default).
 	Parallel TPLayout
+	// Donate hands the initial Data to the engine: once a successful
+	// Initialize has copied it, it frees Data's storage and clears Donate
+	// (a failed Initialize leaves both as they were). Freeing a view
+	// frees its whole storage, so only a tensor that covers its storage
+	// from the first byte to the last can be donated (as tensor.Empty,
+	// tensor.FromFloat32 and tensor.WrapFloat32 return): Initialize
+	// rejects a view into a larger buffer, and two parameters donating
+	// one storage. A view of a shared buffer such as nn.ParamBuffers
+	// stays with its owner.
+	Donate bool
 }
 
 // Resident is implemented by a Module whose parameters other modules read
