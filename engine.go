@@ -14,6 +14,7 @@ import (
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
 )
 
@@ -42,6 +43,7 @@ type Engine struct {
 	seq      []int
 	gradOut  model.Activation
 	forwards int
+	arena    tensor.Arena // one micro-step's activations and loss gradient
 
 	microSteps   int
 	globalSteps  int
@@ -117,6 +119,11 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 			return 0, err
 		}
 	}
+	// A Forward not followed by Backward left dead buffers: a new one
+	// replaces it.
+	e.seq, e.gradOut = nil, nil
+	e.arena.Reset()
+	e.arena.Open()
 	e.z.BeginMicroStep(seq)
 	act := mb.Input
 	for _, m := range seq {
@@ -150,11 +157,14 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 
 // Backward runs the modules' Backward in reverse order from the gradient
 // of the last Forward's loss; gradients are reduced as buckets complete
-// (stages 2-3) or accumulated for the boundary (stages 0-1).
+// (stages 2-3) or accumulated for the boundary (stages 0-1). When it
+// returns, everything the micro-step allocated from the context's arena is
+// freed.
 func (e *Engine) Backward(ctx context.Context) error {
 	if e.seq == nil {
 		return errors.New("deepgo: Backward without a Forward")
 	}
+	defer e.arena.Close()
 	g := e.gradOut
 	for i := len(e.seq) - 1; i >= 0; i-- {
 		m := e.seq[i]
@@ -305,8 +315,13 @@ func (e *Engine) WasStepApplied() bool { return e.stepApplied }
 // GradNorm is the unscaled global gradient norm of the last applied step.
 func (e *Engine) GradNorm() float64 { return e.gradNorm }
 
-// Memory reports this rank's bytes by category.
-func (e *Engine) Memory() zero.Memory { return e.z.Memory() }
+// Memory reports this rank's bytes by category, the micro-step arena
+// included.
+func (e *Engine) Memory() zero.Memory {
+	m := e.z.Memory()
+	m.Arena, m.ArenaPeak = e.arena.Bytes(), e.arena.Peak()
+	return m
+}
 
 // Stage3Stats reports the stage-3 gather/prefetch/release counters.
 func (e *Engine) Stage3Stats() zero.CoordinatorStats { return e.z.Stage3Stats() }
@@ -326,6 +341,7 @@ func (e *Engine) Timers() Timers {
 // the engine's buffers, and the optimizer, backend and world it created.
 func (e *Engine) Close() error {
 	var errs []error
+	e.arena.Close()
 	if e.saver != nil {
 		errs = append(errs, e.saver.Close())
 		e.saver = nil
@@ -366,8 +382,8 @@ func (e *Engine) Parameters(ctx context.Context) (map[string][]float32, error) {
 	return out, nil
 }
 
-// moduleCtx is ctx carrying the engine's backend, for module and loss
-// calls (backend.FromContext).
+// moduleCtx is ctx carrying the engine's backend and micro-step arena, for
+// module and loss calls (backend.FromContext, tensor.ArenaFromContext).
 func (e *Engine) moduleCtx(ctx context.Context) context.Context {
-	return backend.NewContext(ctx, e.be)
+	return tensor.WithArena(backend.NewContext(ctx, e.be), &e.arena)
 }

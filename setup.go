@@ -93,9 +93,16 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 			return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 		}
 	}
+	donated, err := e.donations()
+	if err != nil {
+		return nil, err
+	}
 	initial := func(m, p int) *tensor.Tensor { return e.params[m][p].Data }
 	if e.z, err = zero.New(ctx, zeroConfig(cfg, dts), e.c, e.be, e.opt, specs, initial); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
+	}
+	if err := freeDonated(donated); err != nil {
+		return nil, err
 	}
 	e.checkSeq = stage >= 2 && n > 1
 	for m := range e.params {

@@ -70,8 +70,10 @@ var _ Trainer = (*Engine)(nil)
 // Initialize builds the Trainer that cfg (a loaded config.Config) asks
 // for, like deepspeed.initialize: with pipeline_model_parallel_size above 1
 // a pipeline engine, otherwise the data-parallel ZeRO engine (*Engine; see
-// its documentation for what it sets up). It rebinds every model.Param to
-// engine memory.
+// its documentation for what it sets up). It copies every model.Param's
+// initial value into engine memory and rebinds the Param there; the
+// initial tensors stay the caller's, free to free once Initialize returns,
+// except those a Param donates (model.Param.Donate), which it frees.
 //
 // Not supported yet (an error naming the key): offload_optimizer and
 // offload_param device nvme, ZeRO++ (zero_quantized_*,

@@ -9,6 +9,25 @@
 // module's parameters just before it runs (ZeRO stage 3), release them
 // after, and reduce a gradient bucket as soon as the gradients in it are
 // ready, without hooks.
+//
+// # Memory
+//
+// Host tensors are C memory with an explicit Free (package tensor). Who
+// frees what:
+//
+//   - Activations, the gradients passed between modules and the loss
+//     gradient belong to one micro-step. Allocate them from the arena in
+//     the call's context (tensor.ArenaFromContext; an engine always puts
+//     one there) and never free them: the engine frees everything in it
+//     once that micro-step's Backward returns, see Module.
+//   - A micro-batch's Input and Target are the caller's: the engine
+//     neither copies nor frees them, and they must stay valid until the
+//     micro-step's Backward returns.
+//   - Initial parameter values are the caller's, copied by Initialize,
+//     unless Param.Donate hands them to the engine.
+//   - Param.Data and Param.Grad from Initialize on are the engine's.
+//   - Anything else a module keeps across micro-steps (caches, scratch
+//     sized once) is the module's to allocate and free.
 package model
 
 import (
@@ -38,14 +57,19 @@ type TPLayout struct {
 // Param is one named parameter of a Module.
 //
 // Before Initialize, Data holds the initial value (float32, float16 or
-// bfloat16 host memory, owned by the caller; rank 0's values are broadcast
-// to every rank). From Initialize on, Data and Grad point into engine
-// memory and change as the engine sees fit: Data is the working-precision
-// weight the module computes with, valid during the module's Forward and
-// Backward (for ZeRO stage 3 only between the engine's gather and
-// release, nil otherwise); Grad is where Backward must ADD (+=) the
-// gradient of the loss with respect to Data, in the same dtype, valid
-// during Backward. Modules must not keep either across calls.
+// bfloat16 host memory; rank 0's values are broadcast to every rank).
+// Initialize copies it into engine memory and points Data there. The
+// initial tensor stays the caller's: it may be freed as soon as Initialize
+// returns (keep a reference, since Data no longer leads to it), and must
+// not be freed before. Set Donate to hand it to the engine instead.
+//
+// From Initialize on, Data and Grad point into engine memory and change as
+// the engine sees fit: Data is the working-precision weight the module
+// computes with, valid during the module's Forward and Backward (for ZeRO
+// stage 3 only between the engine's gather and release, nil otherwise);
+// Grad is where Backward must ADD (+=) the gradient of the loss with
+// respect to Data, in the same dtype, valid during Backward. Modules must
+// not keep either across calls, nor free them.
 //
 // Name is the parameter's full name in the model, the name PyTorch's
 // model.named_parameters() and a Hugging Face state dict give it
@@ -64,6 +88,16 @@ type Param struct {
 	Aliases []string
 	// Parallel marks the tensor-parallel layout (Replicated by default).
 	Parallel TPLayout
+	// Donate hands the initial Data to the engine: once a successful
+	// Initialize has copied it, it frees Data's storage and clears Donate
+	// (a failed Initialize leaves both as they were). Freeing a view
+	// frees its whole storage, so only a tensor that covers its storage
+	// from the first byte to the last can be donated (as tensor.Empty,
+	// tensor.FromFloat32 and tensor.WrapFloat32 return): Initialize
+	// rejects a view into a larger buffer, and two parameters donating
+	// one storage. A view of a shared buffer such as nn.ParamBuffers
+	// stays with its owner.
+	Donate bool
 }
 
 // Resident is implemented by a Module whose parameters other modules read
@@ -89,10 +123,21 @@ type Module interface {
 	Params() []*Param
 	// Forward computes the output from in. It may keep what Backward needs
 	// (activations), but not Param.Data.
+	//
+	// Buffers Forward allocates from tensor.ArenaFromContext(ctx) live
+	// until the engine's Backward for this micro-step returns (for a
+	// Forward never followed by Backward, until the next Forward or
+	// Close), and are then freed by the engine: return them, save them
+	// for Backward, but do not free them or use them later. The arena is
+	// closed between micro-steps: allocating from it then (a goroutine
+	// that outlived the call, say) fails with tensor.ErrArenaClosed.
 	Forward(ctx context.Context, in Activation) (Activation, error)
 	// Backward takes the gradient of the loss with respect to the output
 	// of the last Forward and returns the gradient with respect to its
-	// input, adding parameter gradients into Param.Grad.
+	// input, adding parameter gradients into Param.Grad. Its arena
+	// buffers (the returned gradient included) are freed when the
+	// engine's Backward returns, with the Forward's: by then the
+	// previous module's Backward has consumed them.
 	Backward(ctx context.Context, gradOut Activation) (gradIn Activation, err error)
 }
 
@@ -108,12 +153,15 @@ type Model interface {
 	// Loss returns the loss of the last module's output out against
 	// target, and the gradient of gradScale×loss with respect to out (the
 	// engine passes the loss scale divided by the accumulation steps).
+	// Allocate gradOut from tensor.ArenaFromContext(ctx): it lives, like
+	// the modules' activations, until the micro-step's Backward returns.
 	Loss(ctx context.Context, out, target Activation, gradScale float64) (loss float64, gradOut Activation, err error)
 }
 
 // MicroBatch is one micro-batch of one rank: Input goes to the first
 // module, Target to Loss. A model whose input carries its own targets (a
-// TokenBatch) leaves Target nil.
+// TokenBatch) leaves Target nil. Both stay the caller's: valid until the
+// micro-step's Backward returns, never freed by the engine.
 type MicroBatch struct {
 	Input  Activation
 	Target Activation

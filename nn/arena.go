@@ -9,47 +9,11 @@ import (
 )
 
 // Arena allocates activation and scratch buffers and counts them, so that
-// activation memory is a measured number, not an estimate.
-type Arena struct {
-	bufs   []*tensor.Tensor
-	bytes  int64
-	allocs int
-}
-
-// Float32 allocates a zeroed float32 host tensor of shape and counts it.
-func (a *Arena) Float32(shape ...int) (*tensor.Tensor, error) {
-	return a.alloc(tensor.Float32, shape...)
-}
-
-// Int32 allocates a zeroed int32 host tensor of shape and counts it.
-func (a *Arena) Int32(shape ...int) (*tensor.Tensor, error) {
-	return a.alloc(tensor.Int32, shape...)
-}
-
-func (a *Arena) alloc(dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
-	t, err := tensor.Empty(dt, shape...)
-	if err != nil {
-		return nil, fmt.Errorf("nn: activation buffer %v: %w", shape, err)
-	}
-	a.bufs = append(a.bufs, t)
-	a.bytes += int64(t.Bytes())
-	a.allocs++
-	return t, nil
-}
-
-// Bytes is the total size of the live buffers.
-func (a *Arena) Bytes() int64 { return a.bytes }
-
-// Allocs is the number of live buffers.
-func (a *Arena) Allocs() int { return a.allocs }
-
-// Free releases every buffer; the arena can be reused.
-func (a *Arena) Free() {
-	for _, t := range a.bufs {
-		t.Free()
-	}
-	a.bufs, a.bytes, a.allocs = nil, 0, 0
-}
+// activation memory is a measured number, not an estimate. It is
+// tensor.Arena, the type an engine hands modules for per-micro-step
+// buffers; the GPT keeps two of its own for buffers that live across steps
+// (freed when the batch shape changes, or by GPT.Free).
+type Arena = tensor.Arena
 
 // ptr is t's address, nil for a nil tensor (an optional C argument).
 func ptr(t *tensor.Tensor) unsafe.Pointer {

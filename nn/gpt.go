@@ -218,7 +218,7 @@ func (g *GPT) alloc(b, t int) error {
 	s := &gptState{b: b, t: t}
 	n, c, L := b*t, g.Config.Width, g.Config.Layers
 	k := g.checkpointed()
-	fail := func(err error) error { s.acts.Free(); s.scr.Free(); return err }
+	fail := func(err error) error { s.acts.Reset(); s.scr.Reset(); return err }
 	var err error
 	if s.tokens, err = s.acts.Int32(b, t); err != nil {
 		return fail(err)
@@ -299,8 +299,8 @@ func (g *GPT) Free() {
 // allocates again, for a new batch shape).
 func (g *GPT) freeActivations() {
 	if g.st != nil {
-		g.st.acts.Free()
-		g.st.scr.Free()
+		g.st.acts.Reset()
+		g.st.scr.Reset()
 		g.st = nil
 	}
 }

@@ -3,6 +3,7 @@ package tensor
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -33,6 +34,7 @@ type Storage struct {
 	device Device
 	free   func(unsafe.Pointer)
 	freed  atomic.Bool
+	pin    *runtime.Pinner // Go memory (WrapFloat32 and friends), pinned until Free
 }
 
 // NewHostStorage allocates nbytes of zeroed host memory aligned to align
@@ -50,6 +52,8 @@ func NewHostStorage(nbytes, align int) (*Storage, error) {
 
 // WrapStorage adopts memory allocated elsewhere (device memory, pinned host
 // memory). free is called once by Free; nil means the caller keeps ownership.
+// ptr must not be Go memory: the cgo rules forbid passing it to C unpinned,
+// so the kernels would panic; WrapFloat32 and friends wrap Go slices.
 func WrapStorage(ptr unsafe.Pointer, nbytes int, dev Device, free func(unsafe.Pointer)) *Storage {
 	return &Storage{ptr: ptr, nbytes: nbytes, device: dev, free: free}
 }
@@ -78,6 +82,9 @@ func (s *Storage) Free() error {
 	}
 	if s.free != nil {
 		s.free(s.ptr)
+	}
+	if s.pin != nil {
+		unpin(s)
 	}
 	return nil
 }

@@ -2,9 +2,11 @@
 // C-allocated storage, and flat buffers with per-parameter views (the unit
 // ZeRO partitions).
 //
-// A Tensor is a strided view of a Storage. Tensors never own Go memory: their
-// bytes live in C memory so that the C core and CUDA can use them without the
-// cgo pointer rules getting in the way; see Storage for the lifetime rule.
+// A Tensor is a strided view of a Storage. Its bytes live in C memory, so
+// that the C core and CUDA can use them without the cgo pointer rules getting
+// in the way, or in a Go slice pinned for the Storage's life (WrapFloat32 and
+// friends); see Storage for the lifetime rule and Arena for buffers that die
+// together.
 package tensor
 
 import (
@@ -79,7 +81,7 @@ func FromStorage(st *Storage, dt DType, off int, shape ...int) (*Tensor, error) 
 }
 
 // FromFloat32 copies data into a new host float32 tensor of the given shape
-// (1-D when shape is empty).
+// (1-D when shape is empty). WrapFloat32 shares data instead.
 func FromFloat32(data []float32, shape ...int) (*Tensor, error) {
 	if len(shape) == 0 {
 		shape = []int{len(data)}

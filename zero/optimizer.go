@@ -75,8 +75,12 @@ type Memory struct {
 	// Gathered is the stage-3 gathered-parameter memory now, GatheredPeak
 	// its peak.
 	Gathered, GatheredPeak int64
-	// Peak is the peak of the sum of every category.
+	// Peak is the peak of the sum of the categories above.
 	Peak int64
+	// Arena is the engine's micro-step arena (the activations and loss
+	// gradients modules allocate from it) live now, ArenaPeak its peak.
+	// The engine fills both; they are not part of Peak.
+	Arena, ArenaPeak int64
 }
 
 // ParamBytes is the sum of Params.

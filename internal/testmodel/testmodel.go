@@ -83,9 +83,10 @@ type Linear struct {
 	InjectInf func() bool
 }
 
-// NewLinear declares a Linear (parameters name.weight and name.bias) with weights and bias drawn uniformly from
-// ±1/√in (torch's default), in float32 host tensors the engine takes as
-// initial values.
+// NewLinear declares a Linear (parameters name.weight and name.bias) with
+// weights and bias drawn uniformly from ±1/√in (torch's default), in
+// float32 host tensors donated to the engine (model.Param.Donate):
+// Initialize frees them once it has copied them.
 func NewLinear(name string, in, out int, relu bool, rng *rand.Rand) *Linear {
 	l := &Linear{name: name, in: in, out: out, relu: relu}
 	ws := make([]float32, in*out)
@@ -99,8 +100,8 @@ func NewLinear(name string, in, out int, relu bool, rng *rand.Rand) *Linear {
 	}
 	wt, _ := tensor.FromFloat32(ws, out, in)
 	bt, _ := tensor.FromFloat32(bs, out)
-	l.w = &model.Param{Name: name + ".weight", Shape: []int{out, in}, Data: wt}
-	l.b = &model.Param{Name: name + ".bias", Shape: []int{out}, Data: bt}
+	l.w = &model.Param{Name: name + ".weight", Shape: []int{out, in}, Data: wt, Donate: true}
+	l.b = &model.Param{Name: name + ".bias", Shape: []int{out}, Data: bt, Donate: true}
 	return l
 }
 
