@@ -28,10 +28,7 @@ func (e *Embedding) check(op string, tokens *tensor.Tensor, b, t int, grad bool)
 	if t > e.MaxSeq {
 		return fmt.Errorf("nn.%s: sequence length %d exceeds the position table's %d", op, t, e.MaxSeq)
 	}
-	if err := bound(op, e.Tok, grad); err != nil {
-		return err
-	}
-	if err := bound(op, e.Pos, grad); err != nil {
+	if _, err := checkParams(op, grad, e.Params(), []int{e.Vocab, e.Width}, []int{e.MaxSeq, e.Width}); err != nil {
 		return err
 	}
 	return need(op, "tokens", tokens, b*t, tensor.Int32)

@@ -24,14 +24,16 @@ func NewLayerNorm(name string, width int) *LayerNorm {
 // Params lists W then B.
 func (l *LayerNorm) Params() []*model.Param { return []*model.Param{l.W, l.B} }
 
+// check validates the bound parameters (see checkParams).
+func (l *LayerNorm) check(op string, grad bool) (paramTypes, error) {
+	return checkParams(op, grad, l.Params(), []int{l.Width}, []int{l.Width})
+}
+
 // Forward normalises in[n, Width] into out, saving the per-row mean[n] and
 // reciprocal standard deviation rstd[n] for Backward.
 func (l *LayerNorm) Forward(ctx *csrc.Ctx, out, mean, rstd, in *tensor.Tensor, n int) error {
 	const op = "LayerNorm.Forward"
-	if err := bound(op, l.W, false); err != nil {
-		return err
-	}
-	if err := bound(op, l.B, false); err != nil {
+	if _, err := l.check(op, false); err != nil {
 		return err
 	}
 	if err := needF32(op, "out", out, n*l.Width, "mean", mean, n, "rstd", rstd, n, "in", in, n*l.Width); err != nil {
@@ -47,10 +49,7 @@ func (l *LayerNorm) Forward(ctx *csrc.Ctx, out, mean, rstd, in *tensor.Tensor, n
 // from dout and the saved statistics.
 func (l *LayerNorm) Backward(ctx *csrc.Ctx, din, dout, in, mean, rstd *tensor.Tensor, n int) error {
 	const op = "LayerNorm.Backward"
-	if err := bound(op, l.W, true); err != nil {
-		return err
-	}
-	if err := bound(op, l.B, true); err != nil {
+	if _, err := l.check(op, true); err != nil {
 		return err
 	}
 	if err := needF32(op, "dout", dout, n*l.Width, "mean", mean, n, "rstd", rstd, n, "in", in, n*l.Width); err != nil {

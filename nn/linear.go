@@ -45,20 +45,18 @@ func (l *Linear) bias(grad bool) *tensor.Tensor {
 	return l.B.Data
 }
 
-func (l *Linear) check(op string, grad bool) error {
-	if err := bound(op, l.W, grad); err != nil {
-		return err
+// check validates the bound parameters (see checkParams).
+func (l *Linear) check(op string, grad bool) (paramTypes, error) {
+	if l.B == nil {
+		return checkParams(op, grad, []*model.Param{l.W}, []int{l.Out, l.In})
 	}
-	if l.B != nil {
-		return bound(op, l.B, grad)
-	}
-	return nil
+	return checkParams(op, grad, []*model.Param{l.W, l.B}, []int{l.Out, l.In}, []int{l.Out})
 }
 
 // Forward computes out[n, Out] = in[n, In] @ W^T + b.
 func (l *Linear) Forward(ctx *csrc.Ctx, out, in *tensor.Tensor, n int) error {
 	const op = "Linear.Forward"
-	if err := l.check(op, false); err != nil {
+	if _, err := l.check(op, false); err != nil {
 		return err
 	}
 	if err := needF32(op, "out", out, n*l.Out, "in", in, n*l.In); err != nil {
@@ -74,7 +72,7 @@ func (l *Linear) Forward(ctx *csrc.Ctx, out, in *tensor.Tensor, n int) error {
 // W.Grad += dout^T @ in and B.Grad += the column sums of dout[n, Out].
 func (l *Linear) Backward(ctx *csrc.Ctx, din, dout, in *tensor.Tensor, n int) error {
 	const op = "Linear.Backward"
-	if err := l.check(op, true); err != nil {
+	if _, err := l.check(op, true); err != nil {
 		return err
 	}
 	if err := needF32(op, "dout", dout, n*l.Out, "in", in, n*l.In); err != nil {

@@ -137,7 +137,7 @@ func (m embedModule) backward(gout model.Activation) (model.Activation, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := bound("GPT.Backward", g.Embed.Tok, true); err != nil {
+	if _, err := checkParams("GPT.Backward", true, []*model.Param{g.Embed.Tok}, []int{g.Config.Vocab, g.Config.Width}); err != nil {
 		return nil, err
 	}
 	// the head's share of the tied weight's gradient joins the embedding's
@@ -254,6 +254,9 @@ func (m headModule) forward(in model.Activation) (model.Activation, error) {
 		return nil, err
 	}
 	n := s.b * s.t
+	if _, err := checkParams("GPT.Forward", false, []*model.Param{g.Embed.Tok}, []int{g.Config.Vocab, g.Config.Width}); err != nil {
+		return nil, err
+	}
 	if err := g.LNF.Forward(ctx, s.lnf, s.lnfMean, s.lnfRstd, x, n); err != nil {
 		return nil, err
 	}
@@ -276,6 +279,9 @@ func (m headModule) backward(gout model.Activation) (model.Activation, error) {
 		return nil, err
 	}
 	n, c := s.b*s.t, g.Config.Width
+	if _, err := checkParams("GPT.Backward", false, []*model.Param{g.Embed.Tok}, []int{g.Config.Vocab, c}); err != nil {
+		return nil, err
+	}
 	zero(s.dB) // dlnf
 	zero(s.dwteHead)
 	if err := ctx.MatmulBackward(s.dB.Ptr(), s.dwteHead.Ptr(), nil, dlogits.Ptr(), s.lnf.Ptr(), g.Embed.Tok.Data.Ptr(), n, c, g.Config.Vocab); err != nil {
