@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -14,8 +15,9 @@ import (
 // its end. So every layer call checks what is bound before crossing to C.
 
 // paramDTypes are the dtypes the layers take for parameter values and
-// gradients.
-var paramDTypes = []tensor.DType{tensor.Float32}
+// gradients: the kernels widen half-precision values as they read them and
+// add into half-precision gradients with one rounding per element per call.
+var paramDTypes = []tensor.DType{tensor.Float32, tensor.Float16, tensor.BFloat16}
 
 func allowedParamDTypes() string {
 	names := make([]string, len(paramDTypes))
@@ -30,6 +32,9 @@ func allowedParamDTypes() string {
 type paramTypes struct {
 	data, grad tensor.DType
 }
+
+// c converts for the C binding.
+func c(d tensor.DType) csrc.DType { return csrc.DType(d) }
 
 // checkParam validates the tensor bound as p's value or gradient (what):
 // live, host, contiguous, an allowed dtype, and exactly as many elements as
