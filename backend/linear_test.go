@@ -175,29 +175,31 @@ func TestLinearBadArguments(t *testing.T) {
 
 // BenchmarkLinear is one forward and one backward (all three gradients) of
 // a GPT-2-small MLP projection, 768 -> 3072 over 256 tokens, with float32,
-// bfloat16 and float16 weights and gradients.
+// float16 and bfloat16 weights and gradients, on 1 thread and on all CPUs.
 func BenchmarkLinear(b *testing.B) {
 	const n, c, oc = 256, 768, 3072
-	be := newCPU(b, 0)
 	r := rand.New(rand.NewPCG(1, 2))
 	x := fill(b, tensor.Float32, randVals(r, n*c))
 	dout := fill(b, tensor.Float32, randVals(r, n*oc))
 	y, dx := mustEmpty(b, tensor.Float32, n*oc), mustEmpty(b, tensor.Float32, n*c)
 	x2, _ := x.Reshape(n, c)
-	for _, dt := range floatTypes {
-		w, _ := fill(b, dt, randVals(r, oc*c)).Reshape(oc, c)
-		bias := fill(b, dt, randVals(r, oc))
-		dw, db := mustEmpty(b, dt, oc*c), mustEmpty(b, dt, oc)
-		b.Run(dt.String(), func(b *testing.B) {
-			for b.Loop() {
-				if err := be.LinearForward(y, x2, w, bias); err != nil {
-					b.Fatal(err)
+	for _, threads := range []int{1, 0} {
+		be := newCPU(b, threads)
+		for _, dt := range floatTypes {
+			w, _ := fill(b, dt, randVals(r, oc*c)).Reshape(oc, c)
+			bias := fill(b, dt, randVals(r, oc))
+			dw, db := mustEmpty(b, dt, oc*c), mustEmpty(b, dt, oc)
+			b.Run(fmt.Sprintf("%dthreads/%v", be.Threads(), dt), func(b *testing.B) {
+				for b.Loop() {
+					if err := be.LinearForward(y, x2, w, bias); err != nil {
+						b.Fatal(err)
+					}
+					if err := be.LinearBackward(dx, dw, db, dout, x2, w); err != nil {
+						b.Fatal(err)
+					}
 				}
-				if err := be.LinearBackward(dx, dw, db, dout, x2, w); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(3*2*n*c*oc*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+				b.ReportMetric(3*2*n*c*oc*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
 	}
 }
