@@ -59,7 +59,10 @@ type Backend interface {
 	Cast(dsts, srcs []*tensor.Tensor) error
 	// Scale multiplies each xs[i] in place by alpha.
 	Scale(xs []*tensor.Tensor, alpha float32) error
-	// Axpy does ys[i] += alpha * xs[i].
+	// Axpy does ys[i] += alpha * xs[i]. The xs share one floating dtype and
+	// the ys share one; the CPU backend allows the two to differ (each y is
+	// computed in float32 and rounded once), a backend that requires them
+	// equal (CUDA) returns an *ArgError naming ys[i].
 	Axpy(alpha float32, xs, ys []*tensor.Tensor) error
 	// SumSquares returns the sum of squares of every element of every tensor,
 	// accumulated in float64; when per is non-nil it must have len(xs) entries

@@ -39,6 +39,13 @@ func CheckTensor(op, arg string, t *tensor.Tensor, dev tensor.Device) error {
 // CheckList validates a tensor list whose elements must all have dtype want
 // and returns its pointers and element counts.
 func CheckList(op, name string, ts []*tensor.Tensor, dev tensor.Device, want tensor.DType) ([]unsafe.Pointer, []int64, error) {
+	return CheckListLike(op, name, ts, dev, want, "")
+}
+
+// CheckListLike is CheckList where want is the dtype of another argument,
+// named by like ("xs[0]", "flat") in the error message; "" means the list's
+// own first element.
+func CheckListLike(op, name string, ts []*tensor.Tensor, dev tensor.Device, want tensor.DType, like string) ([]unsafe.Pointer, []int64, error) {
 	ptrs := make([]unsafe.Pointer, len(ts))
 	ns := make([]int64, len(ts))
 	for i, t := range ts {
@@ -47,7 +54,10 @@ func CheckList(op, name string, ts []*tensor.Tensor, dev tensor.Device, want ten
 			return nil, nil, err
 		}
 		if t.DType() != want {
-			return nil, nil, ArgErr(op, arg, "dtype %v, want %v like %s[0]", t.DType(), want, name)
+			if like == "" {
+				like = name + "[0]"
+			}
+			return nil, nil, ArgErr(op, arg, "dtype %v, want %v like %s", t.DType(), want, like)
 		}
 		ptrs[i] = t.Ptr()
 		ns[i] = int64(t.Numel())
@@ -112,7 +122,7 @@ func CheckPack(op, name string, flat *tensor.Tensor, offs []int, ts []*tensor.Te
 	if err := CheckSameLens(op, name, "offs", len(ts), len(offs)); err != nil {
 		return nil, nil, nil, err
 	}
-	p, n, err := CheckList(op, name, ts, dev, flat.DType())
+	p, n, err := CheckListLike(op, name, ts, dev, flat.DType(), "flat")
 	if err != nil {
 		return nil, nil, nil, err
 	}

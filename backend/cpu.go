@@ -100,30 +100,26 @@ func (b *CPU) Scale(xs []*tensor.Tensor, alpha float32) error {
 	return b.ctx.Scale(dt(t), p, n, alpha)
 }
 
-// Axpy does ys[i] += alpha*xs[i].
+// Axpy does ys[i] += alpha*xs[i]. The xs share one floating dtype and the
+// ys share one, not necessarily the same: each y is computed in float32 and
+// rounded to its dtype once (a float32 gradient into a bfloat16 one).
 func (b *CPU) Axpy(alpha float32, xs, ys []*tensor.Tensor) error {
 	const op = "Axpy"
 	if err := CheckSameLens(op, "xs", "ys", len(xs), len(ys)); err != nil {
 		return err
 	}
-	t := FirstDType(xs)
-	xp, xn, err := CheckList(op, "xs", xs, tensor.CPU, t)
+	xt, xp, xn, err := CheckFloatList(op, "xs", xs, tensor.CPU)
 	if err != nil {
 		return err
 	}
-	yp, yn, err := CheckList(op, "ys", ys, tensor.CPU, t)
+	yt, yp, yn, err := CheckFloatList(op, "ys", ys, tensor.CPU)
 	if err != nil {
 		return err
-	}
-	if len(xs) > 0 {
-		if err := CheckFloatDType(op, "xs[0]", t); err != nil {
-			return err
-		}
 	}
 	if err := CheckSameCounts(op, "ys", xn, yn); err != nil {
 		return err
 	}
-	return b.ctx.Axpy(dt(t), alpha, xp, yp, xn)
+	return b.ctx.AxpyMixed(dt(xt), dt(yt), alpha, xp, yp, xn)
 }
 
 // SumSquares returns the float64 sum of squares over all xs.
@@ -190,7 +186,7 @@ func (b *CPU) Reduce(op ReduceOp, dst *tensor.Tensor, srcs []*tensor.Tensor) err
 	if len(srcs) == 0 {
 		return ArgErr(name, "srcs", "is empty: need at least one source")
 	}
-	p, n, err := CheckList(name, "srcs", srcs, tensor.CPU, dst.DType())
+	p, n, err := CheckListLike(name, "srcs", srcs, tensor.CPU, dst.DType(), "dst")
 	if err != nil {
 		return err
 	}

@@ -41,7 +41,9 @@ func TestBadArguments(t *testing.T) {
 		{"scale freed", func() error { return b.Scale(T(freed), 2) }, "xs[0]", "freed"},
 		{"scale strided", func() error { return b.Scale(T(strided), 2) }, "xs[0]", "not contiguous"},
 		{"axpy lengths", func() error { return b.Axpy(1, T(f32), T(f32, f32)) }, "ys", "2 entries"},
-		{"axpy dtype", func() error { return b.Axpy(1, T(f32), T(f16)) }, "ys[0]", "dtype float16"},
+		{"axpy ys dtypes", func() error { return b.Axpy(1, T(f32, f32), T(f16, f32)) }, "ys[1]", "dtype float32, want float16 like ys[0]"},
+		{"axpy int dtype", func() error { return b.Axpy(1, T(f32), T(i32)) }, "ys[0]", "dtype int32: allowed float32"},
+		{"axpy sizes", func() error { return b.Axpy(1, T(f32), T(short)) }, "ys[0]", "4 elements, want 8"},
 		{"sumsq per length", func() error { _, err := b.SumSquares(T(f32), make([]float64, 2)); return err }, "per", "2 entries"},
 		{"nonfinite nil", func() error { _, err := b.NonFinite(T(f32, nil)); return err }, "xs[1]", "nil"},
 		{"pack out of range", func() error { return b.Pack(f32, []int{6}, T(short)) }, "offs[0]", "outside flat"},
@@ -50,6 +52,8 @@ func TestBadArguments(t *testing.T) {
 		{"unpack offs length", func() error { return b.Unpack(T(short), f32, nil) }, "offs", "0 entries"},
 		{"reduce no sources", func() error { return b.Reduce(Sum, f32, nil) }, "srcs", "empty"},
 		{"reduce size", func() error { return b.Reduce(Sum, f32, T(short)) }, "srcs[0]", "4 elements"},
+		{"reduce dtype", func() error { return b.Reduce(Sum, f32, T(f16)) }, "srcs[0]", "dtype float16, want float32 like dst"},
+		{"pack dtype", func() error { return b.Pack(f32, []int{0}, T(f16)) }, "srcs[0]", "dtype float16, want float32 like flat"},
 		{"reduce op", func() error { return b.Reduce(ReduceOp(9), f32, T(f32)) }, "op", "allowed sum"},
 	}
 	for _, c := range cases {

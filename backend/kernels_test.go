@@ -64,31 +64,37 @@ func randVals(r *rand.Rand, n int) []float32 {
 
 var floatTypes = []tensor.DType{tensor.Float32, tensor.Float16, tensor.BFloat16}
 
+// Axpy adds xs of any floating dtype into ys of any floating dtype (a
+// float32 gradient into a bfloat16 one, say): y + a*x in float32, rounded to
+// ys' dtype once.
 func TestScaleAxpy(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	forEachISA(t, func(t *testing.T, b *CPU) {
-		for _, dt := range floatTypes {
-			var xs, ys []*tensor.Tensor
-			var xv, yv [][]float32
-			for _, n := range sizes {
-				x, y := fill(t, dt, randVals(r, n)), fill(t, dt, randVals(r, n))
-				xs, ys = append(xs, x), append(ys, y)
-				xv, yv = append(xv, read(t, x)), append(yv, read(t, y))
-			}
-			const a = float32(0.37)
-			if err := b.Axpy(a, xs, ys); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Scale(xs, -1.5); err != nil {
-				t.Fatal(err)
-			}
-			for i := range xs {
-				gy, gx := read(t, ys[i]), read(t, xs[i])
-				for k := range gy {
-					wy := tensor.ToHalfPrecision(dt, yv[i][k]+a*xv[i][k])
-					wx := tensor.ToHalfPrecision(dt, xv[i][k]*-1.5)
-					if math.Float32bits(gy[k]) != math.Float32bits(wy) || math.Float32bits(gx[k]) != math.Float32bits(wx) {
-						t.Fatalf("%v n=%d [%d]: axpy %g want %g; scale %g want %g", dt, sizes[i], k, gy[k], wy, gx[k], wx)
+		for _, xdt := range floatTypes {
+			for _, dt := range floatTypes {
+				var xs, ys []*tensor.Tensor
+				var xv, yv [][]float32
+				for _, n := range sizes {
+					x, y := fill(t, xdt, randVals(r, n)), fill(t, dt, randVals(r, n))
+					xs, ys = append(xs, x), append(ys, y)
+					xv, yv = append(xv, read(t, x)), append(yv, read(t, y))
+				}
+				const a = float32(0.37)
+				if err := b.Axpy(a, xs, ys); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Scale(xs, -1.5); err != nil {
+					t.Fatal(err)
+				}
+				for i := range xs {
+					gy, gx := read(t, ys[i]), read(t, xs[i])
+					for k := range gy {
+						// float32(...) rounds the product: no fused multiply-add
+						wy := tensor.ToHalfPrecision(dt, yv[i][k]+float32(a*xv[i][k]))
+						wx := tensor.ToHalfPrecision(xdt, xv[i][k]*-1.5)
+						if math.Float32bits(gy[k]) != math.Float32bits(wy) || math.Float32bits(gx[k]) != math.Float32bits(wx) {
+							t.Fatalf("%v into %v n=%d [%d]: axpy %g want %g; scale %g want %g", xdt, dt, sizes[i], k, gy[k], wy, gx[k], wx)
+						}
 					}
 				}
 			}

@@ -22,6 +22,8 @@ package csrc
 #cgo nocallback dg_scale
 #cgo noescape dg_axpy
 #cgo nocallback dg_axpy
+#cgo noescape dg_axpy_mixed
+#cgo nocallback dg_axpy_mixed
 #cgo noescape dg_sumsq
 #cgo nocallback dg_sumsq
 #cgo noescape dg_nonfinite
@@ -179,6 +181,19 @@ func (x *Ctx) SetThreads(n int) error {
 // ISA reports the instruction set the kernels dispatch to.
 func (x *Ctx) ISA() ISA { return ISA(C.dg_ctx_isa(x.c)) }
 
+// ScratchPeak reports the most bytes of kernel scratch (the float32 tiles
+// of the mixed-precision nn kernels) allocated at once on x since it was
+// created or last reset; reset restarts the count from what is allocated now.
+func (x *Ctx) ScratchPeak(reset bool) (int64, error) {
+	var peak C.int64_t
+	r := C.int(0)
+	if reset {
+		r = 1
+	}
+	err := check("dg_ctx_scratch_peak", C.dg_ctx_scratch_peak(x.c, r, &peak))
+	return int64(peak), err
+}
+
 // SetISA forces an instruction set (for tests and benchmarks).
 func (x *Ctx) SetISA(i ISA) error { return check("dg_ctx_set_isa", C.dg_ctx_set_isa(x.c, C.dg_isa(i))) }
 
@@ -253,6 +268,18 @@ func (x *Ctx) Axpy(t DType, alpha float32, xs, ys []unsafe.Pointer, ns []int64) 
 		return err
 	}
 	return check("dg_axpy", C.dg_axpy(x.c, C.dg_dtype(t), C.float(alpha), ptrs(xs), ptrs(ys), i64s(ns), C.int(len(ns))))
+}
+
+// AxpyMixed does ys[i] += alpha*xs[i] with xs of dtype xt and ys of dtype
+// yt, rounding each y to yt once.
+func (x *Ctx) AxpyMixed(xt, yt DType, alpha float32, xs, ys []unsafe.Pointer, ns []int64) error {
+	if err := sameLen("dg_axpy_mixed", len(xs), len(ys)); err != nil {
+		return err
+	}
+	if err := sameLen("dg_axpy_mixed", len(xs), len(ns)); err != nil {
+		return err
+	}
+	return check("dg_axpy_mixed", C.dg_axpy_mixed(x.c, C.dg_dtype(xt), C.dg_dtype(yt), C.float(alpha), ptrs(xs), ptrs(ys), i64s(ns), C.int(len(ns))))
 }
 
 // SumSquares returns the float64 sum of squares of all elements; when per is

@@ -40,3 +40,33 @@ func TestStatusErrors(t *testing.T) {
 		t.Error("dg_strerror returned nothing")
 	}
 }
+
+// AxpyMixed adds a float32 list into a bfloat16 one, rounding once.
+func TestAxpyMixed(t *testing.T) {
+	x, err := NewCtx(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	xp, _ := Alloc(8, 64)
+	yp, _ := Alloc(4, 64)
+	defer Free(xp)
+	defer Free(yp)
+	xs := unsafe.Slice((*float32)(xp), 2)
+	ys := unsafe.Slice((*uint16)(yp), 2)
+	copy(xs, []float32{0.5, 1e-3})
+	copy(ys, []uint16{0x3f80, 0x4000}) // bfloat16 1, 2
+	if err := x.AxpyMixed(F32, BF16, 1, []unsafe.Pointer{xp}, []unsafe.Pointer{yp}, []int64{2}); err != nil {
+		t.Fatal(err)
+	}
+	// 1 + 0.5 = 1.5; 2 + 0.001 rounds back to 2 (bfloat16's step there is 2^-6)
+	if ys[0] != 0x3fc0 || ys[1] != 0x4000 {
+		t.Errorf("y = %#04x, want [0x3fc0 0x4000]", ys)
+	}
+	if err := x.AxpyMixed(F32, I32, 1, []unsafe.Pointer{xp}, []unsafe.Pointer{yp}, []int64{2}); !errors.Is(err, BadDType) {
+		t.Errorf("AxpyMixed into int32 = %v, want BadDType", err)
+	}
+	if _, err := x.ScratchPeak(true); err != nil {
+		t.Fatal(err)
+	}
+}

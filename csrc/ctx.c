@@ -1,4 +1,5 @@
-/* ctx.c — the context: thread count, chosen ISA and the per-ctx scratch. */
+/* ctx.c — the context: thread count, chosen ISA, the per-ctx scratch and its
+ * accounting. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <unistd.h>
@@ -124,4 +125,36 @@ void dg_parallel_for(dg_ctx *ctx, int64_t n, int64_t grain, int64_t work, dg_tas
 	}
 	dg_pool_run(ctx->pool, n, grain, fn, arg);
 	dg_pool_release(ctx->pool);
+}
+
+void *dg_scratch_alloc(dg_ctx *ctx, size_t bytes)
+{
+	void *p = malloc(bytes > 0 ? bytes : 1);
+	if (p == NULL)
+		return NULL;
+	int64_t live = __atomic_add_fetch(&ctx->scratch_live, (int64_t)bytes, __ATOMIC_RELAXED);
+	int64_t peak = __atomic_load_n(&ctx->scratch_peak, __ATOMIC_RELAXED);
+	while (live > peak &&
+	       !__atomic_compare_exchange_n(&ctx->scratch_peak, &peak, live, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+	return p;
+}
+
+void dg_scratch_free(dg_ctx *ctx, void *p, size_t bytes)
+{
+	if (p == NULL)
+		return;
+	free(p);
+	__atomic_sub_fetch(&ctx->scratch_live, (int64_t)bytes, __ATOMIC_RELAXED);
+}
+
+dg_status dg_ctx_scratch_peak(dg_ctx *ctx, int reset, int64_t *peak_bytes)
+{
+	if (ctx == NULL || peak_bytes == NULL)
+		return DG_ERR_INVALID;
+	*peak_bytes = __atomic_load_n(&ctx->scratch_peak, __ATOMIC_RELAXED);
+	if (reset)
+		__atomic_store_n(&ctx->scratch_peak, __atomic_load_n(&ctx->scratch_live, __ATOMIC_RELAXED),
+				 __ATOMIC_RELAXED);
+	return DG_OK;
 }

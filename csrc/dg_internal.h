@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "deepgo.h"
+#include "dg_math.h"
 
 /* Calls with less work than this run on the caller's thread: waking workers
  * costs microseconds, more than 32Ki elements of streaming work on one core. */
@@ -101,7 +102,16 @@ struct dg_ctx {
 	const dg_kernels *k;     /* the table for isa */
 	dg_pool *pool;           /* NULL when nthreads == 1 */
 	double *partials;        /* DG_PARTIALS doubles; used only while holding pool */
+	int64_t scratch_live;    /* bytes of dg_scratch_alloc memory not yet freed (atomic) */
+	int64_t scratch_peak;    /* the most scratch_live has been since reset (atomic) */
 };
+
+/* dg_scratch_alloc is malloc for a kernel's temporary buffers (the float32
+ * tiles of the mixed-precision nn kernels), counted on ctx so that
+ * dg_ctx_scratch_peak can show they stay bounded. NULL when out of memory.
+ * Free with dg_scratch_free, passing the same size. */
+void *dg_scratch_alloc(dg_ctx *ctx, size_t bytes);
+void dg_scratch_free(dg_ctx *ctx, void *p, size_t bytes);
 
 /* dg_parallel_for runs fn over [0, n): inline when work (elements touched) is
  * small, the pool is absent or busy; otherwise split over the pool. */
@@ -126,5 +136,32 @@ static inline void dg_list_seek(const int64_t *ns, int count, int64_t g, int *i,
 }
 
 static inline int dg_is_float(dg_dtype t) { return t == DG_F32 || t == DG_F16 || t == DG_BF16; }
+
+/* dg_load_f widens element i of a floating array of dtype t; dg_store_f
+ * rounds v into it (dg_math.h's casts). For loops that cannot take a whole
+ * run at once through a kernel table (gathers, strided rows). */
+static inline float dg_load_f(dg_dtype t, const void *p, int64_t i)
+{
+	switch (t) {
+	case DG_F16: return dg_f16_to_f32(((const uint16_t *)p)[i]);
+	case DG_BF16: return dg_bf16_to_f32(((const uint16_t *)p)[i]);
+	default: return ((const float *)p)[i];
+	}
+}
+
+static inline void dg_store_f(dg_dtype t, void *p, int64_t i, float v)
+{
+	switch (t) {
+	case DG_F16: ((uint16_t *)p)[i] = dg_f32_to_f16(v); break;
+	case DG_BF16: ((uint16_t *)p)[i] = dg_f32_to_bf16(v); break;
+	default: ((float *)p)[i] = v; break;
+	}
+}
+
+/* dg_axpy_mixed_run does y[k] += alpha * x[k] for k < n on one thread with
+ * kernel table k, x of dtype xt and y of dtype yt (floating): each element
+ * is widened, combined in float32 as dg_axpy_f32 and rounded to yt once, so
+ * with xt == yt it is exactly k->axpy. */
+void dg_axpy_mixed_run(const dg_kernels *k, dg_dtype xt, dg_dtype yt, float alpha, const void *x, void *y, int64_t n);
 
 #endif /* DG_INTERNAL_H */

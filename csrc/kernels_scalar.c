@@ -8,24 +8,6 @@
 #include "dg_internal.h"
 #include "dg_math.h"
 
-static inline float load_f(dg_dtype t, const void *p, int64_t i)
-{
-	switch (t) {
-	case DG_F16: return dg_f16_to_f32(((const uint16_t *)p)[i]);
-	case DG_BF16: return dg_bf16_to_f32(((const uint16_t *)p)[i]);
-	default: return ((const float *)p)[i];
-	}
-}
-
-static inline void store_f(dg_dtype t, void *p, int64_t i, float v)
-{
-	switch (t) {
-	case DG_F16: ((uint16_t *)p)[i] = dg_f32_to_f16(v); break;
-	case DG_BF16: ((uint16_t *)p)[i] = dg_f32_to_bf16(v); break;
-	default: ((float *)p)[i] = v; break;
-	}
-}
-
 static void cast_scalar(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
 {
 	/* the common pairs get their own loops so the dtype switch is not per element */
@@ -51,20 +33,20 @@ static void cast_scalar(dg_dtype src, dg_dtype dst, const void *s, void *d, int6
 			y[i] = dg_bf16_to_f32(x[i]);
 	} else {
 		for (int64_t i = 0; i < n; i++)
-			store_f(dst, d, i, load_f(src, s, i));
+			dg_store_f(dst, d, i, dg_load_f(src, s, i));
 	}
 }
 
 static void scale_scalar(dg_dtype t, void *x, int64_t n, float alpha)
 {
 	for (int64_t i = 0; i < n; i++)
-		store_f(t, x, i, load_f(t, x, i) * alpha);
+		dg_store_f(t, x, i, dg_load_f(t, x, i) * alpha);
 }
 
 static void axpy_scalar(dg_dtype t, float alpha, const void *x, void *y, int64_t n)
 {
 	for (int64_t i = 0; i < n; i++)
-		store_f(t, y, i, dg_axpy_f32(alpha, load_f(t, x, i), load_f(t, y, i)));
+		dg_store_f(t, y, i, dg_axpy_f32(alpha, dg_load_f(t, x, i), dg_load_f(t, y, i)));
 }
 
 /* Four interleaved accumulators (element i goes to acc[i % 4]) break the add
@@ -75,12 +57,12 @@ static double sumsq_scalar(dg_dtype t, const void *x, int64_t n)
 	int64_t i = 0;
 	for (; i + 4 <= n; i += 4) {
 		for (int j = 0; j < 4; j++) {
-			double v = load_f(t, x, i + j);
+			double v = dg_load_f(t, x, i + j);
 			acc[j] += v * v;
 		}
 	}
 	for (; i < n; i++) {
-		double v = load_f(t, x, i);
+		double v = dg_load_f(t, x, i);
 		acc[i & 3] += v * v;
 	}
 	return (acc[0] + acc[1]) + (acc[2] + acc[3]);
@@ -144,13 +126,13 @@ static void reduce_bcast_scalar(dg_dtype t, dg_redop op, const void *const *srcs
 {
 	int scaled = scale != 1.0f;
 	for (int64_t k = lo; k < hi; k++) {
-		float acc = load_f(t, srcs[0], k);
+		float acc = dg_load_f(t, srcs[0], k);
 		for (int j = 1; j < nsrc; j++)
-			acc = red_f32(op, acc, load_f(t, srcs[j], k));
+			acc = red_f32(op, acc, dg_load_f(t, srcs[j], k));
 		if (scaled)
 			acc = round_t(t, acc) * scale;
 		for (int d = 0; d < ndst; d++)
-			store_f(t, dsts[d], k, acc);
+			dg_store_f(t, dsts[d], k, acc);
 	}
 }
 

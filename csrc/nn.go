@@ -2,7 +2,9 @@ package csrc
 
 // Bindings of the nn kernels (deepgo.h, "nn ops"): one Go method per C
 // function, raw pointers to C float32 (and int32 token) memory, sizes as
-// ints. The layers of package nn are written on top of these.
+// ints. The layers of package nn are written on top of these. The *Mixed
+// methods take parameters of dtype wt and parameter gradients of dtype gt
+// (F32, F16 or BF16; see deepgo.h, "Mixed precision").
 
 /*
 #cgo LDFLAGS: -lopenblas
@@ -10,6 +12,18 @@ package csrc
 #cgo nocallback dg_nn_matmul_forward
 #cgo noescape dg_nn_matmul_backward
 #cgo nocallback dg_nn_matmul_backward
+#cgo noescape dg_nn_matmul_forward_mixed
+#cgo nocallback dg_nn_matmul_forward_mixed
+#cgo noescape dg_nn_matmul_backward_mixed
+#cgo nocallback dg_nn_matmul_backward_mixed
+#cgo noescape dg_nn_layernorm_forward_mixed
+#cgo nocallback dg_nn_layernorm_forward_mixed
+#cgo noescape dg_nn_layernorm_backward_mixed
+#cgo nocallback dg_nn_layernorm_backward_mixed
+#cgo noescape dg_nn_encoder_forward_mixed
+#cgo nocallback dg_nn_encoder_forward_mixed
+#cgo noescape dg_nn_encoder_backward_mixed
+#cgo nocallback dg_nn_encoder_backward_mixed
 #cgo noescape dg_nn_layernorm_forward
 #cgo nocallback dg_nn_layernorm_forward
 #cgo noescape dg_nn_layernorm_backward
@@ -52,6 +66,42 @@ func (x *Ctx) MatmulForward(out, inp, w, bias unsafe.Pointer, n, c, oc int) erro
 func (x *Ctx) MatmulBackward(dinp, dw, dbias, dout, inp, w unsafe.Pointer, n, c, oc int) error {
 	return check("dg_nn_matmul_backward", C.dg_nn_matmul_backward(x.c, fp(dinp), fp(dw), fp(dbias), fp(dout), fp(inp), fp(w), i64(n), i64(c), i64(oc)))
 }
+
+// MatmulForwardMixed is MatmulForward with w and bias of dtype wt.
+func (x *Ctx) MatmulForwardMixed(out, inp unsafe.Pointer, wt DType, w, bias unsafe.Pointer, n, c, oc int) error {
+	return check("dg_nn_matmul_forward_mixed", C.dg_nn_matmul_forward_mixed(x.c, fp(out), fp(inp), C.dg_dtype(wt), w, bias, i64(n), i64(c), i64(oc)))
+}
+
+// MatmulBackwardMixed is MatmulBackward with w of dtype wt and dw, dbias of
+// dtype gt; a half gradient gets one rounding per element per call.
+func (x *Ctx) MatmulBackwardMixed(dinp unsafe.Pointer, gt DType, dw, dbias, dout, inp unsafe.Pointer, wt DType, w unsafe.Pointer, n, c, oc int) error {
+	return check("dg_nn_matmul_backward_mixed", C.dg_nn_matmul_backward_mixed(x.c, fp(dinp), C.dg_dtype(gt), dw, dbias, fp(dout), fp(inp), C.dg_dtype(wt), w, i64(n), i64(c), i64(oc)))
+}
+
+// LayerNormForwardMixed is LayerNormForward with w and b of dtype wt.
+func (x *Ctx) LayerNormForwardMixed(out, mean, rstd, inp unsafe.Pointer, wt DType, w, b unsafe.Pointer, eps float32, n, c int) error {
+	return check("dg_nn_layernorm_forward_mixed", C.dg_nn_layernorm_forward_mixed(x.c, fp(out), fp(mean), fp(rstd), fp(inp), C.dg_dtype(wt), w, b, C.float(eps), i64(n), i64(c)))
+}
+
+// LayerNormBackwardMixed is LayerNormBackward with w of dtype wt and dw, db
+// of dtype gt.
+func (x *Ctx) LayerNormBackwardMixed(dinp unsafe.Pointer, gt DType, dw, db, dout, inp unsafe.Pointer, wt DType, w, mean, rstd unsafe.Pointer, n, c int) error {
+	return check("dg_nn_layernorm_backward_mixed", C.dg_nn_layernorm_backward_mixed(x.c, fp(dinp), C.dg_dtype(gt), dw, db, fp(dout), fp(inp), C.dg_dtype(wt), w, fp(mean), fp(rstd), i64(n), i64(c)))
+}
+
+// EncoderForwardMixed is EncoderForward with wte and wpe of dtype wt.
+func (x *Ctx) EncoderForwardMixed(out, tok unsafe.Pointer, wt DType, wte, wpe unsafe.Pointer, b, t, c, v int) error {
+	return check("dg_nn_encoder_forward_mixed", C.dg_nn_encoder_forward_mixed(x.c, fp(out), ip(tok), C.dg_dtype(wt), wte, wpe, i64(b), i64(t), i64(c), i64(v)))
+}
+
+// EncoderBackwardMixed is EncoderBackward with dwte and dwpe of dtype gt.
+func (x *Ctx) EncoderBackwardMixed(gt DType, dwte, dwpe, dout, tok unsafe.Pointer, b, t, c, v int) error {
+	return check("dg_nn_encoder_backward_mixed", C.dg_nn_encoder_backward_mixed(x.c, C.dg_dtype(gt), dwte, dwpe, fp(dout), ip(tok), i64(b), i64(t), i64(c), i64(v)))
+}
+
+// NNTileFloats bounds the float32 tiles a mixed kernel widens half weights
+// into, per thread (deepgo.h's DG_NN_TILE_FLOATS).
+const NNTileFloats = C.DG_NN_TILE_FLOATS
 
 // LayerNormForward normalises n rows of c channels, saving mean[n] and rstd[n].
 func (x *Ctx) LayerNormForward(out, mean, rstd, inp, w, b unsafe.Pointer, eps float32, n, c int) error {

@@ -25,4 +25,49 @@ void dg_nn_blas_init(void);
 
 static inline int dg_nn_bad_dims(int64_t a, int64_t b) { return a < 0 || b < 0; }
 
+/* dg_nn_tile_rows is how many rows of c floats, plus one float per row (a
+ * bias or its gradient), fit in DG_NN_TILE_FLOATS; at least 1. It depends on
+ * c alone, so blocking by it does not depend on how threads split the work. */
+static inline int64_t dg_nn_tile_rows(int64_t c)
+{
+	int64_t r = DG_NN_TILE_FLOATS / (c + 1);
+	return r > 0 ? r : 1;
+}
+
+/* dg_nn_grad_add adds a float32 contribution v[0..n) into elements off.. of
+ * the gradient g of dtype gt with one rounding each: the mixed kernels'
+ * g = narrow(widen(g) + v). */
+static inline void dg_nn_grad_add(const dg_kernels *k, dg_dtype gt, void *g, int64_t off, const float *v, int64_t n)
+{
+	dg_axpy_mixed_run(k, DG_F32, gt, 1.0f, v, (char *)g + (size_t)off * dg_dtype_size(gt), n);
+}
+
+/* dg_nn_widen widens n elements of src (dtype t) from element off into dst. */
+static inline void dg_nn_widen(const dg_kernels *k, dg_dtype t, const void *src, int64_t off, float *dst, int64_t n)
+{
+	const char *s = (const char *)src + (size_t)off * dg_dtype_size(t);
+	if (t == DG_F32)
+		memcpy(dst, s, (size_t)n * sizeof(float));
+	else
+		k->cast(t, DG_F32, s, dst, n);
+}
+
+/* Loops over rows that read half parameters take the dtype as an argument,
+ * are always inlined (DG_NN_INLINE) and are called through DG_NN_BY_DTYPE,
+ * which passes the dtype as a constant: each dtype gets its own loop with the
+ * load resolved at compile time, so the float32 loop stays the plain one. */
+#define DG_NN_INLINE static inline __attribute__((always_inline))
+#define DG_NN_BY_DTYPE(t, fn, ...)                                                                                 \
+	do {                                                                                                       \
+		switch (t) {                                                                                       \
+		case DG_F16: fn(__VA_ARGS__, DG_F16); break;                                                       \
+		case DG_BF16: fn(__VA_ARGS__, DG_BF16); break;                                                     \
+		default: fn(__VA_ARGS__, DG_F32); break;                                                           \
+		}                                                                                                  \
+	} while (0)
+
+/* dg_nn_failed records, from inside a task, that scratch could not be
+ * allocated; the caller turns it into DG_ERR_NOMEM. */
+static inline void dg_nn_failed(int *flag) { __atomic_store_n(flag, 1, __ATOMIC_RELAXED); }
+
 #endif /* DG_NN_INTERNAL_H */

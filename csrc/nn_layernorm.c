@@ -1,19 +1,28 @@
 /* nn_layernorm.c — LayerNorm forward/backward; rows split over the pool for
  * the per-row work, channels split for the weight/bias gradient sums (so
- * they run in row order whatever the thread count). */
+ * they run in row order whatever the thread count). Half-precision w and b
+ * are widened element by element as they are read (they are [C] vectors,
+ * read once per row from cache). */
 #include "nn_internal.h"
 
 typedef struct ln_job {
-	float *out, *mean, *rstd, *dinp, *dw, *db;
-	const float *inp, *w, *b, *dout, *cmean, *crstd;
+	float *out, *mean, *rstd, *dinp;
+	void *dw, *db;
+	const float *inp, *dout, *cmean, *crstd;
+	const void *w, *b;
+	dg_dtype wt, gt;
+	const dg_kernels *k;
 	float eps;
 	int64_t c;
 	int64_t n;
 } ln_job;
 
-static void ln_fwd_task(void *v, int64_t lo, int64_t hi)
+/* channels per step of the half-gradient sums: two float32 accumulators of
+ * this many on the stack */
+#define LN_DW_BLOCK 256
+
+DG_NN_INLINE void ln_fwd_rows(const ln_job *j, int64_t lo, int64_t hi, dg_dtype wt)
 {
-	const ln_job *j = v;
 	const int64_t c = j->c;
 	for (int64_t r = lo; r < hi; r++) {
 		const float *x = j->inp + r * c;
@@ -33,27 +42,41 @@ static void ln_fwd_task(void *v, int64_t lo, int64_t hi)
 		float mf = (float)m;
 		float *o = j->out + r * c;
 		for (int64_t i = 0; i < c; i++)
-			o[i] = dg_nn_ln_out(x[i], mf, s, j->w[i], j->b[i]);
+			o[i] = dg_nn_ln_out(x[i], mf, s, dg_load_f(wt, j->w, i), dg_load_f(wt, j->b, i));
 		j->mean[r] = mf;
 		j->rstd[r] = s;
 	}
 }
 
+static void ln_fwd_task(void *v, int64_t lo, int64_t hi)
+{
+	const ln_job *j = v;
+	DG_NN_BY_DTYPE(j->wt, ln_fwd_rows, j, lo, hi);
+}
+
 dg_status dg_nn_layernorm_forward(dg_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
 				  const float *w, const float *b, float eps, int64_t n, int64_t c)
+{
+	return dg_nn_layernorm_forward_mixed(ctx, out, mean, rstd, inp, DG_F32, w, b, eps, n, c);
+}
+
+dg_status dg_nn_layernorm_forward_mixed(dg_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
+					dg_dtype wt, const void *w, const void *b, float eps, int64_t n, int64_t c)
 {
 	if (ctx == NULL || out == NULL || mean == NULL || rstd == NULL || inp == NULL || w == NULL || b == NULL ||
 	    n < 0 || c <= 0 || !(eps >= 0.0f))
 		return DG_ERR_INVALID;
-	ln_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .eps = eps, .c = c, .n = n};
+	if (!dg_is_float(wt))
+		return DG_ERR_DTYPE;
+	ln_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .wt = wt, .eps = eps, .c = c,
+		    .n = n};
 	dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * c * 3, ln_fwd_task, &j);
 	return DG_OK;
 }
 
 /* dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w */
-static void ln_dinp_task(void *v, int64_t lo, int64_t hi)
+DG_NN_INLINE void ln_dinp_rows(const ln_job *j, int64_t lo, int64_t hi, dg_dtype wt)
 {
-	const ln_job *j = v;
 	const int64_t c = j->c;
 	for (int64_t r = lo; r < hi; r++) {
 		const float *x = j->inp + r * c, *d = j->dout + r * c;
@@ -61,7 +84,7 @@ static void ln_dinp_task(void *v, int64_t lo, int64_t hi)
 		float a = 0.0f, bsum = 0.0f;
 		for (int64_t i = 0; i < c; i++) {
 			float norm = dg_nn_ln_norm(x[i], m, s);
-			float dn = j->w[i] * d[i];
+			float dn = dg_load_f(wt, j->w, i) * d[i];
 			a += dn;
 			bsum += dn * norm;
 		}
@@ -70,25 +93,58 @@ static void ln_dinp_task(void *v, int64_t lo, int64_t hi)
 		float *dx = j->dinp + r * c;
 		for (int64_t i = 0; i < c; i++) {
 			float norm = dg_nn_ln_norm(x[i], m, s);
-			float dn = j->w[i] * d[i];
+			float dn = dg_load_f(wt, j->w, i) * d[i];
 			dx[i] += dg_nn_ln_dinp(dn, norm, a, bsum, s);
 		}
 	}
+}
+
+static void ln_dinp_task(void *v, int64_t lo, int64_t hi)
+{
+	const ln_job *j = v;
+	DG_NN_BY_DTYPE(j->wt, ln_dinp_rows, j, lo, hi);
 }
 
 static void ln_dw_task(void *v, int64_t lo, int64_t hi)
 {
 	const ln_job *j = v;
 	const int64_t c = j->c;
+	float *dw = j->dw, *db = j->db;
 	for (int64_t r = 0; r < j->n; r++) {
 		const float *x = j->inp + r * c, *d = j->dout + r * c;
 		float m = j->cmean[r], s = j->crstd[r];
 		for (int64_t i = lo; i < hi; i++) {
-			if (j->dw != NULL)
-				j->dw[i] += dg_nn_ln_norm(x[i], m, s) * d[i];
-			if (j->db != NULL)
-				j->db[i] += d[i];
+			if (dw != NULL)
+				dw[i] += dg_nn_ln_norm(x[i], m, s) * d[i];
+			if (db != NULL)
+				db[i] += d[i];
 		}
+	}
+}
+
+/* half gradients: the rows' sums, in row order, go into float32
+ * accumulators first, then into the gradients with one rounding */
+static void ln_dw_half_task(void *v, int64_t lo, int64_t hi)
+{
+	const ln_job *j = v;
+	const int64_t c = j->c;
+	float aw[LN_DW_BLOCK], ab[LN_DW_BLOCK];
+	for (int64_t c0 = lo; c0 < hi; c0 += LN_DW_BLOCK) {
+		const int64_t w = hi - c0 < LN_DW_BLOCK ? hi - c0 : LN_DW_BLOCK;
+		memset(aw, 0, sizeof aw);
+		memset(ab, 0, sizeof ab);
+		for (int64_t r = 0; r < j->n; r++) {
+			const float *x = j->inp + r * c + c0, *d = j->dout + r * c + c0;
+			float m = j->cmean[r], s = j->crstd[r];
+			for (int64_t i = 0; i < w; i++) {
+				aw[i] += dg_nn_ln_norm(x[i], m, s) * d[i];
+				ab[i] += d[i];
+			}
+		}
+		if (j->dw != NULL)
+			dg_nn_grad_add(j->k, j->gt, j->dw, c0, aw, w);
+		if (j->db != NULL)
+			dg_nn_grad_add(j->k, j->gt, j->db, c0, ab, w);
 	}
 }
 
@@ -96,14 +152,23 @@ dg_status dg_nn_layernorm_backward(dg_ctx *ctx, float *dinp, float *dw, float *d
 				   const float *inp, const float *w, const float *mean, const float *rstd, int64_t n,
 				   int64_t c)
 {
+	return dg_nn_layernorm_backward_mixed(ctx, dinp, DG_F32, dw, db, dout, inp, DG_F32, w, mean, rstd, n, c);
+}
+
+dg_status dg_nn_layernorm_backward_mixed(dg_ctx *ctx, float *dinp, dg_dtype gt, void *dw, void *db,
+					 const float *dout, const float *inp, dg_dtype wt, const void *w,
+					 const float *mean, const float *rstd, int64_t n, int64_t c)
+{
 	if (ctx == NULL || dout == NULL || inp == NULL || w == NULL || mean == NULL || rstd == NULL || n < 0 ||
 	    c <= 0)
 		return DG_ERR_INVALID;
-	ln_job j = {.dinp = dinp, .dw = dw, .db = db, .inp = inp, .w = w, .dout = dout, .cmean = mean,
-		    .crstd = rstd, .c = c, .n = n};
+	if (!dg_is_float(wt) || !dg_is_float(gt))
+		return DG_ERR_DTYPE;
+	ln_job j = {.dinp = dinp, .dw = dw, .db = db, .inp = inp, .w = w, .wt = wt, .gt = gt, .k = ctx->k,
+		    .dout = dout, .cmean = mean, .crstd = rstd, .c = c, .n = n};
 	if (dinp != NULL)
 		dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * c * 4, ln_dinp_task, &j);
 	if (dw != NULL || db != NULL)
-		dg_parallel_for(ctx, c, DG_NN_COL_GRAIN, n * c * 3, ln_dw_task, &j);
+		dg_parallel_for(ctx, c, DG_NN_COL_GRAIN, n * c * 3, gt == DG_F32 ? ln_dw_task : ln_dw_half_task, &j);
 	return DG_OK;
 }

@@ -1,5 +1,7 @@
 /* nn_matmul.c — the Linear layer's products on OpenBLAS sgemm, rows split
- * over the ctx pool (one single-threaded sgemm per part). */
+ * over the ctx pool (one single-threaded sgemm per part). Half-precision
+ * weights are widened into float32 tiles that sgemm reads; half-precision
+ * gradients get each call's float32 tile added with one rounding. */
 #include <cblas.h>
 #include <pthread.h>
 
@@ -12,20 +14,41 @@ static void blas_setup(void) { openblas_set_num_threads(1); }
 void dg_nn_blas_init(void) { pthread_once(&blas_once, blas_setup); }
 
 typedef struct mm_job {
+	dg_ctx *ctx;
 	float *out;
-	const float *inp, *w, *bias, *dout;
-	float *dinp, *dw, *dbias;
+	const float *inp, *dout;
+	float *dinp;
+	dg_dtype wt, gt;
+	const void *w, *bias;
+	void *dw, *dbias;
 	int64_t n, c, oc;
+	int64_t rows; /* dg_nn_tile_rows(c): rows of w per tile */
+	int failed;
 } mm_job;
 
-/* out[lo:hi, :] = inp[lo:hi, :] @ w^T (+ bias) */
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* row_tile allocates a task's float32 tile of rows x width (at most
+ * DG_NN_TILE_FLOATS, or one row when a row is longer), or records the
+ * failure and returns NULL */
+static float *row_tile(mm_job *j, int64_t rows, int64_t width, size_t *bytes)
+{
+	*bytes = (size_t)(rows * width) * sizeof(float);
+	float *t = dg_scratch_alloc(j->ctx, *bytes);
+	if (t == NULL)
+		dg_nn_failed(&j->failed);
+	return t;
+}
+
+/* out[lo:hi, :] = inp[lo:hi, :] @ w^T (+ bias), float32 w */
 static void fwd_task(void *v, int64_t lo, int64_t hi)
 {
 	const mm_job *j = v;
+	const float *bias = j->bias;
 	float beta = 0.0f;
-	if (j->bias != NULL) {
+	if (bias != NULL) {
 		for (int64_t r = lo; r < hi; r++)
-			memcpy(j->out + r * j->oc, j->bias, (size_t)j->oc * sizeof(float));
+			memcpy(j->out + r * j->oc, bias, (size_t)j->oc * sizeof(float));
 		beta = 1.0f;
 	} else if (j->c == 0) {
 		memset(j->out + lo * j->oc, 0, (size_t)((hi - lo) * j->oc) * sizeof(float));
@@ -36,22 +59,75 @@ static void fwd_task(void *v, int64_t lo, int64_t hi)
 		    j->inp + lo * j->c, (int)j->c, j->w, (int)j->c, beta, j->out + lo * j->oc, (int)j->oc);
 }
 
+/* over_weight_rows runs block over the weight rows [lo, hi) in blocks of at
+ * most j->rows, with one task-wide tile of rows x c floats (tile) and rows
+ * floats (btile, for the bias) */
+static void over_weight_rows(mm_job *j, int64_t lo, int64_t hi,
+			     void (*block)(mm_job *j, float *tile, float *btile, int64_t o0, int64_t m))
+{
+	const int64_t rows = min64(j->rows, hi - lo);
+	size_t bytes;
+	float *tile = row_tile(j, rows, j->c + 1, &bytes);
+	if (tile == NULL)
+		return;
+	for (int64_t o0 = lo; o0 < hi; o0 += rows)
+		block(j, tile, tile + rows * j->c, o0, min64(rows, hi - o0));
+	dg_scratch_free(j->ctx, tile, bytes);
+}
+
+/* out[:, o0:o0+m] = inp @ w[o0:o0+m, :]^T (+ bias), half w widened into the
+ * tile; the thread owns output columns, so each weight row is widened once
+ * per call */
+static void fwd_half_block(mm_job *j, float *tile, float *btile, int64_t o0, int64_t m)
+{
+	const int64_t c = j->c;
+	float beta = 0.0f;
+	if (j->bias != NULL) {
+		dg_nn_widen(j->ctx->k, j->wt, j->bias, o0, btile, m);
+		for (int64_t r = 0; r < j->n; r++)
+			memcpy(j->out + r * j->oc + o0, btile, (size_t)m * sizeof(float));
+		beta = 1.0f;
+	} else if (c == 0) {
+		for (int64_t r = 0; r < j->n; r++)
+			memset(j->out + r * j->oc + o0, 0, (size_t)m * sizeof(float));
+	}
+	if (c == 0)
+		return;
+	dg_nn_widen(j->ctx->k, j->wt, j->w, o0 * c, tile, m * c);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n, (int)m, (int)c, 1.0f, j->inp, (int)c, tile,
+		    (int)c, beta, j->out + o0, (int)j->oc);
+}
+
+static void fwd_half_task(void *v, int64_t lo, int64_t hi) { over_weight_rows(v, lo, hi, fwd_half_block); }
+
 dg_status dg_nn_matmul_forward(dg_ctx *ctx, float *out, const float *inp, const float *w, const float *bias,
 			       int64_t n, int64_t c, int64_t oc)
 {
+	return dg_nn_matmul_forward_mixed(ctx, out, inp, DG_F32, w, bias, n, c, oc);
+}
+
+dg_status dg_nn_matmul_forward_mixed(dg_ctx *ctx, float *out, const float *inp, dg_dtype wt, const void *w,
+				     const void *bias, int64_t n, int64_t c, int64_t oc)
+{
 	if (ctx == NULL || out == NULL || inp == NULL || w == NULL || dg_nn_bad_dims(n, c) || oc < 0)
 		return DG_ERR_INVALID;
+	if (!dg_is_float(wt))
+		return DG_ERR_DTYPE;
 	if (n > INT32_MAX || c > INT32_MAX || oc > INT32_MAX)
 		return DG_ERR_SIZE;
 	if (n == 0 || oc == 0)
 		return DG_OK;
 	dg_nn_blas_init();
-	mm_job j = {.out = out, .inp = inp, .w = w, .bias = bias, .n = n, .c = c, .oc = oc};
-	dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * c * oc, fwd_task, &j);
-	return DG_OK;
+	mm_job j = {.ctx = ctx, .out = out, .inp = inp, .wt = wt, .w = w, .bias = bias, .n = n, .c = c, .oc = oc,
+		    .rows = dg_nn_tile_rows(c)};
+	if (wt == DG_F32)
+		dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * c * oc, fwd_task, &j);
+	else
+		dg_parallel_for(ctx, oc, DG_NN_ROW_GRAIN, n * c * oc, fwd_half_task, &j);
+	return j.failed ? DG_ERR_NOMEM : DG_OK;
 }
 
-/* dinp[lo:hi, :] += dout[lo:hi, :] @ w */
+/* dinp[lo:hi, :] += dout[lo:hi, :] @ w, float32 w */
 static void dinp_task(void *v, int64_t lo, int64_t hi)
 {
 	const mm_job *j = v;
@@ -59,39 +135,100 @@ static void dinp_task(void *v, int64_t lo, int64_t hi)
 		    j->dout + lo * j->oc, (int)j->oc, j->w, (int)j->c, 1.0f, j->dinp + lo * j->c, (int)j->c);
 }
 
-/* dw[lo:hi, :] += dout[:, lo:hi]^T @ inp, and dbias[lo:hi] += column sums */
+/* dinp[:, lo:hi] += dout @ w[:, lo:hi], half w: the thread owns input
+ * columns and runs over the rows of w in blocks of j->rows (fixed by c, so
+ * the partial sums do not depend on the split), widening each block's
+ * columns lo..hi into a tile of at most DG_NN_TILE_FLOATS */
+static void dinp_half_task(void *v, int64_t lo, int64_t hi)
+{
+	mm_job *j = v;
+	const int64_t width = hi - lo, rows = min64(j->rows, j->oc);
+	size_t bytes;
+	float *tile = row_tile(j, rows, width, &bytes);
+	if (tile == NULL)
+		return;
+	for (int64_t o0 = 0; o0 < j->oc; o0 += rows) {
+		const int64_t m = min64(rows, j->oc - o0);
+		for (int64_t o = 0; o < m; o++)
+			dg_nn_widen(j->ctx->k, j->wt, j->w, (o0 + o) * j->c + lo, tile + o * width, width);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->n, (int)width, (int)m, 1.0f,
+			    j->dout + o0, (int)j->oc, tile, (int)width, 1.0f, j->dinp + lo, (int)j->c);
+	}
+	dg_scratch_free(j->ctx, tile, bytes);
+}
+
+/* dw[lo:hi, :] += dout[:, lo:hi]^T @ inp, and dbias[lo:hi] += column sums,
+ * float32 gradients */
 static void dw_task(void *v, int64_t lo, int64_t hi)
 {
 	const mm_job *j = v;
-	if (j->dw != NULL && j->c > 0)
+	float *dw = j->dw, *dbias = j->dbias;
+	if (dw != NULL && j->c > 0)
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(hi - lo), (int)j->c, (int)j->n, 1.0f,
-			    j->dout + lo, (int)j->oc, j->inp, (int)j->c, 1.0f, j->dw + lo * j->c, (int)j->c);
-	if (j->dbias != NULL) {
+			    j->dout + lo, (int)j->oc, j->inp, (int)j->c, 1.0f, dw + lo * j->c, (int)j->c);
+	if (dbias != NULL) {
 		/* rows in order, so the sum does not depend on the split */
 		for (int64_t r = 0; r < j->n; r++) {
 			const float *d = j->dout + r * j->oc;
 			for (int64_t o = lo; o < hi; o++)
-				j->dbias[o] += d[o];
+				dbias[o] += d[o];
 		}
 	}
 }
 
+/* the same for half gradients: each block's float32 contribution is
+ * computed into the tile, then added into the gradient with one rounding */
+static void dw_half_block(mm_job *j, float *tile, float *btile, int64_t o0, int64_t m)
+{
+	const int64_t c = j->c;
+	if (j->dw != NULL && c > 0) {
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)c, (int)j->n, 1.0f, j->dout + o0,
+			    (int)j->oc, j->inp, (int)c, 0.0f, tile, (int)c);
+		dg_nn_grad_add(j->ctx->k, j->gt, j->dw, o0 * c, tile, m * c);
+	}
+	if (j->dbias != NULL) {
+		memset(btile, 0, (size_t)m * sizeof(float));
+		for (int64_t r = 0; r < j->n; r++) {
+			const float *d = j->dout + r * j->oc + o0;
+			for (int64_t o = 0; o < m; o++)
+				btile[o] += d[o];
+		}
+		dg_nn_grad_add(j->ctx->k, j->gt, j->dbias, o0, btile, m);
+	}
+}
+
+static void dw_half_task(void *v, int64_t lo, int64_t hi) { over_weight_rows(v, lo, hi, dw_half_block); }
+
 dg_status dg_nn_matmul_backward(dg_ctx *ctx, float *dinp, float *dw, float *dbias, const float *dout,
 				const float *inp, const float *w, int64_t n, int64_t c, int64_t oc)
+{
+	return dg_nn_matmul_backward_mixed(ctx, dinp, DG_F32, dw, dbias, dout, inp, DG_F32, w, n, c, oc);
+}
+
+dg_status dg_nn_matmul_backward_mixed(dg_ctx *ctx, float *dinp, dg_dtype gt, void *dw, void *dbias,
+				      const float *dout, const float *inp, dg_dtype wt, const void *w, int64_t n,
+				      int64_t c, int64_t oc)
 {
 	if (ctx == NULL || dout == NULL || dg_nn_bad_dims(n, c) || oc < 0)
 		return DG_ERR_INVALID;
 	if ((dinp != NULL && w == NULL) || (dw != NULL && inp == NULL))
 		return DG_ERR_INVALID;
+	if (!dg_is_float(wt) || !dg_is_float(gt))
+		return DG_ERR_DTYPE;
 	if (n > INT32_MAX || c > INT32_MAX || oc > INT32_MAX)
 		return DG_ERR_SIZE;
 	if (n == 0 || oc == 0)
 		return DG_OK;
 	dg_nn_blas_init();
-	mm_job j = {.inp = inp, .w = w, .dout = dout, .dinp = dinp, .dw = dw, .dbias = dbias, .n = n, .c = c, .oc = oc};
-	if (dinp != NULL && c > 0)
-		dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * c * oc, dinp_task, &j);
+	mm_job j = {.ctx = ctx, .inp = inp, .wt = wt, .w = w, .gt = gt, .dout = dout, .dinp = dinp, .dw = dw,
+		    .dbias = dbias, .n = n, .c = c, .oc = oc, .rows = dg_nn_tile_rows(c)};
+	if (dinp != NULL && c > 0) {
+		if (wt == DG_F32)
+			dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * c * oc, dinp_task, &j);
+		else
+			dg_parallel_for(ctx, c, DG_NN_COL_GRAIN, n * c * oc, dinp_half_task, &j);
+	}
 	if (dw != NULL || dbias != NULL)
-		dg_parallel_for(ctx, oc, DG_NN_ROW_GRAIN, n * (c + 1) * oc, dw_task, &j);
-	return DG_OK;
+		dg_parallel_for(ctx, oc, DG_NN_ROW_GRAIN, n * (c + 1) * oc, gt == DG_F32 ? dw_task : dw_half_task, &j);
+	return j.failed ? DG_ERR_NOMEM : DG_OK;
 }

@@ -108,7 +108,8 @@ func (b *Backend) Scale(xs []*tensor.Tensor, alpha float32) error {
 	return b.err("dg_cuda_scale", C.dg_cuda_scale(b.ctx, cdt(t), ptrList(p), i64List(n), C.int(len(n)), C.float(alpha)))
 }
 
-// Axpy does ys[i] += alpha * xs[i].
+// Axpy does ys[i] += alpha * xs[i]; xs and ys must share one dtype here
+// (the CPU backend also adds across dtypes).
 func (b *Backend) Axpy(alpha float32, xs, ys []*tensor.Tensor) error {
 	const op = "Axpy"
 	if err := sameLens(op, "xs", "ys", len(xs), len(ys)); err != nil {
@@ -118,7 +119,7 @@ func (b *Backend) Axpy(alpha float32, xs, ys []*tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
-	yp, yn, err := list(op, "ys", ys, b.Device(), t)
+	yp, yn, err := listLike(op, "ys", ys, b.Device(), t, "xs[0]")
 	if err != nil {
 		return err
 	}
@@ -255,7 +256,7 @@ func (b *Backend) Reduce(op backend.ReduceOp, dst *tensor.Tensor, srcs []*tensor
 	if len(srcs) > C.DG_CUDA_MAX_REDUCE_SRCS {
 		return argErr(name, "srcs", "has %d entries: at most %d on CUDA", len(srcs), C.DG_CUDA_MAX_REDUCE_SRCS)
 	}
-	p, n, err := list(name, "srcs", srcs, b.Device(), dst.DType())
+	p, n, err := listLike(name, "srcs", srcs, b.Device(), dst.DType(), "dst")
 	if err != nil {
 		return err
 	}

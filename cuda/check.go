@@ -10,6 +10,7 @@ var (
 	argErr     = backend.ArgErr
 	checkOne   = backend.CheckTensor
 	list       = backend.CheckList
+	listLike   = backend.CheckListLike
 	floatList  = backend.CheckFloatList
 	floatDType = backend.CheckFloatDType
 	sameLens   = backend.CheckSameLens

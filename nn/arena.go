@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -55,15 +54,4 @@ func zero(t *tensor.Tensor) {
 	if f, err := t.Float32s(); err == nil {
 		clear(f)
 	}
-}
-
-// bound checks that p has a value (and, for backward, a gradient) bound.
-func bound(op string, p *model.Param, grad bool) error {
-	if p.Data == nil || p.Data.Ptr() == nil {
-		return fmt.Errorf("nn.%s: parameter %s has no value bound (see nn.Bind)", op, p.Name)
-	}
-	if grad && (p.Grad == nil || p.Grad.Ptr() == nil) {
-		return fmt.Errorf("nn.%s: parameter %s has no gradient bound (see nn.Bind)", op, p.Name)
-	}
-	return nil
 }

@@ -51,6 +51,17 @@ func (k *Block) Params() []*model.Param {
 	return ps
 }
 
+// check validates every sublayer's parameters before any of them runs, so
+// a bad binding fails the block before it writes anything.
+func (k *Block) check(op string, grad bool) error {
+	for _, c := range []func(string, bool) (paramTypes, error){k.LN1.check, k.QKV.check, k.Proj.check, k.LN2.check, k.FC.check, k.FCProj.check} {
+		if _, err := c(op, grad); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // BlockActivations are what a block's backward pass reads, for N = B*T rows.
 type BlockActivations struct {
 	LN1, LN1Mean, LN1Rstd *tensor.Tensor // [N, C], [N], [N]
@@ -113,6 +124,9 @@ func (k *Block) Forward(ctx *csrc.Ctx, out, in *tensor.Tensor, acts *BlockActiva
 	if err := needF32("Block.Forward", "out", out, n*k.Width, "in", in, n*k.Width); err != nil {
 		return err
 	}
+	if err := k.check("Block.Forward", false); err != nil {
+		return err
+	}
 	steps := []func() error{
 		func() error { return k.LN1.Forward(ctx, acts.LN1, acts.LN1Mean, acts.LN1Rstd, in, n) },
 		func() error { return k.QKV.Forward(ctx, acts.QKV, acts.LN1, n) },
@@ -138,6 +152,9 @@ func (k *Block) Forward(ctx *csrc.Ctx, out, in *tensor.Tensor, acts *BlockActiva
 func (k *Block) Backward(ctx *csrc.Ctx, din, dout, in *tensor.Tensor, acts *BlockActivations, s *BlockScratch, b, t int) error {
 	n, c := b*t, k.Width
 	if err := needF32("Block.Backward", "din", din, n*c, "dout", dout, n*c, "in", in, n*c); err != nil {
+		return err
+	}
+	if err := k.check("Block.Backward", true); err != nil {
 		return err
 	}
 	steps := []func() error{

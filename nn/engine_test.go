@@ -85,8 +85,8 @@ func TestGPTEngineZeRO2(t *testing.T) {
 	}
 }
 
-// Under fp16 and bf16 the GPT trains on float32 copies of the engine's
-// half-precision weights. The first loss differs from the float32 run only
+// Under fp16 and bf16 the GPT trains directly on the engine's
+// half-precision weights (widened inside the kernels). The first loss differs from the float32 run only
 // by the weights' rounding to 16 bits (a few units of the format's step,
 // fp16 2^-11, bf16 2^-8). Later steps separate: AdamW normalises each
 // update, so a rounding difference in a small gradient becomes a full-size

@@ -45,8 +45,6 @@ type GPT struct {
 	ctx   *csrc.Ctx
 	mods  []model.Module
 	own   *ParamBuffers // from NewReadyGPT; freed by Free
-
-	shadows map[*model.Param]*shadow // float32 copies of half-precision weights
 }
 
 // ParamGroup is a named group of parameters: the unit a ZeRO stage-3 engine
@@ -282,12 +280,10 @@ func (g *GPT) alloc(b, t int) error {
 	return nil
 }
 
-// Free releases everything the model allocated: activation memory, the
-// float32 copies of half-precision weights, and the parameter buffers of
-// NewReadyGPT. Parameters bound by the caller (Bind, NewParamBuffers) stay
+// Free releases everything the model allocated: activation memory and the
+// parameter buffers of NewReadyGPT. Parameters bound by the caller (Bind, NewParamBuffers) stay
 // the caller's to free.
 func (g *GPT) Free() {
-	g.freeShadows()
 	if g.own != nil {
 		g.own.Free()
 		g.own = nil

@@ -9,7 +9,8 @@ import (
 )
 
 // LayerNorm normalises each row of Width channels to zero mean and unit
-// (biased) variance, then scales by W and shifts by B.
+// (biased) variance, then scales by W and shifts by B. W and B may be
+// float32, float16 or bfloat16 (see Linear).
 type LayerNorm struct {
 	Width int
 	Eps   float32
@@ -24,20 +25,23 @@ func NewLayerNorm(name string, width int) *LayerNorm {
 // Params lists W then B.
 func (l *LayerNorm) Params() []*model.Param { return []*model.Param{l.W, l.B} }
 
+// check validates the bound parameters (see checkParams).
+func (l *LayerNorm) check(op string, grad bool) (paramTypes, error) {
+	return checkParams(op, grad, l.Params(), []int{l.Width}, []int{l.Width})
+}
+
 // Forward normalises in[n, Width] into out, saving the per-row mean[n] and
 // reciprocal standard deviation rstd[n] for Backward.
 func (l *LayerNorm) Forward(ctx *csrc.Ctx, out, mean, rstd, in *tensor.Tensor, n int) error {
 	const op = "LayerNorm.Forward"
-	if err := bound(op, l.W, false); err != nil {
-		return err
-	}
-	if err := bound(op, l.B, false); err != nil {
+	pt, err := l.check(op, false)
+	if err != nil {
 		return err
 	}
 	if err := needF32(op, "out", out, n*l.Width, "mean", mean, n, "rstd", rstd, n, "in", in, n*l.Width); err != nil {
 		return err
 	}
-	if err := ctx.LayerNormForward(out.Ptr(), mean.Ptr(), rstd.Ptr(), in.Ptr(), l.W.Data.Ptr(), l.B.Data.Ptr(), l.Eps, n, l.Width); err != nil {
+	if err := ctx.LayerNormForwardMixed(out.Ptr(), mean.Ptr(), rstd.Ptr(), in.Ptr(), c(pt.data), l.W.Data.Ptr(), l.B.Data.Ptr(), l.Eps, n, l.Width); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
 	}
 	return nil
@@ -47,10 +51,8 @@ func (l *LayerNorm) Forward(ctx *csrc.Ctx, out, mean, rstd, in *tensor.Tensor, n
 // from dout and the saved statistics.
 func (l *LayerNorm) Backward(ctx *csrc.Ctx, din, dout, in, mean, rstd *tensor.Tensor, n int) error {
 	const op = "LayerNorm.Backward"
-	if err := bound(op, l.W, true); err != nil {
-		return err
-	}
-	if err := bound(op, l.B, true); err != nil {
+	pt, err := l.check(op, true)
+	if err != nil {
 		return err
 	}
 	if err := needF32(op, "dout", dout, n*l.Width, "mean", mean, n, "rstd", rstd, n, "in", in, n*l.Width); err != nil {
@@ -61,7 +63,7 @@ func (l *LayerNorm) Backward(ctx *csrc.Ctx, din, dout, in, mean, rstd *tensor.Te
 			return err
 		}
 	}
-	if err := ctx.LayerNormBackward(ptr(din), l.W.Grad.Ptr(), l.B.Grad.Ptr(), dout.Ptr(), in.Ptr(), l.W.Data.Ptr(), mean.Ptr(), rstd.Ptr(), n, l.Width); err != nil {
+	if err := ctx.LayerNormBackwardMixed(ptr(din), c(pt.grad), l.W.Grad.Ptr(), l.B.Grad.Ptr(), dout.Ptr(), in.Ptr(), c(pt.data), l.W.Data.Ptr(), mean.Ptr(), rstd.Ptr(), n, l.Width); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
 	}
 	return nil

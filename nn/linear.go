@@ -9,6 +9,9 @@ import (
 )
 
 // Linear is y = x W^T + b with W [Out, In] and b [Out] (torch's layout).
+// W and B may be float32, float16 or bfloat16 (one dtype for both; their
+// gradients one dtype, possibly another); activations are float32 and so is
+// the arithmetic: a half weight is widened inside the kernel, tile by tile.
 // A tensor-parallel column shard is a Linear with Out/world outputs, a row
 // shard one with In/world inputs; the surrounding collective is the only
 // addition.
@@ -45,36 +48,37 @@ func (l *Linear) bias(grad bool) *tensor.Tensor {
 	return l.B.Data
 }
 
-func (l *Linear) check(op string, grad bool) error {
-	if err := bound(op, l.W, grad); err != nil {
-		return err
+// check validates the bound parameters (see checkParams).
+func (l *Linear) check(op string, grad bool) (paramTypes, error) {
+	if l.B == nil {
+		return checkParams(op, grad, []*model.Param{l.W}, []int{l.Out, l.In})
 	}
-	if l.B != nil {
-		return bound(op, l.B, grad)
-	}
-	return nil
+	return checkParams(op, grad, []*model.Param{l.W, l.B}, []int{l.Out, l.In}, []int{l.Out})
 }
 
 // Forward computes out[n, Out] = in[n, In] @ W^T + b.
 func (l *Linear) Forward(ctx *csrc.Ctx, out, in *tensor.Tensor, n int) error {
 	const op = "Linear.Forward"
-	if err := l.check(op, false); err != nil {
+	pt, err := l.check(op, false)
+	if err != nil {
 		return err
 	}
 	if err := needF32(op, "out", out, n*l.Out, "in", in, n*l.In); err != nil {
 		return err
 	}
-	if err := ctx.MatmulForward(out.Ptr(), in.Ptr(), l.W.Data.Ptr(), ptr(l.bias(false)), n, l.In, l.Out); err != nil {
+	if err := ctx.MatmulForwardMixed(out.Ptr(), in.Ptr(), c(pt.data), l.W.Data.Ptr(), ptr(l.bias(false)), n, l.In, l.Out); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
 	}
 	return nil
 }
 
 // Backward accumulates din[n, In] += dout @ W (skipped when din is nil),
-// W.Grad += dout^T @ in and B.Grad += the column sums of dout[n, Out].
+// W.Grad += dout^T @ in and B.Grad += the column sums of dout[n, Out]; a
+// half-precision gradient gets one rounding per element per call.
 func (l *Linear) Backward(ctx *csrc.Ctx, din, dout, in *tensor.Tensor, n int) error {
 	const op = "Linear.Backward"
-	if err := l.check(op, true); err != nil {
+	pt, err := l.check(op, true)
+	if err != nil {
 		return err
 	}
 	if err := needF32(op, "dout", dout, n*l.Out, "in", in, n*l.In); err != nil {
@@ -85,7 +89,7 @@ func (l *Linear) Backward(ctx *csrc.Ctx, din, dout, in *tensor.Tensor, n int) er
 			return err
 		}
 	}
-	if err := ctx.MatmulBackward(ptr(din), l.W.Grad.Ptr(), ptr(l.bias(true)), dout.Ptr(), in.Ptr(), l.W.Data.Ptr(), n, l.In, l.Out); err != nil {
+	if err := ctx.MatmulBackwardMixed(ptr(din), c(pt.grad), l.W.Grad.Ptr(), ptr(l.bias(true)), dout.Ptr(), in.Ptr(), c(pt.data), l.W.Data.Ptr(), n, l.In, l.Out); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/model"
@@ -23,8 +24,11 @@ import (
 // runs last, so both uses land in the one gradient before it is reduced.
 // Under ZeRO stage 3 the embedding module is model.Resident, so the engine
 // keeps wte gathered for the head instead of releasing it after the
-// embedding's forward. Under fp16 or bf16 every module runs on float32
-// copies of the half-precision weights the engine binds (halfweights.go).
+// embedding's forward. Under fp16 or bf16 the modules run directly on the
+// half-precision weights and gradients the engine binds: the kernels widen
+// weights tile by tile and compute in float32 (activations are float32),
+// and add into half gradients with one rounding per element; the tied
+// wte's two uses are summed in float32 and added into its gradient once.
 
 var _ model.Model = (*GPT)(nil)
 
@@ -77,19 +81,8 @@ func (m embedModule) Name() string { return "transformer.embed" }
 func (m embedModule) Resident() bool         { return true }
 func (m embedModule) Params() []*model.Param { return m.g.Embed.Params() }
 
-// Forward runs the module in float32 whatever precision the engine bound
-// (see halfweights.go).
+// Forward embeds the batch's tokens into the residual stream.
 func (m embedModule) Forward(_ context.Context, in model.Activation) (model.Activation, error) {
-	return m.g.inFloat32(m.Name(), "Forward", m.Params(), nil, func() (model.Activation, error) { return m.forward(in) })
-}
-
-// Backward runs the module's backward in float32 and adds its gradients
-// into what the engine bound.
-func (m embedModule) Backward(_ context.Context, gout model.Activation) (model.Activation, error) {
-	return m.g.inFloat32(m.Name(), "Backward", m.Params(), nil, func() (model.Activation, error) { return m.backward(gout) })
-}
-
-func (m embedModule) forward(in model.Activation) (model.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -120,7 +113,9 @@ func (m embedModule) forward(in model.Activation) (model.Activation, error) {
 	return s.resid[0], nil
 }
 
-func (m embedModule) backward(gout model.Activation) (model.Activation, error) {
+// Backward adds the embedding's gradients, and the head's share of the
+// tied wte's, into what the engine bound.
+func (m embedModule) Backward(_ context.Context, gout model.Activation) (model.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -130,15 +125,17 @@ func (m embedModule) backward(gout model.Activation) (model.Activation, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := bound("GPT.Backward", g.Embed.Tok, true); err != nil {
+	// the token rows join the head's share of the tied weight's gradient
+	// in float32; the sum goes into wte's gradient with one rounding
+	s := g.st
+	if err := g.Embed.backward(ctx, "GPT.Backward", s.dwteHead, d, s.tokens, s.b, s.t); err != nil {
 		return nil, err
 	}
-	// the head's share of the tied weight's gradient joins the embedding's
-	vc := g.Config.Vocab * g.Config.Width
-	if err := ctx.Add(g.Embed.Tok.Grad.Ptr(), g.Embed.Tok.Grad.Ptr(), g.st.dwteHead.Ptr(), vc); err != nil {
+	tg := g.Embed.Tok.Grad
+	if err := ctx.AxpyMixed(csrc.F32, c(tg.DType()), 1, []unsafe.Pointer{s.dwteHead.Ptr()}, []unsafe.Pointer{tg.Ptr()}, []int64{int64(tg.Numel())}); err != nil {
 		return nil, fmt.Errorf("nn.GPT.Backward: tied wte: %w", err)
 	}
-	return nil, g.Embed.Backward(ctx, d, g.st.tokens, g.st.b, g.st.t)
+	return nil, nil
 }
 
 type blockModule struct {
@@ -149,19 +146,8 @@ type blockModule struct {
 func (m blockModule) Name() string           { return fmt.Sprintf("transformer.h.%d", m.l) }
 func (m blockModule) Params() []*model.Param { return m.g.Blocks[m.l].Params() }
 
-// Forward runs the module in float32 whatever precision the engine bound
-// (see halfweights.go).
+// Forward runs block l on the residual stream.
 func (m blockModule) Forward(_ context.Context, in model.Activation) (model.Activation, error) {
-	return m.g.inFloat32(m.Name(), "Forward", m.Params(), nil, func() (model.Activation, error) { return m.forward(in) })
-}
-
-// Backward runs the module's backward in float32 and adds its gradients
-// into what the engine bound.
-func (m blockModule) Backward(_ context.Context, gout model.Activation) (model.Activation, error) {
-	return m.g.inFloat32(m.Name(), "Backward", m.Params(), nil, func() (model.Activation, error) { return m.backward(gout) })
-}
-
-func (m blockModule) forward(in model.Activation) (model.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -184,7 +170,9 @@ func (m blockModule) forward(in model.Activation) (model.Activation, error) {
 	return s.resid[m.l+1], nil
 }
 
-func (m blockModule) backward(gout model.Activation) (model.Activation, error) {
+// Backward runs block l's backward (recomputing it first when it is
+// checkpointed), adding its gradients into what the engine bound.
+func (m blockModule) Backward(_ context.Context, gout model.Activation) (model.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -223,19 +211,8 @@ type headModule struct{ g *GPT }
 func (m headModule) Name() string           { return "transformer.ln_f" }
 func (m headModule) Params() []*model.Param { return m.g.LNF.Params() }
 
-// Forward runs the module in float32 whatever precision the engine bound
-// (see halfweights.go).
+// Forward runs ln_f and the output projection on wte (read, not owned).
 func (m headModule) Forward(_ context.Context, in model.Activation) (model.Activation, error) {
-	return m.g.inFloat32(m.Name(), "Forward", m.Params(), []*model.Param{m.g.Embed.Tok}, func() (model.Activation, error) { return m.forward(in) })
-}
-
-// Backward runs the module's backward in float32 and adds its gradients
-// into what the engine bound.
-func (m headModule) Backward(_ context.Context, gout model.Activation) (model.Activation, error) {
-	return m.g.inFloat32(m.Name(), "Backward", m.Params(), []*model.Param{m.g.Embed.Tok}, func() (model.Activation, error) { return m.backward(gout) })
-}
-
-func (m headModule) forward(in model.Activation) (model.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -247,17 +224,24 @@ func (m headModule) forward(in model.Activation) (model.Activation, error) {
 		return nil, err
 	}
 	n := s.b * s.t
+	pt, err := checkParams("GPT.Forward", false, []*model.Param{g.Embed.Tok}, []int{g.Config.Vocab, g.Config.Width})
+	if err != nil {
+		return nil, err
+	}
 	if err := g.LNF.Forward(ctx, s.lnf, s.lnfMean, s.lnfRstd, x, n); err != nil {
 		return nil, err
 	}
 	// logits[N, V] = lnf @ wte^T
-	if err := ctx.MatmulForward(s.probs.Ptr(), s.lnf.Ptr(), g.Embed.Tok.Data.Ptr(), nil, n, g.Config.Width, g.Config.Vocab); err != nil {
+	if err := ctx.MatmulForwardMixed(s.probs.Ptr(), s.lnf.Ptr(), c(pt.data), g.Embed.Tok.Data.Ptr(), nil, n, g.Config.Width, g.Config.Vocab); err != nil {
 		return nil, fmt.Errorf("nn.GPT.Forward: head: %w", err)
 	}
 	return s.probs, nil
 }
 
-func (m headModule) backward(gout model.Activation) (model.Activation, error) {
+// Backward adds ln_f's gradients into what the engine bound and the
+// projection's wte gradient into the model's float32 share (see
+// embedModule.Backward).
+func (m headModule) Backward(_ context.Context, gout model.Activation) (model.Activation, error) {
 	g := m.g
 	ctx, err := g.needCtx()
 	if err != nil {
@@ -268,10 +252,14 @@ func (m headModule) backward(gout model.Activation) (model.Activation, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, c := s.b*s.t, g.Config.Width
+	n, w := s.b*s.t, g.Config.Width
+	pt, err := checkParams("GPT.Backward", false, []*model.Param{g.Embed.Tok}, []int{g.Config.Vocab, w})
+	if err != nil {
+		return nil, err
+	}
 	zero(s.dB) // dlnf
 	zero(s.dwteHead)
-	if err := ctx.MatmulBackward(s.dB.Ptr(), s.dwteHead.Ptr(), nil, dlogits.Ptr(), s.lnf.Ptr(), g.Embed.Tok.Data.Ptr(), n, c, g.Config.Vocab); err != nil {
+	if err := ctx.MatmulBackwardMixed(s.dB.Ptr(), csrc.F32, s.dwteHead.Ptr(), nil, dlogits.Ptr(), s.lnf.Ptr(), c(pt.data), g.Embed.Tok.Data.Ptr(), n, w, g.Config.Vocab); err != nil {
 		return nil, fmt.Errorf("nn.GPT.Backward: head: %w", err)
 	}
 	zero(s.dA)

@@ -38,18 +38,20 @@ func Specs(m HasParams) []tensor.ParamSpec {
 }
 
 // Bind points m's parameters at values[i] and grads[i] (one pair per Param,
-// in Params order; grads may be nil for inference), checking dtype and size.
+// in Params order; grads may be nil for inference), checking each as the
+// layers do (checkParam): live, host, contiguous, a dtype the layers take,
+// and the element count of the declared shape.
 func Bind(m HasParams, values, grads []*tensor.Tensor) error {
 	ps := m.Params()
 	if len(values) != len(ps) || (grads != nil && len(grads) != len(ps)) {
 		return fmt.Errorf("nn.Bind: %d parameters, got %d values and %d grads", len(ps), len(values), len(grads))
 	}
 	for i, p := range ps {
-		if err := checkParamTensor(p, "value", values[i]); err != nil {
+		if err := checkParam("Bind", p, "value", values[i]); err != nil {
 			return err
 		}
 		if grads != nil {
-			if err := checkParamTensor(p, "grad", grads[i]); err != nil {
+			if err := checkParam("Bind", p, "gradient", grads[i]); err != nil {
 				return err
 			}
 		}
@@ -59,19 +61,6 @@ func Bind(m HasParams, values, grads []*tensor.Tensor) error {
 		if grads != nil {
 			p.Grad = grads[i]
 		}
-	}
-	return nil
-}
-
-func checkParamTensor(p *model.Param, what string, t *tensor.Tensor) error {
-	if t == nil {
-		return fmt.Errorf("nn.Bind: %s %s is nil", p.Name, what)
-	}
-	if t.DType() != tensor.Float32 || !t.Contiguous() || !t.Device().IsCPU() {
-		return fmt.Errorf("nn.Bind: %s %s is %v: want contiguous float32 host memory", p.Name, what, t)
-	}
-	if t.Numel() != numel(p) {
-		return fmt.Errorf("nn.Bind: %s %s has %d elements, shape %v needs %d", p.Name, what, t.Numel(), p.Shape, numel(p))
 	}
 	return nil
 }

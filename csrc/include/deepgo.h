@@ -80,6 +80,13 @@ dg_status dg_ctx_set_isa(dg_ctx *ctx, dg_isa isa);
 dg_isa dg_ctx_isa(const dg_ctx *ctx);
 /* dg_cpu_best_isa reports the best instruction set of this CPU. */
 dg_isa dg_cpu_best_isa(void);
+/* dg_ctx_scratch_peak reports in *peak_bytes the most bytes of temporary
+ * kernel scratch (the float32 tiles of the mixed-precision nn kernels) that
+ * were allocated at once on ctx since it was created or last reset; reset
+ * != 0 then restarts the count from what is allocated now. It is how a
+ * caller checks that a half-precision weight is widened in bounded tiles,
+ * never copied whole. */
+dg_status dg_ctx_scratch_peak(dg_ctx *ctx, int reset, int64_t *peak_bytes);
 
 /* ---- host memory --------------------------------------------------------- */
 
@@ -107,6 +114,13 @@ dg_status dg_scale(dg_ctx *ctx, dg_dtype t, void *const *xs, const int64_t *ns, 
 /* dg_axpy does ys[i] += alpha * xs[i]; xs and ys share dtype t. */
 dg_status dg_axpy(dg_ctx *ctx, dg_dtype t, float alpha, const void *const *xs, void *const *ys,
 		  const int64_t *ns, int count);
+
+/* dg_axpy_mixed is dg_axpy with xs of dtype xt and ys of dtype yt (any two
+ * floating dtypes): each y = narrow(y + alpha * x) computed in float32 from
+ * the widened operands, rounded to yt once, e.g. a float32 gradient added
+ * into a bfloat16 one. xt == yt gives dg_axpy's bits. */
+dg_status dg_axpy_mixed(dg_ctx *ctx, dg_dtype xt, dg_dtype yt, float alpha, const void *const *xs, void *const *ys,
+			const int64_t *ns, int count);
 
 /* dg_sumsq writes the sum of squares of all elements, accumulated in double,
  * to *total, and, when per != NULL, each tensor's own sum to per[i]. The
@@ -257,6 +271,26 @@ dg_status dg_nn_matmul_forward(dg_ctx *ctx, float *out, const float *inp, const 
 dg_status dg_nn_matmul_backward(dg_ctx *ctx, float *dinp, float *dw, float *dbias, const float *dout,
 				const float *inp, const float *w, int64_t n, int64_t c, int64_t oc);
 
+/* Mixed precision (the *_mixed variants): the parameters (a weight and its
+ * bias, or the two embedding tables) have dtype wt and their gradients dtype
+ * gt, each F32, F16 or BF16 (another is DG_ERR_DTYPE); activations and their
+ * gradients stay float32. A half parameter is widened inside the kernel and
+ * the arithmetic is float32, as with float32 parameters holding the widened
+ * values (up to summation order). A large half weight is widened in tiles of
+ * at most DG_NN_TILE_FLOATS floats per thread (C + 1 when one row is longer),
+ * allocated per call and counted by dg_ctx_scratch_peak: never a whole
+ * float32 copy. A half gradient receives each call's float32 contribution
+ * with one rounding per element, g = narrow(widen(g) + sum). With wt = gt =
+ * F32 they are the plain functions. If scratch cannot be allocated they
+ * return DG_ERR_NOMEM, with the outputs possibly partly written. */
+#define DG_NN_TILE_FLOATS 65536
+
+dg_status dg_nn_matmul_forward_mixed(dg_ctx *ctx, float *out, const float *inp, dg_dtype wt, const void *w,
+				     const void *bias, int64_t n, int64_t c, int64_t oc);
+dg_status dg_nn_matmul_backward_mixed(dg_ctx *ctx, float *dinp, dg_dtype gt, void *dw, void *dbias,
+				      const float *dout, const float *inp, dg_dtype wt, const void *w, int64_t n,
+				      int64_t c, int64_t oc);
+
 /* dg_nn_layernorm_forward: per row, out = (x - mean) * rstd * w + b with
  * rstd = 1/sqrt(var + eps) (biased variance); mean[N], rstd[N] are saved
  * for the backward pass. */
@@ -265,6 +299,12 @@ dg_status dg_nn_layernorm_forward(dg_ctx *ctx, float *out, float *mean, float *r
 dg_status dg_nn_layernorm_backward(dg_ctx *ctx, float *dinp, float *dw, float *db, const float *dout,
 				   const float *inp, const float *w, const float *mean, const float *rstd, int64_t n,
 				   int64_t c);
+/* LayerNorm with w, b of dtype wt and dw, db of dtype gt (see "Mixed precision"). */
+dg_status dg_nn_layernorm_forward_mixed(dg_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
+					dg_dtype wt, const void *w, const void *b, float eps, int64_t n, int64_t c);
+dg_status dg_nn_layernorm_backward_mixed(dg_ctx *ctx, float *dinp, dg_dtype gt, void *dw, void *db,
+					 const float *dout, const float *inp, dg_dtype wt, const void *w,
+					 const float *mean, const float *rstd, int64_t n, int64_t c);
 
 /* dg_nn_gelu_forward: out[n] = GELU(inp[n]), tanh approximation (GPT-2). */
 dg_status dg_nn_gelu_forward(dg_ctx *ctx, float *out, const float *inp, int64_t n);
@@ -283,6 +323,15 @@ dg_status dg_nn_encoder_forward(dg_ctx *ctx, float *out, const int32_t *tok, con
  * sums run in token order whatever the thread count. */
 dg_status dg_nn_encoder_backward(dg_ctx *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tok,
 				 int64_t b, int64_t t, int64_t c, int64_t v);
+/* The encoder with wte, wpe of dtype wt and dwte, dwpe of dtype gt (see
+ * "Mixed precision"). A half gradient row a token repeats still gets one
+ * rounding: the rows are summed in float32 in token order first, in a
+ * scratch of V + 2*B*T int32 and per thread at most DG_NN_TILE_FLOATS floats
+ * (or one float per distinct token, or per position, when there are more). */
+dg_status dg_nn_encoder_forward_mixed(dg_ctx *ctx, float *out, const int32_t *tok, dg_dtype wt, const void *wte,
+				      const void *wpe, int64_t b, int64_t t, int64_t c, int64_t v);
+dg_status dg_nn_encoder_backward_mixed(dg_ctx *ctx, dg_dtype gt, void *dwte, void *dwpe, const float *dout,
+				       const int32_t *tok, int64_t b, int64_t t, int64_t c, int64_t v);
 
 /* dg_nn_attention_forward: causal multi-head self-attention.
  *   qkv[B,T,3*NH*HS]: per token the queries of all heads, then keys, then

@@ -1,4 +1,5 @@
-/* test_blas1.c — dg_scale and dg_axpy against dg_math.h on every ISA. */
+/* test_blas1.c — dg_scale, dg_axpy and dg_axpy_mixed against dg_math.h on
+ * every ISA. */
 #include <math.h>
 
 #include "dg_math.h"
@@ -6,20 +7,66 @@
 
 static size_t esize(dg_dtype t) { return t == DG_F32 ? 4 : 2; }
 
-static float widen(dg_dtype t, const void *p, int64_t i)
+/* dg_axpy_mixed for every pair of distinct floating dtypes: the bits of
+ * narrow(dg_axpy_f32(alpha, widen(x), widen(y))) on every ISA */
+static void test_axpy_mixed(dg_ctx *ctx, const dg_isa *isas, int nisa)
 {
-	if (t == DG_F32)
-		return ((const float *)p)[i];
-	uint16_t h = ((const uint16_t *)p)[i];
-	return t == DG_F16 ? dg_f16_to_f32(h) : dg_bf16_to_f32(h);
-}
-
-static void narrow(dg_dtype t, void *p, int64_t i, float v)
-{
-	if (t == DG_F32)
-		((float *)p)[i] = v;
-	else
-		((uint16_t *)p)[i] = t == DG_F16 ? dg_f32_to_f16(v) : dg_f32_to_bf16(v);
+	const dg_dtype ts[3] = {DG_F32, DG_F16, DG_BF16};
+	const float alphas[] = {1.0f, -3.0f, 1e-30f, INFINITY};
+	const int64_t nmax = 1000003;
+	uint64_t seed = 5;
+	char *x[3], *y0[3];
+	char *want = malloc((size_t)nmax * 4), *got = malloc((size_t)nmax * 4 + 16);
+	for (int d = 0; d < 3; d++) {
+		x[d] = malloc((size_t)nmax * esize(ts[d]));
+		y0[d] = malloc((size_t)nmax * esize(ts[d]));
+	}
+	for (int64_t i = 0; i < nmax; i++) {
+		float xv = rng_float(&seed) * ((i % 7 == 0) ? 1e-36f : 100.0f), yv = rng_float(&seed);
+		for (int d = 0; d < 3; d++) {
+			narrow(ts[d], x[d], i, xv);
+			narrow(ts[d], y0[d], i, yv);
+		}
+	}
+	for (int k = 0; k < nisa; k++) {
+		CHECK_OK(dg_ctx_set_isa(ctx, isas[k]));
+		for (int dx = 0; dx < 3; dx++)
+			for (int dy = 0; dy < 3; dy++) {
+				if (dx == dy)
+					continue;
+				dg_dtype xt = ts[dx], yt = ts[dy];
+				for (size_t a = 0; a < sizeof alphas / sizeof alphas[0]; a++)
+					for (int z = 0; z < N_TEST_SIZES; z++) {
+						int64_t n = test_sizes[z], h = n / 3;
+						size_t bytes = (size_t)n * esize(yt);
+						for (int64_t i = 0; i < n; i++)
+							narrow(yt, want, i,
+							       dg_axpy_f32(alphas[a], widen(xt, x[dx], i), widen(yt, y0[dy], i)));
+						memcpy(got, y0[dy], bytes);
+						memset(got + bytes, 0x5a, 16);
+						void *gs[2] = {got, got + (size_t)h * esize(yt)};
+						const void *xs[2] = {x[dx], x[dx] + (size_t)h * esize(xt)};
+						int64_t ns[2] = {h, n - h};
+						CHECK_OK(dg_axpy_mixed(ctx, xt, yt, alphas[a], xs, gs, ns, 2));
+						CHECK(memcmp(got, want, bytes) == 0);
+						CHECK((unsigned char)got[bytes + 15] == 0x5a);
+					}
+			}
+	}
+	CHECK_OK(dg_ctx_set_isa(ctx, DG_ISA_AUTO));
+	float v[2] = {1, 2};
+	void *vs[1] = {v};
+	const void *cvs[1] = {v};
+	int64_t two = 2;
+	CHECK(dg_axpy_mixed(ctx, DG_F32, DG_I32, 1, cvs, vs, &two, 1) == DG_ERR_DTYPE);
+	CHECK(dg_axpy_mixed(ctx, DG_F64, DG_F32, 1, cvs, vs, &two, 1) == DG_ERR_DTYPE);
+	CHECK(dg_axpy_mixed(NULL, DG_F32, DG_BF16, 1, cvs, vs, &two, 1) == DG_ERR_INVALID);
+	for (int d = 0; d < 3; d++) {
+		free(x[d]);
+		free(y0[d]);
+	}
+	free(want);
+	free(got);
 }
 
 int main(void)
@@ -89,6 +136,7 @@ int main(void)
 	CHECK(dg_axpy(NULL, DG_F32, 1, cvs, vs, &two, 1) == DG_ERR_INVALID);
 	CHECK_OK(dg_axpy(ctx, DG_F32, 1, cvs, vs, &two, 1));
 	CHECK(v[0] == 2 && v[1] == 4);
+	test_axpy_mixed(ctx, isas, nisa);
 	dg_ctx_destroy(ctx);
 	return test_done("test_blas1");
 }

@@ -4,22 +4,6 @@
 #include "dg_math.h"
 #include "test_util.h"
 
-static float widen(dg_dtype t, const void *p, int64_t i)
-{
-	if (t == DG_F32)
-		return ((const float *)p)[i];
-	uint16_t h = ((const uint16_t *)p)[i];
-	return t == DG_F16 ? dg_f16_to_f32(h) : dg_bf16_to_f32(h);
-}
-
-static void narrow(dg_dtype t, void *p, int64_t i, float v)
-{
-	if (t == DG_F32)
-		((float *)p)[i] = v;
-	else
-		((uint16_t *)p)[i] = t == DG_F16 ? dg_f32_to_f16(v) : dg_f32_to_bf16(v);
-}
-
 static size_t esize(dg_dtype t) { return t == DG_F32 ? 4 : t == DG_I64 ? 8 : t == DG_I32 ? 4 : 2; }
 
 static void fill(dg_dtype t, void *p, int64_t n, uint64_t *seed)

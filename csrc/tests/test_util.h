@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "deepgo.h"
+#include "dg_math.h"
 
 static int test_failures;
 
@@ -84,6 +85,23 @@ static inline float bits_f32(uint32_t u)
 	float f;
 	memcpy(&f, &u, 4);
 	return f;
+}
+
+/* element i of a float32/float16/bfloat16 array, widened; and rounded into one */
+static inline float widen(dg_dtype t, const void *p, int64_t i)
+{
+	if (t == DG_F32)
+		return ((const float *)p)[i];
+	uint16_t h = ((const uint16_t *)p)[i];
+	return t == DG_F16 ? dg_f16_to_f32(h) : dg_bf16_to_f32(h);
+}
+
+static inline void narrow(dg_dtype t, void *p, int64_t i, float v)
+{
+	if (t == DG_F32)
+		((float *)p)[i] = v;
+	else
+		((uint16_t *)p)[i] = t == DG_F16 ? dg_f32_to_f16(v) : dg_f32_to_bf16(v);
 }
 
 #endif
