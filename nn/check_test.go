@@ -65,7 +65,7 @@ func blockCall(t *testing.T) (HasParams, func(bool) error) {
 	}
 	bindF32(t, k)
 	var a Arena
-	t.Cleanup(a.Free)
+	t.Cleanup(a.Reset)
 	acts, err := k.NewActivations(&a, 1, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -180,15 +180,15 @@ func TestLayerParamChecks(t *testing.T) {
 		{"layernorm bias short", layerNormCall, "ln.bias", false,
 			func(t *testing.T) *tensor.Tensor { return empty(t, tensor.Float32, 3) }, false,
 			[]string{"nn.LayerNorm.Forward", "ln.bias", "3 elements", "declared shape [4] has 4"}},
-		{"embedding tokens table int32", embeddingCall, "emb.wte", false,
+		{"embedding tokens table int32", embeddingCall, "emb.wte.weight", false,
 			func(t *testing.T) *tensor.Tensor { return empty(t, tensor.Int32, 5, 3) }, false,
-			[]string{"nn.Embedding.Forward", "emb.wte", "int32"}},
-		{"embedding position table short", embeddingCall, "emb.wpe", false,
+			[]string{"nn.Embedding.Forward", "emb.wte.weight", "int32"}},
+		{"embedding position table short", embeddingCall, "emb.wpe.weight", false,
 			func(t *testing.T) *tensor.Tensor { return empty(t, tensor.Float32, 5) }, false,
-			[]string{"nn.Embedding.Forward", "emb.wpe", "5 elements", "declared shape [2 3] has 6"}},
-		{"embedding position gradient short", embeddingCall, "emb.wpe", true,
+			[]string{"nn.Embedding.Forward", "emb.wpe.weight", "5 elements", "declared shape [2 3] has 6"}},
+		{"embedding position gradient short", embeddingCall, "emb.wpe.weight", true,
 			func(t *testing.T) *tensor.Tensor { return empty(t, tensor.Float32, 3, 3) }, true,
-			[]string{"nn.Embedding.Backward", "emb.wpe", "gradient", "9 elements"}},
+			[]string{"nn.Embedding.Backward", "emb.wpe.weight", "gradient", "9 elements"}},
 		{"block fc weight short", blockCall, "h.mlp.c_fc.weight", false,
 			func(t *testing.T) *tensor.Tensor { return empty(t, tensor.Float32, 4, 4) }, false,
 			[]string{"nn.Block.Forward", "h.mlp.c_fc.weight", "16 elements", "declared shape [16 4] has 64"}},
