@@ -3,17 +3,34 @@ package deepgo_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"os"
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
-	"github.com/deepgo-ml/deepgo/internal/testmodel"
+	"github.com/deepgo-ml/deepgo/examples/mlp"
+	"github.com/deepgo-ml/deepgo/model"
 )
 
-// Two data-parallel ranks, as goroutines over comm/local, train a small
-// MLP (see mlp_test.go: any Go type with Modules and Loss is a Model) with
-// ZeRO stage 2 and two accumulation steps.
+// regression is rank r's micro-batch j of step s: 4 samples of
+// y = x[:4] - x[4:8]/2.
+func regression(s, r, j int) model.MicroBatch {
+	rng := rand.New(rand.NewPCG(uint64(s), uint64(2*r+j)))
+	b := mlp.Batch{X: make([]float32, 32), Y: make([]float32, 16), Rows: 4}
+	for i := range b.X {
+		b.X[i] = float32(rng.NormFloat64())
+	}
+	for i := range b.Y {
+		b.Y[i] = b.X[i/4*8+i%4] - b.X[i/4*8+i%4+4]/2
+	}
+	return model.MicroBatch{Input: b, Target: b.Y}
+}
+
+// Two data-parallel ranks, as goroutines over comm/local, train a
+// user-written MLP (package examples/mlp: any Go type with Modules and
+// Loss is a model.Model) with ZeRO stage 2 and two accumulation steps.
 func ExampleInitialize() {
 	cfg, err := config.Parse([]byte(`{
 		"train_batch_size": 16,
@@ -25,17 +42,17 @@ func ExampleInitialize() {
 		fmt.Println(err)
 		return
 	}
-	data := testmodel.NewDataset(42, 64, 8, 4)
 	err = local.Run(context.Background(), 2, local.Options{}, func(ctx context.Context, c comm.Comm) error {
-		eng, err := deepgo.Initialize(ctx, cfg, testmodel.NewMLP(1, 8, 16, 4), deepgo.WithComm(c))
+		trainer, err := deepgo.Initialize(ctx, cfg, mlp.New(1, 8, 32, 4), deepgo.WithComm(c))
 		if err != nil {
 			return err
 		}
-		defer eng.Close()
+		defer trainer.Close()
 		var first, last float64
-		for step := range 10 {
+		for step := range 30 {
 			// this rank's gradient_accumulation_steps micro-batches
-			loss, err := eng.TrainBatch(ctx, data.RankBatch(step, 16, c.Size(), c.Rank(), eng.BatchSizes().GradAccum))
+			mbs := []model.MicroBatch{regression(step, c.Rank(), 0), regression(step, c.Rank(), 1)}
+			loss, err := trainer.TrainBatch(ctx, mbs)
 			if err != nil {
 				return err
 			}
@@ -45,12 +62,60 @@ func ExampleInitialize() {
 			last = loss
 		}
 		if c.Rank() == 0 {
-			fmt.Printf("steps %d, loss went down: %v\n", eng.GlobalSteps(), last < first)
+			fmt.Printf("steps %d, loss went down: %v\n", trainer.GlobalSteps(), last < first)
 		}
 		return nil
 	})
 	if err != nil {
 		fmt.Println(err)
 	}
-	// Output: steps 10, loss went down: true
+	// Output: steps 30, loss went down: true
+}
+
+// Save a checkpoint with this rank's own state, then load it into a fresh
+// engine: Load says what it loaded and hands the client state back.
+func ExampleEngine_Save() {
+	dir, err := os.MkdirTemp("", "deepgo-example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 4,
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.01}}, "zero_optimization": {"stage": 1}}`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	a, err := deepgo.Initialize(ctx, cfg, mlp.New(1, 8, 32, 4))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer a.Close()
+	for step := range 3 {
+		if _, err := a.TrainBatch(ctx, []model.MicroBatch{regression(step, 0, 0)}); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	err = a.Save(ctx, dir, deepgo.SaveOptions{ClientState: []byte(`{"epoch": 1}`)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b, err := deepgo.Initialize(ctx, cfg, mlp.New(2, 8, 32, 4)) // other initial weights
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer b.Close()
+	res, err := b.Load(ctx, dir, deepgo.LoadOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("loaded %s at step %d, client state %s\n", res.Tag, b.GlobalSteps(), res.ClientState)
+	// Output: loaded global_step3 at step 3, client state {"epoch":1}
 }
