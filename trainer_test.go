@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/backend"
@@ -166,4 +167,32 @@ func TestModulesReachTheBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A rank that skips a step makes the others fail within the group's
+// timeout with an error that says a rank did not join the step (not a
+// module-order problem), naming the missing rank.
+func TestRankSkipsStep(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"train_batch_size": 4, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "zero_optimization": {"stage": 2}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := testmodel.NewDataset(1, 16, 4, 3)
+	var errs [2]error
+	_ = local.Run(context.Background(), 2, local.Options{Timeout: 300 * time.Millisecond}, func(ctx context.Context, c comm.Comm) error {
+		tr, err := deepgo.Initialize(ctx, cfg, testmodel.NewMLP(1, 4, 3), deepgo.WithComm(c))
+		if err != nil {
+			return err
+		}
+		defer tr.Close()
+		if c.Rank() == 1 {
+			return nil // skips the step
+		}
+		_, errs[0] = tr.TrainBatch(ctx, data.RankBatch(0, 4, 2, 0, 1))
+		return errs[0]
+	})
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "not every data-parallel rank joined this step") || !strings.Contains(errs[0].Error(), "ranks [1]") {
+		t.Fatalf("rank 0: %v, want an error saying a rank did not join the step", errs[0])
+	}
+	t.Log(errs[0])
 }
