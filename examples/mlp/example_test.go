@@ -1,6 +1,7 @@
 package mlp_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -63,10 +64,9 @@ func train(stage, from, to int, dir string) (first, last float64, err error) {
 			if err != nil {
 				return err
 			}
-			if c.Rank() == 0 && s == from {
-				first = loss
+			if c.Rank() == 0 {
+				first, last = cmp.Or(first, loss), loss
 			}
-			last = loss
 		}
 		return tr.Save(ctx, dir, deepgo.SaveOptions{Tag: fmt.Sprintf("zero%d-step%d", stage, to)})
 	})
