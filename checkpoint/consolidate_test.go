@@ -1,11 +1,15 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/checkpoint/safetensors"
@@ -28,6 +32,9 @@ func expectedParams(step int64) map[string]any {
 	return out
 }
 
+// TestConsolidate: a checkpoint saved by 3 ranks consolidates into one
+// float32 file holding every parameter whole with the saved values, read
+// back in Go and, when python3 has safetensors and numpy, in Python.
 func TestConsolidate(t *testing.T) {
 	dir := t.TempDir()
 	saveWorld(t, dir, 3, 6, Options{})
@@ -40,23 +47,34 @@ func TestConsolidate(t *testing.T) {
 	if err := ck.Consolidate(context.Background(), nil, out); err != nil {
 		t.Fatal(err)
 	}
-	f, _ := os.Open(out)
-	st, _ := f.Stat()
-	h, err := safetensors.ReadHeader(f, st.Size())
-	f.Close()
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := safetensors.ReadHeader(bytes.NewReader(b), int64(len(b)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(h.Tensors) != len(testParams) {
 		t.Fatalf("%d tensors", len(h.Tensors))
 	}
+	// every parameter whole, with its shape and the saved values bit for bit
+	var off int64
 	for _, p := range testParams {
 		info, ok := h.Find(p.Name)
-		if !ok || info.DType != tensor.Float32 {
+		if !ok || info.DType != tensor.Float32 || !slices.Equal(info.Shape, p.Shape) {
 			t.Fatalf("%s: %+v", p.Name, info)
 		}
+		raw := b[h.DataOffset+info.Begin : h.DataOffset+info.End]
+		for i := range p.Numel() {
+			got, want := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])), masterValue(6, off+i)
+			if math.Float32bits(got) != math.Float32bits(want) {
+				t.Fatalf("%s[%d] = %v, saved %v", p.Name, i, got, want)
+			}
+		}
+		off += p.Numel()
 	}
-	runPython(t, out, expectedParams(6))
+	t.Run("python", func(t *testing.T) { runPython(t, out, expectedParams(6)) })
 }
 
 // runPython runs testdata/check_consolidated.py when python3 has

@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +18,9 @@ import (
 )
 
 const helperEnv = "DEEPGO_CKPT_HELPER_DIR"
+
+// crashKeep is how many checkpoints the helper keeps.
+const crashKeep = 3
 
 // TestHelperSaver is the child of TestCrashDuringSave: it saves
 // checkpoints of a 2-rank world into $DEEPGO_CKPT_HELPER_DIR, one step
@@ -38,7 +41,7 @@ func TestHelperSaver(t *testing.T) {
 		step++
 		states := []*State{synthState(t, 0, 2, step), synthState(t, 1, 2, step)}
 		errs := onAll(cs, func(r int, c comm.Comm) error {
-			_, err := Save(context.Background(), Options{Dir: dir, Comm: c, Keep: 3}, states[r])
+			_, err := Save(context.Background(), Options{Dir: dir, Comm: c, Keep: crashKeep}, states[r])
 			return err
 		})
 		for _, err := range errs {
@@ -54,6 +57,9 @@ func TestHelperSaver(t *testing.T) {
 // TestCrashDuringSave kills a saving child process with SIGKILL at random
 // moments; after each kill the latest checkpoint must load and verify,
 // every committed checkpoint must be intact, and progress never goes back.
+// The committed checkpoints on disk are counted after each kill; the last
+// kill waits for a new commit first, so saves must have committed and the
+// last one committed is verified.
 func TestCrashDuringSave(t *testing.T) {
 	if os.Getenv(helperEnv) != "" {
 		t.Skip("in the helper")
@@ -66,6 +72,7 @@ func TestCrashDuringSave(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	deadline := time.Now().Add(45 * time.Second)
 	var lastStep int64
+	commits := 0 // kills after which latest named a newer checkpoint
 	for trial := range trials {
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d trials in 45 s", trial)
@@ -87,8 +94,15 @@ func TestCrashDuringSave(t *testing.T) {
 			t.Fatalf("trial %d: helper said %q", trial, line)
 		}
 		time.Sleep(time.Duration(rng.IntN(60_000)) * time.Microsecond)
+		var stalled error
+		if trial == trials-1 {
+			stalled = waitForCommit(dir, lastStep, 20*time.Second)
+		}
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
+		if stalled != nil {
+			t.Fatal(stalled)
+		}
 
 		ck, err := Open(nil, dir, "")
 		if err != nil {
@@ -104,8 +118,12 @@ func TestCrashDuringSave(t *testing.T) {
 		if ck.Manifest.Step < lastStep {
 			t.Fatalf("trial %d: latest went back from step %d to %d", trial, lastStep, ck.Manifest.Step)
 		}
+		if ck.Manifest.Step > lastStep {
+			commits++
+		}
 		lastStep = ck.Manifest.Step
 		ck.Close()
+		checkCommitted(t, dir, lastStep)
 		// Every directory that looks like a checkpoint must be intact.
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
@@ -123,6 +141,48 @@ func TestCrashDuringSave(t *testing.T) {
 			ck.Close()
 		}
 	}
-	left, _ := filepath.Glob(filepath.Join(dir, "global_step*"))
-	t.Logf("%d kills; reached step %d; %d checkpoints on disk", trials, lastStep, len(left))
+	// the last trial verified the commit it waited for
+	if commits == 0 || lastStep == 0 {
+		t.Fatalf("%d kills: no checkpoint was ever committed", trials)
+	}
+	t.Logf("%d kills; %d of them after a new commit; reached step %d", trials, commits, lastStep)
+}
+
+// checkCommitted checks the committed checkpoints of dir when latest names
+// step. Steps 1..step were committed in order, step+1 too when a kill
+// came between its commit and updating latest; rotation drops only the
+// oldest beyond crashKeep (more remain when a kill stops it), so the
+// newest crashKeep steps up to step must all be there.
+func checkCommitted(t *testing.T, dir string, step int64) {
+	t.Helper()
+	infos, err := List(nil, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[int64]bool{}
+	for _, in := range infos {
+		if s := in.Manifest.Step; s < 1 || s > step+1 || have[s] {
+			t.Fatalf("committed checkpoint %s has step %d: not new in 1..%d", in.Tag, s, step+1)
+		}
+		have[in.Manifest.Step] = true
+	}
+	for s := max(1, step-crashKeep+1); s <= step; s++ {
+		if !have[s] {
+			t.Fatalf("step %d's checkpoint is not among the %d committed ones on disk", s, len(infos))
+		}
+	}
+}
+
+// waitForCommit waits until latest in dir names a checkpoint past step.
+func waitForCommit(dir string, step int64, limit time.Duration) error {
+	for start := time.Now(); time.Since(start) < limit; time.Sleep(time.Millisecond) {
+		tag, err := ReadLatest(nil, dir)
+		if err != nil {
+			continue
+		}
+		if m, err := ReadManifest(nil, dir, tag); err == nil && m.Step > step {
+			return nil
+		}
+	}
+	return fmt.Errorf("no checkpoint past step %d committed in %v", step, limit)
 }

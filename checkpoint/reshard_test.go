@@ -59,7 +59,8 @@ func TestPartition(t *testing.T) {
 }
 
 // TestReshard saves from world W and reads every new rank's partition for
-// world W', checking it against the values the new rank would hold.
+// world W', checking the fp32 master and the bf16 copy against the values
+// the new rank would hold.
 func TestReshard(t *testing.T) {
 	for _, tc := range []struct{ from, to int }{{4, 1}, {4, 2}, {2, 4}, {3, 5}} {
 		t.Run(fmt.Sprintf("%dto%d", tc.from, tc.to), func(t *testing.T) {
@@ -84,9 +85,17 @@ func TestReshard(t *testing.T) {
 						t.Fatalf("new rank %d element %d: %v, want %v", r, i, a[i], b[i])
 					}
 				}
+				// The bf16 copy holds each master value rounded to nearest
+				// even, and zero in the padding, bit for bit.
 				bf := mustEmpty(t, tensor.BFloat16, int(m))
 				if err := ck.ReadRange(context.Background(), "bf16/params", off, bf); err != nil {
 					t.Fatal(err)
+				}
+				h, _ := bf.Uint16s()
+				for i := range h {
+					if w := tensor.Float32ToBFloat16(b[i]); h[i] != w {
+						t.Fatalf("new rank %d bf16 element %d: %#04x, want %#04x (%v rounded)", r, i, h[i], w, b[i])
+					}
 				}
 				dst.Free()
 				bf.Free()

@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -94,14 +95,17 @@ func TestGPTGradients(t *testing.T) {
 	}
 }
 
-// TestTiedEmbedding: wte's gradient is the sum of the head's and the
-// embedding's contributions (the reference computes both into one slice;
-// here the head's part alone is checked to be non-zero and different).
+// TestTiedEmbedding: wte is one parameter used twice, so its gradient is
+// the sum of the head's and the embedding's contributions. The reference
+// computes the two apart (its head untied, with wte's values); the C
+// model's gradient must match their sum and be far from either alone, and
+// finite differences of the tied reference loss must match the sum.
 func TestTiedEmbedding(t *testing.T) {
 	g, err := NewGPT(tinyGPT)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer g.Free()
 	n := 0
 	for _, p := range g.Params() {
 		if p == g.Embed.Tok {
@@ -114,6 +118,49 @@ func TestTiedEmbedding(t *testing.T) {
 	if got, want := NumParams(g), tinyGPT.NumParams(); got != want {
 		t.Errorf("NumParams %d, GPTConfig.NumParams %d", got, want)
 	}
+
+	// every token once, so that every row of wte gets both contributions
+	cfg, B, T := tinyGPT, 2, 8
+	cfg.Vocab = B * T
+	r := rand.New(rand.NewPCG(13, 0))
+	in := make([]int32, B*T)
+	for i, v := range r.Perm(B * T) {
+		in[i] = int32(v)
+	}
+	tg := tokens(r, B*T, cfg.Vocab)
+	run := runGPT(t, testCtx(t), cfg, in, tg, B, T)
+	const wte = "transformer.wte.weight"
+	p, grads := map[string][]float64{}, map[string][]float64{}
+	for _, q := range run.g.Params() {
+		p[q.Name] = vals(t, q.Data)
+		grads[q.Name] = make([]float64, numel(q))
+	}
+	p["lm_head.weight"], grads["lm_head.weight"] = p[wte], make([]float64, len(p[wte]))
+	refGPT(cfg, p, grads, in, tg, B, T)
+	head, embed := grads["lm_head.weight"], grads[wte]
+	sum := addv(head, embed)
+	got := vals(t, run.g.Embed.Tok.Grad)
+	closeTo(t, "wte grad against head + embedding", got, sum, 1e-4)
+	scale := 0.0
+	for _, v := range sum {
+		scale = math.Max(scale, math.Abs(v))
+	}
+	for _, c := range []struct {
+		part, other string
+		v           []float64
+	}{{"head", "embedding", head}, {"embedding", "head", embed}} {
+		worst := 0.0
+		for i := range c.v {
+			worst = math.Max(worst, math.Abs(got[i]-c.v[i]))
+		}
+		if worst < 1e-2*scale {
+			t.Errorf("wte grad is within %.3g of the %s's share alone (max |sum| %.3g): the %s's share is missing", worst, c.part, scale, c.other)
+		}
+	}
+	delete(p, "lm_head.weight")
+	fdCheck(t, "tied ref grad "+wte, p[wte], sum, 8, func() float64 {
+		return refGPT(cfg, p, nil, in, tg, B, T)
+	})
 }
 
 // TestCheckpointing: checkpointed runs give the same loss and gradients

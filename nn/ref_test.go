@@ -236,14 +236,20 @@ func refGPT(cfg GPTConfig, p map[string][]float64, grads map[string][]float64, i
 		saved[l] = a
 	}
 	lnf, mf, rf := refLN(x, p["transformer.ln_f.weight"], p["transformer.ln_f.bias"], N, C)
-	logits := refLinear(lnf, wte, nil, N, C, V)
+	// the head is wte unless p has an untied "lm_head.weight", which lets a
+	// test see the head's share of the tied gradient apart
+	head, headName := wte, "transformer.wte.weight"
+	if h, ok := p["lm_head.weight"]; ok {
+		head, headName = h, "lm_head.weight"
+	}
+	logits := refLinear(lnf, head, nil, N, C, V)
 	loss, dlogits := refXent(logits, tg, N, V)
 	if grads == nil {
 		return loss
 	}
 	g := func(name string) []float64 { return grads[name] }
 	dlnf := make([]float64, N*C)
-	refLinearBack(dlnf, g("transformer.wte.weight"), nil, dlogits, lnf, wte, N, C, V)
+	refLinearBack(dlnf, g(headName), nil, dlogits, lnf, head, N, C, V)
 	dx := make([]float64, N*C)
 	refLNBack(dx, g("transformer.ln_f.weight"), g("transformer.ln_f.bias"), dlnf, x, p["transformer.ln_f.weight"], mf, rf, N, C)
 	for l := cfg.Layers - 1; l >= 0; l-- {
