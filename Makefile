@@ -5,7 +5,7 @@ GOFLAGS ?=
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := liburing-dev libopenblas-dev libopenmpi-dev openmpi-bin cmake ninja-build
 
-.PHONY: all build deps test test-go test-c lint vet bench demo selftest cuda-toolchain cuda gpu-check clean
+.PHONY: all build deps test test-go test-c lint vet staticcheck bench demo selftest cuda-toolchain cuda gpu-check clean
 
 all: build
 
@@ -24,9 +24,18 @@ deps:
 ## test: everything plain CI runs (no GPU needed)
 test: lint test-c test-go
 
-lint: vet
+STATICCHECK_VERSION ?= 2026.2.2
+STATICCHECK := $(shell go env GOPATH)/bin/staticcheck
+
+lint: vet staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## staticcheck: installed from the Go module proxy at a pinned version
+staticcheck:
+	@$(STATICCHECK) -version 2>/dev/null | grep -q '$(STATICCHECK_VERSION)' || \
+	  $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(STATICCHECK) ./...
 
 vet:
 	$(GO) vet ./...

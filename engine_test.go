@@ -84,7 +84,6 @@ type result struct {
 	skipped int
 	scales  []float64
 	engines []*deepgo.Engine // closed; for counters only
-	stats   []string
 }
 
 func train(t testing.TB, r run) (*result, error) {

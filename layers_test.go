@@ -24,7 +24,7 @@ func layerTable(t *testing.T) map[string]int {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	row := regexp.MustCompile("^\\| (\\d+) \\| ([^|]+)\\|")
+	row := regexp.MustCompile(`^\| (\d+) \| ([^|]+)\|`)
 	name := regexp.MustCompile("`([^`]+)`")
 	levels := map[string]int{}
 	sc := bufio.NewScanner(f)

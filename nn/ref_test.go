@@ -202,12 +202,6 @@ func addv(a, b []float64) []float64 {
 	return y
 }
 
-func accv(dst, src []float64) {
-	for i := range src {
-		dst[i] += src[i]
-	}
-}
-
 // refGPT computes the mean loss and, when grads is non-nil, accumulates the
 // gradient of every parameter (by name) into it.
 func refGPT(cfg GPTConfig, p map[string][]float64, grads map[string][]float64, in, tg []int32, B, T int) float64 {

@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -232,7 +231,5 @@ func check(t *testing.T, what string, got []float64, i int, dt tensor.DType, op 
 		t.Fatalf("%s[%d] = %v, float64 reference %v: off by %g > tolerance %g", what, i, g, r, d, tolerance(dt, op, xs, r))
 	}
 }
-
-func name(parts ...any) string { return fmt.Sprint(parts...) }
 
 var ctxBG = context.Background()

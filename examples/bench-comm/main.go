@@ -67,7 +67,8 @@ var (
 	minTime  = flag.Duration("mintime", 300*time.Millisecond, "time each size at least this long")
 	warmup   = flag.Int("warmup", 1, "untimed iterations after the first")
 	mpiChild = flag.Bool("mpi-child", false, "internal: run the MPI sweep (under mpirun) and print its rows")
-	mpiNP    = flag.Int("mpi-np", 2, "processes for the MPI sweep")
+	//lint:ignore U1000 read by mpi.go (build tag mpi)
+	mpiNP = flag.Int("mpi-np", 2, "processes for the MPI sweep")
 )
 
 var ops = []string{"all_reduce", "reduce_scatter", "all_gather"}
