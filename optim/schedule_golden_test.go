@@ -142,6 +142,9 @@ func compareBetas(label string, got [][2]float64, ok bool, want []*betaPair) err
 			}
 			continue
 		}
+		if len(got) != len(want) {
+			return fmt.Errorf("%s: betas for %d groups, golden has %d", label, len(got), len(want))
+		}
 		if w == nil {
 			return fmt.Errorf("%s group %d: golden has no betas, schedule gives %v", label, i, got[i])
 		}
@@ -150,6 +153,31 @@ func compareBetas(label string, got [][2]float64, ok bool, want []*betaPair) err
 		}
 	}
 	return nil
+}
+
+// knownEarlyRejections lists golden records whose config deepgo rejects at
+// construction although DeepSpeed built the schedule and ran steps (before
+// raising, or to the end), each with the documented reason. Any other rejection of
+// a config DeepSpeed ran is a failure. (None in the shared golden subset.)
+var knownEarlyRejections = map[string]string{}
+
+// goldenBetas returns the golden betas after step k (0 = after init), nil
+// where the record has none. DeepSpeed's records carry betas for OneCycle
+// only, and then one entry per step: a record that has some must have all.
+func goldenBetas(rec lrGolden, k int) ([]*betaPair, error) {
+	has := rec.BetasAfterInit != nil || rec.Betas != nil
+	switch {
+	case rec.Scheduler == "OneCycle" && !has:
+		return nil, fmt.Errorf("golden OneCycle record has no betas")
+	case !has:
+		return nil, nil
+	case rec.BetasAfterInit == nil || len(rec.Betas) != len(rec.LR):
+		return nil, fmt.Errorf("golden record has betas after init: %v, and %d betas entries for %d lr entries",
+			rec.BetasAfterInit != nil, len(rec.Betas), len(rec.LR))
+	case k == 0:
+		return rec.BetasAfterInit, nil
+	}
+	return rec.Betas[k-1], nil
 }
 
 func TestScheduleGolden(t *testing.T) {
@@ -173,13 +201,19 @@ func TestScheduleGolden(t *testing.T) {
 				t.Logf("rejected as DeepSpeed does: %v", err)
 				return
 			}
-			if err != nil {
-				if rec.Error != nil {
-					// DeepSpeed fails later, at a step(); we reject up front.
-					t.Logf("rejected at construction; DeepSpeed raised %s at step %d: %v", rec.Error.Type, rec.Error.AtStep, err)
-					return
-				}
-				t.Fatalf("NewSchedule: %v", err)
+			why, listed := knownEarlyRejections[rec.Name]
+			ran := fmt.Sprintf("DeepSpeed ran all %d steps", rec.Steps)
+			if rec.Error != nil {
+				ran = fmt.Sprintf("DeepSpeed ran %d steps before raising %s", rec.Error.AtStep, rec.Error.Type)
+			}
+			switch {
+			case err != nil && listed:
+				t.Logf("rejected at construction (%s); %s: %v", why, ran, err)
+				return
+			case err != nil:
+				t.Fatalf("NewSchedule: %v; %s (list the record in knownEarlyRejections only for a documented difference)", err, ran)
+			case listed:
+				t.Fatalf("listed in knownEarlyRejections (%s), but NewSchedule accepted it", why)
 			}
 			if s.LastBatchIteration() != -1 {
 				t.Fatalf("LastBatchIteration = %d, want -1", s.LastBatchIteration())
@@ -189,8 +223,12 @@ func TestScheduleGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			worst = math.Max(worst, w)
+			wantBetas, err := goldenBetas(rec, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
 			b, bok := s.Betas()
-			if err := compareBetas("after init", b, bok, rec.BetasAfterInit); err != nil {
+			if err := compareBetas("after init", b, bok, wantBetas); err != nil {
 				t.Fatal(err)
 			}
 			if rec.CycleMomentum != nil && *rec.CycleMomentum != bok {
@@ -204,11 +242,12 @@ func TestScheduleGolden(t *testing.T) {
 					t.Fatal(err)
 				}
 				worst = math.Max(worst, w)
-				if k < len(rec.Betas) {
-					b, bok := s.Betas()
-					if err := compareBetas(label, b, bok, rec.Betas[k]); err != nil {
-						t.Fatal(err)
-					}
+				if wantBetas, err = goldenBetas(rec, k+1); err != nil {
+					t.Fatal(err)
+				}
+				b, bok := s.Betas()
+				if err := compareBetas(label, b, bok, wantBetas); err != nil {
+					t.Fatal(err)
 				}
 				n++
 			}
@@ -228,6 +267,6 @@ func TestScheduleGolden(t *testing.T) {
 		groups := len(rec.Optimizer.InitialLR)
 		t.Logf("%-42s %-15s %6d %6d %9.1e %s", rec.Name, rec.Scheduler, groups, len(rec.LR), worst, result)
 	}
-	t.Logf("%s: %d/%d records matched (LR within %.0e relative; %d per-step LR vectors compared)",
-		file, matched, len(recs), lrRelTol, values)
+	t.Logf("checked %d golden records of %s: %d matched (LR within %.0e relative; %d per-step LR and betas vectors compared)",
+		len(recs), file, matched, lrRelTol, values)
 }
