@@ -41,6 +41,7 @@ type run struct {
 	precision         string // "", "fp16", "bf16"
 	extra             string // more top-level JSON members, with a leading comma
 	zeroExtra         string // zero_optimization members replacing the stage-3 defaults, with a leading comma
+	fp16Extra         string // more fp16 members, with a leading comma
 	steps             int
 	hook              func(rank int, m *testmodel.MLP, e *deepgo.Engine, step int) // before each step
 }
@@ -64,7 +65,7 @@ func (r run) config() string {
 	prec := ""
 	switch r.precision {
 	case "fp16":
-		prec = `, "fp16": {"enabled": true, "initial_scale_power": 8}`
+		prec = `, "fp16": {"enabled": true, "initial_scale_power": 8` + r.fp16Extra + `}`
 	case "bf16":
 		prec = `, "bf16": {"enabled": true}`
 	}
