@@ -38,9 +38,11 @@ var sizes = []int{8, 16, 16, 4}
 // run describes one training run.
 type run struct {
 	stage, world, gas int
-	precision         string // "", "fp16", "bf16"
-	extra             string // more top-level JSON members, with a leading comma
-	zeroExtra         string // zero_optimization members replacing the stage-3 defaults, with a leading comma
+	precision         string  // "", "fp16", "bf16"
+	extra             string  // more top-level JSON members, with a leading comma
+	zeroExtra         string  // zero_optimization members replacing the stage-3 defaults, with a leading comma
+	fp16Extra         string  // more fp16 members, with a leading comma
+	clip              float64 // gradient_clipping; 0 means 1.0
 	steps             int
 	hook              func(rank int, m *testmodel.MLP, e *deepgo.Engine, step int) // before each step
 }
@@ -53,7 +55,18 @@ func (r run) String() string {
 	if strings.Contains(r.extra, "grad_accum_dtype") {
 		p += "+fp32accum"
 	}
+	if r.clip != 0 {
+		p += fmt.Sprintf("/clip%g", r.clip)
+	}
 	return fmt.Sprintf("stage%d/world%d/gas%d/%s", r.stage, r.world, r.gas, p)
+}
+
+// maxNorm is the run's gradient_clipping.
+func (r run) maxNorm() float64 {
+	if r.clip == 0 {
+		return 1.0
+	}
+	return r.clip
 }
 
 func (r run) config() string {
@@ -64,17 +77,17 @@ func (r run) config() string {
 	prec := ""
 	switch r.precision {
 	case "fp16":
-		prec = `, "fp16": {"enabled": true, "initial_scale_power": 8}`
+		prec = `, "fp16": {"enabled": true, "initial_scale_power": 8` + r.fp16Extra + `}`
 	case "bf16":
 		prec = `, "bf16": {"enabled": true}`
 	}
 	return fmt.Sprintf(`{
 		"train_batch_size": %d,
 		"gradient_accumulation_steps": %d,
-		"gradient_clipping": 1.0,
+		"gradient_clipping": %g,
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}},
 		"zero_optimization": {"stage": %d, "reduce_bucket_size": 100, "overlap_comm": true%s}%s%s
-	}`, globalBatch, r.gas, r.stage, z3, prec, r.extra)
+	}`, globalBatch, r.gas, r.maxNorm(), r.stage, z3, prec, r.extra)
 }
 
 // result is what a run produced, from rank 0.
@@ -84,6 +97,7 @@ type result struct {
 	skipped int
 	scales  []float64
 	engines []*deepgo.Engine // closed; for counters only
+	clipped int              // plainTrain: steps whose gradients were clipped
 }
 
 func train(t testing.TB, r run) (*result, error) {
@@ -169,45 +183,124 @@ func lossDiff(ref, got []float64) float64 {
 }
 
 var (
-	refOnce sync.Once
-	ref     *result
-	refErr  error
+	refMu    sync.Mutex
+	refCache = map[string]*result{}
 )
 
-func reference(t *testing.T) *result {
-	refOnce.Do(func() { ref, refErr = train(t, run{stage: 0, world: 1, gas: 1}) })
-	if refErr != nil {
-		t.Fatal(refErr)
+// cached runs fn once per key and keeps its result for later tests.
+func cached(t *testing.T, key string, fn func() (*result, error)) *result {
+	t.Helper()
+	refMu.Lock()
+	defer refMu.Unlock()
+	if r, ok := refCache[key]; ok {
+		return r
 	}
-	return ref
+	r, err := fn()
+	if err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	refCache[key] = r
+	return r
+}
+
+// reference is the engine's own single-process non-ZeRO fp32 run, with
+// gradient_clipping clip (0: 1.0).
+func reference(t *testing.T, clip float64) *result {
+	r := run{stage: 0, world: 1, gas: 1, clip: clip}
+	return cached(t, "engine "+r.String(), func() (*result, error) { return train(t, r) })
+}
+
+// plainReference is plainTrain with gradient_clipping clip (0: 1.0): the
+// same training with no engine.
+func plainReference(t *testing.T, clip float64) *result {
+	r := run{clip: clip}
+	return cached(t, fmt.Sprintf("plain clip %g", r.maxNorm()), func() (*result, error) { return plainTrain(steps, r.maxNorm()) })
+}
+
+// Tolerances against plainTrain in fp32. The engine and plainTrain compute
+// the same float32 forward and backward (up to summation order across
+// ranks and micro-batches), so the losses agree to 1e-6 relative. The
+// parameters differ by the optimizer's arithmetic: the engine's float32
+// AdamW and master weights against plainTrain's float64 ones, rounded once
+// per step. Measured over 20 steps on the CPU: losses within 7.3e-8,
+// parameters within 3.0e-7 norm-wise (about 2.5 float32 roundoffs, the
+// same at every stage and world); 1e-6 leaves a margin of 3 over that,
+// while a wrong update rule moves the parameters by 1e-4 or more.
+const (
+	plainLossTol  = 1e-6
+	plainParamTol = 1e-6
+)
+
+// compareRuns checks got against want: losses (relative, per step) within
+// lossTol and parameters (norm-wise relative) within paramTol. It returns
+// both differences for the table.
+func compareRuns(t *testing.T, what string, want, got *result, lossTol, paramTol float64) (float64, float64) {
+	t.Helper()
+	ld := lossDiff(want.losses, got.losses)
+	pd, where := relDiff(want.params, got.params)
+	if len(got.losses) != len(want.losses) {
+		t.Errorf("%s: %d losses, want %d", what, len(got.losses), len(want.losses))
+	}
+	if ld > lossTol {
+		t.Errorf("%s: losses differ by %.3g relative (> %g)\nwant %v\ngot  %v", what, ld, lossTol, want.losses, got.losses)
+	}
+	if pd > paramTol {
+		t.Errorf("%s: parameters differ by %.3g relative at %s (> %g)", what, pd, where, paramTol)
+	}
+	return ld, pd
+}
+
+// lowClip is a gradient_clipping that clips about half of the steps: the
+// MLP's gradient norm stays within 0.12-0.41 over the 20 steps, so the
+// config's 1.0 never clips.
+const lowClip = 0.25
+
+// TestPlainReference: the reference itself trains (the loss falls) and,
+// with lowClip, clips gradients on some steps but not all, so that the
+// comparisons exercise clipping.
+func TestPlainReference(t *testing.T) {
+	p := plainReference(t, 0)
+	// the data set holds 4 global batches: compare a pass with the first
+	first, last := 0.0, 0.0
+	for i := range 4 {
+		first += p.losses[i]
+		last += p.losses[steps-4+i]
+	}
+	if len(p.losses) != steps || !(last < 0.95*first) {
+		t.Fatalf("plain losses %v: want %d steps, the last pass over the data 5%% below the first", p.losses, steps)
+	}
+	c := plainReference(t, lowClip).clipped
+	if c == 0 || c == steps {
+		t.Errorf("gradient_clipping %g clipped %d of %d steps: want some but not all", lowClip, c, steps)
+	}
+	t.Logf("loss of a pass over the data %.4g -> %.4g; clipped steps: %d of %d at 1.0, %d at %g",
+		first, last, p.clipped, steps, c, lowClip)
 }
 
 // TestEquivalence: every ZeRO stage on 1, 2 and 4 ranks, with 1 and 4
-// accumulation steps, matches the single-process non-ZeRO run in fp32 to
-// 1e-6 relative: losses of all 20 steps and parameters after them.
+// accumulation steps, with gradient_clipping 1.0 and lowClip, matches
+// plainTrain (no engine) within plainLossTol and plainParamTol, and the
+// engine's own single-process non-ZeRO run in fp32 to 1e-6 relative:
+// losses of all 20 steps and parameters after them.
 func TestEquivalence(t *testing.T) {
-	base := reference(t)
 	var table strings.Builder
-	fmt.Fprintf(&table, "\n%-28s %12s %12s\n", "case", "loss rel", "param rel")
-	for _, stage := range []int{0, 1, 2, 3} {
-		for _, world := range []int{1, 2, 4} {
-			for _, gas := range []int{1, 4} {
-				r := run{stage: stage, world: world, gas: gas}
-				t.Run(r.String(), func(t *testing.T) {
-					got, err := train(t, r)
-					if err != nil {
-						t.Fatal(err)
-					}
-					ld := lossDiff(base.losses, got.losses)
-					pd, where := relDiff(base.params, got.params)
-					fmt.Fprintf(&table, "%-28s %12.2e %12.2e\n", r, ld, pd)
-					if ld > 1e-6 {
-						t.Errorf("losses differ by %.3g relative (> 1e-6)\nref %v\ngot %v", ld, base.losses, got.losses)
-					}
-					if pd > 1e-6 {
-						t.Errorf("parameters differ by %.3g relative at %s (> 1e-6)", pd, where)
-					}
-				})
+	fmt.Fprintf(&table, "\n%-34s %12s %12s %12s %12s\n", "case", "loss/plain", "param/plain", "loss/s0w1", "param/s0w1")
+	for _, clip := range []float64{0, lowClip} {
+		want, base := plainReference(t, clip), reference(t, clip)
+		for _, stage := range []int{0, 1, 2, 3} {
+			for _, world := range []int{1, 2, 4} {
+				for _, gas := range []int{1, 4} {
+					r := run{stage: stage, world: world, gas: gas, clip: clip}
+					t.Run(r.String(), func(t *testing.T) {
+						got, err := train(t, r)
+						if err != nil {
+							t.Fatal(err)
+						}
+						lp, pp := compareRuns(t, "vs plain", want, got, plainLossTol, plainParamTol)
+						le, pe := compareRuns(t, "vs engine stage0/world1/gas1", base, got, 1e-6, 1e-6)
+						fmt.Fprintf(&table, "%-34s %12.2e %12.2e %12.2e %12.2e\n", r, lp, pp, le, pe)
+					})
+				}
 			}
 		}
 	}
@@ -215,20 +308,21 @@ func TestEquivalence(t *testing.T) {
 }
 
 // TestMixedPrecision: fp16 (dynamic loss scale) and bf16 (fp32 master
-// weights) track the fp32 run within about one unit roundoff of the
-// format, norm-wise: the fp32 master accumulates updates computed from
-// weights and gradients rounded to 2^-11 (fp16) or 2^-8 (bf16) relative,
-// so after 20 steps the master differs from the fp32 run by errors of that
-// order (measured: fp16 ~7e-5, bf16 ~4e-3). Tolerances: fp16 5e-4 (one
-// fp16 roundoff), bf16 1e-2 (2.5 bf16 roundoffs).
+// weights) track plainTrain and the engine's fp32 run within about one
+// unit roundoff of the format, norm-wise: the fp32 master accumulates
+// updates computed from weights and gradients rounded to 2^-11 (fp16) or
+// 2^-8 (bf16) relative, so after 20 steps the master differs from the fp32
+// run by errors of that order (measured: fp16 ~7e-5, bf16 ~4e-3).
+// Tolerances: fp16 5e-4 (one fp16 roundoff), bf16 1e-2 (2.5 bf16
+// roundoffs).
 func TestMixedPrecision(t *testing.T) {
-	base := reference(t)
+	want, base := plainReference(t, 0), reference(t, 0)
 	tol := map[string][2]float64{ // loss, params
 		"fp16": {5e-4, 5e-4},
 		"bf16": {1e-2, 1e-2},
 	}
 	var table strings.Builder
-	fmt.Fprintf(&table, "\n%-28s %12s %12s %8s\n", "case", "loss rel", "param rel", "skipped")
+	fmt.Fprintf(&table, "\n%-28s %12s %12s %12s %12s %8s\n", "case", "loss/plain", "param/plain", "loss/fp32", "param/fp32", "skipped")
 	for _, prec := range []string{"fp16", "bf16"} {
 		for _, stage := range []int{0, 1, 2, 3} {
 			for _, world := range []int{1, 2} {
@@ -245,12 +339,9 @@ func TestMixedPrecision(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					ld := lossDiff(base.losses, got.losses)
-					pd, where := relDiff(base.params, got.params)
-					fmt.Fprintf(&table, "%-28s %12.2e %12.2e %8d\n", r, ld, pd, got.skipped)
-					if ld > tol[prec][0] || pd > tol[prec][1] {
-						t.Errorf("loss rel %.3g, param rel %.3g at %s: tolerance %v", ld, pd, where, tol[prec])
-					}
+					lp, pp := compareRuns(t, "vs plain", want, got, tol[prec][0], tol[prec][1])
+					le, pe := compareRuns(t, "vs engine fp32", base, got, tol[prec][0], tol[prec][1])
+					fmt.Fprintf(&table, "%-28s %12.2e %12.2e %12.2e %12.2e %8d\n", r, lp, pp, le, pe, got.skipped)
 				})
 			}
 		}
@@ -259,8 +350,10 @@ func TestMixedPrecision(t *testing.T) {
 }
 
 // TestAccumulationEquivalence: gradient_accumulation_steps 1 and 4 with the
-// same global batch give the same result, per stage, on 2 ranks.
+// same global batch give the same result, per stage, on 2 ranks, and both
+// match plainTrain.
 func TestAccumulationEquivalence(t *testing.T) {
+	want := plainReference(t, 0)
 	for _, stage := range []int{0, 1, 2, 3} {
 		a, err := train(t, run{stage: stage, world: 2, gas: 1})
 		if err != nil {
@@ -270,12 +363,9 @@ func TestAccumulationEquivalence(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ld := lossDiff(a.losses, b.losses); ld > 1e-6 {
-			t.Errorf("stage %d: losses differ by %.3g", stage, ld)
-		}
-		if pd, where := relDiff(a.params, b.params); pd > 1e-6 {
-			t.Errorf("stage %d: params differ by %.3g at %s", stage, pd, where)
-		}
+		compareRuns(t, fmt.Sprintf("stage %d: gas 4 vs gas 1", stage), a, b, 1e-6, 1e-6)
+		compareRuns(t, fmt.Sprintf("stage %d: gas 1 vs plain", stage), want, a, plainLossTol, plainParamTol)
+		compareRuns(t, fmt.Sprintf("stage %d: gas 4 vs plain", stage), want, b, plainLossTol, plainParamTol)
 	}
 }
 

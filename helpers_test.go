@@ -6,7 +6,9 @@ import (
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/tensor"
 )
 
 // initEngine is deepgo.Initialize for tests that reach the data-parallel
@@ -22,4 +24,64 @@ func initEngine(ctx context.Context, cfg *config.Config, m model.Model, opts ...
 		return nil, fmt.Errorf("Initialize returned %T, want *deepgo.Engine", t)
 	}
 	return e, nil
+}
+
+// plainTrain is the reference the engine tests compare with: the same MLP,
+// data and config (AdamW lr 0.002 wd 0.01, gradient_clipping maxNorm)
+// trained with no engine. Each step runs the modules' own Forward, Loss and
+// Backward on the whole global batch, with float32 gradients bound by
+// hand, then testmodel.Plain clips them and runs a float64 AdamW. Every
+// engine run, whatever its stage, world and accumulation, must give the
+// gradient of this batch's loss: micro-batches are equal slices of it.
+func plainTrain(steps int, maxNorm float64) (*result, error) {
+	ctx := context.Background()
+	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	m := testmodel.NewMLP(1, sizes...)
+	var params []*model.Param
+	for _, l := range m.Layers {
+		params = append(params, l.Params()...)
+	}
+	for _, p := range params {
+		g, err := tensor.Empty(tensor.Float32, p.Shape...)
+		if err != nil {
+			return nil, err
+		}
+		p.Grad = g
+		defer p.Data.Free()
+		defer g.Free()
+	}
+	ref, err := testmodel.NewPlain(params, testmodel.NewAdamW(0.002, 0.01), maxNorm)
+	if err != nil {
+		return nil, err
+	}
+	res := &result{}
+	mods := m.Modules()
+	for s := range steps {
+		for _, p := range params {
+			g, _ := p.Grad.Float32s()
+			clear(g)
+		}
+		mb := data.Micro(s, globalBatch, 0, globalBatch)
+		act := mb.Input
+		for _, mod := range mods {
+			if act, err = mod.Forward(ctx, act); err != nil {
+				return nil, err
+			}
+		}
+		loss, grad, err := m.Loss(ctx, act, mb.Target, 1)
+		if err != nil {
+			return nil, err
+		}
+		for i := len(mods) - 1; i >= 0; i-- {
+			if grad, err = mods[i].Backward(ctx, grad); err != nil {
+				return nil, err
+			}
+		}
+		if err := ref.Step(); err != nil {
+			return nil, err
+		}
+		res.losses = append(res.losses, loss)
+	}
+	res.params, res.clipped = ref.Values(), ref.Clipped
+	return res, nil
 }

@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,7 +84,7 @@ func TestGoldenBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		n++
-		keys := []string{"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}
+		keys := batchKeys
 		in := make([]any, 3)
 		for i, k := range keys {
 			in[i] = pyValue(t, g.Config[k])
@@ -116,14 +119,14 @@ func TestGoldenBatch(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no golden records")
 	}
-	t.Logf("%d golden batch records checked", n)
+	t.Logf("checked %d golden records of batch_config.jsonl", n)
 }
 
 // checkTypedResolve runs the same case through Parse and Config.Resolve when
 // the inputs are plain integers (what a Config can hold).
 func checkTypedResolve(t *testing.T, g goldenBatch, in []any) {
 	doc := map[string]any{}
-	keys := []string{"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}
+	keys := batchKeys
 	for i, v := range in {
 		switch v.(type) {
 		case nil:
@@ -136,9 +139,15 @@ func checkTypedResolve(t *testing.T, g goldenBatch, in []any) {
 	b, _ := json.Marshal(doc)
 	cfg, err := Parse(b)
 	if err != nil {
-		// Values <= 0 are rejected by type checks before the arithmetic.
 		if g.Error == nil {
 			t.Errorf("case %d: Parse: %v", g.Case, err)
+			return
+		}
+		// Values <= 0 are rejected by type checks before the arithmetic:
+		// DeepSpeed's error must be about such a value too.
+		if msg := sameBatchParseError(g, in, err); msg != "" {
+			t.Errorf("case %d (%s): Parse: %v\n%s; DeepSpeed: %s (%s): %s", g.Case, g.Note, err, msg,
+				g.Error.Type, g.Error.Phase, g.Error.Message)
 		}
 		return
 	}
@@ -157,4 +166,64 @@ func checkTypedResolve(t *testing.T, g goldenBatch, in []any) {
 	if int64(batch.TrainBatchSize) != want[0] || int64(batch.MicroBatch) != want[1] || int64(batch.GradAccum) != want[2] || batch.DataParallel != int(g.World) {
 		t.Errorf("case %d: Resolve = %+v, want %v", g.Case, batch, want)
 	}
+}
+
+// batchKeys is the batch triad in DeepSpeed's order; golden inputs follow it.
+var batchKeys = []string{"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}
+
+// goldenBadKey returns the key a golden error is about when DeepSpeed
+// failed on one non-positive value: the key a "has to be greater than 0"
+// assertion names, or the zero divisor of a ZeroDivisionError (train //
+// micro // world, or train // world // gas). Other errors (inconsistent
+// sizes, missing keys, wrong types) give "".
+func goldenBadKey(g goldenBatch, in []any) string {
+	e := g.Error
+	for i, prefix := range []string{"Train batch size: ", "Micro batch size per gpu: ", "Gradient accumulation steps: "} {
+		if e.Type == "AssertionError" && strings.HasPrefix(e.Message, prefix) && strings.HasSuffix(e.Message, " has to be greater than 0") {
+			return batchKeys[i]
+		}
+	}
+	if e.Type == "ZeroDivisionError" {
+		for _, i := range []int{1, 2} {
+			if in[i] == int64(0) {
+				return batchKeys[i]
+			}
+		}
+	}
+	return ""
+}
+
+// sameBatchParseError returns "" when err, Parse's rejection of a golden
+// case DeepSpeed also failed, is the same error: DeepSpeed failed on a
+// non-positive value (goldenBadKey), every FieldError names a batch key
+// whose input is <= 0 and allows only integers >= 1, and one names the key
+// DeepSpeed named when that key was an input (not a derived value).
+// Otherwise it says what differs.
+func sameBatchParseError(g goldenBatch, in []any, err error) string {
+	key := goldenBadKey(g, in)
+	if key == "" {
+		return "DeepSpeed's error is not about a value <= 0, so Parse must accept the input"
+	}
+	var es Errors
+	if !errors.As(err, &es) || len(es) == 0 {
+		return "not a config.Errors"
+	}
+	named := false
+	for _, e := range es {
+		i := slices.Index(batchKeys, e.Path)
+		if i < 0 {
+			return fmt.Sprintf("error at %q: not a batch key", e.Path)
+		}
+		if v, ok := in[i].(int64); !ok || v > 0 {
+			return fmt.Sprintf("error at %s, whose input %v is not <= 0", e.Path, in[i])
+		}
+		if !strings.Contains(e.Allowed, ">= 1") {
+			return fmt.Sprintf("error at %s allows %q: want the integer >= 1 class", e.Path, e.Allowed)
+		}
+		named = named || e.Path == key
+	}
+	if given := in[slices.Index(batchKeys, key)] != nil; given && !named {
+		return fmt.Sprintf("no error at %s, the input DeepSpeed named", key)
+	}
+	return ""
 }

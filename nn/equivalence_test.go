@@ -14,20 +14,56 @@ import (
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
 )
 
+// The tiny GPT the equivalence tests train, its batch and its optimizer
+// (the config's AdamW lr and weight_decay).
+var (
+	eqGPT = func(vocab int) nn.GPTConfig {
+		return nn.GPTConfig{Layers: 2, Heads: 2, Width: 16, Vocab: vocab, SeqLen: eqT}
+	}
+	eqLR, eqWD = 0.003, 0.01
+)
+
+const eqT, eqB, eqSeed = 8, 8, 7
+
+// eqBatch is the global batch of step: windows step*B .. step*B+B-1, of
+// which rank r of world takes its 1/world share.
+func eqBatch(corpus *data.Tokens, step, world, rank int) model.TokenBatch {
+	per := eqB / world
+	idx := make([]int, per)
+	for i := range idx {
+		idx[i] = step*eqB + rank*per + i
+	}
+	return corpus.MakeBatch(idx, eqT)
+}
+
+// flatParams concatenates parameters in name order.
+func flatParams(ps map[string][]float32) []float32 {
+	names := make([]string, 0, len(ps))
+	for k := range ps {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var out []float32
+	for _, k := range names {
+		out = append(out, ps[k]...)
+	}
+	return out
+}
+
 // gptCurve trains a tiny GPT for steps steps at ZeRO stage on world ranks,
-// each rank taking its 1/world share of the same global batch, and returns
-// the per-step loss (averaged over ranks by the engine) and the fp32 master
-// parameters at the end.
-func gptCurve(t *testing.T, stage, world, steps int, corpus *data.Tokens) ([]float64, []float32) {
+// each rank taking its 1/world share of the same global batch, with
+// gradient_clipping clip, and returns the per-step loss (averaged over
+// ranks by the engine) and the fp32 master parameters at the end.
+func gptCurve(t *testing.T, stage, world, steps int, clip float64, corpus *data.Tokens) ([]float64, []float32) {
 	t.Helper()
-	const T, B = 8, 8
 	cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": 1,
-		"gradient_clipping": 1.0, "zero_optimization": {"stage": %d, "reduce_bucket_size": 500},
-		"optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}}}`, B/world, stage)
+		"gradient_clipping": %g, "zero_optimization": {"stage": %d, "reduce_bucket_size": 500},
+		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`, eqB/world, clip, stage, eqLR, eqWD)
 	losses := make([]float64, steps)
 	var params []float32
 	err := local.Run(context.Background(), world, local.Options{Timeout: 60 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
@@ -40,7 +76,7 @@ func gptCurve(t *testing.T, stage, world, steps int, corpus *data.Tokens) ([]flo
 			return err
 		}
 		defer be.Close()
-		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 16, Vocab: corpus.Vocab, SeqLen: T}, be.Ctx(), 7)
+		g, err := nn.NewReadyGPT(eqGPT(corpus.Vocab), be.Ctx(), eqSeed)
 		if err != nil {
 			return err
 		}
@@ -50,13 +86,8 @@ func gptCurve(t *testing.T, stage, world, steps int, corpus *data.Tokens) ([]flo
 			return err
 		}
 		defer e.Close()
-		per := B / world
 		for step := 0; step < steps; step++ {
-			idx := make([]int, per)
-			for i := range idx {
-				idx[i] = step*B + c.Rank()*per + i
-			}
-			b := corpus.MakeBatch(idx, T)
+			b := eqBatch(corpus, step, world, c.Rank())
 			loss, err := e.TrainBatch(ctx, []model.MicroBatch{b.MicroBatch()})
 			if err != nil {
 				return err
@@ -70,14 +101,7 @@ func gptCurve(t *testing.T, stage, world, steps int, corpus *data.Tokens) ([]flo
 			return err
 		}
 		if c.Rank() == 0 {
-			names := make([]string, 0, len(ps))
-			for k := range ps {
-				names = append(names, k)
-			}
-			sort.Strings(names)
-			for _, k := range names {
-				params = append(params, ps[k]...)
-			}
+			params = flatParams(ps)
 		}
 		return nil
 	})
@@ -87,40 +111,125 @@ func gptCurve(t *testing.T, stage, world, steps int, corpus *data.Tokens) ([]flo
 	return losses, params
 }
 
+// gptPlain is the reference for gptCurve: the same GPT, data and
+// optimizer trained with no engine. The GPT runs its own Forward and
+// Backward on the whole global batch over float32 buffers bound by
+// nn.NewParamBuffers; testmodel.Plain clips the gradients and runs a
+// float64 AdamW. It returns the losses, the parameters and the number of
+// steps whose gradients were clipped.
+func gptPlain(t *testing.T, steps int, clip float64, corpus *data.Tokens) ([]float64, []float32, int) {
+	t.Helper()
+	be, err := backend.NewCPU(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	g, err := nn.NewGPT(eqGPT(corpus.Vocab))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := nn.NewParamBuffers(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pb.Free()
+	defer g.Free()
+	if err := g.Init(eqSeed); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := testmodel.NewPlain(g.Params(), testmodel.NewAdamW(eqLR, eqWD), clip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	losses := make([]float64, steps)
+	for step := range steps {
+		if err := pb.ZeroGrads(); err != nil {
+			t.Fatal(err)
+		}
+		b := eqBatch(corpus, step, 1, 0)
+		loss, err := g.Forward(be.Ctx(), b.Inputs, b.Targets, b.B, b.T)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Backward(be.Ctx()); err != nil {
+			t.Fatal(err)
+		}
+		if err := ref.Step(); err != nil {
+			t.Fatal(err)
+		}
+		losses[step] = float64(loss)
+	}
+	return losses, flatParams(ref.Values()), ref.Clipped
+}
+
+// relNorm is ||got-want||₂ / ||want||₂.
+func relNorm(want, got []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	return math.Sqrt(num / den)
+}
+
+func maxLossRel(want, got []float64) float64 {
+	worst := 0.0
+	for i := range want {
+		worst = math.Max(worst, math.Abs(got[i]-want[i])/math.Abs(want[i]))
+	}
+	return worst
+}
+
 // The GPT's training curve is the same across ZeRO stages 0-3 and world
-// sizes 1, 2, 4 (the engine's equivalence table, on the real model). The
-// tied embedding is resident under stage 3. Differences come only from
-// float32 summation order when the batch is split across ranks (sgemm
-// reductions over rows): losses agree to 1e-6 relative; parameters, after
-// ten AdamW steps amplify last-bit differences, to 2e-6 (norm-wise; seen:
-// 7e-7).
+// sizes 1, 2, 4, and the same as gptPlain's with no engine, with
+// gradient_clipping 1.0 (which clips every step: the gradient norm is
+// 1.05-1.86) and mixedClip (which clips some steps, not all). The tied
+// embedding is resident under stage 3. Against the engine's own
+// stage-0/world-1 run, differences come only from float32 summation order
+// when the batch is split across ranks (sgemm reductions over rows):
+// losses agree to 1e-6 relative; parameters, after ten AdamW steps amplify
+// last-bit differences, to 2e-6 (norm-wise; seen: 7e-7). Against gptPlain
+// the optimizer's arithmetic differs too (float32 AdamW and master against
+// float64, rounded once per step): measured losses within 5.2e-8 and
+// parameters within 7.3e-7 norm-wise; the tolerances are 1e-6 and 3e-6, a
+// margin of 4, while a wrong update rule moves the parameters by 1e-4 or
+// more.
+const mixedClip = 1.2
+
 func TestGPTEquivalenceAcrossStagesAndWorlds(t *testing.T) {
 	const steps, lossTol, paramTol = 10, 1e-6, 2e-6
+	const plainLossTol, plainParamTol = 1e-6, 3e-6
 	m, err := data.NewMarkov(32, 1, 2, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	corpus := &data.Tokens{IDs: m.Generate(20000, 4), Vocab: 32}
-	refLoss, refParams := gptCurve(t, 0, 1, steps, corpus)
-	t.Logf("%-6s %-6s %-12s %-12s", "stage", "world", "max loss rel", "param rel")
-	for _, stage := range []int{0, 1, 2, 3} {
-		for _, world := range []int{1, 2, 4} {
-			loss, params := gptCurve(t, stage, world, steps, corpus)
-			worstLoss := 0.0
-			for i := range loss {
-				worstLoss = math.Max(worstLoss, math.Abs(loss[i]-refLoss[i])/math.Abs(refLoss[i]))
-			}
-			var num, den float64
-			for i := range params {
-				d := float64(params[i]) - float64(refParams[i])
-				num += d * d
-				den += float64(refParams[i]) * float64(refParams[i])
-			}
-			pr := math.Sqrt(num / den)
-			t.Logf("%-6d %-6d %-12.3g %-12.3g", stage, world, worstLoss, pr)
-			if worstLoss > lossTol || pr > paramTol || len(params) != len(refParams) {
-				t.Errorf("stage %d world %d: loss rel %.3g, param rel %.3g (want <= %g, %g)", stage, world, worstLoss, pr, lossTol, paramTol)
+	t.Logf("%-5s %-6s %-6s %-12s %-12s %-12s %-12s", "clip", "stage", "world", "loss/plain", "param/plain", "loss/s0w1", "param/s0w1")
+	for _, clip := range []float64{1.0, mixedClip} {
+		plainLoss, plainParams, clipped := gptPlain(t, steps, clip, corpus)
+		t.Logf("gradient_clipping %g: clipped %d of %d steps in the plain run", clip, clipped, steps)
+		if clip == mixedClip && (clipped == 0 || clipped == steps) {
+			t.Errorf("gradient_clipping %g clipped %d of %d steps: want some but not all", clip, clipped, steps)
+		}
+		refLoss, refParams := gptCurve(t, 0, 1, steps, clip, corpus)
+		for _, stage := range []int{0, 1, 2, 3} {
+			for _, world := range []int{1, 2, 4} {
+				loss, params := gptCurve(t, stage, world, steps, clip, corpus)
+				if len(params) != len(refParams) || len(params) != len(plainParams) {
+					t.Fatalf("clip %g stage %d world %d: %d parameters, want %d", clip, stage, world, len(params), len(plainParams))
+				}
+				lp, pp := maxLossRel(plainLoss, loss), relNorm(plainParams, params)
+				le, pe := maxLossRel(refLoss, loss), relNorm(refParams, params)
+				t.Logf("%-5g %-6d %-6d %-12.3g %-12.3g %-12.3g %-12.3g", clip, stage, world, lp, pp, le, pe)
+				if lp > plainLossTol || pp > plainParamTol {
+					t.Errorf("clip %g stage %d world %d vs plain: loss rel %.3g, param rel %.3g (want <= %g, %g)", clip, stage, world, lp, pp, plainLossTol, plainParamTol)
+				}
+				if le > lossTol || pe > paramTol {
+					t.Errorf("clip %g stage %d world %d vs engine stage 0 world 1: loss rel %.3g, param rel %.3g (want <= %g, %g)", clip, stage, world, le, pe, lossTol, paramTol)
+				}
 			}
 		}
 	}
+	t.Logf("checked %d runs against the plain loop", 2*12)
 }

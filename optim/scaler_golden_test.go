@@ -8,28 +8,8 @@ import (
 	"github.com/deepgo-ml/deepgo/internal/shareddata"
 )
 
-type scalerGolden struct {
-	Name   string `json:"name"`
-	Params struct {
-		InitScale             float64 `json:"init_scale"`
-		ScaleWindow           int     `json:"scale_window"`
-		MinScale              float64 `json:"min_scale"`
-		DelayedShift          int     `json:"delayed_shift"`
-		ConsecutiveHysteresis bool    `json:"consecutive_hysteresis"`
-		RaiseErrorAtMinScale  bool    `json:"raise_error_at_min_scale"`
-		ScaleFactor           float64 `json:"scale_factor"`
-	} `json:"params"`
-	InitialScale    float64   `json:"initial_scale"`
-	Length          int       `json:"length"`
-	Overflow        string    `json:"overflow"`
-	ScaleAfter      []float64 `json:"scale_after"`
-	HysteresisAfter []int     `json:"hysteresis_after"`
-	Error           *struct {
-		AtIndex int    `json:"at_index"`
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
+// scalerGolden is one line of a loss-scaler golden file.
+type scalerGolden = shareddata.LossScalerRecord
 
 func TestDynamicScalerGoldenZeRO(t *testing.T) {
 	runScalerGolden(t, "loss_scaler.deepspeedai.jsonl", ScalerModeZeRO)
