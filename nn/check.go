@@ -5,14 +5,15 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-// The C kernels trust every pointer and size they are given: a parameter
+// The kernels trust every pointer and size they are given: a parameter
 // bound with the wrong dtype or size would be read as something else, past
-// its end. So every layer call checks what is bound before crossing to C.
+// its end. The backend checks its arguments, but only as tensors; so every
+// layer call also checks what is bound against the parameters it declared,
+// to name the parameter, before calling the backend.
 
 // paramDTypes are the dtypes the layers take for parameter values and
 // gradients: the kernels widen half-precision values as they read them and
@@ -33,20 +34,17 @@ type paramTypes struct {
 	data, grad tensor.DType
 }
 
-// c converts for the C binding.
-func c(d tensor.DType) csrc.DType { return csrc.DType(d) }
-
 // checkParam validates the tensor bound as p's value or gradient (what):
-// live, host, contiguous, an allowed dtype, and exactly as many elements as
-// p's declared Shape.
-func checkParam(op string, p *model.Param, what string, t *tensor.Tensor) error {
+// live, on dev (the backend's device), contiguous, an allowed dtype, and
+// exactly as many elements as p's declared Shape.
+func checkParam(op string, dev tensor.Device, p *model.Param, what string, t *tensor.Tensor) error {
 	switch {
 	case t == nil:
 		return fmt.Errorf("nn.%s: parameter %s has no %s bound (nn.Bind or an engine binds it)", op, p.Name, what)
 	case t.Ptr() == nil:
 		return fmt.Errorf("nn.%s: parameter %s: %s %v has been freed", op, p.Name, what, t)
-	case !t.Device().IsCPU():
-		return fmt.Errorf("nn.%s: parameter %s: %s %v is on %v: want host memory", op, p.Name, what, t, t.Device())
+	case t.Device() != dev:
+		return fmt.Errorf("nn.%s: parameter %s: %s %v is on %v: want %s memory", op, p.Name, what, t, t.Device(), memory(dev))
 	case !t.Contiguous():
 		return fmt.Errorf("nn.%s: parameter %s: %s %v is not contiguous", op, p.Name, what, t)
 	case !slices.Contains(paramDTypes, t.DType()):
@@ -61,17 +59,17 @@ func checkParam(op string, p *model.Param, what string, t *tensor.Tensor) error 
 // which must each be declared with the shape the layer computes with
 // (shapes[i]), and returns their dtypes: one for all values, one for all
 // gradients, since one kernel call reads them with one dtype each.
-func checkParams(op string, grad bool, ps []*model.Param, shapes ...[]int) (paramTypes, error) {
+func checkParams(op string, dev tensor.Device, grad bool, ps []*model.Param, shapes ...[]int) (paramTypes, error) {
 	var pt paramTypes
 	for i, p := range ps {
 		if !slices.Equal(p.Shape, shapes[i]) {
 			return pt, fmt.Errorf("nn.%s: parameter %s is declared with shape %v, the layer computes with %v", op, p.Name, p.Shape, shapes[i])
 		}
-		if err := checkParam(op, p, "value", p.Data); err != nil {
+		if err := checkParam(op, dev, p, "value", p.Data); err != nil {
 			return pt, err
 		}
 		if grad {
-			if err := checkParam(op, p, "gradient", p.Grad); err != nil {
+			if err := checkParam(op, dev, p, "gradient", p.Grad); err != nil {
 				return pt, err
 			}
 		}
@@ -90,4 +88,12 @@ func checkParams(op string, grad bool, ps []*model.Param, shapes ...[]int) (para
 		}
 	}
 	return pt, nil
+}
+
+// memory names where dev's tensors live, for errors.
+func memory(dev tensor.Device) string {
+	if dev.IsCPU() {
+		return "host"
+	}
+	return dev.String()
 }

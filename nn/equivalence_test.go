@@ -40,7 +40,7 @@ func gptCurve(t *testing.T, stage, world, steps int, corpus *data.Tokens) ([]flo
 			return err
 		}
 		defer be.Close()
-		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 16, Vocab: corpus.Vocab, SeqLen: T}, be.Ctx(), 7)
+		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 16, Vocab: corpus.Vocab, SeqLen: T}, be, 7)
 		if err != nil {
 			return err
 		}
