@@ -54,8 +54,8 @@ func (k *Block) Params() []*model.Param {
 // check validates every sublayer's parameters before any of them runs, so
 // a bad binding fails the block before it writes anything.
 func (k *Block) check(op string, dev tensor.Device, grad bool) error {
-	for _, c := range []func(string, tensor.Device, bool) (paramTypes, error){k.LN1.check, k.QKV.check, k.Proj.check, k.LN2.check, k.FC.check, k.FCProj.check} {
-		if _, err := c(op, dev, grad); err != nil {
+	for _, c := range []func(string, tensor.Device, bool) error{k.LN1.check, k.QKV.check, k.Proj.check, k.LN2.check, k.FC.check, k.FCProj.check} {
+		if err := c(op, dev, grad); err != nil {
 			return err
 		}
 	}

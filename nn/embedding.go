@@ -34,7 +34,7 @@ func (e *Embedding) check(op string, dev tensor.Device, tokens *tensor.Tensor, b
 	if t > e.MaxSeq {
 		return fmt.Errorf("nn.%s: sequence length %d exceeds the position table's %d", op, t, e.MaxSeq)
 	}
-	if _, err := checkParams(op, dev, grad, e.Params(), []int{e.Vocab, e.Width}, []int{e.MaxSeq, e.Width}); err != nil {
+	if err := checkParams(op, dev, grad, e.Params(), []int{e.Vocab, e.Width}, []int{e.MaxSeq, e.Width}); err != nil {
 		return err
 	}
 	return need(op, dev, "tokens", tokens, b*t, tensor.Int32)

@@ -26,7 +26,7 @@ func NewLayerNorm(name string, width int) *LayerNorm {
 func (l *LayerNorm) Params() []*model.Param { return []*model.Param{l.W, l.B} }
 
 // check validates the bound parameters on dev (see checkParams).
-func (l *LayerNorm) check(op string, dev tensor.Device, grad bool) (paramTypes, error) {
+func (l *LayerNorm) check(op string, dev tensor.Device, grad bool) error {
 	return checkParams(op, dev, grad, l.Params(), []int{l.Width}, []int{l.Width})
 }
 
@@ -35,7 +35,7 @@ func (l *LayerNorm) check(op string, dev tensor.Device, grad bool) (paramTypes, 
 func (l *LayerNorm) Forward(be backend.NN, out, mean, rstd, in *tensor.Tensor, n int) error {
 	const op = "LayerNorm.Forward"
 	dev := be.Device()
-	if _, err := l.check(op, dev, false); err != nil {
+	if err := l.check(op, dev, false); err != nil {
 		return err
 	}
 	if err := needF32(op, dev, "out", out, n*l.Width, "mean", mean, n, "rstd", rstd, n, "in", in, n*l.Width); err != nil {
@@ -52,7 +52,7 @@ func (l *LayerNorm) Forward(be backend.NN, out, mean, rstd, in *tensor.Tensor, n
 func (l *LayerNorm) Backward(be backend.NN, din, dout, in, mean, rstd *tensor.Tensor, n int) error {
 	const op = "LayerNorm.Backward"
 	dev := be.Device()
-	if _, err := l.check(op, dev, true); err != nil {
+	if err := l.check(op, dev, true); err != nil {
 		return err
 	}
 	if err := needF32(op, dev, "dout", dout, n*l.Width, "mean", mean, n, "rstd", rstd, n, "in", in, n*l.Width); err != nil {

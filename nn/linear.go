@@ -49,7 +49,7 @@ func (l *Linear) bias(grad bool) *tensor.Tensor {
 }
 
 // check validates the bound parameters on dev (see checkParams).
-func (l *Linear) check(op string, dev tensor.Device, grad bool) (paramTypes, error) {
+func (l *Linear) check(op string, dev tensor.Device, grad bool) error {
 	if l.B == nil {
 		return checkParams(op, dev, grad, []*model.Param{l.W}, []int{l.Out, l.In})
 	}
@@ -60,7 +60,7 @@ func (l *Linear) check(op string, dev tensor.Device, grad bool) (paramTypes, err
 func (l *Linear) Forward(be backend.NN, out, in *tensor.Tensor, n int) error {
 	const op = "Linear.Forward"
 	dev := be.Device()
-	if _, err := l.check(op, dev, false); err != nil {
+	if err := l.check(op, dev, false); err != nil {
 		return err
 	}
 	if err := needF32(op, dev, "out", out, n*l.Out, "in", in, n*l.In); err != nil {
@@ -82,7 +82,7 @@ func (l *Linear) Forward(be backend.NN, out, in *tensor.Tensor, n int) error {
 func (l *Linear) Backward(be backend.NN, din, dout, in *tensor.Tensor, n int) error {
 	const op = "Linear.Backward"
 	dev := be.Device()
-	if _, err := l.check(op, dev, true); err != nil {
+	if err := l.check(op, dev, true); err != nil {
 		return err
 	}
 	if err := needF32(op, dev, "dout", dout, n*l.Out, "in", in, n*l.In); err != nil {

@@ -224,7 +224,7 @@ type headModule struct{ g *GPT }
 
 // headWeight checks the tied wte the head reads and views it as [V, C].
 func (g *GPT) headWeight(op string, dev tensor.Device) (*tensor.Tensor, error) {
-	if _, err := checkParams(op, dev, false, []*model.Param{g.Embed.Tok}, []int{g.Config.Vocab, g.Config.Width}); err != nil {
+	if err := checkParams(op, dev, false, []*model.Param{g.Embed.Tok}, []int{g.Config.Vocab, g.Config.Width}); err != nil {
 		return nil, err
 	}
 	w := g.Embed.Tok.Data
