@@ -28,16 +28,17 @@ type size struct {
 }
 
 func checkSizes(op string, ss ...size) error {
+	prod, over := 1, false
 	for _, s := range ss {
 		if s.v < s.min {
 			return ArgErr(op, s.name, "%d: want >= %d", s.v, s.min)
 		}
+		if s.v > 0 && prod > maxElems/s.v {
+			over = true
+		}
+		prod *= max(s.v, 1)
 	}
-	vs := make([]int, len(ss))
-	for i, s := range ss {
-		vs[i] = s.v
-	}
-	if !fits(vs...) {
+	if over {
 		parts := make([]string, len(ss))
 		for i, s := range ss {
 			parts[i] = fmt.Sprintf("%s=%d", s.name, s.v)
