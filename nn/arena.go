@@ -2,7 +2,6 @@ package nn
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -14,22 +13,14 @@ import (
 // (freed when the batch shape changes, or by GPT.Free).
 type Arena = tensor.Arena
 
-// ptr is t's address, nil for a nil tensor (an optional C argument).
-func ptr(t *tensor.Tensor) unsafe.Pointer {
-	if t == nil {
-		return nil
-	}
-	return t.Ptr()
-}
-
-// need checks that t is a live contiguous float32 (or int32) host tensor of
-// at least n elements: the C kernels trust their sizes.
-func need(op, name string, t *tensor.Tensor, n int, dt tensor.DType) error {
+// need checks that t is a live contiguous float32 (or int32) tensor of at
+// least n elements on dev, the backend's device.
+func need(op string, dev tensor.Device, name string, t *tensor.Tensor, n int, dt tensor.DType) error {
 	if t == nil {
 		return fmt.Errorf("nn.%s: %s is nil", op, name)
 	}
-	if t.DType() != dt || !t.Contiguous() || !t.Device().IsCPU() || t.Ptr() == nil {
-		return fmt.Errorf("nn.%s: %s is %v: want live contiguous %v host memory", op, name, t, dt)
+	if t.DType() != dt || !t.Contiguous() || t.Device() != dev || t.Ptr() == nil {
+		return fmt.Errorf("nn.%s: %s is %v: want live contiguous %v %s memory", op, name, t, dt, memory(dev))
 	}
 	if t.Numel() < n {
 		return fmt.Errorf("nn.%s: %s has %d elements, need %d", op, name, t.Numel(), n)
@@ -37,12 +28,12 @@ func need(op, name string, t *tensor.Tensor, n int, dt tensor.DType) error {
 	return nil
 }
 
-// needAll runs need over (name, tensor, n) triples of float32 tensors and
+// needF32 runs need over (name, tensor, n) triples of float32 tensors and
 // returns the first error.
-func needF32(op string, args ...any) error {
+func needF32(op string, dev tensor.Device, args ...any) error {
 	for i := 0; i+2 < len(args); i += 3 {
 		t, _ := args[i+1].(*tensor.Tensor)
-		if err := need(op, args[i].(string), t, args[i+2].(int), tensor.Float32); err != nil {
+		if err := need(op, dev, args[i].(string), t, args[i+2].(int), tensor.Float32); err != nil {
 			return err
 		}
 	}

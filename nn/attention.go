@@ -3,7 +3,7 @@ package nn
 import (
 	"fmt"
 
-	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -26,26 +26,26 @@ func (Attention) Params() []*model.Param { return nil }
 // Forward reads qkv[B, T, 3*Heads*HeadSize] (all heads' queries, then keys,
 // then values per token) and writes out[B, T, Heads*HeadSize] and the
 // softmax weights att[B, Heads, T, T], which Backward needs.
-func (a Attention) Forward(ctx *csrc.Ctx, out, att, qkv *tensor.Tensor, b, t int) error {
+func (a Attention) Forward(be backend.NN, out, att, qkv *tensor.Tensor, b, t int) error {
 	const op = "Attention.Forward"
 	c := a.Heads * a.HeadSize
-	if err := needF32(op, "out", out, b*t*c, "att", att, b*a.Heads*t*t, "qkv", qkv, b*t*3*c); err != nil {
+	if err := needF32(op, be.Device(), "out", out, b*t*c, "att", att, b*a.Heads*t*t, "qkv", qkv, b*t*3*c); err != nil {
 		return err
 	}
-	if err := ctx.AttentionForward(out.Ptr(), att.Ptr(), qkv.Ptr(), b, t, a.Heads, a.HeadSize, a.Window); err != nil {
+	if err := be.AttentionForward(out, att, qkv, b, t, a.Heads, a.HeadSize, a.Window); err != nil {
 		return fmt.Errorf("nn.%s: %w", op, err)
 	}
 	return nil
 }
 
 // Backward accumulates dqkv[B, T, 3C] from dout[B, T, C] and the saved att.
-func (a Attention) Backward(ctx *csrc.Ctx, dqkv, dout, qkv, att *tensor.Tensor, b, t int) error {
+func (a Attention) Backward(be backend.NN, dqkv, dout, qkv, att *tensor.Tensor, b, t int) error {
 	const op = "Attention.Backward"
 	c := a.Heads * a.HeadSize
-	if err := needF32(op, "dqkv", dqkv, b*t*3*c, "dout", dout, b*t*c, "qkv", qkv, b*t*3*c, "att", att, b*a.Heads*t*t); err != nil {
+	if err := needF32(op, be.Device(), "dqkv", dqkv, b*t*3*c, "dout", dout, b*t*c, "qkv", qkv, b*t*3*c, "att", att, b*a.Heads*t*t); err != nil {
 		return err
 	}
-	if err := ctx.AttentionBackward(dqkv.Ptr(), dout.Ptr(), qkv.Ptr(), att.Ptr(), b, t, a.Heads, a.HeadSize, a.Window); err != nil {
+	if err := be.AttentionBackward(dqkv, dout, qkv, att, b, t, a.Heads, a.HeadSize, a.Window); err != nil {
 		return fmt.Errorf("nn.%s: %w", op, err)
 	}
 	return nil

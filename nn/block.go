@@ -3,7 +3,7 @@ package nn
 import (
 	"fmt"
 
-	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -53,9 +53,9 @@ func (k *Block) Params() []*model.Param {
 
 // check validates every sublayer's parameters before any of them runs, so
 // a bad binding fails the block before it writes anything.
-func (k *Block) check(op string, grad bool) error {
-	for _, c := range []func(string, bool) (paramTypes, error){k.LN1.check, k.QKV.check, k.Proj.check, k.LN2.check, k.FC.check, k.FCProj.check} {
-		if _, err := c(op, grad); err != nil {
+func (k *Block) check(op string, dev tensor.Device, grad bool) error {
+	for _, c := range []func(string, tensor.Device, bool) error{k.LN1.check, k.QKV.check, k.Proj.check, k.LN2.check, k.FC.check, k.FCProj.check} {
+		if err := c(op, dev, grad); err != nil {
 			return err
 		}
 	}
@@ -118,26 +118,26 @@ func (k *Block) NewScratch(a *Arena, b, t int) (*BlockScratch, error) {
 	return &s, nil
 }
 
-// Forward computes out[N, C] from in[N, C] (N = b*t), filling acts.
-func (k *Block) Forward(ctx *csrc.Ctx, out, in *tensor.Tensor, acts *BlockActivations, s *BlockScratch, b, t int) error {
-	n := b * t
-	if err := needF32("Block.Forward", "out", out, n*k.Width, "in", in, n*k.Width); err != nil {
+// Forward computes out[N, C] from in[N, C] (N = b*t) on be, filling acts.
+func (k *Block) Forward(be backend.NN, out, in *tensor.Tensor, acts *BlockActivations, s *BlockScratch, b, t int) error {
+	n, dev := b*t, be.Device()
+	if err := needF32("Block.Forward", dev, "out", out, n*k.Width, "in", in, n*k.Width); err != nil {
 		return err
 	}
-	if err := k.check("Block.Forward", false); err != nil {
+	if err := k.check("Block.Forward", dev, false); err != nil {
 		return err
 	}
 	steps := []func() error{
-		func() error { return k.LN1.Forward(ctx, acts.LN1, acts.LN1Mean, acts.LN1Rstd, in, n) },
-		func() error { return k.QKV.Forward(ctx, acts.QKV, acts.LN1, n) },
-		func() error { return k.Attn.Forward(ctx, acts.AttY, acts.Att, acts.QKV, b, t) },
-		func() error { return k.Proj.Forward(ctx, s.Proj, acts.AttY, n) },
-		func() error { return add(ctx, acts.Res2, in, s.Proj, n*k.Width) },
-		func() error { return k.LN2.Forward(ctx, acts.LN2, acts.LN2Mean, acts.LN2Rstd, acts.Res2, n) },
-		func() error { return k.FC.Forward(ctx, acts.FC, acts.LN2, n) },
-		func() error { return k.Act.Forward(ctx, acts.FCAct, acts.FC, n*4*k.Width) },
-		func() error { return k.FCProj.Forward(ctx, s.Proj, acts.FCAct, n) },
-		func() error { return add(ctx, out, acts.Res2, s.Proj, n*k.Width) },
+		func() error { return k.LN1.Forward(be, acts.LN1, acts.LN1Mean, acts.LN1Rstd, in, n) },
+		func() error { return k.QKV.Forward(be, acts.QKV, acts.LN1, n) },
+		func() error { return k.Attn.Forward(be, acts.AttY, acts.Att, acts.QKV, b, t) },
+		func() error { return k.Proj.Forward(be, s.Proj, acts.AttY, n) },
+		func() error { return add(be, acts.Res2, in, s.Proj, n*k.Width) },
+		func() error { return k.LN2.Forward(be, acts.LN2, acts.LN2Mean, acts.LN2Rstd, acts.Res2, n) },
+		func() error { return k.FC.Forward(be, acts.FC, acts.LN2, n) },
+		func() error { return k.Act.Forward(be, acts.FCAct, acts.FC, n*4*k.Width) },
+		func() error { return k.FCProj.Forward(be, s.Proj, acts.FCAct, n) },
+		func() error { return add(be, out, acts.Res2, s.Proj, n*k.Width) },
 	}
 	for _, f := range steps {
 		if err := f(); err != nil {
@@ -148,27 +148,31 @@ func (k *Block) Forward(ctx *csrc.Ctx, out, in *tensor.Tensor, acts *BlockActiva
 }
 
 // Backward accumulates din[N, C] += d(out)/d(in)^T dout and every
-// parameter gradient, from the activations Forward left in acts.
-func (k *Block) Backward(ctx *csrc.Ctx, din, dout, in *tensor.Tensor, acts *BlockActivations, s *BlockScratch, b, t int) error {
-	n, c := b*t, k.Width
-	if err := needF32("Block.Backward", "din", din, n*c, "dout", dout, n*c, "in", in, n*c); err != nil {
+// parameter gradient on be, from the activations Forward left in acts. It
+// clears and copies its scratch in host memory, so be must compute there.
+func (k *Block) Backward(be backend.NN, din, dout, in *tensor.Tensor, acts *BlockActivations, s *BlockScratch, b, t int) error {
+	n, c, dev := b*t, k.Width, be.Device()
+	if !dev.IsCPU() {
+		return fmt.Errorf("nn.Block.Backward: backend on %v: not supported yet (the block clears and copies its scratch in host memory)", dev)
+	}
+	if err := needF32("Block.Backward", dev, "din", din, n*c, "dout", dout, n*c, "in", in, n*c); err != nil {
 		return err
 	}
-	if err := k.check("Block.Backward", true); err != nil {
+	if err := k.check("Block.Backward", dev, true); err != nil {
 		return err
 	}
 	steps := []func() error{
 		// the residual passes dout straight through to h
 		func() error { return copyF32(s.DRes2, dout, n*c) },
-		func() error { zero(s.DFCAct); return k.FCProj.Backward(ctx, s.DFCAct, dout, acts.FCAct, n) },
-		func() error { zero(s.DFC); return k.Act.Backward(ctx, s.DFC, acts.FC, s.DFCAct, n*4*c) },
-		func() error { zero(s.DLN); return k.FC.Backward(ctx, s.DLN, s.DFC, acts.LN2, n) },
-		func() error { return k.LN2.Backward(ctx, s.DRes2, s.DLN, acts.Res2, acts.LN2Mean, acts.LN2Rstd, n) },
-		func() error { zero(s.DAttY); return k.Proj.Backward(ctx, s.DAttY, s.DRes2, acts.AttY, n) },
-		func() error { zero(s.DQKV); return k.Attn.Backward(ctx, s.DQKV, s.DAttY, acts.QKV, acts.Att, b, t) },
-		func() error { zero(s.DLN); return k.QKV.Backward(ctx, s.DLN, s.DQKV, acts.LN1, n) },
-		func() error { return add(ctx, din, din, s.DRes2, n*c) },
-		func() error { return k.LN1.Backward(ctx, din, s.DLN, in, acts.LN1Mean, acts.LN1Rstd, n) },
+		func() error { zero(s.DFCAct); return k.FCProj.Backward(be, s.DFCAct, dout, acts.FCAct, n) },
+		func() error { zero(s.DFC); return k.Act.Backward(be, s.DFC, acts.FC, s.DFCAct, n*4*c) },
+		func() error { zero(s.DLN); return k.FC.Backward(be, s.DLN, s.DFC, acts.LN2, n) },
+		func() error { return k.LN2.Backward(be, s.DRes2, s.DLN, acts.Res2, acts.LN2Mean, acts.LN2Rstd, n) },
+		func() error { zero(s.DAttY); return k.Proj.Backward(be, s.DAttY, s.DRes2, acts.AttY, n) },
+		func() error { zero(s.DQKV); return k.Attn.Backward(be, s.DQKV, s.DAttY, acts.QKV, acts.Att, b, t) },
+		func() error { zero(s.DLN); return k.QKV.Backward(be, s.DLN, s.DQKV, acts.LN1, n) },
+		func() error { return add(be, din, din, s.DRes2, n*c) },
+		func() error { return k.LN1.Backward(be, din, s.DLN, in, acts.LN1Mean, acts.LN1Rstd, n) },
 	}
 	for _, f := range steps {
 		if err := f(); err != nil {
@@ -178,11 +182,11 @@ func (k *Block) Backward(ctx *csrc.Ctx, din, dout, in *tensor.Tensor, acts *Bloc
 	return nil
 }
 
-func add(ctx *csrc.Ctx, out, a, b *tensor.Tensor, n int) error {
-	if err := needF32("add", "out", out, n, "a", a, n, "b", b, n); err != nil {
+func add(be backend.NN, out, a, b *tensor.Tensor, n int) error {
+	if err := needF32("add", be.Device(), "out", out, n, "a", a, n, "b", b, n); err != nil {
 		return err
 	}
-	if err := ctx.Add(out.Ptr(), a.Ptr(), b.Ptr(), n); err != nil {
+	if err := be.Add(out, a, b, n); err != nil {
 		return fmt.Errorf("nn: residual add: %w", err)
 	}
 	return nil

@@ -5,14 +5,15 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-// The C kernels trust every pointer and size they are given: a parameter
+// The kernels trust every pointer and size they are given: a parameter
 // bound with the wrong dtype or size would be read as something else, past
-// its end. So every layer call checks what is bound before crossing to C.
+// its end. The backend checks its arguments, but only as tensors; so every
+// layer call also checks what is bound against the parameters it declared,
+// to name the parameter, before calling the backend.
 
 // paramDTypes are the dtypes the layers take for parameter values and
 // gradients: the kernels widen half-precision values as they read them and
@@ -27,26 +28,17 @@ func allowedParamDTypes() string {
 	return strings.Join(names, ", ")
 }
 
-// paramTypes are the dtypes of one layer call's parameters: the values
-// share one, the gradients share one (not necessarily the values').
-type paramTypes struct {
-	data, grad tensor.DType
-}
-
-// c converts for the C binding.
-func c(d tensor.DType) csrc.DType { return csrc.DType(d) }
-
 // checkParam validates the tensor bound as p's value or gradient (what):
-// live, host, contiguous, an allowed dtype, and exactly as many elements as
-// p's declared Shape.
-func checkParam(op string, p *model.Param, what string, t *tensor.Tensor) error {
+// live, on dev (the backend's device), contiguous, an allowed dtype, and
+// exactly as many elements as p's declared Shape.
+func checkParam(op string, dev tensor.Device, p *model.Param, what string, t *tensor.Tensor) error {
 	switch {
 	case t == nil:
 		return fmt.Errorf("nn.%s: parameter %s has no %s bound (nn.Bind or an engine binds it)", op, p.Name, what)
 	case t.Ptr() == nil:
 		return fmt.Errorf("nn.%s: parameter %s: %s %v has been freed", op, p.Name, what, t)
-	case !t.Device().IsCPU():
-		return fmt.Errorf("nn.%s: parameter %s: %s %v is on %v: want host memory", op, p.Name, what, t, t.Device())
+	case t.Device() != dev:
+		return fmt.Errorf("nn.%s: parameter %s: %s %v is on %v: want %s memory", op, p.Name, what, t, t.Device(), memory(dev))
 	case !t.Contiguous():
 		return fmt.Errorf("nn.%s: parameter %s: %s %v is not contiguous", op, p.Name, what, t)
 	case !slices.Contains(paramDTypes, t.DType()):
@@ -59,35 +51,41 @@ func checkParam(op string, p *model.Param, what string, t *tensor.Tensor) error 
 
 // checkParams validates the values (and, with grad, the gradients) of ps,
 // which must each be declared with the shape the layer computes with
-// (shapes[i]), and returns their dtypes: one for all values, one for all
-// gradients, since one kernel call reads them with one dtype each.
-func checkParams(op string, grad bool, ps []*model.Param, shapes ...[]int) (paramTypes, error) {
-	var pt paramTypes
+// (shapes[i]): the values must share one dtype and the gradients one (not
+// necessarily the values'), since one kernel call reads each group with
+// one dtype.
+func checkParams(op string, dev tensor.Device, grad bool, ps []*model.Param, shapes ...[]int) error {
 	for i, p := range ps {
 		if !slices.Equal(p.Shape, shapes[i]) {
-			return pt, fmt.Errorf("nn.%s: parameter %s is declared with shape %v, the layer computes with %v", op, p.Name, p.Shape, shapes[i])
+			return fmt.Errorf("nn.%s: parameter %s is declared with shape %v, the layer computes with %v", op, p.Name, p.Shape, shapes[i])
 		}
-		if err := checkParam(op, p, "value", p.Data); err != nil {
-			return pt, err
+		if err := checkParam(op, dev, p, "value", p.Data); err != nil {
+			return err
 		}
 		if grad {
-			if err := checkParam(op, p, "gradient", p.Grad); err != nil {
-				return pt, err
+			if err := checkParam(op, dev, p, "gradient", p.Grad); err != nil {
+				return err
 			}
 		}
 		if i == 0 {
-			pt.data = p.Data.DType()
-			if grad {
-				pt.grad = p.Grad.DType()
-			}
 			continue
 		}
-		if d := p.Data.DType(); d != pt.data {
-			return pt, fmt.Errorf("nn.%s: parameter %s: value has dtype %v, %s's has %v: a layer's values must share one dtype", op, p.Name, d, ps[0].Name, pt.data)
+		if d, d0 := p.Data.DType(), ps[0].Data.DType(); d != d0 {
+			return fmt.Errorf("nn.%s: parameter %s: value has dtype %v, %s's has %v: a layer's values must share one dtype", op, p.Name, d, ps[0].Name, d0)
 		}
-		if grad && p.Grad.DType() != pt.grad {
-			return pt, fmt.Errorf("nn.%s: parameter %s: gradient has dtype %v, %s's has %v: a layer's gradients must share one dtype", op, p.Name, p.Grad.DType(), ps[0].Name, pt.grad)
+		if grad {
+			if d, d0 := p.Grad.DType(), ps[0].Grad.DType(); d != d0 {
+				return fmt.Errorf("nn.%s: parameter %s: gradient has dtype %v, %s's has %v: a layer's gradients must share one dtype", op, p.Name, d, ps[0].Name, d0)
+			}
 		}
 	}
-	return pt, nil
+	return nil
+}
+
+// memory names where dev's tensors live, for errors.
+func memory(dev tensor.Device) string {
+	if dev.IsCPU() {
+		return "host"
+	}
+	return dev.String()
 }

@@ -13,7 +13,7 @@ import (
 type layerCall func(t *testing.T) (HasParams, func(backward bool) error)
 
 func linearCall(t *testing.T) (HasParams, func(bool) error) {
-	ctx := testCtx(t)
+	be := testBackend(t)
 	l := NewLinear("fc", 2, 2, true)
 	bindF32(t, l)
 	x, _ := f32(t, []float64{1, 1})
@@ -21,14 +21,14 @@ func linearCall(t *testing.T) (HasParams, func(bool) error) {
 	dx, _ := f32(t, make([]float64, 2))
 	return l, func(backward bool) error {
 		if backward {
-			return l.Backward(ctx, dx, y, x, 1)
+			return l.Backward(be, dx, y, x, 1)
 		}
-		return l.Forward(ctx, y, x, 1)
+		return l.Forward(be, y, x, 1)
 	}
 }
 
 func layerNormCall(t *testing.T) (HasParams, func(bool) error) {
-	ctx := testCtx(t)
+	be := testBackend(t)
 	l := NewLayerNorm("ln", 4)
 	bindF32(t, l)
 	x, _ := f32(t, []float64{1, 2, 3, 4})
@@ -37,28 +37,28 @@ func layerNormCall(t *testing.T) (HasParams, func(bool) error) {
 	s, _ := f32(t, make([]float64, 1))
 	return l, func(backward bool) error {
 		if backward {
-			return l.Backward(ctx, x, y, x, m, s, 1)
+			return l.Backward(be, x, y, x, m, s, 1)
 		}
-		return l.Forward(ctx, y, m, s, x, 1)
+		return l.Forward(be, y, m, s, x, 1)
 	}
 }
 
 func embeddingCall(t *testing.T) (HasParams, func(bool) error) {
-	ctx := testCtx(t)
+	be := testBackend(t)
 	e := NewEmbedding("emb", 5, 2, 3)
 	bindF32(t, e)
 	tok := i32(t, []int32{4, 1})
 	y, _ := f32(t, make([]float64, 6))
 	return e, func(backward bool) error {
 		if backward {
-			return e.Backward(ctx, y, tok, 1, 2)
+			return e.Backward(be, y, tok, 1, 2)
 		}
-		return e.Forward(ctx, y, tok, 1, 2)
+		return e.Forward(be, y, tok, 1, 2)
 	}
 }
 
 func blockCall(t *testing.T) (HasParams, func(bool) error) {
-	ctx := testCtx(t)
+	be := testBackend(t)
 	k, err := NewBlock("h", 4, 2, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -78,9 +78,9 @@ func blockCall(t *testing.T) (HasParams, func(bool) error) {
 	y, _ := f32(t, make([]float64, 8))
 	return k, func(backward bool) error {
 		if backward {
-			return k.Backward(ctx, x, y, x, acts, s, 1, 2)
+			return k.Backward(be, x, y, x, acts, s, 1, 2)
 		}
-		return k.Forward(ctx, y, x, acts, s, 1, 2)
+		return k.Forward(be, y, x, acts, s, 1, 2)
 	}
 }
 

@@ -3,7 +3,7 @@ package nn
 import (
 	"fmt"
 
-	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -19,19 +19,27 @@ type CrossEntropy struct {
 func (CrossEntropy) Params() []*model.Param { return nil }
 
 // Forward writes probs[n, Vocab] = softmax(logits) (probs may be logits)
-// and losses[n], and returns the mean loss. targets is int32 [n].
-func (x CrossEntropy) Forward(ctx *csrc.Ctx, probs, losses, logits, targets *tensor.Tensor, n int) (float32, error) {
+// and losses[n] on be, and returns the mean loss, which it reads from host
+// memory. targets is int32 [n].
+func (x CrossEntropy) Forward(be backend.NN, probs, losses, logits, targets *tensor.Tensor, n int) (float32, error) {
 	const op = "CrossEntropy.Forward"
-	if err := needF32(op, "probs", probs, n*x.Vocab, "losses", losses, n, "logits", logits, n*x.Vocab); err != nil {
+	dev := be.Device()
+	if err := needF32(op, dev, "probs", probs, n*x.Vocab, "losses", losses, n, "logits", logits, n*x.Vocab); err != nil {
 		return 0, err
 	}
-	if err := need(op, "targets", targets, n, tensor.Int32); err != nil {
+	if err := need(op, dev, "targets", targets, n, tensor.Int32); err != nil {
 		return 0, err
 	}
-	if err := ctx.SoftmaxXentForward(probs.Ptr(), losses.Ptr(), logits.Ptr(), targets.Ptr(), n, x.Vocab); err != nil {
-		return 0, fmt.Errorf("nn.%s: %w (a target outside [0, %d)?)", op, err, x.Vocab)
+	if !dev.IsCPU() {
+		return 0, fmt.Errorf("nn.%s: losses on %v: not supported yet (the mean is taken in host memory)", op, dev)
 	}
-	l, _ := losses.Float32s()
+	if err := be.SoftmaxXentForward(probs, losses, logits, targets, n, x.Vocab); err != nil {
+		return 0, fmt.Errorf("nn.%s: %w", op, err)
+	}
+	l, err := losses.Float32s()
+	if err != nil {
+		return 0, fmt.Errorf("nn.%s: %w", op, err)
+	}
 	var sum float64
 	for _, v := range l[:n] {
 		sum += float64(v)
@@ -44,15 +52,16 @@ func (x CrossEntropy) Forward(ctx *csrc.Ctx, probs, losses, logits, targets *ten
 
 // Backward writes dlogits[n, Vocab] = (probs - onehot(targets)) * dlosses
 // per row (written, not accumulated; dlogits may be probs).
-func (x CrossEntropy) Backward(ctx *csrc.Ctx, dlogits, probs, targets, dlosses *tensor.Tensor, n int) error {
+func (x CrossEntropy) Backward(be backend.NN, dlogits, probs, targets, dlosses *tensor.Tensor, n int) error {
 	const op = "CrossEntropy.Backward"
-	if err := needF32(op, "dlogits", dlogits, n*x.Vocab, "probs", probs, n*x.Vocab, "dlosses", dlosses, n); err != nil {
+	dev := be.Device()
+	if err := needF32(op, dev, "dlogits", dlogits, n*x.Vocab, "probs", probs, n*x.Vocab, "dlosses", dlosses, n); err != nil {
 		return err
 	}
-	if err := need(op, "targets", targets, n, tensor.Int32); err != nil {
+	if err := need(op, dev, "targets", targets, n, tensor.Int32); err != nil {
 		return err
 	}
-	if err := ctx.SoftmaxXentBackward(dlogits.Ptr(), probs.Ptr(), targets.Ptr(), dlosses.Ptr(), n, x.Vocab); err != nil {
+	if err := be.SoftmaxXentBackward(dlogits, probs, targets, dlosses, n, x.Vocab); err != nil {
 		return fmt.Errorf("nn.%s: %w", op, err)
 	}
 	return nil

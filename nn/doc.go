@@ -4,13 +4,16 @@
 // from them, with activation checkpointing.
 //
 // Every layer is a forward/backward pair in llm.c's style (shapes in the
-// comments, explicit buffers, no autograd): the arithmetic runs in the C core
-// (csrc/nn_*.c) on a csrc.Ctx's thread pool, the matrix products on OpenBLAS
-// sgemm kept single-threaded per call, the pool splitting the rows.
+// comments, explicit buffers, no autograd) that computes through a
+// backend.NN, the layer kernels of a compute backend: on the CPU backend the
+// C core (csrc/nn_*.c) on the backend's thread pool, the matrix products on
+// OpenBLAS sgemm kept single-threaded per call, the pool splitting the rows.
 // Parameters and their gradients may be float32, float16 or bfloat16;
 // activations and the arithmetic are float32 (a half weight is widened
 // inside the kernel, a half gradient gets one rounding per element per
-// call). Every call checks the parameters bound to it before reaching C.
+// call). Every call checks the parameters bound to it before calling the
+// backend. GPT's modules take the backend an engine hands them in their
+// context (backend.FromContext), else the one given to UseBackend.
 //
 // Parameters are declared, not owned: a layer lists its parameters (Param:
 // name, shape) and whoever trains the model binds each one to a value and a

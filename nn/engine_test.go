@@ -45,7 +45,7 @@ func TestGPTEngineZeRO2(t *testing.T) {
 			return err
 		}
 		defer be.Close()
-		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 1, Heads: 2, Width: 32, Vocab: V, SeqLen: T}, be.Ctx(), 1)
+		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 1, Heads: 2, Width: 32, Vocab: V, SeqLen: T}, be, 1)
 		if err != nil {
 			return err
 		}
@@ -114,7 +114,8 @@ func TestGPTHalfPrecisionTracksFloat32(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer be.Close()
-		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 1, Heads: 2, Width: 16, Vocab: 16, SeqLen: 8}, be.Ctx(), 1)
+		// no backend of its own: the engine hands its modules be
+		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 1, Heads: 2, Width: 16, Vocab: 16, SeqLen: 8}, nil, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

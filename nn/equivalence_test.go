@@ -76,7 +76,7 @@ func gptCurve(t *testing.T, stage, world, steps int, clip float64, corpus *data.
 			return err
 		}
 		defer be.Close()
-		g, err := nn.NewReadyGPT(eqGPT(corpus.Vocab), be.Ctx(), eqSeed)
+		g, err := nn.NewReadyGPT(eqGPT(corpus.Vocab), be, eqSeed)
 		if err != nil {
 			return err
 		}
@@ -147,11 +147,11 @@ func gptPlain(t *testing.T, steps int, clip float64, corpus *data.Tokens) ([]flo
 			t.Fatal(err)
 		}
 		b := eqBatch(corpus, step, 1, 0)
-		loss, err := g.Forward(be.Ctx(), b.Inputs, b.Targets, b.B, b.T)
+		loss, err := g.Forward(be, b.Inputs, b.Targets, b.B, b.T)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := g.Backward(be.Ctx()); err != nil {
+		if err := g.Backward(be); err != nil {
 			t.Fatal(err)
 		}
 		if err := ref.Step(); err != nil {

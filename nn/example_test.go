@@ -3,15 +3,15 @@ package nn_test
 import (
 	"fmt"
 
-	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/nn"
 )
 
 // A tiny GPT trained standalone (no engine): own parameter buffers, plain
 // SGD on the flat buffers, activation checkpointing on every block.
 func Example() {
-	ctx, _ := csrc.NewCtx(1)
-	defer ctx.Close()
+	be, _ := backend.NewCPU(1)
+	defer be.Close()
 	g, _ := nn.NewGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 16, Vocab: 8, SeqLen: 8,
 		Checkpointing: nn.Checkpointing{Enabled: true}})
 	pb, _ := nn.NewParamBuffers(g)
@@ -26,11 +26,11 @@ func Example() {
 	var first, loss float32
 	for step := 0; step < 200; step++ {
 		pb.ZeroGrads()
-		loss, _ = g.Forward(ctx, in, tg, 1, 8)
+		loss, _ = g.Forward(be, in, tg, 1, 8)
 		if step == 0 {
 			first = loss
 		}
-		g.Backward(ctx)
+		g.Backward(be)
 		w, _ := pb.Values.Data.Float32s()
 		d, _ := pb.Grads.Data.Float32s()
 		for i := range w {

@@ -3,7 +3,7 @@ package nn
 import (
 	"fmt"
 
-	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -15,23 +15,23 @@ type GELU struct{}
 // Params is empty.
 func (GELU) Params() []*model.Param { return nil }
 
-// Forward computes out[n] = GELU(in[n]).
-func (GELU) Forward(ctx *csrc.Ctx, out, in *tensor.Tensor, n int) error {
-	if err := needF32("GELU.Forward", "out", out, n, "in", in, n); err != nil {
+// Forward computes out[n] = GELU(in[n]) on be.
+func (GELU) Forward(be backend.NN, out, in *tensor.Tensor, n int) error {
+	if err := needF32("GELU.Forward", be.Device(), "out", out, n, "in", in, n); err != nil {
 		return err
 	}
-	if err := ctx.GELUForward(out.Ptr(), in.Ptr(), n); err != nil {
+	if err := be.GELUForward(out, in, n); err != nil {
 		return fmt.Errorf("nn.GELU.Forward: %w", err)
 	}
 	return nil
 }
 
 // Backward accumulates din[n] += GELU'(in[n]) dout[n].
-func (GELU) Backward(ctx *csrc.Ctx, din, in, dout *tensor.Tensor, n int) error {
-	if err := needF32("GELU.Backward", "din", din, n, "in", in, n, "dout", dout, n); err != nil {
+func (GELU) Backward(be backend.NN, din, in, dout *tensor.Tensor, n int) error {
+	if err := needF32("GELU.Backward", be.Device(), "din", din, n, "in", in, n, "dout", dout, n); err != nil {
 		return err
 	}
-	if err := ctx.GELUBackward(din.Ptr(), in.Ptr(), dout.Ptr(), n); err != nil {
+	if err := be.GELUBackward(din, in, dout, n); err != nil {
 		return fmt.Errorf("nn.GELU.Backward: %w", err)
 	}
 	return nil

@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -42,7 +42,7 @@ type GPT struct {
 
 	st    *gptState
 	notes []string
-	ctx   *csrc.Ctx
+	be    backend.Backend // UseBackend's, for calls whose context carries none
 	mods  []model.Module
 	own   *ParamBuffers // from NewReadyGPT; freed by Free
 }
@@ -112,9 +112,11 @@ func (g *GPT) Groups() []ParamGroup {
 }
 
 // NewReadyGPT is NewGPT, its own parameter buffers (NewParamBuffers), Init
-// with seed and UseCtx in one call: a model ready to hand to
-// deepgo.Initialize. Free releases the buffers with the rest.
-func NewReadyGPT(cfg GPTConfig, ctx *csrc.Ctx, seed uint64) (*GPT, error) {
+// with seed and UseBackend(be) in one call: a model ready to hand to
+// deepgo.Initialize. be may be nil when only an engine drives the model
+// (the engine hands its modules its own backend). Free releases the
+// buffers with the rest.
+func NewReadyGPT(cfg GPTConfig, be backend.Backend, seed uint64) (*GPT, error) {
 	g, err := NewGPT(cfg)
 	if err != nil {
 		return nil, err
@@ -128,7 +130,7 @@ func NewReadyGPT(cfg GPTConfig, ctx *csrc.Ctx, seed uint64) (*GPT, error) {
 		g.Free()
 		return nil, err
 	}
-	g.UseCtx(ctx)
+	g.UseBackend(be)
 	return g, nil
 }
 
@@ -320,10 +322,9 @@ func (g *GPT) actsFor(l int) *BlockActivations {
 // Forward runs the model on inputs[B*T] (token ids, row-major [B, T]) and
 // returns the mean cross-entropy against targets[B*T], keeping what
 // Backward needs. It runs the same modules the engine runs (Modules, Loss),
-// on ctx. T may be at most Config.SeqLen.
-func (g *GPT) Forward(ctx *csrc.Ctx, inputs, targets []int32, b, t int) (float32, error) {
-	g.ctx = ctx
-	bg := context.Background()
+// on be (nil: UseBackend's). T may be at most Config.SeqLen.
+func (g *GPT) Forward(be backend.Backend, inputs, targets []int32, b, t int) (float32, error) {
+	bg := withBackend(be)
 	var act model.Activation = model.TokenBatch{Inputs: inputs, Targets: targets, B: b, T: t}
 	batch := act
 	for _, m := range g.Modules() {
@@ -343,20 +344,29 @@ func (g *GPT) Forward(ctx *csrc.Ctx, inputs, targets []int32, b, t int) (float32
 
 // Backward accumulates the gradient of the last Forward's mean loss into
 // every bound gradient (zero them first unless accumulating micro-batches).
-// It may run once per Forward.
-func (g *GPT) Backward(ctx *csrc.Ctx) error {
+// It may run once per Forward, on be (nil: UseBackend's).
+func (g *GPT) Backward(be backend.Backend) error {
 	if g.st == nil || g.st.gradOut == nil {
 		return fmt.Errorf("nn.GPT.Backward: no forward pass to differentiate")
 	}
-	g.ctx = ctx
+	bg := withBackend(be)
 	grad := g.st.gradOut
 	g.st.gradOut = nil
 	mods := g.Modules()
 	for i := len(mods) - 1; i >= 0; i-- {
 		var err error
-		if grad, err = mods[i].Backward(context.Background(), grad); err != nil {
+		if grad, err = mods[i].Backward(bg, grad); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// withBackend is the context Forward and Backward run the modules in: one
+// carrying be, or none (the modules then use UseBackend's).
+func withBackend(be backend.Backend) context.Context {
+	if be == nil {
+		return context.Background()
+	}
+	return backend.NewContext(context.Background(), be)
 }

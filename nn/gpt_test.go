@@ -1,12 +1,14 @@
 package nn
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
-	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/tensor"
 )
 
 var tinyGPT = GPTConfig{Layers: 2, Heads: 2, Width: 16, Vocab: 32, SeqLen: 8}
@@ -17,7 +19,7 @@ type gptRun struct {
 	loss float32
 }
 
-func runGPT(t *testing.T, ctx *csrc.Ctx, cfg GPTConfig, in, tg []int32, B, T int) gptRun {
+func runGPT(t *testing.T, be *backend.CPU, cfg GPTConfig, in, tg []int32, B, T int) gptRun {
 	t.Helper()
 	g, err := NewGPT(cfg)
 	if err != nil {
@@ -39,11 +41,11 @@ func runGPT(t *testing.T, ctx *csrc.Ctx, cfg GPTConfig, in, tg []int32, B, T int
 			f[i] += float32((r.Float64()*2 - 1) * 0.3)
 		}
 	}
-	loss, err := g.Forward(ctx, in, tg, B, T)
+	loss, err := g.Forward(be, in, tg, B, T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Backward(ctx); err != nil {
+	if err := g.Backward(be); err != nil {
 		t.Fatal(err)
 	}
 	return gptRun{g, pb, loss}
@@ -61,7 +63,7 @@ func tokens(r *rand.Rand, n, v int) []int32 {
 // (loss and every gradient, the tied wte included), and the reference
 // against finite differences, for full and windowed attention.
 func TestGPTGradients(t *testing.T) {
-	ctx := testCtx(t)
+	be := testBackend(t)
 	for _, tc := range []struct {
 		name   string
 		window int
@@ -72,7 +74,7 @@ func TestGPTGradients(t *testing.T) {
 			B, T := 2, 8
 			r := rand.New(rand.NewPCG(11, 0))
 			in, tg := tokens(r, B*T, cfg.Vocab), tokens(r, B*T, cfg.Vocab)
-			run := runGPT(t, ctx, cfg, in, tg, B, T)
+			run := runGPT(t, be, cfg, in, tg, B, T)
 			p, grads := map[string][]float64{}, map[string][]float64{}
 			for _, q := range run.g.Params() {
 				p[q.Name] = vals(t, q.Data)
@@ -128,7 +130,7 @@ func TestTiedEmbedding(t *testing.T) {
 		in[i] = int32(v)
 	}
 	tg := tokens(r, B*T, cfg.Vocab)
-	run := runGPT(t, testCtx(t), cfg, in, tg, B, T)
+	run := runGPT(t, testBackend(t), cfg, in, tg, B, T)
 	const wte = "transformer.wte.weight"
 	p, grads := map[string][]float64{}, map[string][]float64{}
 	for _, q := range run.g.Params() {
@@ -167,12 +169,12 @@ func TestTiedEmbedding(t *testing.T) {
 // bit for bit (the recompute is the same computation) and use less
 // activation memory; contiguous packing reduces the buffer count.
 func TestCheckpointing(t *testing.T) {
-	ctx := testCtx(t)
+	be := testBackend(t)
 	cfg := GPTConfig{Layers: 4, Heads: 2, Width: 16, Vocab: 32, SeqLen: 8}
 	B, T := 2, 8
 	r := rand.New(rand.NewPCG(5, 0))
 	in, tg := tokens(r, B*T, cfg.Vocab), tokens(r, B*T, cfg.Vocab)
-	base := runGPT(t, ctx, cfg, in, tg, B, T)
+	base := runGPT(t, be, cfg, in, tg, B, T)
 	baseStats := base.g.ActivationStats()
 	cases := []struct {
 		name string
@@ -188,7 +190,7 @@ func TestCheckpointing(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cc := cfg
 			cc.Checkpointing = c.ck
-			run := runGPT(t, ctx, cc, in, tg, B, T)
+			run := runGPT(t, be, cc, in, tg, B, T)
 			if run.loss != base.loss {
 				t.Errorf("loss %v, without checkpointing %v", run.loss, base.loss)
 			}
@@ -232,7 +234,7 @@ func TestGPTNotes(t *testing.T) {
 }
 
 func TestGPTErrors(t *testing.T) {
-	ctx := testCtx(t)
+	be := testBackend(t)
 	cases := []struct {
 		name, want string
 		run        func(g *GPT) error
@@ -240,20 +242,20 @@ func TestGPTErrors(t *testing.T) {
 		{"token out of range", "outside [0, 32)", func(g *GPT) error {
 			in := make([]int32, 8)
 			in[3] = 32
-			_, err := g.Forward(ctx, in, make([]int32, 8), 1, 8)
+			_, err := g.Forward(be, in, make([]int32, 8), 1, 8)
 			return err
 		}},
 		{"target out of range", "outside [0, 32)", func(g *GPT) error {
 			tg := make([]int32, 8)
 			tg[0] = -1
-			_, err := g.Forward(ctx, make([]int32, 8), tg, 1, 8)
+			_, err := g.Forward(be, make([]int32, 8), tg, 1, 8)
 			return err
 		}},
 		{"sequence too long", "T <= 8", func(g *GPT) error {
-			_, err := g.Forward(ctx, make([]int32, 9), make([]int32, 9), 1, 9)
+			_, err := g.Forward(be, make([]int32, 9), make([]int32, 9), 1, 9)
 			return err
 		}},
-		{"backward first", "no forward pass", func(g *GPT) error { return g.Backward(ctx) }},
+		{"backward first", "no forward pass", func(g *GPT) error { return g.Backward(be) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -277,7 +279,65 @@ func TestGPTErrors(t *testing.T) {
 		t.Error("width 16 with 3 heads accepted")
 	}
 	l := NewLinear("x", 2, 2, true)
-	if err := l.Forward(ctx, nil, nil, 1); err == nil || !strings.Contains(err.Error(), "no value bound") {
+	if err := l.Forward(be, nil, nil, 1); err == nil || !strings.Contains(err.Error(), "no value bound") {
 		t.Errorf("unbound Linear: %v", err)
+	}
+}
+
+// onlyBackend is a Backend without the nn kernels.
+type onlyBackend struct{ backend.Backend }
+
+// elsewhere is a backend whose tensors would live on a GPU.
+type elsewhere struct{ *backend.CPU }
+
+func (elsewhere) Device() tensor.Device { return tensor.CUDA(0) }
+
+// The GPT computes on the backend its modules' context carries (an
+// engine's, or Forward's argument), else on UseBackend's; without one, or
+// on one it cannot use, it says what to do.
+func TestGPTBackendChoice(t *testing.T) {
+	be := testBackend(t)
+	g, err := NewReadyGPT(tinyGPT, nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Free()
+	in := make([]int32, 8)
+	forward := func(b backend.Backend) error { _, err := g.Forward(b, in, in, 1, 8); return err }
+	for _, c := range []struct {
+		name  string
+		use   backend.Backend // UseBackend's
+		arg   backend.Backend // Forward's, carried by the modules' context
+		want  []string
+		unsup bool
+	}{
+		{"none", nil, nil, []string{"no backend", "engine", "UseBackend"}, false},
+		{"no nn kernels", onlyBackend{be}, nil, []string{"backend cpu(", "offers no nn kernels", "not supported yet"}, true},
+		{"no nn kernels in the context", be, onlyBackend{be}, []string{"offers no nn kernels"}, true},
+		{"device memory", nil, elsewhere{be}, []string{"computes on cuda:0", "not supported yet"}, true},
+		{"the context's wins", onlyBackend{be}, be, nil, false},
+		{"UseBackend's", be, nil, nil, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g.UseBackend(c.use)
+			err := forward(c.arg)
+			if c.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if errors.Is(err, backend.ErrUnsupported) != c.unsup {
+				t.Errorf("errors.Is(%v, backend.ErrUnsupported) = %v", err, !c.unsup)
+			}
+		})
 	}
 }

@@ -65,7 +65,7 @@ func randf(r *rand.Rand, n int) []float32 {
 func TestLinearIssueNumbersAllDTypes(t *testing.T) {
 	for _, dt := range paramDTypes {
 		t.Run(dt.String(), func(t *testing.T) {
-			ctx := testCtx(t)
+			be := testBackend(t)
 			l := NewLinear("fc", 2, 2, true)
 			w, _ := halfTensor(t, dt, []float32{1, 2, 3, 4}, 2, 2)
 			b, _ := halfTensor(t, dt, []float32{0.5, -0.5}, 2)
@@ -74,7 +74,7 @@ func TestLinearIssueNumbersAllDTypes(t *testing.T) {
 			}
 			x, _ := f32(t, []float64{1, 1})
 			y, _ := f32(t, make([]float64, 2))
-			if err := l.Forward(ctx, y, x, 1); err != nil {
+			if err := l.Forward(be, y, x, 1); err != nil {
 				t.Fatal(err)
 			}
 			if got, _ := y.Float32s(); got[0] != 3.5 || got[1] != 6.5 {
@@ -98,19 +98,19 @@ func TestHalfLayersMatchFloat32(t *testing.T) {
 	x, _ := f32(t, randv(r, n*c, 1))
 	dy, _ := f32(t, randv(r, n*4*c, 1))
 	tok := i32(t, []int32{3, 1, 3, 8, 0, 3})
-	ctx := testCtx(t)
+	be := testBackend(t)
 	out := func(shape int) *tensor.Tensor { o, _ := f32(t, make([]float64, shape)); return o }
 	cases := map[string]func() layer{
 		"Linear": func() layer {
 			return layer{NewLinear("fc", c, 4*c, true),
 				func(l HasParams) []*tensor.Tensor {
 					y := out(n * 4 * c)
-					must(t, l.(*Linear).Forward(ctx, y, x, n))
+					must(t, l.(*Linear).Forward(be, y, x, n))
 					return []*tensor.Tensor{y}
 				},
 				func(l HasParams) []*tensor.Tensor {
 					dx := out(n * c)
-					must(t, l.(*Linear).Backward(ctx, dx, dy, x, n))
+					must(t, l.(*Linear).Backward(be, dx, dy, x, n))
 					return []*tensor.Tensor{dx}
 				}}
 		},
@@ -119,12 +119,12 @@ func TestHalfLayersMatchFloat32(t *testing.T) {
 			return layer{NewLayerNorm("ln", c),
 				func(l HasParams) []*tensor.Tensor {
 					y := out(n * c)
-					must(t, l.(*LayerNorm).Forward(ctx, y, m, s, x, n))
+					must(t, l.(*LayerNorm).Forward(be, y, m, s, x, n))
 					return []*tensor.Tensor{y, m, s}
 				},
 				func(l HasParams) []*tensor.Tensor {
 					dx := out(n * c)
-					must(t, l.(*LayerNorm).Backward(ctx, dx, dy, x, m, s, n))
+					must(t, l.(*LayerNorm).Backward(be, dx, dy, x, m, s, n))
 					return []*tensor.Tensor{dx}
 				}}
 		},
@@ -132,11 +132,11 @@ func TestHalfLayersMatchFloat32(t *testing.T) {
 			return layer{NewEmbedding("emb", v, T, c),
 				func(l HasParams) []*tensor.Tensor {
 					y := out(n * c)
-					must(t, l.(*Embedding).Forward(ctx, y, tok, 2, T))
+					must(t, l.(*Embedding).Forward(be, y, tok, 2, T))
 					return []*tensor.Tensor{y}
 				},
 				func(l HasParams) []*tensor.Tensor {
-					must(t, l.(*Embedding).Backward(ctx, dy, tok, 2, T))
+					must(t, l.(*Embedding).Backward(be, dy, tok, 2, T))
 					return nil
 				}}
 		},
@@ -193,9 +193,9 @@ func sameF32(t *testing.T, what string, got, want []*tensor.Tensor) {
 // tile per thread, counted by the C core.
 func TestHalfLinearScratchIsBounded(t *testing.T) {
 	const n, in, outw, threads = 4, 1024, 4096, 2
-	ctx := testCtx(t) // 2 threads
-	if ctx.Threads() != threads {
-		t.Fatalf("ctx has %d threads", ctx.Threads())
+	be := testBackend(t) // 2 threads
+	if be.Threads() != threads {
+		t.Fatalf("backend has %d threads", be.Threads())
 	}
 	r := rand.New(rand.NewPCG(1, 1))
 	l := NewLinear("big", in, outw, true)
@@ -209,12 +209,12 @@ func TestHalfLinearScratchIsBounded(t *testing.T) {
 	x, _ := f32(t, randv(r, n*in, 1))
 	y, _ := f32(t, make([]float64, n*outw))
 	dx, _ := f32(t, make([]float64, n*in))
-	if _, err := ctx.ScratchPeak(true); err != nil {
+	if _, err := be.Ctx().ScratchPeak(true); err != nil {
 		t.Fatal(err)
 	}
-	must(t, l.Forward(ctx, y, x, n))
-	must(t, l.Backward(ctx, dx, y, x, n))
-	peak, err := ctx.ScratchPeak(false)
+	must(t, l.Forward(be, y, x, n))
+	must(t, l.Backward(be, dx, y, x, n))
+	peak, err := be.Ctx().ScratchPeak(false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,18 +5,18 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-func testCtx(t testing.TB) *csrc.Ctx {
+func testBackend(t testing.TB) *backend.CPU {
 	t.Helper()
-	ctx, err := csrc.NewCtx(2)
+	be, err := backend.NewCPU(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ctx.Close)
-	return ctx
+	t.Cleanup(func() { be.Close() })
+	return be
 }
 
 func randv(r *rand.Rand, n int, scale float64) []float64 {

@@ -3,7 +3,7 @@ package nn
 import (
 	"fmt"
 
-	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -25,23 +25,23 @@ func NewLayerNorm(name string, width int) *LayerNorm {
 // Params lists W then B.
 func (l *LayerNorm) Params() []*model.Param { return []*model.Param{l.W, l.B} }
 
-// check validates the bound parameters (see checkParams).
-func (l *LayerNorm) check(op string, grad bool) (paramTypes, error) {
-	return checkParams(op, grad, l.Params(), []int{l.Width}, []int{l.Width})
+// check validates the bound parameters on dev (see checkParams).
+func (l *LayerNorm) check(op string, dev tensor.Device, grad bool) error {
+	return checkParams(op, dev, grad, l.Params(), []int{l.Width}, []int{l.Width})
 }
 
-// Forward normalises in[n, Width] into out, saving the per-row mean[n] and
-// reciprocal standard deviation rstd[n] for Backward.
-func (l *LayerNorm) Forward(ctx *csrc.Ctx, out, mean, rstd, in *tensor.Tensor, n int) error {
+// Forward normalises in[n, Width] into out on be, saving the per-row
+// mean[n] and reciprocal standard deviation rstd[n] for Backward.
+func (l *LayerNorm) Forward(be backend.NN, out, mean, rstd, in *tensor.Tensor, n int) error {
 	const op = "LayerNorm.Forward"
-	pt, err := l.check(op, false)
-	if err != nil {
+	dev := be.Device()
+	if err := l.check(op, dev, false); err != nil {
 		return err
 	}
-	if err := needF32(op, "out", out, n*l.Width, "mean", mean, n, "rstd", rstd, n, "in", in, n*l.Width); err != nil {
+	if err := needF32(op, dev, "out", out, n*l.Width, "mean", mean, n, "rstd", rstd, n, "in", in, n*l.Width); err != nil {
 		return err
 	}
-	if err := ctx.LayerNormForwardMixed(out.Ptr(), mean.Ptr(), rstd.Ptr(), in.Ptr(), c(pt.data), l.W.Data.Ptr(), l.B.Data.Ptr(), l.Eps, n, l.Width); err != nil {
+	if err := be.LayerNormForward(out, mean, rstd, in, l.W.Data, l.B.Data, l.Eps, n, l.Width); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
 	}
 	return nil
@@ -49,21 +49,21 @@ func (l *LayerNorm) Forward(ctx *csrc.Ctx, out, mean, rstd, in *tensor.Tensor, n
 
 // Backward accumulates din[n, Width] (skipped when nil), W.Grad and B.Grad
 // from dout and the saved statistics.
-func (l *LayerNorm) Backward(ctx *csrc.Ctx, din, dout, in, mean, rstd *tensor.Tensor, n int) error {
+func (l *LayerNorm) Backward(be backend.NN, din, dout, in, mean, rstd *tensor.Tensor, n int) error {
 	const op = "LayerNorm.Backward"
-	pt, err := l.check(op, true)
-	if err != nil {
+	dev := be.Device()
+	if err := l.check(op, dev, true); err != nil {
 		return err
 	}
-	if err := needF32(op, "dout", dout, n*l.Width, "mean", mean, n, "rstd", rstd, n, "in", in, n*l.Width); err != nil {
+	if err := needF32(op, dev, "dout", dout, n*l.Width, "mean", mean, n, "rstd", rstd, n, "in", in, n*l.Width); err != nil {
 		return err
 	}
 	if din != nil {
-		if err := needF32(op, "din", din, n*l.Width); err != nil {
+		if err := needF32(op, dev, "din", din, n*l.Width); err != nil {
 			return err
 		}
 	}
-	if err := ctx.LayerNormBackwardMixed(ptr(din), c(pt.grad), l.W.Grad.Ptr(), l.B.Grad.Ptr(), dout.Ptr(), in.Ptr(), c(pt.data), l.W.Data.Ptr(), mean.Ptr(), rstd.Ptr(), n, l.Width); err != nil {
+	if err := be.LayerNormBackward(din, l.W.Grad, l.B.Grad, dout, in, l.W.Data, mean, rstd, n, l.Width); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
 	}
 	return nil

@@ -1,11 +1,13 @@
 package nn
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
-	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/tensor"
 )
 
 // Each case runs one layer's C forward and backward on random inputs, checks
@@ -13,7 +15,7 @@ import (
 // reference's backward against finite differences of its forward, using the
 // scalar loss sum(out * R) for a fixed random R.
 func TestLayerGradients(t *testing.T) {
-	ctx := testCtx(t)
+	be := testBackend(t)
 	const tol = 2e-5
 	cases := []struct {
 		name string
@@ -33,11 +35,11 @@ func TestLayerGradients(t *testing.T) {
 			dyt, dy := f32(t, randv(r, n*out, 1))
 			yt, _ := f32(t, make([]float64, n*out))
 			dxt, _ := f32(t, make([]float64, n*in))
-			if err := l.Forward(ctx, yt, xt, n); err != nil {
+			if err := l.Forward(be, yt, xt, n); err != nil {
 				t.Fatal(err)
 			}
 			closeTo(t, "y", vals(t, yt), refLinear(x, w, b, n, in, out), tol)
-			if err := l.Backward(ctx, dxt, dyt, xt, n); err != nil {
+			if err := l.Backward(be, dxt, dyt, xt, n); err != nil {
 				t.Fatal(err)
 			}
 			dx, dw, db := make([]float64, n*in), make([]float64, out*in), make([]float64, out)
@@ -66,12 +68,12 @@ func TestLayerGradients(t *testing.T) {
 			mt, _ := f32(t, make([]float64, n))
 			st, _ := f32(t, make([]float64, n))
 			dxt, _ := f32(t, make([]float64, n*c))
-			if err := l.Forward(ctx, yt, mt, st, xt, n); err != nil {
+			if err := l.Forward(be, yt, mt, st, xt, n); err != nil {
 				t.Fatal(err)
 			}
 			y, m, s := refLN(x, w, b, n, c)
 			closeTo(t, "y", vals(t, yt), y, tol)
-			if err := l.Backward(ctx, dxt, dyt, xt, mt, st, n); err != nil {
+			if err := l.Backward(be, dxt, dyt, xt, mt, st, n); err != nil {
 				t.Fatal(err)
 			}
 			dx, dw, db := make([]float64, n*c), make([]float64, c), make([]float64, c)
@@ -90,11 +92,11 @@ func TestLayerGradients(t *testing.T) {
 			dyt, dy := f32(t, randv(r, n, 1))
 			yt, _ := f32(t, make([]float64, n))
 			dxt, _ := f32(t, make([]float64, n))
-			if err := (GELU{}).Forward(ctx, yt, xt, n); err != nil {
+			if err := (GELU{}).Forward(be, yt, xt, n); err != nil {
 				t.Fatal(err)
 			}
 			closeTo(t, "y", vals(t, yt), refGelu(x), tol)
-			if err := (GELU{}).Backward(ctx, dxt, xt, dyt, n); err != nil {
+			if err := (GELU{}).Backward(be, dxt, xt, dyt, n); err != nil {
 				t.Fatal(err)
 			}
 			dx := make([]float64, n)
@@ -116,7 +118,7 @@ func TestLayerGradients(t *testing.T) {
 			tt := i32(t, tok)
 			yt, _ := f32(t, make([]float64, B*T*C))
 			dyt, dy := f32(t, randv(r, B*T*C, 1))
-			if err := e.Forward(ctx, yt, tt, B, T); err != nil {
+			if err := e.Forward(be, yt, tt, B, T); err != nil {
 				t.Fatal(err)
 			}
 			ref := func() []float64 {
@@ -129,7 +131,7 @@ func TestLayerGradients(t *testing.T) {
 				return y
 			}
 			closeTo(t, "y", vals(t, yt), ref(), 1e-7)
-			if err := e.Backward(ctx, dyt, tt, B, T); err != nil {
+			if err := e.Backward(be, dyt, tt, B, T); err != nil {
 				t.Fatal(err)
 			}
 			dwte, dwpe := make([]float64, V*C), make([]float64, T*C)
@@ -145,8 +147,8 @@ func TestLayerGradients(t *testing.T) {
 			fdCheck(t, "dwte", wte, dwte, 30, loss)
 			fdCheck(t, "dwpe", wpe, dwpe, 24, loss)
 		}},
-		{"Attention", func(t *testing.T, r *rand.Rand) { attentionCase(t, ctx, r, 0) }},
-		{"AttentionWindow2", func(t *testing.T, r *rand.Rand) { attentionCase(t, ctx, r, 2) }},
+		{"Attention", func(t *testing.T, r *rand.Rand) { attentionCase(t, be, r, 0) }},
+		{"AttentionWindow2", func(t *testing.T, r *rand.Rand) { attentionCase(t, be, r, 2) }},
 		{"CrossEntropy", func(t *testing.T, r *rand.Rand) {
 			n, V := 6, 9
 			xt, x := f32(t, randv(r, n*V, 3))
@@ -156,13 +158,13 @@ func TestLayerGradients(t *testing.T) {
 			lt, _ := f32(t, make([]float64, n))
 			dlt, _ := f32(t, fill(n, 1/float64(n)))
 			ce := CrossEntropy{Vocab: V}
-			loss, err := ce.Forward(ctx, pt, lt, xt, tt, n)
+			loss, err := ce.Forward(be, pt, lt, xt, tt, n)
 			if err != nil {
 				t.Fatal(err)
 			}
 			want, dx := refXent(x, tg, n, V)
 			closeTo(t, "loss", []float64{float64(loss)}, []float64{want}, tol)
-			if err := ce.Backward(ctx, pt, pt, tt, dlt, n); err != nil {
+			if err := ce.Backward(be, pt, pt, tt, dlt, n); err != nil {
 				t.Fatal(err)
 			}
 			closeTo(t, "dlogits", vals(t, pt), dx, tol)
@@ -174,7 +176,7 @@ func TestLayerGradients(t *testing.T) {
 	}
 }
 
-func attentionCase(t *testing.T, ctx *csrc.Ctx, r *rand.Rand, window int) {
+func attentionCase(t *testing.T, be *backend.CPU, r *rand.Rand, window int) {
 	B, T, NH, HS := 2, 5, 2, 3
 	C := NH * HS
 	a := Attention{Heads: NH, HeadSize: HS, Window: window}
@@ -183,13 +185,13 @@ func attentionCase(t *testing.T, ctx *csrc.Ctx, r *rand.Rand, window int) {
 	yt, _ := f32(t, make([]float64, B*T*C))
 	at, _ := f32(t, make([]float64, B*NH*T*T))
 	dqt, _ := f32(t, make([]float64, B*T*3*C))
-	if err := a.Forward(ctx, yt, at, qt, B, T); err != nil {
+	if err := a.Forward(be, yt, at, qt, B, T); err != nil {
 		t.Fatal(err)
 	}
 	y, att := refAttn(q, B, T, NH, HS, window)
 	closeTo(t, "y", vals(t, yt), y, 2e-5)
 	closeTo(t, "att", vals(t, at), att, 2e-5)
-	if err := a.Backward(ctx, dqt, dyt, qt, at, B, T); err != nil {
+	if err := a.Backward(be, dqt, dyt, qt, at, B, T); err != nil {
 		t.Fatal(err)
 	}
 	dq := make([]float64, B*T*3*C)
@@ -220,4 +222,48 @@ func fill(n int, v float64) []float64 {
 		out[i] = v
 	}
 	return out
+}
+
+// Linear takes a weight bound with any shape of its element count and
+// activation buffers longer than n rows, as the other layers do; the
+// backend's Linear gets exact [rows, cols] views and computes the same
+// bits as with exactly shaped tensors.
+func TestLinearViews(t *testing.T) {
+	be := testBackend(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	const n, in, out = 3, 4, 5
+	wv, bv, xv, dyv := randv(r, out*in, 1), randv(r, out, 1), randv(r, n*in, 1), randv(r, n*out, 1)
+	run := func(flatW bool, extra int) (y, dx, dw, db []float64) {
+		l := NewLinear("fc", in, out, true)
+		w, _ := f32(t, wv) // 1-D [out*in]
+		if !flatW {
+			w, _ = w.Reshape(out, in)
+		}
+		b, _ := f32(t, bv)
+		gw, _ := f32(t, make([]float64, out*in))
+		gb, _ := f32(t, make([]float64, out))
+		must(t, Bind(l, []*tensor.Tensor{w, b}, []*tensor.Tensor{gw, gb}))
+		x, _ := f32(t, append(append([]float64(nil), xv...), make([]float64, extra*in)...))
+		dy, _ := f32(t, append(append([]float64(nil), dyv...), make([]float64, extra*out)...))
+		yt, _ := f32(t, make([]float64, (n+extra)*out))
+		dxt, _ := f32(t, make([]float64, (n+extra)*in))
+		must(t, l.Forward(be, yt, x, n))
+		must(t, l.Backward(be, dxt, dy, x, n))
+		return vals(t, yt), vals(t, dxt), vals(t, gw), vals(t, gb)
+	}
+	y0, dx0, dw0, db0 := run(false, 0)
+	y1, dx1, dw1, db1 := run(true, 2)
+	for _, c := range []struct {
+		name      string
+		got, want []float64
+	}{{"y", y1[:n*out], y0}, {"dx", dx1[:n*in], dx0}, {"dw", dw1, dw0}, {"db", db1, db0}} {
+		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+			t.Errorf("%s = %v with a flat weight and longer buffers, %v with exact shapes", c.name, c.got, c.want)
+		}
+	}
+	for i, v := range y1[n*out:] {
+		if v != 0 {
+			t.Fatalf("y[%d] = %g past n rows: written", n*out+i, v)
+		}
+	}
 }

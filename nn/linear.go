@@ -3,7 +3,7 @@ package nn
 import (
 	"fmt"
 
-	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -48,25 +48,29 @@ func (l *Linear) bias(grad bool) *tensor.Tensor {
 	return l.B.Data
 }
 
-// check validates the bound parameters (see checkParams).
-func (l *Linear) check(op string, grad bool) (paramTypes, error) {
+// check validates the bound parameters on dev (see checkParams).
+func (l *Linear) check(op string, dev tensor.Device, grad bool) error {
 	if l.B == nil {
-		return checkParams(op, grad, []*model.Param{l.W}, []int{l.Out, l.In})
+		return checkParams(op, dev, grad, []*model.Param{l.W}, []int{l.Out, l.In})
 	}
-	return checkParams(op, grad, []*model.Param{l.W, l.B}, []int{l.Out, l.In}, []int{l.Out})
+	return checkParams(op, dev, grad, []*model.Param{l.W, l.B}, []int{l.Out, l.In}, []int{l.Out})
 }
 
-// Forward computes out[n, Out] = in[n, In] @ W^T + b.
-func (l *Linear) Forward(ctx *csrc.Ctx, out, in *tensor.Tensor, n int) error {
+// Forward computes out[n, Out] = in[n, In] @ W^T + b on be.
+func (l *Linear) Forward(be backend.NN, out, in *tensor.Tensor, n int) error {
 	const op = "Linear.Forward"
-	pt, err := l.check(op, false)
-	if err != nil {
+	dev := be.Device()
+	if err := l.check(op, dev, false); err != nil {
 		return err
 	}
-	if err := needF32(op, "out", out, n*l.Out, "in", in, n*l.In); err != nil {
+	if err := needF32(op, dev, "out", out, n*l.Out, "in", in, n*l.In); err != nil {
 		return err
 	}
-	if err := ctx.MatmulForwardMixed(out.Ptr(), in.Ptr(), c(pt.data), l.W.Data.Ptr(), ptr(l.bias(false)), n, l.In, l.Out); err != nil {
+	w, x, y := l.W.Data, in, out
+	if err := asMatrices(mat{&w, l.Out, l.In}, mat{&x, n, l.In}, mat{&y, n, l.Out}); err != nil {
+		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
+	}
+	if err := be.LinearForward(y, x, w, l.bias(false)); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
 	}
 	return nil
@@ -75,22 +79,62 @@ func (l *Linear) Forward(ctx *csrc.Ctx, out, in *tensor.Tensor, n int) error {
 // Backward accumulates din[n, In] += dout @ W (skipped when din is nil),
 // W.Grad += dout^T @ in and B.Grad += the column sums of dout[n, Out]; a
 // half-precision gradient gets one rounding per element per call.
-func (l *Linear) Backward(ctx *csrc.Ctx, din, dout, in *tensor.Tensor, n int) error {
+func (l *Linear) Backward(be backend.NN, din, dout, in *tensor.Tensor, n int) error {
 	const op = "Linear.Backward"
-	pt, err := l.check(op, true)
-	if err != nil {
+	dev := be.Device()
+	if err := l.check(op, dev, true); err != nil {
 		return err
 	}
-	if err := needF32(op, "dout", dout, n*l.Out, "in", in, n*l.In); err != nil {
+	if err := needF32(op, dev, "dout", dout, n*l.Out, "in", in, n*l.In); err != nil {
 		return err
 	}
 	if din != nil {
-		if err := needF32(op, "din", din, n*l.In); err != nil {
+		if err := needF32(op, dev, "din", din, n*l.In); err != nil {
 			return err
 		}
 	}
-	if err := ctx.MatmulBackwardMixed(ptr(din), c(pt.grad), l.W.Grad.Ptr(), ptr(l.bias(true)), dout.Ptr(), in.Ptr(), c(pt.data), l.W.Data.Ptr(), n, l.In, l.Out); err != nil {
+	w, dw, x, dy, dx := l.W.Data, l.W.Grad, in, dout, din
+	if err := asMatrices(mat{&w, l.Out, l.In}, mat{&dw, l.Out, l.In}, mat{&x, n, l.In}, mat{&dy, n, l.Out}, mat{&dx, n, l.In}); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
+	}
+	if err := be.LinearBackward(dx, dw, l.bias(true), dy, x, w); err != nil {
+		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
+	}
+	return nil
+}
+
+// mat is a tensor to view as rows x cols.
+type mat struct {
+	t          **tensor.Tensor
+	rows, cols int
+}
+
+// asMatrices replaces each non-nil *m.t with its view as [rows, cols], the
+// exact matrices backend.Linear computes on: the layers take buffers of at
+// least n rows, and a parameter may be bound with any shape of its element
+// count. A tensor of that shape already is kept, so the usual call makes
+// no view.
+func asMatrices(ms ...mat) error {
+	for _, m := range ms {
+		t := *m.t
+		if t == nil {
+			continue
+		}
+		if sh := t.Shape(); len(sh) == 2 && sh[0] == m.rows && sh[1] == m.cols {
+			continue
+		}
+		if n := m.rows * m.cols; t.Numel() > n {
+			v, err := t.Slice(0, n)
+			if err != nil {
+				return err
+			}
+			t = v
+		}
+		v, err := t.Reshape(m.rows, m.cols)
+		if err != nil {
+			return err
+		}
+		*m.t = v
 	}
 	return nil
 }

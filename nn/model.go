@@ -4,9 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unsafe"
 
-	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -32,9 +31,11 @@ import (
 
 var _ model.Model = (*GPT)(nil)
 
-// UseCtx sets the C context the modules run on when driven by an engine
-// (Forward and Backward set it themselves).
-func (g *GPT) UseCtx(ctx *csrc.Ctx) { g.ctx = ctx }
+// UseBackend sets the backend the modules compute on when their context
+// carries none. An engine's does (deepgo.Initialize passes its backend to
+// every module call, see backend.FromContext) and wins, so a model an
+// engine drives needs no UseBackend.
+func (g *GPT) UseBackend(be backend.Backend) { g.be = be }
 
 // Modules lists embedding, blocks, head; the same values on every call.
 func (g *GPT) Modules() []model.Module {
@@ -48,11 +49,25 @@ func (g *GPT) Modules() []model.Module {
 	return g.mods
 }
 
-func (g *GPT) needCtx() (*csrc.Ctx, error) {
-	if g.ctx == nil {
-		return nil, fmt.Errorf("nn.GPT: no C context: call UseCtx before training with an engine")
+// compute returns the backend a module call runs on: the one ctx carries,
+// else UseBackend's; it must offer the nn kernels (backend.NN) and compute
+// in host memory, where the model copies tokens and clears its scratch.
+func (g *GPT) compute(ctx context.Context) (backend.Backend, backend.NN, error) {
+	be, ok := backend.FromContext(ctx)
+	if !ok {
+		be = g.be
 	}
-	return g.ctx, nil
+	if be == nil {
+		return nil, nil, fmt.Errorf("nn.GPT: no backend: drive the model with an engine (deepgo.Initialize hands every module its backend), or call UseBackend (or pass one to NewReadyGPT)")
+	}
+	k, ok := be.(backend.NN)
+	if !ok {
+		return nil, nil, fmt.Errorf("nn.GPT: backend %s offers no nn kernels (backend.NN): %w yet", be.Name(), backend.ErrUnsupported)
+	}
+	if dev := be.Device(); !dev.IsCPU() {
+		return nil, nil, fmt.Errorf("nn.GPT: backend %s computes on %v: %w yet (the model copies tokens and clears gradients in host memory)", be.Name(), dev, backend.ErrUnsupported)
+	}
+	return be, k, nil
 }
 
 func asBatch(a model.Activation) (model.TokenBatch, error) {
@@ -82,9 +97,9 @@ func (m embedModule) Resident() bool         { return true }
 func (m embedModule) Params() []*model.Param { return m.g.Embed.Params() }
 
 // Forward embeds the batch's tokens into the residual stream.
-func (m embedModule) Forward(_ context.Context, in model.Activation) (model.Activation, error) {
+func (m embedModule) Forward(ctx context.Context, in model.Activation) (model.Activation, error) {
 	g := m.g
-	ctx, err := g.needCtx()
+	_, k, err := g.compute(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +122,7 @@ func (m embedModule) Forward(_ context.Context, in model.Activation) (model.Acti
 	copy(tok, b.Inputs)
 	tg, _ := s.targets.Int32s()
 	copy(tg, b.Targets)
-	if err := g.Embed.Forward(ctx, s.resid[0], s.tokens, b.B, b.T); err != nil {
+	if err := g.Embed.Forward(k, s.resid[0], s.tokens, b.B, b.T); err != nil {
 		return nil, err
 	}
 	return s.resid[0], nil
@@ -115,9 +130,9 @@ func (m embedModule) Forward(_ context.Context, in model.Activation) (model.Acti
 
 // Backward adds the embedding's gradients, and the head's share of the
 // tied wte's, into what the engine bound.
-func (m embedModule) Backward(_ context.Context, gout model.Activation) (model.Activation, error) {
+func (m embedModule) Backward(ctx context.Context, gout model.Activation) (model.Activation, error) {
 	g := m.g
-	ctx, err := g.needCtx()
+	be, k, err := g.compute(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -128,11 +143,10 @@ func (m embedModule) Backward(_ context.Context, gout model.Activation) (model.A
 	// the token rows join the head's share of the tied weight's gradient
 	// in float32; the sum goes into wte's gradient with one rounding
 	s := g.st
-	if err := g.Embed.backward(ctx, "GPT.Backward", s.dwteHead, d, s.tokens, s.b, s.t); err != nil {
+	if err := g.Embed.backward(k, "GPT.Backward", s.dwteHead, d, s.tokens, s.b, s.t); err != nil {
 		return nil, err
 	}
-	tg := g.Embed.Tok.Grad
-	if err := ctx.AxpyMixed(csrc.F32, c(tg.DType()), 1, []unsafe.Pointer{s.dwteHead.Ptr()}, []unsafe.Pointer{tg.Ptr()}, []int64{int64(tg.Numel())}); err != nil {
+	if err := be.Axpy(1, []*tensor.Tensor{s.dwteHead}, []*tensor.Tensor{g.Embed.Tok.Grad}); err != nil {
 		return nil, fmt.Errorf("nn.GPT.Backward: tied wte: %w", err)
 	}
 	return nil, nil
@@ -147,9 +161,9 @@ func (m blockModule) Name() string           { return fmt.Sprintf("transformer.h
 func (m blockModule) Params() []*model.Param { return m.g.Blocks[m.l].Params() }
 
 // Forward runs block l on the residual stream.
-func (m blockModule) Forward(_ context.Context, in model.Activation) (model.Activation, error) {
+func (m blockModule) Forward(ctx context.Context, in model.Activation) (model.Activation, error) {
 	g := m.g
-	ctx, err := g.needCtx()
+	_, k, err := g.compute(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +178,7 @@ func (m blockModule) Forward(_ context.Context, in model.Activation) (model.Acti
 	if x != s.resid[m.l] {
 		return nil, fmt.Errorf("nn.GPT: block %d got an input that is not the previous module's output", m.l)
 	}
-	if err := g.Blocks[m.l].Forward(ctx, s.resid[m.l+1], x, g.actsFor(m.l), s.scratch, s.b, s.t); err != nil {
+	if err := g.Blocks[m.l].Forward(k, s.resid[m.l+1], x, g.actsFor(m.l), s.scratch, s.b, s.t); err != nil {
 		return nil, err
 	}
 	return s.resid[m.l+1], nil
@@ -172,9 +186,9 @@ func (m blockModule) Forward(_ context.Context, in model.Activation) (model.Acti
 
 // Backward runs block l's backward (recomputing it first when it is
 // checkpointed), adding its gradients into what the engine bound.
-func (m blockModule) Backward(_ context.Context, gout model.Activation) (model.Activation, error) {
+func (m blockModule) Backward(ctx context.Context, gout model.Activation) (model.Activation, error) {
 	g := m.g
-	ctx, err := g.needCtx()
+	_, k, err := g.compute(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +202,7 @@ func (m blockModule) Backward(_ context.Context, gout model.Activation) (model.A
 		// recompute the block's internals from its saved input; the
 		// output lands where it was (same values) and is not read again
 		t0 := time.Now()
-		if err := blk.Forward(ctx, s.resid[m.l+1], s.resid[m.l], acts, s.scratch, s.b, s.t); err != nil {
+		if err := blk.Forward(k, s.resid[m.l+1], s.resid[m.l], acts, s.scratch, s.b, s.t); err != nil {
 			return nil, fmt.Errorf("nn.GPT: recompute block %d: %w", m.l, err)
 		}
 		if g.Config.Checkpointing.Profile {
@@ -200,7 +214,7 @@ func (m blockModule) Backward(_ context.Context, gout model.Activation) (model.A
 		din = s.dB
 	}
 	zero(din)
-	if err := blk.Backward(ctx, din, dout, s.resid[m.l], acts, s.scratch, s.b, s.t); err != nil {
+	if err := blk.Backward(k, din, dout, s.resid[m.l], acts, s.scratch, s.b, s.t); err != nil {
 		return nil, err
 	}
 	return din, nil
@@ -208,13 +222,25 @@ func (m blockModule) Backward(_ context.Context, gout model.Activation) (model.A
 
 type headModule struct{ g *GPT }
 
+// headWeight checks the tied wte the head reads and views it as [V, C].
+func (g *GPT) headWeight(op string, dev tensor.Device) (*tensor.Tensor, error) {
+	if err := checkParams(op, dev, false, []*model.Param{g.Embed.Tok}, []int{g.Config.Vocab, g.Config.Width}); err != nil {
+		return nil, err
+	}
+	w := g.Embed.Tok.Data
+	if err := asMatrices(mat{&w, g.Config.Vocab, g.Config.Width}); err != nil {
+		return nil, fmt.Errorf("nn.%s: head: %w", op, err)
+	}
+	return w, nil
+}
+
 func (m headModule) Name() string           { return "transformer.ln_f" }
 func (m headModule) Params() []*model.Param { return m.g.LNF.Params() }
 
 // Forward runs ln_f and the output projection on wte (read, not owned).
-func (m headModule) Forward(_ context.Context, in model.Activation) (model.Activation, error) {
+func (m headModule) Forward(ctx context.Context, in model.Activation) (model.Activation, error) {
 	g := m.g
-	ctx, err := g.needCtx()
+	_, k, err := g.compute(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -224,15 +250,15 @@ func (m headModule) Forward(_ context.Context, in model.Activation) (model.Activ
 		return nil, err
 	}
 	n := s.b * s.t
-	pt, err := checkParams("GPT.Forward", false, []*model.Param{g.Embed.Tok}, []int{g.Config.Vocab, g.Config.Width})
+	wte, err := g.headWeight("GPT.Forward", k.Device())
 	if err != nil {
 		return nil, err
 	}
-	if err := g.LNF.Forward(ctx, s.lnf, s.lnfMean, s.lnfRstd, x, n); err != nil {
+	if err := g.LNF.Forward(k, s.lnf, s.lnfMean, s.lnfRstd, x, n); err != nil {
 		return nil, err
 	}
 	// logits[N, V] = lnf @ wte^T
-	if err := ctx.MatmulForwardMixed(s.probs.Ptr(), s.lnf.Ptr(), c(pt.data), g.Embed.Tok.Data.Ptr(), nil, n, g.Config.Width, g.Config.Vocab); err != nil {
+	if err := k.LinearForward(s.probs, s.lnf, wte, nil); err != nil {
 		return nil, fmt.Errorf("nn.GPT.Forward: head: %w", err)
 	}
 	return s.probs, nil
@@ -241,9 +267,9 @@ func (m headModule) Forward(_ context.Context, in model.Activation) (model.Activ
 // Backward adds ln_f's gradients into what the engine bound and the
 // projection's wte gradient into the model's float32 share (see
 // embedModule.Backward).
-func (m headModule) Backward(_ context.Context, gout model.Activation) (model.Activation, error) {
+func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.Activation, error) {
 	g := m.g
-	ctx, err := g.needCtx()
+	_, k, err := g.compute(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -252,18 +278,18 @@ func (m headModule) Backward(_ context.Context, gout model.Activation) (model.Ac
 	if err != nil {
 		return nil, err
 	}
-	n, w := s.b*s.t, g.Config.Width
-	pt, err := checkParams("GPT.Backward", false, []*model.Param{g.Embed.Tok}, []int{g.Config.Vocab, w})
+	n := s.b * s.t
+	wte, err := g.headWeight("GPT.Backward", k.Device())
 	if err != nil {
 		return nil, err
 	}
 	zero(s.dB) // dlnf
 	zero(s.dwteHead)
-	if err := ctx.MatmulBackwardMixed(s.dB.Ptr(), csrc.F32, s.dwteHead.Ptr(), nil, dlogits.Ptr(), s.lnf.Ptr(), c(pt.data), g.Embed.Tok.Data.Ptr(), n, w, g.Config.Vocab); err != nil {
+	if err := k.LinearBackward(s.dB, s.dwteHead, nil, dlogits, s.lnf, wte); err != nil {
 		return nil, fmt.Errorf("nn.GPT.Backward: head: %w", err)
 	}
 	zero(s.dA)
-	if err := g.LNF.Backward(ctx, s.dA, s.dB, s.resid[g.Config.Layers], s.lnfMean, s.lnfRstd, n); err != nil {
+	if err := g.LNF.Backward(k, s.dA, s.dB, s.resid[g.Config.Layers], s.lnfMean, s.lnfRstd, n); err != nil {
 		return nil, err
 	}
 	return s.dA, nil
@@ -272,8 +298,8 @@ func (m headModule) Backward(_ context.Context, gout model.Activation) (model.Ac
 // Loss is the mean cross-entropy of the head's logits against the batch's
 // targets; the gradient it returns (in place of the logits) is that of
 // gradScale x loss.
-func (g *GPT) Loss(_ context.Context, out, target model.Activation, gradScale float64) (float64, model.Activation, error) {
-	ctx, err := g.needCtx()
+func (g *GPT) Loss(ctx context.Context, out, target model.Activation, gradScale float64) (float64, model.Activation, error) {
+	_, k, err := g.compute(ctx)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -294,7 +320,7 @@ func (g *GPT) Loss(_ context.Context, out, target model.Activation, gradScale fl
 		copy(tg, b.Targets)
 	}
 	n := s.b * s.t
-	loss, err := g.Xent.Forward(ctx, logits, s.losses, logits, s.targets, n)
+	loss, err := g.Xent.Forward(k, logits, s.losses, logits, s.targets, n)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -303,7 +329,7 @@ func (g *GPT) Loss(_ context.Context, out, target model.Activation, gradScale fl
 		dl[i] = float32(gradScale / float64(n))
 	}
 	// probs become dlogits in place
-	if err := g.Xent.Backward(ctx, logits, logits, s.targets, s.dlosses, n); err != nil {
+	if err := g.Xent.Backward(k, logits, logits, s.targets, s.dlosses, n); err != nil {
 		return 0, nil, err
 	}
 	return float64(loss), logits, nil

@@ -74,7 +74,7 @@ func TestGPTLoadsCheckpointFromBeforeTheNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer be.Close()
-	g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 1, Heads: 2, Width: 8, Vocab: V, SeqLen: T}, be.Ctx(), 99) // other weights than saved
+	g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 1, Heads: 2, Width: 8, Vocab: V, SeqLen: T}, be, 99) // other weights than saved
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,11 +47,11 @@ func Bind(m HasParams, values, grads []*tensor.Tensor) error {
 		return fmt.Errorf("nn.Bind: %d parameters, got %d values and %d grads", len(ps), len(values), len(grads))
 	}
 	for i, p := range ps {
-		if err := checkParam("Bind", p, "value", values[i]); err != nil {
+		if err := checkParam("Bind", tensor.CPU, p, "value", values[i]); err != nil {
 			return err
 		}
 		if grads != nil {
-			if err := checkParam("Bind", p, "gradient", grads[i]); err != nil {
+			if err := checkParam("Bind", tensor.CPU, p, "gradient", grads[i]); err != nil {
 				return err
 			}
 		}

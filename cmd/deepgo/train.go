@@ -131,7 +131,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			return err
 		}
 		defer be.Close()
-		gpt, err := nn.NewReadyGPT(g, be.Ctx(), 1)
+		gpt, err := nn.NewReadyGPT(g, nil, 1) // computes on the engine's backend
 		if err != nil {
 			return err
 		}

@@ -22,7 +22,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/nn"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -40,11 +40,11 @@ type run struct {
 }
 
 func peak(threads int) (float64, error) {
-	ctx, err := csrc.NewCtx(threads)
+	be, err := backend.NewCPU(threads)
 	if err != nil {
 		return 0, err
 	}
-	defer ctx.Close()
+	defer be.Close()
 	const n = 1536
 	var ts [3]*tensor.Tensor
 	for i := range ts {
@@ -60,7 +60,7 @@ func peak(threads int) (float64, error) {
 	best := time.Duration(1 << 62)
 	for rep := 0; rep < 4; rep++ {
 		t0 := time.Now()
-		if err := ctx.MatmulForward(ts[0].Ptr(), ts[1].Ptr(), ts[2].Ptr(), nil, n, n, n); err != nil {
+		if err := be.LinearForward(ts[0], ts[1], ts[2], nil); err != nil {
 			return 0, err
 		}
 		best = min(best, time.Since(t0))
@@ -81,7 +81,7 @@ func main() {
 		"model":            map[string]int{"layers": cfg.Layers, "heads": cfg.Heads, "width": cfg.Width, "vocab": cfg.Vocab, "seq": *T, "batch": *B, "params": cfg.NumParams()},
 		"flops_per_token":  flopsPerToken,
 		"mfu_formula":      "MFU = (6*N + 6*L*T_eff*C*2) * tokens_per_s / peak; N = params without wpe, T_eff = (T+1)/2; peak = sgemm 1536^3 on the same thread count",
-		"openblas_threads": "1 per call; the ctx pool splits rows",
+		"openblas_threads": "1 per call; the backend's pool splits rows",
 		"gomaxprocs":       runtime.GOMAXPROCS(0),
 	}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -115,11 +115,11 @@ func main() {
 }
 
 func bench(cfg nn.GPTConfig, threads, steps int, in, tg []int32, B, T int) (run, error) {
-	ctx, err := csrc.NewCtx(threads)
+	be, err := backend.NewCPU(threads)
 	if err != nil {
 		return run{}, err
 	}
-	defer ctx.Close()
+	defer be.Close()
 	g, err := nn.NewGPT(cfg)
 	if err != nil {
 		return run{}, err
@@ -137,10 +137,10 @@ func bench(cfg nn.GPTConfig, threads, steps int, in, tg []int32, B, T int) (run,
 	var total time.Duration
 	for s := 0; s <= steps; s++ {
 		t0 := time.Now()
-		if loss, err = g.Forward(ctx, in, tg, B, T); err != nil {
+		if loss, err = g.Forward(be, in, tg, B, T); err != nil {
 			return run{}, err
 		}
-		if err := g.Backward(ctx); err != nil {
+		if err := g.Backward(be); err != nil {
 			return run{}, err
 		}
 		if s > 0 { // the first step allocates and warms caches

@@ -48,7 +48,8 @@ func main() {
 			return err
 		}
 		defer cpu.Close()
-		gpt, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 64, Vocab: vocab, SeqLen: seqLen}, cpu.Ctx(), 1)
+		// no backend of its own: the engine hands the model's modules cpu
+		gpt, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 64, Vocab: vocab, SeqLen: seqLen}, nil, 1)
 		if err != nil {
 			return err
 		}
