@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 const modulePath = "github.com/deepgo-ml/deepgo"
@@ -20,9 +23,7 @@ const modulePath = "github.com/deepgo-ml/deepgo"
 func layerTable(t *testing.T) map[string]int {
 	t.Helper()
 	f, err := os.Open("docs/design.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	row := regexp.MustCompile(`^\| (\d+) \| ([^|]+)\|`)
 	name := regexp.MustCompile("`([^`]+)`")
@@ -47,9 +48,7 @@ func layerTable(t *testing.T) map[string]int {
 			levels[p] = lvl
 		}
 	}
-	if len(levels) == 0 {
-		t.Fatal("docs/design.md: no layer table rows found")
-	}
+	require.NotEmpty(t, levels, "docs/design.md: no layer table rows found")
 	return levels
 }
 
@@ -79,18 +78,16 @@ func goList(t *testing.T, args ...string) []listedPackage {
 	cmd := exec.Command("go", append([]string{"list", "-json", "-tags", "mpi,cuda"}, args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("go list: %v\n%s", err, errb.String())
-	}
+	require.NoError(t, cmd.Run(), "go list: %s", errb.String())
 	var pkgs []listedPackage
 	dec := json.NewDecoder(&out)
 	for {
 		var p listedPackage
-		if err := dec.Decode(&p); err == io.EOF {
+		err := dec.Decode(&p)
+		if err == io.EOF {
 			break
-		} else if err != nil {
-			t.Fatal(err)
 		}
+		require.NoError(t, err)
 		pkgs = append(pkgs, p)
 	}
 	return pkgs
@@ -102,8 +99,7 @@ func TestLayers(t *testing.T) {
 	levels := layerTable(t)
 	for _, p := range goList(t, "./...") {
 		lvl, ok := levelOf(levels, p.ImportPath)
-		if !ok {
-			t.Errorf("%s is not in the layer table of docs/design.md", p.ImportPath)
+		if !assert.True(t, ok, "%s is not in the layer table of docs/design.md", p.ImportPath) {
 			continue
 		}
 		for _, imp := range p.Imports {
@@ -114,9 +110,7 @@ func TestLayers(t *testing.T) {
 			if !ok {
 				continue // reported as a package of its own
 			}
-			if il >= lvl {
-				t.Errorf("%s (level %d) imports %s (level %d): imports must point to lower levels", p.ImportPath, lvl, imp, il)
-			}
+			assert.Less(t, il, lvl, "%s (level %d) imports %s (level %d): imports must point to lower levels", p.ImportPath, lvl, imp, il)
 		}
 	}
 }
@@ -126,8 +120,6 @@ func TestNNDependsOnNoEngine(t *testing.T) {
 	pkgs := goList(t, "-deps", "./nn")
 	banned := map[string]bool{modulePath: true, modulePath + "/zero": true, modulePath + "/checkpoint": true, modulePath + "/comm/local": true}
 	for _, p := range pkgs {
-		if banned[p.ImportPath] {
-			t.Errorf("go list -deps ./nn contains %s", p.ImportPath)
-		}
+		assert.False(t, banned[p.ImportPath], "go list -deps ./nn contains %s", p.ImportPath)
 	}
 }
