@@ -159,8 +159,11 @@ __global__ void __launch_bounds__(NN_BLOCK)
 	const float *vk = base + k * C3 + 2 * C + h * HS;
 	float *dk = dqkv + b * T * C3 + k * C3 + C + h * HS;
 	float *dv = dk + C;
-	/* the queries that see key k: k .. k + window - 1 (all later ones without a window) */
-	int64_t qmax = window > 0 && k + window - 1 < T - 1 ? k + window - 1 : T - 1;
+	/* the queries that see key k: k .. k + window - 1 (all later ones without
+	 * a window). window - 1 is compared with the distance to the last query,
+	 * not added to k: k + window - 1 overflows for a window meaning
+	 * "unbounded" (the maximum int), which would leave dk and dv at zero. */
+	int64_t qmax = window > 0 && window - 1 < T - 1 - k ? k + window - 1 : T - 1;
 	for (int64_t qb = k; qb <= qmax; qb += 32) {
 		int64_t q = qb + lane;
 		float a = 0.0f, ds = 0.0f;

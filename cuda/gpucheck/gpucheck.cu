@@ -746,8 +746,11 @@ static void check_nn_encoder(dg_ctx *c, gpu *g, int64_t b, int64_t t, int64_t ci
 
 static void check_nn_attention(dg_ctx *c, gpu *g, int64_t b, int64_t t, int64_t nh, int64_t hs, int64_t win)
 {
-	char cs[24];
-	snprintf(cs, sizeof cs, "T%lld w%lld", (long long)t, (long long)win);
+	char cs[48];
+	if (win == INT64_MAX) /* "unbounded": the same as no window */
+		snprintf(cs, sizeof cs, "T%lld wmax", (long long)t);
+	else
+		snprintf(cs, sizeof cs, "T%lld w%lld", (long long)t, (long long)win);
 	int64_t ci = nh * hs, nq = b * t * 3 * ci, no = b * t * ci, na = b * nh * t * t;
 	float *qkv = nn_host(nq, 1), *o = nn_host(no, 1), *att = nn_host(na, 1);
 	float *dqkv = nn_up(qkv, 4 * nq), *dout = nn_up(o, 4 * no), *datt = nn_up(att, 4 * na);
@@ -826,6 +829,7 @@ static void check_nn(dg_ctx *c, gpu *g)
 	check_nn_encoder(c, g, 4, 256, 768, 8192);
 	check_nn_attention(c, g, 2, 37, 3, 40, 0);
 	check_nn_attention(c, g, 2, 37, 3, 40, 5);
+	check_nn_attention(c, g, 2, 37, 3, 40, INT64_MAX); /* k + window - 1 must not overflow */
 	check_nn_attention(c, g, 2, 256, 12, 64, 0);
 	check_nn_attention(c, g, 2, 256, 12, 64, 64);
 	check_nn_xent(c, g, 19, 1000);
