@@ -13,6 +13,7 @@
 dg_status dg_cu_fail(dg_cuda_ctx *ctx, cudaError_t e, const char *call, const char *file, int line)
 {
 	const char *base = strrchr(file, '/');
+	dg_cu_handled(e);
 	ctx->last_cuerr = (int)e;
 	snprintf(ctx->last_msg, sizeof ctx->last_msg, "%s:%d: %s: %s: %s", base ? base + 1 : file, line, call,
 		 cudaGetErrorName(e), cudaGetErrorString(e));
@@ -24,6 +25,14 @@ dg_status dg_cu_invalid(dg_cuda_ctx *ctx, dg_status s, const char *fn, const cha
 	ctx->last_cuerr = 0;
 	snprintf(ctx->last_msg, sizeof ctx->last_msg, "%s: %s", fn, what);
 	return s;
+}
+
+dg_status dg_cu_bad_grid(dg_cuda_ctx *ctx, const char *kernel, int64_t grid)
+{
+	ctx->last_cuerr = 0;
+	snprintf(ctx->last_msg, sizeof ctx->last_msg, "%s: a grid of %lld blocks: allowed 1..%lld (the sizes are too large)",
+		 kernel, (long long)grid, (long long)DG_CU_MAX_GRID);
+	return DG_ERR_SIZE;
 }
 
 dg_status dg_cu_check_list(dg_cuda_ctx *ctx, const char *fn, const void *const *ptrs, const int64_t *ns, int count)
@@ -152,12 +161,11 @@ dg_status dg_cuda_stream_synchronize(int device, void *s, int *cuerr)
 	return DG_OK;
 }
 
+/* query_result: cudaErrorNotReady is "not done", not a failure, and must
+ * not linger as the thread's last error (dg_cuda_err.h) */
 static dg_status query_result(cudaError_t e, int *done, int *cuerr)
 {
-	*done = e == cudaSuccess;
-	if (e == cudaErrorNotReady)
-		return DG_OK;
-	DG_CU(cuerr, e);
+	DG_CU(cuerr, dg_cu_query(e, done));
 	return DG_OK;
 }
 
@@ -237,14 +245,15 @@ void dg_cuda_ctx_destroy(dg_cuda_ctx *ctx)
 {
 	if (ctx == NULL)
 		return;
-	/* errors here have nowhere to go: the context is gone either way */
-	cudaSetDevice(ctx->device);
-	cudaStreamSynchronize(ctx->stream);
+	/* errors here have nowhere to go: the context is gone either way (and
+	 * they must not linger as this thread's last error) */
+	dg_cu_handled(cudaSetDevice(ctx->device));
+	dg_cu_handled(cudaStreamSynchronize(ctx->stream));
 	dg_cu_nn_release(ctx);
 	if (ctx->scratch)
-		cudaFree(ctx->scratch);
+		dg_cu_handled(cudaFree(ctx->scratch));
 	if (ctx->owns_stream)
-		cudaStreamDestroy(ctx->stream);
+		dg_cu_handled(cudaStreamDestroy(ctx->stream));
 	free(ctx);
 }
 

@@ -6,7 +6,9 @@
  * void*, statuses are deepgo.h's dg_status. A failing CUDA call returns
  * DG_ERR_CUDA; the cudaError_t value is written to *cuerr (functions without
  * a context) or kept in the context with a message naming the call and its
- * file:line (dg_cuda_ctx_error).
+ * file:line (dg_cuda_ctx_error). No error these functions handle or return
+ * stays behind as the calling thread's cudaGetLastError (dg_cuda_err.h), so
+ * a later call on that thread never reports it.
  *
  * Current device: every function that touches a device first makes that
  * device current on the calling thread (cudaSetDevice, a few ns when it

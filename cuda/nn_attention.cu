@@ -91,8 +91,7 @@ dg_status dg_cuda_nn_attention_forward(dg_cuda_ctx *ctx, float *out, float *att,
 	int64_t units = b * nh * t;
 	if (units == 0)
 		return DG_OK;
-	att_fwd<<<nn_warp_blocks(units), NN_BLOCK, 0, ctx->stream>>>(out, att, qkv, b, t, nh, hs, window);
-	DG_CU_CTX(ctx, cudaGetLastError());
+	DG_CU_LAUNCH(ctx, att_fwd, nn_warp_blocks(units), NN_BLOCK, out, att, qkv, b, t, nh, hs, window);
 	return DG_OK;
 }
 
@@ -200,11 +199,9 @@ dg_status dg_cuda_nn_attention_backward(dg_cuda_ctx *ctx, float *dqkv, const flo
 	if (s != DG_OK)
 		return s;
 	float *dots = (float *)ctx->scratch;
-	att_bwd_q<<<nn_warp_blocks(units), NN_BLOCK, 0, ctx->stream>>>(dqkv, dots, dout, qkv, att, b, t, nh, hs,
-									window);
-	DG_CU_CTX(ctx, cudaGetLastError());
-	att_bwd_kv<<<nn_warp_blocks(units), NN_BLOCK, 0, ctx->stream>>>(dqkv, dots, dout, qkv, att, b, t, nh, hs,
-									 window);
-	DG_CU_CTX(ctx, cudaGetLastError());
+	DG_CU_LAUNCH(ctx, att_bwd_q, nn_warp_blocks(units), NN_BLOCK, dqkv, dots, dout, qkv, att, b, t, nh, hs,
+		     window);
+	DG_CU_LAUNCH(ctx, att_bwd_kv, nn_warp_blocks(units), NN_BLOCK, dqkv, dots, dout, qkv, att, b, t, nh, hs,
+		     window);
 	return DG_OK;
 }

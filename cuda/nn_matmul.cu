@@ -206,7 +206,7 @@ void dg_cu_nn_release(dg_cuda_ctx *ctx)
 		ctx->blas = NULL;
 	}
 	if (ctx->nn_flag) {
-		cudaFree(ctx->nn_flag);
+		dg_cu_handled(cudaFree(ctx->nn_flag));
 		ctx->nn_flag = NULL;
 	}
 }
@@ -245,8 +245,7 @@ dg_status dg_cuda_nn_matmul_forward(dg_cuda_ctx *ctx, float *out, const float *i
 		return DG_OK;
 	/* as the CPU: the bias first, then sgemm adds the product (beta 1) */
 	if (bias != NULL || c == 0) {
-		mm_fill_rows<<<nn_blocks(n * oc), NN_BLOCK, 0, ctx->stream>>>(out, bias, n, oc);
-		DG_CU_CTX(ctx, cudaGetLastError());
+		DG_CU_LAUNCH(ctx, mm_fill_rows, nn_blocks(n * oc), NN_BLOCK, out, bias, n, oc);
 	}
 	if (c == 0) /* an empty sum; cuBLAS rejects leading dimensions of 0 */
 		return DG_OK;
@@ -289,8 +288,7 @@ dg_status dg_cuda_nn_matmul_backward(dg_cuda_ctx *ctx, float *dinp, float *dw, f
 							     inp, (int)c, dout, (int)oc, &one, dw, (int)c));
 	}
 	if (dbias != NULL) {
-		mm_dbias<<<(unsigned)((oc + NN_BLOCK - 1) / NN_BLOCK), NN_BLOCK, 0, ctx->stream>>>(dbias, dout, n, oc);
-		DG_CU_CTX(ctx, cudaGetLastError());
+		DG_CU_LAUNCH(ctx, mm_dbias, (oc + NN_BLOCK - 1) / NN_BLOCK, NN_BLOCK, dbias, dout, n, oc);
 	}
 	return DG_OK;
 }

@@ -7,12 +7,13 @@ package nccl
 // Headers: build/cuda/include/{nccl,cuda} are links that
 // scripts/build-cuda.sh makes to the NCCL and CUDA include folders of the
 // toolchain in use (wheels or system), as it copies libcudart_static.a, so
-// these flags do not depend on where the toolkit lives. libnccl is not
+// these flags do not depend on where the toolkit lives; ../cuda gives
+// dg_cuda_err.h, package cuda's rule for the thread's last CUDA error. libnccl is not
 // linked (see doc.go); libcudart_static is, for cudaSetDevice and events,
 // the same archive package cuda links.
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../build/cuda/include/nccl -I${SRCDIR}/../build/cuda/include/cuda
+#cgo CFLAGS: -I${SRCDIR}/../build/cuda/include/nccl -I${SRCDIR}/../build/cuda/include/cuda -I${SRCDIR}/../cuda
 #cgo LDFLAGS: -L${SRCDIR}/../build/cuda -lcudart_static -ldl -lpthread -lrt
 #include <stdlib.h>
 #include "shim.h"

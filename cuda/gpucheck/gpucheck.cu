@@ -5,7 +5,8 @@
  * max relative difference, PASS/FAIL, GB/s of the GPU kernel. Exit status 1
  * on any failure. Build: scripts/build-cuda.sh; run: build/cuda/gpucheck.
  *
- * The nn rows (check_nn) have their own tolerances, stated there.
+ * The nn rows (check_nn) have their own tolerances, stated there; the
+ * runtime rows (runtime.cu) check the glue around the kernels.
  *
  * Bits must match exactly, except that a NaN produced by arithmetic (scale,
  * axpy, reduce sum) matches any NaN: GPUs return the canonical NaN where x86
@@ -18,28 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "deepgo.h"
-#include "deepgo_cuda.h"
+#include "gpucheck.h"
 
-static int failures;
-
-#define CK(call)                                                                                               \
-	do {                                                                                                   \
-		cudaError_t e_ = (call);                                                                       \
-		if (e_ != cudaSuccess) {                                                                       \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-			exit(2);                                                                               \
-		}                                                                                              \
-	} while (0)
-#define DG(ctx, call)                                                                                          \
-	do {                                                                                                   \
-		dg_status s_ = (call);                                                                         \
-		if (s_ != DG_OK) {                                                                             \
-			fprintf(stderr, "%s:%d: %s: %s %s\n", __FILE__, __LINE__, #call, dg_strerror(s_),       \
-				(ctx) ? dg_cuda_ctx_error((ctx), NULL) : "");                                  \
-			exit(2);                                                                               \
-		}                                                                                              \
-	} while (0)
+int failures;
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void)
@@ -118,7 +100,7 @@ static int64_t mismatches(dg_dtype t, const void *a, const void *b, int64_t n, i
 	return bad;
 }
 
-static void row(const char *k, const char *dt, int64_t n, const char *diff, int ok, double bytes, float ms)
+void row(const char *k, const char *dt, int64_t n, const char *diff, int ok, double bytes, float ms)
 {
 	double gbs = ms > 0 ? bytes / (ms * 1e6) : 0;
 	printf("%-10s %-10s %9lld  %-22s %-4s %8.1f\n", k, dt, (long long)n, diff, ok ? "PASS" : "FAIL", gbs);
@@ -174,11 +156,6 @@ static int64_t list_diff(list *l, dg_dtype t, int nan_any)
 	free(back);
 	return bad;
 }
-
-typedef struct {
-	dg_cuda_ctx *ctx;
-	cudaEvent_t e0, e1;
-} gpu;
 
 static void tick(gpu *g) { CK(cudaEventRecord(g->e0, (cudaStream_t)dg_cuda_ctx_stream(g->ctx))); }
 static float tock(gpu *g)
@@ -855,6 +832,7 @@ int main(void)
 	CK(cudaEventCreate(&g.e0));
 	CK(cudaEventCreate(&g.e1));
 	optcases_init();
+	check_runtime(&g);
 	printf("%-10s %-10s %9s  %-22s %-4s %8s\n", "kernel", "dtype", "n", "diff", "", "GB/s");
 	/* list of 5 tensors {n, 1, 17, 0, n/2}; the last size is for bandwidth */
 	const int64_t sizes[] = {0, 1, 17, 4097, (1 << 20) + 3, 1 << 26};

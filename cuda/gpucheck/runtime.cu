@@ -1,0 +1,99 @@
+/*
+ * runtime.cu — gpucheck's rows for the glue around the kernels rather than
+ * the kernels: the CUDA runtime's per-thread last error never carries a
+ * handled error into a later call (cuda/dg_cuda_err.h), and a grid over the
+ * launch limit is refused instead of wrapping. A failing row prints what was
+ * seen instead of the kernel's bandwidth.
+ */
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpucheck.h"
+
+/* the stream-blocking host function: sleeps for (intptr_t)arg ms */
+static void CUDART_CB sleep_ms(void *arg) { usleep((useconds_t)((intptr_t)arg * 1000)); }
+
+/* busy keeps stream s busy for ms milliseconds, as a long collective would */
+static void busy(cudaStream_t s, int ms) { CK(cudaLaunchHostFunc(s, sleep_ms, (void *)(intptr_t)ms)); }
+
+/* verdict prints a row whose difference column is a short text */
+static void verdict(const char *what, const char *how, int ok, const char *seen)
+{
+	char d[48];
+	snprintf(d, sizeof d, "%s", ok ? "ok" : seen);
+	row(what, how, 1, d, ok, 0, 0);
+}
+
+static void check_last_error(gpu *g)
+{
+	cudaStream_t s = (cudaStream_t)dg_cuda_ctx_stream(g->ctx);
+	float *x;
+	CK(cudaMalloc(&x, 4096));
+	CK(cudaMemset(x, 0, 4096));
+	void *xs[1] = {x};
+	int64_t ns[1] = {1024};
+	char seen[48];
+
+	/* an error another call left on this thread does not fail our launch */
+	void *huge = NULL;
+	cudaError_t e = cudaMalloc(&huge, (size_t)1 << 62); /* not cleared here, on purpose */
+	dg_status st = dg_cuda_scale(g->ctx, DG_F32, xs, ns, 1, 2.0f);
+	snprintf(seen, sizeof seen, "%s, then scale: %s", cudaGetErrorName(e), dg_strerror(st));
+	verdict("lasterr", "stale", e != cudaSuccess && st == DG_OK, seen);
+	(void)cudaGetLastError();
+
+	/* a failure we return is not left behind: context-free and on a context */
+	void *p = NULL;
+	int cuerr = 0;
+	st = dg_cuda_malloc(0, (size_t)1 << 62, &p, &cuerr);
+	e = cudaPeekAtLastError();
+	snprintf(seen, sizeof seen, "%s, then last %s", dg_strerror(st), cudaGetErrorName(e));
+	verdict("lasterr", "malloc", st == DG_ERR_CUDA && e == cudaSuccess, seen);
+	(void)cudaGetLastError();
+	/* the scratch allocation for 2^40 queries fails before anything runs */
+	st = dg_cuda_nn_attention_backward(g->ctx, x, x, x, x, 1, (int64_t)1 << 40, 1, 1, 0);
+	e = cudaPeekAtLastError();
+	snprintf(seen, sizeof seen, "%s, then last %s", dg_strerror(st), cudaGetErrorName(e));
+	verdict("lasterr", "ctx", st == DG_ERR_CUDA && e == cudaSuccess, seen);
+	(void)cudaGetLastError();
+
+	/* cudaErrorNotReady from a query is an answer and is not left behind */
+	busy(s, 300);
+	int done = 1;
+	st = dg_cuda_stream_query(0, s, &done, &cuerr);
+	e = cudaPeekAtLastError();
+	snprintf(seen, sizeof seen, "%s done %d, last %s", dg_strerror(st), done, cudaGetErrorName(e));
+	verdict("lasterr", "streamq", st == DG_OK && done == 0 && e == cudaSuccess, seen);
+	void *ev;
+	DG(NULL, dg_cuda_event_create(0, &ev, NULL));
+	DG(NULL, dg_cuda_event_record(0, ev, s, NULL));
+	done = 1;
+	st = dg_cuda_event_query(0, ev, &done, &cuerr);
+	e = cudaPeekAtLastError();
+	snprintf(seen, sizeof seen, "%s done %d, last %s", dg_strerror(st), done, cudaGetErrorName(e));
+	verdict("lasterr", "eventq", st == DG_OK && done == 0 && e == cudaSuccess, seen);
+	DG(NULL, dg_cuda_event_synchronize(0, ev, NULL));
+	DG(NULL, dg_cuda_event_destroy(0, ev, NULL));
+	(void)cudaGetLastError();
+	CK(cudaFree(x));
+}
+
+/* 2^16 heads x 2^20 queries is 2^33 blocks of 8 warps: over the limit, and
+ * refused before anything is read (the pointers are never touched) */
+static void check_grid_limit(gpu *g)
+{
+	float *x;
+	CK(cudaMalloc(&x, 16));
+	dg_status st = dg_cuda_nn_attention_forward(g->ctx, x, x, x, 1, (int64_t)1 << 20, (int64_t)1 << 16, 1, 0);
+	const char *msg = dg_cuda_ctx_error(g->ctx, NULL);
+	verdict("grid", "2^33", st == DG_ERR_SIZE && strstr(msg, "grid") != NULL, msg);
+	CK(cudaFree(x));
+}
+
+void check_runtime(gpu *g)
+{
+	printf("runtime glue\n");
+	check_last_error(g);
+	check_grid_limit(g);
+}
