@@ -10,6 +10,8 @@
 
 #include "internal.cuh"
 
+static_assert(DG_CUDA_ERR_INSUFFICIENT_DRIVER == (int)cudaErrorInsufficientDriver, "deepgo_cuda.h's copy");
+
 dg_status dg_cu_fail(dg_cuda_ctx *ctx, cudaError_t e, const char *call, const char *file, int line)
 {
 	const char *base = strrchr(file, '/');
@@ -73,9 +75,15 @@ dg_status dg_cu_scratch(dg_cuda_ctx *ctx, size_t bytes)
 dg_status dg_cuda_device_count(int *n, int *cuerr)
 {
 	*n = 0;
-	cudaError_t e = cudaGetDeviceCount(n);
-	/* no driver or no device: a CPU machine, not an error */
-	if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+	cudaError_t e = dg_cu_handled(cudaGetDeviceCount(n));
+	/* No device, or no driver at all (the runtime says "insufficient
+	 * driver" then too, with driver version 0): a CPU machine, not an
+	 * error. A driver that is there but older than this runtime is one. */
+	int driver = 0;
+	if (e == cudaErrorInsufficientDriver && dg_cu_handled(cudaDriverGetVersion(&driver)) == cudaSuccess &&
+	    driver == 0)
+		e = cudaErrorNoDevice;
+	if (e == cudaErrorNoDevice) {
 		*n = 0;
 		return DG_OK;
 	}

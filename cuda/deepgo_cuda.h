@@ -37,8 +37,12 @@ extern "C" {
 /* ---- devices, memory, streams, events (no context) ----------------------- */
 
 /* dg_cuda_device_count sets *n to the number of CUDA devices; a machine
- * without a driver or device gives *n = 0 and DG_OK. */
+ * without a driver or device gives *n = 0 and DG_OK, one whose driver is
+ * older than this CUDA runtime DG_ERR_CUDA with cudaErrorInsufficientDriver
+ * (dg_cuda_driver_version then says what the driver supports). */
 dg_status dg_cuda_device_count(int *n, int *cuerr);
+/* DG_CUDA_ERR_INSUFFICIENT_DRIVER is cudaErrorInsufficientDriver's value. */
+#define DG_CUDA_ERR_INSUFFICIENT_DRIVER 35
 /* dg_cuda_error_name / _string describe a cudaError_t value (static strings). */
 const char *dg_cuda_error_name(int cuerr);
 const char *dg_cuda_error_string(int cuerr);

@@ -43,6 +43,11 @@ var ErrNoCUDA = errors.New("cuda: built without CUDA support (rebuild with -tags
 // usable device (no driver, or no GPU).
 var ErrNoDevice = errors.New("cuda: no CUDA device (no NVIDIA driver or no GPU on this machine)")
 
+// ErrDriverTooOld is wrapped by the error of DeviceCount (and of every
+// constructor) on a machine whose NVIDIA driver is older than the CUDA
+// runtime this build links: there is a GPU, but this build cannot use it.
+var ErrDriverTooOld = errors.New("cuda: the NVIDIA driver is too old for this build's CUDA runtime")
+
 // Error is a failed CUDA runtime call or kernel launch.
 type Error struct {
 	Op   string // the deepgo entry point, e.g. "dg_cuda_scale" or "Malloc"

@@ -815,10 +815,19 @@ static void check_nn(dg_ctx *c, gpu *g)
 
 int main(void)
 {
-	int ndev = 0;
-	DG(NULL, dg_cuda_device_count(&ndev, NULL));
+	int ndev = 0, cuerr = 0;
+	if (dg_cuda_device_count(&ndev, &cuerr) != DG_OK) {
+		int drv = dg_cuda_driver_version(), rt = dg_cuda_runtime_version();
+		if (cuerr == DG_CUDA_ERR_INSUFFICIENT_DRIVER)
+			fprintf(stderr, "gpucheck: the NVIDIA driver is too old for this CUDA: it supports CUDA %d.%d, "
+					"this build's runtime is CUDA %d.%d\n",
+				drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+		else
+			fprintf(stderr, "gpucheck: cannot count CUDA devices: %s\n", dg_cuda_error_string(cuerr));
+		return 2;
+	}
 	if (ndev == 0) {
-		fprintf(stderr, "gpucheck: no CUDA device\n");
+		fprintf(stderr, "gpucheck: no GPU: no NVIDIA driver or no CUDA device on this machine\n");
 		return 2;
 	}
 	struct cudaDeviceProp prop;
