@@ -1,6 +1,7 @@
 /*
  * ctx.cu — contexts, errors, and the thin wrappers over the runtime API
- * (devices, memory, streams, events) that the Go side needs. Only the CUDA
+ * (devices, copies, streams, events) that the Go side needs; allocation is
+ * in alloc.cu. Only the CUDA
  * runtime is used: it loads the driver (libcuda) at run time, so everything
  * links on machines without one.
  */
@@ -50,26 +51,6 @@ dg_status dg_cu_check_list(dg_cuda_ctx *ctx, const char *fn, const void *const *
 	return DG_OK;
 }
 
-dg_status dg_cu_scratch(dg_cuda_ctx *ctx, size_t bytes)
-{
-	if (bytes <= ctx->scratch_bytes)
-		return DG_OK;
-	/* grow to the next power of two so a slowly growing list reallocates
-	 * O(log n) times; the old buffer may still be read by queued kernels */
-	size_t want = 4096;
-	while (want < bytes)
-		want *= 2;
-	if (ctx->scratch) {
-		DG_CU_CTX(ctx, cudaStreamSynchronize(ctx->stream));
-		DG_CU_CTX(ctx, cudaFree(ctx->scratch));
-		ctx->scratch = NULL;
-		ctx->scratch_bytes = 0;
-	}
-	DG_CU_CTX(ctx, cudaMalloc(&ctx->scratch, want));
-	ctx->scratch_bytes = want;
-	return DG_OK;
-}
-
 /* ---- no context ---------------------------------------------------------- */
 
 dg_status dg_cuda_device_count(int *n, int *cuerr)
@@ -104,34 +85,6 @@ int dg_cuda_driver_version(void)
 {
 	int v = 0;
 	return cudaDriverGetVersion(&v) == cudaSuccess ? v : 0;
-}
-
-dg_status dg_cuda_malloc(int device, size_t bytes, void **out, int *cuerr)
-{
-	*out = NULL;
-	if (bytes == 0)
-		return DG_OK;
-	DG_CU(cuerr, cudaSetDevice(device));
-	void *p = NULL;
-	DG_CU(cuerr, cudaMalloc(&p, bytes));
-	cudaError_t e = cudaMemset(p, 0, bytes);
-	if (e == cudaSuccess)
-		e = cudaDeviceSynchronize(); /* cudaMemset may return before it is done */
-	if (e != cudaSuccess) {
-		cudaFree(p);
-		DG_CU(cuerr, e);
-	}
-	*out = p;
-	return DG_OK;
-}
-
-dg_status dg_cuda_free(int device, void *p, int *cuerr)
-{
-	if (p == NULL)
-		return DG_OK;
-	DG_CU(cuerr, cudaSetDevice(device));
-	DG_CU(cuerr, cudaFree(p));
-	return DG_OK;
 }
 
 dg_status dg_cuda_memcpy(int device, void *dst, const void *src, size_t bytes, int *cuerr)
@@ -258,8 +211,7 @@ void dg_cuda_ctx_destroy(dg_cuda_ctx *ctx)
 	dg_cu_handled(cudaSetDevice(ctx->device));
 	dg_cu_handled(cudaStreamSynchronize(ctx->stream));
 	dg_cu_nn_release(ctx);
-	if (ctx->scratch)
-		dg_cu_handled(cudaFree(ctx->scratch));
+	dg_cu_ctx_free(ctx, ctx->scratch);
 	if (ctx->owns_stream)
 		dg_cu_handled(cudaStreamDestroy(ctx->stream));
 	free(ctx);

@@ -51,8 +51,13 @@ int dg_cuda_runtime_version(void);
 int dg_cuda_driver_version(void);
 
 /* dg_cuda_malloc allocates bytes (>= 0; 0 gives NULL) of zeroed memory on
- * device; the zeroing is complete when it returns. */
+ * device; the zeroing is complete when it returns, and it waits for no
+ * other work on the device (collectives in flight included). */
 dg_status dg_cuda_malloc(int device, size_t bytes, void **out, int *cuerr);
+/* dg_cuda_free frees p after the work queued so far on the legacy default
+ * stream and on every blocking stream (all the streams made here), and
+ * returns without waiting for it. Work on a non-blocking stream of one's
+ * own that uses p must be synchronized before. */
 dg_status dg_cuda_free(int device, void *p, int *cuerr);
 /* dg_cuda_memcpy copies bytes between any two of host and device memory
  * (unified addressing tells which is which) and returns when done. It is

@@ -26,7 +26,7 @@ struct dg_cuda_ctx {
 	int device;
 	cudaStream_t stream;
 	int owns_stream;
-	void *scratch; /* stream-ordered (cudaMallocAsync) partials buffer */
+	void *scratch; /* partials buffer, allocated in the stream's order (alloc.cu) */
 	size_t scratch_bytes;
 	int last_cuerr;
 	char last_msg[256];
@@ -69,6 +69,11 @@ dg_status dg_cu_check_list(dg_cuda_ctx *ctx, const char *fn, const void *const *
 
 /* dg_cu_scratch makes ctx->scratch at least bytes, stream-ordered. */
 dg_status dg_cu_scratch(dg_cuda_ctx *ctx, size_t bytes);
+
+/* dg_cu_ctx_alloc / dg_cu_ctx_free allocate and free device memory in the
+ * order of ctx's stream, for buffers only its kernels use (alloc.cu). */
+dg_status dg_cu_ctx_alloc(dg_cuda_ctx *ctx, void **p, size_t bytes);
+void dg_cu_ctx_free(dg_cuda_ctx *ctx, void *p);
 
 /* DG_CU_ENTER makes ctx's device current on this thread (see deepgo_cuda.h). */
 #define DG_CU_ENTER(ctx) DG_CU_CTX(ctx, cudaSetDevice((ctx)->device))

@@ -55,7 +55,10 @@ func checkDevice(op string, dev int) error {
 }
 
 // Malloc allocates a zeroed, contiguous tensor on device dev. Free it with
-// its Free method (tensor.Storage's lifetime rule applies).
+// its Free method (tensor.Storage's lifetime rule applies). Neither waits
+// for other work on the device: Malloc zeroes on a stream of its own, and
+// the memory is released after the work already queued on every stream
+// this package makes (see dg_cuda_malloc and dg_cuda_free).
 func Malloc(dev int, dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
 	if !dt.Valid() {
 		return nil, fmt.Errorf("cuda.Malloc: dtype %v: not a valid dtype", dt)

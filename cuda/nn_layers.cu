@@ -29,8 +29,11 @@ __global__ void __launch_bounds__(NN_BLOCK) nn_check_ids(const int32_t *ids, int
 dg_status nn_ids_flag(dg_cuda_ctx *ctx, const int32_t *ids, int64_t n, int64_t v, int *invalid, int **flag)
 {
 	if (invalid == NULL) {
-		if (ctx->nn_flag == NULL)
-			DG_CU_CTX(ctx, cudaMalloc(&ctx->nn_flag, sizeof(int)));
+		if (ctx->nn_flag == NULL) {
+			dg_status s = dg_cu_ctx_alloc(ctx, (void **)&ctx->nn_flag, sizeof(int));
+			if (s != DG_OK)
+				return s;
+		}
 		invalid = ctx->nn_flag;
 	}
 	DG_CU_CTX(ctx, cudaMemsetAsync(invalid, 0, sizeof(int), ctx->stream));

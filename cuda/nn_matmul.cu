@@ -205,10 +205,8 @@ void dg_cu_nn_release(dg_cuda_ctx *ctx)
 		blas_api.cublasDestroy_v2((cublasHandle_t)ctx->blas);
 		ctx->blas = NULL;
 	}
-	if (ctx->nn_flag) {
-		dg_cu_handled(cudaFree(ctx->nn_flag));
-		ctx->nn_flag = NULL;
-	}
+	dg_cu_ctx_free(ctx, ctx->nn_flag);
+	ctx->nn_flag = NULL;
 }
 
 /* out[r, :] = bias (or 0 when bias is NULL), every row */

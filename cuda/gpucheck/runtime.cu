@@ -1,12 +1,14 @@
 /*
  * runtime.cu — gpucheck's rows for the glue around the kernels rather than
  * the kernels: the CUDA runtime's per-thread last error never carries a
- * handled error into a later call (cuda/dg_cuda_err.h), and a grid over the
- * launch limit is refused instead of wrapping. A failing row prints what was
- * seen instead of the kernel's bandwidth.
+ * handled error into a later call (cuda/dg_cuda_err.h), a grid over the
+ * launch limit is refused instead of wrapping, and dg_cuda_malloc and
+ * dg_cuda_free do not wait for other streams (cuda/alloc.cu). A failing row
+ * prints what was seen.
  */
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gpucheck.h"
@@ -91,9 +93,53 @@ static void check_grid_limit(gpu *g)
 	CK(cudaFree(x));
 }
 
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* While the context's (blocking) stream is busy for 500 ms, as with a long
+ * collective, dg_cuda_malloc returns zeroed memory and dg_cuda_free returns,
+ * both well before the stream is free. The memory is dirtied and freed first,
+ * so the pool likely hands the same block out again. */
+static void check_malloc(gpu *g)
+{
+	cudaStream_t s = (cudaStream_t)dg_cuda_ctx_stream(g->ctx);
+	const size_t bytes = (size_t)64 << 20;
+	void *p = NULL;
+	DG(NULL, dg_cuda_malloc(0, bytes, &p, NULL));
+	CK(cudaMemset(p, 0xff, bytes));
+	CK(cudaDeviceSynchronize());
+	DG(NULL, dg_cuda_free(0, p, NULL));
+	CK(cudaDeviceSynchronize()); /* the free has run */
+	busy(s, 500);
+	double t0 = now_ms();
+	DG(NULL, dg_cuda_malloc(0, bytes, &p, NULL));
+	double ms = now_ms() - t0;
+	unsigned char *h = (unsigned char *)malloc(bytes);
+	CK(cudaMemcpy(h, p, bytes, cudaMemcpyDeviceToHost)); /* waits for the busy stream */
+	int64_t bad = 0;
+	for (size_t i = 0; i < bytes; i++)
+		bad += h[i] != 0;
+	free(h);
+	char d[48];
+	snprintf(d, sizeof d, "%.1f ms, %lld not zero", ms, (long long)bad);
+	row("malloc", "busy 500ms", (int64_t)bytes, d, ms < 250 && bad == 0, 0, 0);
+	busy(s, 500);
+	t0 = now_ms();
+	DG(NULL, dg_cuda_free(0, p, NULL));
+	ms = now_ms() - t0;
+	snprintf(d, sizeof d, "%.1f ms", ms);
+	row("free", "busy 500ms", (int64_t)bytes, d, ms < 250, 0, 0);
+	CK(cudaDeviceSynchronize());
+}
+
 void check_runtime(gpu *g)
 {
 	printf("runtime glue\n");
 	check_last_error(g);
 	check_grid_limit(g);
+	check_malloc(g);
 }
