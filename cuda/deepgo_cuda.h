@@ -149,8 +149,8 @@ dg_status dg_cuda_unscale_check(dg_cuda_ctx *ctx, dg_dtype t, void *const *xs, c
  * Matrix products run on cuBLAS (cublasSgemm in CUBLAS_PEDANTIC_MATH: plain
  * float32, never TF32 or BF16x9 emulation), with a handle the context makes
  * on first use, bound to its stream. cuBLAS is loaded at run time (dlopen
- * of libcublas.so.13, see dg_cuda_blas_load): a binary linked here runs
- * where the GPU machine has its own CUDA, and links without one.
+ * of dg_cuda_blas_soname(), see dg_cuda_blas_load): a binary linked here
+ * runs where the GPU machine has its own CUDA, and links without one.
  *
  * Everything else is hand-written kernels whose every sum runs in the CPU
  * twin's exact order (warp-cooperative loads, then the adds in sequence; no
@@ -163,10 +163,14 @@ dg_status dg_cuda_unscale_check(dg_cuda_ctx *ctx, dg_dtype t, void *const *xs, c
  * one is outside [0, V) nothing is written and the DEVICE int *invalid (may
  * be NULL) is set to 1, else to 0. */
 
+/* dg_cuda_blas_soname is the cuBLAS library the matmuls load:
+ * libcublas.so.<major version of the cuBLAS headers this library was
+ * compiled with>, e.g. libcublas.so.13 (CUDA 13), libcublas.so.12 (CUDA 12). */
+const char *dg_cuda_blas_soname(void);
 /* dg_cuda_blas_load loads cuBLAS once per process. path NULL tries, in
- * order: $DEEPGO_CUBLAS_LIB (a file, or a folder holding libcublas.so.13),
- * lib/libcublas.so.13 next to the executable (build/cuda/lib, linked by
- * scripts/build-cuda.sh), libcublas.so.13 on the loader's search path,
+ * order: $DEEPGO_CUBLAS_LIB (a file, or a folder holding the soname above),
+ * lib/<soname> next to the executable (build/cuda/lib, linked by
+ * scripts/build-cuda.sh), the soname on the loader's search path,
  * $CUDA_HOME/lib64 and /usr/local/cuda/lib64. A path tries that file only.
  * DG_OK once loaded (later calls: DG_OK at once); otherwise
  * DG_ERR_UNSUPPORTED and err (errlen bytes, may be NULL) says why. The

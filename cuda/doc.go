@@ -10,9 +10,11 @@
 // add, embedding, causal attention, softmax cross-entropy) with the CPU
 // twins' layouts and summation orders (see NNKernels for what can differ).
 //
-// cuBLAS is not linked: the first matmul dlopens libcublas.so.13
-// (DEEPGO_CUBLAS_LIB, build/cuda/lib next to the executable, the loader's
-// path, $CUDA_HOME/lib64, /usr/local/cuda/lib64; see deepgo_cuda.h).
+// cuBLAS is not linked: the first matmul dlopens CuBLASSoname(), the
+// major version of the cuBLAS headers compiled against (libcublas.so.13
+// with the pinned wheels) from DEEPGO_CUBLAS_LIB, build/cuda/lib next to
+// the executable, the loader's path, $CUDA_HOME/lib64 or
+// /usr/local/cuda/lib64 (see deepgo_cuda.h).
 //
 // The CUDA code lives in this directory (*.cu, C ABI in deepgo_cuda.h) and is
 // built by scripts/build-cuda.sh into build/cuda/libdeepgo_cuda.a, with the

@@ -12,8 +12,9 @@
 #   SKIP_GO=1 scripts/build-cuda.sh  library and gpucheck only
 #
 # cuBLAS (the nn matmuls) is not linked: cuda/nn_matmul.cu dlopens
-# libcublas.so.13 on first use; lib/ below holds links to the toolchain's
-# copy, found next to gpucheck and cuda.test. OpenBLAS (the CPU twins of the
+# libcublas.so.<CUBLAS_VER_MAJOR of the headers compiled against> on first
+# use; lib/ below holds links to the toolchain's copy, found next to
+# gpucheck and cuda.test. OpenBLAS (the CPU twins of the
 # nn kernels, csrc/nn_*.c) is linked statically when the machine has
 # libopenblas.a, so gpucheck and cuda.test built here run on a GPU machine
 # without it; with only a shared OpenBLAS gpucheck links that, and with none
@@ -71,9 +72,16 @@ rm -f "$OUT/libdeepgo_cuda.a"
 ar rcs "$OUT/libdeepgo_cuda.a" "$OUT"/obj/*.o
 cp -f "$DG_CUDA_LIB/libcudart_static.a" "$OUT/libcudart_static.a"
 
-# cuBLAS for the nn matmuls, loaded at run time (see the header)
+# cuBLAS for the nn matmuls, loaded at run time (see the header), under the
+# soname nn_matmul.cu derives from the same header
+CUBLAS_MAJOR="$(sed -n 's/^#define CUBLAS_VER_MAJOR \([0-9][0-9]*\).*/\1/p' "$DG_CUDA_INC/cublas_api.h")"
+if [[ -z "$CUBLAS_MAJOR" ]]; then
+	echo "build-cuda: no CUBLAS_VER_MAJOR in $DG_CUDA_INC/cublas_api.h" >&2
+	exit 1
+fi
 mkdir -p "$OUT/lib"
-for so in libcublas.so.13 libcublasLt.so.13; do
+rm -f "$OUT"/lib/libcublas*.so.*
+for so in "libcublas.so.$CUBLAS_MAJOR" "libcublasLt.so.$CUBLAS_MAJOR"; do
 	if [[ -e "$DG_CUDA_LIB/$so" ]]; then
 		ln -sfn "$DG_CUDA_LIB/$so" "$OUT/lib/$so"
 	else
