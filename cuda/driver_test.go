@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/deepgo-ml/deepgo/internal/gputest"
 )
 
 // What DeviceCount says about the driver, on any machine, GPU or not: the
@@ -70,7 +72,7 @@ func fakeDriver(t *testing.T) string {
 		cc = "gcc"
 	}
 	if _, err := exec.LookPath(cc); err != nil {
-		t.Skipf("no C compiler (%s) to build the fake driver: %v", cc, err)
+		gputest.Unavailable(t, "no C compiler (%s) to build the fake driver: %v", cc, err)
 	}
 	dir := t.TempDir()
 	out, err := exec.Command(cc, "-shared", "-fPIC", "-o", filepath.Join(dir, "libcuda.so.1"),
@@ -79,4 +81,16 @@ func fakeDriver(t *testing.T) string {
 		t.Fatalf("building the fake driver: %v\n%s", err, out)
 	}
 	return dir
+}
+
+// needDevice ends t (a skip, or a failure under gpu-check: internal/gputest)
+// unless device 0 can be used, saying why not.
+func needDevice(t *testing.T) {
+	t.Helper()
+	n, err := DeviceCount()
+	if err != nil {
+		gputest.Unavailable(t, "no usable CUDA device: %v", err)
+	} else if n == 0 {
+		gputest.Unavailable(t, "no CUDA device on this machine")
+	}
 }

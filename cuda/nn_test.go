@@ -42,9 +42,7 @@ type nnEnv struct {
 
 func nnSetup(t *testing.T) *nnEnv {
 	t.Helper()
-	if !Available() {
-		t.Skip("no CUDA device on this machine")
-	}
+	needDevice(t)
 	gpu, err := NewBackend(0)
 	if err != nil {
 		t.Fatal(err)

@@ -36,8 +36,9 @@ import (
 const minVersion = 21801
 
 var (
-	loadOnce sync.Once
-	loadErr  error
+	loadOnce   sync.Once
+	loadErr    error
+	loadedFrom string // the candidate that loaded
 )
 
 // candidates lists where libnccl.so.2 is looked for, in order (doc.go).
@@ -48,6 +49,12 @@ func candidates() []string {
 			p = filepath.Join(p, "libnccl.so.2")
 		}
 		c = append(c, p)
+	}
+	// Next to the executable: build/cuda/lib for build/cuda/nccl.test, a
+	// copy of the tree at any path (scripts/build-cuda.sh links it there).
+	if exe, err := os.Executable(); err == nil {
+		dir := filepath.Dir(exe)
+		c = append(c, filepath.Join(dir, "lib", "libnccl.so.2"), filepath.Join(dir, "libnccl.so.2"))
 	}
 	c = append(c, "libnccl.so.2")
 	// The source tree this package was compiled from: an rpath that needs
@@ -68,6 +75,7 @@ func load() error {
 			rc := C.dg_nccl_load(cp, &buf[0], C.size_t(len(buf)))
 			C.free(unsafe.Pointer(cp))
 			if rc == 0 {
+				loadedFrom = p
 				if v := int(C.dg_nccl_version()); v < minVersion {
 					loadErr = fmt.Errorf("nccl: %s is NCCL %d, need %d or newer", p, v, minVersion)
 				}
