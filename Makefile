@@ -67,6 +67,8 @@ cuda: cuda-toolchain
 	bash scripts/build-cuda.sh
 
 ## gpu-check: on a GPU machine, compare every CUDA kernel with its CPU twin
+## and run the cuda and nccl Go tests; fails ("no GPU") without one, and on
+## any GPU test that did not run
 gpu-check:
 	bash scripts/gpu-check.sh
 

@@ -23,9 +23,7 @@ var sizes = []int{0, 1, 17, 4097, 1<<20 + 3}
 
 func setup(t *testing.T) (*backend.CPU, *Backend) {
 	t.Helper()
-	if !Available() {
-		t.Skip("no CUDA device on this machine")
-	}
+	needDevice(t)
 	cpu, err := backend.NewCPU(0)
 	if err != nil {
 		t.Fatal(err)

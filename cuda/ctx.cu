@@ -1,6 +1,7 @@
 /*
  * ctx.cu — contexts, errors, and the thin wrappers over the runtime API
- * (devices, memory, streams, events) that the Go side needs. Only the CUDA
+ * (devices, copies, streams, events) that the Go side needs; allocation is
+ * in alloc.cu. Only the CUDA
  * runtime is used: it loads the driver (libcuda) at run time, so everything
  * links on machines without one.
  */
@@ -10,9 +11,12 @@
 
 #include "internal.cuh"
 
+static_assert(DG_CUDA_ERR_INSUFFICIENT_DRIVER == (int)cudaErrorInsufficientDriver, "deepgo_cuda.h's copy");
+
 dg_status dg_cu_fail(dg_cuda_ctx *ctx, cudaError_t e, const char *call, const char *file, int line)
 {
 	const char *base = strrchr(file, '/');
+	dg_cu_handled(e);
 	ctx->last_cuerr = (int)e;
 	snprintf(ctx->last_msg, sizeof ctx->last_msg, "%s:%d: %s: %s: %s", base ? base + 1 : file, line, call,
 		 cudaGetErrorName(e), cudaGetErrorString(e));
@@ -24,6 +28,14 @@ dg_status dg_cu_invalid(dg_cuda_ctx *ctx, dg_status s, const char *fn, const cha
 	ctx->last_cuerr = 0;
 	snprintf(ctx->last_msg, sizeof ctx->last_msg, "%s: %s", fn, what);
 	return s;
+}
+
+dg_status dg_cu_bad_grid(dg_cuda_ctx *ctx, const char *kernel, int64_t grid)
+{
+	ctx->last_cuerr = 0;
+	snprintf(ctx->last_msg, sizeof ctx->last_msg, "%s: a grid of %lld blocks: allowed 1..%lld (the sizes are too large)",
+		 kernel, (long long)grid, (long long)DG_CU_MAX_GRID);
+	return DG_ERR_SIZE;
 }
 
 dg_status dg_cu_check_list(dg_cuda_ctx *ctx, const char *fn, const void *const *ptrs, const int64_t *ns, int count)
@@ -39,34 +51,20 @@ dg_status dg_cu_check_list(dg_cuda_ctx *ctx, const char *fn, const void *const *
 	return DG_OK;
 }
 
-dg_status dg_cu_scratch(dg_cuda_ctx *ctx, size_t bytes)
-{
-	if (bytes <= ctx->scratch_bytes)
-		return DG_OK;
-	/* grow to the next power of two so a slowly growing list reallocates
-	 * O(log n) times; the old buffer may still be read by queued kernels */
-	size_t want = 4096;
-	while (want < bytes)
-		want *= 2;
-	if (ctx->scratch) {
-		DG_CU_CTX(ctx, cudaStreamSynchronize(ctx->stream));
-		DG_CU_CTX(ctx, cudaFree(ctx->scratch));
-		ctx->scratch = NULL;
-		ctx->scratch_bytes = 0;
-	}
-	DG_CU_CTX(ctx, cudaMalloc(&ctx->scratch, want));
-	ctx->scratch_bytes = want;
-	return DG_OK;
-}
-
 /* ---- no context ---------------------------------------------------------- */
 
 dg_status dg_cuda_device_count(int *n, int *cuerr)
 {
 	*n = 0;
-	cudaError_t e = cudaGetDeviceCount(n);
-	/* no driver or no device: a CPU machine, not an error */
-	if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+	cudaError_t e = dg_cu_handled(cudaGetDeviceCount(n));
+	/* No device, or no driver at all (the runtime says "insufficient
+	 * driver" then too, with driver version 0): a CPU machine, not an
+	 * error. A driver that is there but older than this runtime is one. */
+	int driver = 0;
+	if (e == cudaErrorInsufficientDriver && dg_cu_handled(cudaDriverGetVersion(&driver)) == cudaSuccess &&
+	    driver == 0)
+		e = cudaErrorNoDevice;
+	if (e == cudaErrorNoDevice) {
 		*n = 0;
 		return DG_OK;
 	}
@@ -87,34 +85,6 @@ int dg_cuda_driver_version(void)
 {
 	int v = 0;
 	return cudaDriverGetVersion(&v) == cudaSuccess ? v : 0;
-}
-
-dg_status dg_cuda_malloc(int device, size_t bytes, void **out, int *cuerr)
-{
-	*out = NULL;
-	if (bytes == 0)
-		return DG_OK;
-	DG_CU(cuerr, cudaSetDevice(device));
-	void *p = NULL;
-	DG_CU(cuerr, cudaMalloc(&p, bytes));
-	cudaError_t e = cudaMemset(p, 0, bytes);
-	if (e == cudaSuccess)
-		e = cudaDeviceSynchronize(); /* cudaMemset may return before it is done */
-	if (e != cudaSuccess) {
-		cudaFree(p);
-		DG_CU(cuerr, e);
-	}
-	*out = p;
-	return DG_OK;
-}
-
-dg_status dg_cuda_free(int device, void *p, int *cuerr)
-{
-	if (p == NULL)
-		return DG_OK;
-	DG_CU(cuerr, cudaSetDevice(device));
-	DG_CU(cuerr, cudaFree(p));
-	return DG_OK;
 }
 
 dg_status dg_cuda_memcpy(int device, void *dst, const void *src, size_t bytes, int *cuerr)
@@ -152,12 +122,11 @@ dg_status dg_cuda_stream_synchronize(int device, void *s, int *cuerr)
 	return DG_OK;
 }
 
+/* query_result: cudaErrorNotReady is "not done", not a failure, and must
+ * not linger as the thread's last error (dg_cuda_err.h) */
 static dg_status query_result(cudaError_t e, int *done, int *cuerr)
 {
-	*done = e == cudaSuccess;
-	if (e == cudaErrorNotReady)
-		return DG_OK;
-	DG_CU(cuerr, e);
+	DG_CU(cuerr, dg_cu_query(e, done));
 	return DG_OK;
 }
 
@@ -237,14 +206,14 @@ void dg_cuda_ctx_destroy(dg_cuda_ctx *ctx)
 {
 	if (ctx == NULL)
 		return;
-	/* errors here have nowhere to go: the context is gone either way */
-	cudaSetDevice(ctx->device);
-	cudaStreamSynchronize(ctx->stream);
+	/* errors here have nowhere to go: the context is gone either way (and
+	 * they must not linger as this thread's last error) */
+	dg_cu_handled(cudaSetDevice(ctx->device));
+	dg_cu_handled(cudaStreamSynchronize(ctx->stream));
 	dg_cu_nn_release(ctx);
-	if (ctx->scratch)
-		cudaFree(ctx->scratch);
+	dg_cu_ctx_free(ctx, ctx->scratch);
 	if (ctx->owns_stream)
-		cudaStreamDestroy(ctx->stream);
+		dg_cu_handled(cudaStreamDestroy(ctx->stream));
 	free(ctx);
 }
 

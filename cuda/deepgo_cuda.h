@@ -6,7 +6,9 @@
  * void*, statuses are deepgo.h's dg_status. A failing CUDA call returns
  * DG_ERR_CUDA; the cudaError_t value is written to *cuerr (functions without
  * a context) or kept in the context with a message naming the call and its
- * file:line (dg_cuda_ctx_error).
+ * file:line (dg_cuda_ctx_error). No error these functions handle or return
+ * stays behind as the calling thread's cudaGetLastError (dg_cuda_err.h), so
+ * a later call on that thread never reports it.
  *
  * Current device: every function that touches a device first makes that
  * device current on the calling thread (cudaSetDevice, a few ns when it
@@ -35,8 +37,12 @@ extern "C" {
 /* ---- devices, memory, streams, events (no context) ----------------------- */
 
 /* dg_cuda_device_count sets *n to the number of CUDA devices; a machine
- * without a driver or device gives *n = 0 and DG_OK. */
+ * without a driver or device gives *n = 0 and DG_OK, one whose driver is
+ * older than this CUDA runtime DG_ERR_CUDA with cudaErrorInsufficientDriver
+ * (dg_cuda_driver_version then says what the driver supports). */
 dg_status dg_cuda_device_count(int *n, int *cuerr);
+/* DG_CUDA_ERR_INSUFFICIENT_DRIVER is cudaErrorInsufficientDriver's value. */
+#define DG_CUDA_ERR_INSUFFICIENT_DRIVER 35
 /* dg_cuda_error_name / _string describe a cudaError_t value (static strings). */
 const char *dg_cuda_error_name(int cuerr);
 const char *dg_cuda_error_string(int cuerr);
@@ -45,8 +51,13 @@ int dg_cuda_runtime_version(void);
 int dg_cuda_driver_version(void);
 
 /* dg_cuda_malloc allocates bytes (>= 0; 0 gives NULL) of zeroed memory on
- * device; the zeroing is complete when it returns. */
+ * device; the zeroing is complete when it returns, and it waits for no
+ * other work on the device (collectives in flight included). */
 dg_status dg_cuda_malloc(int device, size_t bytes, void **out, int *cuerr);
+/* dg_cuda_free frees p after the work queued so far on the legacy default
+ * stream and on every blocking stream (all the streams made here), and
+ * returns without waiting for it. Work on a non-blocking stream of one's
+ * own that uses p must be synchronized before. */
 dg_status dg_cuda_free(int device, void *p, int *cuerr);
 /* dg_cuda_memcpy copies bytes between any two of host and device memory
  * (unified addressing tells which is which) and returns when done. It is
@@ -138,8 +149,8 @@ dg_status dg_cuda_unscale_check(dg_cuda_ctx *ctx, dg_dtype t, void *const *xs, c
  * Matrix products run on cuBLAS (cublasSgemm in CUBLAS_PEDANTIC_MATH: plain
  * float32, never TF32 or BF16x9 emulation), with a handle the context makes
  * on first use, bound to its stream. cuBLAS is loaded at run time (dlopen
- * of libcublas.so.13, see dg_cuda_blas_load): a binary linked here runs
- * where the GPU machine has its own CUDA, and links without one.
+ * of dg_cuda_blas_soname(), see dg_cuda_blas_load): a binary linked here
+ * runs where the GPU machine has its own CUDA, and links without one.
  *
  * Everything else is hand-written kernels whose every sum runs in the CPU
  * twin's exact order (warp-cooperative loads, then the adds in sequence; no
@@ -152,10 +163,14 @@ dg_status dg_cuda_unscale_check(dg_cuda_ctx *ctx, dg_dtype t, void *const *xs, c
  * one is outside [0, V) nothing is written and the DEVICE int *invalid (may
  * be NULL) is set to 1, else to 0. */
 
+/* dg_cuda_blas_soname is the cuBLAS library the matmuls load:
+ * libcublas.so.<major version of the cuBLAS headers this library was
+ * compiled with>, e.g. libcublas.so.13 (CUDA 13), libcublas.so.12 (CUDA 12). */
+const char *dg_cuda_blas_soname(void);
 /* dg_cuda_blas_load loads cuBLAS once per process. path NULL tries, in
- * order: $DEEPGO_CUBLAS_LIB (a file, or a folder holding libcublas.so.13),
- * lib/libcublas.so.13 next to the executable (build/cuda/lib, linked by
- * scripts/build-cuda.sh), libcublas.so.13 on the loader's search path,
+ * order: $DEEPGO_CUBLAS_LIB (a file, or a folder holding the soname above),
+ * lib/<soname> next to the executable (build/cuda/lib, linked by
+ * scripts/build-cuda.sh), the soname on the loader's search path,
  * $CUDA_HOME/lib64 and /usr/local/cuda/lib64. A path tries that file only.
  * DG_OK once loaded (later calls: DG_OK at once); otherwise
  * DG_ERR_UNSUPPORTED and err (errlen bytes, may be NULL) says why. The

@@ -10,9 +10,11 @@
 // add, embedding, causal attention, softmax cross-entropy) with the CPU
 // twins' layouts and summation orders (see NNKernels for what can differ).
 //
-// cuBLAS is not linked: the first matmul dlopens libcublas.so.13
-// (DEEPGO_CUBLAS_LIB, build/cuda/lib next to the executable, the loader's
-// path, $CUDA_HOME/lib64, /usr/local/cuda/lib64; see deepgo_cuda.h).
+// cuBLAS is not linked: the first matmul dlopens CuBLASSoname(), the
+// major version of the cuBLAS headers compiled against (libcublas.so.13
+// with the pinned wheels) from DEEPGO_CUBLAS_LIB, build/cuda/lib next to
+// the executable, the loader's path, $CUDA_HOME/lib64 or
+// /usr/local/cuda/lib64 (see deepgo_cuda.h).
 //
 // The CUDA code lives in this directory (*.cu, C ABI in deepgo_cuda.h) and is
 // built by scripts/build-cuda.sh into build/cuda/libdeepgo_cuda.a, with the
@@ -42,6 +44,11 @@ var ErrNoCUDA = errors.New("cuda: built without CUDA support (rebuild with -tags
 // ErrNoDevice is returned when the build has CUDA but the machine has no
 // usable device (no driver, or no GPU).
 var ErrNoDevice = errors.New("cuda: no CUDA device (no NVIDIA driver or no GPU on this machine)")
+
+// ErrDriverTooOld is wrapped by the error of DeviceCount (and of every
+// constructor) on a machine whose NVIDIA driver is older than the CUDA
+// runtime this build links: there is a GPU, but this build cannot use it.
+var ErrDriverTooOld = errors.New("cuda: the NVIDIA driver is too old for this build's CUDA runtime")
 
 // Error is a failed CUDA runtime call or kernel launch.
 type Error struct {

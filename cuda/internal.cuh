@@ -4,7 +4,7 @@
  * dg_math.h (so every kernel rounds exactly like the CPU core).
  *
  * Defines: struct dg_cuda_ctx, DG_CU_CTX, DG_CU, dg_cu_fail, dg_cu_invalid,
- * DG_CU_ENTER, dg_cu_check_list, dg_cu_scratch, dg_cu_copy_lists, Elem<dtype>,
+ * DG_CU_ENTER, DG_CU_LAUNCH, DG_CU_MAX_GRID, dg_cu_check_list, dg_cu_scratch, dg_cu_copy_lists, Elem<dtype>,
  * dg_cu_is_float, dg_cu_dtype_size, DG_CU_FLOAT_DISPATCH, DG_CU_BLOCK,
  * dg_cu_nn_release. (The nn kernels' own helpers are in nn.cuh.)
  */
@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "deepgo_cuda.h"
+#include "dg_cuda_err.h"
 #include "dg_math.h"
 
 /* Threads per block of every kernel. Fixed, because the sum-of-squares tree
@@ -25,7 +26,7 @@ struct dg_cuda_ctx {
 	int device;
 	cudaStream_t stream;
 	int owns_stream;
-	void *scratch; /* stream-ordered (cudaMallocAsync) partials buffer */
+	void *scratch; /* partials buffer, allocated in the stream's order (alloc.cu) */
 	size_t scratch_bytes;
 	int last_cuerr;
 	char last_msg[256];
@@ -37,7 +38,8 @@ struct dg_cuda_ctx {
  * handle, the flag); dg_cuda_ctx_destroy calls it after the last sync. */
 void dg_cu_nn_release(dg_cuda_ctx *ctx);
 
-/* dg_cu_fail records a failed CUDA call on ctx and returns DG_ERR_CUDA. */
+/* dg_cu_fail records a failed CUDA call on ctx, clears the thread's last
+ * error (dg_cuda_err.h) and returns DG_ERR_CUDA. */
 dg_status dg_cu_fail(dg_cuda_ctx *ctx, cudaError_t e, const char *call, const char *file, int line);
 /* dg_cu_invalid records a non-CUDA failure (bad argument) and returns s. */
 dg_status dg_cu_invalid(dg_cuda_ctx *ctx, dg_status s, const char *fn, const char *what);
@@ -50,10 +52,11 @@ dg_status dg_cu_invalid(dg_cuda_ctx *ctx, dg_status s, const char *fn, const cha
 			return dg_cu_fail((ctx), dg_e_, #call, __FILE__, __LINE__);                            \
 	} while (0)
 
-/* DG_CU is the same for context-free functions: the code goes to *cuerr. */
+/* DG_CU is the same for context-free functions: the code goes to *cuerr,
+ * and the thread's last error is cleared (dg_cuda_err.h). */
 #define DG_CU(cuerr, call)                                                                                     \
 	do {                                                                                                   \
-		cudaError_t dg_e_ = (call);                                                                    \
+		cudaError_t dg_e_ = dg_cu_handled(call);                                                       \
 		if (dg_e_ != cudaSuccess) {                                                                    \
 			if (cuerr)                                                                             \
 				*(cuerr) = (int)dg_e_;                                                         \
@@ -67,8 +70,48 @@ dg_status dg_cu_check_list(dg_cuda_ctx *ctx, const char *fn, const void *const *
 /* dg_cu_scratch makes ctx->scratch at least bytes, stream-ordered. */
 dg_status dg_cu_scratch(dg_cuda_ctx *ctx, size_t bytes);
 
+/* dg_cu_ctx_alloc / dg_cu_ctx_free allocate and free device memory in the
+ * order of ctx's stream, for buffers only its kernels use (alloc.cu). */
+dg_status dg_cu_ctx_alloc(dg_cuda_ctx *ctx, void **p, size_t bytes);
+void dg_cu_ctx_free(dg_cuda_ctx *ctx, void *p);
+
 /* DG_CU_ENTER makes ctx's device current on this thread (see deepgo_cuda.h). */
 #define DG_CU_ENTER(ctx) DG_CU_CTX(ctx, cudaSetDevice((ctx)->device))
+
+/* DG_CU_MAX_GRID is the most blocks a launch may have (gridDim.x <= 2^31 - 1). */
+#define DG_CU_MAX_GRID ((int64_t)INT32_MAX)
+
+/* dg_cu_bad_grid records a grid outside 1..DG_CU_MAX_GRID on ctx (DG_ERR_SIZE). */
+dg_status dg_cu_bad_grid(dg_cuda_ctx *ctx, const char *kernel, int64_t grid);
+
+/* dg_cu_launch is DG_CU_LAUNCH's body: check the grid, clear an error some
+ * earlier call left on this thread (a launch is checked with
+ * cudaGetLastError, which would report it; dg_cuda_err.h), launch, check. */
+template <typename... P, typename... A>
+static dg_status dg_cu_launch(dg_cuda_ctx *ctx, const char *name, const char *file, int line, void (*kernel)(P...),
+			      int64_t grid, unsigned block, const A &...args)
+{
+	if (grid < 1 || grid > DG_CU_MAX_GRID)
+		return dg_cu_bad_grid(ctx, name, grid);
+	(void)cudaGetLastError();
+	kernel<<<(unsigned)grid, block, 0, ctx->stream>>>(args...);
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess)
+		return dg_cu_fail(ctx, e, name, file, line);
+	return DG_OK;
+}
+
+/* DG_CU_LAUNCH(ctx, kernel, grid, block, args...) launches kernel on ctx's
+ * stream, grid blocks (an int64_t, checked) of block threads, and returns
+ * from the caller on failure. Every launch goes through it. A template
+ * kernel goes in parentheses: DG_CU_LAUNCH(ctx, (k<A, B>), ...). */
+#define DG_CU_LAUNCH(ctx, kernel, grid, block, ...)                                                            \
+	do {                                                                                                   \
+		dg_status dg_ls_ = dg_cu_launch((ctx), #kernel, __FILE__, __LINE__, kernel, (int64_t)(grid),   \
+						(unsigned)(block), __VA_ARGS__);                               \
+		if (dg_ls_ != DG_OK)                                                                           \
+			return dg_ls_;                                                                         \
+	} while (0)
 
 /* dg_cu_copy_lists bit-copies srcs[i] to dsts[i], elements of esize bytes. */
 dg_status dg_cu_copy_lists(dg_cuda_ctx *ctx, size_t esize, const void *const *srcs, void *const *dsts,

@@ -15,14 +15,24 @@ import (
 )
 
 // DeviceCount reports the number of CUDA devices: 0, without an error, on
-// a machine with no driver or no GPU.
+// a machine with no driver or no GPU. A driver older than this build's CUDA
+// runtime is an error wrapping ErrDriverTooOld, naming both versions.
 func DeviceCount() (int, error) {
 	var n, cuerr C.int
-	if err := callErr("DeviceCount", C.dg_cuda_device_count(&n, &cuerr), cuerr); err != nil {
+	s := C.dg_cuda_device_count(&n, &cuerr)
+	if err := callErr("DeviceCount", s, cuerr); err != nil {
+		if cuerr == C.DG_CUDA_ERR_INSUFFICIENT_DRIVER {
+			return 0, fmt.Errorf("%w: the driver supports CUDA %s, this build's runtime is CUDA %s "+
+				"(update the driver, or build with an older CUDA toolkit): %w",
+				ErrDriverTooOld, cudaVersion(DriverVersion()), cudaVersion(RuntimeVersion()), err)
+		}
 		return 0, err
 	}
 	return int(n), nil
 }
+
+// cudaVersion writes CUDA's 1000*major + 10*minor as "major.minor".
+func cudaVersion(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
 
 // Available reports whether at least one CUDA device can be used.
 func Available() bool {
@@ -45,7 +55,10 @@ func checkDevice(op string, dev int) error {
 }
 
 // Malloc allocates a zeroed, contiguous tensor on device dev. Free it with
-// its Free method (tensor.Storage's lifetime rule applies).
+// its Free method (tensor.Storage's lifetime rule applies). Neither waits
+// for other work on the device: Malloc zeroes on a stream of its own, and
+// the memory is released after the work already queued on every stream
+// this package makes (see dg_cuda_malloc and dg_cuda_free).
 func Malloc(dev int, dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
 	if !dt.Valid() {
 		return nil, fmt.Errorf("cuda.Malloc: dtype %v: not a valid dtype", dt)

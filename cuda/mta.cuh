@@ -105,8 +105,7 @@ dg_status mta_apply(dg_cuda_ctx *ctx, const void *const *const lists[D], const i
 			nb++;
 			int last = c == chunks - 1;
 			if (nb == DG_MTA_BLOCKS || (last && nt == MtaMax<D>::tensors)) {
-				mta_kernel<D, Op><<<nb, DG_CU_BLOCK, 0, ctx->stream>>>(tab, op);
-				DG_CU_CTX(ctx, cudaGetLastError());
+				DG_CU_LAUNCH(ctx, (mta_kernel<D, Op>), nb, DG_CU_BLOCK, tab, op);
 				nb = 0;
 				if (last) {
 					nt = 0;
@@ -122,8 +121,7 @@ dg_status mta_apply(dg_cuda_ctx *ctx, const void *const *const lists[D], const i
 		base += chunks;
 	}
 	if (nb > 0) {
-		mta_kernel<D, Op><<<nb, DG_CU_BLOCK, 0, ctx->stream>>>(tab, op);
-		DG_CU_CTX(ctx, cudaGetLastError());
+		DG_CU_LAUNCH(ctx, (mta_kernel<D, Op>), nb, DG_CU_BLOCK, tab, op);
 	}
 	if (nchunks)
 		*nchunks = base;

@@ -23,14 +23,15 @@
 
 /* nn_blocks: blocks for a grid-stride loop over n elements (capped; the
  * loops stride). */
-static inline unsigned nn_blocks(int64_t n)
+static inline int64_t nn_blocks(int64_t n)
 {
 	int64_t b = (n + NN_BLOCK - 1) / NN_BLOCK;
-	return (unsigned)(b < 65536 * 16 ? b : 65536 * 16);
+	return b < 65536 * 16 ? b : 65536 * 16;
 }
 
-/* nn_warp_blocks: blocks for one warp per unit. */
-static inline unsigned nn_warp_blocks(int64_t units) { return (unsigned)((units + NN_WARPS - 1) / NN_WARPS); }
+/* nn_warp_blocks: blocks for one warp per unit (DG_CU_LAUNCH checks the
+ * grid limit). */
+static inline int64_t nn_warp_blocks(int64_t units) { return (units + NN_WARPS - 1) / NN_WARPS; }
 
 /* nn_seq_add returns acc + v(lane 0) + v(lane 1) + ... + v(lane m-1), added
  * in that order, to every lane. m (1..32) must be the same on all lanes and

@@ -53,7 +53,7 @@ var (
 	blasErr  error
 )
 
-// loadCuBLAS loads libcublas.so.13 once per process: the C loader's places
+// loadCuBLAS loads cuBLAS (CuBLASSoname) once per process: the C loader's places
 // (deepgo_cuda.h: $DEEPGO_CUBLAS_LIB, build/cuda/lib next to the
 // executable, the loader's path, $CUDA_HOME/lib64, /usr/local/cuda/lib64),
 // then build/cuda/lib of the source tree this package was compiled from
@@ -66,7 +66,7 @@ func loadCuBLAS() error {
 		}
 		tried := []string{C.GoString(&buf[0])}
 		if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-			p := filepath.Join(filepath.Dir(file), "..", "build", "cuda", "lib", "libcublas.so.13")
+			p := filepath.Join(filepath.Dir(file), "..", "build", "cuda", "lib", CuBLASSoname())
 			cp := C.CString(p)
 			rc := C.dg_cuda_blas_load(cp, &buf[0], C.size_t(len(buf)))
 			C.free(unsafe.Pointer(cp))
@@ -83,6 +83,10 @@ func loadCuBLAS() error {
 // CuBLASPath is the libcublas file the nn matmuls use ("" until the first
 // matmul, or when none could be loaded).
 func CuBLASPath() string { return C.GoString(C.dg_cuda_blas_path()) }
+
+// CuBLASSoname is the cuBLAS the matmuls load: libcublas.so.<major> of the
+// cuBLAS headers the CUDA library was compiled with ("libcublas.so.13").
+func CuBLASSoname() string { return C.GoString(C.dg_cuda_blas_soname()) }
 
 // arg validates one device tensor argument: on the backend's device, dtype
 // dt, at least need elements. A nil tensor is allowed (nil pointer) when

@@ -91,8 +91,7 @@ dg_status dg_cuda_nn_attention_forward(dg_cuda_ctx *ctx, float *out, float *att,
 	int64_t units = b * nh * t;
 	if (units == 0)
 		return DG_OK;
-	att_fwd<<<nn_warp_blocks(units), NN_BLOCK, 0, ctx->stream>>>(out, att, qkv, b, t, nh, hs, window);
-	DG_CU_CTX(ctx, cudaGetLastError());
+	DG_CU_LAUNCH(ctx, att_fwd, nn_warp_blocks(units), NN_BLOCK, out, att, qkv, b, t, nh, hs, window);
 	return DG_OK;
 }
 
@@ -159,8 +158,11 @@ __global__ void __launch_bounds__(NN_BLOCK)
 	const float *vk = base + k * C3 + 2 * C + h * HS;
 	float *dk = dqkv + b * T * C3 + k * C3 + C + h * HS;
 	float *dv = dk + C;
-	/* the queries that see key k: k .. k + window - 1 (all later ones without a window) */
-	int64_t qmax = window > 0 && k + window - 1 < T - 1 ? k + window - 1 : T - 1;
+	/* the queries that see key k: k .. k + window - 1 (all later ones without
+	 * a window). window - 1 is compared with the distance to the last query,
+	 * not added to k: k + window - 1 overflows for a window meaning
+	 * "unbounded" (the maximum int), which would leave dk and dv at zero. */
+	int64_t qmax = window > 0 && window - 1 < T - 1 - k ? k + window - 1 : T - 1;
 	for (int64_t qb = k; qb <= qmax; qb += 32) {
 		int64_t q = qb + lane;
 		float a = 0.0f, ds = 0.0f;
@@ -197,11 +199,9 @@ dg_status dg_cuda_nn_attention_backward(dg_cuda_ctx *ctx, float *dqkv, const flo
 	if (s != DG_OK)
 		return s;
 	float *dots = (float *)ctx->scratch;
-	att_bwd_q<<<nn_warp_blocks(units), NN_BLOCK, 0, ctx->stream>>>(dqkv, dots, dout, qkv, att, b, t, nh, hs,
-									window);
-	DG_CU_CTX(ctx, cudaGetLastError());
-	att_bwd_kv<<<nn_warp_blocks(units), NN_BLOCK, 0, ctx->stream>>>(dqkv, dots, dout, qkv, att, b, t, nh, hs,
-									 window);
-	DG_CU_CTX(ctx, cudaGetLastError());
+	DG_CU_LAUNCH(ctx, att_bwd_q, nn_warp_blocks(units), NN_BLOCK, dqkv, dots, dout, qkv, att, b, t, nh, hs,
+		     window);
+	DG_CU_LAUNCH(ctx, att_bwd_kv, nn_warp_blocks(units), NN_BLOCK, dqkv, dots, dout, qkv, att, b, t, nh, hs,
+		     window);
 	return DG_OK;
 }

@@ -29,14 +29,16 @@ __global__ void __launch_bounds__(NN_BLOCK) nn_check_ids(const int32_t *ids, int
 dg_status nn_ids_flag(dg_cuda_ctx *ctx, const int32_t *ids, int64_t n, int64_t v, int *invalid, int **flag)
 {
 	if (invalid == NULL) {
-		if (ctx->nn_flag == NULL)
-			DG_CU_CTX(ctx, cudaMalloc(&ctx->nn_flag, sizeof(int)));
+		if (ctx->nn_flag == NULL) {
+			dg_status s = dg_cu_ctx_alloc(ctx, (void **)&ctx->nn_flag, sizeof(int));
+			if (s != DG_OK)
+				return s;
+		}
 		invalid = ctx->nn_flag;
 	}
 	DG_CU_CTX(ctx, cudaMemsetAsync(invalid, 0, sizeof(int), ctx->stream));
 	if (n > 0) {
-		nn_check_ids<<<nn_blocks(n), NN_BLOCK, 0, ctx->stream>>>(ids, n, v, invalid);
-		DG_CU_CTX(ctx, cudaGetLastError());
+		DG_CU_LAUNCH(ctx, nn_check_ids, nn_blocks(n), NN_BLOCK, ids, n, v, invalid);
 	}
 	*flag = invalid;
 	return DG_OK;
@@ -90,8 +92,7 @@ dg_status dg_cuda_nn_layernorm_forward(dg_cuda_ctx *ctx, float *out, float *mean
 				     "NULL tensor, n < 0, c <= 0 or eps not >= 0");
 	if (n == 0)
 		return DG_OK;
-	ln_fwd<<<nn_warp_blocks(n), NN_BLOCK, 0, ctx->stream>>>(out, mean, rstd, inp, w, b, eps, n, c);
-	DG_CU_CTX(ctx, cudaGetLastError());
+	DG_CU_LAUNCH(ctx, ln_fwd, nn_warp_blocks(n), NN_BLOCK, out, mean, rstd, inp, w, b, eps, n, c);
 	return DG_OK;
 }
 
@@ -161,13 +162,10 @@ dg_status dg_cuda_nn_layernorm_backward(dg_cuda_ctx *ctx, float *dinp, float *dw
 	if (n == 0)
 		return DG_OK;
 	if (dinp != NULL) {
-		ln_dinp<<<nn_warp_blocks(n), NN_BLOCK, 0, ctx->stream>>>(dinp, dout, inp, w, mean, rstd, n, c);
-		DG_CU_CTX(ctx, cudaGetLastError());
+		DG_CU_LAUNCH(ctx, ln_dinp, nn_warp_blocks(n), NN_BLOCK, dinp, dout, inp, w, mean, rstd, n, c);
 	}
 	if (dw != NULL || db != NULL) {
-		ln_dwdb<<<(unsigned)((c + NN_BLOCK - 1) / NN_BLOCK), NN_BLOCK, 0, ctx->stream>>>(dw, db, dout, inp, mean,
-												  rstd, n, c);
-		DG_CU_CTX(ctx, cudaGetLastError());
+		DG_CU_LAUNCH(ctx, ln_dwdb, (c + NN_BLOCK - 1) / NN_BLOCK, NN_BLOCK, dw, db, dout, inp, mean, rstd, n, c);
 	}
 	return DG_OK;
 }
@@ -200,8 +198,7 @@ dg_status dg_cuda_nn_gelu_forward(dg_cuda_ctx *ctx, float *out, const float *inp
 		return dg_cu_invalid(ctx, DG_ERR_INVALID, "dg_cuda_nn_gelu_forward", "NULL tensor or n < 0");
 	if (n == 0)
 		return DG_OK;
-	gelu_fwd<<<nn_blocks(n), NN_BLOCK, 0, ctx->stream>>>(out, inp, n);
-	DG_CU_CTX(ctx, cudaGetLastError());
+	DG_CU_LAUNCH(ctx, gelu_fwd, nn_blocks(n), NN_BLOCK, out, inp, n);
 	return DG_OK;
 }
 
@@ -212,8 +209,7 @@ dg_status dg_cuda_nn_gelu_backward(dg_cuda_ctx *ctx, float *dinp, const float *i
 		return dg_cu_invalid(ctx, DG_ERR_INVALID, "dg_cuda_nn_gelu_backward", "NULL tensor or n < 0");
 	if (n == 0)
 		return DG_OK;
-	gelu_bwd<<<nn_blocks(n), NN_BLOCK, 0, ctx->stream>>>(dinp, inp, dout, n);
-	DG_CU_CTX(ctx, cudaGetLastError());
+	DG_CU_LAUNCH(ctx, gelu_bwd, nn_blocks(n), NN_BLOCK, dinp, inp, dout, n);
 	return DG_OK;
 }
 
@@ -224,8 +220,7 @@ dg_status dg_cuda_nn_add(dg_cuda_ctx *ctx, float *out, const float *a, const flo
 		return dg_cu_invalid(ctx, DG_ERR_INVALID, "dg_cuda_nn_add", "NULL tensor or n < 0");
 	if (n == 0)
 		return DG_OK;
-	nn_add<<<nn_blocks(n), NN_BLOCK, 0, ctx->stream>>>(out, a, b, n);
-	DG_CU_CTX(ctx, cudaGetLastError());
+	DG_CU_LAUNCH(ctx, nn_add, nn_blocks(n), NN_BLOCK, out, a, b, n);
 	return DG_OK;
 }
 
@@ -285,8 +280,7 @@ dg_status dg_cuda_nn_encoder_forward(dg_cuda_ctx *ctx, float *out, const int32_t
 	dg_status s = nn_ids_flag(ctx, tok, b * t, v, invalid, &flag);
 	if (s != DG_OK || b * t * c == 0)
 		return s;
-	enc_fwd<<<nn_blocks(b * t * c), NN_BLOCK, 0, ctx->stream>>>(out, tok, wte, wpe, t, c, b * t, flag);
-	DG_CU_CTX(ctx, cudaGetLastError());
+	DG_CU_LAUNCH(ctx, enc_fwd, nn_blocks(b * t * c), NN_BLOCK, out, tok, wte, wpe, t, c, b * t, flag);
 	return DG_OK;
 }
 
@@ -301,13 +295,10 @@ dg_status dg_cuda_nn_encoder_backward(dg_cuda_ctx *ctx, float *dwte, float *dwpe
 	if (s != DG_OK || b * t * c == 0)
 		return s;
 	if (dwte != NULL) {
-		enc_dwte<<<(unsigned)((c + NN_BLOCK - 1) / NN_BLOCK), NN_BLOCK, 0, ctx->stream>>>(dwte, dout, tok, b * t,
-												  c, flag);
-		DG_CU_CTX(ctx, cudaGetLastError());
+		DG_CU_LAUNCH(ctx, enc_dwte, (c + NN_BLOCK - 1) / NN_BLOCK, NN_BLOCK, dwte, dout, tok, b * t, c, flag);
 	}
 	if (dwpe != NULL) {
-		enc_dwpe<<<nn_blocks(t * c), NN_BLOCK, 0, ctx->stream>>>(dwpe, dout, b, t, c, flag);
-		DG_CU_CTX(ctx, cudaGetLastError());
+		DG_CU_LAUNCH(ctx, enc_dwpe, nn_blocks(t * c), NN_BLOCK, dwpe, dout, b, t, c, flag);
 	}
 	return DG_OK;
 }
@@ -375,8 +366,7 @@ dg_status dg_cuda_nn_softmax_xent_forward(dg_cuda_ctx *ctx, float *probs, float 
 	dg_status s = nn_ids_flag(ctx, targets, n, v, invalid, &flag);
 	if (s != DG_OK || n == 0)
 		return s;
-	xent_fwd<<<nn_warp_blocks(n), NN_BLOCK, 0, ctx->stream>>>(probs, losses, logits, targets, n, v, flag);
-	DG_CU_CTX(ctx, cudaGetLastError());
+	DG_CU_LAUNCH(ctx, xent_fwd, nn_warp_blocks(n), NN_BLOCK, probs, losses, logits, targets, n, v, flag);
 	return DG_OK;
 }
 
@@ -392,7 +382,6 @@ dg_status dg_cuda_nn_softmax_xent_backward(dg_cuda_ctx *ctx, float *dlogits, con
 	dg_status s = nn_ids_flag(ctx, targets, n, v, invalid, &flag);
 	if (s != DG_OK || n == 0)
 		return s;
-	xent_bwd<<<nn_blocks(n * v), NN_BLOCK, 0, ctx->stream>>>(dlogits, probs, targets, dlosses, n, v, flag);
-	DG_CU_CTX(ctx, cudaGetLastError());
+	DG_CU_LAUNCH(ctx, xent_bwd, nn_blocks(n * v), NN_BLOCK, dlogits, probs, targets, dlosses, n, v, flag);
 	return DG_OK;
 }

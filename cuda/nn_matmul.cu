@@ -37,7 +37,12 @@
 
 #include "nn.cuh"
 
-#define DG_CUBLAS_SONAME "libcublas.so.13"
+/* the soname of the cuBLAS whose headers we compile against: a CUDA 12
+ * toolkit's cuBLAS is libcublas.so.12, and its prototypes are what the
+ * function table below is typed with */
+#define DG_CUBLAS_STR_(x) #x
+#define DG_CUBLAS_STR(x) DG_CUBLAS_STR_(x)
+#define DG_CUBLAS_SONAME "libcublas.so." DG_CUBLAS_STR(CUBLAS_VER_MAJOR)
 
 #define DG_CUBLAS_SYMBOLS(X)                                                                                   \
 	X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSetMathMode) X(cublasSgemm_v2)      \
@@ -70,7 +75,8 @@ static int blas_try(const char *path, char *err, size_t errlen)
 	blas_api.name = (decltype(&::name))dlsym(h, #name);                                                    \
 	if (blas_api.name == NULL) {                                                                           \
 		if (err && errlen)                                                                             \
-			snprintf(err, errlen, "%s: symbol %s missing (cuBLAS older than 13?)", path, #name);  \
+			snprintf(err, errlen, "%s: symbol %s missing (cuBLAS older than %d?)", path, #name,    \
+				 CUBLAS_VER_MAJOR);                                                            \
 		dlclose(h);                                                                                    \
 		return -1;                                                                                     \
 	}
@@ -81,7 +87,7 @@ static int blas_try(const char *path, char *err, size_t errlen)
 	return 0;
 }
 
-/* blas_try_dir tries dir/libcublas.so.13; errors are appended to err. */
+/* blas_try_dir tries dir/DG_CUBLAS_SONAME; errors are appended to err. */
 static int blas_try_dir(const char *dir, char *err, size_t errlen)
 {
 	char p[2048], e[512];
@@ -142,6 +148,8 @@ static int blas_load_default(char *err, size_t errlen)
 	}
 	return -1;
 }
+
+const char *dg_cuda_blas_soname(void) { return DG_CUBLAS_SONAME; }
 
 dg_status dg_cuda_blas_load(const char *path, char *err, size_t errlen)
 {
@@ -205,10 +213,8 @@ void dg_cu_nn_release(dg_cuda_ctx *ctx)
 		blas_api.cublasDestroy_v2((cublasHandle_t)ctx->blas);
 		ctx->blas = NULL;
 	}
-	if (ctx->nn_flag) {
-		cudaFree(ctx->nn_flag);
-		ctx->nn_flag = NULL;
-	}
+	dg_cu_ctx_free(ctx, ctx->nn_flag);
+	ctx->nn_flag = NULL;
 }
 
 /* out[r, :] = bias (or 0 when bias is NULL), every row */
@@ -245,8 +251,7 @@ dg_status dg_cuda_nn_matmul_forward(dg_cuda_ctx *ctx, float *out, const float *i
 		return DG_OK;
 	/* as the CPU: the bias first, then sgemm adds the product (beta 1) */
 	if (bias != NULL || c == 0) {
-		mm_fill_rows<<<nn_blocks(n * oc), NN_BLOCK, 0, ctx->stream>>>(out, bias, n, oc);
-		DG_CU_CTX(ctx, cudaGetLastError());
+		DG_CU_LAUNCH(ctx, mm_fill_rows, nn_blocks(n * oc), NN_BLOCK, out, bias, n, oc);
 	}
 	if (c == 0) /* an empty sum; cuBLAS rejects leading dimensions of 0 */
 		return DG_OK;
@@ -289,8 +294,7 @@ dg_status dg_cuda_nn_matmul_backward(dg_cuda_ctx *ctx, float *dinp, float *dw, f
 							     inp, (int)c, dout, (int)oc, &one, dw, (int)c));
 	}
 	if (dbias != NULL) {
-		mm_dbias<<<(unsigned)((oc + NN_BLOCK - 1) / NN_BLOCK), NN_BLOCK, 0, ctx->stream>>>(dbias, dout, n, oc);
-		DG_CU_CTX(ctx, cudaGetLastError());
+		DG_CU_LAUNCH(ctx, mm_dbias, (oc + NN_BLOCK - 1) / NN_BLOCK, NN_BLOCK, dbias, dout, n, oc);
 	}
 	return DG_OK;
 }

@@ -14,6 +14,9 @@ func NewNNKernels(b *Backend) (*NNKernels, error) { return nil, ErrNoCUDA }
 // CuBLASPath is the libcublas file the nn matmuls use ("" without CUDA).
 func CuBLASPath() string { return "" }
 
+// CuBLASSoname is the cuBLAS the matmuls load ("" without CUDA).
+func CuBLASSoname() string { return "" }
+
 // MatmulForward computes out[n,oc] = inp[n,c] @ w[oc,c]^T + bias[oc].
 func (k *NNKernels) MatmulForward(out, inp, w, bias *tensor.Tensor, n, c, oc int) error {
 	return ErrNoCUDA

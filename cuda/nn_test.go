@@ -42,9 +42,7 @@ type nnEnv struct {
 
 func nnSetup(t *testing.T) *nnEnv {
 	t.Helper()
-	if !Available() {
-		t.Skip("no CUDA device on this machine")
-	}
+	needDevice(t)
 	gpu, err := NewBackend(0)
 	if err != nil {
 		t.Fatal(err)
@@ -291,9 +289,10 @@ func TestNNEncoder(t *testing.T) {
 	}
 }
 
+// The window math.MaxInt ("unbounded") is the overflow case of k + window - 1.
 func TestNNAttention(t *testing.T) {
 	e := nnSetup(t)
-	for _, sz := range [][5]int{{2, 37, 3, 40, 0}, {2, 37, 3, 40, 5}, {1, 70, 2, 16, 0}, {1, 1, 1, 1, 0}} {
+	for _, sz := range [][5]int{{2, 37, 3, 40, 0}, {2, 37, 3, 40, 5}, {2, 37, 3, 40, math.MaxInt}, {1, 70, 2, 16, 0}, {1, 1, 1, 1, 0}} {
 		b, tt, nh, hs, win := sz[0], sz[1], sz[2], sz[3], sz[4]
 		c := nh * hs
 		qkv, out, att := e.f32(b*tt*3*c, 1), e.f32(b*tt*c, 1), e.f32(b*nh*tt*tt, 1)

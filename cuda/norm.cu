@@ -115,11 +115,9 @@ static dg_status sumsq_run(dg_cuda_ctx *ctx, dg_dtype t, const void *const *xs, 
 		int m = count - first < DG_FIN_TENSORS ? count - first : DG_FIN_TENSORS;
 		for (int b = 0; b <= m; b++)
 			tab.start[b] = start[first + b];
-		sumsq_tensors<<<m, DG_CU_BLOCK, 0, ctx->stream>>>(tab, partials, per + first);
-		DG_CU_CTX(ctx, cudaGetLastError());
+		DG_CU_LAUNCH(ctx, sumsq_tensors, m, DG_CU_BLOCK, tab, partials, per + first);
 	}
-	sumsq_total<<<1, DG_CU_BLOCK, 0, ctx->stream>>>(per, count, total);
-	DG_CU_CTX(ctx, cudaGetLastError());
+	DG_CU_LAUNCH(ctx, sumsq_total, 1, DG_CU_BLOCK, per, count, total);
 	return DG_OK;
 }
 

@@ -308,10 +308,8 @@ static dg_status lamb_run(Step &s, double *trust, const int64_t *start, const vo
 		int m = s.count - first < TRUST_TENSORS ? s.count - first : TRUST_TENSORS;
 		for (int b = 0; b <= m; b++)
 			tab.start[b] = start[first + b];
-		lamb_trust<<<(m + 127) / 128, 128, 0, s.ctx->stream>>>(tab, m, partials, s.hp->lr, s.hp->min_coeff,
-								     s.hp->max_coeff, scale + first,
-								     trust != NULL ? trust + first : NULL);
-		DG_CU_CTX(s.ctx, cudaGetLastError());
+		DG_CU_LAUNCH(s.ctx, lamb_trust, (m + 127) / 128, 128, tab, m, partials, s.hp->lr, s.hp->min_coeff,
+			     s.hp->max_coeff, scale + first, trust != NULL ? trust + first : NULL);
 	}
 	for (int i = 0; i < s.count; i++)
 		aux[i] = scale + i;

@@ -69,17 +69,23 @@ __global__ void __launch_bounds__(DG_CU_BLOCK)
 #define DG_REDUCE_MAX_BLOCKS 4096
 
 template <int OP>
-static void launch(dg_dtype t, const ReduceArgs &a, int nsrc, void *dst, int64_t n, int blocks, cudaStream_t s)
+static dg_status launch(dg_cuda_ctx *ctx, dg_dtype t, const ReduceArgs &a, int nsrc, void *dst, int64_t n,
+			int64_t blocks)
 {
 	switch (t) {
-	case DG_F32: reduce_float<DG_F32, OP><<<blocks, DG_CU_BLOCK, 0, s>>>(a, nsrc, (float *)dst, n); break;
-	case DG_F16: reduce_float<DG_F16, OP><<<blocks, DG_CU_BLOCK, 0, s>>>(a, nsrc, (uint16_t *)dst, n); break;
-	case DG_BF16: reduce_float<DG_BF16, OP><<<blocks, DG_CU_BLOCK, 0, s>>>(a, nsrc, (uint16_t *)dst, n); break;
-	case DG_I32:
-		reduce_int<int32_t, uint32_t, OP><<<blocks, DG_CU_BLOCK, 0, s>>>(a, nsrc, (int32_t *)dst, n);
+	case DG_F32: DG_CU_LAUNCH(ctx, (reduce_float<DG_F32, OP>), blocks, DG_CU_BLOCK, a, nsrc, (float *)dst, n); break;
+	case DG_F16: DG_CU_LAUNCH(ctx, (reduce_float<DG_F16, OP>), blocks, DG_CU_BLOCK, a, nsrc, (uint16_t *)dst, n); break;
+	case DG_BF16:
+		DG_CU_LAUNCH(ctx, (reduce_float<DG_BF16, OP>), blocks, DG_CU_BLOCK, a, nsrc, (uint16_t *)dst, n);
 		break;
-	default: reduce_int<int64_t, uint64_t, OP><<<blocks, DG_CU_BLOCK, 0, s>>>(a, nsrc, (int64_t *)dst, n); break;
+	case DG_I32:
+		DG_CU_LAUNCH(ctx, (reduce_int<int32_t, uint32_t, OP>), blocks, DG_CU_BLOCK, a, nsrc, (int32_t *)dst, n);
+		break;
+	default:
+		DG_CU_LAUNCH(ctx, (reduce_int<int64_t, uint64_t, OP>), blocks, DG_CU_BLOCK, a, nsrc, (int64_t *)dst, n);
+		break;
 	}
+	return DG_OK;
 }
 
 dg_status dg_cuda_reduce_into(dg_cuda_ctx *ctx, dg_dtype t, dg_redop op, const void *const *srcs, int nsrc,
@@ -104,12 +110,10 @@ dg_status dg_cuda_reduce_into(dg_cuda_ctx *ctx, dg_dtype t, dg_redop op, const v
 		a.src[q] = srcs[q];
 	}
 	int64_t need = (n + DG_CU_BLOCK - 1) / DG_CU_BLOCK;
-	int blocks = need < DG_REDUCE_MAX_BLOCKS ? (int)need : DG_REDUCE_MAX_BLOCKS;
+	int64_t blocks = need < DG_REDUCE_MAX_BLOCKS ? need : DG_REDUCE_MAX_BLOCKS;
 	switch (op) {
-	case DG_SUM: launch<DG_SUM>(t, a, nsrc, dst, n, blocks, ctx->stream); break;
-	case DG_MAX: launch<DG_MAX>(t, a, nsrc, dst, n, blocks, ctx->stream); break;
-	default: launch<DG_MIN>(t, a, nsrc, dst, n, blocks, ctx->stream); break;
+	case DG_SUM: return launch<DG_SUM>(ctx, t, a, nsrc, dst, n, blocks);
+	case DG_MAX: return launch<DG_MAX>(ctx, t, a, nsrc, dst, n, blocks);
+	default: return launch<DG_MIN>(ctx, t, a, nsrc, dst, n, blocks);
 	}
-	DG_CU_CTX(ctx, cudaGetLastError());
-	return DG_OK;
 }

@@ -54,7 +54,7 @@ func TestStubNNKernels(t *testing.T) {
 	if err := k.AttentionBackward(nil, nil, nil, nil, 1, 1, 1, 1, 0); !errors.Is(err, ErrNoCUDA) {
 		t.Fatalf("AttentionBackward: %v, want ErrNoCUDA", err)
 	}
-	if CuBLASPath() != "" {
-		t.Fatal("CuBLASPath() non-empty without CUDA")
+	if CuBLASPath() != "" || CuBLASSoname() != "" {
+		t.Fatal("CuBLASPath() or CuBLASSoname() non-empty without CUDA")
 	}
 }

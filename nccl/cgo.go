@@ -7,12 +7,13 @@ package nccl
 // Headers: build/cuda/include/{nccl,cuda} are links that
 // scripts/build-cuda.sh makes to the NCCL and CUDA include folders of the
 // toolchain in use (wheels or system), as it copies libcudart_static.a, so
-// these flags do not depend on where the toolkit lives. libnccl is not
+// these flags do not depend on where the toolkit lives; ../cuda gives
+// dg_cuda_err.h, package cuda's rule for the thread's last CUDA error. libnccl is not
 // linked (see doc.go); libcudart_static is, for cudaSetDevice and events,
 // the same archive package cuda links.
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../build/cuda/include/nccl -I${SRCDIR}/../build/cuda/include/cuda
+#cgo CFLAGS: -I${SRCDIR}/../build/cuda/include/nccl -I${SRCDIR}/../build/cuda/include/cuda -I${SRCDIR}/../cuda
 #cgo LDFLAGS: -L${SRCDIR}/../build/cuda -lcudart_static -ldl -lpthread -lrt
 #include <stdlib.h>
 #include "shim.h"
@@ -35,8 +36,9 @@ import (
 const minVersion = 21801
 
 var (
-	loadOnce sync.Once
-	loadErr  error
+	loadOnce   sync.Once
+	loadErr    error
+	loadedFrom string // the candidate that loaded
 )
 
 // candidates lists where libnccl.so.2 is looked for, in order (doc.go).
@@ -47,6 +49,12 @@ func candidates() []string {
 			p = filepath.Join(p, "libnccl.so.2")
 		}
 		c = append(c, p)
+	}
+	// Next to the executable: build/cuda/lib for build/cuda/nccl.test, a
+	// copy of the tree at any path (scripts/build-cuda.sh links it there).
+	if exe, err := os.Executable(); err == nil {
+		dir := filepath.Dir(exe)
+		c = append(c, filepath.Join(dir, "lib", "libnccl.so.2"), filepath.Join(dir, "libnccl.so.2"))
 	}
 	c = append(c, "libnccl.so.2")
 	// The source tree this package was compiled from: an rpath that needs
@@ -67,6 +75,7 @@ func load() error {
 			rc := C.dg_nccl_load(cp, &buf[0], C.size_t(len(buf)))
 			C.free(unsafe.Pointer(cp))
 			if rc == 0 {
+				loadedFrom = p
 				if v := int(C.dg_nccl_version()); v < minVersion {
 					loadErr = fmt.Errorf("nccl: %s is NCCL %d, need %d or newer", p, v, minVersion)
 				}

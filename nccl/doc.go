@@ -3,11 +3,13 @@
 //
 // Loading: the package is compiled against nccl.h but not linked with
 // libnccl. On first use it dlopens libnccl.so.2 (RTLD_NOW|RTLD_LOCAL) from,
-// in order: $DEEPGO_NCCL_LIB (a file or a folder), the dynamic loader's
+// in order: $DEEPGO_NCCL_LIB (a file or a folder), lib/ and the folder next
+// to the executable (build/cuda/lib for build/cuda/nccl.test, where
+// scripts/build-cuda.sh links the toolchain's copy), the dynamic loader's
 // search (LD_LIBRARY_PATH, ld.so.cache), and build/cuda/lib of the source
-// tree it was built from (where scripts/build-cuda.sh links the wheel's
-// copy). So a binary built here runs wherever an NCCL 2.18+ can be found,
-// and a build without NCCL installed still compiles and links.
+// tree it was built from. So a binary built here runs wherever an NCCL
+// 2.18+ can be found, and a build without NCCL installed still compiles and
+// links. scripts/gpu-check.sh sets DEEPGO_NCCL_LIB to the toolchain's NCCL.
 //
 // Communicators are non-blocking (ncclConfig_t.blocking = 0): init, split
 // and the enqueue of every operation return at once and are polled with

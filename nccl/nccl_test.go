@@ -6,28 +6,32 @@ package nccl
 // CI GPU machine has one. Every operation runs on the device and is checked
 // on the host; the abort tests make NCCL hang for real (a rank that never
 // joins, a receive never matched) and require an error within the deadline.
-// Without a device or without libnccl.so.2 the tests skip.
+// Without a device or without libnccl.so.2 the tests skip, or fail under
+// gpu-check (internal/gputest).
 
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/cuda"
+	"github.com/deepgo-ml/deepgo/internal/gputest"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
 func newID(t *testing.T) UniqueID {
 	t.Helper()
-	if !cuda.Available() {
-		t.Skip("no CUDA device on this machine")
+	if n, err := cuda.DeviceCount(); err != nil || n == 0 {
+		gputest.Unavailable(t, "no usable CUDA device (%d, %v)", n, err)
 	}
 	id, err := GetUniqueID()
 	if errors.Is(err, comm.ErrUnsupported) {
-		t.Skipf("NCCL not loadable: %v", err)
+		gputest.Unavailable(t, "NCCL not loadable: %v", err)
 	} else if err != nil {
 		t.Fatal(err)
 	}
@@ -217,8 +221,11 @@ func TestInitAbort(t *testing.T) {
 	}
 }
 
-// A receive never matched hangs NCCL's kernel: the deadline must abort the
-// communicator, fail the work, and break the group.
+// A receive never matched fails and breaks the group. Where NCCL hangs its
+// kernel on it, the deadline must abort the communicator and fail the work;
+// on one rank NCCL (2.x) instead rejects a self-receive without a matching
+// send as invalid usage, and the group must break all the same. (The
+// deadline path of an operation then stays untested: it needs two GPUs.)
 func TestOpAbort(t *testing.T) {
 	c := one(t, Options{})
 	d := dev(t, 1, 2)
@@ -227,8 +234,15 @@ func TestOpAbort(t *testing.T) {
 	t0 := time.Now()
 	w := c.start(ctx, comm.OpRecv, func() (launch, error) { return bytesOf(kindRecv, d, 0), nil })
 	err := w.Wait(context.Background())
-	if err == nil || errors.Is(err, comm.ErrInvalid) {
-		t.Skipf("NCCL did not hang on an unmatched self-receive (%v): nothing to abort", err)
+	if err == nil {
+		t.Fatal("an unmatched self-receive succeeded")
+	}
+	if errors.Is(err, comm.ErrInvalid) {
+		t.Logf("NCCL rejected the unmatched self-receive (no hang to abort): %v", err)
+		if err := c.Barrier(context.Background()); !errors.Is(err, comm.ErrAborted) {
+			t.Fatalf("Barrier after the rejected receive: %v, want ErrAborted", err)
+		}
+		return
 	}
 	if !errors.Is(err, comm.ErrTimeout) {
 		t.Fatalf("unmatched Recv: %v, want ErrTimeout", err)
@@ -269,10 +283,35 @@ func TestNewFromStore(t *testing.T) {
 // Loading needs no GPU: it runs on every machine that builds with -tags cuda.
 func TestLoad(t *testing.T) {
 	if err := load(); err != nil {
-		t.Skipf("NCCL not loadable: %v", err)
+		gputest.Unavailable(t, "NCCL not loadable: %v", err)
 	}
 	if v := Version(); v < minVersion {
 		t.Fatalf("Version() = %d", v)
 	}
-	t.Logf("loaded NCCL %d", Version())
+	t.Logf("loaded NCCL %d from %s", Version(), loadedFrom)
+	// a copy of build/cuda at any path finds the libnccl linked next to it
+	// (no DEEPGO_NCCL_LIB, no loader path, no source tree needed)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := filepath.Join(filepath.Dir(exe), "lib", "libnccl.so.2")
+	if _, err := os.Stat(next); err == nil && os.Getenv("DEEPGO_NCCL_LIB") == "" && loadedFrom != next {
+		t.Fatalf("loaded %s, not %s next to the executable", loadedFrom, next)
+	}
+}
+
+func TestCandidates(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("DEEPGO_NCCL_LIB", dir)
+	c := candidates()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(dir, "libnccl.so.2"), filepath.Join(filepath.Dir(exe), "lib", "libnccl.so.2"),
+		filepath.Join(filepath.Dir(exe), "libnccl.so.2"), "libnccl.so.2"}
+	if len(c) < len(want) || !slices.Equal(c[:len(want)], want) {
+		t.Fatalf("candidates() = %q, want %q first", c, want)
+	}
 }

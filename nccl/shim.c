@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <cuda_runtime.h>
 
+#include "dg_cuda_err.h" /* package cuda's: a handled error must not linger */
+
 #define DG_NCCL_SYMBOLS(X) \
 	X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRankConfig) \
 	X(ncclCommSplit) X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort) \
@@ -59,7 +61,7 @@ static ncclConfig_t nonblocking(void) {
 }
 
 #define SET_DEVICE(dev) do { \
-	cudaError_t e_ = cudaSetDevice(dev); \
+	cudaError_t e_ = dg_cu_handled(cudaSetDevice(dev)); \
 	if (e_ != cudaSuccess) { if (cuerr) *cuerr = (int)e_; return ncclUnhandledCudaError; } \
 } while (0)
 
@@ -127,28 +129,28 @@ ncclResult_t dg_nccl_launch(int dev, ncclComm_t comm, void *stream, int kind,
 	return ncclInvalidArgument;
 }
 
+/* The event calls return their cudaError_t; each is handled by the caller,
+ * so none may stay behind as this thread's last error (dg_cuda_err.h). */
 int dg_nccl_event_create(int dev, void **ev) {
 	cudaError_t e = cudaSetDevice(dev);
 	if (e == cudaSuccess) e = cudaEventCreateWithFlags((cudaEvent_t *)ev, cudaEventDisableTiming);
-	return (int)e;
+	return (int)dg_cu_handled(e);
 }
 
 int dg_nccl_event_record(int dev, void *ev, void *stream) {
 	cudaError_t e = cudaSetDevice(dev);
 	if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)stream);
-	return (int)e;
+	return (int)dg_cu_handled(e);
 }
 
 int dg_nccl_event_query(void *ev, int *done) {
-	cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
-	*done = e == cudaSuccess;
-	return e == cudaErrorNotReady ? (int)cudaSuccess : (int)e;
+	return (int)dg_cu_query(cudaEventQuery((cudaEvent_t)ev), done);
 }
 
 int dg_nccl_event_destroy(int dev, void *ev) {
 	cudaError_t e = cudaSetDevice(dev);
 	if (e == cudaSuccess) e = cudaEventDestroy((cudaEvent_t)ev);
-	return (int)e;
+	return (int)dg_cu_handled(e);
 }
 
 const char *dg_nccl_cuda_error(int cuerr) { return cudaGetErrorString((cudaError_t)cuerr); }

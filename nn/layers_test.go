@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -170,6 +171,8 @@ func TestLayerGradients(t *testing.T) {
 			closeTo(t, "dlogits", vals(t, pt), dx, tol)
 			fdCheck(t, "dlogits", x, dx, 30, func() float64 { l, _ := refXent(x, tg, n, V); return l })
 		}},
+		// the maximum int as "unbounded": window arithmetic must not overflow
+		{"AttentionWindowMaxInt", func(t *testing.T, r *rand.Rand) { attentionCase(t, be, r, math.MaxInt) }},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, rand.New(rand.NewPCG(uint64(i), 1))) })

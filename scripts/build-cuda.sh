@@ -12,8 +12,9 @@
 #   SKIP_GO=1 scripts/build-cuda.sh  library and gpucheck only
 #
 # cuBLAS (the nn matmuls) is not linked: cuda/nn_matmul.cu dlopens
-# libcublas.so.13 on first use; lib/ below holds links to the toolchain's
-# copy, found next to gpucheck and cuda.test. OpenBLAS (the CPU twins of the
+# libcublas.so.<CUBLAS_VER_MAJOR of the headers compiled against> on first
+# use; lib/ below holds links to the toolchain's copy, found next to
+# gpucheck and cuda.test. OpenBLAS (the CPU twins of the
 # nn kernels, csrc/nn_*.c) is linked statically when the machine has
 # libopenblas.a, so gpucheck and cuda.test built here run on a GPU machine
 # without it; with only a shared OpenBLAS gpucheck links that, and with none
@@ -71,9 +72,16 @@ rm -f "$OUT/libdeepgo_cuda.a"
 ar rcs "$OUT/libdeepgo_cuda.a" "$OUT"/obj/*.o
 cp -f "$DG_CUDA_LIB/libcudart_static.a" "$OUT/libcudart_static.a"
 
-# cuBLAS for the nn matmuls, loaded at run time (see the header)
+# cuBLAS for the nn matmuls, loaded at run time (see the header), under the
+# soname nn_matmul.cu derives from the same header
+CUBLAS_MAJOR="$(sed -n 's/^#define CUBLAS_VER_MAJOR \([0-9][0-9]*\).*/\1/p' "$DG_CUDA_INC/cublas_api.h")"
+if [[ -z "$CUBLAS_MAJOR" ]]; then
+	echo "build-cuda: no CUBLAS_VER_MAJOR in $DG_CUDA_INC/cublas_api.h" >&2
+	exit 1
+fi
 mkdir -p "$OUT/lib"
-for so in libcublas.so.13 libcublasLt.so.13; do
+rm -f "$OUT"/lib/libcublas*.so.*
+for so in "libcublas.so.$CUBLAS_MAJOR" "libcublasLt.so.$CUBLAS_MAJOR"; do
 	if [[ -e "$DG_CUDA_LIB/$so" ]]; then
 		ln -sfn "$DG_CUDA_LIB/$so" "$OUT/lib/$so"
 	else
@@ -82,14 +90,33 @@ for so in libcublas.so.13 libcublasLt.so.13; do
 done
 
 # OpenBLAS for the CPU twins: static archive, else shared, else the stand-in
-BLAS_INC=() BLAS_LINK=() BLAS_MODE=""
+BLAS_INC=() BLAS_LINK=() BLAS_RT=() BLAS_MODE=""
 BLAS_A="$(gcc -print-file-name=libopenblas.a)"
 have_cblas_h() { echo '#include <cblas.h>' | gcc -E -x c - >/dev/null 2>&1; }
+# blas_runtimes ARCHIVE: the runtimes a static OpenBLAS may need, as link
+# flags: libgomp for the OpenMP build, libgfortran for its LAPACK part, each
+# only when the archive refers to it and gcc has it, and --as-needed, so
+# they are recorded only when an object actually linked uses them.
+blas_runtimes() {
+	local undef libs=()
+	undef="$(nm -A "$1" 2>/dev/null | awk '$(NF-1) == "U" { print $NF }' | sort -u)"
+	if grep -qE '^(GOMP_|omp_)' <<<"$undef" && [[ "$(gcc -print-file-name=libgomp.so)" == /* ]]; then
+		libs+=(-lgomp)
+	fi
+	if grep -q '^_gfortran_' <<<"$undef" && [[ "$(gcc -print-file-name=libgfortran.so)" == /* ]]; then
+		libs+=(-lgfortran)
+	fi
+	if ((${#libs[@]} > 0)); then
+		printf '%s\n' -Wl,--as-needed "${libs[@]}" -Wl,--no-as-needed
+	fi
+}
 rm -rf "$OUT/blas"
 if [[ "$BLAS_A" == /* && -e "$BLAS_A" ]] && have_cblas_h; then
 	mkdir -p "$OUT/blas"
 	ln -sfn "$(readlink -f "$BLAS_A")" "$OUT/blas/libopenblas.a"
-	BLAS_LINK=("$OUT/blas/libopenblas.a") BLAS_MODE="static OpenBLAS ($(readlink -f "$BLAS_A"))"
+	mapfile -t BLAS_RT < <(blas_runtimes "$OUT/blas/libopenblas.a")
+	BLAS_LINK=("$OUT/blas/libopenblas.a" "${BLAS_RT[@]}")
+	BLAS_MODE="static OpenBLAS ($(readlink -f "$BLAS_A")${BLAS_RT[*]:+; runtimes as needed: ${BLAS_RT[*]}})"
 elif [[ "$(gcc -print-file-name=libopenblas.so)" == /* ]] && have_cblas_h; then
 	BLAS_LINK=(-lopenblas) BLAS_MODE="shared OpenBLAS (gpucheck needs libopenblas.so.0 where it runs)"
 else
@@ -109,9 +136,11 @@ g++ -o "$OUT/gpucheck" "$OUT"/gpucheck-obj/*.o "$OUT/libdeepgo_cuda.a" "${BLAS_L
 if [[ -z "${SKIP_GO:-}" ]] && command -v go >/dev/null 2>&1; then
 	# package csrc links -lopenblas; with build/cuda/blas first on the
 	# search path (it holds only libopenblas.a) the test binaries get the
-	# static archive and need no OpenBLAS where they run
+	# static archive and need no OpenBLAS where they run. cmd/go puts these
+	# flags before the package's -lopenblas, so the archive is named here
+	# too, ahead of the runtimes it may need (blas_runtimes).
 	if [[ -e "$OUT/blas/libopenblas.a" ]]; then
-		export CGO_LDFLAGS="${CGO_LDFLAGS:--g -O2} -L$OUT/blas"
+		export CGO_LDFLAGS="${CGO_LDFLAGS:--g -O2} -L$OUT/blas${BLAS_RT[*]:+ $OUT/blas/libopenblas.a ${BLAS_RT[*]}}"
 	fi
 	echo "build-cuda: go vet -tags cuda ./cuda; go test -c -tags cuda -o $OUT/cuda.test ./cuda"
 	go vet -tags cuda ./cuda

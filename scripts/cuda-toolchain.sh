@@ -8,9 +8,18 @@
 # Which toolchain:
 #   - a system CUDA when one is found: $CUDA_HOME/bin/nvcc, else `nvcc` on PATH
 #     (GPU machines carry their own, matching their driver, and cannot download);
-#   - otherwise NVIDIA's PyPI wheels, installed with `pip --target` into
-#     $DG_CUDA_DIR (default <repo>/.cuda, gitignored).
-#   DG_CUDA_TOOLKIT=wheels|system forces one.
+#   - otherwise NVIDIA's PyPI wheels: those this script installed in
+#     $DG_CUDA_DIR (default <repo>/.cuda, gitignored) when complete, else CUDA
+#     13 wheels pip already installed where Python finds them (`import
+#     nvidia`: site-packages, PYTHONPATH; an offline GPU machine has them
+#     there), else a fresh `pip --target` install into $DG_CUDA_DIR.
+#   DG_CUDA_TOOLKIT=wheels|system forces one. NCCL (not part of CUDA) comes
+#   from the wheels in use, else from a pip-installed nvidia-nccl wheel, else
+#   from the system CUDA's include folder (build-cuda.sh falls back further).
+#
+# $DG_CUDA_DIR is only ever deleted when this script made it (it holds the
+# stamp below, or the marker of an install in progress); a non-empty folder
+# without either is left alone and the script stops with an error.
 #
 # Why the wheels and not Debian's nvidia-cuda-toolkit: the wheels are NVIDIA's
 # own CUDA 13.0 build (Debian bookworm's non-free package is CUDA 11.8, too old
@@ -39,6 +48,8 @@ WHEELS=(
 	nvidia-nccl-cu13==2.27.7
 )
 STAMP="$DIR/.deepgo-wheels"
+PARTIAL="$DIR/.deepgo-wheels-installing" # this script's folder, install unfinished
+PYTHON="${DG_PYTHON:-python3}"
 
 system_nvcc() {
 	if [[ -n "${CUDA_HOME:-}" && -x "$CUDA_HOME/bin/nvcc" ]]; then
@@ -58,9 +69,32 @@ first_dir() {
 	done
 }
 
+# site_nvidia prints the folders of Python's `nvidia` namespace package, one
+# a line: where pip put NVIDIA's wheels (nothing when Python has none).
+site_nvidia() {
+	"$PYTHON" -c 'import nvidia, sys; sys.stdout.write("".join(p + "\n" for p in nvidia.__path__))' 2>/dev/null || true
+}
+
+# site_find REL prints the first folder of site_nvidia holding REL.
+site_find() {
+	local d
+	while IFS= read -r d; do
+		if [[ -n "$d" && -e "$d/$1" ]]; then
+			echo "$d"
+			return
+		fi
+	done < <(site_nvidia)
+}
+
+# installed reports whether $DIR holds this script's complete install of the
+# pinned wheels.
+installed() {
+	[[ -f "$STAMP" && ! -e "$PARTIAL" && "$(cat "$STAMP")" == "$(printf '%s\n' "${WHEELS[@]}")" && -x "$DIR/nvidia/cu13/bin/nvcc" ]]
+}
+
 # resolve sets NVCC, TOP, INC, LIB, NCCL_INC, NCCL_LIB, SOURCE (or fails).
 resolve() {
-	local want="${DG_CUDA_TOOLKIT:-}" sys
+	local want="${DG_CUDA_TOOLKIT:-}" sys site
 	sys="$(system_nvcc || true)"
 	if [[ "$want" != wheels && -n "$sys" ]]; then
 		SOURCE=system
@@ -71,19 +105,33 @@ resolve() {
 		LIB="$(first_dir "$TOP/lib64" "$tgt/lib" "$TOP/lib")"
 		NCCL_INC="$(first_dir "$TOP/include")"
 		NCCL_LIB="$LIB"
+		if [[ ! -e "$NCCL_INC/nccl.h" ]] && site="$(site_find nccl/include/nccl.h)" && [[ -n "$site" ]]; then
+			NCCL_INC="$site/nccl/include"
+			NCCL_LIB="$site/nccl/lib"
+		fi
 		return 0
 	fi
 	if [[ "$want" == system ]]; then
 		echo "cuda-toolchain: DG_CUDA_TOOLKIT=system but no nvcc found (CUDA_HOME, PATH)" >&2
 		return 1
 	fi
+	local nv="$DIR/nvidia"
 	SOURCE=wheels
-	TOP="$DIR/nvidia/cu13"
+	if ! installed && site="$(site_find cu13/bin/nvcc)" && [[ -n "$site" ]]; then
+		SOURCE=site
+		nv="$site"
+	fi
+	TOP="$nv/cu13"
 	NVCC="$TOP/bin/nvcc"
 	INC="$TOP/include"
 	LIB="$TOP/lib"
-	NCCL_INC="$DIR/nvidia/nccl/include"
-	NCCL_LIB="$DIR/nvidia/nccl/lib"
+	NCCL_INC="$nv/nccl/include"
+	NCCL_LIB="$nv/nccl/lib"
+	# the nvidia-nccl-cu13 wheel may sit in another folder of the namespace
+	if [[ "$SOURCE" == site && ! -e "$NCCL_INC/nccl.h" ]] && site="$(site_find nccl/include/nccl.h)" && [[ -n "$site" ]]; then
+		NCCL_INC="$site/nccl/include"
+		NCCL_LIB="$site/nccl/lib"
+	fi
 }
 
 print_env() {
@@ -111,10 +159,29 @@ fix_layout() {
 	return 0
 }
 
+# prepare_dir leaves $DIR empty and marked as this script's, or fails: a
+# folder is deleted only when this script made it (stamp or marker inside).
+prepare_dir() {
+	if [[ -d "$DIR" && -n "$(ls -A "$DIR")" ]]; then
+		if [[ ! -e "$STAMP" && ! -e "$PARTIAL" ]]; then
+			cat >&2 <<EOT
+cuda-toolchain: DG_CUDA_DIR=$DIR is not empty and was not made by this script
+  (no $(basename "$STAMP") or $(basename "$PARTIAL") in it): leaving it untouched.
+  Point DG_CUDA_DIR at a new or empty folder, or remove this one yourself.
+EOT
+			return 1
+		fi
+		rm -rf "$DIR"
+	elif [[ -e "$DIR" && ! -d "$DIR" ]]; then
+		echo "cuda-toolchain: DG_CUDA_DIR=$DIR exists and is not a folder" >&2
+		return 1
+	fi
+	mkdir -p "$DIR"
+	: >"$PARTIAL"
+}
+
 install_wheels() {
-	local want
-	want="$(printf '%s\n' "${WHEELS[@]}")"
-	if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" && -x "$NVCC" ]]; then
+	if installed; then
 		echo "cuda-toolchain: wheels already in $DIR (pinned set unchanged), skipping install"
 		fix_layout
 		return 0
@@ -122,12 +189,12 @@ install_wheels() {
 	echo "cuda-toolchain: installing into $DIR:"
 	printf '  %s\n' "${WHEELS[@]}"
 	local t0=$SECONDS
-	rm -rf "$DIR"
-	mkdir -p "$DIR"
-	python3 -m pip install --quiet --disable-pip-version-check --no-deps --no-input --root-user-action=ignore \
+	prepare_dir
+	"$PYTHON" -m pip install --quiet --disable-pip-version-check --no-deps --no-input --root-user-action=ignore \
 		--target "$DIR" "${WHEELS[@]}"
 	fix_layout
-	echo "$want" >"$STAMP"
+	printf '%s\n' "${WHEELS[@]}" >"$STAMP"
+	rm -f "$PARTIAL"
 	echo "cuda-toolchain: installed in $((SECONDS - t0)) s ($(du -sh "$DIR" | cut -f1))"
 }
 
@@ -146,11 +213,11 @@ if [[ "${1:-}" == --env ]]; then
 	print_env
 	exit 0
 fi
-if [[ "$SOURCE" == wheels ]]; then
-	install_wheels
-else
-	echo "cuda-toolchain: using the system CUDA at $TOP (nvcc on PATH or CUDA_HOME; DG_CUDA_TOOLKIT=wheels overrides)"
-fi
+case "$SOURCE" in
+wheels) install_wheels ;;
+site) echo "cuda-toolchain: using the CUDA wheels pip installed at $TOP (Python's nvidia package; nothing downloaded)" ;;
+*) echo "cuda-toolchain: using the system CUDA at $TOP (nvcc on PATH or CUDA_HOME; DG_CUDA_TOOLKIT=wheels overrides)" ;;
+esac
 check
 echo "cuda-toolchain: $SOURCE: $NVCC"
 "$NVCC" --version | tail -n 2

@@ -221,6 +221,29 @@ static void test_attention(dg_ctx *ctx, uint64_t *s, int64_t window)
 	free(qkv), free(dout), free(out), free(att), free(dqkv), free(rout), free(ratt), free(rdqkv);
 }
 
+/* A window of INT64_MAX ("unbounded") must give exactly the full causal
+ * attention, forward and backward: the window arithmetic must not overflow
+ * (k + window - 1 did in the CUDA twin, zeroing dk and dv). */
+static void test_attention_unbounded(dg_ctx *ctx, uint64_t *s)
+{
+	const int64_t B = 2, T = 9, NH = 2, HS = 5, C = NH * HS, NQ = B * T * 3 * C, NO = B * T * C, NA = B * NH * T * T;
+	float *qkv = randv(s, NQ), *dout = randv(s, NO), *g0 = randv(s, NQ);
+	float *out[2], *att[2], *dqkv[2];
+	const int64_t windows[2] = {0, INT64_MAX};
+	for (int w = 0; w < 2; w++) {
+		out[w] = malloc(sizeof(float) * NO), att[w] = malloc(sizeof(float) * NA), dqkv[w] = malloc(sizeof(float) * NQ);
+		memcpy(dqkv[w], g0, sizeof(float) * NQ);
+		CHECK_OK(dg_nn_attention_forward(ctx, out[w], att[w], qkv, B, T, NH, HS, windows[w]));
+		CHECK_OK(dg_nn_attention_backward(ctx, dqkv[w], dout, qkv, att[w], B, T, NH, HS, windows[w]));
+	}
+	CHECK(memcmp(out[0], out[1], sizeof(float) * NO) == 0);
+	CHECK(memcmp(att[0], att[1], sizeof(float) * NA) == 0);
+	CHECK(memcmp(dqkv[0], dqkv[1], sizeof(float) * NQ) == 0);
+	for (int w = 0; w < 2; w++)
+		free(out[w]), free(att[w]), free(dqkv[w]);
+	free(qkv), free(dout), free(g0);
+}
+
 static void test_xent(dg_ctx *ctx, uint64_t *s)
 {
 	const int64_t N = 9, V = 50;
@@ -270,6 +293,8 @@ int main(void)
 		test_attention(ctx, &s, 0);
 		test_attention(ctx, &s, 3);
 		test_attention(ctx, &s, 1);
+		test_attention(ctx, &s, INT64_MAX);
+		test_attention_unbounded(ctx, &s);
 		test_xent(ctx, &s);
 		dg_ctx_destroy(ctx);
 	}

@@ -5,7 +5,8 @@
  * max relative difference, PASS/FAIL, GB/s of the GPU kernel. Exit status 1
  * on any failure. Build: scripts/build-cuda.sh; run: build/cuda/gpucheck.
  *
- * The nn rows (check_nn) have their own tolerances, stated there.
+ * The nn rows (check_nn) have their own tolerances, stated there; the
+ * runtime rows (runtime.cu) check the glue around the kernels.
  *
  * Bits must match exactly, except that a NaN produced by arithmetic (scale,
  * axpy, reduce sum) matches any NaN: GPUs return the canonical NaN where x86
@@ -18,28 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "deepgo.h"
-#include "deepgo_cuda.h"
+#include "gpucheck.h"
 
-static int failures;
-
-#define CK(call)                                                                                               \
-	do {                                                                                                   \
-		cudaError_t e_ = (call);                                                                       \
-		if (e_ != cudaSuccess) {                                                                       \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-			exit(2);                                                                               \
-		}                                                                                              \
-	} while (0)
-#define DG(ctx, call)                                                                                          \
-	do {                                                                                                   \
-		dg_status s_ = (call);                                                                         \
-		if (s_ != DG_OK) {                                                                             \
-			fprintf(stderr, "%s:%d: %s: %s %s\n", __FILE__, __LINE__, #call, dg_strerror(s_),       \
-				(ctx) ? dg_cuda_ctx_error((ctx), NULL) : "");                                  \
-			exit(2);                                                                               \
-		}                                                                                              \
-	} while (0)
+int failures;
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void)
@@ -118,7 +100,7 @@ static int64_t mismatches(dg_dtype t, const void *a, const void *b, int64_t n, i
 	return bad;
 }
 
-static void row(const char *k, const char *dt, int64_t n, const char *diff, int ok, double bytes, float ms)
+void row(const char *k, const char *dt, int64_t n, const char *diff, int ok, double bytes, float ms)
 {
 	double gbs = ms > 0 ? bytes / (ms * 1e6) : 0;
 	printf("%-10s %-10s %9lld  %-22s %-4s %8.1f\n", k, dt, (long long)n, diff, ok ? "PASS" : "FAIL", gbs);
@@ -174,11 +156,6 @@ static int64_t list_diff(list *l, dg_dtype t, int nan_any)
 	free(back);
 	return bad;
 }
-
-typedef struct {
-	dg_cuda_ctx *ctx;
-	cudaEvent_t e0, e1;
-} gpu;
 
 static void tick(gpu *g) { CK(cudaEventRecord(g->e0, (cudaStream_t)dg_cuda_ctx_stream(g->ctx))); }
 static float tock(gpu *g)
@@ -746,8 +723,11 @@ static void check_nn_encoder(dg_ctx *c, gpu *g, int64_t b, int64_t t, int64_t ci
 
 static void check_nn_attention(dg_ctx *c, gpu *g, int64_t b, int64_t t, int64_t nh, int64_t hs, int64_t win)
 {
-	char cs[24];
-	snprintf(cs, sizeof cs, "T%lld w%lld", (long long)t, (long long)win);
+	char cs[48];
+	if (win == INT64_MAX) /* "unbounded": the same as no window */
+		snprintf(cs, sizeof cs, "T%lld wmax", (long long)t);
+	else
+		snprintf(cs, sizeof cs, "T%lld w%lld", (long long)t, (long long)win);
 	int64_t ci = nh * hs, nq = b * t * 3 * ci, no = b * t * ci, na = b * nh * t * t;
 	float *qkv = nn_host(nq, 1), *o = nn_host(no, 1), *att = nn_host(na, 1);
 	float *dqkv = nn_up(qkv, 4 * nq), *dout = nn_up(o, 4 * no), *datt = nn_up(att, 4 * na);
@@ -826,6 +806,7 @@ static void check_nn(dg_ctx *c, gpu *g)
 	check_nn_encoder(c, g, 4, 256, 768, 8192);
 	check_nn_attention(c, g, 2, 37, 3, 40, 0);
 	check_nn_attention(c, g, 2, 37, 3, 40, 5);
+	check_nn_attention(c, g, 2, 37, 3, 40, INT64_MAX); /* k + window - 1 must not overflow */
 	check_nn_attention(c, g, 2, 256, 12, 64, 0);
 	check_nn_attention(c, g, 2, 256, 12, 64, 64);
 	check_nn_xent(c, g, 19, 1000);
@@ -834,10 +815,19 @@ static void check_nn(dg_ctx *c, gpu *g)
 
 int main(void)
 {
-	int ndev = 0;
-	DG(NULL, dg_cuda_device_count(&ndev, NULL));
+	int ndev = 0, cuerr = 0;
+	if (dg_cuda_device_count(&ndev, &cuerr) != DG_OK) {
+		int drv = dg_cuda_driver_version(), rt = dg_cuda_runtime_version();
+		if (cuerr == DG_CUDA_ERR_INSUFFICIENT_DRIVER)
+			fprintf(stderr, "gpucheck: the NVIDIA driver is too old for this CUDA: it supports CUDA %d.%d, "
+					"this build's runtime is CUDA %d.%d\n",
+				drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+		else
+			fprintf(stderr, "gpucheck: cannot count CUDA devices: %s\n", dg_cuda_error_string(cuerr));
+		return 2;
+	}
 	if (ndev == 0) {
-		fprintf(stderr, "gpucheck: no CUDA device\n");
+		fprintf(stderr, "gpucheck: no GPU: no NVIDIA driver or no CUDA device on this machine\n");
 		return 2;
 	}
 	struct cudaDeviceProp prop;
@@ -851,6 +841,7 @@ int main(void)
 	CK(cudaEventCreate(&g.e0));
 	CK(cudaEventCreate(&g.e1));
 	optcases_init();
+	check_runtime(&g);
 	printf("%-10s %-10s %9s  %-22s %-4s %8s\n", "kernel", "dtype", "n", "diff", "", "GB/s");
 	/* list of 5 tensors {n, 1, 17, 0, n/2}; the last size is for bandwidth */
 	const int64_t sizes[] = {0, 1, 17, 4097, (1 << 20) + 3, 1 << 26};

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# cuda-toolchain-test.sh — checks scripts/cuda-toolchain.sh's choices on fake
+# wheel trees, in a second and without network (CI runs it; .ci/run):
+#   1. a non-empty DG_CUDA_DIR the script did not make survives untouched,
+#      and the script fails saying why;
+#   2. CUDA 13 wheels pip installed where Python finds them (a temporary
+#      site-packages on PYTHONPATH) are used, nothing is downloaded, and NCCL's
+#      headers come from the NCCL wheel, also when it sits in another folder
+#      of the nvidia namespace;
+#   3. a folder the script did make (an interrupted install's marker) is
+#      cleared before installing again.
+# Python runs with -S (no site-packages, so no pip and no machine-wide
+# NVIDIA wheels) and PIP_NO_INDEX=1: any attempt to download fails.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TC="$ROOT/scripts/cuda-toolchain.sh"
+T="$(mktemp -d)"
+trap 'rm -rf "$T"' EXIT
+fails=0
+
+fail() {
+	echo "cuda-toolchain-test: FAIL: $*" >&2
+	fails=$((fails + 1))
+}
+
+# fake_wheels DIR [cu13] [nccl]: the files cuda-toolchain.sh checks, laid out
+# as the wheels lay them out under DIR/nvidia
+fake_wheels() {
+	local nv="$1/nvidia" part
+	shift
+	for part in "$@"; do
+		case "$part" in
+		cu13)
+			mkdir -p "$nv/cu13/bin" "$nv/cu13/include/crt" "$nv/cu13/lib"
+			printf '#!/bin/sh\necho "Cuda compilation tools, fake"\necho "Build fake"\n' >"$nv/cu13/bin/nvcc"
+			chmod +x "$nv/cu13/bin/nvcc"
+			touch "$nv/cu13/include/cuda_runtime.h" "$nv/cu13/include/cuda_fp16.h" \
+				"$nv/cu13/include/crt/host_config.h" "$nv/cu13/lib/libcudart_static.a"
+			;;
+		nccl)
+			mkdir -p "$nv/nccl/include" "$nv/nccl/lib"
+			touch "$nv/nccl/include/nccl.h" "$nv/nccl/lib/libnccl.so.2"
+			;;
+		esac
+	done
+}
+
+mkdir -p "$T/bin" "$T/empty-site"
+printf '#!/bin/sh\nexec python3 -S "$@"\n' >"$T/bin/python"
+chmod +x "$T/bin/python"
+# run DG_CUDA_DIR PYTHONPATH [args]: the toolchain script, wheels forced
+run() {
+	local dir="$1" pp="$2"
+	shift 2
+	DG_CUDA_DIR="$dir" PYTHONPATH="$pp" DG_PYTHON="$T/bin/python" DG_CUDA_TOOLKIT=wheels PIP_NO_INDEX=1 \
+		bash "$TC" "$@"
+}
+
+# 1. someone else's folder
+mkdir -p "$T/mine/sub"
+echo keep >"$T/mine/keep.txt"
+echo keep >"$T/mine/sub/also.txt"
+if run "$T/mine" "$T/empty-site" >"$T/out1" 2>&1; then
+	fail "DG_CUDA_DIR at a foreign non-empty folder: exit 0"
+fi
+grep -q "not made by this script" "$T/out1" || fail "no explanation for the foreign folder: $(cat "$T/out1")"
+[[ -f "$T/mine/keep.txt" && -f "$T/mine/sub/also.txt" ]] || fail "a foreign DG_CUDA_DIR was deleted"
+[[ "$(ls -A "$T/mine")" == "$(printf 'keep.txt\nsub')" ]] || fail "a foreign DG_CUDA_DIR was changed: $(ls -A "$T/mine")"
+
+# 2. pip-installed wheels, one folder, then NCCL in a second one
+fake_wheels "$T/site" cu13 nccl
+if ! run "$T/absent" "$T/site" >"$T/out2" 2>&1; then
+	fail "wheels in site-packages not used: $(cat "$T/out2")"
+fi
+grep -q "pip installed" "$T/out2" || fail "site-packages wheels not reported: $(cat "$T/out2")"
+env2="$(run "$T/absent" "$T/site" --env)"
+grep -qx "DG_NVCC=$T/site/nvidia/cu13/bin/nvcc" <<<"$env2" || fail "nvcc not from site-packages: $env2"
+grep -qx "DG_NCCL_INC=$T/site/nvidia/nccl/include" <<<"$env2" || fail "nccl.h not from the NCCL wheel: $env2"
+[[ ! -e "$T/absent" ]] || fail "DG_CUDA_DIR was created although the wheels were installed"
+fake_wheels "$T/site-a" cu13
+fake_wheels "$T/site-b" nccl
+env3="$(run "$T/absent" "$T/site-a:$T/site-b" --env)"
+grep -qx "DG_NVCC=$T/site-a/nvidia/cu13/bin/nvcc" <<<"$env3" || fail "split namespace: nvcc: $env3"
+grep -qx "DG_NCCL_INC=$T/site-b/nvidia/nccl/include" <<<"$env3" || fail "split namespace: nccl.h: $env3"
+grep -qx "DG_NCCL_LIB=$T/site-b/nvidia/nccl/lib" <<<"$env3" || fail "split namespace: libnccl: $env3"
+
+# 3. the script's own unfinished folder: cleared, then the install (which
+# cannot download here) fails
+mkdir -p "$T/partial/nvidia"
+: >"$T/partial/.deepgo-wheels-installing"
+echo junk >"$T/partial/nvidia/junk"
+if run "$T/partial" "$T/empty-site" >"$T/out3" 2>&1; then
+	fail "an install without pip or network succeeded: $(cat "$T/out3")"
+fi
+[[ ! -e "$T/partial/nvidia/junk" ]] || fail "the script's own unfinished folder was not cleared"
+[[ -e "$T/partial/.deepgo-wheels-installing" ]] || fail "the unfinished folder lost its marker"
+
+if ((fails > 0)); then
+	echo "cuda-toolchain-test: $fails failure(s)"
+	exit 1
+fi
+echo "cuda-toolchain-test: PASS"
