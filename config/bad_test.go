@@ -1,9 +1,11 @@
 package config
 
 import (
-	"errors"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestBadConfigs asserts the message of each error: path, value and what is allowed.
@@ -104,13 +106,9 @@ func TestBadConfigs(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse([]byte(c.doc), c.opts...)
 			var es Errors
-			if !errors.As(err, &es) {
-				t.Fatalf("want Errors, got %v", err)
-			}
+			require.ErrorAs(t, err, &es)
 			var fe *FieldError
-			if !errors.As(err, &fe) {
-				t.Fatalf("errors.As(*FieldError) failed on %v", err)
-			}
+			require.ErrorAs(t, err, &fe)
 			for _, w := range c.want {
 				parts := strings.SplitN(w, "|", 3)
 				found := false
@@ -119,9 +117,7 @@ func TestBadConfigs(t *testing.T) {
 						found = true
 					}
 				}
-				if !found {
-					t.Errorf("want error at %s with value %q allowing %q; got:\n%v", parts[0], parts[1], parts[2], err)
-				}
+				assert.True(t, found, "want error at %s with value %q allowing %q; got:\n%v", parts[0], parts[1], parts[2], err)
 			}
 		})
 	}
@@ -132,24 +128,20 @@ func TestErrorsCollected(t *testing.T) {
 	_, err := Parse([]byte(`{"train_batch_size": "x", "fp16": {"enabled": true, "hysteresis": 0},
 		"bf16": {"enabled": true}, "zero_optimization": {"stage": 9}}`))
 	var es Errors
-	if !errors.As(err, &es) || len(es) != 4 {
-		t.Fatalf("want 4 errors, got %v", err)
-	}
+	require.ErrorAs(t, err, &es)
+	require.Len(t, es, 4, "want 4 errors, got %v", err)
 }
 
 func TestSyntaxAndDuplicates(t *testing.T) {
 	_, err := Parse([]byte(`{"a": {"b": 1, "b": 2}}`))
 	var dk *DuplicateKeyError
-	if !errors.As(err, &dk) || dk.Key != "b" || !strings.Contains(err.Error(), "Duplicate keys in DeepSpeed config: ['b']") {
-		t.Fatalf("duplicate: %v", err)
-	}
+	require.ErrorAs(t, err, &dk, "duplicate")
+	require.Equal(t, "b", dk.Key, "duplicate")
+	require.ErrorContains(t, err, "Duplicate keys in DeepSpeed config: ['b']", "duplicate")
 	_, err = Parse([]byte(`{"a": [1, 2}`))
 	var se *SyntaxError
-	if !errors.As(err, &se) {
-		t.Fatalf("syntax: %v", err)
-	}
+	require.ErrorAs(t, err, &se, "syntax")
 	_, err = Parse([]byte(`[1, 2]`))
-	if !errors.As(err, &se) || !strings.Contains(err.Error(), "must be an object") {
-		t.Fatalf("array root: %v", err)
-	}
+	require.ErrorAs(t, err, &se, "array root")
+	require.ErrorContains(t, err, "must be an object", "array root")
 }

@@ -3,6 +3,9 @@ package config
 import (
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func warned(c *Config, path, substr string) bool {
@@ -17,58 +20,55 @@ func warned(c *Config, path, substr string) bool {
 func mustParse(t *testing.T, doc string, opts ...Option) *Config {
 	t.Helper()
 	c, err := Parse([]byte(doc), opts...)
-	if err != nil {
-		t.Fatalf("Parse: %v", err)
-	}
+	require.NoError(t, err, "Parse")
 	return c
 }
 
 func TestDefaults(t *testing.T) {
 	c := mustParse(t, `{}`)
 	z := c.ZeroOptimization
-	if z.Stage != 0 || z.ReduceBucketSize != 500000000 || z.AllgatherBucketSize != 500000000 || !z.ContiguousGradients ||
-		z.Stage3PrefetchBucketSize != 50000000 || z.Stage3ParamPersistenceThreshold != 100000 || z.SubGroupSize != 1e9 {
-		t.Errorf("zero defaults: %+v", z)
-	}
-	if c.FP16.InitialScalePower != 16 || c.FP16.LossScaleWindow != 1000 || c.FP16.Hysteresis != 2 || c.FP16.MinLossScale != 1 {
-		t.Errorf("fp16 defaults: %+v", c.FP16)
-	}
-	if !c.BF16.CheckGradOverflow || c.GradientClipping != 1.0 || c.StepsPerPrint != nil || c.GradientPredivideFactor != 1 {
-		t.Errorf("defaults: bf16 %+v clip %v", c.BF16, c.GradientClipping)
-	}
-	if c.AIO.BlockSize != 1048576 || c.AIO.QueueDepth != 8 || c.AIO.IntraOpParallelism != 1 || !c.AIO.OverlapEvents {
-		t.Errorf("aio defaults: %+v", c.AIO)
-	}
-	if c.Checkpoint.TagValidation != "Warn" || !c.Checkpoint.ZeroCheckpoint || c.Checkpoint.CheckpointType != "sharded" {
-		t.Errorf("checkpoint defaults: %+v", c.Checkpoint)
-	}
-	if c.PipelineSchedule.Type != "1F1B" || c.TensorModelParallelSize != 1 || c.PipelineModelParallelSize != 1 {
-		t.Errorf("parallel defaults")
-	}
+	assert.Equal(t, 0, z.Stage, "zero defaults")
+	assert.Equal(t, 500000000, z.ReduceBucketSize, "zero defaults")
+	assert.Equal(t, 500000000, z.AllgatherBucketSize, "zero defaults")
+	assert.True(t, z.ContiguousGradients, "zero defaults")
+	assert.Equal(t, 50000000, z.Stage3PrefetchBucketSize, "zero defaults")
+	assert.Equal(t, 100000, z.Stage3ParamPersistenceThreshold, "zero defaults")
+	assert.Equal(t, int(1e9), z.SubGroupSize, "zero defaults")
+	assert.Equal(t, 16, c.FP16.InitialScalePower, "fp16 defaults")
+	assert.Equal(t, 1000, c.FP16.LossScaleWindow, "fp16 defaults")
+	assert.Equal(t, 2, c.FP16.Hysteresis, "fp16 defaults")
+	assert.Equal(t, 1.0, c.FP16.MinLossScale, "fp16 defaults")
+	assert.True(t, c.BF16.CheckGradOverflow, "bf16 defaults")
+	assert.Equal(t, 1.0, c.GradientClipping, "gradient_clipping default")
+	assert.Nil(t, c.StepsPerPrint, "steps_per_print default")
+	assert.Equal(t, 1.0, c.GradientPredivideFactor, "gradient_predivide_factor default")
+	assert.Equal(t, 1048576, c.AIO.BlockSize, "aio defaults")
+	assert.Equal(t, 8, c.AIO.QueueDepth, "aio defaults")
+	assert.Equal(t, 1, c.AIO.IntraOpParallelism, "aio defaults")
+	assert.True(t, c.AIO.OverlapEvents, "aio defaults")
+	assert.Equal(t, "Warn", c.Checkpoint.TagValidation, "checkpoint defaults")
+	assert.True(t, c.Checkpoint.ZeroCheckpoint, "checkpoint defaults")
+	assert.Equal(t, "sharded", c.Checkpoint.CheckpointType, "checkpoint defaults")
+	assert.Equal(t, "1F1B", c.PipelineSchedule.Type, "parallel defaults")
+	assert.Equal(t, 1, c.TensorModelParallelSize, "parallel defaults")
+	assert.Equal(t, 1, c.PipelineModelParallelSize, "parallel defaults")
 	c = mustParse(t, `{"zero_optimization":{"stage":3,"offload_param":{"device":"cpu"},"offload_optimizer":{"device":"cpu"}}}`)
-	if c.ZeroOptimization.OffloadParam.BufferCount != 5 || c.ZeroOptimization.OffloadOptimizer.BufferCount != 4 ||
-		!c.ZeroOptimization.OffloadParam.PinMemory || c.ZeroOptimization.OffloadOptimizer.Ratio != 1 {
-		t.Errorf("offload defaults: %+v %+v", c.ZeroOptimization.OffloadParam, c.ZeroOptimization.OffloadOptimizer)
-	}
-	if c.IsSet("zero_optimization.offload_param.buffer_count") || !c.IsSet("zero_optimization.stage") {
-		t.Error("IsSet")
-	}
+	assert.Equal(t, 5, c.ZeroOptimization.OffloadParam.BufferCount, "offload_param defaults")
+	assert.True(t, c.ZeroOptimization.OffloadParam.PinMemory, "offload_param defaults")
+	assert.Equal(t, 4, c.ZeroOptimization.OffloadOptimizer.BufferCount, "offload_optimizer defaults")
+	assert.Equal(t, 1.0, c.ZeroOptimization.OffloadOptimizer.Ratio, "offload_optimizer defaults")
+	assert.False(t, c.IsSet("zero_optimization.offload_param.buffer_count"), "IsSet")
+	assert.True(t, c.IsSet("zero_optimization.stage"), "IsSet")
 }
 
 func TestHjsonNumbersAndSyntax(t *testing.T) {
 	c := mustParse(t, "# comment\ntrain_batch_size: 32.0\nsteps_per_print: 1e5 // x\nzero_optimization: {reduce_bucket_size: 5e8,}\n")
-	if *c.TrainBatchSize != 32 || *c.StepsPerPrint != 100000 || c.ZeroOptimization.ReduceBucketSize != 500000000 {
-		t.Errorf("numbers: %v %v %v", *c.TrainBatchSize, *c.StepsPerPrint, c.ZeroOptimization.ReduceBucketSize)
-	}
-	if v := parseNumber("1e12"); v != 1e12 {
-		t.Errorf("1e12 should stay float, got %#v", v)
-	}
-	if v := parseNumber("1.0"); v != int64(1) {
-		t.Errorf("1.0 should be int, got %#v", v)
-	}
-	if v := parseNumber("2.5"); v != 2.5 {
-		t.Errorf("2.5: %#v", v)
-	}
+	assert.Equal(t, 32, *c.TrainBatchSize, "numbers")
+	assert.Equal(t, 100000, *c.StepsPerPrint, "numbers")
+	assert.Equal(t, 500000000, c.ZeroOptimization.ReduceBucketSize, "numbers")
+	assert.Equal(t, 1e12, parseNumber("1e12"), "1e12 should stay float")
+	assert.Equal(t, int64(1), parseNumber("1.0"), "1.0 should be int")
+	assert.Equal(t, 2.5, parseNumber("2.5"))
 }
 
 func TestAuto(t *testing.T) {
@@ -81,67 +81,59 @@ func TestAuto(t *testing.T) {
 	"steps_per_print":"auto"}`
 	c := mustParse(t, doc, WithModelHidden(1024))
 	z := c.ZeroOptimization
-	if z.ReduceBucketSize != 1024*1024 || z.Stage3PrefetchBucketSize != 943718 || z.Stage3ParamPersistenceThreshold != 10240 || z.SubGroupSize != 1e9 {
-		t.Errorf("hidden-based autos: %+v", z)
-	}
-	if c.FP16.Enabled || c.BF16.Enabled || c.GradientClipping != 1.0 {
-		t.Error("precision/clip autos")
-	}
-	if b1, b2 := c.Optimizer.Betas(); b1 != 0.9 || b2 != 0.999 || c.Optimizer.Eps() != 1e-8 {
-		t.Error("optimizer autos")
-	}
+	assert.Equal(t, 1024*1024, z.ReduceBucketSize, "hidden-based autos")
+	assert.Equal(t, 943718, z.Stage3PrefetchBucketSize, "hidden-based autos")
+	assert.Equal(t, 10240, z.Stage3ParamPersistenceThreshold, "hidden-based autos")
+	assert.Equal(t, int(1e9), z.SubGroupSize, "hidden-based autos")
+	assert.False(t, c.FP16.Enabled, "precision autos")
+	assert.False(t, c.BF16.Enabled, "precision autos")
+	assert.Equal(t, 1.0, c.GradientClipping, "clip auto")
+	b1, b2 := c.Optimizer.Betas()
+	assert.Equal(t, [2]float64{0.9, 0.999}, [2]float64{b1, b2}, "optimizer autos: betas")
+	assert.Equal(t, 1e-8, c.Optimizer.Eps(), "optimizer autos: eps")
 	want := []string{"optimizer.params.lr", "scheduler.params.total_num_steps", "scheduler.params.warmup_max_lr", "scheduler.params.warmup_num_steps", "steps_per_print"}
-	if strings.Join(c.Unresolved, ",") != strings.Join(want, ",") {
-		t.Errorf("unresolved = %v, want %v", c.Unresolved, want)
-	}
+	assert.Equal(t, strings.Join(want, ","), strings.Join(c.Unresolved, ","), "unresolved")
 	b, err := c.Resolve(8, 1, 1, 1)
-	if err != nil || b.TrainBatchSize != 32 || b.GradAccum != 1 {
-		t.Errorf("Resolve: %+v %v", b, err)
+	if assert.NoError(t, err, "Resolve") {
+		assert.Equal(t, 32, b.TrainBatchSize, "Resolve: %+v", b)
+		assert.Equal(t, 1, b.GradAccum, "Resolve: %+v", b)
 	}
 	// Without the hidden size, DeepSpeed's defaults are used.
 	c = mustParse(t, `{"zero_optimization":{"reduce_bucket_size":"auto"}}`)
-	if c.ZeroOptimization.ReduceBucketSize != 500000000 || !warned(c, "zero_optimization.reduce_bucket_size", "WithModelHidden") {
-		t.Errorf("default auto: %v %v", c.ZeroOptimization.ReduceBucketSize, c.Warnings)
-	}
+	assert.Equal(t, 500000000, c.ZeroOptimization.ReduceBucketSize, "default auto")
+	assert.True(t, warned(c, "zero_optimization.reduce_bucket_size", "WithModelHidden"), "default auto: warnings %v", c.Warnings)
 	// warmup_max_lr follows a numeric lr.
 	c = mustParse(t, `{"optimizer":{"type":"Adam","params":{"lr":3e-4}},"scheduler":{"type":"WarmupLR","params":{"warmup_max_lr":"auto"}}}`)
-	if v, _ := c.Scheduler.Float("warmup_max_lr"); v != 3e-4 {
-		t.Errorf("warmup_max_lr = %v", v)
-	}
+	v, _ := c.Scheduler.Float("warmup_max_lr")
+	assert.Equal(t, 3e-4, v, "warmup_max_lr")
 }
 
 func TestDeprecated(t *testing.T) {
 	c := mustParse(t, `{"zero_optimization":{"stage":2,"cpu_offload":true,"stage3_gather_fp16_weights_on_model_save":true},
 	"bfloat16":{"enabled":true},"aio":{"thread_count":4},"communication_data_type":"bfp16"}`)
-	if c.ZeroOptimization.OffloadOptimizer == nil || c.ZeroOptimization.OffloadOptimizer.Device != "cpu" ||
-		!c.ZeroOptimization.Stage3Gather16bitWeightsOnModelSave || !c.BF16.Enabled || c.AIO.IntraOpParallelism != 4 ||
-		*c.CommunicationDataType != "bf16" {
-		t.Errorf("mapping failed: %+v", c)
+	if assert.NotNil(t, c.ZeroOptimization.OffloadOptimizer, "cpu_offload mapping") {
+		assert.Equal(t, "cpu", c.ZeroOptimization.OffloadOptimizer.Device, "cpu_offload mapping")
 	}
+	assert.True(t, c.ZeroOptimization.Stage3Gather16bitWeightsOnModelSave, "stage3_gather_fp16_weights_on_model_save mapping")
+	assert.True(t, c.BF16.Enabled, "bfloat16 mapping")
+	assert.Equal(t, 4, c.AIO.IntraOpParallelism, "aio.thread_count mapping")
+	assert.Equal(t, "bf16", *c.CommunicationDataType, "communication_data_type mapping")
 	for _, p := range []string{"zero_optimization.cpu_offload", "zero_optimization.stage3_gather_fp16_weights_on_model_save", "bfloat16", "aio.thread_count", "communication_data_type"} {
-		if !warned(c, p, "") {
-			t.Errorf("no warning at %s: %v", p, c.Warnings)
-		}
+		assert.True(t, warned(c, p, ""), "no warning at %s: %v", p, c.Warnings)
 	}
 	c = mustParse(t, `{"zero_optimization": true, "allgather_size": 200000000, "zero_optimization_x": 1}`)
-	if c.ZeroOptimization.Stage != 1 || c.ZeroOptimization.AllgatherBucketSize != 200000000 {
-		t.Errorf("bool zero: %+v", c.ZeroOptimization)
-	}
+	assert.Equal(t, 1, c.ZeroOptimization.Stage, "bool zero")
+	assert.Equal(t, 200000000, c.ZeroOptimization.AllgatherBucketSize, "allgather_size")
 }
 
 func TestUnknownKeys(t *testing.T) {
 	c := mustParse(t, `{"zero_optimization":{"stage3_param_persitence_threshold":10},"trian_batch_size":8,"train_micro_batch_size_per_gpu":1,
 	"compression_training":{"x":1}}`)
-	if !warned(c, "zero_optimization.stage3_param_persitence_threshold", `did you mean "stage3_param_persistence_threshold"`) ||
-		!warned(c, "zero_optimization.stage3_param_persitence_threshold", "DeepSpeed rejects it") {
-		t.Errorf("zero unknown: %v", c.Warnings)
-	}
-	if !warned(c, "trian_batch_size", `did you mean "train_batch_size"`) || !warned(c, "trian_batch_size", "DeepSpeed ignores it") {
-		t.Errorf("top unknown: %v", c.Warnings)
-	}
-	if c.Other["compression_training"] == nil {
-		t.Error("recognised section not kept in Other")
-	}
+	assert.True(t, warned(c, "zero_optimization.stage3_param_persitence_threshold", `did you mean "stage3_param_persistence_threshold"`), "zero unknown: %v", c.Warnings)
+	assert.True(t, warned(c, "zero_optimization.stage3_param_persitence_threshold", "DeepSpeed rejects it"), "zero unknown: %v", c.Warnings)
+	assert.True(t, warned(c, "trian_batch_size", `did you mean "train_batch_size"`), "top unknown: %v", c.Warnings)
+	assert.True(t, warned(c, "trian_batch_size", "DeepSpeed ignores it"), "top unknown: %v", c.Warnings)
+	assert.NotNil(t, c.Other["compression_training"], "recognised section not kept in Other")
 }
 
 func TestUserKeys(t *testing.T) {
@@ -151,28 +143,24 @@ func TestUserKeys(t *testing.T) {
 	"sequence_parallel_size":2,"tensor_model_parallel_size":4,"pipeline_model_parallel_size":2,
 	"pipeline_schedule":{"type":"interleaved","virtual_stages":3},"train_micro_batch_size_per_gpu":4,"gradient_accumulation_steps":8}`)
 	ck := c.Checkpoint
-	if ck.Keep() != 10 || ck.CheckpointType != "blob" || ck.SaveDir != "/checkpoints" || ck.LoadPath != nil {
-		t.Errorf("checkpoint: %+v", ck)
-	}
-	if !warned(c, "checkpoint", "keep_n_most_recent (2) and num_checkpoints_to_keep (10)") {
-		t.Errorf("conflict warning: %v", c.Warnings)
-	}
+	assert.Equal(t, 10, ck.Keep(), "checkpoint keep")
+	assert.Equal(t, "blob", ck.CheckpointType, "checkpoint")
+	assert.Equal(t, "/checkpoints", ck.SaveDir, "checkpoint")
+	assert.Nil(t, ck.LoadPath, "checkpoint")
+	assert.True(t, warned(c, "checkpoint", "keep_n_most_recent (2) and num_checkpoints_to_keep (10)"), "conflict warning: %v", c.Warnings)
 	sp := c.SequenceParallel
-	if !sp.Enabled || sp.AttentionWindowSize != 1024 || sp.GradientCheckpointingKwargs.UseReentrant {
-		t.Errorf("sequence_parallel: %+v", sp)
-	}
-	if c.PipelineSchedule.Type != "Interleaved" || c.PipelineSchedule.VirtualStages != 3 {
-		t.Errorf("schedule: %+v", c.PipelineSchedule)
-	}
+	assert.True(t, sp.Enabled, "sequence_parallel")
+	assert.Equal(t, 1024, sp.AttentionWindowSize, "sequence_parallel")
+	assert.False(t, sp.GradientCheckpointingKwargs.UseReentrant, "sequence_parallel")
+	assert.Equal(t, "Interleaved", c.PipelineSchedule.Type, "schedule")
+	assert.Equal(t, 3, c.PipelineSchedule.VirtualStages, "schedule")
 	b, err := c.Resolve(64, 0, 0, 0)
-	if err != nil || b.DataParallel != 4 || b.TrainBatchSize != 128 {
-		t.Errorf("Resolve: %+v %v", b, err)
+	if assert.NoError(t, err, "Resolve") {
+		assert.Equal(t, 4, b.DataParallel, "Resolve: %+v", b)
+		assert.Equal(t, 128, b.TrainBatchSize, "Resolve: %+v", b)
 	}
 	c = mustParse(t, `{"pipeline_schedule":"Interleaved","pipeline_model_parallel_size":4,"train_batch_size":2040,"gradient_accumulation_steps":6}`)
-	if c.PipelineSchedule.VirtualStages != 2 {
-		t.Errorf("default virtual stages: %+v", c.PipelineSchedule)
-	}
-	if _, err := c.Resolve(64, 8, 0, 0); err == nil || !strings.Contains(err.Error(), "multiple of the pipeline size 4") {
-		t.Errorf("interleaved divisibility: %v", err)
-	}
+	assert.Equal(t, 2, c.PipelineSchedule.VirtualStages, "default virtual stages")
+	_, err = c.Resolve(64, 8, 0, 0)
+	assert.ErrorContains(t, err, "multiple of the pipeline size 4", "interleaved divisibility")
 }

@@ -15,6 +15,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var updateDocs = flag.Bool("update-docs", false, "regenerate docs_gen.go from the field comments in types_*.go")
@@ -27,9 +30,7 @@ func TestDocsGenerated(t *testing.T) {
 	fset := token.NewFileSet()
 	for _, fn := range files {
 		f, err := parser.ParseFile(fset, fn, nil, parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ast.Inspect(f, func(n ast.Node) bool {
 			ts, ok := n.(*ast.TypeSpec)
 			if !ok {
@@ -84,21 +85,14 @@ func TestDocsGenerated(t *testing.T) {
 	}
 	buf.WriteString("}\n")
 	src, err := format.Source(buf.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if *updateDocs {
-		if err := os.WriteFile("docs_gen.go", src, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile("docs_gen.go", src, 0o644))
 	}
 	cur, _ := os.ReadFile("docs_gen.go")
-	if !bytes.Equal(cur, src) {
-		t.Fatal("docs_gen.go is stale: run go test ./config -run TestDocsGenerated -update-docs")
-	}
+	// True, not Equal: a diff of the whole generated file says less than the fix
+	require.True(t, bytes.Equal(cur, src), "docs_gen.go is stale: run go test ./config -run TestDocsGenerated -update-docs")
 	for _, k := range allKeys() {
-		if fieldDocs[base(k.parent).Name()][k.f.name] == "" {
-			t.Errorf("%s: no documentation", k.path)
-		}
+		assert.NotEmpty(t, fieldDocs[base(k.parent).Name()][k.f.name], "%s: no documentation", k.path)
 	}
 }

@@ -3,8 +3,9 @@ package config
 import (
 	"os"
 	"path/filepath"
-	"reflect"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // FuzzParse feeds arbitrary text to Parse. It must never panic or hang, and
@@ -36,17 +37,10 @@ func FuzzParse(f *testing.F) {
 func checkRoundTrip(t *testing.T, cfg *Config) {
 	t.Helper()
 	out, err := cfg.JSON()
-	if err != nil {
-		t.Fatalf("JSON: %v", err)
-	}
+	require.NoError(t, err, "JSON")
 	back, err := Parse(out)
-	if err != nil {
-		t.Fatalf("reload: %v\n%s", err, out)
-	}
-	a, b := comparable(cfg), comparable(back)
-	if !reflect.DeepEqual(a, b) {
-		t.Fatalf("round trip changed values:\n%+v\n%+v\n%s", a, b, out)
-	}
+	require.NoError(t, err, "reload:\n%s", out)
+	require.Equal(t, comparable(cfg), comparable(back), "round trip changed values:\n%s", out)
 }
 
 // comparable drops the bookkeeping fields that describe the document rather than the values.

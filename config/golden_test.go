@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/internal/shareddata"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 type goldenBatch struct {
@@ -37,9 +39,7 @@ func pyValue(t *testing.T, raw json.RawMessage) any {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
 	var v any
-	if err := d.Decode(&v); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, d.Decode(&v))
 	if n, ok := v.(json.Number); ok {
 		if strings.ContainsAny(string(n), ".eE") {
 			f, _ := n.Float64()
@@ -80,9 +80,7 @@ func TestGoldenBatch(t *testing.T) {
 			continue
 		}
 		var g goldenBatch
-		if err := json.Unmarshal(sc.Bytes(), &g); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &g))
 		n++
 		keys := batchKeys
 		in := make([]any, 3)
@@ -91,31 +89,24 @@ func TestGoldenBatch(t *testing.T) {
 		}
 		tb, mb, gas, perr := pyBatch(in[0], in[1], in[2], g.World)
 		if g.Error != nil {
-			if perr == nil {
-				t.Errorf("case %d (%s): want %s %q, got result %v %v %v", g.Case, g.Note, g.Error.Type, g.Error.Message, tb, mb, gas)
+			if !assert.NotNil(t, perr, "case %d (%s): want %s %q, got result %v %v %v", g.Case, g.Note, g.Error.Type, g.Error.Message, tb, mb, gas) {
 				continue
 			}
-			if perr.Type != g.Error.Type || perr.Phase != g.Error.Phase || perr.Message != g.Error.Message {
-				t.Errorf("case %d (%s):\n got %s/%s %q\nwant %s/%s %q", g.Case, g.Note, perr.Type, perr.Phase, perr.Message,
-					g.Error.Type, g.Error.Phase, g.Error.Message)
-			}
+			assert.Equal(t, [3]string{g.Error.Type, g.Error.Phase, g.Error.Message}, [3]string{perr.Type, perr.Phase, perr.Message},
+				"case %d (%s): type, phase, message", g.Case, g.Note)
 		} else {
-			if perr != nil {
-				t.Errorf("case %d (%s): unexpected %v", g.Case, g.Note, perr)
+			if !assert.Nil(t, perr, "case %d (%s): unexpected error", g.Case, g.Note) {
 				continue
 			}
 			got := []any{tb, mb, gas}
 			for i, k := range keys {
-				if want := pyValue(t, g.Result[k]); !samePy(got[i], want) {
-					t.Errorf("case %d (%s): %s = %#v, want %#v", g.Case, g.Note, k, got[i], want)
-				}
+				want := pyValue(t, g.Result[k])
+				assert.True(t, samePy(got[i], want), "case %d (%s): %s = %#v, want %#v", g.Case, g.Note, k, got[i], want)
 			}
 		}
 		checkTypedResolve(t, g, in)
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sc.Err())
 	if n == 0 {
 		t.Fatal("no golden records")
 	}
@@ -139,33 +130,27 @@ func checkTypedResolve(t *testing.T, g goldenBatch, in []any) {
 	b, _ := json.Marshal(doc)
 	cfg, err := Parse(b)
 	if err != nil {
-		if g.Error == nil {
-			t.Errorf("case %d: Parse: %v", g.Case, err)
+		if !assert.NotNil(t, g.Error, "case %d: Parse: %v (DeepSpeed accepts it)", g.Case, err) {
 			return
 		}
 		// Values <= 0 are rejected by type checks before the arithmetic:
 		// DeepSpeed's error must be about such a value too.
-		if msg := sameBatchParseError(g, in, err); msg != "" {
-			t.Errorf("case %d (%s): Parse: %v\n%s; DeepSpeed: %s (%s): %s", g.Case, g.Note, err, msg,
-				g.Error.Type, g.Error.Phase, g.Error.Message)
-		}
+		assert.Empty(t, sameBatchParseError(g, in, err), "case %d (%s): Parse: %v; DeepSpeed: %s (%s): %s", g.Case, g.Note, err,
+			g.Error.Type, g.Error.Phase, g.Error.Message)
 		return
 	}
 	batch, err := cfg.Resolve(int(g.World), 1, 1, 1)
 	if g.Error != nil {
-		if err == nil || !strings.Contains(err.Error(), g.Error.Message) {
-			t.Errorf("case %d: Resolve error %v, want it to contain %q", g.Case, err, g.Error.Message)
-		}
+		assert.ErrorContains(t, err, g.Error.Message, "case %d: Resolve", g.Case)
 		return
 	}
-	if err != nil {
-		t.Errorf("case %d: Resolve: %v", g.Case, err)
+	if !assert.NoError(t, err, "case %d: Resolve", g.Case) {
 		return
 	}
 	want := []int64{pyValue(t, g.Result[keys[0]]).(int64), pyValue(t, g.Result[keys[1]]).(int64), pyValue(t, g.Result[keys[2]]).(int64)}
-	if int64(batch.TrainBatchSize) != want[0] || int64(batch.MicroBatch) != want[1] || int64(batch.GradAccum) != want[2] || batch.DataParallel != int(g.World) {
-		t.Errorf("case %d: Resolve = %+v, want %v", g.Case, batch, want)
-	}
+	got := []int64{int64(batch.TrainBatchSize), int64(batch.MicroBatch), int64(batch.GradAccum)}
+	assert.Equal(t, want, got, "case %d: Resolve = %+v: train, micro, gas", g.Case, batch)
+	assert.Equal(t, int(g.World), batch.DataParallel, "case %d: Resolve = %+v: data parallel", g.Case, batch)
 }
 
 // batchKeys is the batch triad in DeepSpeed's order; golden inputs follow it.

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/internal/shareddata"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // manifestRow is one line of MANIFEST.tsv.
@@ -37,9 +39,7 @@ func readManifest(t *testing.T, dir string) (map[string]manifestRow, bool) {
 				col[c] = i
 			}
 			for _, need := range []string{"file", "notable_features", "json_valid", "hjson_load_as_deepspeed"} {
-				if _, ok := col[need]; !ok {
-					t.Fatalf("MANIFEST.tsv lacks column %q", need)
-				}
+				require.Contains(t, col, need, "MANIFEST.tsv lacks column %q", need)
 			}
 			continue
 		}
@@ -79,9 +79,7 @@ func dirExists(d string) bool { st, err := os.Stat(d); return err == nil && st.I
 func checkCollection(t *testing.T, dir string) {
 	manifest, haveManifest := readManifest(t, dir)
 	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var files []string
 	for _, e := range entries {
 		if e.IsDir() || e.Name() == "MANIFEST.tsv" || strings.HasSuffix(e.Name(), ".md") {
@@ -90,25 +88,22 @@ func checkCollection(t *testing.T, dir string) {
 		files = append(files, e.Name())
 	}
 	sort.Strings(files)
-	if haveManifest && len(files) != len(manifest) {
-		t.Errorf("%s: %d files but %d manifest rows", dir, len(files), len(manifest))
+	if haveManifest {
+		assert.Len(t, manifest, len(files), "%s: %d files but %d manifest rows", dir, len(files), len(manifest))
 	}
 	counts := map[string]int{}
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n%-6s %-9s %-5s %-5s %s\n", "load", "validate", "warn", "auto", "file")
 	for _, name := range files {
 		row, ok := manifest[name]
-		if haveManifest && !ok {
-			t.Errorf("%s: not in MANIFEST.tsv", name)
+		if haveManifest && !assert.True(t, ok, "%s: not in MANIFEST.tsv", name) {
 			continue
 		}
 		if !haveManifest {
 			row = manifestRow{file: name, hjson: "ok"}
 		}
 		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		cfg, err := Parse(b)
 		load, validate := "ok", "ok"
 		var es Errors
@@ -123,18 +118,16 @@ func checkCollection(t *testing.T, dir string) {
 		counts["validate "+validate]++
 		// Expectations from the manifest's hjson column.
 		if row.hjson == "ok" {
-			if load != "ok" {
-				t.Errorf("%s: DeepSpeed loads it but deepgo: %v", name, err)
-			}
+			assert.Equal(t, "ok", load, "%s: DeepSpeed loads it but deepgo: %v", name, err)
 		} else {
 			var dk *DuplicateKeyError
 			var se *SyntaxError
 			if m := dupExpect.FindStringSubmatch(row.hjson); m != nil {
-				if !errors.As(err, &dk) || dk.Key != m[1] {
-					t.Errorf("%s: want duplicate key %q error, got %v", name, m[1], err)
+				if assert.ErrorAs(t, err, &dk, "%s: want duplicate key %q error", name, m[1]) {
+					assert.Equal(t, m[1], dk.Key, "%s: duplicate key", name)
 				}
-			} else if !errors.As(err, &se) && !errors.As(err, &dk) {
-				t.Errorf("%s: DeepSpeed rejects it (%s) but deepgo: %v", name, row.hjson, err)
+			} else {
+				assert.True(t, errors.As(err, &se) || errors.As(err, &dk), "%s: DeepSpeed rejects it (%s) but deepgo: %v", name, row.hjson, err)
 			}
 		}
 		// Quoteless placeholders the manifest shows as key='TEXT' (not "auto")
@@ -148,14 +141,10 @@ func checkCollection(t *testing.T, dir string) {
 				continue // a real string value
 			}
 			path := key
-			if found := findErr(es, path); found == nil {
-				t.Errorf("%s: placeholder %s=%q: want a FieldError at %s, got %v", name, key, val, path, err)
-			}
+			assert.NotNil(t, findErr(es, path), "%s: placeholder %s=%q: want a FieldError at %s, got %v", name, key, val, path, err)
 		}
 		for _, fe := range es {
-			if fe.Path == "" && fe.Allowed == "" {
-				t.Errorf("%s: error without path or allowed: %v", name, fe)
-			}
+			assert.True(t, fe.Path != "" || fe.Allowed != "", "%s: error without path or allowed: %v", name, fe)
 		}
 		nw, na := 0, 0
 		if cfg != nil {

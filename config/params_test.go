@@ -1,9 +1,9 @@
 package config
 
 import (
-	"errors"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // TestParamWarnings: what DeepSpeed only logs is a warning here, not an error.
@@ -21,9 +21,7 @@ func TestParamWarnings(t *testing.T) {
 			"scheduler.params.cycle_momentum", "optimizer has no betas"},
 	} {
 		c2 := mustParse(t, c.doc)
-		if !warned(c2, c.path, c.msg) {
-			t.Errorf("%s: no warning %q at %s: %v", c.doc, c.msg, c.path, c2.Warnings)
-		}
+		assert.True(t, warned(c2, c.path, c.msg), "%s: no warning %q at %s: %v", c.doc, c.msg, c.path, c2.Warnings)
 	}
 }
 
@@ -42,43 +40,49 @@ func TestParamTypes(t *testing.T) {
 	} {
 		_, err := ParseOptimizer(c.typ, nil)
 		if c.want == "" {
-			if err != nil {
-				t.Errorf("%s: %v", c.typ, err)
-			}
+			assert.NoError(t, err, c.typ)
 			continue
 		}
 		var pe *ParamError
-		if !errors.As(err, &pe) || pe.Key != "optimizer.type" || !errors.Is(err, ErrUnsupportedOptimizer) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, want an optimizer.type error containing %q", c.typ, err, c.want)
+		if assert.ErrorAs(t, err, &pe, c.typ) {
+			assert.Equal(t, "optimizer.type", pe.Key, c.typ)
 		}
+		assert.ErrorIs(t, err, ErrUnsupportedOptimizer, c.typ)
+		assert.ErrorContains(t, err, c.want, c.typ)
 	}
 	for _, c := range []struct{ typ, want string }{
 		{"StepLR", "torch.optim.lr_scheduler.StepLR is not implemented"},
 		{"warmuplr", `did you mean "WarmupLR"?`},
 	} {
 		_, err := ParseScheduler(c.typ, nil, []float64{1e-3}, true)
-		if !errors.Is(err, ErrUnknownSchedule) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, want %q", c.typ, err, c.want)
-		}
+		assert.ErrorIs(t, err, ErrUnknownSchedule, c.typ)
+		assert.ErrorContains(t, err, c.want, c.typ)
 	}
 }
 
 // TestParseDefaults: what the typed results hold when params leave things out.
 func TestParseDefaults(t *testing.T) {
 	o, err := ParseOptimizer("Lion", nil)
-	if err != nil || o.Kind != OptimizerLion || o.Hyper != (OptimizerHyper{LR: 1e-4, Beta1: 0.9, Beta2: 0.99}) {
-		t.Errorf("Lion: %+v %v", o, err)
+	if assert.NoError(t, err, "Lion") {
+		assert.Equal(t, OptimizerLion, o.Kind, "Lion")
+		assert.Equal(t, OptimizerHyper{LR: 1e-4, Beta1: 0.9, Beta2: 0.99}, o.Hyper, "Lion")
 	}
 	o, err = ParseOptimizer("AdamW", map[string]any{"adam_w_mode": false, "lr": int64(1)})
-	if err != nil || !o.Hyper.AdamWMode || o.Hyper.LR != 1 {
-		t.Errorf("AdamW ignores adam_w_mode false: %+v %v", o, err)
+	if assert.NoError(t, err, "AdamW") {
+		assert.True(t, o.Hyper.AdamWMode, "AdamW ignores adam_w_mode false")
+		assert.Equal(t, 1.0, o.Hyper.LR, "AdamW lr")
 	}
 	s, err := ParseScheduler("WarmupLR", map[string]any{"warmup_num_steps": int64(0)}, []float64{0.5, 0.25}, true)
-	if err != nil || s.Warmup == nil || s.Warmup.NumSteps != 2 || s.Warmup.MaxLR[1] != 0.25 || s.Warmup.Type != "log" || s.LastBatchIteration != -1 {
-		t.Errorf("WarmupLR: %+v %v", s, err)
+	if assert.NoError(t, err, "WarmupLR") && assert.NotNil(t, s.Warmup, "WarmupLR") {
+		assert.Equal(t, 2, s.Warmup.NumSteps, "WarmupLR: %+v", s.Warmup)
+		assert.Equal(t, 0.25, s.Warmup.MaxLR[1], "WarmupLR: %+v", s.Warmup)
+		assert.Equal(t, "log", s.Warmup.Type, "WarmupLR: %+v", s.Warmup)
+		assert.Equal(t, -1, s.LastBatchIteration, "WarmupLR")
 	}
 	s, err = ParseScheduler("OneCycle", map[string]any{"cycle_min_lr": 0.1, "cycle_max_lr": []any{1.0}, "cycle_first_step_size": 10}, []float64{1}, true)
-	if err != nil || s.OneCycle.SecondStepSize != 10 || s.OneCycle.MaxMom[0] != 0.9 || !s.OneCycle.CycleMomentum {
-		t.Errorf("OneCycle: %+v %v", s.OneCycle, err)
+	if assert.NoError(t, err, "OneCycle") {
+		assert.Equal(t, 10.0, s.OneCycle.SecondStepSize, "OneCycle: %+v", s.OneCycle)
+		assert.Equal(t, 0.9, s.OneCycle.MaxMom[0], "OneCycle: %+v", s.OneCycle)
+		assert.True(t, s.OneCycle.CycleMomentum, "OneCycle: %+v", s.OneCycle)
 	}
 }

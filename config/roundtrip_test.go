@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"sort"
@@ -9,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/internal/shareddata"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // refusedConfigs are the collections' files DeepSpeed loads but deepgo's
@@ -38,20 +39,15 @@ func TestRoundTripCollections(t *testing.T) {
 	for _, dir := range dirs {
 		for _, name := range loadableConfigs(t, dir) {
 			b, err := os.ReadFile(filepath.Join(dir, name))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			cfg, err := Parse(b)
 			if why, ok := refusedConfigs[name]; ok {
 				var es Errors
-				if !errors.As(err, &es) {
-					t.Errorf("%s: want validation errors (%s), got %v", name, why, err)
-				}
+				assert.ErrorAs(t, err, &es, "%s: want validation errors (%s)", name, why)
 				continue
 			}
 			want++
-			if err != nil {
-				t.Errorf("%s: DeepSpeed loads it, deepgo: %v", name, err)
+			if !assert.NoError(t, err, "%s: DeepSpeed loads it, deepgo", name) {
 				continue
 			}
 			t.Run(name, func(t *testing.T) { checkRoundTrip(t, cfg) })
@@ -76,9 +72,7 @@ func loadableConfigs(t *testing.T, dir string) []string {
 		}
 	} else {
 		ents, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for _, e := range ents {
 			if !e.IsDir() && !strings.HasSuffix(e.Name(), ".md") {
 				names = append(names, e.Name())

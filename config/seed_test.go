@@ -1,11 +1,12 @@
 package config
 
 import (
-	"errors"
 	"path/filepath"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/internal/shareddata"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestSeed175B loads the user's own 175B example: offload_param to NVMe
@@ -14,16 +15,16 @@ func TestSeed175B(t *testing.T) {
 	dir := shareddata.Dir(t, "DEEPGO_SEED_CONFIGS", filepath.Join("seed", "configs"))
 	cfg, err := Load(filepath.Join(dir, "5.1-175b.json"), WithWorld(64))
 	var es Errors
-	if !errors.As(err, &es) || cfg == nil {
-		t.Fatalf("want Errors, got %v", err)
-	}
-	if findErr(es, "zero_optimization.offload_param.nvme_path") == nil || findErr(es, "zero_optimization.stage") == nil {
-		t.Errorf("missing expected errors: %v", err)
-	}
-	if cfg.PipelineSchedule.Type != "Interleaved" || cfg.TensorModelParallelSize != 8 || cfg.PipelineModelParallelSize != 4 {
-		t.Errorf("user keys: %+v", cfg.PipelineSchedule)
-	}
-	if b, err := cfg.Resolve(64, 0, 0, 0); err != nil || b.DataParallel != 2 || b.MicroBatch != 64 {
-		t.Errorf("Resolve: %+v %v", b, err)
+	require.ErrorAs(t, err, &es)
+	require.NotNil(t, cfg, "Load returned no config with its errors")
+	assert.NotNil(t, findErr(es, "zero_optimization.offload_param.nvme_path"), "missing expected errors: %v", err)
+	assert.NotNil(t, findErr(es, "zero_optimization.stage"), "missing expected errors: %v", err)
+	assert.Equal(t, "Interleaved", cfg.PipelineSchedule.Type, "user keys")
+	assert.Equal(t, 8, cfg.TensorModelParallelSize, "user keys")
+	assert.Equal(t, 4, cfg.PipelineModelParallelSize, "user keys")
+	b, err := cfg.Resolve(64, 0, 0, 0)
+	if assert.NoError(t, err, "Resolve") {
+		assert.Equal(t, 2, b.DataParallel, "Resolve: %+v", b)
+		assert.Equal(t, 64, b.MicroBatch, "Resolve: %+v", b)
 	}
 }

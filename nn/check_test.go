@@ -1,11 +1,12 @@
 package nn
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // layerCall builds a layer with float32 parameter buffers and valid
@@ -60,20 +61,14 @@ func embeddingCall(t *testing.T) (HasParams, func(bool) error) {
 func blockCall(t *testing.T) (HasParams, func(bool) error) {
 	be := testBackend(t)
 	k, err := NewBlock("h", 4, 2, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	bindF32(t, k)
 	var a Arena
 	t.Cleanup(a.Reset)
 	acts, err := k.NewActivations(&a, 1, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	s, err := k.NewScratch(&a, 1, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	x, _ := f32(t, make([]float64, 8))
 	y, _ := f32(t, make([]float64, 8))
 	return k, func(backward bool) error {
@@ -87,9 +82,7 @@ func blockCall(t *testing.T) (HasParams, func(bool) error) {
 func bindF32(t *testing.T, m HasParams) {
 	t.Helper()
 	pb, err := NewParamBuffers(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(pb.Free)
 }
 
@@ -106,9 +99,7 @@ func param(m HasParams, name string) *model.Param {
 func empty(t *testing.T, dt tensor.DType, shape ...int) *tensor.Tensor {
 	t.Helper()
 	x, err := tensor.Empty(dt, shape...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { x.Free() })
 	return x
 }
@@ -157,9 +148,7 @@ func TestLayerParamChecks(t *testing.T) {
 		{"linear weight not contiguous", linearCall, "fc.weight", false,
 			func(t *testing.T) *tensor.Tensor {
 				v, err := empty(t, tensor.Float32, 2, 4).Narrow(1, 0, 2)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				return v
 			}, false,
 			[]string{"fc.weight", "not contiguous"}},
@@ -168,9 +157,7 @@ func TestLayerParamChecks(t *testing.T) {
 				host := empty(t, tensor.Float32, 4)
 				st := tensor.WrapStorage(host.Ptr(), host.Bytes(), tensor.CUDA(0), nil)
 				x, err := tensor.FromStorage(st, tensor.Float32, 0, 2, 2)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				return x
 			}, false,
 			[]string{"fc.weight", "cuda", "want host memory"}},
@@ -206,14 +193,10 @@ func TestLayerParamChecks(t *testing.T) {
 				p.Data = c.bad(t)
 			}
 			err := run(c.backward)
-			if err == nil {
-				t.Fatalf("accepted")
-			}
+			require.Error(t, err, "accepted")
 			t.Log(err)
 			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
+				assert.ErrorContains(t, err, w)
 			}
 		})
 	}
@@ -224,8 +207,5 @@ func TestLayerParamChecks(t *testing.T) {
 func TestLayerShapeMismatch(t *testing.T) {
 	m, run := linearCall(t)
 	m.(*Linear).In = 1
-	err := run(false)
-	if err == nil || !strings.Contains(err.Error(), "declared with shape [2 2], the layer computes with [2 1]") {
-		t.Fatalf("error %v", err)
-	}
+	require.ErrorContains(t, run(false), "declared with shape [2 2], the layer computes with [2 1]")
 }

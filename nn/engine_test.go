@@ -15,6 +15,8 @@ import (
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestGPTEngineZeRO2 trains a small GPT with the engine, ZeRO stage 2 over
@@ -26,9 +28,7 @@ func TestGPTEngineZeRO2(t *testing.T) {
 	}
 	const V, T, B, steps = 16, 16, 8, 300
 	m, err := data.NewMarkov(V, 1, 2, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	floor := m.EntropyRate()
 	corpus := &data.Tokens{IDs: m.Generate(200000, 4), Vocab: V}
 	cfgJSON := `{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
@@ -73,16 +73,10 @@ func TestGPTEngineZeRO2(t *testing.T) {
 		losses[c.Rank()] = avg
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Logf("final loss (mean of last 50 steps) %.4f, entropy floor %.4f nats", losses[0], floor)
-	if losses[0] != losses[1] {
-		t.Errorf("ranks disagree on the loss: %v", losses)
-	}
-	if losses[0] > 1.1*floor {
-		t.Errorf("loss %.4f not within 10%% of the floor %.4f", losses[0], floor)
-	}
+	assert.Equal(t, losses[0], losses[1], "ranks disagree on the loss")
+	assert.LessOrEqual(t, losses[0], 1.1*floor, "loss %.4f not within 10%% of the floor %.4f", losses[0], floor)
 }
 
 // Under fp16 and bf16 the GPT trains directly on the engine's
@@ -95,9 +89,7 @@ func TestGPTEngineZeRO2(t *testing.T) {
 func TestGPTHalfPrecisionTracksFloat32(t *testing.T) {
 	const steps = 40
 	m, err := data.NewMarkov(16, 1, 2, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: m.Generate(50000, 4), Vocab: 16}
 	curve := func(prec string, stage ...int) []float64 {
 		st := 2
@@ -106,33 +98,23 @@ func TestGPTHalfPrecisionTracksFloat32(t *testing.T) {
 		}
 		cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": ` + fmt.Sprint(st) + `}` + prec + `,
 			"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.0}}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		be, err := backend.NewCPU(1)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer be.Close()
 		// no backend of its own: the engine hands its modules be
 		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 1, Heads: 2, Width: 16, Vocab: 16, SeqLen: 8}, nil, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer g.Free()
 		e, err := deepgo.Initialize(context.Background(), cfg, g, deepgo.WithBackend(be))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer e.Close()
 		var losses []float64
 		for s := 0; s < steps; s++ {
 			idx := []int{4 * s, 4*s + 1, 4*s + 2, 4*s + 3}
 			b := corpus.MakeBatch(idx, 8)
 			loss, err := e.TrainBatch(context.Background(), []model.MicroBatch{b.MicroBatch()})
-			if err != nil {
-				t.Fatalf("%s step %d: %v", prec, s, err)
-			}
+			require.NoError(t, err, "%s step %d", prec, s)
 			losses = append(losses, loss)
 		}
 		return losses
@@ -153,19 +135,14 @@ func TestGPTHalfPrecisionTracksFloat32(t *testing.T) {
 		first := math.Abs(got[0]-ref[0]) / ref[0]
 		end := math.Abs(mean(got)-mean(ref)) / mean(ref)
 		t.Logf("%s: first loss %.5f vs %.5f (rel %.2e, tol %.2e); last-10 mean %.4f vs %.4f (rel %.2e)", c.prec, got[0], ref[0], first, c.tol, mean(got), mean(ref), end)
-		if first > c.tol {
-			t.Errorf("%s: first loss differs by %.3g relative, want <= %.3g", c.prec, first, c.tol)
-		}
-		if end > 0.03 || mean(got) > 0.8*got[0] {
-			t.Errorf("%s: last-10 mean %.4f vs float32 %.4f (start %.4f): want within 3%% and learning", c.prec, mean(got), mean(ref), got[0])
-		}
+		assert.LessOrEqual(t, first, c.tol, "%s: first loss differs from float32's, relative", c.prec)
+		assert.LessOrEqual(t, end, 0.03, "%s: last-10 mean %.4f vs float32 %.4f: want within 3%%", c.prec, mean(got), mean(ref))
+		assert.LessOrEqual(t, mean(got), 0.8*got[0], "%s: last-10 mean %.4f, start %.4f: want learning", c.prec, mean(got), got[0])
 		// ZeRO-3 (the tied embedding resident, the rest gathered and
 		// released) gives the same curve as ZeRO-2 in the same precision
 		z3 := curve(c.prec, 3)
 		for i := range got {
-			if math.Abs(z3[i]-got[i]) > 1e-6*got[i] {
-				t.Fatalf("%s: ZeRO-3 loss %d = %.7f, ZeRO-2 %.7f", c.prec, i, z3[i], got[i])
-			}
+			require.InDelta(t, got[i], z3[i], 1e-6*got[i], "%s: ZeRO-3 loss %d = %.7f, ZeRO-2 %.7f", c.prec, i, z3[i], got[i])
 		}
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The tiny GPT the equivalence tests train, its batch and its optimizer
@@ -105,9 +107,7 @@ func gptCurve(t *testing.T, stage, world, steps int, clip float64, corpus *data.
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("stage %d world %d: %v", stage, world, err)
-	}
+	require.NoError(t, err, "stage %d world %d", stage, world)
 	return losses, params
 }
 
@@ -120,43 +120,25 @@ func gptCurve(t *testing.T, stage, world, steps int, clip float64, corpus *data.
 func gptPlain(t *testing.T, steps int, clip float64, corpus *data.Tokens) ([]float64, []float32, int) {
 	t.Helper()
 	be, err := backend.NewCPU(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer be.Close()
 	g, err := nn.NewGPT(eqGPT(corpus.Vocab))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	pb, err := nn.NewParamBuffers(g)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer pb.Free()
 	defer g.Free()
-	if err := g.Init(eqSeed); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, g.Init(eqSeed))
 	ref, err := testmodel.NewPlain(g.Params(), testmodel.NewAdamW(eqLR, eqWD), clip)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	losses := make([]float64, steps)
 	for step := range steps {
-		if err := pb.ZeroGrads(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, pb.ZeroGrads())
 		b := eqBatch(corpus, step, 1, 0)
 		loss, err := g.Forward(be, b.Inputs, b.Targets, b.B, b.T)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := g.Backward(be); err != nil {
-			t.Fatal(err)
-		}
-		if err := ref.Step(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, g.Backward(be))
+		require.NoError(t, ref.Step())
 		losses[step] = float64(loss)
 	}
 	return losses, flatParams(ref.Values()), ref.Clipped
@@ -201,33 +183,28 @@ func TestGPTEquivalenceAcrossStagesAndWorlds(t *testing.T) {
 	const steps, lossTol, paramTol = 10, 1e-6, 2e-6
 	const plainLossTol, plainParamTol = 1e-6, 3e-6
 	m, err := data.NewMarkov(32, 1, 2, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: m.Generate(20000, 4), Vocab: 32}
 	t.Logf("%-5s %-6s %-6s %-12s %-12s %-12s %-12s", "clip", "stage", "world", "loss/plain", "param/plain", "loss/s0w1", "param/s0w1")
 	for _, clip := range []float64{1.0, mixedClip} {
 		plainLoss, plainParams, clipped := gptPlain(t, steps, clip, corpus)
 		t.Logf("gradient_clipping %g: clipped %d of %d steps in the plain run", clip, clipped, steps)
-		if clip == mixedClip && (clipped == 0 || clipped == steps) {
-			t.Errorf("gradient_clipping %g clipped %d of %d steps: want some but not all", clip, clipped, steps)
+		if clip == mixedClip {
+			assert.True(t, clipped != 0 && clipped != steps, "gradient_clipping %g clipped %d of %d steps: want some but not all", clip, clipped, steps)
 		}
 		refLoss, refParams := gptCurve(t, 0, 1, steps, clip, corpus)
 		for _, stage := range []int{0, 1, 2, 3} {
 			for _, world := range []int{1, 2, 4} {
 				loss, params := gptCurve(t, stage, world, steps, clip, corpus)
-				if len(params) != len(refParams) || len(params) != len(plainParams) {
-					t.Fatalf("clip %g stage %d world %d: %d parameters, want %d", clip, stage, world, len(params), len(plainParams))
-				}
+				require.Equal(t, len(plainParams), len(params), "clip %g stage %d world %d: parameter count (expected: the plain run's)", clip, stage, world)
+				require.Equal(t, len(refParams), len(params), "clip %g stage %d world %d: parameter count (expected: stage 0 world 1's)", clip, stage, world)
 				lp, pp := maxLossRel(plainLoss, loss), relNorm(plainParams, params)
 				le, pe := maxLossRel(refLoss, loss), relNorm(refParams, params)
 				t.Logf("%-5g %-6d %-6d %-12.3g %-12.3g %-12.3g %-12.3g", clip, stage, world, lp, pp, le, pe)
-				if lp > plainLossTol || pp > plainParamTol {
-					t.Errorf("clip %g stage %d world %d vs plain: loss rel %.3g, param rel %.3g (want <= %g, %g)", clip, stage, world, lp, pp, plainLossTol, plainParamTol)
-				}
-				if le > lossTol || pe > paramTol {
-					t.Errorf("clip %g stage %d world %d vs engine stage 0 world 1: loss rel %.3g, param rel %.3g (want <= %g, %g)", clip, stage, world, le, pe, lossTol, paramTol)
-				}
+				assert.LessOrEqual(t, lp, plainLossTol, "clip %g stage %d world %d vs plain: loss rel", clip, stage, world)
+				assert.LessOrEqual(t, pp, plainParamTol, "clip %g stage %d world %d vs plain: param rel", clip, stage, world)
+				assert.LessOrEqual(t, le, lossTol, "clip %g stage %d world %d vs engine stage 0 world 1: loss rel", clip, stage, world)
+				assert.LessOrEqual(t, pe, paramTol, "clip %g stage %d world %d vs engine stage 0 world 1: param rel", clip, stage, world)
 			}
 		}
 	}

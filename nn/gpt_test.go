@@ -9,6 +9,8 @@ import (
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var tinyGPT = GPTConfig{Layers: 2, Heads: 2, Width: 16, Vocab: 32, SeqLen: 8}
@@ -22,17 +24,11 @@ type gptRun struct {
 func runGPT(t *testing.T, be *backend.CPU, cfg GPTConfig, in, tg []int32, B, T int) gptRun {
 	t.Helper()
 	g, err := NewGPT(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	pb, err := NewParamBuffers(g)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { g.Free(); pb.Free() })
-	if err := g.Init(1); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, g.Init(1))
 	// larger than GPT-2's init so that every path carries signal
 	r := rand.New(rand.NewPCG(3, 3))
 	for _, p := range g.Params() {
@@ -42,12 +38,8 @@ func runGPT(t *testing.T, be *backend.CPU, cfg GPTConfig, in, tg []int32, B, T i
 		}
 	}
 	loss, err := g.Forward(be, in, tg, B, T)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Backward(be); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, g.Backward(be))
 	return gptRun{g, pb, loss}
 }
 
@@ -104,9 +96,7 @@ func TestGPTGradients(t *testing.T) {
 // finite differences of the tied reference loss must match the sum.
 func TestTiedEmbedding(t *testing.T) {
 	g, err := NewGPT(tinyGPT)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer g.Free()
 	n := 0
 	for _, p := range g.Params() {
@@ -114,12 +104,8 @@ func TestTiedEmbedding(t *testing.T) {
 			n++
 		}
 	}
-	if n != 1 {
-		t.Fatalf("wte listed %d times in Params, want once", n)
-	}
-	if got, want := NumParams(g), tinyGPT.NumParams(); got != want {
-		t.Errorf("NumParams %d, GPTConfig.NumParams %d", got, want)
-	}
+	require.Equal(t, 1, n, "wte listed %d times in Params, want once", n)
+	assert.Equal(t, tinyGPT.NumParams(), NumParams(g), "NumParams against GPTConfig.NumParams")
 
 	// every token once, so that every row of wte gets both contributions
 	cfg, B, T := tinyGPT, 2, 8
@@ -155,9 +141,7 @@ func TestTiedEmbedding(t *testing.T) {
 		for i := range c.v {
 			worst = math.Max(worst, math.Abs(got[i]-c.v[i]))
 		}
-		if worst < 1e-2*scale {
-			t.Errorf("wte grad is within %.3g of the %s's share alone (max |sum| %.3g): the %s's share is missing", worst, c.part, scale, c.other)
-		}
+		assert.GreaterOrEqual(t, worst, 1e-2*scale, "wte grad is within %.3g of the %s's share alone (max |sum| %.3g): the %s's share is missing", worst, c.part, scale, c.other)
 	}
 	delete(p, "lm_head.weight")
 	fdCheck(t, "tied ref grad "+wte, p[wte], sum, 8, func() float64 {
@@ -191,28 +175,20 @@ func TestCheckpointing(t *testing.T) {
 			cc := cfg
 			cc.Checkpointing = c.ck
 			run := runGPT(t, be, cc, in, tg, B, T)
-			if run.loss != base.loss {
-				t.Errorf("loss %v, without checkpointing %v", run.loss, base.loss)
-			}
+			assert.Equal(t, base.loss, run.loss, "loss (expected: without checkpointing)")
 			a, _ := run.pb.Grads.Data.Float32s()
 			b, _ := base.pb.Grads.Data.Float32s()
 			for i := range a {
-				if a[i] != b[i] {
-					t.Fatalf("grad element %d: %v, without checkpointing %v", i, a[i], b[i])
-				}
+				require.Equal(t, b[i], a[i], "grad element %d (expected: without checkpointing)", i)
 			}
 			st := run.g.ActivationStats()
-			if st.Checkpointed != c.nck {
-				t.Errorf("checkpointed %d blocks, want %d", st.Checkpointed, c.nck)
+			assert.Equal(t, c.nck, st.Checkpointed, "checkpointed blocks")
+			assert.Less(t, st.Bytes, baseStats.Bytes, "activation bytes not below those without checkpointing")
+			if c.ck.ContiguousMemoryOptimization {
+				assert.Less(t, st.Allocs, baseStats.Allocs-c.nck+1, "contiguous: buffers")
 			}
-			if st.Bytes >= baseStats.Bytes {
-				t.Errorf("activation bytes %d, not below %d without checkpointing", st.Bytes, baseStats.Bytes)
-			}
-			if c.ck.ContiguousMemoryOptimization && st.Allocs >= baseStats.Allocs-c.nck+1 {
-				t.Errorf("contiguous: %d buffers", st.Allocs)
-			}
-			if c.ck.Profile && st.Recompute <= 0 {
-				t.Errorf("profile: no recompute time recorded")
+			if c.ck.Profile {
+				assert.Positive(t, st.Recompute, "profile: no recompute time recorded")
 			}
 			t.Logf("%s: activations %d bytes in %d buffers (none: %d bytes in %d)", c.name, st.Bytes, st.Allocs, baseStats.Bytes, baseStats.Allocs)
 		})
@@ -222,14 +198,10 @@ func TestCheckpointing(t *testing.T) {
 func TestGPTNotes(t *testing.T) {
 	g, err := NewGPT(GPTConfig{Layers: 1, Heads: 1, Width: 4, Vocab: 4, SeqLen: 4,
 		Checkpointing: Checkpointing{Enabled: true, PartitionActivations: true, CPUCheckpointing: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	notes := strings.Join(g.Notes(), "\n")
 	for _, w := range []string{"partition_activations has no effect", "cpu_checkpointing"} {
-		if !strings.Contains(notes, w) {
-			t.Errorf("notes %q lack %q", notes, w)
-		}
+		assert.Contains(t, notes, w)
 	}
 }
 
@@ -260,28 +232,18 @@ func TestGPTErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			g, err := NewGPT(tinyGPT)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			pb, err := NewParamBuffers(g)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer pb.Free()
 			defer g.Free()
-			err = c.run(g)
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("error %v, want one containing %q", err, c.want)
-			}
+			assert.ErrorContains(t, c.run(g), c.want)
 		})
 	}
-	if _, err := NewGPT(GPTConfig{Layers: 1, Heads: 3, Width: 16, Vocab: 4, SeqLen: 4}); err == nil {
-		t.Error("width 16 with 3 heads accepted")
-	}
+	_, err := NewGPT(GPTConfig{Layers: 1, Heads: 3, Width: 16, Vocab: 4, SeqLen: 4})
+	assert.Error(t, err, "width 16 with 3 heads accepted")
 	l := NewLinear("x", 2, 2, true)
-	if err := l.Forward(be, nil, nil, 1); err == nil || !strings.Contains(err.Error(), "no value bound") {
-		t.Errorf("unbound Linear: %v", err)
-	}
+	assert.ErrorContains(t, l.Forward(be, nil, nil, 1), "no value bound", "unbound Linear")
 }
 
 // onlyBackend is a Backend without the nn kernels.
@@ -298,9 +260,7 @@ func (elsewhere) Device() tensor.Device { return tensor.CUDA(0) }
 func TestGPTBackendChoice(t *testing.T) {
 	be := testBackend(t)
 	g, err := NewReadyGPT(tinyGPT, nil, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer g.Free()
 	in := make([]int32, 8)
 	forward := func(b backend.Backend) error { _, err := g.Forward(b, in, in, 1, 8); return err }
@@ -322,22 +282,14 @@ func TestGPTBackendChoice(t *testing.T) {
 			g.UseBackend(c.use)
 			err := forward(c.arg)
 			if c.want == nil {
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				return
 			}
-			if err == nil {
-				t.Fatal("accepted")
-			}
+			require.Error(t, err, "accepted")
 			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
+				assert.ErrorContains(t, err, w)
 			}
-			if errors.Is(err, backend.ErrUnsupported) != c.unsup {
-				t.Errorf("errors.Is(%v, backend.ErrUnsupported) = %v", err, !c.unsup)
-			}
+			assert.Equal(t, c.unsup, errors.Is(err, backend.ErrUnsupported), "errors.Is(%v, backend.ErrUnsupported)", err)
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 // halfTensor makes a tensor of dt holding v rounded to dt; the returned
@@ -69,17 +70,12 @@ func TestLinearIssueNumbersAllDTypes(t *testing.T) {
 			l := NewLinear("fc", 2, 2, true)
 			w, _ := halfTensor(t, dt, []float32{1, 2, 3, 4}, 2, 2)
 			b, _ := halfTensor(t, dt, []float32{0.5, -0.5}, 2)
-			if err := Bind(l, []*tensor.Tensor{w, b}, nil); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, Bind(l, []*tensor.Tensor{w, b}, nil))
 			x, _ := f32(t, []float64{1, 1})
 			y, _ := f32(t, make([]float64, 2))
-			if err := l.Forward(be, y, x, 1); err != nil {
-				t.Fatal(err)
-			}
-			if got, _ := y.Float32s(); got[0] != 3.5 || got[1] != 6.5 {
-				t.Fatalf("y = %v, want [3.5 6.5]", got)
-			}
+			require.NoError(t, l.Forward(be, y, x, 1))
+			got, _ := y.Float32s()
+			require.Equal(t, []float32{3.5, 6.5}, got[:2], "y")
 		})
 	}
 }
@@ -105,12 +101,12 @@ func TestHalfLayersMatchFloat32(t *testing.T) {
 			return layer{NewLinear("fc", c, 4*c, true),
 				func(l HasParams) []*tensor.Tensor {
 					y := out(n * 4 * c)
-					must(t, l.(*Linear).Forward(be, y, x, n))
+					require.NoError(t, l.(*Linear).Forward(be, y, x, n))
 					return []*tensor.Tensor{y}
 				},
 				func(l HasParams) []*tensor.Tensor {
 					dx := out(n * c)
-					must(t, l.(*Linear).Backward(be, dx, dy, x, n))
+					require.NoError(t, l.(*Linear).Backward(be, dx, dy, x, n))
 					return []*tensor.Tensor{dx}
 				}}
 		},
@@ -119,12 +115,12 @@ func TestHalfLayersMatchFloat32(t *testing.T) {
 			return layer{NewLayerNorm("ln", c),
 				func(l HasParams) []*tensor.Tensor {
 					y := out(n * c)
-					must(t, l.(*LayerNorm).Forward(be, y, m, s, x, n))
+					require.NoError(t, l.(*LayerNorm).Forward(be, y, m, s, x, n))
 					return []*tensor.Tensor{y, m, s}
 				},
 				func(l HasParams) []*tensor.Tensor {
 					dx := out(n * c)
-					must(t, l.(*LayerNorm).Backward(be, dx, dy, x, m, s, n))
+					require.NoError(t, l.(*LayerNorm).Backward(be, dx, dy, x, m, s, n))
 					return []*tensor.Tensor{dx}
 				}}
 		},
@@ -132,11 +128,11 @@ func TestHalfLayersMatchFloat32(t *testing.T) {
 			return layer{NewEmbedding("emb", v, T, c),
 				func(l HasParams) []*tensor.Tensor {
 					y := out(n * c)
-					must(t, l.(*Embedding).Forward(be, y, tok, 2, T))
+					require.NoError(t, l.(*Embedding).Forward(be, y, tok, 2, T))
 					return []*tensor.Tensor{y}
 				},
 				func(l HasParams) []*tensor.Tensor {
-					must(t, l.(*Embedding).Backward(be, dy, tok, 2, T))
+					require.NoError(t, l.(*Embedding).Backward(be, dy, tok, 2, T))
 					return nil
 				}}
 		},
@@ -155,27 +151,19 @@ func TestHalfLayersMatchFloat32(t *testing.T) {
 					vals, grads, rvals, rgrads = append(vals, hv), append(grads, hg), append(rvals, rv), append(rgrads, rg)
 					g0 = append(g0, gv)
 				}
-				must(t, Bind(half.m, vals, grads))
-				must(t, Bind(ref.m, rvals, rgrads))
+				require.NoError(t, Bind(half.m, vals, grads))
+				require.NoError(t, Bind(ref.m, rvals, rgrads))
 				sameF32(t, "forward", half.fwd(half.m), ref.fwd(ref.m))
 				sameF32(t, "input gradient", half.bwd(half.m), ref.bwd(ref.m))
 				for i, p := range half.m.Params() {
 					got, sum := widened(t, p.Grad), widened(t, ref.m.Params()[i].Grad)
 					for k := range got {
-						if want := tensor.ToHalfPrecision(dt, g0[i][k]+sum[k]); got[k] != want {
-							t.Fatalf("%s grad[%d] = %g, want %g = %g + %g rounded once", p.Name, k, got[k], want, g0[i][k], sum[k])
-						}
+						want := tensor.ToHalfPrecision(dt, g0[i][k]+sum[k])
+						require.Equal(t, want, got[k], "%s grad[%d]: want %g + %g rounded once", p.Name, k, g0[i][k], sum[k])
 					}
 				}
 			})
 		}
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -194,9 +182,7 @@ func sameF32(t *testing.T, what string, got, want []*tensor.Tensor) {
 func TestHalfLinearScratchIsBounded(t *testing.T) {
 	const n, in, outw, threads = 4, 1024, 4096, 2
 	be := testBackend(t) // 2 threads
-	if be.Threads() != threads {
-		t.Fatalf("backend has %d threads", be.Threads())
-	}
+	require.Equal(t, threads, be.Threads(), "backend threads")
 	r := rand.New(rand.NewPCG(1, 1))
 	l := NewLinear("big", in, outw, true)
 	var ts []*tensor.Tensor
@@ -205,23 +191,20 @@ func TestHalfLinearScratchIsBounded(t *testing.T) {
 		ts = append(ts, x)
 	}
 	grads := []*tensor.Tensor{empty(t, tensor.BFloat16, outw, in), empty(t, tensor.BFloat16, outw)}
-	must(t, Bind(l, ts, grads))
+	require.NoError(t, Bind(l, ts, grads))
 	x, _ := f32(t, randv(r, n*in, 1))
 	y, _ := f32(t, make([]float64, n*outw))
 	dx, _ := f32(t, make([]float64, n*in))
-	if _, err := be.Ctx().ScratchPeak(true); err != nil {
-		t.Fatal(err)
-	}
-	must(t, l.Forward(be, y, x, n))
-	must(t, l.Backward(be, dx, y, x, n))
+	_, err := be.Ctx().ScratchPeak(true)
+	require.NoError(t, err)
+	require.NoError(t, l.Forward(be, y, x, n))
+	require.NoError(t, l.Backward(be, dx, y, x, n))
 	peak, err := be.Ctx().ScratchPeak(false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	replica := int64(outw * in * 4)
 	bound := int64(threads * csrc.NNTileFloats * 4)
 	t.Logf("scratch peak %d bytes (bound %d, a float32 replica %d)", peak, bound, replica)
-	if peak <= 0 || peak > bound || peak*16 > replica {
-		t.Fatalf("scratch peak %d bytes: want 0 < peak <= %d (one tile per thread), far below the %d-byte float32 replica", peak, bound, replica)
-	}
+	require.Positive(t, peak, "scratch peak")
+	require.LessOrEqual(t, peak, bound, "scratch peak: want at most one tile per thread")
+	require.LessOrEqual(t, peak*16, replica, "scratch peak: want far below the %d-byte float32 replica", replica)
 }

@@ -7,14 +7,14 @@ import (
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func testBackend(t testing.TB) *backend.CPU {
 	t.Helper()
 	be, err := backend.NewCPU(2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { be.Close() })
 	return be
 }
@@ -32,9 +32,7 @@ func randv(r *rand.Rand, n int, scale float64) []float64 {
 func f32(t testing.TB, v []float64) (*tensor.Tensor, []float64) {
 	t.Helper()
 	x, err := tensor.Empty(tensor.Float32, len(v))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { x.Free() })
 	f, _ := x.Float32s()
 	out := make([]float64, len(v))
@@ -48,9 +46,7 @@ func f32(t testing.TB, v []float64) (*tensor.Tensor, []float64) {
 func i32(t testing.TB, v []int32) *tensor.Tensor {
 	t.Helper()
 	x, err := tensor.Empty(tensor.Int32, len(v))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { x.Free() })
 	f, _ := x.Int32s()
 	copy(f, v)
@@ -60,9 +56,7 @@ func i32(t testing.TB, v []int32) *tensor.Tensor {
 func vals(t testing.TB, x *tensor.Tensor) []float64 {
 	t.Helper()
 	f, err := x.Float32s()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	out := make([]float64, len(f))
 	for i := range f {
 		out[i] = float64(f[i])
@@ -74,9 +68,7 @@ func vals(t testing.TB, x *tensor.Tensor) []float64 {
 // relative to the largest |want| so that near-zero entries do not dominate.
 func closeTo(t testing.TB, what string, got, want []float64, tol float64) {
 	t.Helper()
-	if len(got) < len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
+	require.GreaterOrEqual(t, len(got), len(want), "%s: values", what)
 	scale := 1e-3
 	for _, w := range want {
 		scale = math.Max(scale, math.Abs(w))
@@ -88,8 +80,9 @@ func closeTo(t testing.TB, what string, got, want []float64, tol float64) {
 			worst, at = e, i
 		}
 	}
-	if worst > tol || math.IsNaN(worst) {
-		t.Errorf("%s: error %.3g (relative to max |want| %.3g) at %d: got %g want %g; tol %g", what, worst, scale, at, got[at], want[at], tol)
+	// LessOrEqual fails on a NaN worst too; got[at] exists only when it fails
+	if !assert.LessOrEqual(t, worst, tol, "%s: error relative to max |want| %.3g", what, scale) {
+		t.Logf("%s: worst at %d: got %g want %g", what, at, got[at], want[at])
 	}
 }
 
@@ -111,9 +104,7 @@ func fdCheck(t testing.TB, what string, theta, analytic []float64, k int, loss f
 		lm := loss()
 		theta[i] = old
 		fd := (lp - lm) / (2 * h)
-		if d := math.Abs(fd - analytic[i]); d > 1e-6+1e-5*math.Abs(fd) {
-			t.Errorf("%s[%d]: analytic %.10g, finite difference %.10g", what, i, analytic[i], fd)
-		}
+		assert.InDelta(t, fd, analytic[i], 1e-6+1e-5*math.Abs(fd), "%s[%d]: analytic %.10g, finite difference %.10g", what, i, analytic[i], fd)
 	}
 }
 

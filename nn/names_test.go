@@ -14,6 +14,8 @@ import (
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The GPT's parameters carry the names Hugging Face's GPT2LMHeadModel
@@ -21,9 +23,7 @@ import (
 // the engine's Parameters.
 func TestGPTNamesAreHuggingFaces(t *testing.T) {
 	g, err := nn.NewGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := []string{"transformer.wte.weight", "transformer.wpe.weight"}
 	for _, l := range []string{"0", "1"} {
 		for _, p := range []string{"ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj"} {
@@ -37,9 +37,7 @@ func TestGPTNamesAreHuggingFaces(t *testing.T) {
 	}
 	slices.Sort(got)
 	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("GPT parameter names\n got %v\nwant %v", got, want)
-	}
+	require.Equal(t, want, got, "GPT parameter names")
 }
 
 // A checkpoint written before the names changed loads into today's GPT,
@@ -47,68 +45,44 @@ func TestGPTNamesAreHuggingFaces(t *testing.T) {
 func TestGPTLoadsCheckpointFromBeforeTheNames(t *testing.T) {
 	const dir = "testdata/gpt-ckpt-before-names"
 	raw, err := os.ReadFile(dir + "/expect.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var want struct {
 		Losses []float64            `json:"losses_after_resume"`
 		Params map[string][]float32 `json:"params_after"`
 	}
-	if err := json.Unmarshal(raw, &want); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(raw, &want))
 	const V, T = 16, 8
 	m, err := data.NewMarkov(V, 1, 2, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: m.Generate(4000, 4), Vocab: V}
 	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
 		"zero_optimization": {"stage": 1},
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.0}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	be, err := backend.NewCPU(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer be.Close()
 	g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 1, Heads: 2, Width: 8, Vocab: V, SeqLen: T}, be, 99) // other weights than saved
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer g.Free()
 	ctx := context.Background()
 	tr, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithBackend(be))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer tr.Close()
 	res, err := tr.Load(ctx, dir, deepgo.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Tag != "step3" || !strings.HasSuffix(res.Path, "step3") || tr.GlobalSteps() != 3 {
-		t.Fatalf("loaded %+v at step %d, want tag step3 at step 3", res, tr.GlobalSteps())
-	}
+	require.NoError(t, err)
+	require.Equal(t, "step3", res.Tag, "loaded %+v", res)
+	require.True(t, strings.HasSuffix(res.Path, "step3"), "loaded %+v: path", res)
+	require.Equal(t, 3, tr.GlobalSteps(), "loaded %+v: step", res)
 	for s := 3; s < 5; s++ {
 		b := corpus.MakeBatch([]int{2 * s, 2*s + 1}, T)
 		loss, err := tr.TrainBatch(ctx, []model.MicroBatch{b.MicroBatch()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if loss != want.Losses[s-3] {
-			t.Errorf("step %d: loss %v, the version that saved computed %v", s, loss, want.Losses[s-3])
-		}
+		require.NoError(t, err)
+		assert.Equal(t, want.Losses[s-3], loss, "step %d: loss (expected: what the version that saved computed)", s)
 	}
 	got, err := tr.Parameters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != len(want.Params) {
-		t.Fatalf("%d parameters, the checkpoint's version had %d", len(got), len(want.Params))
-	}
+	require.NoError(t, err)
+	require.Equal(t, len(want.Params), len(got), "parameter count (expected: the checkpoint's version's)")
 	for old, w := range want.Params {
 		// old names were "<module>.<name>", the tables without ".weight"
 		name := old[strings.Index(old, ".transformer.")+1:]
@@ -116,12 +90,9 @@ func TestGPTLoadsCheckpointFromBeforeTheNames(t *testing.T) {
 			name += ".weight"
 		}
 		v, ok := got[name]
-		if !ok {
-			t.Errorf("no parameter %q (was %q)", name, old)
+		if !assert.True(t, ok, "no parameter %q (was %q)", name, old) {
 			continue
 		}
-		if !slices.Equal(v, w) {
-			t.Errorf("%s differs from what the old version computed", name)
-		}
+		assert.Equal(t, w, v, "%s differs from what the old version computed", name)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/internal/shareddata"
+	"github.com/stretchr/testify/assert"
 )
 
 // The older golden files (loss_scaler.jsonl, lr_schedules.jsonl) record what
@@ -109,36 +110,27 @@ func checkLegacy[T any](t *testing.T, base string, known map[string]knownDiff, n
 		n := name(rec)
 		seen[n] = true
 		tw, ok := twins[n]
-		if !ok {
-			t.Errorf("%s: no record of that name in %s.deepspeedai.jsonl", n, base)
+		if !assert.True(t, ok, "%s: no record of that name in %s.deepspeedai.jsonl", n, base) {
 			continue
 		}
 		here, twin, err := diff(rec, tw)
-		if err != nil {
-			t.Errorf("%s: %v", n, err)
+		if !assert.NoError(t, err, n) {
 			continue
 		}
 		if here.At == "" {
 			same++
 		}
-		if here.At != twin.At {
-			t.Errorf("%s: deepgo departs from old DeepSpeed at %q (%s), deepspeedai at %q (%s): an unknown difference",
-				n, here.At, here, twin.At, twin)
-		}
+		assert.Equal(t, twin.At, here.At, "%s: deepgo departs from old DeepSpeed at %q (%s), deepspeedai at %q (%s): an unknown difference",
+			n, here.At, here, twin.At, twin)
 		k, listed := known[n]
-		switch {
-		case listed && here != k.legacyDiff:
-			t.Errorf("%s: deepgo vs old DeepSpeed: %s; listed: %s (%s)", n, here, k.legacyDiff, k.Why)
-		case listed:
-			t.Logf("%-40s %s (%s)", n, here, k.Why)
-		default:
+		if !listed {
 			t.Logf("%-40s %s (not listed; deepspeedai departs at the same point)", n, here)
+		} else if assert.Equal(t, k.legacyDiff, here, "%s: deepgo vs old DeepSpeed: %s; listed: %s (%s)", n, here, k.legacyDiff, k.Why) {
+			t.Logf("%-40s %s (%s)", n, here, k.Why)
 		}
 	}
 	for n := range known {
-		if !seen[n] {
-			t.Errorf("listed record %q is not in %s", n, file)
-		}
+		assert.True(t, seen[n], "listed record %q is not in %s", n, file)
 	}
 	t.Logf("checked %d golden records of %s: %d identical to deepgo, %d listed", len(recs), file, same, len(known))
 }

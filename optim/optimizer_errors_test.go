@@ -1,11 +1,11 @@
 package optim
 
 import (
-	"errors"
-	"strings"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestNewConfigErrors(t *testing.T) {
@@ -31,48 +31,44 @@ func TestNewConfigErrors(t *testing.T) {
 		{"Lion", map[string]any{"weight_decay": -1.0}, "optimizer.params.weight_decay: -1: must be finite and >= 0"},
 	} {
 		_, err := New(c.typ, c.params, b)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("New(%s, %v) = %v, want error containing %q", c.typ, c.params, err, c.want)
-		}
-		if err != nil && !errors.Is(err, ErrInvalidOptimizerParam) {
-			t.Errorf("New(%s, %v): %v does not match ErrInvalidOptimizerParam", c.typ, c.params, err)
+		assert.ErrorContains(t, err, c.want, "New(%s, %v)", c.typ, c.params)
+		if err != nil {
+			assert.ErrorIs(t, err, ErrInvalidOptimizerParam, "New(%s, %v)", c.typ, c.params)
 		}
 	}
 	for _, typ := range []string{"OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adagrad", "RMSprop"} {
 		_, err := New(typ, nil, b)
-		if !errors.Is(err, ErrUnsupportedOptimizer) || !strings.Contains(err.Error(), "not supported") {
-			t.Errorf("New(%s) = %v, want ErrUnsupportedOptimizer", typ, err)
-		}
+		assert.ErrorIs(t, err, ErrUnsupportedOptimizer, "New(%s)", typ)
+		assert.ErrorContains(t, err, "not supported", "New(%s)", typ)
 	}
 	// FusedAdam & co. are classes DeepSpeed builds, not type names it accepts.
 	for _, typ := range []string{"FusedAdam", "CPUAdam", "DeepSpeedCPUAdam", "FusedLion", "sgd"} {
 		_, err := New(typ, nil, b)
-		if !errors.Is(err, ErrUnsupportedOptimizer) || !strings.Contains(err.Error(), "optimizer.type") {
-			t.Errorf("New(%s) = %v, want ErrUnsupportedOptimizer", typ, err)
-		}
+		assert.ErrorIs(t, err, ErrUnsupportedOptimizer, "New(%s)", typ)
+		assert.ErrorContains(t, err, "optimizer.type", "New(%s)", typ)
 	}
 	for _, typ := range []string{"adam", "AdamW", "SGD", "lamb", "Lion", "LION"} {
 		o, err := New(typ, map[string]any{"lr": 0.01, "torch_adam": nil}, b)
-		if err != nil {
-			t.Errorf("New(%s): %v", typ, err)
+		if !assert.NoError(t, err, "New(%s)", typ) {
 			continue
 		}
 		o.Close()
 	}
 	// DeepSpeed's defaults: "Adam" is decoupled unless adam_w_mode is false
 	o, _ := New("Adam", nil, b)
-	if h := o.Defaults(); !h.AdamWMode || !h.BiasCorrection || h.LR != 1e-3 || h.Beta2 != 0.999 || h.Eps != 1e-8 {
-		t.Errorf("Adam defaults = %+v", h)
-	}
+	h := o.Defaults()
+	assert.True(t, h.AdamWMode, "Adam defaults = %+v", h)
+	assert.True(t, h.BiasCorrection, "Adam defaults = %+v", h)
+	assert.Equal(t, 1e-3, h.LR, "Adam defaults = %+v", h)
+	assert.Equal(t, 0.999, h.Beta2, "Adam defaults = %+v", h)
+	assert.Equal(t, 1e-8, h.Eps, "Adam defaults = %+v", h)
 	o.Close()
 }
 
 func TestStepArgumentErrors(t *testing.T) {
 	b := newCPU(t, 1)
 	o, err := New("AdamW", nil, b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer o.Close()
 	f32 := func(n int) *tensor.Tensor { return mustEmpty(t, tensor.Float32, n) }
 	p := []*tensor.Tensor{f32(6), f32(3)}
@@ -96,25 +92,16 @@ func TestStepArgumentErrors(t *testing.T) {
 		{"group betas", ParamGroup{Params: p, Grads: good, Hyper: &Hyper{Beta1: 0.9, Beta2: 1}}, 1e-3, "ParamGroup.Hyper.betas[1]: 1: must be in [0, 1)"},
 	} {
 		c.g.Name = "g"
-		err := o.Step(c.g, c.lr, 1)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: Step = %v, want error containing %q", c.name, err, c.want)
-		}
+		assert.ErrorContains(t, o.Step(c.g, c.lr, 1), c.want, c.name)
 	}
-	if got := getHost(t, p[0]); got[0] != 1 || got[5] != 6 || o.Steps("g") != 0 {
-		t.Errorf("a rejected Step changed params %v or steps %d", got, o.Steps("g"))
-	}
-	if err := o.Step(ParamGroup{Name: "g", Params: p, Grads: good}, 1e-3, 0); err == nil || !strings.Contains(err.Error(), "gradScale 0") {
-		t.Errorf("gradScale 0: %v", err)
-	}
+	got := getHost(t, p[0])
+	assert.Equal(t, []float64{1, 6}, []float64{got[0], got[5]}, "a rejected Step changed params %v", got)
+	assert.Zero(t, o.Steps("g"), "a rejected Step changed steps")
+	assert.ErrorContains(t, o.Step(ParamGroup{Name: "g", Params: p, Grads: good}, 1e-3, 0), "gradScale 0")
 	// the group's state is sized by its first step; a resized group is refused
-	if err := o.Step(ParamGroup{Name: "g", Params: p, Grads: good}, 1e-3, 1); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, o.Step(ParamGroup{Name: "g", Params: p, Grads: good}, 1e-3, 1))
 	err = o.Step(ParamGroup{Name: "g", Params: p[:1], Grads: good[:1]}, 1e-3, 1)
-	if err == nil || !strings.Contains(err.Error(), "has 2 tensors, the group now has 1 params") {
-		t.Errorf("resized group: %v", err)
-	}
+	assert.ErrorContains(t, err, "has 2 tensors, the group now has 1 params", "resized group")
 }
 
 func TestUnscaleCheck(t *testing.T) {
@@ -125,21 +112,17 @@ func TestUnscaleCheck(t *testing.T) {
 		setHost(t, c, randVals(newRand(), 37, 64))
 		want := getHost(t, a)
 		found, err := k.UnscaleCheck([]*tensor.Tensor{a, c}, 64)
-		if err != nil || found {
-			t.Fatalf("%v: found %v, err %v", dt, found, err)
-		}
+		require.NoError(t, err, dt)
+		require.False(t, found, "%v: found an overflow", dt)
 		got := getHost(t, a)
 		for i := range got {
-			if w := float64(tensor.ToHalfPrecision(dt, float32(want[i])*(1.0/64))); got[i] != w {
-				t.Fatalf("%v: [%d] = %g, want %g", dt, i, got[i], w)
-			}
+			w := float64(tensor.ToHalfPrecision(dt, float32(want[i])*(1.0/64)))
+			require.Equal(t, w, got[i], "%v: [%d]", dt, i)
 		}
 		setHost(t, c, append(make([]float32, 36), float32(1e38)))
-		if found, _ := k.UnscaleCheck([]*tensor.Tensor{a, c}, 1e-3); !found { // 1e41 overflows
-			t.Errorf("%v: overflow not found", dt)
-		}
+		found, _ = k.UnscaleCheck([]*tensor.Tensor{a, c}, 1e-3) // 1e41 overflows
+		assert.True(t, found, "%v: overflow not found", dt)
 	}
-	if _, err := k.UnscaleCheck(nil, -1); err == nil {
-		t.Error("negative scale accepted")
-	}
+	_, err := k.UnscaleCheck(nil, -1)
+	assert.Error(t, err, "negative scale accepted")
 }

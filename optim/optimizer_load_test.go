@@ -2,11 +2,11 @@ package optim
 
 import (
 	"math"
-	"strings"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 // TestLoadState: state and step count copied out of one Adam into a fresh
@@ -14,15 +14,11 @@ import (
 // state is refused before anything changes.
 func TestLoadState(t *testing.T) {
 	be, err := backend.NewCPU(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer be.Close()
 	mk := func() (Optimizer, *tensor.Tensor, *tensor.Tensor) {
 		o, err := New("AdamW", map[string]any{"lr": 0.01, "weight_decay": 0.1}, be)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		p, _ := tensor.FromFloat32([]float32{1, -2, 3, 0.5, 7})
 		g, _ := tensor.FromFloat32([]float32{0.1, 0.2, -0.3, 0.4, -1})
 		t.Cleanup(func() { o.Close(); p.Free(); g.Free() })
@@ -33,49 +29,33 @@ func TestLoadState(t *testing.T) {
 		return ParamGroup{Name: "g", Params: []*tensor.Tensor{p}, Grads: []*tensor.Tensor{g}}
 	}
 	for range 3 {
-		if err := a.Step(grp(pa), 0.01, 1); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, a.Step(grp(pa), 0.01, 1))
 	}
 	b, pb, _ := mk()
 	va, _ := pa.Float32s()
 	vb, _ := pb.Float32s()
 	copy(vb, va)
-	if err := LoadState(b, "g", []*tensor.Tensor{pb}, map[string][]*tensor.Tensor{"exp_avg": a.State("g")["exp_avg"]}, 3); err == nil || !strings.Contains(err.Error(), "exp_avg_sq") {
-		t.Fatalf("missing exp_avg_sq: %v", err)
-	}
-	if b.State("g") != nil || b.Steps("g") != 0 {
-		t.Fatal("a refused LoadState changed the optimizer")
-	}
-	if err := LoadState(b, "g", []*tensor.Tensor{pb}, a.State("g"), a.Steps("g")); err != nil {
-		t.Fatal(err)
-	}
+	err = LoadState(b, "g", []*tensor.Tensor{pb}, map[string][]*tensor.Tensor{"exp_avg": a.State("g")["exp_avg"]}, 3)
+	require.ErrorContains(t, err, "exp_avg_sq", "missing exp_avg_sq")
+	require.Nil(t, b.State("g"), "a refused LoadState changed the optimizer")
+	require.Zero(t, b.Steps("g"), "a refused LoadState changed the optimizer")
+	require.NoError(t, LoadState(b, "g", []*tensor.Tensor{pb}, a.State("g"), a.Steps("g")))
 	for range 2 {
-		if err := a.Step(grp(pa), 0.01, 1); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Step(grp(pb), 0.01, 1); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, a.Step(grp(pa), 0.01, 1))
+		require.NoError(t, b.Step(grp(pb), 0.01, 1))
 	}
 	for i := range va {
-		if math.Float32bits(va[i]) != math.Float32bits(vb[i]) {
-			t.Fatalf("param[%d] = %v after the restored steps, %v uninterrupted", i, vb[i], va[i])
-		}
+		// bits: the restored run must be bit-identical, not just close
+		require.Equal(t, math.Float32bits(va[i]), math.Float32bits(vb[i]),
+			"param[%d] = %v after the restored steps, %v uninterrupted", i, vb[i], va[i])
 	}
 	// nil state resets to zero.
-	if err := LoadState(b, "g", []*tensor.Tensor{pb}, nil, 0); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, LoadState(b, "g", []*tensor.Tensor{pb}, nil, 0))
 	for _, ts := range b.State("g") {
 		v, _ := ts[0].Float32s()
 		for _, x := range v {
-			if x != 0 {
-				t.Fatal("nil state did not zero the state")
-			}
+			require.Zero(t, x, "nil state did not zero the state")
 		}
 	}
-	if b.Steps("g") != 0 {
-		t.Fatal("steps not reset")
-	}
+	require.Zero(t, b.Steps("g"), "steps not reset")
 }

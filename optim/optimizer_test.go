@@ -9,6 +9,8 @@ import (
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // refSizes include empty and single tensors and lengths that are not
@@ -66,9 +68,7 @@ func isas(t *testing.T) []csrc.ISA {
 
 func newCPU(t testing.TB, threads int) *backend.CPU {
 	b, err := backend.NewCPU(threads)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	return b
 }
@@ -78,15 +78,11 @@ func setHost(t testing.TB, x *tensor.Tensor, vals []float32) {
 	switch x.DType() {
 	case tensor.Float32:
 		d, err := x.Float32s()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		copy(d, vals)
 	default:
 		d, err := x.Uint16s()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for i, v := range vals {
 			if x.DType() == tensor.Float16 {
 				d[i] = tensor.Float32ToFloat16(v)
@@ -108,9 +104,7 @@ func getHost(t testing.TB, x *tensor.Tensor) []float64 {
 		return out
 	}
 	d, err := x.Uint16s()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for i, h := range d {
 		if x.DType() == tensor.Float16 {
 			out[i] = float64(tensor.Float16ToFloat32(h))
@@ -123,9 +117,7 @@ func getHost(t testing.TB, x *tensor.Tensor) []float64 {
 
 func mustEmpty(t testing.TB, dt tensor.DType, n int) *tensor.Tensor {
 	x, err := tensor.Empty(dt, n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { x.Free() })
 	return x
 }
@@ -165,9 +157,7 @@ func maxRel(x, ref []float64, floor float64) (float64, int) {
 func TestStepMatchesFloat64Reference(t *testing.T) {
 	b := newCPU(t, 2)
 	for _, isa := range isas(t) {
-		if err := b.SetISA(isa); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, b.SetISA(isa))
 		for _, cc := range cfgCases {
 			for _, dc := range dtCases {
 				t.Run(fmt.Sprintf("%v/%s/%s", isa, cc.name, dc.name), func(t *testing.T) {
@@ -188,9 +178,7 @@ func TestStepMatchesFloat64Reference(t *testing.T) {
 //     storing p in float32 after each step is an error no kernel can avoid.
 func runReference(t *testing.T, b *backend.CPU, cc cfgCase, dc dtCase) {
 	o, err := New(cc.typ, cc.params, b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer o.Close()
 	r := rand.New(rand.NewPCG(1, uint64(len(cc.name))))
 	g := ParamGroup{Name: "shard0"}
@@ -234,9 +222,7 @@ func runReference(t *testing.T, b *backend.CPU, cc cfgCase, dc dtCase) {
 			restart[i] = rg
 			before[i] = &refGroup{m: append([]float64(nil), rg.m...), v: append([]float64(nil), rg.v...)}
 		}
-		if err := o.Step(g, lr, gradScale); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, o.Step(g, lr, gradScale))
 		hs := h
 		hs.LR = lr
 		st = o.State("shard0")
@@ -254,7 +240,7 @@ func runReference(t *testing.T, b *backend.CPU, cc cfgCase, dc dtCase) {
 			got := getHost(t, g.Params[i])
 			e, at := maxRel(got, restart[i].p, 1)
 			worstStep = math.Max(worstStep, e)
-			if e > stepTol {
+			if e > stepTol { // not require.LessOrEqual: got[at] exists only when the check fails (at is -1 when all agree)
 				t.Fatalf("step %d: params[%d][%d] = %.9g, reference %.9g: error %.3g > %.3g", step, i, at, got[at], restart[i].p[at], e, stepTol)
 			}
 			for j, name := range names {
@@ -267,15 +253,12 @@ func runReference(t *testing.T, b *backend.CPU, cc cfgCase, dc dtCase) {
 					old := [][]float64{before[i].m, before[i].v}[j][k]
 					floor[k] = math.Max(math.Abs(old), [2]float64{gk, gk * gk}[j])
 				}
-				if e, at := maxRelFloors(getHost(t, st[name][i]), ref, floor); e > f32Tol {
-					t.Fatalf("step %d: %s[%d][%d]: error %.3g > %.3g relative to its largest term", step, name, i, at, e, f32Tol)
-				}
+				e, at := maxRelFloors(getHost(t, st[name][i]), ref, floor)
+				require.LessOrEqual(t, e, f32Tol, "step %d: %s[%d][%d]: error relative to its largest term", step, name, i, at)
 			}
 		}
 	}
-	if got := o.Steps("shard0"); got != refSteps {
-		t.Errorf("Steps = %d, want %d", got, refSteps)
-	}
+	assert.EqualValues(t, refSteps, o.Steps("shard0"), "Steps")
 	trajTol := refSteps * 0x1p-24
 	if dc.p != tensor.Float32 {
 		trajTol = 4 * bf16Tol
@@ -285,7 +268,7 @@ func runReference(t *testing.T, b *backend.CPU, cc cfgCase, dc dtCase) {
 		got := getHost(t, g.Params[i])
 		e, at := maxRel(got, traj[i].p, 1)
 		worst = math.Max(worst, e)
-		if e > trajTol {
+		if e > trajTol { // as above: got[at] exists only on failure
 			t.Errorf("after %d steps: params[%d][%d] = %.9g, reference %.9g: error %.3g > %.3g", refSteps, i, at, got[at], traj[i].p[at], e, trajTol)
 		}
 		if dc.copy { // the copy is exactly the fp32 result rounded
@@ -296,9 +279,7 @@ func runReference(t *testing.T, b *backend.CPU, cc cfgCase, dc dtCase) {
 				if dc.c == tensor.Float16 {
 					want = tensor.Float32ToFloat16(p[k])
 				}
-				if c[k] != want {
-					t.Fatalf("copies[%d][%d] = %#04x, want %#04x (param %g rounded)", i, k, c[k], want, p[k])
-				}
+				require.Equal(t, want, c[k], "copies[%d][%d] = %#04x, want %#04x (param %g rounded)", i, k, c[k], want, p[k])
 			}
 		}
 	}

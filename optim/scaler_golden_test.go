@@ -1,11 +1,11 @@
 package optim
 
 import (
-	"errors"
 	"strconv"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/internal/shareddata"
+	"github.com/stretchr/testify/require"
 )
 
 // scalerGolden is one line of a loss-scaler golden file.
@@ -40,52 +40,31 @@ func runScalerGolden(t *testing.T, file string, mode ScalerMode) {
 				cfg.DelayedShift = 0 // not part of this path; must be ignored
 			}
 			s, err := NewDynamicScaler(cfg)
-			if err != nil {
-				t.Fatalf("NewDynamicScaler(%+v): %v", cfg, err)
-			}
-			if s.Scale() != rec.InitialScale {
-				t.Fatalf("initial scale %v, want %v", s.Scale(), rec.InitialScale)
-			}
-			if len(rec.Overflow) != rec.Length {
-				t.Fatalf("golden record: overflow has %d chars, length %d", len(rec.Overflow), rec.Length)
-			}
+			require.NoError(t, err, "NewDynamicScaler(%+v)", cfg)
+			require.Equal(t, rec.InitialScale, s.Scale(), "initial scale")
+			require.Len(t, rec.Overflow, rec.Length, "golden record: overflow chars vs length")
 			for i := 0; i < rec.Length; i++ {
 				before := s.State()
 				err := s.Update(rec.Overflow[i] == '1')
 				if rec.Error != nil && i == rec.Error.AtIndex {
-					if err == nil {
-						t.Fatalf("call %d: no error, want %q", i, rec.Error.Message)
-					}
+					require.Error(t, err, "call %d: want %q", i, rec.Error.Message)
 					var mse *MinScaleError
-					if !errors.Is(err, ErrLossScaleAtMinimum) || !errors.As(err, &mse) {
-						t.Fatalf("call %d: error %v does not wrap ErrLossScaleAtMinimum", i, err)
-					}
-					if s.State() != before {
-						t.Fatalf("call %d: state changed on error: %+v -> %+v", i, before, s.State())
-					}
-					if len(rec.ScaleAfter) != i {
-						t.Fatalf("golden has %d scales before the error at %d", len(rec.ScaleAfter), i)
-					}
+					require.ErrorIs(t, err, ErrLossScaleAtMinimum, "call %d", i)
+					require.ErrorAs(t, err, &mse, "call %d", i)
+					require.Equal(t, before, s.State(), "call %d: state changed on error", i)
+					require.Len(t, rec.ScaleAfter, i, "golden: scales before the error at %d", i)
 					return
 				}
-				if err != nil {
-					t.Fatalf("call %d: unexpected error: %v", i, err)
-				}
-				if got, want := s.Scale(), rec.ScaleAfter[i]; got != want {
-					t.Fatalf("call %d (overflow=%c): scale %v, want %v", i, rec.Overflow[i], got, want)
-				}
+				require.NoError(t, err, "call %d: unexpected error", i)
+				require.Equal(t, rec.ScaleAfter[i], s.Scale(), "call %d (overflow=%c): scale", i, rec.Overflow[i])
 				if mode == ScalerModeZeRO {
-					if got, want := s.Hysteresis(), rec.HysteresisAfter[i]; got != want {
-						t.Fatalf("call %d (overflow=%c): hysteresis %d, want %d", i, rec.Overflow[i], got, want)
-					}
+					require.Equal(t, rec.HysteresisAfter[i], s.Hysteresis(), "call %d (overflow=%c): hysteresis", i, rec.Overflow[i])
 				}
 			}
 			if rec.Error != nil {
-				t.Fatalf("no error after %d calls, want one at %d", rec.Length, rec.Error.AtIndex)
+				require.Failf(t, "no error", "no error after %d calls, want one at %d", rec.Length, rec.Error.AtIndex)
 			}
-			if len(rec.ScaleAfter) != rec.Length {
-				t.Fatalf("golden has %d scales for %d calls", len(rec.ScaleAfter), rec.Length)
-			}
+			require.Len(t, rec.ScaleAfter, rec.Length, "golden: scales for %d calls", rec.Length)
 		})
 		n := len(rec.ScaleAfter)
 		final, result := 0.0, "MISMATCH"

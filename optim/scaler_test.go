@@ -2,36 +2,28 @@ package optim
 
 import (
 	"encoding/json"
-	"errors"
 	"math"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestStaticScaler(t *testing.T) {
 	s, err := NewStaticScaler(128)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, of := range []bool{true, false, true} {
-		if err := s.Update(of); err != nil || s.Scale() != 128 {
-			t.Fatalf("Update(%v): scale %v, err %v", of, s.Scale(), err)
-		}
+		require.NoError(t, s.Update(of), "Update(%v)", of)
+		require.Equal(t, 128.0, s.Scale(), "Update(%v)", of)
 	}
 	var ls LossScaler = s
-	if ls.Dynamic() {
-		t.Fatal("static scaler reports Dynamic")
-	}
-	if err := s.SetState(ScalerState{CurScale: 8}); err != nil || s.Scale() != 8 {
-		t.Fatalf("SetState: %v, scale %v", err, s.Scale())
-	}
-	if err := s.SetState(ScalerState{Dynamic: true, CurScale: 8}); err == nil {
-		t.Fatal("static scaler loaded a dynamic state")
-	}
+	require.False(t, ls.Dynamic(), "static scaler reports Dynamic")
+	require.NoError(t, s.SetState(ScalerState{CurScale: 8}), "SetState")
+	require.Equal(t, 8.0, s.Scale(), "SetState")
+	require.Error(t, s.SetState(ScalerState{Dynamic: true, CurScale: 8}), "static scaler loaded a dynamic state")
 	for _, bad := range []float64{0, -1, math.Inf(1), math.NaN()} {
-		if _, err := NewStaticScaler(bad); !errors.Is(err, ErrInvalidScalerConfig) {
-			t.Fatalf("NewStaticScaler(%v): %v", bad, err)
-		}
+		_, err := NewStaticScaler(bad)
+		require.ErrorIs(t, err, ErrInvalidScalerConfig, "NewStaticScaler(%v)", bad)
 	}
 }
 
@@ -55,49 +47,40 @@ func TestDynamicScalerConfigErrors(t *testing.T) {
 			cfg := base
 			tc.mod(&cfg)
 			_, err := NewDynamicScaler(cfg)
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidScalerConfig) {
-				t.Fatalf("error %v, want one containing %q wrapping ErrInvalidScalerConfig", err, tc.want)
-			}
+			require.ErrorContains(t, err, tc.want)
+			require.ErrorIs(t, err, ErrInvalidScalerConfig)
 		})
 	}
 	// Hysteresis is not part of the fp16 optimizer path.
 	cfg := base
 	cfg.Mode, cfg.DelayedShift = ScalerModeFP16Optimizer, 0
-	if _, err := NewDynamicScaler(cfg); err != nil {
-		t.Fatalf("fp16_optimizer mode with DelayedShift 0: %v", err)
-	}
+	_, err := NewDynamicScaler(cfg)
+	require.NoError(t, err, "fp16_optimizer mode with DelayedShift 0")
 	// A zero ScaleFactor means DeepSpeed's 2.
 	cfg = base
 	cfg.ScaleFactor = 0
 	s, err := NewDynamicScaler(cfg)
-	if err != nil || s.Config().ScaleFactor != 2 {
-		t.Fatalf("ScaleFactor 0: %v, %+v", err, s.Config())
-	}
+	require.NoError(t, err, "ScaleFactor 0")
+	require.Equal(t, 2.0, s.Config().ScaleFactor, "ScaleFactor 0: %+v", s.Config())
 }
 
 func TestDynamicScalerMinScaleError(t *testing.T) {
 	s, err := NewDynamicScaler(DynamicScalerConfig{InitScale: 2, ScaleWindow: 10, MinScale: 1, DelayedShift: 1, RaiseErrorAtMin: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Update(true); err != nil || s.Scale() != 1 {
-		t.Fatalf("first overflow: %v, scale %v", err, s.Scale())
-	}
+	require.NoError(t, err)
+	require.NoError(t, s.Update(true), "first overflow")
+	require.Equal(t, 1.0, s.Scale(), "first overflow")
 	err = s.Update(true)
 	var mse *MinScaleError
-	if !errors.As(err, &mse) || !errors.Is(err, ErrLossScaleAtMinimum) || mse.Iter != 1 || mse.Scale != 1 {
-		t.Fatalf("error %#v", err)
-	}
+	require.ErrorAs(t, err, &mse)
+	require.ErrorIs(t, err, ErrLossScaleAtMinimum)
+	require.Equal(t, MinScaleError{Scale: 1, Iter: 1}, *mse)
 	for _, hint := range []string{"Current loss scale already at minimum", "lower the learning rate", "bf16", "inf/nan"} {
-		if !strings.Contains(err.Error(), hint) {
-			t.Errorf("message %q lacks %q", err, hint)
-		}
+		assert.ErrorContains(t, err, hint)
 	}
 	// Without RaiseErrorAtMin the scale just stays at the floor.
 	s, _ = NewDynamicScaler(DynamicScalerConfig{InitScale: 1, ScaleWindow: 10, MinScale: 1, DelayedShift: 1})
-	if err := s.Update(true); err != nil || s.Scale() != 1 {
-		t.Fatalf("no-raise: %v, scale %v", err, s.Scale())
-	}
+	require.NoError(t, s.Update(true), "no-raise")
+	require.Equal(t, 1.0, s.Scale(), "no-raise")
 }
 
 func TestDynamicScalerStateRoundTrip(t *testing.T) {
@@ -106,37 +89,21 @@ func TestDynamicScalerStateRoundTrip(t *testing.T) {
 	pattern := "0010001100000000100000000000011"
 	a, _ := NewDynamicScaler(cfg)
 	for _, c := range pattern[:13] {
-		if err := a.Update(c == '1'); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, a.Update(c == '1'))
 	}
 	raw, err := json.Marshal(a.State())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, key := range []string{`"cur_scale":`, `"cur_iter":13`, `"last_overflow_iter":`, `"cur_hysteresis":`, `"dynamic":true`} {
-		if !strings.Contains(string(raw), key) {
-			t.Fatalf("state JSON %s lacks %s", raw, key)
-		}
+		require.Contains(t, string(raw), key, "state JSON")
 	}
 	var st ScalerState
-	if err := json.Unmarshal(raw, &st); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(raw, &st))
 	b, _ := NewDynamicScaler(cfg)
-	if err := b.SetState(st); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, b.SetState(st))
 	for i, c := range pattern[13:] {
-		if err := a.Update(c == '1'); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Update(c == '1'); err != nil {
-			t.Fatal(err)
-		}
-		if a.State() != b.State() {
-			t.Fatalf("call %d: %+v vs %+v", 13+i, a.State(), b.State())
-		}
+		require.NoError(t, a.Update(c == '1'))
+		require.NoError(t, b.Update(c == '1'))
+		require.Equal(t, a.State(), b.State(), "call %d", 13+i)
 	}
 	bad := []ScalerState{
 		{Dynamic: false, CurScale: 1, LastOverflowIter: -1, CurHysteresis: 1},
@@ -147,9 +114,7 @@ func TestDynamicScalerStateRoundTrip(t *testing.T) {
 		{Dynamic: true, CurScale: 1, CurIter: 3, LastOverflowIter: 1, CurHysteresis: 3},
 	}
 	for _, st := range bad {
-		if err := b.SetState(st); !errors.Is(err, ErrInvalidScalerConfig) {
-			t.Errorf("SetState(%+v): %v", st, err)
-		}
+		assert.ErrorIs(t, b.SetState(st), ErrInvalidScalerConfig, "SetState(%+v)", st)
 	}
 }
 
@@ -172,23 +137,15 @@ func TestClip(t *testing.T) {
 		{math.NaN(), 1, 1},
 	}
 	for _, tc := range tests {
-		if got := ClipCoefficient(tc.norm, tc.max); got != tc.want {
-			t.Errorf("ClipCoefficient(%v, %v) = %v, want %v", tc.norm, tc.max, got, tc.want)
-		}
+		assert.Equal(t, tc.want, ClipCoefficient(tc.norm, tc.max), "ClipCoefficient(%v, %v)", tc.norm, tc.max)
 	}
 	// CombinedScale: unscaled norm 4 with clip 1 under scale 1024.
-	if got, want := CombinedScale(4096, 1024, 1), div(div(4096, 1024)+eps, 1)*1024; got != want {
-		t.Errorf("CombinedScale clip = %v, want %v", got, want)
-	}
+	assert.Equal(t, div(div(4096, 1024)+eps, 1)*1024, CombinedScale(4096, 1024, 1), "CombinedScale clip")
 	for _, tc := range [][3]float64{{512, 1024, 1}, {4096, 1024, 0}, {math.Inf(1), 1024, 1}} {
-		if got := CombinedScale(tc[0], tc[1], tc[2]); got != tc[1] {
-			t.Errorf("CombinedScale(%v) = %v, want the loss scale", tc, got)
-		}
+		assert.Equal(t, tc[1], CombinedScale(tc[0], tc[1], tc[2]), "CombinedScale(%v): want the loss scale", tc)
 	}
 	// Both forms clip to the same unscaled norm.
 	g := 4096.0 / CombinedScale(4096, 1024, 1)
 	h := 4.0 * ClipCoefficient(4, 1)
-	if math.Abs(g-h) > 1e-15 {
-		t.Errorf("clipped norms differ: %v vs %v", g, h)
-	}
+	assert.InDelta(t, h, g, 1e-15, "clipped norms differ")
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/internal/shareddata"
+	"github.com/stretchr/testify/require"
 )
 
 type lrGolden struct {
@@ -195,9 +196,7 @@ func TestScheduleGolden(t *testing.T) {
 			}
 			s, err := NewSchedule(rec.Scheduler, rec.Params, rec.Optimizer.InitialLR, opts...)
 			if rec.Error != nil && rec.Error.AtStep == -1 {
-				if err == nil {
-					t.Fatalf("NewSchedule succeeded, DeepSpeed raised %s: %s", rec.Error.Type, rec.Error.Message)
-				}
+				require.Error(t, err, "NewSchedule succeeded, DeepSpeed raised %s: %s", rec.Error.Type, rec.Error.Message)
 				t.Logf("rejected as DeepSpeed does: %v", err)
 				return
 			}
@@ -211,52 +210,37 @@ func TestScheduleGolden(t *testing.T) {
 				t.Logf("rejected at construction (%s); %s: %v", why, ran, err)
 				return
 			case err != nil:
-				t.Fatalf("NewSchedule: %v; %s (list the record in knownEarlyRejections only for a documented difference)", err, ran)
+				require.NoError(t, err, "NewSchedule: %s (list the record in knownEarlyRejections only for a documented difference)", ran)
 			case listed:
-				t.Fatalf("listed in knownEarlyRejections (%s), but NewSchedule accepted it", why)
+				require.Failf(t, "listed but accepted", "listed in knownEarlyRejections (%s), but NewSchedule accepted it", why)
 			}
-			if s.LastBatchIteration() != -1 {
-				t.Fatalf("LastBatchIteration = %d, want -1", s.LastBatchIteration())
-			}
+			require.Equal(t, -1, s.LastBatchIteration(), "LastBatchIteration")
 			w, err := compareGroups("after init", s.LR(), rec.LRAfterInit)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			worst = math.Max(worst, w)
 			wantBetas, err := goldenBetas(rec, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			b, bok := s.Betas()
-			if err := compareBetas("after init", b, bok, wantBetas); err != nil {
-				t.Fatal(err)
-			}
-			if rec.CycleMomentum != nil && *rec.CycleMomentum != bok {
-				t.Fatalf("momentum cycling %v, DeepSpeed %v", bok, *rec.CycleMomentum)
+			require.NoError(t, compareBetas("after init", b, bok, wantBetas))
+			if rec.CycleMomentum != nil {
+				require.Equal(t, *rec.CycleMomentum, bok, "momentum cycling (expected: DeepSpeed's)")
 			}
 			for k, want := range rec.LR {
 				s.Step()
 				label := fmt.Sprintf("after step %d", k+1)
 				w, err := compareGroups(label, s.LR(), want)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				worst = math.Max(worst, w)
-				if wantBetas, err = goldenBetas(rec, k+1); err != nil {
-					t.Fatal(err)
-				}
+				wantBetas, err = goldenBetas(rec, k+1)
+				require.NoError(t, err)
 				b, bok := s.Betas()
-				if err := compareBetas(label, b, bok, wantBetas); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, compareBetas(label, b, bok, wantBetas))
 				n++
 			}
 			if rec.Error != nil {
-				t.Fatalf("DeepSpeed raised %s after %d steps; nothing failed here", rec.Error.Type, rec.Error.AtStep)
+				require.Failf(t, "no error", "DeepSpeed raised %s after %d steps; nothing failed here", rec.Error.Type, rec.Error.AtStep)
 			}
-			if len(rec.LR) != rec.Steps {
-				t.Fatalf("golden has %d lr entries for %d steps", len(rec.LR), rec.Steps)
-			}
+			require.Len(t, rec.LR, rec.Steps, "golden: lr entries for %d steps", rec.Steps)
 		})
 		result := "MISMATCH"
 		if ok {

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestNewScheduleBadParams(t *testing.T) {
@@ -51,17 +53,14 @@ func TestNewScheduleBadParams(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := NewSchedule(tc.typ, tc.params, tc.lrs)
 			if err == nil {
-				t.Fatalf("NewSchedule succeeded (%s), want error containing %q", s.Type(), tc.want)
+				require.Failf(t, "NewSchedule succeeded", "type %s, want error containing %q", s.Type(), tc.want)
 			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %q\ndoes not contain %q", err, tc.want)
-			}
-			if !errors.Is(err, ErrInvalidScheduleParam) && !errors.Is(err, ErrUnknownSchedule) {
-				t.Fatalf("error %v wraps neither ErrInvalidScheduleParam nor ErrUnknownSchedule", err)
-			}
-			var pe *ParamError
-			if strings.Contains(tc.want, "scheduler.params.") && !errors.As(err, &pe) {
-				t.Fatalf("error %v is not a *ParamError", err)
+			require.ErrorContains(t, err, tc.want)
+			require.True(t, errors.Is(err, ErrInvalidScheduleParam) || errors.Is(err, ErrUnknownSchedule),
+				"error %v wraps neither ErrInvalidScheduleParam nor ErrUnknownSchedule", err)
+			if strings.Contains(tc.want, "scheduler.params.") {
+				var pe *ParamError
+				require.ErrorAs(t, err, &pe)
 			}
 		})
 	}
@@ -74,120 +73,75 @@ func TestScheduleDefaultsAndQuirks(t *testing.T) {
 	// is raised to 2: steps 0 and 1 both use min.
 	for _, n := range []int{0, 1} {
 		s, err := NewSchedule(ScheduleWarmupLR, map[string]any{"warmup_num_steps": n, "warmup_type": "linear"}, []float64{0.5})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := [3]float64{s.LRAt(-1)[0], s.LRAt(0)[0], s.LRAt(1)[0]}; got != [3]float64{0, 0, 0.25} {
-			t.Fatalf("warmup_num_steps %d: LRs %v", n, got)
-		}
+		require.NoError(t, err)
+		got := [3]float64{s.LRAt(-1)[0], s.LRAt(0)[0], s.LRAt(1)[0]}
+		require.Equal(t, [3]float64{0, 0, 0.25}, got, "warmup_num_steps %d: LRs", n)
 	}
 	// Unknown warmup_type falls back to log, with a warning.
 	var warned []string
 	s, err := NewSchedule(ScheduleWarmupLR, map[string]any{"warmup_type": "cosine", "warmup_num_steps": 10},
 		[]float64{1}, WithWarnings(func(m string) { warned = append(warned, m) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(warned) != 1 || !strings.Contains(warned[0], `"cosine"`) {
-		t.Fatalf("warnings %q", warned)
-	}
-	if got, want := s.LRAt(2)[0], 1.0/math.Log(10)*math.Log(3); got != want {
-		t.Fatalf("log warm-up: %v, want %v", got, want)
-	}
+	require.NoError(t, err)
+	require.Len(t, warned, 1, "warnings %q", warned)
+	require.Contains(t, warned[0], `"cosine"`, "warnings %q", warned)
+	require.Equal(t, 1.0/math.Log(10)*math.Log(3), s.LRAt(2)[0], "log warm-up")
 	// WarmupDecayLR keeps its 0.001 default max.
 	s, err = NewSchedule(ScheduleWarmupDecayLR, map[string]any{"total_num_steps": 10, "warmup_num_steps": 2}, []float64{0.5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := s.LRAt(2)[0]; got != 0.001 {
-		t.Fatalf("decay peak %v, want 0.001", got)
-	}
-	if got := s.LRAt(100)[0]; got != 0 {
-		t.Fatalf("decay after total %v, want 0", got)
-	}
+	require.NoError(t, err)
+	require.Equal(t, 0.001, s.LRAt(2)[0], "decay peak")
+	require.Zero(t, s.LRAt(100)[0], "decay after total")
 	// WarmupCosineLR stays at cos_min_ratio after total_num_steps, also
 	// when total == warmup.
 	s, err = NewSchedule(ScheduleWarmupCosineLR, map[string]any{"total_num_steps": 5, "warmup_num_steps": 5, "cos_min_ratio": 0.1}, []float64{2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, step := range []int{5, 6, 100} {
-		if got := s.LRAt(step)[0]; got != 0.2 {
-			t.Fatalf("cosine LRAt(%d) = %v, want 0.2", step, got)
-		}
+		require.Equal(t, 0.2, s.LRAt(step)[0], "cosine LRAt(%d)", step)
 	}
 	// OneCycle without betas: momentum off.
 	s, err = NewSchedule(ScheduleOneCycle, map[string]any{"cycle_min_lr": 0.1, "cycle_max_lr": 1}, []float64{1}, WithoutBetas())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := s.Betas(); ok {
-		t.Fatal("OneCycle drives betas without an optimizer that has them")
-	}
+	require.NoError(t, err)
+	_, ok := s.Betas()
+	require.False(t, ok, "OneCycle drives betas without an optimizer that has them")
 	// OneCycle per-group lists.
 	s, err = NewSchedule(ScheduleOneCycle, map[string]any{"cycle_min_lr": []any{0.1, 0.2}, "cycle_max_lr": []any{1.0, 2.0},
 		"cycle_first_step_size": 10, "cycle_min_mom": []any{0.8, 0.7}}, []float64{1, 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := s.LRAt(9); got[0] != 1.0 || got[1] != 2.0 {
-		t.Fatalf("peak %v", got)
-	}
-	if b, ok := s.BetasAt(-1); !ok || b[0] != [2]float64{0.8, 0.99} || b[1] != [2]float64{0.7, 0.99} {
-		t.Fatalf("initial betas %v %v", b, ok)
-	}
-	if b, _ := s.BetasAt(9); b[0] != [2]float64{0.8, 0.99} || b[1] != [2]float64{0.7, 0.99} {
-		t.Fatalf("peak betas %v", b)
-	}
+	require.NoError(t, err)
+	got := s.LRAt(9)
+	require.Equal(t, []float64{1.0, 2.0}, got[:2], "peak %v", got)
+	b, ok := s.BetasAt(-1)
+	require.True(t, ok, "initial betas")
+	require.Equal(t, [][2]float64{{0.8, 0.99}, {0.7, 0.99}}, b[:2], "initial betas")
+	b, _ = s.BetasAt(9)
+	require.Equal(t, [][2]float64{{0.8, 0.99}, {0.7, 0.99}}, b[:2], "peak betas")
 }
 
 func TestScheduleStateRoundTrip(t *testing.T) {
 	params := map[string]any{"total_num_steps": 100, "warmup_num_steps": 10}
 	a, err := NewSchedule(ScheduleWarmupCosineLR, params, []float64{1e-3, 2e-3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for range 37 {
 		a.Step()
 	}
 	raw, err := json.Marshal(a.State())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(raw) != `{"type":"WarmupCosineLR","last_batch_iteration":36}` {
-		t.Fatalf("state JSON %s", raw)
-	}
+	require.NoError(t, err)
+	require.Equal(t, `{"type":"WarmupCosineLR","last_batch_iteration":36}`, string(raw), "state JSON")
 	b, err := NewSchedule(ScheduleWarmupCosineLR, params, []float64{1e-3, 2e-3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var st ScheduleState
-	if err := json.Unmarshal(raw, &st); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.SetState(st); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(raw, &st))
+	require.NoError(t, b.SetState(st))
 	for range 80 {
-		if ga, gb := a.LR(), b.LR(); ga[0] != gb[0] || ga[1] != gb[1] {
-			t.Fatalf("restored schedule diverged at t=%d: %v vs %v", a.LastBatchIteration(), ga, gb)
-		}
+		ga, gb := a.LR(), b.LR()
+		require.Equal(t, ga[:2], gb[:2], "restored schedule diverged at t=%d", a.LastBatchIteration())
 		a.Step()
 		b.Step()
 	}
-	if err := b.SetState(ScheduleState{Type: "OneCycle"}); err == nil {
-		t.Fatal("loaded a OneCycle state into a WarmupCosineLR")
-	}
-	if err := b.SetState(ScheduleState{LastBatchIteration: -2}); err == nil {
-		t.Fatal("accepted last_batch_iteration -2")
-	}
+	require.Error(t, b.SetState(ScheduleState{Type: "OneCycle"}), "loaded a OneCycle state into a WarmupCosineLR")
+	require.Error(t, b.SetState(ScheduleState{LastBatchIteration: -2}), "accepted last_batch_iteration -2")
 	// The last_batch_iteration param resumes like DeepSpeed's kwarg.
 	c, err := NewSchedule(ScheduleWarmupCosineLR, map[string]any{"total_num_steps": 100, "warmup_num_steps": 10,
 		"last_batch_iteration": 36}, []float64{1e-3, 2e-3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.LastBatchIteration() != 36 || c.LR()[1] != b.LRAt(36)[1] {
-		t.Fatalf("resume via params: t=%d lr=%v", c.LastBatchIteration(), c.LR())
-	}
+	require.NoError(t, err)
+	require.EqualValues(t, 36, c.LastBatchIteration(), "resume via params: lr=%v", c.LR())
+	require.Equal(t, b.LRAt(36)[1], c.LR()[1], "resume via params: t=%d lr=%v", c.LastBatchIteration(), c.LR())
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // verdictCases are optimizer/scheduler blocks, each with at most one
@@ -80,9 +82,7 @@ var verdictCases = []struct {
 // is listed as unresolved instead of failing: the path must be the same.
 func TestConfigCheckAndInitializeAgree(t *testing.T) {
 	be, err := backend.NewCPU(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer be.Close()
 	dir := t.TempDir()
 	for _, c := range verdictCases {
@@ -92,9 +92,7 @@ func TestConfigCheckAndInitializeAgree(t *testing.T) {
 				doc = `"optimizer":{"type":"AdamW","params":{"lr":1e-3}},` + doc
 			}
 			file := filepath.Join(dir, "ds_config.json")
-			if err := os.WriteFile(file, []byte("{"+doc+"}"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.WriteFile(file, []byte("{"+doc+"}"), 0o644))
 			cfg, err := config.Load(file, config.WithStrict(true))
 			checkPaths := fieldPaths(t, err)
 			initPath := initializePath(t, cfg, be)
@@ -102,14 +100,11 @@ func TestConfigCheckAndInitializeAgree(t *testing.T) {
 			if c.path != "" {
 				want = []string{c.path}
 			}
-			if !slices.Equal(checkPaths, want) || initPath != c.path {
-				t.Fatalf("want %q from both\nconfig check: %v\nInitialize:   %q", c.path, err, initPath)
-			}
+			require.True(t, slices.Equal(checkPaths, want) && initPath == c.path,
+				"want %q from both\nconfig check: %v\nInitialize:   %q", c.path, err, initPath)
 			cfg, err = config.Load(file)
 			loose := append(fieldPaths(t, err), cfg.Unresolved...)
-			if !slices.Equal(loose, want) {
-				t.Errorf("without --strict: errors and unresolved %v, want %v", loose, want)
-			}
+			assert.Equal(t, want, loose, "without --strict: errors and unresolved")
 		})
 	}
 }
@@ -122,9 +117,7 @@ func fieldPaths(t *testing.T, err error) []string {
 		return paths
 	}
 	var es config.Errors
-	if !errors.As(err, &es) {
-		t.Fatalf("config: %v is not config.Errors", err)
-	}
+	require.ErrorAs(t, err, &es, "config")
 	for _, e := range es {
 		paths = append(paths, e.Path)
 	}
@@ -146,12 +139,9 @@ func initializePath(t *testing.T, cfg *config.Config, be backend.Backend) string
 		return ""
 	}
 	var pe *optim.ParamError
-	if !errors.As(err, &pe) {
-		t.Fatalf("Initialize: %v names no JSON path", err)
-	}
-	if !errors.Is(err, optim.ErrUnsupportedOptimizer) && !errors.Is(err, optim.ErrInvalidOptimizerParam) &&
-		!errors.Is(err, optim.ErrUnknownSchedule) && !errors.Is(err, optim.ErrInvalidScheduleParam) {
-		t.Errorf("Initialize: %v matches none of optim's sentinels", err)
-	}
+	require.ErrorAs(t, err, &pe, "Initialize: names no JSON path")
+	assert.True(t, errors.Is(err, optim.ErrUnsupportedOptimizer) || errors.Is(err, optim.ErrInvalidOptimizerParam) ||
+		errors.Is(err, optim.ErrUnknownSchedule) || errors.Is(err, optim.ErrInvalidScheduleParam),
+		"Initialize: %v matches none of optim's sentinels", err)
 	return pe.Key
 }
