@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -63,10 +62,9 @@ func samePy(a, b any) bool {
 // TestGoldenBatch checks every record of batch_config.jsonl against
 // DeepSpeed's batch logic, and the typed Resolve for the integer cases.
 func TestGoldenBatch(t *testing.T) {
-	dir := shareddata.Dir(t, "DEEPGO_GOLDEN", "golden")
-	f, err := os.Open(filepath.Join(dir, "batch_config.jsonl"))
+	f, err := os.Open(shareddata.GoldenFile(t, "batch_config.jsonl"))
 	if err != nil {
-		t.Skipf("no batch_config.jsonl: %v", err)
+		t.Fatal(err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -116,7 +114,7 @@ func TestGoldenBatch(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no golden records")
 	}
-	t.Logf("%d golden batch records checked", n)
+	shareddata.Checked(t, "batch_config.jsonl", n, n)
 }
 
 // checkTypedResolve runs the same case through Parse and Config.Resolve when

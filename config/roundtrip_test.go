@@ -10,10 +10,8 @@ import (
 
 // TestRoundTripCollections round-trips every real config that loads cleanly.
 func TestRoundTripCollections(t *testing.T) {
-	dir := shareddata.Dir(t, "DEEPGO_CONFIGS", "configs")
-	dirs := []string{dir, filepath.Join(filepath.Dir(dir), "seed", "configs")}
 	n := 0
-	for _, d := range dirs {
+	for _, d := range shareddata.ConfigDirs(t) {
 		ents, _ := os.ReadDir(d)
 		for _, e := range ents {
 			b, err := os.ReadFile(filepath.Join(d, e.Name()))

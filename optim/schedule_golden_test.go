@@ -162,4 +162,5 @@ func TestScheduleGolden(t *testing.T) {
 	}
 	t.Logf("%s: %d/%d records matched (LR within %.0e relative; %d per-step LR vectors compared)",
 		file, matched, len(recs), lrRelTol, values)
+	shareddata.Checked(t, file, len(recs), len(recs))
 }
