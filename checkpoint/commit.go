@@ -129,25 +129,38 @@ func List(fsys vfs.FS, saveDir string) ([]Info, error) {
 	if fsys == nil {
 		fsys = vfs.OS
 	}
-	ents, err := fsys.ReadDir(saveDir)
+	tags, err := tagDirs(fsys, saveDir)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: listing %s: %w", saveDir, err)
+		return nil, err
 	}
 	var out []Info
-	for _, e := range ents {
-		if !e.IsDir() || validTag(e.Name()) != nil {
-			continue
-		}
-		m, err := ReadManifest(fsys, saveDir, e.Name())
+	for _, tag := range tags {
+		m, err := ReadManifest(fsys, saveDir, tag)
 		if err != nil {
 			continue
 		}
-		out = append(out, Info{Tag: e.Name(), Manifest: m})
+		out = append(out, Info{Tag: tag, Manifest: m})
 	}
 	slices.SortFunc(out, func(a, b Info) int {
 		return cmp.Or(cmp.Compare(a.Manifest.Step, b.Manifest.Step), strings.Compare(a.Tag, b.Tag))
 	})
 	return out, nil
+}
+
+// tagDirs lists the directories of saveDir named like tags: committed
+// checkpoints and damaged ones, not saves in progress or deletions.
+func tagDirs(fsys vfs.FS, saveDir string) ([]string, error) {
+	ents, err := fsys.ReadDir(saveDir)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: listing %s: %w", saveDir, err)
+	}
+	var tags []string
+	for _, e := range ents {
+		if e.IsDir() && validTag(e.Name()) == nil {
+			tags = append(tags, e.Name())
+		}
+	}
+	return tags, nil
 }
 
 // trash removes dir without ever leaving a partly deleted checkpoint under

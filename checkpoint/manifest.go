@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"math"
 	"path"
 	"slices"
 	"strings"
@@ -123,10 +124,8 @@ func (m *Manifest) Validate() error {
 			if _, err := safetensors.ParseDType(t.DType); err != nil {
 				return fmt.Errorf("rank %d: tensor %q: %w", i, t.Name, err)
 			}
-			for _, d := range t.Shape {
-				if d < 0 {
-					return fmt.Errorf("rank %d: tensor %q: shape %v", i, t.Name, t.Shape)
-				}
+			if !numelFits(t.Shape) {
+				return fmt.Errorf("rank %d: tensor %q: shape %v: want dimensions >= 0 and at most 2^63-1 elements", i, t.Name, t.Shape)
 			}
 			if t.Shard != nil && len(t.Shape) != 1 {
 				return fmt.Errorf("rank %d: sharded tensor %q has shape %v, want 1-D", i, t.Name, t.Shape)
@@ -142,7 +141,10 @@ func (m *Manifest) Validate() error {
 		if !ok {
 			return fmt.Errorf("param %q: source tensor %q is not in the checkpoint", p.Name, p.Source)
 		}
-		if p.Offset < 0 || p.Offset+p.Numel() > g.Numel {
+		if !numelFits(p.Shape) {
+			return fmt.Errorf("param %q: shape %v: want dimensions >= 0 and at most 2^63-1 elements", p.Name, p.Shape)
+		}
+		if p.Offset < 0 || p.Offset > g.Numel || p.Numel() > g.Numel-p.Offset {
 			return fmt.Errorf("param %q: elements [%d, %d) outside %q of %d elements", p.Name, p.Offset, p.Offset+p.Numel(), p.Source, g.Numel)
 		}
 	}
@@ -190,7 +192,7 @@ func buildIndex(m *Manifest) (map[string]*Global, error) {
 				return nil, fmt.Errorf("tensor %q: rank %d's piece (%s, %d elements, sharded %v) disagrees with rank %d's (%s, %d elements, sharded %v)",
 					t.Name, r.Rank, t.DType, t.Shard.Numel, true, g.Pieces[0].Rank, g.DType, g.Numel, g.Sharded)
 			}
-			if t.Shard.Offset < 0 || t.Shard.Numel < 0 {
+			if t.Shard.Offset < 0 || t.Shard.Numel < 0 || t.Shard.Offset > math.MaxInt64-t.Numel() {
 				return nil, fmt.Errorf("tensor %q: rank %d: shard %+v", t.Name, r.Rank, *t.Shard)
 			}
 			g.Pieces = append(g.Pieces, Piece{Rank: r.Rank, File: t.File, Tensor: t.Name, Offset: t.Shard.Offset, Length: t.Numel()})

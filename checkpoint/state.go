@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -75,6 +76,19 @@ func shapeNumel(shape []int) int64 {
 		n *= int64(d)
 	}
 	return n
+}
+
+// numelFits reports whether shape has no negative dimension and an element
+// count that fits an int64, so that shapeNumel is exact.
+func numelFits(shape []int) bool {
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 || d != 0 && n > math.MaxInt64/int64(d) {
+			return false
+		}
+		n *= int64(d)
+	}
+	return true
 }
 
 // Bytes is the total size of the state's tensors.

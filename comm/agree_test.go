@@ -258,8 +258,10 @@ func TestAgreementMissingRank(t *testing.T) {
 				start := time.Now()
 				errs := onRanks(t, n, timeout, []int{absent}, h.call)
 				elapsed := time.Since(start)
-				if elapsed > timeout+time.Second {
-					t.Errorf("took %v, want <= %v", elapsed, timeout+time.Second)
+				// Ten seconds of slack for a loaded machine; a rank that
+				// never gave up would hang until the test's own timeout.
+				if elapsed < timeout || elapsed > timeout+10*time.Second {
+					t.Errorf("took %v, want %v to %v", elapsed, timeout, timeout+10*time.Second)
 				}
 				for r, err := range errs {
 					if r == absent {

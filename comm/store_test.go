@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -43,7 +46,7 @@ func TestStoreSetGetAddWait(t *testing.T) {
 		}
 		got <- v
 	}()
-	time.Sleep(20 * time.Millisecond)
+	waitStack(t, "the server waiting for the key", serverWaiting)
 	if err := a.Set(ctx, "nccl/unique_id", []byte{0, 1, 2, 255}); err != nil {
 		t.Fatal(err)
 	}
@@ -64,16 +67,20 @@ func TestStoreSetGetAddWait(t *testing.T) {
 func TestStoreGetTimeout(t *testing.T) {
 	_, dial := newStore(t)
 	s := dial()
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
+	const wait = 200 * time.Millisecond
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
 	_, err := s.Get(ctx, "never")
+	// ErrTimeout is the server's answer at the deadline; had it not
+	// answered, the client would fail a second later with ErrAborted.
 	var ce *Error
 	if !errors.Is(err, ErrTimeout) || !errors.As(err, &ce) || ce.Op != "Store.Get" {
 		t.Fatalf("Get = %v, want a Store.Get *Error wrapping ErrTimeout", err)
 	}
-	if d := time.Since(start); d > 1200*time.Millisecond {
-		t.Fatalf("Get gave up after %v", d)
+	// The client sends the wait in whole milliseconds, rounded down.
+	if d := time.Since(start); d < wait-time.Millisecond || d > wait+reportBound {
+		t.Fatalf("Get gave up after %v, want about %v", d, wait)
 	}
 	// The client still works afterwards.
 	if err := s.Set(context.Background(), "k", []byte("v")); err != nil {
@@ -85,7 +92,13 @@ func TestStoreCancel(t *testing.T) {
 	_, dial := newStore(t)
 	s := dial()
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(30 * time.Millisecond); cancel() }()
+	go func() {
+		// Cancel the Get while the server holds it, not before it is sent.
+		if !waitStackOK(serverWaiting) {
+			t.Error("the server never waited for the key")
+		}
+		cancel()
+	}()
 	if _, err := s.Get(ctx, "never"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Get = %v, want context.Canceled", err)
 	}
@@ -94,31 +107,47 @@ func TestStoreCancel(t *testing.T) {
 	}
 }
 
+// DialStore keeps dialing until the server is up. The port is free when
+// the dial starts and served once the dial has failed at least once; if
+// another process takes the port in between, the test tries another.
 func TestDialStoreRetriesUntilServerUp(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	srvc := make(chan *StoreServer, 1)
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		srv, _ := ListenStore(addr)
-		srvc <- srv
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := DialStore(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	if srv := <-srvc; srv != nil {
+	for attempt := 1; ; attempt++ {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		dialed := make(chan error, 1)
+		go func() {
+			s, err := DialStore(ctx, addr)
+			if err == nil {
+				s.Close()
+			}
+			dialed <- err
+		}()
+		waitStack(t, "DialStore failing or done", func(st string) bool { return len(dialed) > 0 || dialBackingOff(st) })
+		var srv *StoreServer
+		err := errors.New("the port was served before DialStore tried it")
+		if len(dialed) == 0 {
+			srv, err = ListenStore(addr)
+		}
+		if err != nil {
+			cancel()
+			<-dialed
+			if attempt == 5 {
+				t.Fatalf("attempt %d on %s: %v", attempt, addr, err)
+			}
+			t.Logf("attempt %d on %s: %v; trying another port", attempt, addr, err)
+			continue
+		}
+		err = <-dialed
 		srv.Close()
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
 	}
 }
 
+// freePort is a TCP port of 127.0.0.1 that was free a moment ago.
 func freePort(t *testing.T) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -129,10 +158,31 @@ func freePort(t *testing.T) int {
 }
 
 // TestRendezvousAndAgree runs four ranks as torchrun would start them and
-// has rank 2 hold a different config.
+// has rank 2 hold a different config. If another process takes the free
+// port before rank 0 serves it, the test tries another.
 func TestRendezvousAndAgree(t *testing.T) {
 	const n, odd = 4, 2
-	port := strconv.Itoa(freePort(t))
+	for attempt := 1; ; attempt++ {
+		errs := rendezvousAndAgree(strconv.Itoa(freePort(t)), n, odd)
+		if errors.Is(errs[0], syscall.EADDRINUSE) && attempt < 5 {
+			t.Logf("attempt %d: %v; trying another port", attempt, errs[0])
+			continue
+		}
+		for r, err := range errs {
+			var ce *Error
+			if !errors.Is(err, ErrMismatch) || !errors.As(err, &ce) || fmt.Sprint(ce.Ranks) != fmt.Sprint([]int{odd}) {
+				t.Fatalf("rank %d: %v, want ErrMismatch naming rank %d", r, err, odd)
+			}
+		}
+		return
+	}
+}
+
+// rendezvousAndAgree runs n ranks on port and returns each one's error
+// from agreeing on a config that rank odd holds differently.
+func rendezvousAndAgree(port string, n, odd int) []error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
@@ -146,11 +196,10 @@ func TestRendezvousAndAgree(t *testing.T) {
 				errs[r] = err
 				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
 			store, server, err := Rendezvous(ctx, env)
 			if err != nil {
 				errs[r] = err
+				cancel() // rank 0 could not serve: the others stop dialing
 				return
 			}
 			defer store.Close()
@@ -163,26 +212,19 @@ func TestRendezvousAndAgree(t *testing.T) {
 				cfg = `{"train_batch_size": 16}`
 			}
 			errs[r] = AgreeOnConfig(ctx, store, r, n, "differs", []byte(cfg))
-			// Everyone is done reading before rank 0 stops serving.
-			if _, err := store.Add(ctx, "done", 1); err == nil && server != nil {
-				for {
-					v, _ := store.Add(ctx, "done", 0)
-					if v == n || ctx.Err() != nil {
-						break
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
+			// Everyone is done reading before rank 0 stops serving: the
+			// last rank to finish says so.
+			if v, err := store.Add(ctx, "done", 1); err == nil && v == int64(n) {
+				store.Set(ctx, "all done", nil)
+			}
+			if server != nil {
+				store.Get(ctx, "all done")
 				server.Close()
 			}
 		}()
 	}
 	wg.Wait()
-	for r, err := range errs {
-		var ce *Error
-		if !errors.Is(err, ErrMismatch) || !errors.As(err, &ce) || fmt.Sprint(ce.Ranks) != fmt.Sprint([]int{odd}) {
-			t.Fatalf("rank %d: %v, want ErrMismatch naming rank %d", r, err, odd)
-		}
-	}
+	return errs
 }
 
 func TestEnvFrom(t *testing.T) {
@@ -224,5 +266,66 @@ func TestDefaultTimeout(t *testing.T) {
 		if got != c.want {
 			t.Errorf("DEEPGO_TIMEOUT=%q DEEPSPEED_TIMEOUT=%q: %s, want %s", c.deepgo, c.deepspeed, got, c.want)
 		}
+	}
+}
+
+// reportBound is how long past its deadline a call may take to return:
+// room for a loaded two-core machine under -race, far below a hang.
+const reportBound = 10 * time.Second
+
+// serverWaiting reports whether a goroutine of stacks is a store server
+// holding a Get for a key not yet set.
+func serverWaiting(stacks string) bool { return blockedIn(stacks, "comm.(*StoreServer).handle") }
+
+// dialBackingOff reports whether a goroutine of stacks is DialStore
+// waiting to dial again after a failed dial.
+func dialBackingOff(stacks string) bool { return blockedIn(stacks, "comm.(*Store).connectLocked") }
+
+// blockedIn reports whether some goroutine of stacks (runtime.Stack of
+// all goroutines) is blocked in a select directly in function fn.
+func blockedIn(stacks, fn string) bool {
+	for _, g := range strings.Split(stacks, "\n\n") {
+		lines := strings.Split(g, "\n")
+		if !strings.Contains(lines[0], "[select") {
+			continue
+		}
+		for _, l := range lines[1:] {
+			if strings.HasPrefix(l, "\t") || strings.HasPrefix(l, "runtime.") {
+				continue
+			}
+			if strings.Contains(l, fn+"(") {
+				return true
+			}
+			break
+		}
+	}
+	return false
+}
+
+// waitStackOK polls the stacks of all goroutines until cond holds (true)
+// or a minute passes (false). The store tests order their steps with it
+// instead of sleeping and hoping the server got there first.
+func waitStackOK(cond func(stacks string) bool) bool {
+	buf := make([]byte, 1<<20)
+	for end := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		n := runtime.Stack(buf, true)
+		if n == len(buf) {
+			buf = make([]byte, 2*len(buf))
+			continue
+		}
+		if cond(string(buf[:n])) {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
+}
+
+// waitStack is waitStackOK failing the test when cond never holds.
+func waitStack(t *testing.T, what string, cond func(stacks string) bool) {
+	t.Helper()
+	if !waitStackOK(cond) {
+		t.Fatalf("waited a minute for %s", what)
 	}
 }

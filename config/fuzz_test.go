@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/deepgo-ml/deepgo/internal/shareddata"
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,13 +15,15 @@ func FuzzParse(f *testing.F) {
 	for _, s := range []string{`{}`, `{"train_batch_size": 8}`, "a: 1\nb: x,\n", `{"zero_optimization": true}`} {
 		f.Add([]byte(s))
 	}
-	for _, rel := range []string{"configs", filepath.Join("seed", "configs")} {
-		if d, ok := sharedDirQuiet(rel); ok {
-			ents, _ := os.ReadDir(d)
-			for _, e := range ents {
-				if b, err := os.ReadFile(filepath.Join(d, e.Name())); err == nil {
-					f.Add(b)
-				}
+	dirs, err := shareddata.LookupConfigDirs()
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, d := range dirs {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if b, err := os.ReadFile(filepath.Join(d, e.Name())); err == nil {
+				f.Add(b)
 			}
 		}
 	}
@@ -48,25 +51,4 @@ func comparable(c *Config) Config {
 	x := *c
 	x.Warnings, x.Explicit, x.AutoPaths, x.Unresolved = nil, nil, nil, nil
 	return x
-}
-
-// sharedDirQuiet is shareddata.Dir without a testing.TB (used while seeding).
-func sharedDirQuiet(rel string) (string, bool) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", false
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		p := filepath.Dir(dir)
-		if p == dir {
-			return "", false
-		}
-		dir = p
-	}
-	d := filepath.Join(dir, "..", "shared", rel)
-	_, err = os.Stat(d)
-	return d, err == nil
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -66,10 +65,9 @@ func samePy(a, b any) bool {
 // TestGoldenBatch checks every record of batch_config.jsonl against
 // DeepSpeed's batch logic, and the typed Resolve for the integer cases.
 func TestGoldenBatch(t *testing.T) {
-	dir := shareddata.Dir(t, "DEEPGO_GOLDEN", "golden")
-	f, err := os.Open(filepath.Join(dir, "batch_config.jsonl"))
+	f, err := os.Open(shareddata.GoldenFile(t, "batch_config.jsonl"))
 	if err != nil {
-		t.Skipf("no batch_config.jsonl: %v", err)
+		t.Fatal(err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -110,7 +108,7 @@ func TestGoldenBatch(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no golden records")
 	}
-	t.Logf("checked %d golden records of batch_config.jsonl", n)
+	shareddata.Checked(t, "batch_config.jsonl", n, n)
 }
 
 // checkTypedResolve runs the same case through Parse and Config.Resolve when

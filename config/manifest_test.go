@@ -59,22 +59,14 @@ var (
 	placeholderExpect = regexp.MustCompile(`(?:^|[,:])([a-z0-9_.]+)='([^']*)'`)
 )
 
-// TestConfigCollections loads every file of ../shared/configs (or
-// $DEEPGO_CONFIGS) and ../shared/seed/configs, checks each against its
-// manifest row, and prints a table.
+// TestConfigCollections loads every file of the config folders
+// ($DEEPGO_CONFIGS, else ../shared/configs and ../shared/seed/configs),
+// checks each against its manifest row, and prints a table.
 func TestConfigCollections(t *testing.T) {
-	dirs := []string{shareddata.Dir(t, "DEEPGO_CONFIGS", "configs")}
-	if os.Getenv("DEEPGO_CONFIGS") == "" {
-		if d := filepath.Join(filepath.Dir(dirs[0]), "seed", "configs"); dirExists(d) {
-			dirs = append(dirs, d)
-		}
-	}
-	for _, dir := range dirs {
+	for _, dir := range shareddata.ConfigDirs(t) {
 		checkCollection(t, dir)
 	}
 }
-
-func dirExists(d string) bool { st, err := os.Stat(d); return err == nil && st.IsDir() }
 
 func checkCollection(t *testing.T, dir string) {
 	manifest, haveManifest := readManifest(t, dir)

@@ -31,10 +31,7 @@ var refusedConfigs = map[string]string{
 // no manifest) less refusedConfigs, which must fail validation instead.
 // Each must parse, so the count round-tripped is the manifest's.
 func TestRoundTripCollections(t *testing.T) {
-	dirs := []string{shareddata.Dir(t, "DEEPGO_CONFIGS", "configs")}
-	if d := filepath.Join(filepath.Dir(dirs[0]), "seed", "configs"); os.Getenv("DEEPGO_CONFIGS") == "" && dirExists(d) {
-		dirs = append(dirs, d)
-	}
+	dirs := shareddata.ConfigDirs(t)
 	n, want := 0, 0
 	for _, dir := range dirs {
 		for _, name := range loadableConfigs(t, dir) {

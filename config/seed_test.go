@@ -1,7 +1,6 @@
 package config
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/internal/shareddata"
@@ -12,8 +11,7 @@ import (
 // TestSeed175B loads the user's own 175B example: offload_param to NVMe
 // without nvme_path, and ZeRO-3 with 4 pipeline stages, are both reported.
 func TestSeed175B(t *testing.T) {
-	dir := shareddata.Dir(t, "DEEPGO_SEED_CONFIGS", filepath.Join("seed", "configs"))
-	cfg, err := Load(filepath.Join(dir, "5.1-175b.json"), WithWorld(64))
+	cfg, err := Load(shareddata.ConfigFile(t, "5.1-175b.json"), WithWorld(64))
 	var es Errors
 	require.ErrorAs(t, err, &es)
 	require.NotNil(t, cfg, "Load returned no config with its errors")

@@ -88,4 +88,5 @@ func runScalerGolden(t *testing.T, file string, mode ScalerMode) {
 		t.Logf("%-36s %6d %8d %10g %s", rec.Name, rec.Length, ones, final, result)
 	}
 	t.Logf("%s: %d/%d records matched exactly (%d scale values compared)", file, matched, len(recs), updates)
+	shareddata.Checked(t, file, len(recs), len(recs))
 }

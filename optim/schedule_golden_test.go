@@ -253,4 +253,5 @@ func TestScheduleGolden(t *testing.T) {
 	}
 	t.Logf("checked %d golden records of %s: %d matched (LR within %.0e relative; %d per-step LR and betas vectors compared)",
 		len(recs), file, matched, lrRelTol, values)
+	shareddata.Checked(t, file, len(recs), len(recs))
 }

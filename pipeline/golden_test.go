@@ -94,6 +94,7 @@ func TestGoldenPipeSchedules(t *testing.T) {
 		}
 	}
 	logSummary(t, "pipe_schedules.jsonl", []string{"TrainSchedule", "InferenceSchedule"}, matched, total)
+	shareddata.Checked(t, "pipe_schedules.jsonl", len(recs), len(recs))
 }
 
 type goldenLayer struct {
@@ -179,6 +180,7 @@ func TestGoldenPartitions(t *testing.T) {
 	}
 	slices.Sort(kinds)
 	logSummary(t, "partitions.jsonl", kinds, matched, total)
+	shareddata.Checked(t, "partitions.jsonl", len(recs), len(recs))
 }
 
 func checkPartitionLayers(t *testing.T, name string, r partitionRecord) bool {

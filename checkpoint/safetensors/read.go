@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 )
 
@@ -82,8 +83,12 @@ func DecodeHeader(hdr []byte, size int64) (*Header, error) {
 				return nil, fmt.Errorf("%w: header: tensor %q: shape %v has a negative dimension", ErrFormat, name, e.Shape)
 			}
 		}
-		if info.Begin < 0 || info.End < info.Begin || info.End-info.Begin != info.Numel()*int64(dt.Size()) {
-			return nil, fmt.Errorf("%w: header: tensor %q: data_offsets [%d, %d] do not hold %v%v (%d bytes)", ErrFormat, name, info.Begin, info.End, dt, e.Shape, info.Numel()*int64(dt.Size()))
+		n, ok := byteSize(e.Shape, dt.Size())
+		if !ok {
+			return nil, fmt.Errorf("%w: header: tensor %q: shape %v of %v holds more than 2^63 bytes", ErrFormat, name, e.Shape, dt)
+		}
+		if info.Begin < 0 || info.End < info.Begin || info.End-info.Begin != n {
+			return nil, fmt.Errorf("%w: header: tensor %q: data_offsets [%d, %d] do not hold %v%v (%d bytes)", ErrFormat, name, info.Begin, info.End, dt, e.Shape, n)
 		}
 		h.Tensors = append(h.Tensors, info)
 	}
@@ -105,6 +110,20 @@ func DecodeHeader(hdr []byte, size int64) (*Header, error) {
 		return nil, fmt.Errorf("%w: tensors end at data offset %d but the data region has %d bytes", ErrFormat, end, h.DataSize)
 	}
 	return h, nil
+}
+
+// byteSize is the size of a tensor of shape with elements of size bytes,
+// and false when it does not fit an int64: an overflowing product could
+// otherwise wrap to the size of the bytes actually there.
+func byteSize(shape []int, size int) (int64, bool) {
+	n := int64(size)
+	for _, d := range shape {
+		if d != 0 && n > math.MaxInt64/int64(d) {
+			return 0, false
+		}
+		n *= int64(d)
+	}
+	return n, true
 }
 
 // strict decodes the next JSON value into v, rejecting unknown fields.

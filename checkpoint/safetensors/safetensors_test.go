@@ -103,27 +103,6 @@ func TestPlanRejects(t *testing.T) {
 	}
 }
 
-func FuzzReadHeader(f *testing.F) {
-	f.Add(file(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, 4))
-	f.Add(file(`{"__metadata__":{"k":"v"}}`, 0))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		h, err := ReadHeader(bytes.NewReader(b), int64(len(b)))
-		if err != nil {
-			return
-		}
-		var end int64
-		for _, ti := range h.Tensors {
-			if ti.Begin != end || ti.End-ti.Begin != ti.Numel()*int64(ti.DType.Size()) {
-				t.Fatalf("accepted inconsistent header %+v", h)
-			}
-			end = ti.End
-		}
-		if h.DataOffset+end != int64(len(b)) {
-			t.Fatalf("accepted header not covering the file")
-		}
-	})
-}
-
 func ExampleWrite() {
 	x, _ := tensor.FromFloat32([]float32{1, 2, 3, 4, 5, 6}, 2, 3)
 	defer x.Free()

@@ -55,6 +55,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	steps := fs.Int("steps", 0, "optimizer steps (0: the model's default)")
 	micro := fs.Int("micro-batch", 8, "micro-batch per rank, when the config leaves it absent or \"auto\"")
 	lr := fs.Float64("lr", 1e-3, "learning rate, when the config has no optimizer or lr \"auto\"")
+	fallback := fs.Bool("resume-fallback", false, "when the latest checkpoint is damaged, resume from the newest one that verifies (and say so)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -62,7 +63,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "deepgo train: --config is required")
 		return 2
 	}
-	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr}, stdout, stderr)
+	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr, resumeFallback: *fallback}, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 1
@@ -111,6 +112,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	T := gcfg.SeqLen
 	res := &trainResult{Steps: steps, Ranks: ranks, PeakMemory: make([]int64, ranks)}
 	var mu sync.Mutex
+	rs := &resumer{fallback: targs.resumeFallback}
 	start := time.Now()
 	err = local.Run(context.Background(), ranks, local.Options{Timeout: 5 * time.Minute, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 		cfg, err := config.Load(cfgPath)
@@ -158,9 +160,12 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			every = *cfg.StepsPerPrint
 		}
 		B, gas := e.BatchSizes().MicroBatch, e.BatchSizes().GradAccum
-		first, err := resume(ctx, cfg, e, s)
+		first, note, err := rs.resume(ctx, cfg, e, s)
 		if err != nil {
 			return err
+		}
+		if rank == 0 && note != "" {
+			fmt.Fprintln(stdout, "note:", note)
 		}
 		if rank == 0 && first > 1 {
 			fmt.Fprintf(stdout, "resumed at step %d from %s\n", first-1, resumeDir(cfg))

@@ -14,6 +14,8 @@ type trainerArgs struct {
 	microBatch int
 	lr         float64
 	steps      int
+
+	resumeFallback bool // --resume-fallback: not a config value, carried along
 }
 
 // fillTrainerAutos fills what the config leaves to the trainer and returns

@@ -8,8 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 
 	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
 )
@@ -30,28 +33,111 @@ func resumeDir(cfg *config.Config) string {
 	return cfg.Checkpoint.SaveDir
 }
 
+// resumer resumes a run. The in-process ranks share one, so that when the
+// latest checkpoint will not load the save directory is verified once and
+// every rank takes the same decision from the same verdicts.
+type resumer struct {
+	// fallback (--resume-fallback) resumes from the newest checkpoint that
+	// verifies when the latest one is damaged; without it that is an error
+	// listing them.
+	fallback bool
+
+	once     sync.Once
+	verdicts []checkpoint.Verdict
+	listErr  error
+	latest   string // the tag latest names; "" when latest is unreadable
+
+	pointOnce sync.Once
+	pointErr  error
+}
+
 // resume loads the latest checkpoint under resumeDir when there is one,
-// restores the sampler, and returns the first step still to run.
-func resume(ctx context.Context, cfg *config.Config, e deepgo.Trainer, s *data.DistributedSampler) (int, error) {
+// restores the sampler, and returns the first step still to run and, after
+// a fallback, a note saying what was skipped and what was loaded.
+func (rs *resumer) resume(ctx context.Context, cfg *config.Config, e deepgo.Trainer, s *data.DistributedSampler) (int, string, error) {
 	dir := resumeDir(cfg)
 	if dir == "" {
-		return 1, nil
+		return 1, "", nil
 	}
 	if _, err := os.Stat(filepath.Join(dir, "latest")); errors.Is(err, fs.ErrNotExist) {
-		return 1, nil
+		return 1, "", nil
 	}
+	note := ""
 	res, err := e.Load(ctx, dir, deepgo.LoadOptions{})
 	if err != nil {
-		return 0, fmt.Errorf("resume from %s: %w", dir, err)
+		good, damaged, ferr := rs.fallbackTag(ctx, dir, err)
+		if ferr != nil {
+			return 0, "", ferr
+		}
+		if res, err = e.Load(ctx, dir, deepgo.LoadOptions{Tag: good.Tag}); err != nil {
+			return 0, "", fmt.Errorf("resume from %s, falling back to %s: %w", dir, good.Tag, err)
+		}
+		note = fmt.Sprintf("--resume-fallback: %s; resumed from %s (step %d), the newest checkpoint that verifies",
+			damaged, good.Tag, good.Step)
+		// Saves go on in dir: latest must name what was loaded, or the
+		// save reaching the damaged checkpoint's step would refuse its tag.
+		if dir == cfg.Checkpoint.SaveDir {
+			rs.pointOnce.Do(func() { rs.pointErr = checkpoint.SetLatest(nil, dir, good.Tag) })
+			if rs.pointErr != nil {
+				return 0, "", fmt.Errorf("resume from %s: %w", dir, rs.pointErr)
+			}
+			note += fmt.Sprintf("; latest now names %s, and the damaged checkpoint stays until a save replaces or rotates it out", good.Tag)
+		}
 	}
 	var st trainState
 	if err := json.Unmarshal(res.ClientState, &st); err != nil {
-		return 0, fmt.Errorf("resume from %s: client state: %w", dir, err)
+		return 0, "", fmt.Errorf("resume from %s: client state: %w", dir, err)
 	}
 	if err := s.SetPosition(st.Sampler); err != nil {
-		return 0, fmt.Errorf("resume from %s: sampler: %w", dir, err)
+		return 0, "", fmt.Errorf("resume from %s: sampler: %w", dir, err)
 	}
-	return e.GlobalSteps() + 1, nil
+	return e.GlobalSteps() + 1, note, nil
+}
+
+// fallbackTag decides what to do about loadErr, the failure to load the
+// checkpoint latest names. If that checkpoint verifies, the failure is not
+// damage and is returned as it is. If it is damaged, the error lists the
+// checkpoints that verify, newest first, unless rs.fallback asks for the
+// newest of them, which is returned with a description of the damage.
+func (rs *resumer) fallbackTag(ctx context.Context, dir string, loadErr error) (good checkpoint.Verdict, damaged string, err error) {
+	rs.once.Do(func() {
+		rs.latest, _ = checkpoint.ReadLatest(nil, dir)
+		rs.verdicts, rs.listErr = checkpoint.VerifyAll(ctx, nil, dir)
+	})
+	loadErr = fmt.Errorf("resume from %s: %w", dir, loadErr)
+	if rs.listErr != nil {
+		return good, "", loadErr
+	}
+	found := false
+	var verified []checkpoint.Verdict
+	for _, v := range rs.verdicts {
+		switch {
+		case v.Tag == rs.latest && v.Err == nil:
+			return good, "", loadErr // intact: the failure is not damage
+		case v.Tag == rs.latest:
+			found, damaged = true, fmt.Sprintf("the latest checkpoint %s does not verify (%v)", v.Tag, v.Err)
+		case v.Err == nil:
+			verified = append(verified, v)
+		}
+	}
+	switch {
+	case rs.latest == "":
+		damaged = "the latest file of " + dir + " is unreadable"
+	case !found:
+		damaged = fmt.Sprintf("the latest checkpoint %s is missing", rs.latest)
+	}
+	var list []string
+	for _, v := range verified {
+		list = append(list, fmt.Sprintf("%s (step %d)", v.Tag, v.Step))
+	}
+	switch {
+	case len(verified) == 0:
+		return good, "", fmt.Errorf("%w\n%s, and no other checkpoint in %s verifies", loadErr, damaged, dir)
+	case !rs.fallback:
+		return good, "", fmt.Errorf("%w\n%s; checkpoints that verify, newest first: %s; run again with --resume-fallback to resume from %s",
+			loadErr, damaged, strings.Join(list, ", "), verified[0].Tag)
+	}
+	return verified[0], damaged, nil
 }
 
 // save writes a checkpoint under checkpoint.save_dir (tag global_step<N>,

@@ -275,16 +275,14 @@ func TestTimeoutNamesMissingRank(t *testing.T) {
 	}
 	const deadline = 300 * time.Millisecond
 	g := fresh(t, deadline)
-	if g.Rank() == 1 {
-		time.Sleep(deadline + 500*time.Millisecond) // never joins
-	} else {
+	if g.Rank() != 1 { // rank 1 never joins: it waits at the world barrier below
 		start := time.Now()
 		err := g.AllReduce(bg, filled(t, tensor.Float32, 4, func(int) float64 { return 1 }), comm.Sum)
 		var ce *comm.Error
 		if !errors.Is(err, comm.ErrTimeout) || !errors.As(err, &ce) || fmt.Sprint(ce.Ranks) != "[1]" {
 			t.Fatalf("got %v, want ErrTimeout naming rank 1", err)
 		}
-		if d := time.Since(start); d > deadline+time.Second {
+		if d := time.Since(start); d < deadline || d > deadline+10*time.Second {
 			t.Fatalf("gave up after %v", d)
 		}
 		t.Log(err)
