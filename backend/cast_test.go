@@ -7,6 +7,8 @@ import (
 
 	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // isas lists the instruction sets this CPU can run, scalar first.
@@ -27,13 +29,9 @@ func forEachISA(t *testing.T, f func(t *testing.T, b *CPU)) {
 	for _, isa := range isas() {
 		t.Run(isa.String(), func(t *testing.T) {
 			b, err := NewCPU(2)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer b.Close()
-			if err := b.SetISA(isa); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, b.SetISA(isa))
 			f(t, b)
 		})
 	}
@@ -42,9 +40,7 @@ func forEachISA(t *testing.T, f func(t *testing.T, b *CPU)) {
 func mustEmpty(t testing.TB, dt tensor.DType, n int) *tensor.Tensor {
 	t.Helper()
 	x, err := tensor.Empty(dt, n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { x.Free() })
 	return x
 }
@@ -68,31 +64,27 @@ func TestCastAllHalfPatterns(t *testing.T) {
 			src := allPatterns(t, dt)
 			wide := mustEmpty(t, tensor.Float32, 1<<16)
 			back := mustEmpty(t, dt, 1<<16)
-			if err := b.Cast([]*tensor.Tensor{wide}, []*tensor.Tensor{src}); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Cast([]*tensor.Tensor{back}, []*tensor.Tensor{wide}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, b.Cast([]*tensor.Tensor{wide}, []*tensor.Tensor{src}))
+			require.NoError(t, b.Cast([]*tensor.Tensor{back}, []*tensor.Tensor{wide}))
 			w, _ := wide.Float32s()
 			bk, _ := back.Uint16s()
+			// bits compared in the loop, the first few reported, then the count:
+			// 2^16 values are too many to assert (or print) one by one
 			bad := 0
 			for i := range w {
 				want := refUp[dt](uint16(i))
 				if math.Float32bits(w[i]) != math.Float32bits(want) {
 					if bad++; bad < 5 {
-						t.Errorf("%v %#04x -> float32 %#08x, want %#08x", dt, i, math.Float32bits(w[i]), math.Float32bits(want))
+						assert.Failf(t, "widening differs from the Go reference", "%v %#04x -> float32 %#08x, want %#08x", dt, i, math.Float32bits(w[i]), math.Float32bits(want))
 					}
 				}
 				if got, want := bk[i], refDown[dt](want); got != want {
 					if bad++; bad < 5 {
-						t.Errorf("%v %#04x -> float32 -> %#04x, want %#04x", dt, i, got, want)
+						assert.Failf(t, "narrowing differs from the Go reference", "%v %#04x -> float32 -> %#04x, want %#04x", dt, i, got, want)
 					}
 				}
 			}
-			if bad > 0 {
-				t.Errorf("%v: %d mismatches", dt, bad)
-			}
+			assert.Zero(t, bad, "%v: mismatches", dt)
 		}
 	})
 }
@@ -126,9 +118,7 @@ func TestCastRandomFloat32(t *testing.T) {
 	}
 	vals := randomF32(rand.New(rand.NewPCG(1, 2)), n)
 	src, err := tensor.FromFloat32(vals)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer src.Free()
 	want16 := make([]uint16, n)
 	wantB := make([]uint16, n)
@@ -144,21 +134,17 @@ func TestCastRandomFloat32(t *testing.T) {
 			dst := mustEmpty(t, c.dt, n)
 			// split into a list of odd-sized pieces to exercise the multi-tensor walk
 			srcs, dsts := pieces(t, src, dst, []int{1, 7, 4093, n - 1 - 7 - 4093})
-			if err := b.Cast(dsts, srcs); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, b.Cast(dsts, srcs))
 			got, _ := dst.Uint16s()
 			bad := 0
 			for i := range got {
 				if got[i] != c.want[i] {
 					if bad++; bad < 5 {
-						t.Errorf("%v: %g (%#08x) -> %#04x, want %#04x", c.dt, vals[i], math.Float32bits(vals[i]), got[i], c.want[i])
+						assert.Failf(t, "cast differs from the Go reference", "%v: %g (%#08x) -> %#04x, want %#04x", c.dt, vals[i], math.Float32bits(vals[i]), got[i], c.want[i])
 					}
 				}
 			}
-			if bad > 0 {
-				t.Errorf("%v: %d of %d mismatches", c.dt, bad, n)
-			}
+			assert.Zero(t, bad, "%v: mismatches of %d", c.dt, n)
 		}
 	})
 }
@@ -168,13 +154,9 @@ func pieces(t testing.TB, src, dst *tensor.Tensor, sizes []int) (srcs, dsts []*t
 	off := 0
 	for _, s := range sizes {
 		a, err := src.Slice(off, s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		b, err := dst.Slice(off, s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		srcs, dsts = append(srcs, a), append(dsts, b)
 		off += s
 	}

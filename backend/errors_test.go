@@ -1,20 +1,30 @@
 package backend
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
 )
+
+// requireArgError fails t unless err is an *ArgError on arg whose message
+// contains msg and, where op is not "", of op.
+func requireArgError(t *testing.T, err error, op, arg, msg string) {
+	t.Helper()
+	var ae *ArgError
+	require.ErrorAs(t, err, &ae, "want an *ArgError")
+	if op != "" {
+		require.Equal(t, op, ae.Op, "ArgError %q: op", err)
+	}
+	require.Equal(t, arg, ae.Arg, "ArgError %q: argument", err)
+	require.Contains(t, ae.Msg, msg, "ArgError %q: message", err)
+}
 
 // Bad input returns an *ArgError naming the argument, never a crash.
 func TestBadArguments(t *testing.T) {
 	b, err := NewCPU(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer b.Close()
 	f32 := mustEmpty(t, tensor.Float32, 8)
 	f16 := mustEmpty(t, tensor.Float16, 8)
@@ -58,14 +68,7 @@ func TestBadArguments(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := c.call()
-			var ae *ArgError
-			if !errors.As(err, &ae) {
-				t.Fatalf("got %v, want *ArgError", err)
-			}
-			if ae.Arg != c.wantArg || !strings.Contains(ae.Msg, c.wantMsg) {
-				t.Fatalf("got %q, want arg %q and message containing %q", err, c.wantArg, c.wantMsg)
-			}
+			requireArgError(t, c.call(), "", c.wantArg, c.wantMsg)
 		})
 	}
 }
@@ -73,19 +76,11 @@ func TestBadArguments(t *testing.T) {
 // A float32 view at an odd address is refused before C sees it.
 func TestMisalignedBuffer(t *testing.T) {
 	b, err := NewCPU(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer b.Close()
 	raw := mustEmpty(t, tensor.Uint8, 64)
 	st := tensor.WrapStorage(unsafe.Add(raw.Ptr(), 1), 32, tensor.CPU, nil)
 	x, err := tensor.FromStorage(st, tensor.Float32, 0, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = b.Scale([]*tensor.Tensor{x}, 2)
-	var ae *ArgError
-	if !errors.As(err, &ae) || ae.Arg != "xs[0]" || !strings.Contains(ae.Msg, "not aligned") {
-		t.Fatalf("got %v, want an alignment ArgError on xs[0]", err)
-	}
+	require.NoError(t, err)
+	requireArgError(t, b.Scale([]*tensor.Tensor{x}, 2), "", "xs[0]", "not aligned")
 }

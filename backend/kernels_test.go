@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var sizes = []int{0, 1, 15, 16, 17, 63, 64, 65, 1000, 100003}
@@ -50,7 +52,7 @@ func read(t testing.TB, x *tensor.Tensor) []float32 {
 		}
 		return out
 	}
-	t.Fatalf("read: dtype %v", x.DType())
+	require.Failf(t, "read: unsupported dtype", "dtype %v", x.DType())
 	return nil
 }
 
@@ -80,12 +82,12 @@ func TestScaleAxpy(t *testing.T) {
 					xv, yv = append(xv, read(t, x)), append(yv, read(t, y))
 				}
 				const a = float32(0.37)
-				if err := b.Axpy(a, xs, ys); err != nil {
-					t.Fatal(err)
-				}
-				if err := b.Scale(xs, -1.5); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, b.Axpy(a, xs, ys))
+				require.NoError(t, b.Scale(xs, -1.5))
+				// here and below, bits are compared in the loop and a mismatch
+				// fails with Failf: millions of values are too many for one
+				// assertion each, and require.Equal on the slices would print
+				// them whole
 				for i := range xs {
 					gy, gx := read(t, ys[i]), read(t, xs[i])
 					for k := range gy {
@@ -93,7 +95,7 @@ func TestScaleAxpy(t *testing.T) {
 						wy := tensor.ToHalfPrecision(dt, yv[i][k]+float32(a*xv[i][k]))
 						wx := tensor.ToHalfPrecision(xdt, xv[i][k]*-1.5)
 						if math.Float32bits(gy[k]) != math.Float32bits(wy) || math.Float32bits(gx[k]) != math.Float32bits(wx) {
-							t.Fatalf("%v into %v n=%d [%d]: axpy %g want %g; scale %g want %g", xdt, dt, sizes[i], k, gy[k], wy, gx[k], wx)
+							require.Failf(t, "axpy or scale differs", "%v into %v n=%d [%d]: axpy %g want %g; scale %g want %g", xdt, dt, sizes[i], k, gy[k], wy, gx[k], wx)
 						}
 					}
 				}
@@ -119,20 +121,14 @@ func TestSumSquaresAndNonFinite(t *testing.T) {
 			}
 			per := make([]float64, len(xs))
 			total, err := b.SumSquares(xs, per)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if math.Abs(total-wantTotal) > 1e-12*wantTotal {
-				t.Errorf("%v total %v want %v", dt, total, wantTotal)
-			}
+			require.NoError(t, err)
+			assert.InDelta(t, wantTotal, total, 1e-12*wantTotal, "%v total", dt)
 			for i := range per {
-				if math.Abs(per[i]-wantPer[i]) > 1e-12*wantPer[i] {
-					t.Errorf("%v per[%d] %v want %v", dt, i, per[i], wantPer[i])
-				}
+				assert.InDelta(t, wantPer[i], per[i], 1e-12*wantPer[i], "%v per[%d]", dt, i)
 			}
-			if bad, err := b.NonFinite(xs); err != nil || bad {
-				t.Fatalf("%v finite data: NonFinite = %v, %v", dt, bad, err)
-			}
+			bad, err := b.NonFinite(xs)
+			require.NoError(t, err, "%v finite data: NonFinite", dt)
+			require.False(t, bad, "%v finite data: NonFinite", dt)
 			for _, special := range []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())} {
 				for _, pos := range []int{0, 50001, 100002} { // first, middle, last of the largest tensor
 					x := xs[len(xs)-1]
@@ -141,9 +137,8 @@ func TestSumSquaresAndNonFinite(t *testing.T) {
 					vals[pos] = special
 					y := fill(t, dt, vals)
 					bad, err := b.NonFinite(append(append([]*tensor.Tensor{}, xs[:len(xs)-1]...), y))
-					if err != nil || !bad {
-						t.Errorf("%v: %v at %d not found (%v)", dt, special, pos, err)
-					}
+					assert.NoError(t, err, "%v: NonFinite with %v at %d", dt, special, pos)
+					assert.True(t, bad, "%v: %v at %d not found", dt, special, pos)
 					vals[pos] = old
 				}
 			}
@@ -165,17 +160,13 @@ func TestPackUnpack(t *testing.T) {
 				off += n + 3 // gaps stay zero
 			}
 			flat := mustEmpty(t, dt, off)
-			if err := b.Pack(flat, offs, srcs); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Unpack(dsts, flat, offs); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, b.Pack(flat, offs, srcs))
+			require.NoError(t, b.Unpack(dsts, flat, offs))
 			for i := range srcs {
 				a, c := read(t, srcs[i]), read(t, dsts[i])
 				for k := range a {
 					if math.Float32bits(a[k]) != math.Float32bits(c[k]) {
-						t.Fatalf("%v tensor %d [%d]: %g != %g", dt, i, k, c[k], a[k])
+						require.Failf(t, "pack/unpack changed a value", "%v tensor %d [%d]: %g != %g", dt, i, k, c[k], a[k])
 					}
 				}
 			}
@@ -196,9 +187,7 @@ func TestReduceListOrder(t *testing.T) {
 				}
 				for _, op := range []ReduceOp{Sum, Max, Min} {
 					dst := mustEmpty(t, dt, n)
-					if err := b.Reduce(op, dst, srcs); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, b.Reduce(op, dst, srcs))
 					got := read(t, dst)
 					for k := range got {
 						acc := vals[0][k]
@@ -213,7 +202,7 @@ func TestReduceListOrder(t *testing.T) {
 							}
 						}
 						if want := tensor.ToHalfPrecision(dt, acc); math.Float32bits(got[k]) != math.Float32bits(want) {
-							t.Fatalf("%v %v n=%d [%d]: %g want %g", dt, op, n, k, got[k], want)
+							require.Failf(t, "reduce differs from the list-order fold", "%v %v n=%d [%d]: %g want %g", dt, op, n, k, got[k], want)
 						}
 					}
 				}
@@ -236,32 +225,26 @@ func TestLargeCallsStreamingStores(t *testing.T) {
 		c, _ := src.Slice(1001, n/2)
 		d, _ := src.Slice(1001+n/2, n-1001-n/2)
 		offs := []int{3, 3 + 1001 + 5, 3 + 1001 + 5 + n/2 + 7}
-		if err := b.Pack(flat, offs, []*tensor.Tensor{a, c, d}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, b.Pack(flat, offs, []*tensor.Tensor{a, c, d}))
 		back := mustEmpty(t, tensor.Float32, n)
 		x, _ := back.Slice(0, 1001)
 		y, _ := back.Slice(1001, n/2)
 		z, _ := back.Slice(1001+n/2, n-1001-n/2)
-		if err := b.Unpack([]*tensor.Tensor{x, y, z}, flat, offs); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, b.Unpack([]*tensor.Tensor{x, y, z}, flat, offs))
 		got, _ := back.Float32s()
 		for i := range got {
 			if math.Float32bits(got[i]) != math.Float32bits(vals[i]) {
-				t.Fatalf("pack/unpack [%d]: %g != %g", i, got[i], vals[i])
+				require.Failf(t, "pack/unpack changed a value", "[%d]: %g != %g", i, got[i], vals[i])
 			}
 		}
 		// a cast into a destination that starts 2 bytes past alignment
 		h := mustEmpty(t, tensor.BFloat16, n+1)
 		hv, _ := h.Slice(1, n)
-		if err := b.Cast([]*tensor.Tensor{hv}, []*tensor.Tensor{src}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, b.Cast([]*tensor.Tensor{hv}, []*tensor.Tensor{src}))
 		u, _ := hv.Uint16s()
 		for i, v := range vals {
 			if want := tensor.Float32ToBFloat16(v); u[i] != want {
-				t.Fatalf("cast [%d]: %#04x want %#04x", i, u[i], want)
+				require.Failf(t, "cast differs from the Go reference", "[%d]: %#04x want %#04x", i, u[i], want)
 			}
 		}
 	})

@@ -1,22 +1,20 @@
 package backend
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func newCPU(t testing.TB, threads int) *CPU {
 	t.Helper()
 	b, err := NewCPU(threads)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	return b
 }
@@ -30,12 +28,8 @@ func TestLinearIssueNumbers(t *testing.T) {
 		w, b := fill(t, dt, []float32{1, 2, 3, 4}), fill(t, dt, []float32{0.5, -0.5})
 		x, y := fill(t, tensor.Float32, []float32{1, 1}), mustEmpty(t, tensor.Float32, 2)
 		w2, _ := w.Reshape(2, 2)
-		if err := be.LinearForward(y, x, w2, b); err != nil {
-			t.Fatal(err)
-		}
-		if got := read(t, y); got[0] != 3.5 || got[1] != 6.5 {
-			t.Errorf("%v weights: y = %v, want [3.5 6.5]", dt, got)
-		}
+		require.NoError(t, be.LinearForward(y, x, w2, b))
+		assert.Equal(t, []float32{3.5, 6.5}, read(t, y), "%v weights: y", dt)
 	}
 }
 
@@ -73,12 +67,8 @@ func TestLinearMixed(t *testing.T) {
 					dw, db := fill(t, gdt, g0w), fill(t, gdt, g0b)
 					g0w, g0b = read(t, dw), read(t, db)
 					y, dx := mustEmpty(t, tensor.Float32, n*oc), mustEmpty(t, tensor.Float32, n*c)
-					if err := be.LinearForward(y, x3, w2, bias); err != nil {
-						t.Fatal(err)
-					}
-					if err := be.LinearBackward(dx, dw, db, dout, x3, w2); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, be.LinearForward(y, x3, w2, bias))
+					require.NoError(t, be.LinearBackward(dx, dw, db, dout, x3, w2))
 					xv, dv, wv, bv := read(t, x), read(t, dout), read(t, w), read(t, bias)
 					ry, rdx := make([]float64, n*oc), make([]float64, n*c)
 					rdw, rdb := make([]float64, oc*c), make([]float64, oc)
@@ -112,9 +102,7 @@ func TestLinearMixed(t *testing.T) {
 						}
 						for i, s := range g.sum {
 							want := tensor.ToHalfPrecision(gdt, g.g0[i]+float32(s))
-							if g.got[i] != want {
-								t.Fatalf("%s[%d] = %g, want %g (%g + %g, rounded once)", g.name, i, g.got[i], want, g.g0[i], s)
-							}
+							require.Equal(t, want, g.got[i], "%s[%d]: want %g + %g, rounded once", g.name, i, g.g0[i], s)
 						}
 					}
 				})
@@ -127,9 +115,7 @@ func TestLinearMixed(t *testing.T) {
 func near(t *testing.T, what string, got []float32, want []float64, tol float64) {
 	t.Helper()
 	for i, w := range want {
-		if math.Abs(float64(got[i])-w) > tol*math.Max(1, math.Abs(w)) {
-			t.Fatalf("%s[%d] = %g, want %g", what, i, got[i], w)
-		}
+		require.InDelta(t, w, float64(got[i]), tol*math.Max(1, math.Abs(w)), "%s[%d]", what, i)
 	}
 }
 
@@ -164,11 +150,7 @@ func TestLinearBadArguments(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var ae *ArgError
-			err := c.call()
-			if !errors.As(err, &ae) || ae.Arg != c.arg || !strings.Contains(ae.Msg, c.msg) {
-				t.Fatalf("got %v, want an ArgError on %s containing %q", err, c.arg, c.msg)
-			}
+			requireArgError(t, c.call(), "", c.arg, c.msg)
 		})
 	}
 }
@@ -191,12 +173,8 @@ func BenchmarkLinear(b *testing.B) {
 			dw, db := mustEmpty(b, dt, oc*c), mustEmpty(b, dt, oc)
 			b.Run(fmt.Sprintf("%dthreads/%v", be.Threads(), dt), func(b *testing.B) {
 				for b.Loop() {
-					if err := be.LinearForward(y, x2, w, bias); err != nil {
-						b.Fatal(err)
-					}
-					if err := be.LinearBackward(dx, dw, db, dout, x2, w); err != nil {
-						b.Fatal(err)
-					}
+					require.NoError(b, be.LinearForward(y, x2, w, bias))
+					require.NoError(b, be.LinearBackward(dx, dw, db, dout, x2, w))
 				}
 				b.ReportMetric(3*2*n*c*oc*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})

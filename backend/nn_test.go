@@ -2,15 +2,15 @@ package backend
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // spec is one named tensor of an NN kernel test: random values of dt, or
@@ -44,9 +44,7 @@ func makeSet(t *testing.T, seed uint64, specs []spec) map[string]*tensor.Tensor 
 			x = fill(t, s.dt, randVals(r, n))
 		}
 		x, err := x.Reshape(s.shape...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ts[s.name] = x
 	}
 	return ts
@@ -181,26 +179,18 @@ func TestNNMatchesCore(t *testing.T) {
 	for i, k := range cases {
 		t.Run(k.name, func(t *testing.T) {
 			got, want := makeSet(t, uint64(i), k.specs), makeSet(t, uint64(i), k.specs)
-			if err := k.viaNN(be, got); err != nil {
-				t.Fatal(err)
-			}
-			if err := k.direct(be.Ctx(), want); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, k.viaNN(be, got))
+			require.NoError(t, k.direct(be.Ctx(), want))
 			changed := false
 			for _, s := range k.specs {
 				g, _ := got[s.name].RawBytes()
 				w, _ := want[s.name].RawBytes()
-				if !bytes.Equal(g, w) {
-					t.Errorf("%s differs from the direct C call's", s.name)
-				}
+				assert.Equal(t, w, g, "%s differs from the direct C call's", s.name)
 				fresh := makeSet(t, uint64(i), []spec{s})[s.name]
 				f, _ := fresh.RawBytes()
 				changed = changed || !bytes.Equal(g, f)
 			}
-			if !changed {
-				t.Error("the call changed nothing: the comparison proves nothing")
-			}
+			assert.True(t, changed, "the call changed nothing: the comparison proves nothing")
 		})
 	}
 }
@@ -228,14 +218,9 @@ func TestNNIDOutOfRange(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before, wb := read(t, out), read(t, wte)
-			err := c.call()
-			var ae *ArgError
-			if !errors.As(err, &ae) || ae.Op != c.name || ae.Arg != c.arg || !strings.Contains(ae.Msg, "outside [0, 5)") {
-				t.Fatalf("got %v, want an ArgError of %s on %s naming [0, 5)", err, c.name, c.arg)
-			}
-			if fmt.Sprint(read(t, out)) != fmt.Sprint(before) || fmt.Sprint(read(t, wte)) != fmt.Sprint(wb) {
-				t.Fatal("something was written")
-			}
+			requireArgError(t, c.call(), c.name, c.arg, "outside [0, 5)")
+			require.Equal(t, fmt.Sprint(before), fmt.Sprint(read(t, out)), "something was written to out")
+			require.Equal(t, fmt.Sprint(wb), fmt.Sprint(read(t, wte)), "something was written to wte")
 		})
 	}
 }
@@ -317,11 +302,7 @@ func TestNNBadArguments(t *testing.T) {
 	}
 	for _, k := range cases {
 		t.Run(k.name, func(t *testing.T) {
-			var ae *ArgError
-			err := k.call()
-			if !errors.As(err, &ae) || ae.Op != k.op || ae.Arg != k.arg || !strings.Contains(ae.Msg, k.msg) {
-				t.Fatalf("got %v, want an ArgError of %s on %s containing %q", err, k.op, k.arg, k.msg)
-			}
+			requireArgError(t, k.call(), k.op, k.arg, k.msg)
 		})
 	}
 }
@@ -331,13 +312,9 @@ func TestNNBadArguments(t *testing.T) {
 // tensors.
 func TestNNChecksOnAnotherDevice(t *testing.T) {
 	x := mustEmpty(t, tensor.Float32, 8)
-	err := CheckGELUForward(tensor.CUDA(0), x, x, 8)
-	var ae *ArgError
-	if !errors.As(err, &ae) || ae.Arg != "out" || !strings.Contains(ae.Msg, "is on cpu, backend is on cuda:0") {
-		t.Fatalf("got %v, want an ArgError on out naming both devices", err)
-	}
+	requireArgError(t, CheckGELUForward(tensor.CUDA(0), x, x, 8), "", "out", "is on cpu, backend is on cuda:0")
 	d, err := CheckLayerNormBackward(tensor.CPU, nil, nil, nil, x, x, mustEmpty(t, tensor.BFloat16, 4), x, x, 2, 4)
-	if err != nil || d.W != tensor.BFloat16 || d.Grad != tensor.Float32 {
-		t.Fatalf("got %+v, %v; want bfloat16 weights and float32 (no) gradients", d, err)
-	}
+	require.NoError(t, err)
+	require.Equal(t, tensor.BFloat16, d.W, "weights' dtype")
+	require.Equal(t, tensor.Float32, d.Grad, "want float32 (no) gradients")
 }

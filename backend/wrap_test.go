@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // wrapOnly returns a wrapped tensor over a fresh slice of n ones and the
@@ -16,9 +18,7 @@ func wrapOnly(t *testing.T, n int) (*tensor.Tensor, uintptr) {
 		data[i] = 1
 	}
 	x, err := tensor.WrapFloat32(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return x, uintptr(unsafe.Pointer(&data[0]))
 }
 
@@ -29,56 +29,40 @@ func wrapOnly(t *testing.T, n int) (*tensor.Tensor, uintptr) {
 // and the runtime's cgo pointer check active.
 func TestKernelsOnGoMemory(t *testing.T) {
 	b, err := NewCPU(2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer b.Close()
 	const n = 100003 // above the inline threshold: the pool's workers run it
 	x, addr := wrapOnly(t, n)
 	defer x.Free()
 	runtime.GC()
-	if uintptr(x.Ptr()) != addr {
-		t.Fatalf("wrapped tensor at %p, slice at %#x", x.Ptr(), addr)
-	}
-	if err := b.Scale([]*tensor.Tensor{x}, 3); err != nil {
-		t.Fatal(err)
-	}
+	require.Equal(t, addr, uintptr(x.Ptr()), "wrapped tensor at %p, slice at %#x", x.Ptr(), addr)
+	require.NoError(t, b.Scale([]*tensor.Tensor{x}, 3))
 	ss, err := b.SumSquares([]*tensor.Tensor{x}, nil)
-	if err != nil || ss != 9*n {
-		t.Errorf("SumSquares after Scale(3) = %v, %v; want %d", ss, err, 9*n)
-	}
+	assert.NoError(t, err, "SumSquares after Scale(3)")
+	assert.Equal(t, float64(9*n), ss, "SumSquares after Scale(3)")
 
 	bits := make([]uint16, n)
 	h, err := tensor.WrapUint16(tensor.BFloat16, bits)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer h.Free()
-	if err := b.Cast([]*tensor.Tensor{h}, []*tensor.Tensor{x}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, b.Cast([]*tensor.Tensor{h}, []*tensor.Tensor{x}))
+	// compared in the loop: require.Equal on 100003 values would print them all
 	for i, v := range bits {
 		if v != tensor.Float32ToBFloat16(3) {
-			t.Fatalf("bits[%d] = %#x after casting 3 into the wrapped slice, want %#x", i, v, tensor.Float32ToBFloat16(3))
+			require.Failf(t, "cast into the wrapped slice", "bits[%d] = %#x after casting 3 into the wrapped slice, want %#x", i, v, tensor.Float32ToBFloat16(3))
 		}
 	}
 	// one element past a large allocation's page-aligned start: 4-byte but
 	// not 64-byte aligned, which the kernels' unaligned loads accept
 	odd := make([]float32, n+1)[1:]
-	if a := uintptr(unsafe.Pointer(&odd[0])) % tensor.HostAlign; a == 0 {
-		t.Fatalf("test slice is %d-byte aligned; want it off a cache line", tensor.HostAlign)
-	}
+	require.NotZero(t, uintptr(unsafe.Pointer(&odd[0]))%tensor.HostAlign, "test slice is %d-byte aligned; want it off a cache line", tensor.HostAlign)
 	y, err := tensor.WrapFloat32(odd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer y.Free()
-	if err := b.Axpy(2, []*tensor.Tensor{x}, []*tensor.Tensor{y}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, b.Axpy(2, []*tensor.Tensor{x}, []*tensor.Tensor{y}))
 	for i, v := range odd {
 		if v != 6 {
-			t.Fatalf("odd[%d] = %v after Axpy(2, 3s) into the misaligned slice, want 6", i, v)
+			require.Failf(t, "axpy into the misaligned slice", "odd[%d] = %v after Axpy(2, 3s) into the misaligned slice, want 6", i, v)
 		}
 	}
 }

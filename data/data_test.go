@@ -6,8 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // expected is what gen.py writes: row r holds (7r + 3i) mod 50, i < 5 + r%4.
@@ -36,15 +38,9 @@ func readAll(t *testing.T, dir string) {
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
 			tok, err := c.read(filepath.Join(dir, c.file), c.column)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(tok.IDs, want) {
-				t.Errorf("tokens %v, want %v", tok.IDs, want)
-			}
-			if tok.Vocab != 50 {
-				t.Errorf("vocab %d, want 50", tok.Vocab)
-			}
+			require.NoError(t, err)
+			assert.Equal(t, want, tok.IDs, "tokens")
+			assert.Equal(t, 50, tok.Vocab, "vocab")
 		})
 	}
 }
@@ -62,9 +58,8 @@ func TestFixturesRegenerate(t *testing.T) {
 		t.Skip("pyarrow not importable")
 	}
 	dir := t.TempDir()
-	if out, err := exec.Command(py, "testdata/gen.py", dir).CombinedOutput(); err != nil {
-		t.Fatalf("gen.py: %v\n%s", err, out)
-	}
+	out, err := exec.Command(py, "testdata/gen.py", dir).CombinedOutput()
+	require.NoError(t, err, "gen.py: %s", out)
 	readAll(t, dir)
 }
 
@@ -86,40 +81,29 @@ func TestBadInput(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := c.read(c.path, c.col)
-			if err == nil {
-				t.Fatal("no error")
-			}
+			require.Error(t, err)
 			for _, s := range c.wantSubstr {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("error %q lacks %q", err, s)
-				}
+				assert.ErrorContains(t, err, s)
 			}
 			var ce *ColumnError
-			if errors.As(err, &ce) != c.wantCol {
-				t.Errorf("ColumnError: %v, want %v", errors.As(err, &ce), c.wantCol)
-			}
+			assert.Equal(t, c.wantCol, errors.As(err, &ce), "error %q: a *ColumnError", err)
 		})
 	}
 }
 
 func TestReadText(t *testing.T) {
 	tok, err := ReadText("testdata/hello.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tok.Vocab != 256 || len(tok.IDs) != 13 || tok.IDs[0] != 'h' {
-		t.Errorf("got %+v", tok)
+	require.NoError(t, err)
+	assert.Equal(t, 256, tok.Vocab, "vocab")
+	if assert.Len(t, tok.IDs, 13) {
+		assert.Equal(t, int32('h'), tok.IDs[0], "first id")
 	}
 	in, tg := tok.Window(1, 4)
-	if string(bytes(in)) != "o, w" || string(bytes(tg)) != ", wo" {
-		t.Errorf("window 1: %q -> %q", bytes(in), bytes(tg))
-	}
-	if n := tok.NumWindows(4); n != 3 {
-		t.Errorf("NumWindows(4) = %d, want 3", n)
-	}
-	if _, err := ReadText("testdata/missing.txt"); err == nil || !strings.Contains(err.Error(), "missing.txt") {
-		t.Errorf("missing file: %v", err)
-	}
+	assert.Equal(t, "o, w", string(bytes(in)), "window 1 inputs")
+	assert.Equal(t, ", wo", string(bytes(tg)), "window 1 targets")
+	assert.Equal(t, 3, tok.NumWindows(4), "NumWindows(4)")
+	_, err = ReadText("testdata/missing.txt")
+	assert.ErrorContains(t, err, "missing.txt", "missing file")
 }
 
 func bytes(v []int32) []byte {
@@ -136,50 +120,32 @@ func TestSampler(t *testing.T) {
 	var ranks []*DistributedSampler
 	for r := 0; r < world; r++ {
 		s, err := NewDistributedSampler(n, r, world, 9, true)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ranks = append(ranks, s)
 		for _, i := range s.Next(s.PerRank()) {
 			seen[i]++
 		}
 	}
-	if len(seen) != world*(n/world) {
-		t.Errorf("epoch 0 covers %d distinct samples, want %d", len(seen), world*(n/world))
-	}
+	assert.Len(t, seen, world*(n/world), "epoch 0: distinct samples")
 	for i, c := range seen {
-		if c != 1 {
-			t.Errorf("sample %d seen %d times", i, c)
-		}
+		assert.Equal(t, 1, c, "sample %d: times seen", i)
 	}
 	// a new epoch reshuffles; the same seed and epoch give the same order
 	a := ranks[0].Next(4)
-	if p := ranks[0].Position(); p != (Position{Epoch: 1, Index: 4}) {
-		t.Errorf("position %+v", p)
-	}
+	assert.Equal(t, Position{Epoch: 1, Index: 4}, ranks[0].Position(), "position")
 	b, _ := NewDistributedSampler(n, 0, world, 9, true)
-	if err := b.SetPosition(Position{Epoch: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if got := b.Next(4); !slices.Equal(got, a) {
-		t.Errorf("epoch 1 from a fresh sampler %v, want %v", got, a)
-	}
+	require.NoError(t, b.SetPosition(Position{Epoch: 1}))
+	assert.Equal(t, a, b.Next(4), "epoch 1 from a fresh sampler")
 	// resume through JSON
 	js, _ := ranks[0].MarshalPosition()
-	if string(js) != `{"epoch":1,"index":4}` {
-		t.Errorf("JSON %s", js)
-	}
+	assert.Equal(t, `{"epoch":1,"index":4}`, string(js), "JSON")
 	c, _ := NewDistributedSampler(n, 0, world, 9, true)
-	if err := c.UnmarshalPosition(js); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := c.Next(3), ranks[0].Next(3); !slices.Equal(got, want) {
-		t.Errorf("resumed %v, want %v", got, want)
-	}
+	require.NoError(t, c.UnmarshalPosition(js))
+	got, want := c.Next(3), ranks[0].Next(3)
+	assert.Equal(t, want, got, "resumed")
 	for _, bad := range []struct{ n, r, w int }{{5, 3, 3}, {5, 0, 0}, {2, 0, 3}} {
-		if _, err := NewDistributedSampler(bad.n, bad.r, bad.w, 0, false); err == nil {
-			t.Errorf("NewDistributedSampler(%v) accepted", bad)
-		}
+		_, err := NewDistributedSampler(bad.n, bad.r, bad.w, 0, false)
+		assert.Error(t, err, "NewDistributedSampler(%v) accepted", bad)
 	}
 }
 
@@ -188,29 +154,23 @@ func TestSampler(t *testing.T) {
 func TestMarkovEntropy(t *testing.T) {
 	for _, order := range []int{1, 2} {
 		m, err := NewMarkov(16, order, 3, 4)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		h := m.EntropyRate()
-		if h <= 0 || h > math.Log(3) {
-			t.Fatalf("order %d: entropy rate %v outside (0, ln 3]", order, h)
-		}
+		require.Greater(t, h, 0.0, "order %d: entropy rate outside (0, ln 3]", order)
+		require.LessOrEqual(t, h, math.Log(3), "order %d: entropy rate outside (0, ln 3]", order)
 		seq := m.Generate(400000, 1)
 		nll := 0.0
 		for i := 2; i < len(seq); i++ {
 			c := m.ctx(seq[i-2], seq[i-1])
 			k := slices.Index(m.next[c], seq[i])
-			if k < 0 {
-				t.Fatalf("token %d impossible after context %d", seq[i], c)
+			if k < 0 { // checked here: an assertion per token of 400000 is slow
+				require.Failf(t, "impossible token", "token %d impossible after context %d", seq[i], c)
 			}
 			nll -= math.Log(m.probs[c][k])
 		}
 		emp := nll / float64(len(seq)-2)
-		if math.Abs(emp-h) > 0.01 {
-			t.Errorf("order %d: empirical %.4f nats/token, EntropyRate %.4f", order, emp, h)
-		}
+		assert.InDelta(t, h, emp, 0.01, "order %d: empirical nats/token against EntropyRate", order)
 	}
-	if _, err := NewMarkov(1, 3, 1, 0); err == nil {
-		t.Error("bad Markov accepted")
-	}
+	_, err := NewMarkov(1, 3, 1, 0)
+	assert.Error(t, err, "bad Markov accepted")
 }

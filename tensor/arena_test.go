@@ -2,9 +2,11 @@ package tensor
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestArenaAccounting: buffers are counted while live, Reset frees them all
@@ -13,77 +15,53 @@ import (
 func TestArenaAccounting(t *testing.T) {
 	var a Arena
 	x, err := a.Float32(4, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	y, err := a.Int32(3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	h, err := a.Empty(BFloat16, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := a.Bytes(), int64(4*8*4+3*4+5*2); got != want {
-		t.Errorf("Bytes = %d, want %d", got, want)
-	}
-	if a.Allocs() != 3 || a.Peak() != a.Bytes() {
-		t.Errorf("Allocs = %d, Peak = %d, want 3 and %d", a.Allocs(), a.Peak(), a.Bytes())
-	}
-	if err := y.Free(); err != nil { // freed early by its user
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, int64(4*8*4+3*4+5*2), a.Bytes(), "Bytes")
+	assert.Equal(t, 3, a.Allocs(), "Allocs")
+	assert.Equal(t, a.Bytes(), a.Peak(), "Peak")
+	require.NoError(t, y.Free()) // freed early by its user
 	a.Reset()
 	for _, b := range []*Tensor{x, y, h} {
-		if !b.Storage().Freed() {
-			t.Errorf("%v not freed by Reset", b)
-		}
+		assert.True(t, b.Storage().Freed(), "%v not freed by Reset", b)
 	}
-	if _, err := x.Float32s(); !errors.Is(err, ErrFreed) {
-		t.Errorf("Float32s after Reset: %v, want ErrFreed", err)
-	}
-	if a.Bytes() != 0 || a.Allocs() != 0 || a.Peak() != 4*8*4+3*4+5*2 {
-		t.Errorf("after Reset: Bytes %d Allocs %d Peak %d", a.Bytes(), a.Allocs(), a.Peak())
-	}
-	if _, err := a.Float32(2); err != nil {
-		t.Errorf("allocating after Reset: %v", err)
-	}
+	_, err = x.Float32s()
+	assert.ErrorIs(t, err, ErrFreed, "Float32s after Reset")
+	assert.Zero(t, a.Bytes(), "Bytes after Reset")
+	assert.Zero(t, a.Allocs(), "Allocs after Reset")
+	assert.Equal(t, int64(4*8*4+3*4+5*2), a.Peak(), "Peak after Reset")
+	_, err = a.Float32(2)
+	assert.NoError(t, err, "allocating after Reset")
 	a.Reset()
 }
 
 func TestArenaClosed(t *testing.T) {
 	var a Arena
 	x, err := a.Float32(16)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	a.Close()
-	if !x.Storage().Freed() || a.Bytes() != 0 {
-		t.Errorf("Close left %v live, %d bytes", x, a.Bytes())
-	}
-	if _, err := a.Float32(2, 3); !errors.Is(err, ErrArenaClosed) {
-		t.Errorf("Float32 on a closed arena: %v, want ErrArenaClosed", err)
-	}
+	assert.True(t, x.Storage().Freed(), "Close left %v live", x)
+	assert.Zero(t, a.Bytes(), "bytes after Close")
+	_, err = a.Float32(2, 3)
+	assert.ErrorIs(t, err, ErrArenaClosed, "Float32 on a closed arena")
 	a.Close()
 	a.Open()
 	y, err := a.Float32(2)
-	if err != nil {
-		t.Fatalf("Float32 after Open: %v", err)
-	}
+	require.NoError(t, err, "Float32 after Open")
 	a.Close()
-	if !y.Storage().Freed() {
-		t.Error("second Close left a buffer live")
-	}
+	assert.True(t, y.Storage().Freed(), "second Close left a buffer live")
 }
 
 func TestArenaBadShape(t *testing.T) {
 	var a Arena
-	if _, err := a.Float32(2, -1); err == nil || a.Allocs() != 0 {
-		t.Errorf("Float32(2, -1) = %v with %d allocs, want an error and none", err, a.Allocs())
-	}
-	if _, err := a.Empty(DType(99), 2); err == nil {
-		t.Error("Empty(DType(99)) succeeded")
-	}
+	_, err := a.Float32(2, -1)
+	assert.Error(t, err, "Float32(2, -1)")
+	assert.Zero(t, a.Allocs(), "allocs after Float32(2, -1)")
+	_, err = a.Empty(DType(99), 2)
+	assert.Error(t, err, "Empty(DType(99)) succeeded")
 }
 
 // TestArenaConcurrent: a module may allocate from several goroutines.
@@ -95,30 +73,26 @@ func TestArenaConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 50 {
-				if _, err := a.Float32(10); err != nil {
-					t.Error(err)
+				// assert, not require: FailNow must not run off the test's goroutine.
+				if _, err := a.Float32(10); !assert.NoError(t, err) {
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if a.Allocs() != 400 || a.Bytes() != 400*40 {
-		t.Errorf("Allocs %d Bytes %d, want 400 and %d", a.Allocs(), a.Bytes(), 400*40)
-	}
+	assert.Equal(t, 400, a.Allocs(), "Allocs")
+	assert.Equal(t, int64(400*40), a.Bytes(), "Bytes")
 	a.Reset()
 }
 
 func TestArenaContext(t *testing.T) {
-	if _, ok := ArenaFromContext(context.Background()); ok {
-		t.Error("a bare context carries an arena")
-	}
-	if _, ok := ArenaFromContext(WithArena(context.Background(), nil)); ok {
-		t.Error("a nil arena was reported present")
-	}
+	_, ok := ArenaFromContext(context.Background())
+	assert.False(t, ok, "a bare context carries an arena")
+	_, ok = ArenaFromContext(WithArena(context.Background(), nil))
+	assert.False(t, ok, "a nil arena was reported present")
 	a := new(Arena)
 	got, ok := ArenaFromContext(WithArena(context.Background(), a))
-	if !ok || got != a {
-		t.Errorf("ArenaFromContext = %p, %v; want %p", got, ok, a)
-	}
+	assert.True(t, ok, "ArenaFromContext of an arena's context")
+	assert.Same(t, a, got, "ArenaFromContext")
 }

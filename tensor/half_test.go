@@ -3,6 +3,9 @@ package tensor
 import (
 	"math"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestFloat16KnownValues(t *testing.T) {
@@ -17,13 +20,11 @@ func TestFloat16KnownValues(t *testing.T) {
 		{float32(math.Inf(1)), 0x7c00}, {float32(math.Inf(-1)), 0xfc00},
 	}
 	for _, c := range cases {
-		if got := Float32ToFloat16(c.in); got != c.want {
-			t.Errorf("Float32ToFloat16(%g) = %#04x, want %#04x", c.in, got, c.want)
-		}
+		assert.Equal(t, c.want, Float32ToFloat16(c.in), "Float32ToFloat16(%g)", c.in)
 	}
-	if got := Float32ToFloat16(float32(math.NaN())); got&0x7c00 != 0x7c00 || got&0x3ff == 0 {
-		t.Errorf("NaN -> %#04x, want a NaN", got)
-	}
+	got := Float32ToFloat16(float32(math.NaN()))
+	assert.Equal(t, uint16(0x7c00), got&0x7c00, "NaN -> %#04x, want a NaN (exponent all ones)", got)
+	assert.NotZero(t, got&0x3ff, "NaN -> %#04x, want a NaN (mantissa not zero)", got)
 }
 
 func TestBFloat16KnownValues(t *testing.T) {
@@ -36,9 +37,7 @@ func TestBFloat16KnownValues(t *testing.T) {
 		{float32(math.Inf(-1)), 0xff80},
 	}
 	for _, c := range cases {
-		if got := Float32ToBFloat16(c.in); got != c.want {
-			t.Errorf("Float32ToBFloat16(%g) = %#04x, want %#04x", c.in, got, c.want)
-		}
+		assert.Equal(t, c.want, Float32ToBFloat16(c.in), "Float32ToBFloat16(%g)", c.in)
 	}
 }
 
@@ -47,14 +46,10 @@ func TestHalfRoundTripAllPatterns(t *testing.T) {
 	for i := 0; i < 1<<16; i++ {
 		h := uint16(i)
 		if h&0x7c00 != 0x7c00 || h&0x3ff == 0 {
-			if got := Float32ToFloat16(Float16ToFloat32(h)); got != h {
-				t.Fatalf("f16 %#04x -> %g -> %#04x", h, Float16ToFloat32(h), got)
-			}
+			require.Equal(t, h, Float32ToFloat16(Float16ToFloat32(h)), "f16 %#04x -> %g", h, Float16ToFloat32(h))
 		}
 		if h&0x7f80 != 0x7f80 || h&0x7f == 0 {
-			if got := Float32ToBFloat16(BFloat16ToFloat32(h)); got != h {
-				t.Fatalf("bf16 %#04x -> %g -> %#04x", h, BFloat16ToFloat32(h), got)
-			}
+			require.Equal(t, h, Float32ToBFloat16(BFloat16ToFloat32(h)), "bf16 %#04x -> %g", h, BFloat16ToFloat32(h))
 		}
 	}
 }

@@ -1,10 +1,11 @@
 package tensor
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestDTypeNamesAndSizes(t *testing.T) {
@@ -17,78 +18,65 @@ func TestDTypeNamesAndSizes(t *testing.T) {
 		{Int64, "int64", 8}, {Uint8, "uint8", 1}, {Bool, "bool", 1}, {Float64, "float64", 8},
 	}
 	for _, c := range cases {
-		if c.dt.String() != c.name || c.dt.Size() != c.size {
-			t.Errorf("%d: %s/%d, want %s/%d", c.dt, c.dt, c.dt.Size(), c.name, c.size)
-		}
-		if got, err := ParseDType(c.name); err != nil || got != c.dt {
-			t.Errorf("ParseDType(%q) = %v, %v", c.name, got, err)
-		}
+		assert.Equal(t, c.name, c.dt.String(), "DType %d name", c.dt)
+		assert.Equal(t, c.size, c.dt.Size(), "%s size", c.name)
+		got, err := ParseDType(c.name)
+		assert.NoError(t, err, "ParseDType(%q)", c.name)
+		assert.Equal(t, c.dt, got, "ParseDType(%q)", c.name)
 	}
 	for in, want := range map[string]DType{"fp16": Float16, "bf16": BFloat16, "torch.bfloat16": BFloat16, "half": Float16, "FP32": Float32} {
-		if got, err := ParseDType(in); err != nil || got != want {
-			t.Errorf("ParseDType(%q) = %v, %v; want %v", in, got, err, want)
-		}
+		got, err := ParseDType(in)
+		assert.NoError(t, err, "ParseDType(%q)", in)
+		assert.Equal(t, want, got, "ParseDType(%q)", in)
 	}
-	if _, err := ParseDType("fp8"); err == nil || !strings.Contains(err.Error(), `"fp8"`) || !strings.Contains(err.Error(), "bfloat16") {
-		t.Errorf("ParseDType(fp8) error = %v, want the value and the allowed names", err)
-	}
-	if DType(99).Valid() || DType(99).Size() != 0 {
-		t.Error("DType(99) should be invalid with size 0")
-	}
+	_, err := ParseDType("fp8")
+	assert.ErrorContains(t, err, `"fp8"`, "ParseDType(fp8): want the value")
+	assert.ErrorContains(t, err, "bfloat16", "ParseDType(fp8): want the allowed names")
+	assert.False(t, DType(99).Valid(), "DType(99) should be invalid")
+	assert.Zero(t, DType(99).Size(), "DType(99) should have size 0")
 }
 
 func TestDevice(t *testing.T) {
 	for in, want := range map[string]Device{"cpu": CPU, "cuda": CUDA(0), "cuda:3": CUDA(3)} {
 		d, err := ParseDevice(in)
-		if err != nil || d != want {
-			t.Errorf("ParseDevice(%q) = %v, %v", in, d, err)
-		}
-		if in != "cuda" && d.String() != in {
-			t.Errorf("%v.String() = %q", d, d.String())
+		assert.NoError(t, err, "ParseDevice(%q)", in)
+		assert.Equal(t, want, d, "ParseDevice(%q)", in)
+		if in != "cuda" {
+			assert.Equal(t, in, d.String(), "%v.String()", d)
 		}
 	}
-	if _, err := ParseDevice("tpu"); err == nil {
-		t.Error("ParseDevice(tpu) should fail")
-	}
+	_, err := ParseDevice("tpu")
+	assert.Error(t, err, "ParseDevice(tpu) should fail")
 }
 
 func TestViews(t *testing.T) {
 	x, err := Empty(Float32, 2, 3, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer x.Free()
-	if x.Numel() != 24 || x.Bytes() != 96 || !x.Contiguous() || uintptr(x.Ptr())%HostAlign != 0 {
-		t.Fatalf("bad tensor %v: numel %d bytes %d", x, x.Numel(), x.Bytes())
-	}
+	require.Equal(t, 24, x.Numel(), "numel of %v", x)
+	require.Equal(t, 96, x.Bytes(), "bytes of %v", x)
+	require.True(t, x.Contiguous(), "%v not contiguous", x)
+	require.Zero(t, uintptr(x.Ptr())%HostAlign, "%v at %p not aligned to %d", x, x.Ptr(), HostAlign)
 	f, _ := x.Float32s()
 	for i := range f {
-		if f[i] != 0 {
-			t.Fatal("Empty is not zeroed")
-		}
+		require.Zero(t, f[i], "Empty is not zeroed")
 		f[i] = float32(i)
 	}
 	r, err := x.Reshape(6, -1)
-	if err != nil || r.Shape()[1] != 4 {
-		t.Fatalf("Reshape(6, -1) = %v, %v", r, err)
-	}
+	require.NoError(t, err, "Reshape(6, -1)")
+	require.Equal(t, 4, r.Shape()[1], "Reshape(6, -1) = %v", r)
 	s, err := x.Slice(5, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := s.Float32s(); v[0] != 5 || v[2] != 7 {
-		t.Fatalf("Slice(5,3) = %v", v)
-	}
+	require.NoError(t, err)
+	v, _ := s.Float32s()
+	require.Equal(t, []float32{5, 7}, []float32{v[0], v[2]}, "Slice(5,3) = %v: first and last", v)
 	n, err := x.Narrow(2, 1, 2)
-	if err != nil || n.Contiguous() || n.Offset() != 1 {
-		t.Fatalf("Narrow = %v (offset %d), %v", n, n.Offset(), err)
-	}
-	if _, err := n.Float32s(); err == nil {
-		t.Error("Float32s of a strided view should fail")
-	}
-	if _, err := x.Uint16s(); err == nil || !strings.Contains(err.Error(), "dtype float32") {
-		t.Errorf("Uint16s of float32: %v", err)
-	}
+	require.NoError(t, err, "Narrow")
+	require.False(t, n.Contiguous(), "Narrow = %v is contiguous", n)
+	require.Equal(t, 1, n.Offset(), "Narrow = %v offset", n)
+	_, err = n.Float32s()
+	assert.Error(t, err, "Float32s of a strided view should fail")
+	_, err = x.Uint16s()
+	assert.ErrorContains(t, err, "dtype float32", "Uint16s of float32")
 	for _, c := range []struct {
 		name string
 		err  error
@@ -101,79 +89,55 @@ func TestViews(t *testing.T) {
 		{"bad dtype", func() error { _, err := Empty(DType(42), 1); return err }()},
 		{"wrong data length", func() error { _, err := FromFloat32([]float32{1, 2, 3}, 2, 2); return err }()},
 	} {
-		if c.err == nil {
-			t.Errorf("%s: no error", c.name)
-		}
+		assert.Error(t, c.err, c.name)
 	}
 }
 
 func TestFreeTwice(t *testing.T) {
 	x, _ := Empty(Float16, 4)
 	v, _ := x.Slice(1, 2)
-	if err := v.Free(); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.Free(); !errors.Is(err, ErrFreed) {
-		t.Fatalf("second Free = %v, want ErrFreed", err)
-	}
-	if x.Ptr() != nil {
-		t.Error("Ptr after Free should be nil")
-	}
-	if _, err := x.Uint16s(); !errors.Is(err, ErrFreed) {
-		t.Errorf("Uint16s after Free = %v, want ErrFreed", err)
-	}
+	require.NoError(t, v.Free())
+	require.ErrorIs(t, x.Free(), ErrFreed, "second Free")
+	assert.Nil(t, x.Ptr(), "Ptr after Free should be nil")
+	_, err := x.Uint16s()
+	assert.ErrorIs(t, err, ErrFreed, "Uint16s after Free")
 }
 
 func TestFlatLayoutAndShards(t *testing.T) {
 	specs := []ParamSpec{{"w1", []int{3, 5}}, {"b1", []int{5}}, {"w2", []int{7}}}
 	slots, total, err := FlatLayout(specs, 8, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantOff := []int{0, 16, 24}
 	for i, s := range slots {
-		if s.Offset != wantOff[i] {
-			t.Errorf("slot %s offset %d, want %d", s.Name, s.Offset, wantOff[i])
-		}
+		assert.Equal(t, wantOff[i], s.Offset, "slot %s offset", s.Name)
 	}
-	if total != 32 { // 24+7 = 31, padded to a multiple of 4
-		t.Errorf("total %d, want 32", total)
-	}
+	assert.Equal(t, 32, total, "total: 24+7 = 31, padded to a multiple of 4")
 	f, err := NewFlat(Float32, specs, 8, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Free()
 	w1, _ := f.View(0)
-	if got := w1.Shape(); got[0] != 3 || got[1] != 5 {
-		t.Errorf("view shape %v", got)
-	}
+	got := w1.Shape()
+	assert.Equal(t, []int{3, 5}, got[:2], "view shape %v", got)
 	d, _ := w1.Float32s()
 	d[0] = 42
 	all, _ := f.Data.Float32s()
-	if all[0] != 42 {
-		t.Error("view does not share the flat storage")
-	}
+	assert.Equal(t, float32(42), all[0], "view does not share the flat storage")
 	sh, err := f.Shard(1, 4)
-	if err != nil || sh.Offset() != 8 || sh.Numel() != 8 {
-		t.Errorf("Shard(1,4) = %v off %d, %v", sh, sh.Offset(), err)
+	if assert.NoError(t, err, "Shard(1,4)") {
+		assert.Equal(t, 8, sh.Offset(), "Shard(1,4) = %v offset", sh)
+		assert.Equal(t, 8, sh.Numel(), "Shard(1,4) = %v numel", sh)
 	}
-	if _, err := f.Shard(0, 3); err == nil || !strings.Contains(err.Error(), "equal shards") {
-		t.Errorf("Shard(0,3) = %v", err)
-	}
-	if _, _, err := FlatLayout(specs, 0, 1); err == nil {
-		t.Error("align 0 should fail")
-	}
+	_, err = f.Shard(0, 3)
+	assert.ErrorContains(t, err, "equal shards", "Shard(0,3)")
+	_, _, err = FlatLayout(specs, 0, 1)
+	assert.Error(t, err, "align 0 should fail")
 }
 
 func TestWrapStorageKeepsOwnership(t *testing.T) {
 	x, _ := Empty(Uint8, 64)
 	defer x.Free()
 	w := WrapStorage(unsafe.Add(x.Ptr(), 1), 32, CPU, nil)
-	if err := w.Free(); err != nil {
-		t.Fatal(err)
-	}
-	if raw, _ := x.RawBytes(); len(raw) != 64 {
-		t.Fatal("owner storage affected")
-	}
+	require.NoError(t, w.Free())
+	raw, _ := x.RawBytes()
+	require.Len(t, raw, 64, "owner storage affected")
 }

@@ -2,9 +2,11 @@ package tensor
 
 import (
 	"runtime"
-	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestWrapShares: a wrapped slice and its tensor are one memory (no copy),
@@ -12,49 +14,42 @@ import (
 func TestWrapShares(t *testing.T) {
 	data := []float32{1, 2, 3, 4, 5, 6}
 	x, err := WrapFloat32(data, 2, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if x.Ptr() != unsafe.Pointer(&data[0]) || x.String() != "float32[2 3]@cpu" {
-		t.Fatalf("wrapped %v at %p, data at %p", x, x.Ptr(), &data[0])
-	}
+	require.NoError(t, err)
+	require.Equal(t, unsafe.Pointer(&data[0]), x.Ptr(), "wrapped %v: not the slice's memory", x)
+	require.Equal(t, "float32[2 3]@cpu", x.String())
 	v, _ := x.Float32s()
 	v[4] = 50
 	data[1] = 20
-	if data[4] != 50 || v[1] != 20 {
-		t.Errorf("writes not shared: data %v, tensor %v", data, v)
-	}
-	if err := x.Free(); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.Free(); err != ErrFreed {
-		t.Errorf("second Free = %v, want ErrFreed", err)
-	}
+	assert.Equal(t, float32(50), data[4], "writes not shared: data %v, tensor %v", data, v)
+	assert.Equal(t, float32(20), v[1], "writes not shared: data %v, tensor %v", data, v)
+	require.NoError(t, x.Free())
+	// Same: the sentinel itself, as the == this replaced demanded.
+	assert.Same(t, ErrFreed, x.Free(), "second Free")
 	wrapped.Lock()
 	n := len(wrapped.live)
 	wrapped.Unlock()
-	if n != 0 {
-		t.Errorf("%d wrapped storages registered after Free", n)
-	}
-	if data[4] != 50 || x.Ptr() != nil {
-		t.Errorf("after Free: data %v, Ptr %p", data, x.Ptr())
-	}
+	assert.Zero(t, n, "wrapped storages registered after Free")
+	assert.Equal(t, float32(50), data[4], "after Free: data %v", data)
+	assert.Nil(t, x.Ptr(), "Ptr after Free")
 
 	h := []uint16{0x3c00, 0x4000}
 	y, err := WrapUint16(BFloat16, h)
-	if err != nil || y.Ptr() != unsafe.Pointer(&h[0]) || y.DType() != BFloat16 {
-		t.Errorf("WrapUint16 = %v, %v", y, err)
+	if assert.NoError(t, err, "WrapUint16") {
+		assert.Equal(t, unsafe.Pointer(&h[0]), y.Ptr(), "WrapUint16 = %v: not the slice's memory", y)
+		assert.Equal(t, BFloat16, y.DType(), "WrapUint16 = %v", y)
 	}
 	y.Free()
 	ids := []int32{7, 8, 9}
 	z, err := WrapInt32(ids)
-	if err != nil || z.Ptr() != unsafe.Pointer(&ids[0]) || z.Numel() != 3 {
-		t.Errorf("WrapInt32 = %v, %v", z, err)
+	if assert.NoError(t, err, "WrapInt32") {
+		assert.Equal(t, unsafe.Pointer(&ids[0]), z.Ptr(), "WrapInt32 = %v: not the slice's memory", z)
+		assert.Equal(t, 3, z.Numel(), "WrapInt32 = %v", z)
 	}
 	z.Free()
 	e, err := WrapFloat32(nil, 0, 4)
-	if err != nil || e.Numel() != 0 || e.Ptr() == nil {
-		t.Errorf("WrapFloat32(nil, 0, 4) = %v, %v: want a live empty tensor", e, err)
+	if assert.NoError(t, err, "WrapFloat32(nil, 0, 4)") {
+		assert.Zero(t, e.Numel(), "WrapFloat32(nil, 0, 4) = %v: want a live empty tensor", e)
+		assert.NotNil(t, e.Ptr(), "WrapFloat32(nil, 0, 4) = %v: want a live empty tensor", e)
 	}
 	e.Free()
 }
@@ -74,15 +69,11 @@ func TestWrapErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		x, err := c.wrap()
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, %v; want an error containing %q", c.name, x, err, c.want)
-		}
+		assert.ErrorContains(t, err, c.want, "%s: %v", c.name, x)
 	}
 	wrapped.Lock()
 	defer wrapped.Unlock()
-	if len(wrapped.live) != 0 {
-		t.Errorf("%d storages registered by failed wraps", len(wrapped.live))
-	}
+	assert.Empty(t, wrapped.live, "storages registered by failed wraps")
 }
 
 // TestWrapUnfreed: a wrapped tensor dropped without Free leaks its slice
@@ -90,9 +81,8 @@ func TestWrapErrors(t *testing.T) {
 // panic at garbage collection.
 func TestWrapUnfreed(t *testing.T) {
 	func() {
-		if _, err := WrapFloat32(make([]float32, 1<<12)); err != nil {
-			t.Fatal(err)
-		}
+		_, err := WrapFloat32(make([]float32, 1<<12))
+		require.NoError(t, err)
 	}()
 	for range 3 {
 		runtime.GC()
@@ -103,10 +93,6 @@ func TestWrapUnfreed(t *testing.T) {
 		left = append(left, s)
 	}
 	wrapped.Unlock()
-	if len(left) != 1 {
-		t.Fatalf("%d wrapped storages live, want the dropped one", len(left))
-	}
-	if err := left[0].Free(); err != nil {
-		t.Fatal(err)
-	}
+	require.Len(t, left, 1, "wrapped storages live: want the dropped one")
+	require.NoError(t, left[0].Free())
 }

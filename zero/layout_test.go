@@ -1,8 +1,10 @@
 package zero
 
 import (
-	"reflect"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func mods(sizes ...[]int) []ModuleSpec {
@@ -35,28 +37,24 @@ func TestPlanBuckets(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			l, err := PlanBuckets(c.mods, c.world, 2, c.bucket)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			var numel []int
 			var ms [][]int
 			for _, u := range l.Units {
 				numel = append(numel, u.Numel)
 				ms = append(ms, u.Modules)
-				if u.Numel%(2*c.world) != 0 || u.Used > u.Numel {
-					t.Errorf("unit %d: %d elements (%d used) not padded to %d", u.Index, u.Numel, u.Used, 2*c.world)
-				}
+				assert.Zero(t, u.Numel%(2*c.world), "unit %d: %d elements not padded to %d", u.Index, u.Numel, 2*c.world)
+				assert.LessOrEqual(t, u.Used, u.Numel, "unit %d: used elements", u.Index)
 			}
-			if !reflect.DeepEqual(numel, c.numel) || !reflect.DeepEqual(ms, c.modules) {
-				t.Errorf("units %v modules %v, want %v %v", numel, ms, c.numel, c.modules)
-			}
+			assert.Equal(t, c.numel, numel, "unit sizes")
+			assert.Equal(t, c.modules, ms, "modules per unit")
 			// every parameter placed exactly once, inside its unit
 			for m := range c.mods {
 				for p, w := range l.Where[m] {
 					s := l.Units[w.Unit].Slots[w.Slot]
-					if s.Module != m || s.Param != p || s.Offset+s.Numel > l.Units[w.Unit].Used {
-						t.Errorf("param %d.%d -> %+v", m, p, s)
-					}
+					assert.Equal(t, m, s.Module, "param %d.%d -> %+v", m, p, s)
+					assert.Equal(t, p, s.Param, "param %d.%d -> %+v", m, p, s)
+					assert.LessOrEqual(t, s.Offset+s.Numel, l.Units[w.Unit].Used, "param %d.%d -> %+v: past the unit's used elements", m, p, s)
 				}
 			}
 		})
@@ -65,21 +63,15 @@ func TestPlanBuckets(t *testing.T) {
 
 func TestPlanModules(t *testing.T) {
 	l, err := PlanModules(mods([]int{3, 3}, nil, []int{9}), 4, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(l.Units) != 2 || l.Units[0].Numel != 8 || l.Units[1].Numel != 16 {
-		t.Fatalf("units %+v", l.Units)
-	}
-	if len(l.Where[1]) != 0 || l.UnitsOf(2)[0] != 1 {
-		t.Errorf("where %v", l.Where)
-	}
-	if l.ShardNumel() != 6 {
-		t.Errorf("shard %d, want 6", l.ShardNumel())
-	}
-	if _, err := PlanModules(mods([]int{1}), 0, 2); err == nil {
-		t.Error("world 0 accepted")
-	}
+	require.NoError(t, err)
+	require.Len(t, l.Units, 2, "units %+v", l.Units)
+	require.Equal(t, 8, l.Units[0].Numel, "units %+v", l.Units)
+	require.Equal(t, 16, l.Units[1].Numel, "units %+v", l.Units)
+	assert.Empty(t, l.Where[1], "where %v: module 1 has no parameters", l.Where)
+	assert.Equal(t, 1, l.UnitsOf(2)[0], "where %v: module 2's unit", l.Where)
+	assert.Equal(t, 6, l.ShardNumel(), "shard")
+	_, err = PlanModules(mods([]int{1}), 0, 2)
+	assert.Error(t, err, "world 0 accepted")
 }
 
 func TestReduceScaling(t *testing.T) {
@@ -97,9 +89,8 @@ func TestReduceScaling(t *testing.T) {
 	}
 	for _, c := range cases {
 		pre, post := ReduceScaling(c.n, c.f, c.pre, c.sum)
-		if pre != c.wantPre || post != c.wantPost {
-			t.Errorf("%+v: got %v %v", c, pre, post)
-		}
+		assert.Equal(t, c.wantPre, pre, "%+v: pre", c)
+		assert.Equal(t, c.wantPost, post, "%+v: post", c)
 	}
 }
 
@@ -172,25 +163,18 @@ func TestCoordinator(t *testing.T) {
 					a := co.Fetch(m)
 					r := co.Release(m)
 					if micro == 1 {
-						if !reflect.DeepEqual(a.Gather, c.second.gather[i]) {
-							t.Errorf("pos %d: gather %v, want %v", i, a.Gather, c.second.gather[i])
-						}
-						if !reflect.DeepEqual(r.Release, c.second.release[i]) {
-							t.Errorf("pos %d: release %v, want %v", i, r.Release, c.second.release[i])
-						}
+						assert.Equal(t, c.second.gather[i], a.Gather, "pos %d: gather", i)
+						assert.Equal(t, c.second.release[i], r.Release, "pos %d: release", i)
 					}
 				}
-				if micro == 0 && co.Mode() != TraceRecord {
-					t.Errorf("mode %v during first micro-step", co.Mode())
+				if micro == 0 {
+					assert.Equal(t, TraceRecord, co.Mode(), "mode during first micro-step")
 				}
 			}
-			if !reflect.DeepEqual(co.Trace(), trace) {
-				t.Errorf("trace %v", co.Trace())
-			}
+			assert.Equal(t, trace, co.Trace(), "trace")
 			s := co.Stats()
-			if s.LiveNumel != 0 || s.PeakLiveNumel > max(c.cfg.MaxLiveParameters, 200) {
-				t.Errorf("stats %+v", s)
-			}
+			assert.Zero(t, s.LiveNumel, "stats %+v: live elements", s)
+			assert.LessOrEqual(t, s.PeakLiveNumel, max(c.cfg.MaxLiveParameters, 200), "stats %+v: peak live elements", s)
 		})
 	}
 }
@@ -202,36 +186,29 @@ func TestCoordinatorInvalidate(t *testing.T) {
 	co.Fetch(1)
 	co.ResetStep()
 	co.Fetch(1) // diverges from the trace
-	if co.Mode() != TraceRecord || co.Stats().Invalidations != 1 {
-		t.Errorf("mode %v stats %+v", co.Mode(), co.Stats())
-	}
+	assert.Equal(t, TraceRecord, co.Mode(), "mode")
+	assert.Equal(t, 1, co.Stats().Invalidations, "stats %+v: invalidations", co.Stats())
 }
 
 // The estimate formulas against hand-computed values.
 func TestEstimates(t *testing.T) {
 	gb := func(b int64) float64 { return float64(b) / (1 << 30) }
 	cpu, gpu := EstimateZero2(1e9, 8, 1, false, 1.5)
-	if cpu != 48e9 || gpu != 4e9+2e9 {
-		t.Errorf("zero2 no offload: %d %d", cpu, gpu)
-	}
+	assert.Equal(t, int64(48e9), cpu, "zero2 no offload: cpu")
+	assert.Equal(t, int64(4e9+2e9), gpu, "zero2 no offload: gpu")
 	cpu, gpu = EstimateZero2(1e9, 1, 1, true, 1.5)
-	if cpu != 24e9 || gpu != 2e9 {
-		t.Errorf("zero2 offload: %d %d", cpu, gpu)
-	}
+	assert.Equal(t, int64(24e9), cpu, "zero2 offload: cpu")
+	assert.Equal(t, int64(2e9), gpu, "zero2 offload: gpu")
 	c, g, l := EstimateZero3(354e6, 51e6, 1, 1, false, false, true, 1.5)
-	if c != 306e6 || g != 4*51e6+18*354e6 || l != 4*51e6 {
-		t.Errorf("zero3 no offload: %d %d %d", c, g, l)
-	}
+	assert.Equal(t, int64(306e6), c, "zero3 no offload: cpu")
+	assert.Equal(t, int64(4*51e6+18*354e6), g, "zero3 no offload: gpu")
+	assert.Equal(t, int64(4*51e6), l, "zero3 no offload: largest layer")
 	// DeepSpeed prints 8.92GB per CPU for the same inputs with offload of
 	// both (its counts were 354.8M / 51.5M before rounding for display).
 	c, _, _ = EstimateZero3(354e6, 51e6, 1, 1, true, true, true, 1.5)
-	if got := f2(gb(c)); got != "8.90" {
-		t.Errorf("zero3 offload: %s GB", got)
-	}
+	assert.Equal(t, "8.90", f2(gb(c)), "zero3 offload: GB per CPU")
 	for stage, want := range map[int]int64{0: 1600, 1: 400 + 300, 2: 200 + 350, 3: 400} {
-		if got := PaperModelStates(stage, 100, 4); got != want {
-			t.Errorf("stage %d: %d, want %d", stage, got, want)
-		}
+		assert.Equal(t, want, PaperModelStates(stage, 100, 4), "stage %d", stage)
 	}
 }
 

@@ -3,7 +3,6 @@ package mlp_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo"
@@ -13,6 +12,8 @@ import (
 	"github.com/deepgo-ml/deepgo/examples/mlp"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var sizes = []int{8, 32, 32, 4}
@@ -28,9 +29,7 @@ func run(t *testing.T, precision string) ([]float64, zero.Memory) {
 	cfg, err := config.Parse(fmt.Appendf(nil, `{"train_batch_size": 16, "gradient_accumulation_steps": 2,
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
 		"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}%s}`, half))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var losses []float64
 	var mem zero.Memory
 	err = local.Run(context.Background(), 2, local.Options{}, func(ctx context.Context, c comm.Comm) error {
@@ -53,9 +52,7 @@ func run(t *testing.T, precision string) ([]float64, zero.Memory) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return losses, mem
 }
 
@@ -72,36 +69,27 @@ func TestBF16ZeRO3NoFloat32Replica(t *testing.T) {
 	for i := 1; i < len(sizes); i++ {
 		psi += sizes[i-1]*sizes[i] + sizes[i]
 	}
-	if n := mem.Params[tensor.Float32]; n != 0 {
-		t.Errorf("%d bytes of float32 parameters under bf16: want none", n)
-	}
-	if n := mem.Params[tensor.BFloat16]; n == 0 || n > int64(2*psi/2+256) {
-		t.Errorf("bf16 parameters %d bytes: want this rank's shard of %d", n, 2*psi)
-	}
-	if mem.Master > int64(4*psi/2+512) {
-		t.Errorf("fp32 master %d bytes: want a 1/2 shard of %d", mem.Master, 4*psi)
-	}
+	assert.Zero(t, mem.Params[tensor.Float32], "bytes of float32 parameters under bf16: want none")
+	n := mem.Params[tensor.BFloat16]
+	assert.NotZero(t, n, "bf16 parameters bytes: want this rank's shard of %d", 2*psi)
+	assert.LessOrEqual(t, n, int64(2*psi/2+256), "bf16 parameters bytes: want this rank's shard of %d", 2*psi)
+	assert.LessOrEqual(t, mem.Master, int64(4*psi/2+512), "fp32 master bytes: want a 1/2 shard of %d", 4*psi)
 	// One micro-step of 4 rows: the first layer's copy of the input, each
 	// layer's output and input gradient, and the loss gradient.
 	acts := 4 * (sizes[0] + sizes[len(sizes)-1])
 	for i := 1; i < len(sizes); i++ {
 		acts += 4 * (sizes[i] + sizes[i-1])
 	}
-	if want := int64(4 * acts); mem.ArenaPeak != want || mem.Arena != 0 {
-		t.Errorf("arena peak %d bytes, live %d: want %d (one micro-step's float32 activations), 0", mem.ArenaPeak, mem.Arena, want)
-	}
-	rel := func(a, b float64) float64 { return math.Abs(a-b) / math.Abs(b) }
+	assert.Equal(t, int64(4*acts), mem.ArenaPeak, "arena peak bytes: want one micro-step's float32 activations")
+	assert.Zero(t, mem.Arena, "arena bytes live after training")
 	tail := func(l []float64) (s float64) {
 		for _, v := range l[len(l)-10:] {
 			s += v / 10
 		}
 		return s
 	}
-	if r := rel(got[0], ref[0]); r > 0.01 {
-		t.Errorf("first loss %v, fp32 %v: %.2g relative, want ≤ 1%%", got[0], ref[0], r)
-	}
-	if r := rel(tail(got), tail(ref)); r > 0.02 {
-		t.Errorf("last-ten mean %v, fp32 %v: %.2g relative, want ≤ 2%%", tail(got), tail(ref), r)
-	}
+	// InEpsilon's rule is |got-fp32|/|fp32| > epsilon fails, relative to the fp32 run
+	assert.InEpsilon(t, ref[0], got[0], 0.01, "first loss %v, fp32 %v: want ≤ 1%% relative", got[0], ref[0])
+	assert.InEpsilon(t, tail(ref), tail(got), 0.02, "last-ten mean %v, fp32 %v: want ≤ 2%% relative", tail(got), tail(ref))
 	t.Logf("fp32 %.4f -> %.4f, bf16 %.4f -> %.4f; memory %+v", ref[0], tail(ref), got[0], tail(got), mem)
 }

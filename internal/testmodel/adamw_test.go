@@ -3,6 +3,9 @@ package testmodel
 import (
 	"math"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestAdamW checks the reference against values worked out by hand: after
@@ -21,9 +24,7 @@ func TestAdamW(t *testing.T) {
 			want[i] = x*(1-lr*wd) - lr*g[0][i]/(math.Abs(g[0][i])+eps)
 		}
 		for i := range want {
-			if math.Abs(p[0][i]-want[i]) > 1e-12 {
-				t.Fatalf("step %d: p = %v, want %v", a.step, p[0], want)
-			}
+			require.InDelta(t, want[i], p[0][i], 1e-12, "step %d: p = %v, want %v", a.step, p[0], want)
 		}
 	}
 }
@@ -40,13 +41,10 @@ func TestClipGrads(t *testing.T) {
 	} {
 		g := [][]float64{append([]float64(nil), c.g...)}
 		norm, coef := ClipGrads(g, c.max)
-		if math.Abs(norm*norm-c.wantNormSq) > 1e-12 || math.Abs(coef-c.coef) > 1e-15 {
-			t.Errorf("ClipGrads(%v, %g) = norm %g, coef %g; want norm² %g, coef %g", c.g, c.max, norm, coef, c.wantNormSq, c.coef)
-		}
+		assert.InDelta(t, c.wantNormSq, norm*norm, 1e-12, "ClipGrads(%v, %g): norm² (norm %g)", c.g, c.max, norm)
+		assert.InDelta(t, c.coef, coef, 1e-15, "ClipGrads(%v, %g): coef", c.g, c.max)
 		for i := range g[0] {
-			if math.Abs(g[0][i]-c.g[i]*c.coef) > 1e-15 {
-				t.Errorf("ClipGrads(%v, %g): grads %v", c.g, c.max, g[0])
-			}
+			assert.InDelta(t, c.g[i]*c.coef, g[0][i], 1e-15, "ClipGrads(%v, %g): grads %v", c.g, c.max, g[0])
 		}
 	}
 }
