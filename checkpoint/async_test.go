@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"context"
-	"errors"
 	"syscall"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/deepgo-ml/deepgo/checkpoint/vfs"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 func TestAsyncSaverOverlapsAndSnapshots(t *testing.T) {
@@ -46,17 +46,12 @@ func TestAsyncSaverOverlapsAndSnapshots(t *testing.T) {
 		return a.Close()
 	}))
 	ck, err := Open(nil, dir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ck.Close()
-	if ck.Tag != "global_step3" {
-		t.Fatalf("latest = %s", ck.Tag)
-	}
+	require.Equal(t, "global_step3", ck.Tag, "latest")
 	checkMaster(t, ck, 3)
-	if all, _ := List(nil, dir); len(all) != 2 {
-		t.Fatalf("%d checkpoints kept, want 2", len(all))
-	}
+	all, _ := List(nil, dir)
+	require.Len(t, all, 2, "checkpoints kept")
 }
 
 func TestAsyncSaverReportsFailureNextCall(t *testing.T) {
@@ -64,24 +59,13 @@ func TestAsyncSaverReportsFailureNextCall(t *testing.T) {
 	ctx := context.Background()
 	inj := &vfs.OnOp{Op: vfs.OpSync, Match: "*.safetensors", Err: syscall.EIO, Once: true}
 	a, err := NewAsyncSaver(ctx, Options{FS: vfs.WithFaults(vfs.OS, inj), Dir: dir}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	st := synthState(t, 0, 1, 1)
-	if err := a.Save(ctx, "", st); err != nil {
-		t.Fatalf("the failure must surface later, got %v", err)
-	}
+	require.NoError(t, a.Save(ctx, "", st), "the failure must surface later, got")
 	st.Step = 2
-	if err := a.Save(ctx, "", st); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("next Save: %v, want the previous EIO", err)
-	}
-	if err := a.Save(ctx, "", st); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if tag, _ := ReadLatest(nil, dir); tag != "global_step2" {
-		t.Fatalf("latest = %q", tag)
-	}
+	require.ErrorIs(t, a.Save(ctx, "", st), syscall.EIO, "next Save: want the previous EIO")
+	require.NoError(t, a.Save(ctx, "", st))
+	require.NoError(t, a.Close())
+	tag, _ := ReadLatest(nil, dir)
+	require.Equal(t, "global_step2", tag, "latest")
 }

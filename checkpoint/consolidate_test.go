@@ -9,11 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/checkpoint/safetensors"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 // expectedParams are the parameters a checkpoint of synthState at step
@@ -39,37 +39,27 @@ func TestConsolidate(t *testing.T) {
 	dir := t.TempDir()
 	saveWorld(t, dir, 3, 6, Options{})
 	ck, err := Open(nil, dir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ck.Close()
 	out := filepath.Join(t.TempDir(), "model.safetensors")
-	if err := ck.Consolidate(context.Background(), nil, out); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ck.Consolidate(context.Background(), nil, out))
 	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	h, err := safetensors.ReadHeader(bytes.NewReader(b), int64(len(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(h.Tensors) != len(testParams) {
-		t.Fatalf("%d tensors", len(h.Tensors))
-	}
+	require.NoError(t, err)
+	require.Len(t, h.Tensors, len(testParams), "tensors")
 	// every parameter whole, with its shape and the saved values bit for bit
 	var off int64
 	for _, p := range testParams {
 		info, ok := h.Find(p.Name)
-		if !ok || info.DType != tensor.Float32 || !slices.Equal(info.Shape, p.Shape) {
-			t.Fatalf("%s: %+v", p.Name, info)
-		}
+		require.True(t, ok, "%s not found", p.Name)
+		require.Equal(t, tensor.Float32, info.DType, "%s: %+v", p.Name, info)
+		require.Equal(t, p.Shape, info.Shape, "%s: %+v", p.Name, info)
 		raw := b[h.DataOffset+info.Begin : h.DataOffset+info.End]
 		for i := range p.Numel() {
 			got, want := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])), masterValue(6, off+i)
 			if math.Float32bits(got) != math.Float32bits(want) {
-				t.Fatalf("%s[%d] = %v, saved %v", p.Name, i, got, want)
+				require.Failf(t, "not the saved bits", "%s[%d] = %v, saved %v", p.Name, i, got, want)
 			}
 		}
 		off += p.Numel()
@@ -127,9 +117,8 @@ func runPython(t *testing.T, consolidated string, want map[string]any) {
 	empty := mustEmpty(t, tensor.Float32, 0, 3)
 	add("empty", "float32", empty, []float32{})
 	fl, _ := os.Create(dt)
-	if _, err := safetensors.Write(fl, named, map[string]string{"format": "pt"}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := safetensors.Write(fl, named, map[string]string{"format": "pt"})
+	require.NoError(t, err)
 	fl.Close()
 	for _, n := range named {
 		n.Tensor.Free()
@@ -139,8 +128,6 @@ func runPython(t *testing.T, consolidated string, want map[string]any) {
 	os.WriteFile(dtj, b, 0o644)
 
 	out, err := exec.Command("python3", "testdata/check_consolidated.py", consolidated, exp, dt, dtj).CombinedOutput()
-	if err != nil {
-		t.Fatalf("python check: %v\n%s", err, out)
-	}
+	require.NoError(t, err, "python check:\n%s", out)
 	t.Logf("python: %s", out)
 }

@@ -2,13 +2,13 @@ package checkpoint
 
 import (
 	"context"
-	"errors"
 	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // loadAll does what a resume does before touching an engine: open the
@@ -59,9 +59,7 @@ func samplePositions(rng *rand.Rand, size, k int) []int {
 func TestEveryBitFlipDetected(t *testing.T) {
 	dir := t.TempDir()
 	saveWorld(t, dir, 2, 4, Options{})
-	if err := loadAll(dir); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, loadAll(dir))
 	tagDir := filepath.Join(dir, "global_step4")
 	files := map[string]string{ // file type → path
 		"latest":            filepath.Join(dir, "latest"),
@@ -72,35 +70,23 @@ func TestEveryBitFlipDetected(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for kind, path := range files {
 		orig, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		flips := 0
 		for _, pos := range samplePositions(rng, len(orig), 48) {
 			for bit := range 8 {
 				b := append([]byte(nil), orig...)
 				b[pos] ^= 1 << bit
-				if err := os.WriteFile(path, b, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, os.WriteFile(path, b, 0o644))
 				err := loadAll(dir)
-				if err == nil {
-					t.Fatalf("%s: flip of bit %d at byte %d not detected", kind, bit, pos)
-				}
-				if !strings.Contains(err.Error(), filepath.Base(path)) {
-					t.Fatalf("%s: flip at %d.%d: error does not name the file: %v", kind, pos, bit, err)
-				}
+				require.Error(t, err, "%s: flip of bit %d at byte %d not detected", kind, bit, pos)
+				require.ErrorContains(t, err, filepath.Base(path), "%s: flip at %d.%d: error does not name the file", kind, pos, bit)
 				flips++
 			}
 		}
-		if err := os.WriteFile(path, orig, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(path, orig, 0o644))
 		t.Logf("%s (%d bytes): %d flips detected", kind, len(orig), flips)
 	}
-	if err := loadAll(dir); err != nil {
-		t.Fatalf("restored checkpoint: %v", err)
-	}
+	require.NoError(t, loadAll(dir), "restored checkpoint")
 }
 
 func TestMissingAndTruncatedFiles(t *testing.T) {
@@ -130,13 +116,13 @@ func TestMissingAndTruncatedFiles(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			saveWorld(t, dir, 2, 4, Options{})
-			if err := tc.damage(dir, filepath.Join(dir, "global_step4")); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, tc.damage(dir, filepath.Join(dir, "global_step4")))
 			err := loadAll(dir)
-			if err == nil || (tc.is != nil && !errors.Is(err, tc.is)) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("got %v; want an error wrapping %v mentioning %q", err, tc.is, tc.want)
+			require.Error(t, err)
+			if tc.is != nil {
+				require.ErrorIs(t, err, tc.is)
 			}
+			require.ErrorContains(t, err, tc.want)
 			t.Log(err)
 		})
 	}

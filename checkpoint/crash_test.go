@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/stretchr/testify/require"
 )
 
 const helperEnv = "DEEPGO_CKPT_HELPER_DIR"
@@ -45,9 +46,7 @@ func TestHelperSaver(t *testing.T) {
 			return err
 		})
 		for _, err := range errs {
-			if err != nil {
-				t.Fatalf("step %d: %v", step, err)
-			}
+			require.NoError(t, err, "step %d", step)
 		}
 		freeState(states[0])
 		freeState(states[1])
@@ -74,24 +73,18 @@ func TestCrashDuringSave(t *testing.T) {
 	var lastStep int64
 	commits := 0 // kills after which latest named a newer checkpoint
 	for trial := range trials {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d trials in 45 s", trial)
-		}
+		require.False(t, time.Now().After(deadline), "only %d trials in 45 s", trial)
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSaver$", "-test.count=1")
 		cmd.Env = append(os.Environ(), helperEnv+"="+dir)
 		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cmd.Start())
 		line, _ := bufio.NewReader(out).ReadString('\n')
 		if !strings.HasPrefix(line, "saving") {
 			cmd.Process.Kill()
 			cmd.Wait()
-			t.Fatalf("trial %d: helper said %q", trial, line)
+			require.Failf(t, "helper did not start saving", "trial %d: helper said %q", trial, line)
 		}
 		time.Sleep(time.Duration(rng.IntN(60_000)) * time.Microsecond)
 		var stalled error
@@ -100,24 +93,18 @@ func TestCrashDuringSave(t *testing.T) {
 		}
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
-		if stalled != nil {
-			t.Fatal(stalled)
-		}
+		require.NoError(t, stalled)
 
 		ck, err := Open(nil, dir, "")
 		if err != nil {
 			if lastStep == 0 && errors.Is(err, fs.ErrNotExist) {
 				continue // killed before the first commit
 			}
-			t.Fatalf("trial %d: latest does not open: %v", trial, err)
+			require.NoError(t, err, "trial %d: latest does not open", trial)
 		}
-		if err := ck.Verify(context.Background()); err != nil {
-			t.Fatalf("trial %d: latest %s does not verify: %v", trial, ck.Tag, err)
-		}
+		require.NoError(t, ck.Verify(context.Background()), "trial %d: latest %s does not verify", trial, ck.Tag)
 		checkMaster(t, ck, ck.Manifest.Step)
-		if ck.Manifest.Step < lastStep {
-			t.Fatalf("trial %d: latest went back from step %d to %d", trial, lastStep, ck.Manifest.Step)
-		}
+		require.GreaterOrEqual(t, ck.Manifest.Step, lastStep, "trial %d: latest went back", trial)
 		if ck.Manifest.Step > lastStep {
 			commits++
 		}
@@ -131,20 +118,15 @@ func TestCrashDuringSave(t *testing.T) {
 				continue
 			}
 			ck, err := Open(nil, dir, e.Name())
-			if err != nil {
-				t.Fatalf("trial %d: checkpoint %s damaged: %v", trial, e.Name(), err)
-			}
-			if err := ck.Verify(context.Background()); err != nil {
-				t.Fatalf("trial %d: checkpoint %s damaged: %v", trial, e.Name(), err)
-			}
+			require.NoError(t, err, "trial %d: checkpoint %s damaged", trial, e.Name())
+			require.NoError(t, ck.Verify(context.Background()), "trial %d: checkpoint %s damaged", trial, e.Name())
 			checkMaster(t, ck, ck.Manifest.Step)
 			ck.Close()
 		}
 	}
 	// the last trial verified the commit it waited for
-	if commits == 0 || lastStep == 0 {
-		t.Fatalf("%d kills: no checkpoint was ever committed", trials)
-	}
+	require.NotZero(t, commits, "%d kills: no checkpoint was ever committed", trials)
+	require.NotZero(t, lastStep, "%d kills: no checkpoint was ever committed", trials)
 	t.Logf("%d kills; %d of them after a new commit; reached step %d", trials, commits, lastStep)
 }
 
@@ -156,20 +138,15 @@ func TestCrashDuringSave(t *testing.T) {
 func checkCommitted(t *testing.T, dir string, step int64) {
 	t.Helper()
 	infos, err := List(nil, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	have := map[int64]bool{}
 	for _, in := range infos {
-		if s := in.Manifest.Step; s < 1 || s > step+1 || have[s] {
-			t.Fatalf("committed checkpoint %s has step %d: not new in 1..%d", in.Tag, s, step+1)
-		}
+		s := in.Manifest.Step
+		require.False(t, s < 1 || s > step+1 || have[s], "committed checkpoint %s has step %d: not new in 1..%d", in.Tag, s, step+1)
 		have[in.Manifest.Step] = true
 	}
 	for s := max(1, step-crashKeep+1); s <= step; s++ {
-		if !have[s] {
-			t.Fatalf("step %d's checkpoint is not among the %d committed ones on disk", s, len(infos))
-		}
+		require.True(t, have[s], "step %d's checkpoint is not among the %d committed ones on disk", s, len(infos))
 	}
 }
 

@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,8 @@ import (
 
 	"github.com/deepgo-ml/deepgo/checkpoint/vfs"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // bigState is a one-rank state of about n bytes.
@@ -28,31 +29,21 @@ func bigState(t *testing.T, step int64, n int) *State {
 // checkDiskFull saves a small checkpoint, then one too large for the
 // space left, and checks the error and that the first is intact.
 func checkDiskFull(t *testing.T, fsys vfs.FS, dir string, big int) {
-	if _, err := Save(context.Background(), Options{FS: fsys, Dir: dir}, synthState(t, 0, 1, 1)); err != nil {
-		t.Fatal(err)
-	}
-	_, err := Save(context.Background(), Options{FS: fsys, Dir: dir, Keep: 1}, bigState(t, 2, big))
-	if err == nil || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), ".safetensors") {
-		t.Fatalf("save on a full disk: %v; want ENOSPC naming the file", err)
-	}
+	_, err := Save(context.Background(), Options{FS: fsys, Dir: dir}, synthState(t, 0, 1, 1))
+	require.NoError(t, err)
+	_, err = Save(context.Background(), Options{FS: fsys, Dir: dir, Keep: 1}, bigState(t, 2, big))
+	require.ErrorIs(t, err, syscall.ENOSPC, "save on a full disk")
+	require.ErrorContains(t, err, ".safetensors", "save on a full disk: want ENOSPC naming the file")
 	t.Log(err)
 	ck, err := Open(fsys, dir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ck.Close()
-	if ck.Tag != "global_step1" {
-		t.Fatalf("latest is %s after a failed save", ck.Tag)
-	}
-	if err := ck.Verify(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	require.Equal(t, "global_step1", ck.Tag, "latest after a failed save")
+	require.NoError(t, ck.Verify(context.Background()))
 	checkMaster(t, ck, 1)
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), stagePrefix) {
-			t.Errorf("failed save left %s", e.Name())
-		}
+		assert.False(t, strings.HasPrefix(e.Name(), stagePrefix), "failed save left %s", e.Name())
 	}
 }
 
@@ -88,30 +79,20 @@ func TestFailedOperationsKeepPreviousCheckpoint(t *testing.T) {
 	} {
 		t.Run(inj.String(), func(t *testing.T) {
 			dir := t.TempDir()
-			if _, err := Save(context.Background(), Options{Dir: dir}, synthState(t, 0, 1, 1)); err != nil {
-				t.Fatal(err)
-			}
+			_, err := Save(context.Background(), Options{Dir: dir}, synthState(t, 0, 1, 1))
+			require.NoError(t, err)
 			fsys := vfs.WithFaults(vfs.OS, inj)
-			if _, err := Save(context.Background(), Options{FS: fsys, Dir: dir, Keep: 1}, synthState(t, 0, 1, 2)); !errors.Is(err, syscall.EIO) {
-				t.Fatalf("save: %v, want EIO", err)
-			}
+			_, err = Save(context.Background(), Options{FS: fsys, Dir: dir, Keep: 1}, synthState(t, 0, 1, 2))
+			require.ErrorIs(t, err, syscall.EIO, "save")
 			ck, err := Open(nil, dir, "")
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer ck.Close()
-			if err := ck.Verify(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if ck.Tag != "global_step1" {
-				// The new checkpoint was renamed into place before latest
-				// failed: still the old one must be intact.
-				t.Fatalf("latest = %s", ck.Tag)
-			}
+			require.NoError(t, ck.Verify(context.Background()))
+			// The new checkpoint was renamed into place before latest
+			// failed: still the old one must be intact.
+			require.Equal(t, "global_step1", ck.Tag, "latest")
 			old, err := Open(nil, dir, "global_step1")
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			checkMaster(t, old, 1)
 			old.Close()
 		})

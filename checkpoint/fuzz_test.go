@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // FuzzManifest feeds arbitrary bytes to the manifest reader twice: as the
@@ -53,16 +55,11 @@ func FuzzManifest(f *testing.F) {
 func checkAcceptedManifest(t *testing.T, m *Manifest) {
 	t.Helper()
 	enc, err := encodeManifest(m)
-	if err != nil {
-		t.Fatalf("accepted manifest does not encode: %v", err)
-	}
+	require.NoError(t, err, "accepted manifest does not encode")
 	back, err := decodeManifest(enc)
-	if err != nil {
-		t.Fatalf("accepted manifest encodes to one that is rejected: %v\n%s", err, enc)
-	}
-	if enc2, _ := encodeManifest(back); !bytes.Equal(enc, enc2) {
-		t.Fatalf("encoding is not stable:\n%s\n%s", enc, enc2)
-	}
+	require.NoError(t, err, "accepted manifest encodes to one that is rejected:\n%s", enc)
+	enc2, _ := encodeManifest(back)
+	require.Equal(t, string(enc), string(enc2), "encoding is not stable")
 	maxInt64 := big.NewInt(1<<63 - 1)
 	exact := func(shape []int) *big.Int {
 		n := big.NewInt(1)
@@ -77,9 +74,7 @@ func checkAcceptedManifest(t *testing.T, m *Manifest) {
 	for _, r := range m.Ranks {
 		for _, ti := range r.Tensors {
 			n := exact(ti.Shape)
-			if n.Cmp(maxInt64) > 0 {
-				t.Fatalf("accepted tensor %q of shape %v: %v elements overflow int64", ti.Name, ti.Shape, n)
-			}
+			require.LessOrEqual(t, n.Cmp(maxInt64), 0, "accepted tensor %q of shape %v: %v elements overflow int64", ti.Name, ti.Shape, n)
 			if ti.Shard == nil {
 				numel[ti.Name] = n
 				continue
@@ -101,20 +96,15 @@ func checkAcceptedManifest(t *testing.T, m *Manifest) {
 				covered.Add(covered, new(big.Int).Sub(hi, lo))
 			}
 			for _, q := range ps[i+1:] {
-				if p.lo.Cmp(q.hi) < 0 && q.lo.Cmp(p.hi) < 0 && p.lo.Cmp(p.hi) < 0 && q.lo.Cmp(q.hi) < 0 {
-					t.Fatalf("accepted tensor %q with overlapping pieces [%v, %v) and [%v, %v)", name, p.lo, p.hi, q.lo, q.hi)
-				}
+				overlap := p.lo.Cmp(q.hi) < 0 && q.lo.Cmp(p.hi) < 0 && p.lo.Cmp(p.hi) < 0 && q.lo.Cmp(q.hi) < 0
+				require.False(t, overlap, "accepted tensor %q with overlapping pieces [%v, %v) and [%v, %v)", name, p.lo, p.hi, q.lo, q.hi)
 			}
 		}
-		if covered.Cmp(numel[name]) != 0 {
-			t.Fatalf("accepted tensor %q: pieces cover %v of %v elements", name, covered, numel[name])
-		}
+		require.Zero(t, covered.Cmp(numel[name]), "accepted tensor %q: pieces cover %v of %v elements", name, covered, numel[name])
 	}
 	for _, p := range m.Params {
 		end := new(big.Int).Add(big.NewInt(p.Offset), exact(p.Shape))
-		if p.Offset < 0 || end.Cmp(numel[p.Source]) > 0 {
-			t.Fatalf("accepted param %q: elements [%d, %v) outside %q of %v elements", p.Name, p.Offset, end, p.Source, numel[p.Source])
-		}
+		require.False(t, p.Offset < 0 || end.Cmp(numel[p.Source]) > 0, "accepted param %q: elements [%d, %v) outside %q of %v elements", p.Name, p.Offset, end, p.Source, numel[p.Source])
 	}
 }
 
@@ -130,14 +120,13 @@ func FuzzLatest(f *testing.F) {
 	f.Add([]byte("global_step7\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if tag, err := decodeLatest(b); err == nil {
-			if validTag(tag) != nil || !bytes.Equal(encodeLatest(tag), b) {
-				t.Fatalf("accepted %q as tag %q, which encodes to %q", b, tag, encodeLatest(tag))
-			}
+			require.NoError(t, validTag(tag), "accepted %q as tag %q", b, tag)
+			require.Equal(t, string(b), string(encodeLatest(tag)), "accepted %q as tag %q, which encodes differently", b, tag)
 		}
 		if tag := string(b); validTag(tag) == nil {
-			if back, err := decodeLatest(encodeLatest(tag)); err != nil || back != tag {
-				t.Fatalf("tag %q: round trip gives %q, %v", tag, back, err)
-			}
+			back, err := decodeLatest(encodeLatest(tag))
+			require.NoError(t, err, "tag %q: round trip", tag)
+			require.Equal(t, tag, back, "tag %q: round trip", tag)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 // testParams is the model the synthetic states describe.
@@ -98,9 +99,7 @@ func freeState(st *State) {
 func mustEmpty(t testing.TB, dt tensor.DType, shape ...int) *tensor.Tensor {
 	t.Helper()
 	x, err := tensor.Empty(dt, shape...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return x
 }
 
@@ -108,9 +107,7 @@ func mustEmpty(t testing.TB, dt tensor.DType, shape ...int) *tensor.Tensor {
 func newWorld(t testing.TB, n int, timeout time.Duration) []comm.Comm {
 	t.Helper()
 	w, err := local.NewWorld(n, local.Options{Timeout: timeout, Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { w.Close() })
 	cs := make([]comm.Comm, n)
 	for r := range cs {
@@ -137,9 +134,7 @@ func onAll(cs []comm.Comm, fn func(r int, c comm.Comm) error) []error {
 func mustAll(t testing.TB, errs []error) {
 	t.Helper()
 	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
+		require.NoError(t, err, "rank %d", r)
 	}
 }
 
@@ -164,17 +159,13 @@ func saveWorld(t testing.TB, dir string, world int, step int64, o Options) {
 func checkMaster(t testing.TB, ck *Checkpoint, step int64) {
 	t.Helper()
 	x, err := ck.ReadTensor(context.Background(), "fp32/master")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer x.Free()
 	v, _ := x.Float32s()
-	if int64(len(v)) != testNumel() {
-		t.Fatalf("master has %d elements, want %d", len(v), testNumel())
-	}
+	require.EqualValues(t, testNumel(), len(v), "master elements")
 	for i, f := range v {
 		if f != masterValue(step, int64(i)) {
-			t.Fatalf("master[%d] = %v, want %v", i, f, masterValue(step, int64(i)))
+			require.Failf(t, "master differs", "master[%d] = %v, want %v", i, f, masterValue(step, int64(i)))
 		}
 	}
 }

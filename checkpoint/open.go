@@ -16,6 +16,7 @@ import (
 	"github.com/deepgo-ml/deepgo/checkpoint/safetensors"
 	"github.com/deepgo-ml/deepgo/checkpoint/vfs"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"golang.org/x/sync/errgroup"
 )
 
 // ErrCorrupt is wrapped by every error about a checkpoint file whose
@@ -232,12 +233,14 @@ func (c *Checkpoint) Verify(ctx context.Context) error {
 // VerifyFiles checks the data files for which pick returns true, skipping
 // those already read into memory (verified then).
 func (c *Checkpoint) VerifyFiles(ctx context.Context, pick func(FileInfo) bool) error {
+	// The group only bounds and joins the goroutines: each reports into
+	// errs and returns nil, so every bad file is named, not the first.
 	var (
-		wg   sync.WaitGroup
+		g    errgroup.Group
 		mu   sync.Mutex
 		errs []error
-		sem  = make(chan struct{}, min(8, runtime.GOMAXPROCS(0)))
 	)
+	g.SetLimit(min(8, runtime.GOMAXPROCS(0)))
 	for _, f := range c.Files() {
 		c.mu.Lock()
 		_, done := c.loaded[f.Name]
@@ -245,18 +248,16 @@ func (c *Checkpoint) VerifyFiles(ctx context.Context, pick func(FileInfo) bool) 
 		if done || !pick(f) {
 			continue
 		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			if err := c.VerifyFile(ctx, f.Name); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	g.Wait()
 	return errors.Join(errs...)
 }
 

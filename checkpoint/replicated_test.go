@@ -2,13 +2,12 @@ package checkpoint
 
 import (
 	"context"
-	"errors"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 func TestVerifyReplicated(t *testing.T) {
@@ -29,9 +28,9 @@ func TestVerifyReplicated(t *testing.T) {
 	})
 	for r, err := range errs {
 		var me *ReplicaMismatchError
-		if !errors.As(err, &me) || me.Tensor != "b" || !slices.Equal(me.Ranks, []int{1, 3}) {
-			t.Fatalf("rank %d: %v", r, err)
-		}
+		require.ErrorAs(t, err, &me, "rank %d", r)
+		require.Equal(t, "b", me.Tensor, "rank %d: %v", r, err)
+		require.Equal(t, []int{1, 3}, me.Ranks, "rank %d: %v", r, err)
 	}
 	t.Log(errs[0])
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestPlanRange(t *testing.T) {
@@ -30,14 +32,11 @@ func TestPlanRange(t *testing.T) {
 		if err != nil {
 			got = "error"
 		}
-		if got != tc.want {
-			t.Errorf("planRange(%d, %d) = %s, want %s", tc.off, tc.n, got, tc.want)
-		}
+		assert.Equal(t, tc.want, got, "planRange(%d, %d)", tc.off, tc.n)
 	}
 	gap := &Global{Name: "g", Numel: 10, Sharded: true, Pieces: []Piece{{Offset: 0, Length: 4}, {Offset: 6, Length: 4}}}
-	if _, err := planRange(gap, 0, 10); err == nil {
-		t.Error("a gap was not reported")
-	}
+	_, err := planRange(gap, 0, 10)
+	assert.Error(t, err, "a gap was not reported")
 }
 
 func TestPartition(t *testing.T) {
@@ -52,9 +51,7 @@ func TestPartition(t *testing.T) {
 		{0, 2, 1, 1, 1, 1},
 	} {
 		off, n := Partition(tc.numel, tc.world, tc.rank, tc.align)
-		if off != tc.off || n != tc.n {
-			t.Errorf("Partition(%d, %d, %d, %d) = %d, %d; want %d, %d", tc.numel, tc.world, tc.rank, tc.align, off, n, tc.off, tc.n)
-		}
+		assert.Equal(t, [2]int64{tc.off, tc.n}, [2]int64{off, n}, "Partition(%d, %d, %d, %d)", tc.numel, tc.world, tc.rank, tc.align)
 	}
 }
 
@@ -69,32 +66,26 @@ func TestReshard(t *testing.T) {
 			n := testNumel()
 			for r := range tc.to {
 				ck, err := Open(nil, dir, "")
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				off, m := Partition(n, tc.to, r, testAlign)
 				dst := mustEmpty(t, tensor.Float32, int(m))
-				if err := ck.ReadRange(context.Background(), "fp32/master", off, dst); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, ck.ReadRange(context.Background(), "fp32/master", off, dst))
 				want := synthState(t, r, tc.to, 9)
 				a, _ := dst.Float32s()
 				b, _ := want.Tensors[0].Data.Float32s()
 				for i := range a {
 					if a[i] != b[i] {
-						t.Fatalf("new rank %d element %d: %v, want %v", r, i, a[i], b[i])
+						require.Failf(t, "resharded element differs", "new rank %d element %d: %v, want %v", r, i, a[i], b[i])
 					}
 				}
 				// The bf16 copy holds each master value rounded to nearest
 				// even, and zero in the padding, bit for bit.
 				bf := mustEmpty(t, tensor.BFloat16, int(m))
-				if err := ck.ReadRange(context.Background(), "bf16/params", off, bf); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, ck.ReadRange(context.Background(), "bf16/params", off, bf))
 				h, _ := bf.Uint16s()
 				for i := range h {
 					if w := tensor.Float32ToBFloat16(b[i]); h[i] != w {
-						t.Fatalf("new rank %d bf16 element %d: %#04x, want %#04x (%v rounded)", r, i, h[i], w, b[i])
+						require.Failf(t, "resharded bf16 element differs", "new rank %d bf16 element %d: %#04x, want %#04x (%v rounded)", r, i, h[i], w, b[i])
 					}
 				}
 				dst.Free()

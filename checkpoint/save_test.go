@@ -2,10 +2,8 @@ package checkpoint
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +11,8 @@ import (
 
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestSaveLoadRoundTrip(t *testing.T) {
@@ -31,35 +31,25 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 			dir := t.TempDir()
 			saveWorld(t, dir, tc.world, 5, tc.o)
 			ck, err := Open(nil, dir, "")
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer ck.Close()
 			m := ck.Manifest
-			if ck.Tag != "global_step5" || m.Step != 5 || m.World != tc.world || m.ZeroStage != 2 {
-				t.Fatalf("manifest: tag %s step %d world %d stage %d", ck.Tag, m.Step, m.World, m.ZeroStage)
-			}
+			require.Equal(t, "global_step5", ck.Tag, "manifest tag")
+			require.EqualValues(t, 5, m.Step, "manifest step")
+			require.EqualValues(t, tc.world, m.World, "manifest world")
+			require.EqualValues(t, 2, m.ZeroStage, "manifest stage")
 			// rank 0 has model+optim (+f64 in model group): 2 files; others 2 each.
-			if got := len(ck.Files()); got != tc.files {
-				t.Fatalf("%d data files, want %d: %v", got, tc.files, ck.Files())
-			}
-			if err := ck.Verify(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			require.Len(t, ck.Files(), tc.files, "data files")
+			require.NoError(t, ck.Verify(context.Background()))
 			checkMaster(t, ck, 5)
 			cnt, err := ck.ReadTensor(context.Background(), "counters")
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer cnt.Free()
 			v, _ := cnt.Int64s()
-			if !slices.Equal(v, []int64{5, -1 << 40, 7}) {
-				t.Fatalf("counters = %v", v)
-			}
+			require.Equal(t, []int64{5, -1 << 40, 7}, v, "counters")
 			rng, ok := ck.Meta(tc.world-1, "rng")
-			if !ok || string(rng) != `{"seed":`+strconv.Itoa((tc.world-1)*1000+5)+`}` {
-				t.Fatalf("rng meta of last rank = %s", rng)
-			}
+			require.True(t, ok, "rng meta of last rank missing")
+			require.Equal(t, `{"seed":`+strconv.Itoa((tc.world-1)*1000+5)+`}`, string(rng), "rng meta of last rank")
 		})
 	}
 }
@@ -70,30 +60,25 @@ func TestRotationKeepsNewest(t *testing.T) {
 		saveWorld(t, dir, 2, step, Options{Keep: 2})
 	}
 	all, err := List(nil, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var tags []string
 	for _, i := range all {
 		tags = append(tags, i.Tag)
 	}
-	if !slices.Equal(tags, []string{"global_step4", "global_step5"}) {
-		t.Fatalf("after rotation: %v", tags)
-	}
+	require.Equal(t, []string{"global_step4", "global_step5"}, tags, "after rotation")
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), ".") {
-			t.Errorf("leftover %s", e.Name())
-		}
+		assert.False(t, strings.HasPrefix(e.Name(), "."), "leftover %s", e.Name())
 	}
 }
 
 func TestOptionsFromConfig(t *testing.T) {
 	k, n := 2, 5
 	o := OptionsFromConfig(config.Checkpoint{SaveDir: "/x", CheckpointType: "blob", ZeroCheckpoint: false, KeepNMostRecent: &k, NumCheckpointsToKeep: &n})
-	if o.Dir != "/x" || o.Type != TypeBlob || !o.Gathered || o.Keep != 5 {
-		t.Fatalf("%+v", o)
-	}
+	require.Equal(t, "/x", o.Dir, "%+v", o)
+	require.Equal(t, TypeBlob, o.Type, "%+v", o)
+	require.True(t, o.Gathered, "%+v", o)
+	require.Equal(t, 5, o.Keep, "%+v", o)
 }
 
 func TestSaveRefusesLatestTag(t *testing.T) {
@@ -101,13 +86,9 @@ func TestSaveRefusesLatestTag(t *testing.T) {
 	saveWorld(t, dir, 1, 3, Options{})
 	st := synthState(t, 0, 1, 3)
 	_, err := Save(context.Background(), Options{Dir: dir}, st)
-	if err == nil || !strings.Contains(err.Error(), "latest") {
-		t.Fatalf("saving over latest: %v", err)
-	}
+	require.ErrorContains(t, err, "latest", "saving over latest")
 	ck, err := Open(nil, dir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ck.Close()
 	checkMaster(t, ck, 3)
 }
@@ -122,13 +103,11 @@ func TestSaveTagMismatch(t *testing.T) {
 	})
 	for r, err := range errs {
 		var tm *comm.MismatchError
-		if !errors.As(err, &tm) || !strings.Contains(err.Error(), `rank 2 has "global_step2"`) {
-			t.Fatalf("rank %d: %v", r, err)
-		}
+		require.ErrorAs(t, err, &tm, "rank %d", r)
+		require.ErrorContains(t, err, `rank 2 has "global_step2"`, "rank %d", r)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "latest")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("latest written after a mismatch: %v", err)
-	}
+	_, err := os.Stat(filepath.Join(dir, "latest"))
+	require.ErrorIs(t, err, os.ErrNotExist, "latest written after a mismatch")
 }
 
 func TestSaveOnSubsetErrors(t *testing.T) {
@@ -142,12 +121,10 @@ func TestSaveOnSubsetErrors(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, comm.ErrTimeout) {
-			t.Fatalf("save on 1 of 3 ranks: %v, want a timeout", err)
-		}
+		require.ErrorIs(t, err, comm.ErrTimeout, "save on 1 of 3 ranks: want a timeout")
 		t.Log(err)
 	case <-time.After(10 * time.Second):
-		t.Fatal("save on a subset of ranks hangs")
+		require.Fail(t, "save on a subset of ranks hangs")
 	}
 }
 
@@ -164,11 +141,10 @@ func TestSaveFailureOnOneRankFailsAll(t *testing.T) {
 	})
 	for r, err := range errs {
 		var re *comm.RankError
-		if !errors.As(err, &re) || len(re.Errs) != 1 || re.Errs[1] == "" {
-			t.Fatalf("rank %d: %v", r, err)
-		}
+		require.ErrorAs(t, err, &re, "rank %d", r)
+		require.Len(t, re.Errs, 1, "rank %d: %v", r, err)
+		require.NotEmpty(t, re.Errs[1], "rank %d: %v", r, err)
 	}
-	if all, _ := List(nil, dir); len(all) != 0 {
-		t.Fatalf("a failed save left %v", all)
-	}
+	all, _ := List(nil, dir)
+	require.Empty(t, all, "a failed save left checkpoints")
 }

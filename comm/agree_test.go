@@ -12,6 +12,8 @@ import (
 
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // onRanks runs fn on every rank of a fresh local world of n ranks but
@@ -20,9 +22,7 @@ import (
 func onRanks(t *testing.T, n int, timeout time.Duration, absent []int, fn func(c comm.Comm) error) []error {
 	t.Helper()
 	w, err := local.NewWorld(n, local.Options{Timeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer w.Close()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -74,9 +74,7 @@ func TestAllGatherBytes(t *testing.T) {
 					return nil
 				})
 				for r, err := range errs {
-					if err != nil {
-						t.Errorf("rank %d: %v", r, err)
-					}
+					assert.NoError(t, err, "rank %d", r)
 				}
 			})
 		}
@@ -109,9 +107,7 @@ func TestAllGatherInt64s(t *testing.T) {
 					return nil
 				})
 				for r, err := range errs {
-					if err != nil {
-						t.Errorf("rank %d: %v", r, err)
-					}
+					assert.NoError(t, err, "rank %d", r)
 				}
 			})
 		}
@@ -126,9 +122,7 @@ func TestAllGatherInt64sUnequal(t *testing.T) {
 			return err
 		})
 		for r, err := range errs {
-			if !errors.Is(err, comm.ErrMismatch) {
-				t.Errorf("n=%d rank %d: %v, want ErrMismatch", n, r, err)
-			}
+			assert.ErrorIs(t, err, comm.ErrMismatch, "n=%d rank %d", n, r)
 		}
 	}
 }
@@ -168,26 +162,19 @@ func TestAgree(t *testing.T) {
 				})
 				for r, err := range errs {
 					if len(want) == 0 {
-						if err != nil {
-							t.Errorf("rank %d: %v, want nil", r, err)
-						}
+						assert.NoError(t, err, "rank %d", r)
 						continue
 					}
+					// && stops at the first failed check, as the old
+					// switch did, and before a nil re is read.
 					var re *comm.RankError
-					switch {
-					case !errors.As(err, &re):
-						t.Errorf("rank %d: %v (%T), want a *comm.RankError", r, err, err)
-					case re.Phase != "write step7" || !reflect.DeepEqual(re.Errs, want):
-						t.Errorf("rank %d: phase %q errs %v, want %v", r, re.Phase, re.Errs, want)
-					case re.Local != fails[r]:
-						t.Errorf("rank %d: Local %v, want %v", r, re.Local, fails[r])
-					case fails[r] != nil && !errors.Is(err, fails[r]):
-						t.Errorf("rank %d: %v does not unwrap to its own error", r, err)
-					case err.Error() != errs[0].Error():
-						t.Errorf("rank %d says %q, rank 0 %q", r, err, errs[0])
-					case !strings.HasPrefix(err.Error(), "write step7 failed on rank "):
-						t.Errorf("rank %d: %q", r, err)
-					}
+					_ = assert.ErrorAs(t, err, &re, "rank %d: want a *comm.RankError", r) &&
+						assert.Equal(t, "write step7", re.Phase, "rank %d: phase", r) &&
+						assert.Equal(t, want, re.Errs, "rank %d: errs", r) &&
+						assert.True(t, re.Local == fails[r], "rank %d: Local %v, want %v", r, re.Local, fails[r]) &&
+						(fails[r] == nil || assert.ErrorIs(t, err, fails[r], "rank %d: does not unwrap to its own error", r)) &&
+						assert.Equal(t, errs[0].Error(), err.Error(), "rank %d vs rank 0", r) &&
+						assert.True(t, strings.HasPrefix(err.Error(), "write step7 failed on rank "), "rank %d: %q", r, err)
 				}
 			})
 		}
@@ -218,18 +205,19 @@ func TestAgreeString(t *testing.T) {
 					return comm.AgreeString(context.Background(), c, "tag", tc.of(c.Rank()))
 				})
 				for r, err := range errs {
-					var me *comm.MismatchError
-					switch {
-					case agreed && err != nil:
-						t.Errorf("rank %d: %v, want nil", r, err)
-					case agreed:
-					case !errors.As(err, &me) || !errors.Is(err, comm.ErrMismatch):
-						t.Errorf("rank %d: %v (%T), want a *comm.MismatchError", r, err, err)
-					case me.What != "tag" || !reflect.DeepEqual(me.Values, values):
-						t.Errorf("rank %d: %q %q, want tag %q", r, me.What, me.Values, values)
-					case !strings.HasPrefix(err.Error(), "ranks disagree on the tag: rank 0 has ") || !strings.Contains(err.Error(), tc.diff):
-						t.Errorf("rank %d: %q does not name %s", r, err, tc.diff)
+					if agreed {
+						assert.NoError(t, err, "rank %d", r)
+						continue
 					}
+					// && stops at the first failed check, as the old
+					// switch did, and before a nil me is read.
+					var me *comm.MismatchError
+					_ = assert.ErrorAs(t, err, &me, "rank %d: want a *comm.MismatchError", r) &&
+						assert.ErrorIs(t, err, comm.ErrMismatch, "rank %d", r) &&
+						assert.Equal(t, "tag", me.What, "rank %d", r) &&
+						assert.Equal(t, values, me.Values, "rank %d", r) &&
+						assert.True(t, strings.HasPrefix(err.Error(), "ranks disagree on the tag: rank 0 has "), "rank %d: %q", r, err) &&
+						assert.ErrorContains(t, err, tc.diff, "rank %d", r)
 				}
 			})
 		}
@@ -260,20 +248,16 @@ func TestAgreementMissingRank(t *testing.T) {
 				elapsed := time.Since(start)
 				// Ten seconds of slack for a loaded machine; a rank that
 				// never gave up would hang until the test's own timeout.
-				if elapsed < timeout || elapsed > timeout+10*time.Second {
-					t.Errorf("took %v, want %v to %v", elapsed, timeout, timeout+10*time.Second)
-				}
+				assert.GreaterOrEqual(t, elapsed, timeout, "took too little")
+				assert.LessOrEqual(t, elapsed, timeout+10*time.Second, "took too long")
 				for r, err := range errs {
 					if r == absent {
 						continue
 					}
 					var ce *comm.Error
-					switch {
-					case !errors.Is(err, comm.ErrTimeout) || !errors.As(err, &ce):
-						t.Errorf("rank %d: %v, want a comm timeout", r, err)
-					case !reflect.DeepEqual(ce.Ranks, []int{absent}):
-						t.Errorf("rank %d: %v blames %v, want [%d]", r, err, ce.Ranks, absent)
-					}
+					_ = assert.ErrorIs(t, err, comm.ErrTimeout, "rank %d", r) &&
+						assert.ErrorAs(t, err, &ce, "rank %d", r) &&
+						assert.Equal(t, []int{absent}, ce.Ranks, "rank %d: %v blames", r, err)
 				}
 			})
 		}
@@ -283,21 +267,20 @@ func TestAgreementMissingRank(t *testing.T) {
 // A nil Comm is a world of one.
 func TestAgreementNilComm(t *testing.T) {
 	ctx := context.Background()
-	if b, err := comm.AllGatherBytes(ctx, nil, []byte("ab")); err != nil || len(b) != 1 || string(b[0]) != "ab" {
-		t.Errorf("AllGatherBytes: %q, %v", b, err)
+	b, err := comm.AllGatherBytes(ctx, nil, []byte("ab"))
+	if assert.NoError(t, err, "AllGatherBytes") {
+		assert.Equal(t, [][]byte{[]byte("ab")}, b, "AllGatherBytes")
 	}
-	if v, err := comm.AllGatherInt64s(ctx, nil, []int64{-5, 6}); err != nil || !reflect.DeepEqual(v, []int64{-5, 6}) {
-		t.Errorf("AllGatherInt64s: %v, %v", v, err)
+	v, err := comm.AllGatherInt64s(ctx, nil, []int64{-5, 6})
+	if assert.NoError(t, err, "AllGatherInt64s") {
+		assert.Equal(t, []int64{-5, 6}, v, "AllGatherInt64s")
 	}
-	if err := comm.AgreeString(ctx, nil, "tag", "t"); err != nil {
-		t.Errorf("AgreeString: %v", err)
-	}
-	if err := comm.Agree(ctx, nil, "p", nil); err != nil {
-		t.Errorf("Agree: %v", err)
-	}
+	assert.NoError(t, comm.AgreeString(ctx, nil, "tag", "t"), "AgreeString")
+	assert.NoError(t, comm.Agree(ctx, nil, "p", nil), "Agree")
 	bad := errors.New("bad")
 	var re *comm.RankError
-	if err := comm.Agree(ctx, nil, "p", bad); !errors.As(err, &re) || !errors.Is(err, bad) || err.Error() != "p failed on rank 0: bad" {
-		t.Errorf("Agree failing: %v", err)
-	}
+	err = comm.Agree(ctx, nil, "p", bad)
+	assert.ErrorAs(t, err, &re, "Agree failing")
+	assert.ErrorIs(t, err, bad, "Agree failing")
+	assert.EqualError(t, err, "p failed on rank 0: bad", "Agree failing")
 }

@@ -12,22 +12,21 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func newStore(t *testing.T) (*StoreServer, func() *Store) {
 	t.Helper()
 	srv, err := ListenStore("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { srv.Close() })
 	return srv, func() *Store {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		s, err := DialStore(ctx, srv.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
@@ -41,27 +40,18 @@ func TestStoreSetGetAddWait(t *testing.T) {
 	got := make(chan []byte)
 	go func() {
 		v, err := b.Get(ctx, "nccl/unique_id") // waits for the Set below
-		if err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, err)
 		got <- v
 	}()
 	waitStack(t, "the server waiting for the key", serverWaiting)
-	if err := a.Set(ctx, "nccl/unique_id", []byte{0, 1, 2, 255}); err != nil {
-		t.Fatal(err)
-	}
-	if v := <-got; fmt.Sprint(v) != "[0 1 2 255]" {
-		t.Fatalf("Get = %v", v)
-	}
+	require.NoError(t, a.Set(ctx, "nccl/unique_id", []byte{0, 1, 2, 255}))
+	require.Equal(t, "[0 1 2 255]", fmt.Sprint(<-got), "Get")
 	for i := 1; i <= 3; i++ {
 		n, err := a.Add(ctx, "arrived", 1)
-		if err != nil || n != int64(i) {
-			t.Fatalf("Add #%d = %d, %v", i, n, err)
-		}
+		require.NoError(t, err, "Add #%d", i)
+		require.Equal(t, int64(i), n, "Add #%d", i)
 	}
-	if err := b.Wait(ctx, "arrived", "nccl/unique_id"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, b.Wait(ctx, "arrived", "nccl/unique_id"))
 }
 
 func TestStoreGetTimeout(t *testing.T) {
@@ -75,17 +65,15 @@ func TestStoreGetTimeout(t *testing.T) {
 	// ErrTimeout is the server's answer at the deadline; had it not
 	// answered, the client would fail a second later with ErrAborted.
 	var ce *Error
-	if !errors.Is(err, ErrTimeout) || !errors.As(err, &ce) || ce.Op != "Store.Get" {
-		t.Fatalf("Get = %v, want a Store.Get *Error wrapping ErrTimeout", err)
-	}
+	require.ErrorIs(t, err, ErrTimeout, "Get")
+	require.ErrorAs(t, err, &ce, "Get")
+	require.Equal(t, "Store.Get", ce.Op, "Get")
 	// The client sends the wait in whole milliseconds, rounded down.
-	if d := time.Since(start); d < wait-time.Millisecond || d > wait+reportBound {
-		t.Fatalf("Get gave up after %v, want about %v", d, wait)
-	}
+	d := time.Since(start)
+	require.GreaterOrEqual(t, d, wait-time.Millisecond, "Get gave up too early")
+	require.LessOrEqual(t, d, wait+reportBound, "Get gave up too late")
 	// The client still works afterwards.
-	if err := s.Set(context.Background(), "k", []byte("v")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Set(context.Background(), "k", []byte("v")))
 }
 
 func TestStoreCancel(t *testing.T) {
@@ -94,17 +82,12 @@ func TestStoreCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		// Cancel the Get while the server holds it, not before it is sent.
-		if !waitStackOK(serverWaiting) {
-			t.Error("the server never waited for the key")
-		}
+		assert.True(t, waitStackOK(serverWaiting), "the server never waited for the key")
 		cancel()
 	}()
-	if _, err := s.Get(ctx, "never"); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Get = %v, want context.Canceled", err)
-	}
-	if err := s.Set(context.Background(), "k", []byte("v")); err != nil {
-		t.Fatalf("after cancel: %v", err)
-	}
+	_, err := s.Get(ctx, "never")
+	require.ErrorIs(t, err, context.Canceled, "Get")
+	require.NoError(t, s.Set(context.Background(), "k", []byte("v")), "after cancel")
 }
 
 // DialStore keeps dialing until the server is up. The port is free when
@@ -131,18 +114,14 @@ func TestDialStoreRetriesUntilServerUp(t *testing.T) {
 		if err != nil {
 			cancel()
 			<-dialed
-			if attempt == 5 {
-				t.Fatalf("attempt %d on %s: %v", attempt, addr, err)
-			}
+			require.Less(t, attempt, 5, "attempt %d on %s: %v", attempt, addr, err)
 			t.Logf("attempt %d on %s: %v; trying another port", attempt, addr, err)
 			continue
 		}
 		err = <-dialed
 		srv.Close()
 		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return
 	}
 }
@@ -150,9 +129,7 @@ func TestDialStoreRetriesUntilServerUp(t *testing.T) {
 // freePort is a TCP port of 127.0.0.1 that was free a moment ago.
 func freePort(t *testing.T) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
@@ -170,9 +147,9 @@ func TestRendezvousAndAgree(t *testing.T) {
 		}
 		for r, err := range errs {
 			var ce *Error
-			if !errors.Is(err, ErrMismatch) || !errors.As(err, &ce) || fmt.Sprint(ce.Ranks) != fmt.Sprint([]int{odd}) {
-				t.Fatalf("rank %d: %v, want ErrMismatch naming rank %d", r, err, odd)
-			}
+			require.ErrorIs(t, err, ErrMismatch, "rank %d", r)
+			require.ErrorAs(t, err, &ce, "rank %d", r)
+			require.Equal(t, fmt.Sprint([]int{odd}), fmt.Sprint(ce.Ranks), "rank %d: want ErrMismatch naming rank %d", r, odd)
 		}
 		return
 	}
@@ -245,8 +222,10 @@ func TestEnvFrom(t *testing.T) {
 	}
 	for _, c := range cases {
 		e, err := EnvFrom(func(k string) string { return c.vars[k] })
-		if (err != nil) != c.bad || (!c.bad && fmt.Sprint(e) != c.want) {
-			t.Errorf("EnvFrom(%v) = %v, %v; want %s (error %v)", c.vars, e, err, c.want, c.bad)
+		if c.bad {
+			assert.Error(t, err, "EnvFrom(%v) = %v", c.vars, e)
+		} else if assert.NoError(t, err, "EnvFrom(%v)", c.vars) {
+			assert.Equal(t, c.want, fmt.Sprint(e), "EnvFrom(%v)", c.vars)
 		}
 	}
 }
@@ -263,9 +242,7 @@ func TestDefaultTimeout(t *testing.T) {
 		if err != nil {
 			got = "error"
 		}
-		if got != c.want {
-			t.Errorf("DEEPGO_TIMEOUT=%q DEEPSPEED_TIMEOUT=%q: %s, want %s", c.deepgo, c.deepspeed, got, c.want)
-		}
+		assert.Equal(t, c.want, got, "DEEPGO_TIMEOUT=%q DEEPSPEED_TIMEOUT=%q", c.deepgo, c.deepspeed)
 	}
 }
 
@@ -325,7 +302,5 @@ func waitStackOK(cond func(stacks string) bool) bool {
 // waitStack is waitStackOK failing the test when cond never holds.
 func waitStack(t *testing.T, what string, cond func(stacks string) bool) {
 	t.Helper()
-	if !waitStackOK(cond) {
-		t.Fatalf("waited a minute for %s", what)
-	}
+	require.True(t, waitStackOK(cond), "waited a minute for %s", what)
 }

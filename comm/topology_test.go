@@ -3,14 +3,15 @@ package comm
 import (
 	"fmt"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Golden values from DeepSpeed's tests/unit/runtime/pipe/test_topology.py.
 func TestGridDeepSpeedMapping(t *testing.T) {
 	g, err := PipeModelDataGrid(2, 2, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cases := []struct {
 		axes []string
 		want string
@@ -23,26 +24,19 @@ func TestGridDeepSpeedMapping(t *testing.T) {
 	}
 	for _, c := range cases {
 		got, err := g.Groups(c.axes...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fmt.Sprint(got) != c.want {
-			t.Errorf("Groups(%v) = %v, want %s", c.axes, got, c.want)
-		}
+		require.NoError(t, err)
+		assert.Equal(t, c.want, fmt.Sprint(got), "Groups(%v)", c.axes)
 	}
 	// rank = pipe*4 + data*2 + model
 	for r := range 8 {
 		c := g.Coord(r)
-		if back, _ := g.Rank(c...); back != r || c[0] != r/4 || c[1] != r/2%2 || c[2] != r%2 {
-			t.Errorf("Coord(%d) = %v (Rank back %d)", r, c, back)
-		}
+		back, _ := g.Rank(c...)
+		assert.Equal(t, []int{r / 4, r / 2 % 2, r % 2}, c, "Coord(%d)", r)
+		assert.Equal(t, r, back, "Rank(Coord(%d))", r)
 	}
-	if n, _ := g.Neighbor(5, AxisPipe, 1); n != 1 {
-		t.Errorf("next pipe stage of 5 = %d, want 1 (wraps)", n)
-	}
-	if s := g.GroupName(5, AxisData); s != "data[pipe=1,model=1]" {
-		t.Errorf("GroupName = %q", s)
-	}
+	n, _ := g.Neighbor(5, AxisPipe, 1)
+	assert.Equal(t, 1, n, "next pipe stage of 5 (wraps)")
+	assert.Equal(t, "data[pipe=1,model=1]", g.GroupName(5, AxisData), "GroupName")
 }
 
 func TestGridErrors(t *testing.T) {
@@ -50,15 +44,12 @@ func TestGridErrors(t *testing.T) {
 		axes []string
 		dims []int
 	}{{nil, nil}, {[]string{"a", "a"}, []int{1, 1}}, {[]string{"a"}, []int{0}}, {[]string{"a"}, []int{1, 2}}} {
-		if _, err := NewGrid(c.axes, c.dims); err == nil {
-			t.Errorf("NewGrid(%v, %v) succeeded", c.axes, c.dims)
-		}
+		_, err := NewGrid(c.axes, c.dims)
+		assert.Error(t, err, "NewGrid(%v, %v) succeeded", c.axes, c.dims)
 	}
 	g, _ := PipeDataGrid(2, 3)
-	if _, err := g.Groups("model"); err == nil {
-		t.Error("Groups on a missing axis succeeded")
-	}
-	if _, err := g.Rank(2, 0); err == nil {
-		t.Error("Rank out of range succeeded")
-	}
+	_, err := g.Groups("model")
+	assert.Error(t, err, "Groups on a missing axis succeeded")
+	_, err = g.Rank(2, 0)
+	assert.Error(t, err, "Rank out of range succeeded")
 }

@@ -3,12 +3,12 @@ package comm_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
+	"github.com/stretchr/testify/require"
 )
 
 func TestWaitDone(t *testing.T) {
@@ -33,17 +33,16 @@ func TestWaitDone(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := comm.WaitDone(tc.ctx, tc.done, func() error { return outcome }, comm.OpAllGather, "data[pipe=0]", 3)
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("%v, want %v", err, tc.want)
-			}
+			require.ErrorIs(t, err, tc.want)
 			if tc.want == outcome {
 				return
 			}
 			var ce *comm.Error
-			if !errors.As(err, &ce) || ce.Op != "AllGather" || ce.Group != "data[pipe=0]" || ce.Rank != 3 ||
-				!strings.Contains(err.Error(), "Wait gave up, the operation continues") {
-				t.Fatalf("%v (%#v), want a *comm.Error for AllGather on data[pipe=0], rank 3", err, ce)
-			}
+			require.ErrorAs(t, err, &ce, "want a *comm.Error")
+			require.Equal(t, "AllGather", ce.Op, "%v", err)
+			require.Equal(t, "data[pipe=0]", ce.Group, "%v", err)
+			require.Equal(t, 3, ce.Rank, "%v", err)
+			require.ErrorContains(t, err, "Wait gave up, the operation continues")
 		})
 	}
 }
@@ -52,20 +51,12 @@ func TestWaitDone(t *testing.T) {
 // its outcome once the other rank joins.
 func TestWaitGivesUpOperationContinues(t *testing.T) {
 	w, err := local.NewWorld(2, local.Options{Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer w.Close()
 	work := w.Comm(0).BarrierAsync(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if err := work.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Wait before rank 1 joined: %v, want it to give up", err)
-	}
-	if err := w.Comm(1).Barrier(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := work.Wait(context.Background()); err != nil {
-		t.Fatalf("Wait after rank 1 joined: %v", err)
-	}
+	require.ErrorIs(t, work.Wait(ctx), context.DeadlineExceeded, "Wait before rank 1 joined: want it to give up")
+	require.NoError(t, w.Comm(1).Barrier(context.Background()))
+	require.NoError(t, work.Wait(context.Background()), "Wait after rank 1 joined")
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // FuzzPartitionLayers feeds arbitrary partition methods (DeepSpeed's
@@ -46,51 +48,38 @@ func FuzzPartitionLayers(f *testing.F) {
 		var pe *PartitionError
 		switch {
 		case numStages < 1:
-			if !errors.Is(err, ErrInvalidArgument) {
-				t.Fatalf("numStages %d: error %v, want ErrInvalidArgument", numStages, err)
-			}
+			require.ErrorIs(t, err, ErrInvalidArgument, "numStages %d", numStages)
 			return
 		case !known:
-			if !errors.Is(err, ErrMethodNotImplemented) || !errors.As(err, &pe) {
-				t.Fatalf("method %q: error %v, want ErrMethodNotImplemented", method, err)
-			}
+			require.ErrorIs(t, err, ErrMethodNotImplemented, "method %q", method)
+			require.ErrorAs(t, err, &pe, "method %q", method)
 			return
 		case err != nil:
 			isType := errors.Is(err, ErrNoLayersMatched) || errors.Is(err, ErrBadLayerRegex)
-			if !strings.HasPrefix(lower, "type:") || !isType || !errors.As(err, &pe) {
-				t.Fatalf("method %q on %d layers, %d stages: %v", method, len(layers), numStages, err)
-			}
+			require.True(t, strings.HasPrefix(lower, "type:") && isType, "method %q on %d layers, %d stages: %v", method, len(layers), numStages, err)
+			require.ErrorAs(t, err, &pe, "method %q on %d layers, %d stages", method, len(layers), numStages)
 			return
 		}
-		if p.Method != lower {
-			t.Fatalf("Method %q, want %q", p.Method, lower)
-		}
-		if len(p.Parts) != numStages+1 || p.Parts[0] != 0 || p.Parts[numStages] != len(layers) {
-			t.Fatalf("method %q, %d layers, %d stages: parts %v", method, len(layers), numStages, p.Parts)
-		}
+		require.Equal(t, lower, p.Method, "Method")
+		require.Len(t, p.Parts, numStages+1, "method %q, %d layers, %d stages: parts %v", method, len(layers), numStages, p.Parts)
+		require.Equal(t, 0, p.Parts[0], "method %q, %d layers, %d stages: parts %v", method, len(layers), numStages, p.Parts)
+		require.Equal(t, len(layers), p.Parts[numStages], "method %q, %d layers, %d stages: parts %v", method, len(layers), numStages, p.Parts)
 		for s := range numStages {
-			if lo, hi := p.StageBounds(s); lo > hi {
-				t.Fatalf("method %q: stage %d owns [%d, %d): parts %v", method, s, lo, hi, p.Parts)
-			}
+			lo, hi := p.StageBounds(s)
+			require.LessOrEqual(t, lo, hi, "method %q: stage %d owns [%d, %d): parts %v", method, s, lo, hi, p.Parts)
 		}
 		switch {
 		case lower == "uniform":
-			if p.Weights != nil {
-				t.Fatalf("uniform partition has weights %v", p.Weights)
-			}
+			require.Nil(t, p.Weights, "uniform partition has weights")
 		case len(p.Weights) != len(layers):
-			t.Fatalf("method %q: %d weights for %d layers", method, len(p.Weights), len(layers))
+			require.Failf(t, "weights not one per layer", "method %q: %d weights for %d layers", method, len(p.Weights), len(layers))
 		case lower != "parameters":
 			ones := 0
 			for i, w := range p.Weights {
-				if w != 0 && w != 1 || w == 1 && layers[i].Kind == LayerFunction && layers[i].Type == "" {
-					t.Fatalf("method %q: weight %v for layer %+v", method, w, layers[i])
-				}
+				require.False(t, w != 0 && w != 1 || w == 1 && layers[i].Kind == LayerFunction && layers[i].Type == "", "method %q: weight %v for layer %+v", method, w, layers[i])
 				ones += int(w)
 			}
-			if ones == 0 {
-				t.Fatalf("method %q: succeeded with no layer matched", method)
-			}
+			require.NotZero(t, ones, "method %q: succeeded with no layer matched", method)
 		}
 	})
 }

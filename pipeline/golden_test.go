@@ -1,13 +1,14 @@
 package pipeline
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/internal/shareddata"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 type goldenInstruction struct {
@@ -68,26 +69,19 @@ func TestGoldenPipeSchedules(t *testing.T) {
 		case "InferenceSchedule":
 			ctor = NewInferenceSchedule
 		default:
-			t.Errorf("%s: unknown schedule", name)
+			assert.Failf(t, "unknown schedule", "%s", name)
 			continue
 		}
 		s, err := ctor(r.MicroBatches, r.Stages, r.StageID)
-		if err != nil {
-			t.Errorf("%s: %v", name, err)
+		if !assert.NoError(t, err, name) {
 			continue
 		}
-		ok := true
-		if got := s.NumPipeBuffers(); got != r.NumPipeBuffers {
-			t.Errorf("%s: NumPipeBuffers = %d, want %d", name, got, r.NumPipeBuffers)
-			ok = false
-		}
+		ok := assert.Equal(t, r.NumPipeBuffers, s.NumPipeBuffers(), "%s: NumPipeBuffers", name)
 		got, want := reprSteps(s.Steps()), r.reprSteps()
-		if len(want) != r.NumSteps {
-			t.Fatalf("%s: golden record inconsistent: num_steps %d, %d steps", name, r.NumSteps, len(want))
-		}
-		if !slices.Equal(got, want) {
+		require.Len(t, want, r.NumSteps, "%s: golden record inconsistent", name)
+		// slices.Equal, as before: an empty schedule equals a nil one.
+		if !assert.True(t, slices.Equal(got, want), "%s: steps differ\n got: %s\nwant: %s", name, strings.Join(got, " "), strings.Join(want, " ")) {
 			ok = false
-			t.Errorf("%s: steps differ\n got: %s\nwant: %s", name, strings.Join(got, " "), strings.Join(want, " "))
 		}
 		if ok {
 			matched[r.Schedule]++
@@ -132,9 +126,7 @@ func goldenLayers(t *testing.T, in []goldenLayer) []Layer {
 	out := make([]Layer, len(in))
 	for i, l := range in {
 		kind, ok := map[string]LayerKind{"LayerSpec": LayerSpec, "Module": LayerModule, "function": LayerFunction}[l.Kind]
-		if !ok {
-			t.Fatalf("unknown layer kind %q", l.Kind)
-		}
+		require.True(t, ok, "unknown layer kind %q", l.Kind)
 		out[i] = Layer{Kind: kind, Type: l.Type, TrainableParams: l.TrainableParams}
 	}
 	return out
@@ -155,20 +147,14 @@ func TestGoldenPartitions(t *testing.T) {
 		switch r.Fn {
 		case "partition_uniform":
 			got, err := PartitionUniform(r.NumItems, r.NumParts)
-			ok = err == nil && slices.Equal(got, r.Parts)
-			if !ok {
-				t.Errorf("%s: PartitionUniform(%d, %d) = %v, %v; want %v", name, r.NumItems, r.NumParts, got, err, r.Parts)
-			}
+			ok = assert.True(t, err == nil && slices.Equal(got, r.Parts), "%s: PartitionUniform(%d, %d) = %v, %v; want %v", name, r.NumItems, r.NumParts, got, err, r.Parts)
 		case "partition_balanced":
 			got, err := PartitionBalanced(r.Weights, r.NumParts)
-			ok = err == nil && slices.Equal(got, r.Parts)
-			if !ok {
-				t.Errorf("%s: PartitionBalanced(%v, %d) = %v, %v; want %v", name, r.Weights, r.NumParts, got, err, r.Parts)
-			}
+			ok = assert.True(t, err == nil && slices.Equal(got, r.Parts), "%s: PartitionBalanced(%v, %d) = %v, %v; want %v", name, r.Weights, r.NumParts, got, err, r.Parts)
 		case "PipelineModule._partition_layers":
 			ok = checkPartitionLayers(t, name, r)
 		default:
-			t.Errorf("%s: unknown fn", name)
+			assert.Failf(t, "unknown fn", "%s", name)
 		}
 		if ok {
 			matched[kind]++
@@ -188,43 +174,24 @@ func checkPartitionLayers(t *testing.T, name string, r partitionRecord) bool {
 	p, err := PartitionLayers(r.Method, goldenLayers(t, r.Layers), r.NumStages)
 	if r.Error != nil {
 		want, known := pythonErrorKind[r.Error.Type]
+		// && stops at the first failed check, as the old switch did.
 		var pe *PartitionError
-		switch {
-		case !known:
-			t.Errorf("%s: golden error type %q has no Go counterpart", name, r.Error.Type)
-		case err == nil:
-			t.Errorf("%s: PartitionLayers(%q) = %v, want %s %q", name, r.Method, p.Parts, r.Error.Type, r.Error.Message)
-		case !errors.Is(err, want) || !errors.As(err, &pe):
-			t.Errorf("%s: error %v, want one wrapping %v", name, err, want)
-		case pe.Msg != r.Error.Message:
-			t.Errorf("%s: message %q, want %q", name, pe.Msg, r.Error.Message)
-		default:
-			return true
-		}
+		return assert.True(t, known, "%s: golden error type %q has no Go counterpart", name, r.Error.Type) &&
+			assert.Error(t, err, "%s: PartitionLayers(%q) succeeded, want %s %q", name, r.Method, r.Error.Type, r.Error.Message) &&
+			assert.ErrorIs(t, err, want, name) &&
+			assert.ErrorAs(t, err, &pe, name) &&
+			assert.Equal(t, r.Error.Message, pe.Msg, "%s: message", name)
+	}
+	if !assert.NoError(t, err, "%s: PartitionLayers(%q)", name, r.Method) {
 		return false
 	}
-	if err != nil {
-		t.Errorf("%s: PartitionLayers(%q): %v", name, r.Method, err)
-		return false
-	}
-	ok := true
-	if !slices.Equal(p.Weights, r.Weights) {
-		t.Errorf("%s: weights %v, want %v", name, p.Weights, r.Weights)
-		ok = false
-	}
-	if !slices.Equal(p.Parts, r.Parts) {
-		t.Errorf("%s: parts %v, want %v", name, p.Parts, r.Parts)
-		ok = false
-	}
-	if len(r.StageBounds) != r.NumStages {
-		t.Errorf("%s: golden has %d stage bounds for %d stages", name, len(r.StageBounds), r.NumStages)
-		ok = false
-	}
+	// slices.Equal, as before: a nil slice equals an empty one.
+	ok := assert.True(t, slices.Equal(p.Weights, r.Weights), "%s: weights %v, want %v", name, p.Weights, r.Weights)
+	ok = assert.True(t, slices.Equal(p.Parts, r.Parts), "%s: parts %v, want %v", name, p.Parts, r.Parts) && ok
+	ok = assert.Len(t, r.StageBounds, r.NumStages, "%s: golden stage bounds", name) && ok
 	for s, b := range r.StageBounds {
-		if start, stop := p.StageBounds(s); start != b[0] || stop != b[1] {
-			t.Errorf("%s: stage %d bounds [%d, %d), want %v", name, s, start, stop, b)
-			ok = false
-		}
+		start, stop := p.StageBounds(s)
+		ok = assert.Equal(t, b, [2]int{start, stop}, "%s: stage %d bounds", name, s) && ok
 	}
 	return ok
 }

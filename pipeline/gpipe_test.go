@@ -4,6 +4,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestGPipeShape(t *testing.T) {
@@ -21,15 +24,9 @@ func TestGPipeShape(t *testing.T) {
 	}
 	for _, tt := range tests {
 		s, err := NewGPipeSchedule(tt.microBatches, tt.stages, tt.stageID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := s.NumPipeBuffers(); got != tt.wantBuffers {
-			t.Errorf("mb=%d stages=%d stage=%d: NumPipeBuffers = %d, want %d", tt.microBatches, tt.stages, tt.stageID, got, tt.wantBuffers)
-		}
-		if got := len(s.Steps()); got != tt.wantSteps {
-			t.Errorf("mb=%d stages=%d stage=%d: %d steps, want %d", tt.microBatches, tt.stages, tt.stageID, got, tt.wantSteps)
-		}
+		require.NoError(t, err)
+		assert.Equal(t, tt.wantBuffers, s.NumPipeBuffers(), "mb=%d stages=%d stage=%d: NumPipeBuffers", tt.microBatches, tt.stages, tt.stageID)
+		assert.Len(t, s.Steps(), tt.wantSteps, "mb=%d stages=%d stage=%d: steps", tt.microBatches, tt.stages, tt.stageID)
 	}
 }
 
@@ -55,12 +52,9 @@ func TestGPipeSteps(t *testing.T) {
 	}
 	for stage, w := range want {
 		s, err := NewGPipeSchedule(2, 2, stage)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := reprSteps(s.Steps()); !slices.Equal(got, w) {
-			t.Errorf("stage %d:\n got %s\nwant %s", stage, strings.Join(got, "\n     "), strings.Join(w, "\n     "))
-		}
+		require.NoError(t, err)
+		got := reprSteps(s.Steps())
+		assert.True(t, slices.Equal(got, w), "stage %d:\n got %s\nwant %s", stage, strings.Join(got, "\n     "), strings.Join(w, "\n     "))
 	}
 }
 
@@ -72,20 +66,16 @@ func TestGPipePhases(t *testing.T) {
 		for mb := 1; mb <= 8; mb++ {
 			for id := range stages {
 				s, err := NewGPipeSchedule(mb, stages, id)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				var fwd, bwd []int
 				for _, step := range s.Steps() {
 					for _, in := range step {
-						if in.Op.HasBuffer() && in.BufferID != in.MicroBatch {
-							t.Errorf("mb=%d stages=%d stage=%d: %v holds micro-batch %d", mb, stages, id, in, in.MicroBatch)
+						if in.Op.HasBuffer() {
+							assert.Equal(t, in.MicroBatch, in.BufferID, "mb=%d stages=%d stage=%d: %v holds micro-batch %d", mb, stages, id, in, in.MicroBatch)
 						}
 						switch in.Op {
 						case ForwardPass:
-							if len(bwd) > 0 {
-								t.Errorf("mb=%d stages=%d stage=%d: forward %d after a backward", mb, stages, id, in.MicroBatch)
-							}
+							assert.Empty(t, bwd, "mb=%d stages=%d stage=%d: forward %d after a backward", mb, stages, id, in.MicroBatch)
 							fwd = append(fwd, in.MicroBatch)
 						case BackwardPass:
 							bwd = append(bwd, in.MicroBatch)
@@ -96,9 +86,7 @@ func TestGPipePhases(t *testing.T) {
 				for i := range want {
 					want[i] = i
 				}
-				if !slices.Equal(fwd, want) || !slices.Equal(bwd, want) {
-					t.Errorf("mb=%d stages=%d stage=%d: forwards %v, backwards %v, want %v each", mb, stages, id, fwd, bwd, want)
-				}
+				assert.True(t, slices.Equal(fwd, want) && slices.Equal(bwd, want), "mb=%d stages=%d stage=%d: forwards %v, backwards %v, want %v each", mb, stages, id, fwd, bwd, want)
 			}
 		}
 	}
@@ -112,9 +100,7 @@ func TestGPipeNeedsEveryBuffer(t *testing.T) {
 		scheds := make([]Schedule, stages)
 		for s := range stages {
 			sc, err := NewGPipeSchedule(mb, stages, s)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			steps := sc.Steps()
 			n := sc.NumPipeBuffers() - 1
 			for _, step := range steps {
@@ -126,8 +112,6 @@ func TestGPipeNeedsEveryBuffer(t *testing.T) {
 			}
 			scheds[s] = fixedSchedule{steps, n}
 		}
-		if err := simulate(scheds, mb, true); err == nil || !strings.Contains(err.Error(), "still holds live") {
-			t.Errorf("mb=%d: with %d buffers got %v, want a live-buffer overwrite", mb, mb-1, err)
-		}
+		assert.ErrorContains(t, simulate(scheds, mb, true), "still holds live", "mb=%d: with %d buffers: want a live-buffer overwrite", mb, mb-1)
 	}
 }

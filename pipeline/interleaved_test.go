@@ -1,11 +1,13 @@
 package pipeline
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func interleavedPipeline(t *testing.T, virtual, microBatches, stages int) []Schedule {
@@ -13,9 +15,8 @@ func interleavedPipeline(t *testing.T, virtual, microBatches, stages int) []Sche
 	scheds := make([]Schedule, stages)
 	for s := range stages {
 		var err error
-		if scheds[s], err = NewInterleavedSchedule(virtual, microBatches, stages, s); err != nil {
-			t.Fatal(err)
-		}
+		scheds[s], err = NewInterleavedSchedule(virtual, microBatches, stages, s)
+		require.NoError(t, err)
 	}
 	return scheds
 }
@@ -66,9 +67,7 @@ func computeOrder(t *testing.T, sc Schedule) []string {
 				n++
 			}
 		}
-		if n > 1 {
-			t.Errorf("step %d runs %d passes: %v", i, n, step)
-		}
+		assert.LessOrEqual(t, n, 1, "step %d runs %d passes: %v", i, n, step)
 	}
 	return out
 }
@@ -111,20 +110,14 @@ func checkInterleaved(t *testing.T, virtual, mb, stages int) {
 	name := fmt.Sprintf("stages=%d virtual=%d micro_batches=%d", stages, virtual, mb)
 	scheds := interleavedPipeline(t, virtual, mb, stages)
 	peaks, err := simulateChunks(scheds, mb, virtual, true)
-	if err != nil {
-		t.Errorf("%s: %v", name, err)
+	if !assert.NoError(t, err, name) {
 		return
 	}
 	for s, sc := range scheds {
-		if got := sc.NumPipeBuffers(); peaks[s] != got {
-			t.Errorf("%s stage %d: NumPipeBuffers = %d, simulator peak %d", name, s, got, peaks[s])
-		}
-		if got, want := computeOrder(t, sc), megatronOrder(virtual, mb, stages, s); !slices.Equal(got, want) {
-			t.Errorf("%s stage %d: compute order\n got %v\nwant %v", name, s, got, want)
-		}
-		if got, want := len(sc.Steps()), 2*mb*virtual+2*(stages-1); got != want {
-			t.Errorf("%s stage %d: %d steps, want %d (2*micro_batches*virtual + a bubble of 2*(stages-1))", name, s, got, want)
-		}
+		assert.Equal(t, peaks[s], sc.NumPipeBuffers(), "%s stage %d: NumPipeBuffers against the simulator peak", name, s)
+		got, want := computeOrder(t, sc), megatronOrder(virtual, mb, stages, s)
+		assert.True(t, slices.Equal(got, want), "%s stage %d: compute order\n got %v\nwant %v", name, s, got, want)
+		assert.Len(t, sc.Steps(), 2*mb*virtual+2*(stages-1), "%s stage %d: steps, want 2*micro_batches*virtual + a bubble of 2*(stages-1)", name, s)
 	}
 }
 
@@ -149,23 +142,15 @@ func TestInterleavedWarmup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		for s, want := range tt.warmup {
-			if got := interleavedWarmup(tt.virtual, tt.microBatches, tt.stages, s); got != want {
-				t.Errorf("virtual=%d mb=%d stages=%d stage %d: warmup %d, want %d", tt.virtual, tt.microBatches, tt.stages, s, got, want)
-			}
+			assert.Equal(t, want, interleavedWarmup(tt.virtual, tt.microBatches, tt.stages, s), "virtual=%d mb=%d stages=%d stage %d: warmup", tt.virtual, tt.microBatches, tt.stages, s)
 			sc, err := NewInterleavedSchedule(tt.virtual, tt.microBatches, tt.stages, s)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			order := computeOrder(t, sc)
 			firstB := slices.IndexFunc(order, func(p string) bool { return p[0] == 'B' })
 			// The steady state opens with a forward, so warmup+1 forwards
 			// precede the first backward unless the warmup is everything.
-			if wantF := min(want+1, tt.microBatches*tt.virtual); firstB != wantF {
-				t.Errorf("virtual=%d mb=%d stages=%d stage %d: %d forwards before the first backward, want %d", tt.virtual, tt.microBatches, tt.stages, s, firstB, wantF)
-			}
-			if got, wantBuf := sc.NumPipeBuffers(), min(want+1, tt.microBatches*tt.virtual); got != wantBuf {
-				t.Errorf("virtual=%d mb=%d stages=%d stage %d: NumPipeBuffers %d, want %d", tt.virtual, tt.microBatches, tt.stages, s, got, wantBuf)
-			}
+			assert.Equal(t, min(want+1, tt.microBatches*tt.virtual), firstB, "virtual=%d mb=%d stages=%d stage %d: forwards before the first backward", tt.virtual, tt.microBatches, tt.stages, s)
+			assert.Equal(t, min(want+1, tt.microBatches*tt.virtual), sc.NumPipeBuffers(), "virtual=%d mb=%d stages=%d stage %d: NumPipeBuffers", tt.virtual, tt.microBatches, tt.stages, s)
 		}
 	}
 }
@@ -178,8 +163,7 @@ func TestInterleavedOneChunk(t *testing.T) {
 	for stages := 1; stages <= 4; stages++ {
 		for mb := stages; mb <= 8; mb += stages {
 			scheds := interleavedPipeline(t, 1, mb, stages)
-			if _, err := simulateChunks(scheds, mb, 1, true); err != nil {
-				t.Errorf("stages=%d mb=%d: %v", stages, mb, err)
+			if _, err := simulateChunks(scheds, mb, 1, true); !assert.NoError(t, err, "stages=%d mb=%d", stages, mb) {
 				continue
 			}
 			for s, sc := range scheds {
@@ -194,13 +178,10 @@ func TestInterleavedOneChunk(t *testing.T) {
 				for i := mb - warmup; i < mb; i++ {
 					want = append(want, fmt.Sprintf("B %d.0", i))
 				}
-				if got := computeOrder(t, sc); !slices.Equal(got, want) {
-					t.Errorf("stages=%d mb=%d stage %d: order %v, want %v", stages, mb, s, got, want)
-				}
+				got := computeOrder(t, sc)
+				assert.True(t, slices.Equal(got, want), "stages=%d mb=%d stage %d: order %v, want %v", stages, mb, s, got, want)
 				for _, line := range reprSteps(sc.Steps()) {
-					if strings.Contains(line, "chunk") {
-						t.Errorf("stages=%d mb=%d stage %d: chunk annotation in %s", stages, mb, s, line)
-					}
+					assert.NotContains(t, line, "chunk", "stages=%d mb=%d stage %d: chunk annotation", stages, mb, s)
 				}
 			}
 		}
@@ -221,24 +202,23 @@ func TestInterleavedArgumentErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := NewInterleavedSchedule(tt.virtual, tt.microBatches, tt.stages, tt.stageID)
-		if !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("NewInterleavedSchedule(%d, %d, %d, %d) error = %v, want ErrInvalidArgument", tt.virtual, tt.microBatches, tt.stages, tt.stageID, err)
+		if !assert.ErrorIs(t, err, ErrInvalidArgument, "NewInterleavedSchedule(%d, %d, %d, %d)", tt.virtual, tt.microBatches, tt.stages, tt.stageID) {
 			continue
 		}
 		for _, a := range tt.wantArgs {
-			if !strings.Contains(err.Error(), a) {
-				t.Errorf("NewInterleavedSchedule(%d, %d, %d, %d) error %q does not name %s", tt.virtual, tt.microBatches, tt.stages, tt.stageID, err, a)
-			}
+			assert.ErrorContains(t, err, a, "NewInterleavedSchedule(%d, %d, %d, %d)", tt.virtual, tt.microBatches, tt.stages, tt.stageID)
 		}
 	}
 	// Through NewTraining, as the config reaches it.
-	if _, err := NewTraining("Interleaved", 2, 6, 4, 0); !errors.Is(err, ErrInvalidArgument) ||
-		!strings.Contains(err.Error(), "microBatches") || !strings.Contains(err.Error(), "stages") {
-		t.Errorf("NewTraining(Interleaved, 2, 6, 4, 0) error = %v, want one naming microBatches and stages", err)
+	_, err := NewTraining("Interleaved", 2, 6, 4, 0)
+	if assert.ErrorIs(t, err, ErrInvalidArgument, "NewTraining(Interleaved, 2, 6, 4, 0)") {
+		assert.ErrorContains(t, err, "microBatches", "NewTraining(Interleaved, 2, 6, 4, 0)")
+		assert.ErrorContains(t, err, "stages", "NewTraining(Interleaved, 2, 6, 4, 0)")
 	}
 	for _, v := range []int{0, 1} {
-		if _, err := NewTraining("Interleaved", v, 4, 2, 0); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "virtual_stages") {
-			t.Errorf("NewTraining(Interleaved, %d) error = %v, want one naming virtual_stages", v, err)
+		_, err := NewTraining("Interleaved", v, 4, 2, 0)
+		if assert.ErrorIs(t, err, ErrInvalidArgument, "NewTraining(Interleaved, %d)", v) {
+			assert.ErrorContains(t, err, "virtual_stages", "NewTraining(Interleaved, %d)", v)
 		}
 	}
 }
@@ -253,30 +233,22 @@ func TestInstructionStringChunk(t *testing.T) {
 		{Instruction{Op: OptimizerStep, BufferID: -1, MicroBatch: -1}, "OptimizerStep()"},
 	}
 	for _, tt := range tests {
-		if got := tt.in.String(); got != tt.want {
-			t.Errorf("%#v.String() = %q, want %q", tt.in, got, tt.want)
-		}
+		assert.Equal(t, tt.want, tt.in.String(), "%#v.String()", tt.in)
 	}
 }
 
 func TestInterleavedStepsFreshAndNonNil(t *testing.T) {
 	s, err := NewInterleavedSchedule(2, 4, 4, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	a := s.Steps()
 	before := strings.Join(reprSteps(a), "")
 	for i, step := range a {
-		if step == nil {
-			t.Errorf("step %d is nil", i)
-		}
+		assert.NotNil(t, step, "step %d is nil", i)
 		for j := range step {
 			step[j].Op = OptimizerStep
 		}
 	}
-	if after := strings.Join(reprSteps(s.Steps()), ""); after != before {
-		t.Error("mutating Steps() changed the schedule")
-	}
+	assert.Equal(t, before, strings.Join(reprSteps(s.Steps()), ""), "mutating Steps() changed the schedule")
 }
 
 // TestInterleavedSteps pins a small pipeline's whole instruction stream:
@@ -310,12 +282,9 @@ func TestInterleavedSteps(t *testing.T) {
 	}
 	for stage, w := range want {
 		s, err := NewInterleavedSchedule(2, 2, 2, stage)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := reprSteps(s.Steps()); !slices.Equal(got, w) {
-			t.Errorf("stage %d:\n got %s\nwant %s", stage, strings.Join(got, "\n     "), strings.Join(w, "\n     "))
-		}
+		require.NoError(t, err)
+		got := reprSteps(s.Steps())
+		assert.True(t, slices.Equal(got, w), "stage %d:\n got %s\nwant %s", stage, strings.Join(got, "\n     "), strings.Join(w, "\n     "))
 	}
 }
 
@@ -375,12 +344,8 @@ func TestSimulatorCatchesBrokenInterleaved(t *testing.T) {
 			scheds[s] = fixedSchedule{steps[s], nbuf[s]}
 		}
 		_, err := simulateChunks(scheds, mb, virtual, true)
-		switch {
-		case err == nil:
-			t.Errorf("%s: simulator accepted a broken schedule", c.name)
-		case !strings.Contains(err.Error(), c.wantInMessage):
-			t.Errorf("%s: error %q does not mention %q", c.name, err, c.wantInMessage)
-		default:
+		if assert.Error(t, err, "%s: simulator accepted a broken schedule", c.name) &&
+			assert.ErrorContains(t, err, c.wantInMessage, c.name) {
 			t.Logf("%s: %v", c.name, err)
 		}
 	}

@@ -1,11 +1,11 @@
 package pipeline
 
 import (
-	"errors"
 	"math"
 	"slices"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestPartitionUniform(t *testing.T) {
@@ -21,8 +21,9 @@ func TestPartitionUniform(t *testing.T) {
 		{12, 3, []int{0, 4, 8, 12}},
 	}
 	for _, tt := range tests {
-		if got, err := PartitionUniform(tt.items, tt.parts); err != nil || !slices.Equal(got, tt.want) {
-			t.Errorf("PartitionUniform(%d, %d) = %v, %v; want %v", tt.items, tt.parts, got, err, tt.want)
+		got, err := PartitionUniform(tt.items, tt.parts)
+		if assert.NoError(t, err, "PartitionUniform(%d, %d)", tt.items, tt.parts) {
+			assert.Equal(t, tt.want, got, "PartitionUniform(%d, %d)", tt.items, tt.parts)
 		}
 	}
 }
@@ -43,8 +44,9 @@ func TestPartitionBalanced(t *testing.T) {
 		{[]float64{0, 0, 0, 0}, 2, []int{0, 3, 4}},
 	}
 	for _, tt := range tests {
-		if got, err := PartitionBalanced(tt.weights, tt.parts); err != nil || !slices.Equal(got, tt.want) {
-			t.Errorf("PartitionBalanced(%v, %d) = %v, %v; want %v", tt.weights, tt.parts, got, err, tt.want)
+		got, err := PartitionBalanced(tt.weights, tt.parts)
+		if assert.NoError(t, err, "PartitionBalanced(%v, %d)", tt.weights, tt.parts) {
+			assert.Equal(t, tt.want, got, "PartitionBalanced(%v, %d)", tt.weights, tt.parts)
 		}
 	}
 }
@@ -52,8 +54,8 @@ func TestPartitionBalanced(t *testing.T) {
 func TestPartitionArgumentErrors(t *testing.T) {
 	check := func(call string, err error, arg string) {
 		t.Helper()
-		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), arg) {
-			t.Errorf("%s: error %v, want ErrInvalidArgument naming %s", call, err, arg)
+		if assert.ErrorIs(t, err, ErrInvalidArgument, call) {
+			assert.ErrorContains(t, err, arg, call)
 		}
 	}
 	_, err := PartitionUniform(-1, 2)
@@ -100,14 +102,18 @@ func TestPartitionLayers(t *testing.T) {
 		p, err := PartitionLayers(tt.method, layers, 2)
 		if tt.wantErr != nil {
 			var pe *PartitionError
-			if !errors.Is(err, tt.wantErr) || !errors.As(err, &pe) || tt.wantMsg != "" && pe.Msg != tt.wantMsg {
-				t.Errorf("PartitionLayers(%q): error %v, want %v %q", tt.method, err, tt.wantErr, tt.wantMsg)
+			if assert.ErrorIs(t, err, tt.wantErr, "PartitionLayers(%q)", tt.method) &&
+				assert.ErrorAs(t, err, &pe, "PartitionLayers(%q)", tt.method) && tt.wantMsg != "" {
+				assert.Equal(t, tt.wantMsg, pe.Msg, "PartitionLayers(%q)", tt.method)
 			}
 			continue
 		}
-		if err != nil || p.Method != tt.wantMethod || !slices.Equal(p.Weights, tt.wantWeights) || !slices.Equal(p.Parts, tt.wantParts) {
-			t.Errorf("PartitionLayers(%q) = %+v, %v; want method %q weights %v parts %v",
-				tt.method, p, err, tt.wantMethod, tt.wantWeights, tt.wantParts)
+		if !assert.NoError(t, err, "PartitionLayers(%q)", tt.method) {
+			continue
 		}
+		assert.Equal(t, tt.wantMethod, p.Method, "PartitionLayers(%q) = %+v", tt.method, p)
+		// slices.Equal, as before: a nil slice equals an empty one.
+		assert.True(t, slices.Equal(p.Weights, tt.wantWeights), "PartitionLayers(%q) = %+v; want weights %v", tt.method, p, tt.wantWeights)
+		assert.True(t, slices.Equal(p.Parts, tt.wantParts), "PartitionLayers(%q) = %+v; want parts %v", tt.method, p, tt.wantParts)
 	}
 }

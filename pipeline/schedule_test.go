@@ -1,9 +1,10 @@
 package pipeline
 
 import (
-	"errors"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestScheduleArgumentErrors(t *testing.T) {
@@ -23,9 +24,8 @@ func TestScheduleArgumentErrors(t *testing.T) {
 	for name, ctor := range ctors {
 		for _, tt := range tests {
 			_, err := ctor(tt.microBatches, tt.stages, tt.stageID)
-			if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tt.wantArg) {
-				t.Errorf("%s(%d, %d, %d) error = %v, want ErrInvalidArgument naming %s",
-					name, tt.microBatches, tt.stages, tt.stageID, err, tt.wantArg)
+			if assert.ErrorIs(t, err, ErrInvalidArgument, "%s(%d, %d, %d)", name, tt.microBatches, tt.stages, tt.stageID) {
+				assert.ErrorContains(t, err, tt.wantArg, "%s(%d, %d, %d)", name, tt.microBatches, tt.stages, tt.stageID)
 			}
 		}
 	}
@@ -54,19 +54,16 @@ func TestNewTraining(t *testing.T) {
 	for _, tt := range tests {
 		s, err := NewTraining(tt.kind, tt.virtual, 4, 2, 1)
 		if tt.wantErr != nil {
-			if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.wantArg) {
-				t.Errorf("NewTraining(%q, %d): error %v, want %v naming %q", tt.kind, tt.virtual, err, tt.wantErr, tt.wantArg)
+			if assert.ErrorIs(t, err, tt.wantErr, "NewTraining(%q, %d)", tt.kind, tt.virtual) {
+				assert.ErrorContains(t, err, tt.wantArg, "NewTraining(%q, %d)", tt.kind, tt.virtual)
 			}
 			continue
 		}
-		if err != nil {
-			t.Errorf("NewTraining(%q, %d): %v", tt.kind, tt.virtual, err)
+		if !assert.NoError(t, err, "NewTraining(%q, %d)", tt.kind, tt.virtual) {
 			continue
 		}
 		want, _ := tt.same(4, 2, 1)
-		if strings.Join(reprSteps(s.Steps()), "") != strings.Join(reprSteps(want.Steps()), "") {
-			t.Errorf("NewTraining(%q) is not the expected schedule", tt.kind)
-		}
+		assert.Equal(t, strings.Join(reprSteps(want.Steps()), ""), strings.Join(reprSteps(s.Steps()), ""), "NewTraining(%q) is not the expected schedule", tt.kind)
 	}
 }
 
@@ -82,18 +79,16 @@ func TestInstructionString(t *testing.T) {
 		{Instruction{}, "Op(0)()"},
 	}
 	for _, tt := range tests {
-		if got := tt.in.String(); got != tt.want {
-			t.Errorf("%#v.String() = %q, want %q", tt.in, got, tt.want)
-		}
+		assert.Equal(t, tt.want, tt.in.String(), "%#v.String()", tt.in)
 	}
 	for o := LoadMicroBatch; o <= OptimizerStep; o++ {
-		if back, err := ParseOp(o.String()); err != nil || back != o {
-			t.Errorf("ParseOp(%q) = %v, %v", o.String(), back, err)
+		back, err := ParseOp(o.String())
+		if assert.NoError(t, err, "ParseOp(%q)", o.String()) {
+			assert.Equal(t, o, back, "ParseOp(%q)", o.String())
 		}
 	}
-	if _, err := ParseOp("Barrier"); err == nil {
-		t.Error("ParseOp(Barrier) succeeded")
-	}
+	_, err := ParseOp("Barrier")
+	assert.Error(t, err, "ParseOp(Barrier) succeeded")
 }
 
 // TestStepsAreFresh: callers may mutate what Steps returns.
@@ -107,9 +102,7 @@ func TestStepsAreFresh(t *testing.T) {
 				step[i].Op = OptimizerStep
 			}
 		}
-		if after := strings.Join(reprSteps(s.Steps()), ""); after != before {
-			t.Errorf("%T: mutating Steps() changed the schedule", s)
-		}
+		assert.Equal(t, before, strings.Join(reprSteps(s.Steps()), ""), "%T: mutating Steps() changed the schedule", s)
 	}
 }
 
@@ -119,9 +112,7 @@ func TestStepsNeverNil(t *testing.T) {
 	for _, ctor := range []func(int, int, int) (Schedule, error){NewTrainSchedule, NewInferenceSchedule, NewGPipeSchedule} {
 		s, _ := ctor(1, 4, 2)
 		for i, step := range s.Steps() {
-			if step == nil {
-				t.Errorf("%T: step %d is nil", s, i)
-			}
+			assert.NotNil(t, step, "%T: step %d is nil", s, i)
 		}
 	}
 }

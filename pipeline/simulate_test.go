@@ -3,6 +3,9 @@ package pipeline
 import (
 	"fmt"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The simulator runs every stage's schedule in lockstep the way an engine
@@ -362,13 +365,10 @@ func TestSimulateLockstep(t *testing.T) {
 				scheds := make([]Schedule, stages)
 				for s := range stages {
 					var err error
-					if scheds[s], err = k.ctor(mb, stages, s); err != nil {
-						t.Fatal(err)
-					}
+					scheds[s], err = k.ctor(mb, stages, s)
+					require.NoError(t, err)
 				}
-				if err := simulate(scheds, mb, k.training); err != nil {
-					t.Errorf("%s stages=%d micro_batches=%d: %v", k.name, stages, mb, err)
-				}
+				assert.NoError(t, simulate(scheds, mb, k.training), "%s stages=%d micro_batches=%d", k.name, stages, mb)
 			}
 		}
 	}
@@ -415,9 +415,7 @@ func TestSimulatorCatchesBrokenSchedules(t *testing.T) {
 		nbuf := make([]int, stages)
 		for s := range stages {
 			sc, err := NewTrainSchedule(mb, stages, s)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			steps[s], nbuf[s] = sc.Steps(), sc.NumPipeBuffers()
 		}
 		c.edit(steps, nbuf)
@@ -425,9 +423,7 @@ func TestSimulatorCatchesBrokenSchedules(t *testing.T) {
 		for s := range stages {
 			scheds[s] = fixedSchedule{steps[s], nbuf[s]}
 		}
-		if err := simulate(scheds, mb, true); err == nil {
-			t.Errorf("%s: simulator accepted a broken schedule", c.name)
-		} else {
+		if err := simulate(scheds, mb, true); assert.Error(t, err, "%s: simulator accepted a broken schedule", c.name) {
 			t.Logf("%s: %v", c.name, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 // FuzzReadHeader feeds arbitrary files to ReadHeader. It must never panic,
@@ -27,14 +28,11 @@ func FuzzReadHeader(f *testing.F) {
 		var end int64
 		for _, ti := range h.Tensors {
 			n, ok := exactBytes(ti.Shape, ti.DType.Size())
-			if !ok || ti.Begin != end || ti.End-ti.Begin != n {
-				t.Fatalf("accepted tensor %q %v%v at [%d, %d): needs %d bytes (fits int64: %v)", ti.Name, ti.DType, ti.Shape, ti.Begin, ti.End, n, ok)
-			}
+			require.True(t, ok && ti.Begin == end && ti.End-ti.Begin == n,
+				"accepted tensor %q %v%v at [%d, %d): needs %d bytes (fits int64: %v)", ti.Name, ti.DType, ti.Shape, ti.Begin, ti.End, n, ok)
 			end = ti.End
 		}
-		if h.DataOffset+end != int64(len(b)) {
-			t.Fatalf("accepted header not covering the file")
-		}
+		require.Equal(t, int64(len(b)), h.DataOffset+end, "accepted header not covering the file")
 	})
 }
 
@@ -60,15 +58,12 @@ func writeAll(t testing.TB) []byte {
 	var named []Named
 	for i, dt := range []tensor.DType{tensor.Uint8, tensor.Float16, tensor.Float32, tensor.BFloat16, tensor.Int32, tensor.Int64, tensor.Bool, tensor.Float64} {
 		x, err := tensor.Empty(dt, i%3+1, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer x.Free()
 		named = append(named, Named{Name: "t_" + dt.String(), Tensor: x})
 	}
 	var buf bytes.Buffer
-	if _, err := Write(&buf, named, map[string]string{"format": "pt"}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := Write(&buf, named, map[string]string{"format": "pt"})
+	require.NoError(t, err)
 	return buf.Bytes()
 }

@@ -3,20 +3,19 @@ package safetensors
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestRoundTripAllDTypes(t *testing.T) {
 	var named []Named
 	for _, dt := range []tensor.DType{tensor.Uint8, tensor.Float16, tensor.Float32, tensor.BFloat16, tensor.Int32, tensor.Int64, tensor.Bool, tensor.Float64} {
 		x, err := tensor.Empty(dt, 3, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer x.Free()
 		b, _ := x.RawBytes()
 		for i := range b {
@@ -26,29 +25,18 @@ func TestRoundTripAllDTypes(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	h, err := Write(&buf, named, map[string]string{"format": "pt"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h.DataOffset%8 != 0 {
-		t.Fatalf("data starts at %d, not 8-aligned", h.DataOffset)
-	}
+	require.NoError(t, err)
+	require.Zero(t, h.DataOffset%8, "data starts at %d, not 8-aligned", h.DataOffset)
 	got, err := ReadHeader(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Metadata["format"] != "pt" || len(got.Tensors) != len(named) {
-		t.Fatalf("header %+v", got)
-	}
+	require.NoError(t, err)
+	require.Equal(t, "pt", got.Metadata["format"], "header %+v", got)
+	require.Len(t, got.Tensors, len(named), "header %+v", got)
 	for _, info := range got.Tensors {
-		if (h.DataOffset+info.Begin)%int64(info.DType.Size()) != 0 {
-			t.Errorf("%s at %d not aligned", info.Name, h.DataOffset+info.Begin)
-		}
+		assert.Zero(t, (h.DataOffset+info.Begin)%int64(info.DType.Size()), "%s at %d not aligned", info.Name, h.DataOffset+info.Begin)
 		for _, n := range named {
 			if n.Name == info.Name {
 				want, _ := n.Tensor.RawBytes()
-				if !bytes.Equal(buf.Bytes()[got.DataOffset+info.Begin:got.DataOffset+info.End], want) {
-					t.Errorf("%s: bytes differ", info.Name)
-				}
+				assert.Equal(t, want, buf.Bytes()[got.DataOffset+info.Begin:got.DataOffset+info.End], "%s: bytes differ", info.Name)
 			}
 		}
 	}
@@ -83,8 +71,9 @@ func TestMalformed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadHeader(bytes.NewReader(tc.file), int64(len(tc.file)))
-			if err == nil || !errors.Is(err, ErrFormat) && tc.name != "short" {
-				t.Fatalf("accepted or wrong error: %v", err)
+			require.Error(t, err, "accepted")
+			if tc.name != "short" {
+				require.ErrorIs(t, err, ErrFormat, "wrong error")
 			}
 		})
 	}
@@ -97,9 +86,8 @@ func TestPlanRejects(t *testing.T) {
 		{{Name: "a", DType: tensor.DType(99)}},
 		{{Name: "a", DType: tensor.Float32, Shape: []int{-2}}},
 	} {
-		if _, _, err := Plan(specs, nil); err == nil {
-			t.Errorf("Plan(%+v) accepted", specs)
-		}
+		_, _, err := Plan(specs, nil)
+		assert.Error(t, err, "Plan(%+v) accepted", specs)
 	}
 }
 

@@ -1,31 +1,27 @@
 package vfs
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestDiskFullShortWrite(t *testing.T) {
 	df := &DiskFull{Limit: 10}
 	fs := WithFaults(OS, df)
 	f, err := fs.Create(filepath.Join(t.TempDir(), "x"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
-	if n, err := f.Write(make([]byte, 6)); n != 6 || err != nil {
-		t.Fatalf("first write: %d, %v", n, err)
-	}
 	n, err := f.Write(make([]byte, 6))
-	if n != 4 || !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("second write: %d, %v; want 4, ENOSPC", n, err)
-	}
-	if df.Written() != 10 {
-		t.Fatalf("written %d", df.Written())
-	}
+	require.NoError(t, err, "first write")
+	require.Equal(t, 6, n, "first write")
+	n, err = f.Write(make([]byte, 6))
+	require.ErrorIs(t, err, syscall.ENOSPC, "second write: %d bytes", n)
+	require.Equal(t, 4, n, "second write")
+	require.Equal(t, int64(10), df.Written(), "written")
 }
 
 func TestOnOp(t *testing.T) {
@@ -36,11 +32,11 @@ func TestOnOp(t *testing.T) {
 		src := filepath.Join(dir, "a.tmp")
 		os.WriteFile(src, nil, 0o644)
 		err := fs.Rename(src, filepath.Join(dir, "b"))
-		if (err != nil) != want || (err != nil && !errors.Is(err, syscall.EIO)) {
-			t.Fatalf("rename %d: %v (fault expected: %v) [%v]", i, err, want, inj)
+		if want {
+			require.ErrorIs(t, err, syscall.EIO, "rename %d: fault expected [%v]", i, inj)
+		} else {
+			require.NoError(t, err, "rename %d: no fault expected [%v]", i, inj)
 		}
 	}
-	if err := fs.Rename(filepath.Join(dir, "b"), filepath.Join(dir, "c")); err != nil {
-		t.Fatalf("non-matching path: %v", err)
-	}
+	require.NoError(t, fs.Rename(filepath.Join(dir, "b"), filepath.Join(dir, "c")), "non-matching path")
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 // faultDeadline is the operation timeout of the tests in which ranks wait
@@ -30,20 +30,14 @@ const reportBound = 10 * time.Second
 func wantErr(t *testing.T, who string, err error, sentinel error, op string, ranks []int, elapsed time.Duration) {
 	t.Helper()
 	var ce *comm.Error
-	switch {
-	case err == nil:
-		t.Fatalf("%s: no error, want %v", who, sentinel)
-	case !errors.As(err, &ce):
-		t.Fatalf("%s: %v (%T) is not a *comm.Error", who, err, err)
-	case !errors.Is(err, sentinel):
-		t.Fatalf("%s: %v does not wrap %v", who, err, sentinel)
-	case ce.Op != op:
-		t.Fatalf("%s: %v: Op %q, want %q", who, err, ce.Op, op)
-	case ranks != nil && fmt.Sprint(ce.Ranks) != fmt.Sprint(ranks):
-		t.Fatalf("%s: %v: Ranks %v, want %v", who, err, ce.Ranks, ranks)
-	case elapsed > faultDeadline+reportBound:
-		t.Fatalf("%s: returned after %v, want <= %v", who, elapsed, faultDeadline+reportBound)
+	require.Error(t, err, "%s: no error, want %v", who, sentinel)
+	require.ErrorAs(t, err, &ce, "%s: %T is not a *comm.Error", who, err)
+	require.ErrorIs(t, err, sentinel, who)
+	require.Equal(t, op, ce.Op, "%s: %v: Op", who, err)
+	if ranks != nil {
+		require.Equal(t, fmt.Sprint(ranks), fmt.Sprint(ce.Ranks), "%s: %v: Ranks", who, err)
 	}
+	require.LessOrEqual(t, elapsed, faultDeadline+reportBound, "%s: returned too late", who)
 }
 
 // waitUntil polls cond until it holds, and reports false if it still does
@@ -135,24 +129,18 @@ func TestFaultRankSleepsPastDeadline(t *testing.T) {
 		if r == sleeper {
 			// It arrives to a group broken by its own absence.
 			wantErr(t, "sleeper", x.err, comm.ErrAborted, "AllReduce", []int{sleeper}, late)
-			if !errors.Is(x.err, comm.ErrTimeout) {
-				t.Fatalf("sleeper: %v does not carry the original timeout", x.err)
-			}
+			require.ErrorIs(t, x.err, comm.ErrTimeout, "sleeper: does not carry the original timeout")
 			continue
 		}
 		wantErr(t, fmt.Sprint("rank ", r), x.err, comm.ErrTimeout, "AllReduce", []int{sleeper}, x.elapsed)
-		if x.elapsed < faultDeadline {
-			t.Fatalf("rank %d gave up after %v, before the %v deadline", r, x.elapsed, faultDeadline)
-		}
+		require.GreaterOrEqual(t, x.elapsed, faultDeadline, "rank %d gave up before the deadline", r)
 	}
 	// The group stays broken: later calls fail at once. One that waited
 	// instead would time out blaming ranks 1-3, which never call.
 	start := time.Now()
 	err := w.Comm(0).Barrier(ctxBG)
 	wantErr(t, "later call", err, comm.ErrAborted, "Barrier", []int{sleeper}, time.Since(start))
-	if !strings.Contains(err.Error(), "group broken by an earlier failure") {
-		t.Fatalf("later call: %v does not say the group broke earlier", err)
-	}
+	require.ErrorContains(t, err, "group broken by an earlier failure", "later call: does not say the group broke earlier")
 }
 
 func TestFaultRankError(t *testing.T) {
@@ -214,9 +202,7 @@ func TestFaultMismatch(t *testing.T) {
 				// Reported when the last call arrives, not at noDeadline.
 				wantErr(t, fmt.Sprint("rank ", r), x.err, comm.ErrMismatch, op, []int{odd}, x.elapsed)
 			}
-			if msg := res[0].err.Error(); !strings.Contains(msg, "rank 1: ") {
-				t.Fatalf("message does not show rank 1's call: %s", msg)
-			}
+			require.ErrorContains(t, res[0].err, "rank 1: ", "message does not show rank 1's call")
 		})
 	}
 }
@@ -244,9 +230,11 @@ func TestFaultPanicAndErrorInRun(t *testing.T) {
 				errs[c.Rank()] = result{e, time.Since(start)}
 				return e
 			})
-			if err == nil || (mode == "panic" && !strings.Contains(err.Error(), "rank 1 panicked: boom")) ||
-				(mode == "error" && !errors.Is(err, userErr)) {
-				t.Fatalf("Run = %v", err)
+			require.Error(t, err, "Run")
+			if mode == "panic" {
+				require.ErrorContains(t, err, "rank 1 panicked: boom", "Run")
+			} else {
+				require.ErrorIs(t, err, userErr, "Run")
 			}
 			for r, x := range errs {
 				if r != bad {
@@ -278,13 +266,9 @@ func TestAbort(t *testing.T) {
 			op = "Recv"
 		}
 		wantErr(t, fmt.Sprint("rank ", r), x.err, comm.ErrAborted, op, nil, x.elapsed)
-		if !errors.Is(x.err, cause) {
-			t.Fatalf("rank %d: %v does not wrap the cause", r, x.err)
-		}
+		require.ErrorIs(t, x.err, cause, "rank %d: does not wrap the cause", r)
 	}
-	if err := w.Comm(1).Barrier(ctxBG); !errors.Is(err, comm.ErrAborted) {
-		t.Fatalf("call after Abort: %v", err)
-	}
+	require.ErrorIs(t, w.Comm(1).Barrier(ctxBG), comm.ErrAborted, "call after Abort")
 }
 
 func TestFaultRecvTimeout(t *testing.T) {
@@ -292,9 +276,7 @@ func TestFaultRecvTimeout(t *testing.T) {
 	start := time.Now()
 	err := w.Comm(1).Recv(ctxBG, newTensor(t, tensor.Float32, 4), 0)
 	wantErr(t, "Recv", err, comm.ErrTimeout, "Recv", []int{0}, time.Since(start))
-	if d := time.Since(start); d < faultDeadline {
-		t.Fatalf("Recv gave up after %v, before the %v deadline", d, faultDeadline)
-	}
+	require.GreaterOrEqual(t, time.Since(start), faultDeadline, "Recv gave up before the deadline")
 }
 
 func TestFaultSendRecvMismatch(t *testing.T) {
@@ -324,12 +306,8 @@ func TestFaultContextCancel(t *testing.T) {
 		return c.Barrier(ctxBG)
 	})
 	wantErr(t, "rank 1", res[1].err, comm.ErrAborted, "Barrier", []int{1}, res[1].elapsed)
-	if !errors.Is(res[1].err, context.Canceled) {
-		t.Fatalf("rank 1: %v does not wrap context.Canceled", res[1].err)
-	}
-	if !errors.Is(res[0].err, comm.ErrAborted) {
-		t.Fatalf("rank 0: %v, want ErrAborted", res[0].err)
-	}
+	require.ErrorIs(t, res[1].err, context.Canceled, "rank 1")
+	require.ErrorIs(t, res[0].err, comm.ErrAborted, "rank 0")
 }
 
 func TestInvalidArguments(t *testing.T) {
@@ -355,9 +333,7 @@ func TestInvalidArguments(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.call(); !errors.Is(err, comm.ErrInvalid) {
-				t.Fatalf("got %v, want ErrInvalid", err)
-			}
+			require.ErrorIs(t, tc.call(), comm.ErrInvalid)
 		})
 	}
 }

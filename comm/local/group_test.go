@@ -7,15 +7,14 @@ import (
 
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 // TestGridGroups builds every axis's groups of a 2x2x2 pipe/data/model
 // grid over an 8-rank world and runs collectives and p2p on them.
 func TestGridGroups(t *testing.T) {
 	grid, err := comm.PipeModelDataGrid(2, 2, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	w := newWorld(t, 8, testTimeout)
 	for _, axes := range [][]string{{comm.AxisPipe}, {comm.AxisData}, {comm.AxisModel}, {comm.AxisData, comm.AxisModel}} {
 		t.Run(fmt.Sprint(axes), func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 var (
@@ -115,7 +116,7 @@ func testReduce(t *testing.T, cs []comm.Comm, dt tensor.DType, op comm.ReduceOp,
 		check(t, "Reduce root", got[root], i, dt, op, xs)
 		for r := range n {
 			if r != root && got[r][i] != xs[r] {
-				t.Fatalf("Reduce changed non-root rank %d's [%d]: %v, was %v", r, i, got[r][i], xs[r])
+				require.Failf(t, "Reduce changed a non-root rank", "rank %d's [%d]: %v, was %v", r, i, got[r][i], xs[r])
 			}
 		}
 	}
@@ -153,7 +154,7 @@ func expect(t *testing.T, what string, x *tensor.Tensor, want func(i int) float6
 	for i, got := range values(x) {
 		if w := want(i); got != w {
 			t.Helper()
-			t.Fatalf("%s[%d] = %v, want %v", what, i, got, w)
+			require.Failf(t, "not equal", "%s[%d] = %v, want %v", what, i, got, w)
 		}
 	}
 }
@@ -284,7 +285,7 @@ func TestDeterministic(t *testing.T) {
 				if rep == 0 && r == 0 {
 					first = append(first, bits)
 				} else if bits != first[i] {
-					t.Fatalf("repetition %d rank %d element %d: bits %#x, first run %#x", rep, r, i, bits, first[i])
+					require.Failf(t, "not bitwise reproducible", "repetition %d rank %d element %d: bits %#x, first run %#x", rep, r, i, bits, first[i])
 				}
 			}
 		}

@@ -11,7 +11,6 @@ package mpi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 var world comm.Comm
@@ -51,9 +51,7 @@ func val(dt tensor.DType, r, i int) float64 {
 
 func filled(t *testing.T, dt tensor.DType, n int, f func(i int) float64) *tensor.Tensor {
 	x, err := tensor.Empty(dt, n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { x.Free() })
 	switch dt {
 	case tensor.Float32:
@@ -141,31 +139,25 @@ func TestReductions(t *testing.T) {
 			for _, length := range []int{0, 1, 7, 1001} {
 				t.Run(fmt.Sprintf("%v/%v/%d", dt, op, length), func(t *testing.T) {
 					x := filled(t, dt, length, func(i int) float64 { return val(dt, me, i) })
-					if err := world.AllReduce(bg, x, op); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, world.AllReduce(bg, x, op))
 					src := filled(t, dt, n*length, func(i int) float64 { return val(dt, me, i) })
 					dst := filled(t, dt, length, func(int) float64 { return 0 })
-					if err := world.ReduceScatter(bg, dst, src, op); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, world.ReduceScatter(bg, dst, src, op))
 					red := filled(t, dt, length, func(i int) float64 { return val(dt, me, i) })
-					if err := world.Reduce(bg, red, 0, op); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, world.Reduce(bg, red, 0, op))
 					for i := range length {
 						if w := reference(dt, op, n, i, func(int) int { return i }); !near(dt, at(x, i), w) {
-							t.Fatalf("AllReduce[%d] = %v, want %v", i, at(x, i), w)
+							require.Failf(t, "AllReduce differs", "AllReduce[%d] = %v, want %v", i, at(x, i), w)
 						}
 						if w := reference(dt, op, n, i, func(int) int { return me*length + i }); !near(dt, at(dst, i), w) {
-							t.Fatalf("ReduceScatter[%d] = %v, want %v", i, at(dst, i), w)
+							require.Failf(t, "ReduceScatter differs", "ReduceScatter[%d] = %v, want %v", i, at(dst, i), w)
 						}
 						w := val(dt, me, i)
 						if me == 0 {
 							w = reference(dt, op, n, i, func(int) int { return i })
 						}
 						if !near(dt, at(red, i), w) {
-							t.Fatalf("Reduce[%d] = %v, want %v", i, at(red, i), w)
+							require.Failf(t, "Reduce differs", "Reduce[%d] = %v, want %v", i, at(red, i), w)
 						}
 					}
 				})
@@ -180,68 +172,52 @@ func TestDataMovement(t *testing.T) {
 	for _, m := range []int{0, 1, 33} {
 		src := filled(t, dt, m, func(i int) float64 { return val(dt, me, i) })
 		dst := filled(t, dt, n*m, func(int) float64 { return 0 })
-		if err := world.AllGather(bg, dst, src); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, world.AllGather(bg, dst, src))
 		inPlace := filled(t, dt, n*m, func(i int) float64 { return val(dt, me, i%max(m, 1)) })
 		mine, _ := inPlace.Slice(me*m, m)
-		if err := world.AllGather(bg, inPlace, mine); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, world.AllGather(bg, inPlace, mine))
 		b := filled(t, dt, m, func(i int) float64 { return val(dt, me, i) })
-		if err := world.Broadcast(bg, b, n-1); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, world.Broadcast(bg, b, n-1))
 		a2aIn := filled(t, dt, n*m, func(i int) float64 { return val(dt, me, i) })
 		a2aOut := filled(t, dt, n*m, func(int) float64 { return 0 })
-		if err := world.AllToAll(bg, a2aOut, a2aIn); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, world.AllToAll(bg, a2aOut, a2aIn))
 		for j := range n {
 			for i := range m {
 				if g, w := at(dst, j*m+i), val(dt, j, i); g != w {
-					t.Fatalf("AllGather[%d] = %v, want %v", j*m+i, g, w)
+					require.Failf(t, "AllGather differs", "AllGather[%d] = %v, want %v", j*m+i, g, w)
 				}
 				if g, w := at(inPlace, j*m+i), val(dt, j, i); g != w {
-					t.Fatalf("in-place AllGather[%d] = %v, want %v", j*m+i, g, w)
+					require.Failf(t, "in-place AllGather differs", "in-place AllGather[%d] = %v, want %v", j*m+i, g, w)
 				}
 				if g, w := at(a2aOut, j*m+i), val(dt, j, me*m+i); g != w {
-					t.Fatalf("AllToAll[%d] = %v, want %v", j*m+i, g, w)
+					require.Failf(t, "AllToAll differs", "AllToAll[%d] = %v, want %v", j*m+i, g, w)
 				}
 			}
 		}
 		for i := range m {
 			if g, w := at(b, i), val(dt, n-1, i); g != w {
-				t.Fatalf("Broadcast[%d] = %v, want %v", i, g, w)
+				require.Failf(t, "Broadcast differs", "Broadcast[%d] = %v, want %v", i, g, w)
 			}
 		}
 		if n > 1 {
 			out := filled(t, dt, m, func(int) float64 { return 0 })
 			w := world.SendAsync(bg, src, (me+1)%n)
-			if err := world.Recv(bg, out, (me+n-1)%n); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Wait(bg); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, world.Recv(bg, out, (me+n-1)%n))
+			require.NoError(t, w.Wait(bg))
 			for i := range m {
 				if g, w := at(out, i), val(dt, (me+n-1)%n, i); g != w {
-					t.Fatalf("Recv[%d] = %v, want %v", i, g, w)
+					require.Failf(t, "Recv differs", "Recv[%d] = %v, want %v", i, g, w)
 				}
 			}
 		}
 	}
-	if err := world.Barrier(bg); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, world.Barrier(bg))
 }
 
 // fresh splits a new group of all ranks, so a fault test breaks only it.
 func fresh(t *testing.T, timeout time.Duration) comm.Comm {
 	g, err := world.Split(bg, 0, world.Rank(), t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	g.(*mpiComm).timeout = timeout
 	return g
 }
@@ -262,9 +238,9 @@ func TestMismatch(t *testing.T) {
 		err = g.AllReduce(bg, x, comm.Sum)
 	}
 	var ce *comm.Error
-	if !errors.Is(err, comm.ErrMismatch) || !errors.As(err, &ce) || fmt.Sprint(ce.Ranks) != "[1]" {
-		t.Fatalf("got %v, want ErrMismatch naming rank 1", err)
-	}
+	require.ErrorIs(t, err, comm.ErrMismatch)
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "[1]", fmt.Sprint(ce.Ranks), "%v: want ErrMismatch naming rank 1", err)
 	t.Log(err)
 	world.Barrier(bg)
 }
@@ -279,12 +255,12 @@ func TestTimeoutNamesMissingRank(t *testing.T) {
 		start := time.Now()
 		err := g.AllReduce(bg, filled(t, tensor.Float32, 4, func(int) float64 { return 1 }), comm.Sum)
 		var ce *comm.Error
-		if !errors.Is(err, comm.ErrTimeout) || !errors.As(err, &ce) || fmt.Sprint(ce.Ranks) != "[1]" {
-			t.Fatalf("got %v, want ErrTimeout naming rank 1", err)
-		}
-		if d := time.Since(start); d < deadline || d > deadline+10*time.Second {
-			t.Fatalf("gave up after %v", d)
-		}
+		require.ErrorIs(t, err, comm.ErrTimeout)
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, "[1]", fmt.Sprint(ce.Ranks), "%v: want ErrTimeout naming rank 1", err)
+		d := time.Since(start)
+		require.GreaterOrEqual(t, d, deadline, "gave up too early")
+		require.LessOrEqual(t, d, deadline+10*time.Second, "gave up too late")
 		t.Log(err)
 	}
 	world.Barrier(bg)
@@ -293,18 +269,13 @@ func TestTimeoutNamesMissingRank(t *testing.T) {
 func TestSplit(t *testing.T) {
 	n, me := world.Size(), world.Rank()
 	g, err := world.Split(bg, me%2, -me, "parity")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	x := filled(t, tensor.Int32, 1, func(int) float64 { return float64(me) })
-	if err := g.AllReduce(bg, x, comm.Sum); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, g.AllReduce(bg, x, comm.Sum))
 	want := 0
 	for r := me % 2; r < n; r += 2 {
 		want += r
 	}
-	if at(x, 0) != float64(want) || g.Members()[g.Rank()] != me {
-		t.Fatalf("parity group sum %v (members %v), want %d", at(x, 0), g.Members(), want)
-	}
+	require.Equal(t, float64(want), at(x, 0), "parity group sum (members %v)", g.Members())
+	require.Equal(t, me, g.Members()[g.Rank()], "members %v, rank %d", g.Members(), g.Rank())
 }
