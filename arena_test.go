@@ -13,6 +13,8 @@ import (
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // arenaMLP is testmodel's MLP whose activations, input gradients and loss
@@ -108,9 +110,7 @@ func TestArenaPerMicroStep(t *testing.T) {
 	for _, r := range []run{{stage: 0, world: 1, gas: 1, steps: 8}, {stage: 3, world: 2, gas: 2, steps: 8}} {
 		t.Run(r.String(), func(t *testing.T) {
 			want, err := train(t, r)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			rows := globalBatch / (r.world * r.gas)
 			var fwd, bwd int64 // bytes one micro-step allocates
 			for i := 1; i < len(sizes); i++ {
@@ -167,12 +167,9 @@ func TestArenaPerMicroStep(t *testing.T) {
 				}
 				return err
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d, where := relDiff(want.params, got); d != 0 {
-				t.Errorf("parameters differ from the Go-memory MLP's: %g at %s", d, where)
-			}
+			require.NoError(t, err)
+			d, where := relDiff(want.params, got)
+			assert.Zero(t, d, "parameters differ from the Go-memory MLP's at %s", where)
 		})
 	}
 }
@@ -182,46 +179,30 @@ func TestArenaPerMicroStep(t *testing.T) {
 // what a last Forward left.
 func TestArenaForwardWithoutBackward(t *testing.T) {
 	cfg, err := config.Parse([]byte(run{stage: 2, world: 1, gas: 1}.config()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx := context.Background()
 	m := newArenaMLP(1, sizes...)
 	e, err := initEngine(ctx, cfg, m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	mb := data.Micro(0, globalBatch, 0, globalBatch)
-	if _, err := e.Forward(ctx, mb); err != nil {
-		t.Fatal(err)
-	}
+	_, err = e.Forward(ctx, mb)
+	require.NoError(t, err)
 	first := m.probe.take()
 	one := e.Memory().Arena
-	if _, err := e.Forward(ctx, mb); err != nil {
-		t.Fatal(err)
-	}
+	_, err = e.Forward(ctx, mb)
+	require.NoError(t, err)
 	for _, b := range first {
-		if !b.Storage().Freed() {
-			t.Errorf("%v of the first Forward still live after the second", b)
-		}
+		assert.True(t, b.Storage().Freed(), "%v of the first Forward still live after the second", b)
 	}
-	if n := e.Memory().Arena; n != one {
-		t.Errorf("arena holds %d bytes after two Forwards, want one Forward's %d", n, one)
-	}
-	if err := e.Backward(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Forward(ctx, mb); err != nil {
-		t.Fatal(err)
-	}
+	assert.Equal(t, one, e.Memory().Arena, "arena bytes after two Forwards, want one Forward's")
+	require.NoError(t, e.Backward(ctx))
+	_, err = e.Forward(ctx, mb)
+	require.NoError(t, err)
 	last := m.probe.take()
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.Close())
 	for _, b := range last {
-		if !b.Storage().Freed() {
-			t.Errorf("%v still live after Close", b)
-		}
+		assert.True(t, b.Storage().Freed(), "%v still live after Close", b)
+
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The engine tests run every case on the CPU backend over comm/local. A
@@ -196,9 +198,7 @@ func cached(t *testing.T, key string, fn func() (*result, error)) *result {
 		return r
 	}
 	r, err := fn()
-	if err != nil {
-		t.Fatalf("%s: %v", key, err)
-	}
+	require.NoError(t, err, key)
 	refCache[key] = r
 	return r
 }
@@ -238,15 +238,10 @@ func compareRuns(t *testing.T, what string, want, got *result, lossTol, paramTol
 	t.Helper()
 	ld := lossDiff(want.losses, got.losses)
 	pd, where := relDiff(want.params, got.params)
-	if len(got.losses) != len(want.losses) {
-		t.Errorf("%s: %d losses, want %d", what, len(got.losses), len(want.losses))
-	}
-	if ld > lossTol {
-		t.Errorf("%s: losses differ by %.3g relative (> %g)\nwant %v\ngot  %v", what, ld, lossTol, want.losses, got.losses)
-	}
-	if pd > paramTol {
-		t.Errorf("%s: parameters differ by %.3g relative at %s (> %g)", what, pd, where, paramTol)
-	}
+	assert.Len(t, got.losses, len(want.losses), "%s: losses", what)
+	assert.LessOrEqual(t, ld, lossTol, "%s: losses differ, relative\nwant %v\ngot  %v", what, want.losses, got.losses)
+	assert.LessOrEqual(t, pd, paramTol, "%s: parameters differ, relative, at %s", what, where)
+
 	return ld, pd
 }
 
@@ -266,13 +261,11 @@ func TestPlainReference(t *testing.T) {
 		first += p.losses[i]
 		last += p.losses[steps-4+i]
 	}
-	if len(p.losses) != steps || !(last < 0.95*first) {
-		t.Fatalf("plain losses %v: want %d steps, the last pass over the data 5%% below the first", p.losses, steps)
-	}
+	require.Len(t, p.losses, steps, "plain losses")
+	require.Less(t, last, 0.95*first, "plain losses %v: want the last pass over the data 5%% below the first", p.losses)
 	c := plainReference(t, lowClip).clipped
-	if c == 0 || c == steps {
-		t.Errorf("gradient_clipping %g clipped %d of %d steps: want some but not all", lowClip, c, steps)
-	}
+	assert.NotZero(t, c, "gradient_clipping %g clipped %d of %d steps: want some but not all", lowClip, c, steps)
+	assert.NotEqual(t, steps, c, "gradient_clipping %g clipped %d of %d steps: want some but not all", lowClip, c, steps)
 	t.Logf("loss of a pass over the data %.4g -> %.4g; clipped steps: %d of %d at 1.0, %d at %g",
 		first, last, p.clipped, steps, c, lowClip)
 }
@@ -293,9 +286,7 @@ func TestEquivalence(t *testing.T) {
 					r := run{stage: stage, world: world, gas: gas, clip: clip}
 					t.Run(r.String(), func(t *testing.T) {
 						got, err := train(t, r)
-						if err != nil {
-							t.Fatal(err)
-						}
+						require.NoError(t, err)
 						lp, pp := compareRuns(t, "vs plain", want, got, plainLossTol, plainParamTol)
 						le, pe := compareRuns(t, "vs engine stage0/world1/gas1", base, got, 1e-6, 1e-6)
 						fmt.Fprintf(&table, "%-34s %12.2e %12.2e %12.2e %12.2e\n", r, lp, pp, le, pe)
@@ -336,9 +327,7 @@ func TestMixedPrecision(t *testing.T) {
 				}
 				t.Run(r.String(), func(t *testing.T) {
 					got, err := train(t, r)
-					if err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, err)
 					lp, pp := compareRuns(t, "vs plain", want, got, tol[prec][0], tol[prec][1])
 					le, pe := compareRuns(t, "vs engine fp32", base, got, tol[prec][0], tol[prec][1])
 					fmt.Fprintf(&table, "%-28s %12.2e %12.2e %12.2e %12.2e %8d\n", r, lp, pp, le, pe, got.skipped)
@@ -356,13 +345,9 @@ func TestAccumulationEquivalence(t *testing.T) {
 	want := plainReference(t, 0)
 	for _, stage := range []int{0, 1, 2, 3} {
 		a, err := train(t, run{stage: stage, world: 2, gas: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		b, err := train(t, run{stage: stage, world: 2, gas: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		compareRuns(t, fmt.Sprintf("stage %d: gas 4 vs gas 1", stage), a, b, 1e-6, 1e-6)
 		compareRuns(t, fmt.Sprintf("stage %d: gas 1 vs plain", stage), want, a, plainLossTol, plainParamTol)
 		compareRuns(t, fmt.Sprintf("stage %d: gas 4 vs plain", stage), want, b, plainLossTol, plainParamTol)
@@ -397,21 +382,18 @@ func TestOrderMismatch(t *testing.T) {
 		mu.Unlock()
 		return err
 	})
-	if time.Since(start) > 10*time.Second {
-		t.Errorf("took %v: must fail fast", time.Since(start))
-	}
+	assert.LessOrEqual(t, time.Since(start), 10*time.Second, "must fail fast")
 	var found bool
 	for _, err := range errs {
 		var oe *deepgo.OrderError
 		if errors.As(err, &oe) {
 			found = true
-			if oe.Want != `"fc2"` || oe.Got != `"fc3"` || oe.Position != 1 {
-				t.Errorf("OrderError = %+v, want fc2 vs fc3 at position 1", oe)
-			}
+			assert.Equal(t, `"fc2"`, oe.Want, "OrderError = %+v", oe)
+			assert.Equal(t, `"fc3"`, oe.Got, "OrderError = %+v", oe)
+			assert.Equal(t, 1, oe.Position, "OrderError = %+v", oe)
 			t.Logf("error: %v", err)
 		}
 	}
-	if !found {
-		t.Fatalf("no OrderError among %v", errs)
-	}
+	require.True(t, found, "no OrderError among %v", errs)
+
 }

@@ -3,7 +3,6 @@ package deepgo_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo"
@@ -12,6 +11,8 @@ import (
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // allParams lists m's parameters.
@@ -81,13 +82,12 @@ func TestInitialValues(t *testing.T) {
 					}
 					return err
 				})
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				if ref == nil {
 					ref = got
-				} else if d, where := relDiff(ref, got); d != 0 {
-					t.Errorf("parameters differ from the run that kept its initial values: %g at %s", d, where)
+				} else {
+					d, where := relDiff(ref, got)
+					assert.Zero(t, d, "parameters differ from the run that kept its initial values at %s", where)
 				}
 			})
 		}
@@ -99,9 +99,7 @@ func TestInitialValues(t *testing.T) {
 // nothing is freed and Donate stays set.
 func TestDonateRejected(t *testing.T) {
 	cfg, err := config.Parse([]byte(run{stage: 0, world: 1, gas: 1}.config()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cases := []struct {
 		name string
 		set  func(w, b *model.Param) error // rebinds fc1's weight and bias
@@ -140,17 +138,13 @@ func TestDonateRejected(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := testmodel.NewMLP(1, sizes...)
 			ps := allParams(m)
-			if err := tc.set(ps[0], ps[1]); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, tc.set(ps[0], ps[1]))
 			_, err := deepgo.Initialize(context.Background(), cfg, m)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Initialize error = %v, want it to contain %q", err, tc.want)
-			}
+			require.ErrorContains(t, err, tc.want, "Initialize")
 			for _, p := range ps {
-				if !p.Donate || p.Data.Storage().Freed() {
-					t.Errorf("%s: Donate %v, freed %v after a failed Initialize; want it untouched", p.Name, p.Donate, p.Data.Storage().Freed())
-				}
+				assert.True(t, p.Donate, "%s: Donate after a failed Initialize; want it untouched", p.Name)
+				assert.False(t, p.Data.Storage().Freed(), "%s: freed after a failed Initialize; want it untouched", p.Name)
+
 			}
 			ps[0].Data.Free()
 			for _, p := range ps[1:] {

@@ -10,6 +10,8 @@ import (
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 const loadOptsConfig = `{"train_micro_batch_size_per_gpu": 4,
@@ -21,18 +23,13 @@ const loadOptsConfig = `{"train_micro_batch_size_per_gpu": 4,
 func trained(t *testing.T, seed uint64, steps int, sizes ...int) *deepgo.Engine {
 	t.Helper()
 	cfg, err := config.Parse([]byte(loadOptsConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	e, err := initEngine(context.Background(), cfg, testmodel.NewMLP(seed, sizes...))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	data := testmodel.NewDataset(5, 32, sizes[0], sizes[len(sizes)-1])
 	for s := range steps {
-		if _, err := e.TrainBatch(context.Background(), []model.MicroBatch{data.Micro(s, 4, 0, 4)}); err != nil {
-			t.Fatal(err)
-		}
+		_, err := e.TrainBatch(context.Background(), []model.MicroBatch{data.Micro(s, 4, 0, 4)})
+		require.NoError(t, err)
 	}
 	return e
 }
@@ -43,13 +40,9 @@ func TestLoadOptions(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	src := trained(t, 1, 4, 6, 8, 3)
-	if err := src.Save(ctx, dir, deepgo.SaveOptions{Tag: "four", ClientState: []byte(`{"k":1}`)}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, src.Save(ctx, dir, deepgo.SaveOptions{Tag: "four", ClientState: []byte(`{"k":1}`)}))
 	saved, err := src.Parameters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	savedLR := src.LR()
 	src.Close()
 
@@ -70,31 +63,19 @@ func TestLoadOptions(t *testing.T) {
 			defer e.Close()
 			lr0 := e.LR()
 			res, err := e.Load(ctx, dir, c.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Tag != "four" || !strings.HasSuffix(res.Path, "four") || string(res.ClientState) != `{"k":1}` {
-				t.Errorf("result %+v, want tag four and the client state", res)
-			}
+			require.NoError(t, err)
+			assert.Equal(t, "four", res.Tag, "result %+v", res)
+			assert.True(t, strings.HasSuffix(res.Path, "four"), "result %+v: path", res)
+			assert.Equal(t, `{"k":1}`, string(res.ClientState), "result %+v: client state", res)
 			got, err := e.Parameters(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			for n, v := range saved {
-				if !slices.Equal(got[n], v) {
-					t.Errorf("%s differs from the checkpoint", n)
-				}
+				assert.True(t, slices.Equal(got[n], v), "%s differs from the checkpoint", n)
 			}
-			if e.GlobalSteps() != c.steps {
-				t.Errorf("global steps %d, want %d", e.GlobalSteps(), c.steps)
-			}
-			if want := map[bool]float64{true: savedLR, false: lr0}[c.lrSaved]; e.LR() != want {
-				t.Errorf("LR %v, want %v", e.LR(), want)
-			}
+			assert.Equal(t, c.steps, e.GlobalSteps(), "global steps")
+			assert.Equal(t, map[bool]float64{true: savedLR, false: lr0}[c.lrSaved], e.LR(), "LR")
 			state, _ := e.ZeRO().OptimizerState()
-			if loaded := len(state) > 0; loaded != c.optimState {
-				t.Errorf("optimizer state loaded %v, want %v", loaded, c.optimState)
-			}
+			assert.Equal(t, c.optimState, len(state) > 0, "optimizer state loaded")
 		})
 	}
 }
@@ -104,9 +85,7 @@ func TestLoadNonStrict(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	src := trained(t, 1, 2, 6, 8, 3) // fc1, fc2
-	if err := src.Save(ctx, dir, deepgo.SaveOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, src.Save(ctx, dir, deepgo.SaveOptions{}))
 	saved, _ := src.Parameters(ctx)
 	src.Close()
 
@@ -114,38 +93,29 @@ func TestLoadNonStrict(t *testing.T) {
 	e := trained(t, 2, 0, 6, 8, 3, 3)
 	defer e.Close()
 	before, _ := e.Parameters(ctx)
-	if _, err := e.Load(ctx, dir, deepgo.LoadOptions{}); err == nil || !strings.Contains(err.Error(), `has no parameter "fc3.weight"`) {
-		t.Fatalf("strict load into a larger model: %v, want an error naming fc3.weight", err)
-	}
+	_, err := e.Load(ctx, dir, deepgo.LoadOptions{})
+	require.ErrorContains(t, err, `has no parameter "fc3.weight"`, "strict load into a larger model")
 	res, err := e.Load(ctx, dir, deepgo.LoadOptions{NonStrict: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(res.Missing, []string{"fc3.weight", "fc3.bias"}) || len(res.Unexpected) != 0 {
-		t.Errorf("missing %v, unexpected %v; want fc3's two parameters missing", res.Missing, res.Unexpected)
-	}
+	require.NoError(t, err)
+	assert.True(t, slices.Equal(res.Missing, []string{"fc3.weight", "fc3.bias"}), "missing %v; want fc3's two parameters", res.Missing)
+	assert.Empty(t, res.Unexpected, "unexpected")
 	got, _ := e.Parameters(ctx)
 	for n := range got {
 		want := saved[n]
 		if strings.HasPrefix(n, "fc3.") {
 			want = before[n]
 		}
-		if !slices.Equal(got[n], want) {
-			t.Errorf("%s: not what NonStrict should leave", n)
-		}
+		assert.True(t, slices.Equal(got[n], want), "%s: not what NonStrict should leave", n)
 	}
 
 	// A smaller model: the checkpoint's fc2 is unexpected.
 	small := trained(t, 3, 0, 6, 8)
 	defer small.Close()
-	if _, err := small.Load(ctx, dir, deepgo.LoadOptions{}); err == nil || !strings.Contains(err.Error(), "parameters the model lacks: fc2.bias, fc2.weight") {
-		t.Fatalf("strict load into a smaller model: %v", err)
-	}
+	_, err = small.Load(ctx, dir, deepgo.LoadOptions{})
+	require.ErrorContains(t, err, "parameters the model lacks: fc2.bias, fc2.weight", "strict load into a smaller model")
 	res, err = small.Load(ctx, dir, deepgo.LoadOptions{NonStrict: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Missing) != 0 || !slices.Equal(res.Unexpected, []string{"fc2.bias", "fc2.weight"}) {
-		t.Errorf("missing %v, unexpected %v; want fc2's two parameters unexpected", res.Missing, res.Unexpected)
-	}
+	require.NoError(t, err)
+	assert.Empty(t, res.Missing, "missing")
+	assert.True(t, slices.Equal(res.Unexpected, []string{"fc2.bias", "fc2.weight"}), "unexpected %v; want fc2's two parameters", res.Unexpected)
+
 }

@@ -2,13 +2,14 @@ package deepgo_test
 
 import (
 	"context"
-	"math"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // What Trainer.LR documents: a warmup schedule reads its minimum before
@@ -24,21 +25,15 @@ func TestLRBeforeFirstStep(t *testing.T) {
 	}
 	for _, c := range cases {
 		cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.01}}` + c.sched + `}`))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		tr, err := deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		data := testmodel.NewDataset(1, 8, 4, 3)
 		for s, want := range c.want {
-			if got := tr.LR(); math.Abs(got-want) > 1e-15 {
-				t.Errorf("%s: LR before step %d = %v, want %v", c.sched, s+1, got, want)
-			}
-			if _, err := tr.TrainBatch(context.Background(), []model.MicroBatch{data.Micro(s, 2, 0, 2)}); err != nil {
-				t.Fatal(err)
-			}
+			assert.InDelta(t, want, tr.LR(), 1e-15, "%s: LR before step %d", c.sched, s+1)
+			_, err := tr.TrainBatch(context.Background(), []model.MicroBatch{data.Micro(s, 2, 0, 2)})
+			require.NoError(t, err)
+
 		}
 		tr.Close()
 	}

@@ -3,7 +3,6 @@ package deepgo_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"strings"
 	"testing"
 
@@ -12,6 +11,8 @@ import (
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/zero"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestMemory: at world 4 with fp16 and Adam, each rank's model-state bytes
@@ -53,23 +54,19 @@ func TestMemory(t *testing.T) {
 			}
 			return nil
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		got := mem.ModelStates()
 		want := zero.PaperModelStates(stage, psi, world)
 		ratio := float64(got) / float64(want)
 		fmt.Fprintf(&table, "%-6d %12d %12d %8.4f %10d %10d %10d %10d %10d\n", stage, got, want, ratio,
 			mem.ParamBytes(), mem.Grads, mem.Master+mem.OptimizerState, mem.BucketsPeak, mem.GatheredPeak)
-		if math.Abs(ratio-1) > 0.05 {
-			t.Errorf("stage %d: model states %d bytes, formula %d (ratio %.4f)", stage, got, want, ratio)
+		assert.InDelta(t, 1, ratio, 0.05, "stage %d: model states %d bytes, formula %d", stage, got, want)
+		if stage == 3 {
+			assert.Positive(t, mem.GatheredPeak, "stage 3: gathered peak: want 0 < peak <= 2Ψ")
+			assert.LessOrEqual(t, mem.GatheredPeak, 2*int64(psi), "stage 3: gathered peak: want 0 < peak <= 2Ψ")
 		}
-		if stage == 3 && (mem.GatheredPeak == 0 || mem.GatheredPeak > 2*int64(psi)) {
-			t.Errorf("stage 3: gathered peak %d bytes: want 0 < peak <= 2Ψ", mem.GatheredPeak)
-		}
-		if mem.Peak < got {
-			t.Errorf("stage %d: peak %d below model states %d", stage, mem.Peak, got)
-		}
+		assert.GreaterOrEqual(t, mem.Peak, got, "stage %d: peak below model states", stage)
+
 	}
 	t.Log(table.String())
 }

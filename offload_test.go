@@ -3,12 +3,13 @@ package deepgo_test
 import (
 	"context"
 	"math"
-	"strings"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // ZeRO-Offload configs (offload_optimizer / offload_param on "cpu", the
@@ -25,23 +26,17 @@ func TestOffloadCPUIsExactOnCPUBackend(t *testing.T) {
 			off.zeroExtra += `, "offload_param": {"device": "cpu"}`
 		}
 		ref, err := train(t, base)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		got, err := train(t, off)
-		if err != nil {
-			t.Fatalf("stage %d with CPU offload: %v", stage, err)
-		}
+		require.NoError(t, err, "stage %d with CPU offload", stage)
 		for name, want := range ref.params {
 			for i := range want {
-				if math.Float32bits(got.params[name][i]) != math.Float32bits(want[i]) {
-					t.Fatalf("stage %d: %s[%d] = %g with offload, %g without", stage, name, i, got.params[name][i], want[i])
-				}
+				require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got.params[name][i]), "stage %d: %s[%d] = %g with offload, %g without", stage, name, i, got.params[name][i], want[i])
 			}
 		}
 		notes := got.engines[0].Notes()
-		if len(notes) == 0 || !strings.Contains(notes[0], "offload_optimizer.device=cpu") {
-			t.Errorf("stage %d: Notes() = %q, want the offload note", stage, notes)
+		if assert.NotEmpty(t, notes, "stage %d: Notes(), want the offload note", stage) {
+			assert.Contains(t, notes[0], "offload_optimizer.device=cpu", "stage %d: Notes() = %q", stage, notes)
 		}
 	}
 }
@@ -50,11 +45,9 @@ func TestOffloadNVMeNotSupported(t *testing.T) {
 	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1,
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
 		"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	_, err = deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3))
-	if err == nil || !strings.Contains(err.Error(), "offload_optimizer.device=nvme") || !strings.Contains(err.Error(), "not supported") {
-		t.Fatalf("Initialize with NVMe offload: %v, want a not-supported error naming the key", err)
-	}
+	require.ErrorContains(t, err, "offload_optimizer.device=nvme", "Initialize with NVMe offload")
+	require.ErrorContains(t, err, "not supported", "Initialize with NVMe offload")
+
 }

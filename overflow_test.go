@@ -10,6 +10,8 @@ import (
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/internal/shareddata"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestOverflow: inf gradients on one rank make every rank skip the step;
@@ -42,9 +44,7 @@ func TestOverflow(t *testing.T) {
 					if step == 4 || step == 5 {
 						// snapshots around skipped step 4 (Parameters is a collective)
 						p, err := e.Parameters(context.Background())
-						if err != nil {
-							t.Error(err)
-						}
+						assert.NoError(t, err) // a rank goroutine: no require here
 						if step == 4 {
 							before[rank] = p
 						} else {
@@ -56,30 +56,19 @@ func TestOverflow(t *testing.T) {
 					}
 				}
 				res, err := train(t, r)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.skipped != len(overflowAt) {
-					t.Errorf("skipped %d steps, want %d", res.skipped, len(overflowAt))
-				}
+				require.NoError(t, err)
+				assert.Equal(t, len(overflowAt), res.skipped, "skipped steps")
 				for rank := range 2 {
-					if d, where := relDiff(before[rank], after[rank]); d != 0 {
-						t.Errorf("rank %d: parameters changed by a skipped step (%g at %s)", rank, d, where)
-					}
+					d, where := relDiff(before[rank], after[rank])
+					assert.Zero(t, d, "rank %d: parameters changed by a skipped step (at %s)", rank, where)
 					for s, a := range applied[rank] {
-						if a == overflowAt[s] {
-							t.Errorf("rank %d step %d: WasStepApplied %v with overflow %v", rank, s, a, overflowAt[s])
-						}
+						assert.NotEqual(t, overflowAt[s], a, "rank %d step %d: WasStepApplied %v with overflow %v", rank, s, a, overflowAt[s])
 					}
 				}
 				// fp16 without ZeRO is DeepSpeed's FP16_Optimizer: no hysteresis
 				want, errAt := dsLossScales(pattern, dsScalerRules{init: 256, window: window, hysteresis: 2, minScale: 1, zero: stage > 0, raiseAtMin: true})
-				if errAt >= 0 {
-					t.Fatalf("the pattern reaches the minimum scale at step %d: pick another", errAt)
-				}
-				if !slices.Equal(res.scales, want) {
-					t.Errorf("loss scale after each step:\n got %v\nwant %v (DeepSpeed's rules)", res.scales, want)
-				}
+				require.Negative(t, errAt, "the pattern reaches the minimum scale at step %d: pick another", errAt)
+				assert.Equal(t, want, res.scales, "loss scale after each step (DeepSpeed's rules)")
 				t.Logf("scales %v", res.scales)
 			})
 		}
@@ -156,9 +145,9 @@ func TestDSLossScalesGolden(t *testing.T) {
 			if g.Error != nil {
 				wantErr = g.Error.AtIndex
 			}
-			if !slices.Equal(got, g.ScaleAfter) || errAt != wantErr {
-				t.Errorf("%s %s: scales differ from DeepSpeed's or raise at %d, want %d", file, g.Name, errAt, wantErr)
-			}
+			assert.True(t, slices.Equal(got, g.ScaleAfter), "%s %s: scales %v differ from DeepSpeed's %v", file, g.Name, got, g.ScaleAfter)
+			assert.Equal(t, wantErr, errAt, "%s %s: raises at", file, g.Name)
+
 			n++
 		}
 	}

@@ -23,6 +23,8 @@ import (
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // ckptSteps is the length of the checkpoint tests' runs; they save after
@@ -135,24 +137,15 @@ func TestCheckpointBitwiseResume(t *testing.T) {
 			t.Run(r.String(), func(t *testing.T) {
 				t.Parallel()
 				ref, err := train(t, r)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				dir := t.TempDir()
-				if _, _, err := (segment{r: r, save: dir, from: 0, to: ckptAt}).train(t); err != nil {
-					t.Fatal(err)
-				}
+				_, _, err = (segment{r: r, save: dir, from: 0, to: ckptAt}).train(t)
+				require.NoError(t, err)
 				got, clients, err := segment{r: r, load: dir, from: ckptAt, to: ckptSteps}.train(t)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := bitEqual(ref.params, got); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
+				require.NoError(t, bitEqual(ref.params, got))
 				for rank, c := range clients {
-					if want := fmt.Sprintf(`{"rank":%d,"step":%d}`, rank, ckptAt); string(c) != want {
-						t.Errorf("rank %d: client state %s, want %s", rank, c, want)
-					}
+					assert.Equal(t, fmt.Sprintf(`{"rank":%d,"step":%d}`, rank, ckptAt), string(c), "rank %d: client state", rank)
 				}
 			})
 		}
@@ -165,26 +158,19 @@ func TestCheckpointAsyncResume(t *testing.T) {
 	t.Parallel()
 	r := run{stage: 2, world: 2, gas: 1, steps: ckptSteps, extra: `, "checkpoint": {"keep_n_most_recent": 1}`}
 	ref, err := train(t, r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	dir := t.TempDir()
-	if _, _, err := (segment{r: r, save: dir, from: 0, to: 1, async: true}).train(t); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := (segment{r: r, load: dir, save: dir, from: 1, to: ckptAt, async: true}).train(t); err != nil {
-		t.Fatal(err)
-	}
-	if all, err := checkpoint.List(nil, dir); err != nil || len(all) != 1 || all[0].Tag != checkpoint.DefaultTag(ckptAt) {
-		t.Fatalf("after rotation: %v, %v; want only %s", all, err, checkpoint.DefaultTag(ckptAt))
-	}
+	_, _, err = (segment{r: r, save: dir, from: 0, to: 1, async: true}).train(t)
+	require.NoError(t, err)
+	_, _, err = (segment{r: r, load: dir, save: dir, from: 1, to: ckptAt, async: true}).train(t)
+	require.NoError(t, err)
+	all, err := checkpoint.List(nil, dir)
+	require.NoError(t, err, "after rotation")
+	require.Len(t, all, 1, "after rotation: want only %s", checkpoint.DefaultTag(ckptAt))
+	require.Equal(t, checkpoint.DefaultTag(ckptAt), all[0].Tag, "after rotation")
 	got, _, err := segment{r: r, load: dir, from: ckptAt, to: ckptSteps}.train(t)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bitEqual(ref.params, got); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, bitEqual(ref.params, got))
 }
 
 // TestCheckpointReshard: checkpoints of 4 ranks load into 1 and 2 ranks,
@@ -204,28 +190,20 @@ func TestCheckpointReshard(t *testing.T) {
 				from := run{stage: stage, world: w[0], gas: 1, steps: ckptSteps, extra: extra}
 				to := run{stage: stage, world: w[1], gas: 1, steps: ckptSteps}
 				ref, err := train(t, to)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				dir := t.TempDir()
-				if _, _, err := (segment{r: from, save: dir, from: 0, to: ckptAt}).train(t); err != nil {
-					t.Fatal(err)
-				}
+				_, _, err = (segment{r: from, save: dir, from: 0, to: ckptAt}).train(t)
+				require.NoError(t, err)
 				got, clients, err := segment{r: to, load: dir, from: ckptAt, to: ckptSteps}.train(t)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if pd, where := relDiff(ref.params, got); pd > 1e-6 {
-					t.Errorf("parameters differ by %.3g relative at %s (> 1e-6)", pd, where)
-				}
+				require.NoError(t, err)
+				pd, where := relDiff(ref.params, got)
+				assert.LessOrEqual(t, pd, 1e-6, "parameters differ, relative, at %s", where)
 				for rank, c := range clients {
 					src := rank
 					if rank >= w[0] {
 						src = 0
 					}
-					if want := fmt.Sprintf(`{"rank":%d,"step":%d}`, src, ckptAt); string(c) != want {
-						t.Errorf("rank %d: client state %s, want %s", rank, c, want)
-					}
+					assert.Equal(t, fmt.Sprintf(`{"rank":%d,"step":%d}`, src, ckptAt), string(c), "rank %d: client state", rank)
 				}
 			})
 		}
@@ -239,20 +217,14 @@ func TestCheckpointStageChange(t *testing.T) {
 	from := run{stage: 2, world: 2, gas: 1, steps: ckptSteps}
 	to := run{stage: 3, world: 2, gas: 1, steps: ckptSteps}
 	ref, err := train(t, to)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	dir := t.TempDir()
-	if _, _, err := (segment{r: from, save: dir, from: 0, to: ckptAt}).train(t); err != nil {
-		t.Fatal(err)
-	}
+	_, _, err = (segment{r: from, save: dir, from: 0, to: ckptAt}).train(t)
+	require.NoError(t, err)
 	got, _, err := segment{r: to, load: dir, from: ckptAt, to: ckptSteps}.train(t)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pd, where := relDiff(ref.params, got); pd > 1e-6 {
-		t.Errorf("parameters differ by %.3g relative at %s (> 1e-6)", pd, where)
-	}
+	require.NoError(t, err)
+	pd, where := relDiff(ref.params, got)
+	assert.LessOrEqual(t, pd, 1e-6, "parameters differ, relative, at %s", where)
 }
 
 // TestCheckpointCorruptLoad: a load from a checkpoint with one damaged
@@ -262,26 +234,17 @@ func TestCheckpointCorruptLoad(t *testing.T) {
 	t.Parallel()
 	r := run{stage: 2, world: 2, gas: 1, precision: "bf16", steps: ckptSteps}
 	ref, err := train(t, r) // uninterrupted
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	dir := t.TempDir()
-	if _, _, err := (segment{r: r, save: dir, from: 0, to: 1}).train(t); err != nil {
-		t.Fatal(err)
-	}
+	_, _, err = (segment{r: r, save: dir, from: 0, to: 1}).train(t)
+	require.NoError(t, err)
 	files, _ := filepath.Glob(filepath.Join(dir, checkpoint.DefaultTag(1), "zero_pp_rank_1_*optim*.safetensors"))
-	if len(files) != 1 {
-		t.Fatalf("rank 1's optimizer file: %v", files)
-	}
+	require.Len(t, files, 1, "rank 1's optimizer file")
 	bad := files[0]
 	b, err := os.ReadFile(bad)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b[len(b)-3] ^= 0x10
-	if err := os.WriteFile(bad, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(bad, b, 0o644))
 
 	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	var mu sync.Mutex
@@ -338,12 +301,8 @@ func TestCheckpointCorruptLoad(t *testing.T) {
 		}
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bitEqual(ref.params, final); err != nil {
-		t.Fatalf("training after a failed load: %v", err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, bitEqual(ref.params, final), "training after a failed load")
 }
 
 // TestCheckpointLoadMismatch: a checkpoint of another model is refused
@@ -352,25 +311,16 @@ func TestCheckpointLoadMismatch(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	r := run{stage: 1, world: 1, gas: 1}
-	if _, _, err := (segment{r: r, save: dir, from: 0, to: 1}).train(t); err != nil {
-		t.Fatal(err)
-	}
+	_, _, err := (segment{r: r, save: dir, from: 0, to: 1}).train(t)
+	require.NoError(t, err)
 	cfg, err := config.Parse([]byte(r.config()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	e, err := initEngine(context.Background(), cfg, testmodel.NewMLP(1, 8, 16, 5))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer e.Close()
 	_, err = e.Load(context.Background(), dir, deepgo.LoadOptions{})
-	if err == nil || !strings.Contains(err.Error(), `"fc2.weight"`) {
-		t.Fatalf("Load into another model: %v", err)
-	}
-	if e.GlobalSteps() != 0 {
-		t.Fatal("counters changed")
-	}
+	require.ErrorContains(t, err, `"fc2.weight"`, "Load into another model")
+	require.Zero(t, e.GlobalSteps(), "counters changed")
 }
 
 // TestCheckpointConsolidate: the consolidated float32 weights of an
@@ -383,46 +333,28 @@ func TestCheckpointConsolidate(t *testing.T) {
 		t.Run(r.String(), func(t *testing.T) {
 			dir := t.TempDir()
 			want, _, err := segment{r: r, save: dir, from: 0, to: 2}.train(t)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			ck, err := checkpoint.Open(nil, dir, "")
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer ck.Close()
-			if err := ck.Verify(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, ck.Verify(context.Background()))
 			out := filepath.Join(t.TempDir(), "model.safetensors")
-			if err := ck.Consolidate(context.Background(), nil, out); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, ck.Consolidate(context.Background(), nil, out))
 			exp := map[string]any{}
 			for _, p := range ck.Manifest.Params {
 				got, err := ck.ReadTensor(context.Background(), p.Source)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				v, _ := got.Float32s()
 				vals := slices.Clone(v[p.Offset : p.Offset+p.Numel()])
 				got.Free()
-				if err := bitEqual(map[string][]float32{p.Name: want[p.Name]}, map[string][]float32{p.Name: vals}); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, bitEqual(map[string][]float32{p.Name: want[p.Name]}, map[string][]float32{p.Name: vals}))
 				exp[p.Name] = map[string]any{"shape": p.Shape, "values": want[p.Name]}
 			}
-			if len(exp) != len(want) {
-				t.Fatalf("%d parameters in the checkpoint, engine has %d", len(exp), len(want))
-			}
+			require.Len(t, exp, len(want), "parameters in the checkpoint vs the engine's")
 			got, shapes := readConsolidated(t, out)
-			if err := bitEqual(want, got); err != nil {
-				t.Fatalf("consolidated file against Engine.Parameters: %v", err)
-			}
+			require.NoError(t, bitEqual(want, got), "consolidated file against Engine.Parameters")
 			for _, p := range ck.Manifest.Params {
-				if !slices.Equal(shapes[p.Name], p.Shape) {
-					t.Fatalf("consolidated %s has shape %v, want %v", p.Name, shapes[p.Name], p.Shape)
-				}
+				require.True(t, slices.Equal(shapes[p.Name], p.Shape), "consolidated %s has shape %v, want %v", p.Name, shapes[p.Name], p.Shape)
 			}
 			t.Run("python", func(t *testing.T) {
 				if err := exec.Command("python3", "-c", "import safetensors, numpy").Run(); err != nil {
@@ -430,13 +362,9 @@ func TestCheckpointConsolidate(t *testing.T) {
 				}
 				expPath := filepath.Join(t.TempDir(), "expected.json")
 				b, _ := json.Marshal(exp)
-				if err := os.WriteFile(expPath, b, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, os.WriteFile(expPath, b, 0o644))
 				py, err := exec.Command("python3", "checkpoint/testdata/check_consolidated.py", out, expPath).CombinedOutput()
-				if err != nil {
-					t.Fatalf("python check: %v\n%s", err, py)
-				}
+				require.NoError(t, err, "python check\n%s", py)
 				t.Logf("python: %s", py)
 			})
 		})
@@ -448,28 +376,18 @@ func TestCheckpointConsolidate(t *testing.T) {
 func readConsolidated(t *testing.T, path string) (map[string][]float32, map[string][]int) {
 	t.Helper()
 	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	h, err := safetensors.ReadHeader(f, st.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	vals, shapes := map[string][]float32{}, map[string][]int{}
 	for _, ti := range h.Tensors {
-		if ti.DType != tensor.Float32 {
-			t.Fatalf("consolidated %s is %v, want float32", ti.Name, ti.DType)
-		}
+		require.Equal(t, tensor.Float32, ti.DType, "consolidated %s", ti.Name)
 		v := make([]float32, ti.Numel())
 		data := io.NewSectionReader(f, h.DataOffset+ti.Begin, ti.End-ti.Begin)
-		if err := binary.Read(data, binary.LittleEndian, v); err != nil {
-			t.Fatalf("consolidated %s: %v", ti.Name, err)
-		}
+		require.NoError(t, binary.Read(data, binary.LittleEndian, v), "consolidated %s", ti.Name)
 		vals[ti.Name], shapes[ti.Name] = v, ti.Shape
 	}
 	return vals, shapes
@@ -481,31 +399,20 @@ func TestCheckpointMidAccumulation(t *testing.T) {
 	t.Parallel()
 	r := run{stage: 2, world: 1, gas: 2}
 	cfg, err := config.Parse([]byte(r.config()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx := context.Background()
 	e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer e.Close()
 	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	mb := data.RankBatch(0, globalBatch, 1, 0, 2)[0]
-	if _, err := e.Forward(ctx, mb); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Backward(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Step(ctx); err != nil {
-		t.Fatal(err)
-	}
+	_, err = e.Forward(ctx, mb)
+	require.NoError(t, err)
+	require.NoError(t, e.Backward(ctx))
+	require.NoError(t, e.Step(ctx))
 	dir := t.TempDir()
-	if err := e.Save(ctx, dir, deepgo.SaveOptions{}); err == nil || !strings.Contains(err.Error(), "between optimizer steps") {
-		t.Fatalf("Save mid-accumulation: %v", err)
-	}
-	if _, err := e.Load(ctx, dir, deepgo.LoadOptions{}); err == nil || !strings.Contains(err.Error(), "between optimizer steps") {
-		t.Fatalf("Load mid-accumulation: %v", err)
-	}
+	require.ErrorContains(t, e.Save(ctx, dir, deepgo.SaveOptions{}), "between optimizer steps", "Save mid-accumulation")
+	_, err = e.Load(ctx, dir, deepgo.LoadOptions{})
+	require.ErrorContains(t, err, "between optimizer steps", "Load mid-accumulation")
+
 }

@@ -6,6 +6,8 @@ import (
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/zero"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestStage3Knobs: prefetch, persistence, max-live and reuse distance are
@@ -18,29 +20,20 @@ func TestStage3Knobs(t *testing.T) {
 		check func(t *testing.T, s zero.CoordinatorStats)
 	}{
 		{"no prefetch", `, "stage3_prefetch_bucket_size": 0, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0`, func(t *testing.T, s zero.CoordinatorStats) {
-			if s.Prefetches != 0 {
-				t.Errorf("prefetches %d, want 0", s.Prefetches)
-			}
+			assert.Zero(t, s.Prefetches, "prefetches")
 		}},
 		{"prefetch", `, "stage3_prefetch_bucket_size": 1000, "stage3_param_persistence_threshold": 0`, func(t *testing.T, s zero.CoordinatorStats) {
-			if s.Prefetches == 0 {
-				t.Errorf("no prefetches")
-			}
+			assert.NotZero(t, s.Prefetches, "no prefetches")
 		}},
 		{"max live", `, "stage3_prefetch_bucket_size": 1000, "stage3_max_live_parameters": 300, "stage3_param_persistence_threshold": 0`, func(t *testing.T, s zero.CoordinatorStats) {
-			if s.PeakLiveNumel > 300+272 {
-				t.Errorf("peak live %d elements with max_live 300", s.PeakLiveNumel)
-			}
+			assert.LessOrEqual(t, s.PeakLiveNumel, int64(300+272), "peak live elements with max_live 300")
 		}},
 		{"persistence", `, "stage3_param_persistence_threshold": 150`, func(t *testing.T, s zero.CoordinatorStats) {
-			if s.PersistentModules != 2 || s.PersistentNumel != 144+68 {
-				t.Errorf("persistent %d modules / %d elements, want 2 / 212", s.PersistentModules, s.PersistentNumel)
-			}
+			assert.Equal(t, 2, s.PersistentModules, "persistent modules")
+			assert.Equal(t, int64(144+68), s.PersistentNumel, "persistent elements")
 		}},
 		{"reuse distance", `, "stage3_prefetch_bucket_size": 0, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 1000000`, func(t *testing.T, s zero.CoordinatorStats) {
-			if s.ReuseHolds == 0 {
-				t.Errorf("no releases held by the reuse distance")
-			}
+			assert.NotZero(t, s.ReuseHolds, "no releases held by the reuse distance")
 		}},
 	}
 	for _, c := range cases {
@@ -52,9 +45,9 @@ func TestStage3Knobs(t *testing.T) {
 					stats = e.Stage3Stats()
 				}
 			}
-			if _, err := train(t, r); err != nil {
-				t.Fatal(err)
-			}
+			_, err := train(t, r)
+			require.NoError(t, err)
+
 			t.Logf("%+v", stats)
 			c.check(t, stats)
 		})

@@ -3,7 +3,6 @@ package deepgo_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // fakeDevice is a CPU backend that claims to live on a GPU.
@@ -25,18 +26,13 @@ func (fakeDevice) Device() tensor.Device { return tensor.CUDA(0) }
 // A backend on another device is refused with a clear error, not misused.
 func TestInitializeRefusesDeviceBackend(t *testing.T) {
 	cpu, err := backend.NewCPU(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer cpu.Close()
 	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	_, err = deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3), deepgo.WithBackend(fakeDevice{cpu}))
-	if err == nil || !strings.Contains(err.Error(), "not supported") || !strings.Contains(err.Error(), "cuda:0") {
-		t.Fatalf("Initialize on a device backend: %v, want a not-supported error naming cuda:0", err)
-	}
+	require.ErrorContains(t, err, "not supported", "Initialize on a device backend")
+	require.ErrorContains(t, err, "cuda:0", "Initialize on a device backend")
 }
 
 // Initialize chooses the engine from the config: the data-parallel engine
@@ -54,26 +50,16 @@ func TestInitializeChoosesEngine(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}` + c.extra + `}`))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			tr, err := deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3))
 			if c.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-					t.Fatalf("Initialize: %v, want an error containing %q", err, c.wantErr)
-				}
-				if tr != nil {
-					t.Fatalf("Initialize returned a non-nil Trainer %T with its error", tr)
-				}
+				require.ErrorContains(t, err, c.wantErr, "Initialize")
+				require.Nil(t, tr, "Initialize returned a non-nil Trainer %T with its error", tr)
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer tr.Close()
-			if _, ok := tr.(*deepgo.Engine); !ok {
-				t.Fatalf("Initialize returned %T, want *deepgo.Engine", tr)
-			}
+			require.IsType(t, &deepgo.Engine{}, tr, "Initialize")
 		})
 	}
 }
@@ -82,27 +68,20 @@ func TestInitializeChoosesEngine(t *testing.T) {
 // is refused before any module runs, naming both numbers.
 func TestMicroBatchSizeChecked(t *testing.T) {
 	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tr, err := deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer tr.Close()
 	data := testmodel.NewDataset(1, 16, 4, 3)
 	for _, n := range []int{1, 2, 3} {
 		_, err := tr.TrainBatch(context.Background(), []model.MicroBatch{data.Micro(0, 8, 0, n)})
-		switch {
-		case n == 2 && err != nil:
-			t.Errorf("%d samples: %v", n, err)
-		case n != 2 && (err == nil || !strings.Contains(err.Error(), fmt.Sprintf("holds %d samples, train_micro_batch_size_per_gpu is 2", n))):
-			t.Errorf("%d samples: %v, want an error naming %d and train_micro_batch_size_per_gpu 2", n, err, n)
+		if n == 2 {
+			assert.NoError(t, err, "%d samples", n)
+		} else {
+			assert.ErrorContains(t, err, fmt.Sprintf("holds %d samples, train_micro_batch_size_per_gpu is 2", n), "%d samples", n)
 		}
 	}
-	if tr.GlobalSteps() != 1 {
-		t.Errorf("global steps %d after one good batch, want 1", tr.GlobalSteps())
-	}
+	assert.Equal(t, 1, tr.GlobalSteps(), "global steps after one good batch")
 }
 
 // backendProbe is a one-module model that records the backend its Forward
@@ -131,9 +110,7 @@ func (m probeModule) Forward(ctx context.Context, in model.Activation) (model.Ac
 // WithBackend that is the comm's CPU pool (the thread count's one place).
 func TestModulesReachTheBackend(t *testing.T) {
 	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	err = local.Run(context.Background(), 1, local.Options{Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 		own, err := backend.NewCPU(2)
 		if err != nil {
@@ -164,9 +141,7 @@ func TestModulesReachTheBackend(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 }
 
 // A rank that skips a step makes the others fail within the group's
@@ -174,9 +149,7 @@ func TestModulesReachTheBackend(t *testing.T) {
 // module-order problem), naming the missing rank.
 func TestRankSkipsStep(t *testing.T) {
 	cfg, err := config.Parse([]byte(`{"train_batch_size": 4, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "zero_optimization": {"stage": 2}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	data := testmodel.NewDataset(1, 16, 4, 3)
 	var errs [2]error
 	_ = local.Run(context.Background(), 2, local.Options{Timeout: 300 * time.Millisecond}, func(ctx context.Context, c comm.Comm) error {
@@ -191,8 +164,8 @@ func TestRankSkipsStep(t *testing.T) {
 		_, errs[0] = tr.TrainBatch(ctx, data.RankBatch(0, 4, 2, 0, 1))
 		return errs[0]
 	})
-	if errs[0] == nil || !strings.Contains(errs[0].Error(), "not every data-parallel rank joined this step") || !strings.Contains(errs[0].Error(), "ranks [1]") {
-		t.Fatalf("rank 0: %v, want an error saying a rank did not join the step", errs[0])
-	}
+	require.ErrorContains(t, errs[0], "not every data-parallel rank joined this step", "rank 0")
+	require.ErrorContains(t, errs[0], "ranks [1]", "rank 0")
+
 	t.Log(errs[0])
 }

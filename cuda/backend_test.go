@@ -4,13 +4,14 @@ package cuda
 
 import (
 	"context"
-	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Every kernel against the CPU backend on random data with edge values
@@ -25,13 +26,9 @@ func setup(t *testing.T) (*backend.CPU, *Backend) {
 	t.Helper()
 	needDevice(t)
 	cpu, err := backend.NewCPU(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	gpu, err := NewBackend(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { gpu.Close(); cpu.Close() })
 	return cpu, gpu
 }
@@ -44,9 +41,7 @@ var edge16 = []uint16{0, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfd01, 0x7c01, 1, 0x83
 func hostRand(t *testing.T, r *rand.Rand, dt tensor.DType, n int, finite bool) *tensor.Tensor {
 	t.Helper()
 	h, err := tensor.Empty(dt, n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	raw, _ := h.RawBytes()
 	for i := 0; i < n; i++ {
 		switch dt {
@@ -85,12 +80,8 @@ func putU32(b []byte, i int, u uint32) {
 func toDevice(t *testing.T, h *tensor.Tensor) *tensor.Tensor {
 	t.Helper()
 	d, err := Malloc(0, h.DType(), h.Numel())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := CopyToDevice(d, h); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, CopyToDevice(d, h))
 	t.Cleanup(func() { d.Free() })
 	return d
 }
@@ -123,13 +114,9 @@ func isNaN(dt tensor.DType, b []byte, i int) bool {
 func same(t *testing.T, what string, h, d *tensor.Tensor, nanAny bool) {
 	t.Helper()
 	back, err := tensor.Empty(h.DType(), h.Numel())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer back.Free()
-	if err := CopyToHost(back, d); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, CopyToHost(back, d))
 	a, _ := h.RawBytes()
 	b, _ := back.RawBytes()
 	es := h.DType().Size()
@@ -137,14 +124,12 @@ func same(t *testing.T, what string, h, d *tensor.Tensor, nanAny bool) {
 	for i := 0; i < h.Numel(); i++ {
 		if string(a[i*es:(i+1)*es]) != string(b[i*es:(i+1)*es]) && !(nanAny && isNaN(h.DType(), a, i) && isNaN(h.DType(), b, i)) {
 			if bad < 3 {
-				t.Errorf("%s: element %d: cpu % x, gpu % x", what, i, a[i*es:(i+1)*es], b[i*es:(i+1)*es])
+				t.Logf("%s: element %d: cpu % x, gpu % x", what, i, a[i*es:(i+1)*es], b[i*es:(i+1)*es])
 			}
 			bad++
 		}
 	}
-	if bad > 0 {
-		t.Errorf("%s: %d of %d elements differ", what, bad, h.Numel())
-	}
+	assert.Zero(t, bad, "%s: %d of %d elements differ", what, bad, h.Numel())
 }
 
 var floats = []tensor.DType{tensor.Float32, tensor.Float16, tensor.BFloat16}
@@ -157,12 +142,8 @@ func TestCast(t *testing.T) {
 			for _, b := range floats {
 				hs, ds := lists(t, r, a, n, false)
 				hd, dd := lists(t, r, b, n, false)
-				if err := cpu.Cast(hd, hs); err != nil {
-					t.Fatal(err)
-				}
-				if err := gpu.Cast(dd, ds); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, cpu.Cast(hd, hs))
+				require.NoError(t, gpu.Cast(dd, ds))
 				for i := range hd {
 					same(t, a.String()+">"+b.String(), hd[i], dd[i], false)
 				}
@@ -178,22 +159,14 @@ func TestScaleAxpy(t *testing.T) {
 		for _, dt := range floats {
 			hx, dx := lists(t, r, dt, n, false)
 			hy, dy := lists(t, r, dt, n, false)
-			if err := cpu.Scale(hx, 0.37); err != nil {
-				t.Fatal(err)
-			}
-			if err := gpu.Scale(dx, 0.37); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, cpu.Scale(hx, 0.37))
+			require.NoError(t, gpu.Scale(dx, 0.37))
 			for i := range hx {
 				same(t, "scale "+dt.String(), hx[i], dx[i], true)
 			}
 			// hx and dx agree now (NaN payloads aside, which stay NaN)
-			if err := cpu.Axpy(-1.5, hx, hy); err != nil {
-				t.Fatal(err)
-			}
-			if err := gpu.Axpy(-1.5, dx, dy); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, cpu.Axpy(-1.5, hx, hy))
+			require.NoError(t, gpu.Axpy(-1.5, dx, dy))
 			for i := range hy {
 				same(t, "axpy "+dt.String(), hy[i], dy[i], true)
 			}
@@ -209,29 +182,22 @@ func TestSumSquaresNonFinite(t *testing.T) {
 			hs, ds := lists(t, r, dt, n, true)
 			pc, pg := make([]float64, len(hs)), make([]float64, len(ds))
 			tc, err := cpu.SumSquares(hs, pc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			tg, err := gpu.SumSquares(ds, pg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			for i, want := range append([]float64{tc}, pc...) {
 				got := append([]float64{tg}, pg...)[i]
-				if math.Abs(got-want) > 1e-12*math.Abs(want) {
-					t.Errorf("sumsq %v n=%d [%d]: gpu %v, cpu %v", dt, n, i-1, got, want)
-				}
+				assert.InDelta(t, want, got, 1e-12*math.Abs(want), "sumsq %v n=%d [%d]: gpu %v, cpu %v", dt, n, i-1, got, want)
 			}
 			fc, _ := cpu.NonFinite(hs)
 			fg, err := gpu.NonFinite(ds)
-			if err != nil || fc || fg {
-				t.Errorf("nonfinite %v n=%d on finite data: cpu %v gpu %v err %v", dt, n, fc, fg, err)
-			}
+			assert.NoError(t, err, "nonfinite %v n=%d", dt, n)
+			assert.False(t, fc, "nonfinite %v n=%d on finite data: cpu", dt, n)
+			assert.False(t, fg, "nonfinite %v n=%d on finite data: gpu", dt, n)
 			hs2, ds2 := lists(t, r, dt, n, false)
 			fc, _ = cpu.NonFinite(hs2)
-			if fg, _ = gpu.NonFinite(ds2); fc != fg {
-				t.Errorf("nonfinite %v n=%d: cpu %v gpu %v", dt, n, fc, fg)
-			}
+			fg, _ = gpu.NonFinite(ds2)
+			assert.Equal(t, fc, fg, "nonfinite %v n=%d: cpu vs gpu", dt, n)
 		}
 	}
 }
@@ -249,24 +215,14 @@ func TestPackUnpack(t *testing.T) {
 			hf, _ := tensor.Empty(dt, total)
 			defer hf.Free()
 			df, err := gpu.Empty(dt, total)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer df.Free()
-			if err := cpu.Pack(hf, offs, hs); err != nil {
-				t.Fatal(err)
-			}
-			if err := gpu.Pack(df, offs, ds); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, cpu.Pack(hf, offs, hs))
+			require.NoError(t, gpu.Pack(df, offs, ds))
 			same(t, "pack "+dt.String(), hf, df, false)
 			hu, du := lists(t, r, dt, n, false)
-			if err := cpu.Unpack(hu, hf, offs); err != nil {
-				t.Fatal(err)
-			}
-			if err := gpu.Unpack(du, df, offs); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, cpu.Unpack(hu, hf, offs))
+			require.NoError(t, gpu.Unpack(du, df, offs))
 			for i := range hu {
 				same(t, "unpack "+dt.String(), hu[i], du[i], false)
 			}
@@ -286,12 +242,8 @@ func TestReduce(t *testing.T) {
 					h2, d2 := lists(t, r, dt, n, false)
 					hs, ds = append(hs, h2[0]), append(ds, d2[0])
 				}
-				if err := cpu.Reduce(op, hs[1], hs); err != nil { // in place, dst = srcs[1]
-					t.Fatal(err)
-				}
-				if err := gpu.Reduce(op, ds[1], ds); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, cpu.Reduce(op, hs[1], hs)) // in place, dst = srcs[1]
+				require.NoError(t, gpu.Reduce(op, ds[1], ds))
 				same(t, "reduce "+op.String()+" "+dt.String(), hs[1], ds[1], op == backend.Sum)
 			}
 		}
@@ -309,8 +261,8 @@ func TestArgErrors(t *testing.T) {
 	var ae *backend.ArgError
 	check := func(name, arg string, err error) {
 		t.Helper()
-		if !errors.As(err, &ae) || ae.Arg != arg {
-			t.Errorf("%s: got %v, want an ArgError naming %s", name, err, arg)
+		if assert.ErrorAs(t, err, &ae, name) {
+			assert.Equal(t, arg, ae.Arg, "%s: the ArgError names", name)
 		}
 	}
 	check("host tensor", "xs[0]", gpu.Scale([]*tensor.Tensor{h}, 2))
@@ -331,10 +283,9 @@ func TestSynchronizeHonoursContext(t *testing.T) {
 	for range 50 {
 		gpu.Scale([]*tensor.Tensor{x}, 1.0001)
 	}
-	if err := gpu.Synchronize(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatalf("Synchronize: %v", err)
+	if err := gpu.Synchronize(ctx); err != nil {
+		require.ErrorIs(t, err, context.Canceled, "Synchronize")
 	}
-	if err := gpu.Synchronize(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+
+	require.NoError(t, gpu.Synchronize(context.Background()))
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // The cuBLAS the matmuls load is named after the cuBLAS headers the library
@@ -15,21 +17,12 @@ import (
 // name and loads. No GPU needed: loading cuBLAS does not touch the driver.
 func TestCuBLASSoname(t *testing.T) {
 	h, err := os.ReadFile(filepath.Join("..", "build", "cuda", "include", "cuda", "cublas_api.h"))
-	if err != nil {
-		t.Fatalf("the headers build-cuda.sh compiled with: %v", err)
-	}
+	require.NoError(t, err, "the headers build-cuda.sh compiled with")
 	m := regexp.MustCompile(`(?m)^#define CUBLAS_VER_MAJOR ([0-9]+)`).FindSubmatch(h)
-	if m == nil {
-		t.Fatal("no CUBLAS_VER_MAJOR in cublas_api.h")
-	}
+	require.NotNil(t, m, "no CUBLAS_VER_MAJOR in cublas_api.h")
 	want := "libcublas.so." + string(m[1])
-	if got := CuBLASSoname(); got != want {
-		t.Fatalf("CuBLASSoname() = %q, the headers say %q", got, want)
-	}
-	if err := loadCuBLAS(); err != nil {
-		t.Fatalf("loading %s: %v", want, err)
-	}
-	if got := CuBLASPath(); filepath.Base(got) != want {
-		t.Fatalf("CuBLASPath() = %q, want a %s", got, want)
-	}
+	require.Equal(t, want, CuBLASSoname(), "CuBLASSoname(): the headers say otherwise")
+	require.NoError(t, loadCuBLAS(), "loading %s", want)
+	require.Equal(t, want, filepath.Base(CuBLASPath()), "CuBLASPath() = %q", CuBLASPath())
+
 }

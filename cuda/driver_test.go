@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/internal/gputest"
+	"github.com/stretchr/testify/require"
 )
 
 // What DeviceCount says about the driver, on any machine, GPU or not: the
@@ -35,12 +36,8 @@ func TestDriverVersions(t *testing.T) {
 			cmd.Env = append(os.Environ(), "DEEPGO_FAKE_CUDA_DRIVER="+tc.driver,
 				"LD_LIBRARY_PATH="+lib+string(os.PathListSeparator)+os.Getenv("LD_LIBRARY_PATH"))
 			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("child: %v\n%s", err, out)
-			}
-			if !strings.Contains(string(out), "DeviceCount: "+tc.want) {
-				t.Fatalf("child with a fake driver %s did not say %q:\n%s", tc.driver, tc.want, out)
-			}
+			require.NoError(t, err, "child\n%s", out)
+			require.Contains(t, string(out), "DeviceCount: "+tc.want, "child with a fake driver %s", tc.driver)
 		})
 	}
 }
@@ -57,7 +54,7 @@ func TestDriverVersionsChild(t *testing.T) {
 		msg := err.Error()
 		fmt.Printf("DeviceCount: driver too old: %s\n", msg[strings.Index(msg, "the driver supports"):])
 	case err != nil:
-		t.Fatalf("DeviceCount: %v", err)
+		require.NoError(t, err, "DeviceCount")
 	default:
 		fmt.Printf("DeviceCount: devices %d, no error\n", n)
 	}
@@ -77,9 +74,7 @@ func fakeDriver(t *testing.T) string {
 	dir := t.TempDir()
 	out, err := exec.Command(cc, "-shared", "-fPIC", "-o", filepath.Join(dir, "libcuda.so.1"),
 		filepath.Join("testdata", "fakecuda.c")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("building the fake driver: %v\n%s", err, out)
-	}
+	require.NoError(t, err, "building the fake driver\n%s", out)
 	return dir
 }
 

@@ -11,6 +11,8 @@ import (
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Every optimizer kind and dtype combination against optim.CPUKernels on
@@ -67,9 +69,7 @@ const (
 func optRand(t *testing.T, r *rand.Rand, cpu *backend.CPU, dt tensor.DType, n, mode int) *tensor.Tensor {
 	t.Helper()
 	f, err := tensor.Empty(tensor.Float32, n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	raw, _ := f.RawBytes()
 	for i := range n {
 		x := float32(r.NormFloat64() * math.Ldexp(1, r.IntN(8)-4))
@@ -89,13 +89,9 @@ func optRand(t *testing.T, r *rand.Rand, cpu *backend.CPU, dt tensor.DType, n, m
 		return f
 	}
 	h, err := tensor.Empty(dt, n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { h.Free() })
-	if err := cpu.Cast([]*tensor.Tensor{h}, []*tensor.Tensor{f}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cpu.Cast([]*tensor.Tensor{h}, []*tensor.Tensor{f}))
 	f.Free()
 	return h
 }
@@ -114,9 +110,7 @@ func TestOptimStep(t *testing.T) {
 	cpu, gpu := setup(t)
 	ck := optim.NewCPUKernels(cpu)
 	gk, err := NewOptimKernels(gpu)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r := rand.New(rand.NewPCG(11, 12))
 	for _, n := range sizes {
 		for _, oc := range optCases {
@@ -154,16 +148,10 @@ func optCompare(t *testing.T, r *rand.Rand, cpu *backend.CPU, ck, gk optim.Kerne
 			return a
 		}
 		ha, da := args(hp, hg, hc, hm, hv), args(dp, dg, dc, dm, dv)
-		if err := ck.Step(ha); err != nil {
-			t.Fatal(err)
-		}
-		if err := gk.Step(da); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, ck.Step(ha))
+		require.NoError(t, gk.Step(da))
 		for i := range ha.Trust {
-			if math.Float64bits(ha.Trust[i]) != math.Float64bits(da.Trust[i]) {
-				t.Errorf("step %d: trust[%d]: cpu %v gpu %v", step, i, ha.Trust[i], da.Trust[i])
-			}
+			assert.Equal(t, math.Float64bits(ha.Trust[i]), math.Float64bits(da.Trust[i]), "step %d: trust[%d]: cpu %v gpu %v", step, i, ha.Trust[i], da.Trust[i])
 		}
 	}
 	for _, l := range []struct {
@@ -180,9 +168,7 @@ func TestOptimUnscaleCheck(t *testing.T) {
 	cpu, gpu := setup(t)
 	ck := optim.NewCPUKernels(cpu)
 	gk, err := NewOptimKernels(gpu)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, n := range sizes {
 		for _, dt := range floats {
@@ -193,16 +179,10 @@ func TestOptimUnscaleCheck(t *testing.T) {
 			}{{false, 1024}, {true, 1024}, {true, 1e-3}} {
 				hs, ds := lists(t, r, dt, n, c.finite)
 				fc, err := ck.UnscaleCheck(hs, c.scale)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				fg, err := gk.UnscaleCheck(ds, c.scale)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if fc != fg {
-					t.Errorf("%v n=%d finite=%v scale=%v: found cpu %v gpu %v", dt, n, c.finite, c.scale, fc, fg)
-				}
+				require.NoError(t, err)
+				assert.Equal(t, fc, fg, "%v n=%d finite=%v scale=%v: found cpu vs gpu", dt, n, c.finite, c.scale)
 				for i := range hs {
 					same(t, fmt.Sprintf("unscale %v[%d]", dt, i), hs[i], ds[i], true)
 				}
@@ -214,27 +194,18 @@ func TestOptimUnscaleCheck(t *testing.T) {
 func TestOptimKernelsErrors(t *testing.T) {
 	_, gpu := setup(t)
 	gk, err := NewOptimKernels(gpu)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	host, err := tensor.Empty(tensor.Float32, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer host.Free()
 	a := &optim.StepArgs{Kind: optim.KindSGD, Step: 1, Hyper: optim.Hyper{LR: 0.1}, GradScale: 1,
 		Group: optim.ParamGroup{Params: []*tensor.Tensor{host}, Grads: []*tensor.Tensor{host}}}
-	if err := gk.Step(a); err == nil {
-		t.Fatal("Step on host tensors: no error")
-	}
+	require.Error(t, gk.Step(a), "Step on host tensors: no error")
 	d, err := gpu.Empty(tensor.Float32, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer d.Free()
 	a.Group = optim.ParamGroup{Params: []*tensor.Tensor{d}, Grads: []*tensor.Tensor{d}}
 	a.Hyper.LR = -1 // the C check refuses it; nothing is written
-	if err := gk.Step(a); err == nil {
-		t.Fatal("Step with lr -1: no error")
-	}
+	require.Error(t, gk.Step(a), "Step with lr -1: no error")
+
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/stretchr/testify/require"
 )
 
 // FromEnvOf meets at the store the environment names and hands the store to
@@ -15,9 +16,7 @@ import (
 // error comes back and the store is closed again.
 func TestFromEnvOfRendezvous(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	env := comm.Env{Rank: 0, WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port}
@@ -28,9 +27,8 @@ func TestFromEnvOfRendezvous(t *testing.T) {
 		// a machine with a GPU: a one-rank communicator came up
 		defer release()
 		defer c.Close()
-		if c.Size() != 1 || c.Rank() != 0 {
-			t.Fatalf("communicator %d of %d, want 0 of 1", c.Rank(), c.Size())
-		}
+		require.Equal(t, 1, c.Size(), "communicator size")
+		require.Equal(t, 0, c.Rank(), "communicator rank")
 		return
 	}
 	if !errors.Is(err, comm.ErrUnsupported) && !errors.Is(err, ErrNoCUDA) {
@@ -38,8 +36,7 @@ func TestFromEnvOfRendezvous(t *testing.T) {
 	}
 	// the port is free again: the store was closed on the error path
 	l2, err2 := net.Listen("tcp", env.StoreAddr())
-	if err2 != nil {
-		t.Fatalf("store still listening after a failed FromEnvOf: %v (first error: %v)", err2, err)
-	}
+	require.NoError(t, err2, "store still listening after a failed FromEnvOf (first error: %v)", err)
+
 	l2.Close()
 }

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -22,6 +21,8 @@ import (
 	"github.com/deepgo-ml/deepgo/cuda"
 	"github.com/deepgo-ml/deepgo/internal/gputest"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func newID(t *testing.T) UniqueID {
@@ -32,10 +33,10 @@ func newID(t *testing.T) UniqueID {
 	id, err := GetUniqueID()
 	if errors.Is(err, comm.ErrUnsupported) {
 		gputest.Unavailable(t, "NCCL not loadable: %v", err)
-	} else if err != nil {
-		t.Fatal(err)
 	}
+	require.NoError(t, err)
 	return id
+
 }
 
 func one(t *testing.T, opts Options) *ncclComm {
@@ -43,9 +44,7 @@ func one(t *testing.T, opts Options) *ncclComm {
 	id := newID(t)
 	opts.Timeout = 60 * time.Second
 	c, err := New(context.Background(), id, 0, 1, 0, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	t.Logf("NCCL %d", Version())
 	return c.(*ncclComm)
@@ -55,17 +54,11 @@ func one(t *testing.T, opts Options) *ncclComm {
 func dev(t *testing.T, vals ...float32) *tensor.Tensor {
 	t.Helper()
 	h, err := tensor.FromFloat32(vals, len(vals))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	d, err := cuda.Malloc(0, tensor.Float32, len(vals))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { d.Storage().Free() })
-	if err := cuda.CopyToDevice(d, h); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cuda.CopyToDevice(d, h))
 	return d
 }
 
@@ -73,16 +66,10 @@ func dev(t *testing.T, vals ...float32) *tensor.Tensor {
 func expect(t *testing.T, what string, d *tensor.Tensor, want ...float32) {
 	t.Helper()
 	h, err := tensor.Empty(tensor.Float32, d.Numel())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cuda.CopyToHost(h, d); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, cuda.CopyToHost(h, d))
 	got, _ := h.Float32s()
-	if !slices.Equal(got, want) {
-		t.Errorf("%s: got %v, want %v", what, got, want)
-	}
+	assert.Equal(t, want, got, what)
 }
 
 func TestOps(t *testing.T) {
@@ -91,54 +78,34 @@ func TestOps(t *testing.T) {
 	in := []float32{1, -2, 3.5, 0}
 	for _, op := range []comm.ReduceOp{comm.Sum, comm.Avg, comm.Max, comm.Min} {
 		d := dev(t, in...)
-		if err := c.AllReduce(ctx, d, op); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, c.AllReduce(ctx, d, op))
 		expect(t, "AllReduce "+op.String(), d, in...)
 	}
 
 	src, dst := dev(t, in...), dev(t, 0, 0, 0, 0)
-	if err := c.ReduceScatter(ctx, dst, src, comm.Sum); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.ReduceScatter(ctx, dst, src, comm.Sum))
 	expect(t, "ReduceScatter", dst, in...)
-	if err := c.ReduceScatter(ctx, src, src, comm.Max); err != nil { // in place: chunk 0 of 1
-		t.Fatal(err)
-	}
+	require.NoError(t, c.ReduceScatter(ctx, src, src, comm.Max)) // in place: chunk 0 of 1
 	expect(t, "ReduceScatter in place", src, in...)
 
 	dst = dev(t, 0, 0, 0, 0)
-	if err := c.AllGather(ctx, dst, src); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.AllGather(ctx, dst, src))
 	expect(t, "AllGather", dst, in...)
 
 	b := dev(t, in...)
-	if err := c.Broadcast(ctx, b, 0); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Broadcast(ctx, b, 0))
 	expect(t, "Broadcast", b, in...)
-	if err := c.Reduce(ctx, b, 0, comm.Sum); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Reduce(ctx, b, 0, comm.Sum))
 	expect(t, "Reduce", b, in...)
 
 	dst = dev(t, 0, 0, 0, 0)
-	if err := c.AllToAll(ctx, dst, src); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.AllToAll(ctx, dst, src))
 	expect(t, "AllToAll", dst, in...)
 
-	if err := c.Barrier(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Barrier(ctx))
 	w := c.AllReduceAsync(ctx, b, comm.Avg)
-	if err := c.BarrierAsync(ctx).Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.BarrierAsync(ctx).Wait(ctx))
+	require.NoError(t, w.Wait(ctx))
 	<-w.Done()
 	expect(t, "AllReduceAsync", b, in...)
 }
@@ -146,42 +113,31 @@ func TestOps(t *testing.T) {
 func TestIntReduce(t *testing.T) {
 	c := one(t, Options{})
 	d, err := cuda.Malloc(0, tensor.Int64, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer d.Storage().Free()
-	if err := c.AllReduce(context.Background(), d, comm.Max); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.AllReduce(context.Background(), d, comm.Max))
 }
 
 func TestSplit(t *testing.T) {
 	c := one(t, Options{Name: "w"})
 	ctx := context.Background()
 	s, err := c.Split(ctx, 3, 7, "sub")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer s.Close()
-	if s.Size() != 1 || s.Rank() != 0 || s.Name() != "sub" || !slices.Equal(s.Members(), []int{0}) {
-		t.Fatalf("split: size %d rank %d name %q members %v", s.Size(), s.Rank(), s.Name(), s.Members())
-	}
+	require.Equal(t, 1, s.Size(), "split: size")
+	require.Equal(t, 0, s.Rank(), "split: rank")
+	require.Equal(t, "sub", s.Name(), "split: name")
+	require.Equal(t, []int{0}, s.Members(), "split: members")
 	d := dev(t, 2, 4)
-	if err := s.AllReduce(ctx, d, comm.Sum); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.AllReduce(ctx, d, comm.Sum))
 	expect(t, "AllReduce on split", d, 2, 4)
-	if n, err := c.Split(ctx, comm.NoColor, 0, ""); n != nil || err != nil {
-		t.Fatalf("Split(NoColor) = %v, %v", n, err)
-	}
+	n, err := c.Split(ctx, comm.NoColor, 0, "")
+	require.NoError(t, err, "Split(NoColor)")
+	require.Nil(t, n, "Split(NoColor)")
 	anon, err := c.Split(ctx, 0, 0, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer anon.Close()
-	if anon.Name() != "w/split3:0" {
-		t.Errorf("derived name %q", anon.Name())
-	}
+	assert.Equal(t, "w/split3:0", anon.Name(), "derived name")
 }
 
 func TestInvalidBreaks(t *testing.T) {
@@ -190,22 +146,14 @@ func TestInvalidBreaks(t *testing.T) {
 	d := dev(t, 1)
 	err := c.Send(ctx, d, 0)
 	var ce *comm.Error
-	if !errors.As(err, &ce) || !errors.Is(err, comm.ErrInvalid) || ce.Op != "Send" {
-		t.Fatalf("Send to self: %v, want *comm.Error wrapping ErrInvalid", err)
-	}
-	if err := c.Barrier(ctx); !errors.Is(err, comm.ErrAborted) {
-		t.Fatalf("Barrier on a broken group: %v, want ErrAborted", err)
-	}
+	require.ErrorAs(t, err, &ce, "Send to self")
+	require.ErrorIs(t, err, comm.ErrInvalid, "Send to self")
+	require.Equal(t, "Send", ce.Op, "Send to self: the error's op")
+	require.ErrorIs(t, c.Barrier(ctx), comm.ErrAborted, "Barrier on a broken group")
 	h, _ := tensor.Empty(tensor.Float32, 1)
-	if err := c.AllReduce(ctx, h, comm.Sum); !errors.Is(err, comm.ErrAborted) {
-		t.Fatalf("AllReduce after break: %v", err)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Barrier(ctx); !errors.Is(err, comm.ErrClosed) {
-		t.Fatalf("Barrier after Close: %v, want ErrClosed", err)
-	}
+	require.ErrorIs(t, c.AllReduce(ctx, h, comm.Sum), comm.ErrAborted, "AllReduce after break")
+	require.NoError(t, c.Close())
+	require.ErrorIs(t, c.Barrier(ctx), comm.ErrClosed, "Barrier after Close")
 }
 
 // A rank that never joins: init must fail at the deadline, not hang.
@@ -213,12 +161,8 @@ func TestInitAbort(t *testing.T) {
 	id := newID(t)
 	t0 := time.Now()
 	_, err := New(context.Background(), id, 0, 2, 0, Options{Timeout: 2 * time.Second})
-	if !errors.Is(err, comm.ErrTimeout) {
-		t.Fatalf("New with a missing rank: %v, want ErrTimeout", err)
-	}
-	if d := time.Since(t0); d > 30*time.Second {
-		t.Fatalf("abort took %v", d)
-	}
+	require.ErrorIs(t, err, comm.ErrTimeout, "New with a missing rank")
+	require.LessOrEqual(t, time.Since(t0), 30*time.Second, "abort took too long")
 }
 
 // A receive never matched fails and breaks the group. Where NCCL hangs its
@@ -234,50 +178,32 @@ func TestOpAbort(t *testing.T) {
 	t0 := time.Now()
 	w := c.start(ctx, comm.OpRecv, func() (launch, error) { return bytesOf(kindRecv, d, 0), nil })
 	err := w.Wait(context.Background())
-	if err == nil {
-		t.Fatal("an unmatched self-receive succeeded")
-	}
+	require.Error(t, err, "an unmatched self-receive succeeded")
 	if errors.Is(err, comm.ErrInvalid) {
 		t.Logf("NCCL rejected the unmatched self-receive (no hang to abort): %v", err)
-		if err := c.Barrier(context.Background()); !errors.Is(err, comm.ErrAborted) {
-			t.Fatalf("Barrier after the rejected receive: %v, want ErrAborted", err)
-		}
+		require.ErrorIs(t, c.Barrier(context.Background()), comm.ErrAborted, "Barrier after the rejected receive")
 		return
 	}
-	if !errors.Is(err, comm.ErrTimeout) {
-		t.Fatalf("unmatched Recv: %v, want ErrTimeout", err)
-	}
+	require.ErrorIs(t, err, comm.ErrTimeout, "unmatched Recv")
 	t.Logf("after %v: %v", time.Since(t0), err)
-	if d := time.Since(t0); d > 2*time.Second+abortGrace+5*time.Second {
-		t.Fatalf("abort took %v", d)
-	}
-	if err := c.Barrier(context.Background()); !errors.Is(err, comm.ErrAborted) {
-		t.Fatalf("Barrier after abort: %v, want ErrAborted", err)
-	}
+	require.LessOrEqual(t, time.Since(t0), 2*time.Second+abortGrace+5*time.Second, "abort took too long")
+	require.ErrorIs(t, c.Barrier(context.Background()), comm.ErrAborted, "Barrier after abort")
 }
 
 func TestNewFromStore(t *testing.T) {
 	newID(t) // skips without a device or NCCL
 	srv, err := comm.ListenStore("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	st, err := comm.DialStore(ctx, srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer st.Close()
 	c, err := NewFromStore(ctx, st, 0, 1, 0, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
-	if err := c.Barrier(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Barrier(ctx))
 }
 
 // Loading needs no GPU: it runs on every machine that builds with -tags cuda.
@@ -285,19 +211,15 @@ func TestLoad(t *testing.T) {
 	if err := load(); err != nil {
 		gputest.Unavailable(t, "NCCL not loadable: %v", err)
 	}
-	if v := Version(); v < minVersion {
-		t.Fatalf("Version() = %d", v)
-	}
+	require.GreaterOrEqual(t, Version(), minVersion, "Version()")
 	t.Logf("loaded NCCL %d from %s", Version(), loadedFrom)
 	// a copy of build/cuda at any path finds the libnccl linked next to it
 	// (no DEEPGO_NCCL_LIB, no loader path, no source tree needed)
 	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	next := filepath.Join(filepath.Dir(exe), "lib", "libnccl.so.2")
-	if _, err := os.Stat(next); err == nil && os.Getenv("DEEPGO_NCCL_LIB") == "" && loadedFrom != next {
-		t.Fatalf("loaded %s, not %s next to the executable", loadedFrom, next)
+	if _, err := os.Stat(next); err == nil && os.Getenv("DEEPGO_NCCL_LIB") == "" {
+		require.Equal(t, next, loadedFrom, "loaded a libnccl not next to the executable")
 	}
 }
 
@@ -306,12 +228,10 @@ func TestCandidates(t *testing.T) {
 	t.Setenv("DEEPGO_NCCL_LIB", dir)
 	c := candidates()
 	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := []string{filepath.Join(dir, "libnccl.so.2"), filepath.Join(filepath.Dir(exe), "lib", "libnccl.so.2"),
 		filepath.Join(filepath.Dir(exe), "libnccl.so.2"), "libnccl.so.2"}
-	if len(c) < len(want) || !slices.Equal(c[:len(want)], want) {
-		t.Fatalf("candidates() = %q, want %q first", c, want)
-	}
+	require.GreaterOrEqual(t, len(c), len(want), "candidates() = %q, want %q first", c, want)
+	require.Equal(t, want, c[:len(want)], "candidates() = %q, want these first", c)
+
 }

@@ -4,22 +4,21 @@ package nccl
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/stretchr/testify/require"
 )
 
 func TestNoCUDA(t *testing.T) {
 	_, err := New(context.Background(), UniqueID{}, 0, 1, 0, Options{})
 	var ce *comm.Error
-	if !errors.As(err, &ce) || !errors.Is(err, ErrNoCUDA) || !errors.Is(err, comm.ErrUnsupported) {
-		t.Fatalf("New: %v, want a *comm.Error wrapping ErrNoCUDA and ErrUnsupported", err)
-	}
-	if _, err := GetUniqueID(); !errors.Is(err, ErrNoCUDA) {
-		t.Fatalf("GetUniqueID: %v", err)
-	}
-	if _, err := NewFromStore(context.Background(), nil, 0, 1, 0, Options{}); !errors.Is(err, ErrNoCUDA) {
-		t.Fatalf("NewFromStore: %v", err)
-	}
+	require.ErrorAs(t, err, &ce, "New")
+	require.ErrorIs(t, err, ErrNoCUDA, "New")
+	require.ErrorIs(t, err, comm.ErrUnsupported, "New")
+	_, err = GetUniqueID()
+	require.ErrorIs(t, err, ErrNoCUDA, "GetUniqueID")
+	_, err = NewFromStore(context.Background(), nil, 0, 1, 0, Options{})
+	require.ErrorIs(t, err, ErrNoCUDA, "NewFromStore")
+
 }

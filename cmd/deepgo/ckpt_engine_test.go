@@ -17,6 +17,7 @@ import (
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 // affine is a parameter-only module (identity forward and backward): the
@@ -93,30 +94,20 @@ func TestCkptConsolidateEngine(t *testing.T) {
 		}
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	out := filepath.Join(t.TempDir(), "model.safetensors")
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"ckpt", "consolidate", dir, out}, &stdout, &stderr); code != 0 {
-		t.Fatalf("consolidate: %d\n%s", code, stderr.String())
-	}
-	if code := run([]string{"ckpt", "inspect", dir}, &stdout, &stderr); code != 0 {
-		t.Fatalf("inspect: %d\n%s%s", code, stdout.String(), stderr.String())
-	}
+	code := run([]string{"ckpt", "consolidate", dir, out}, &stdout, &stderr)
+	require.Zero(t, code, "consolidate\n%s", stderr.String())
+	code = run([]string{"ckpt", "inspect", dir}, &stdout, &stderr)
+	require.Zero(t, code, "inspect\n%s%s", stdout.String(), stderr.String())
 	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	h, err := safetensors.ReadHeader(bytes.NewReader(b), int64(len(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	got := map[string][]float32{}
 	for _, ti := range h.Tensors {
-		if ti.DType != tensor.Float32 {
-			t.Fatalf("%s: dtype %v, want float32", ti.Name, ti.DType)
-		}
+		require.Equal(t, tensor.Float32, ti.DType, ti.Name)
 		raw := b[h.DataOffset+ti.Begin : h.DataOffset+ti.End]
 		v := make([]float32, len(raw)/4)
 		for i := range v {
@@ -124,18 +115,14 @@ func TestCkptConsolidateEngine(t *testing.T) {
 		}
 		got[ti.Name] = v
 	}
-	if len(got) != len(want) || len(want) != 4 {
-		t.Fatalf("consolidated %d tensors, engine has %d (want 4)", len(got), len(want))
-	}
+	require.Len(t, want, 4, "tensors the engine has")
+	require.Len(t, got, len(want), "consolidated tensors")
 	for name, w := range want {
 		g := got[name]
-		if len(g) != len(w) {
-			t.Fatalf("%s: %d elements, want %d", name, len(g), len(w))
-		}
+		require.Len(t, g, len(w), name)
 		for i := range w {
-			if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
-				t.Fatalf("%s[%d] = %v, engine has %v", name, i, g[i], w[i])
-			}
+			require.Equal(t, math.Float32bits(w[i]), math.Float32bits(g[i]), "%s[%d] = %v, engine has %v", name, i, g[i], w[i])
 		}
 	}
+
 }

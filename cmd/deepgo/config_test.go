@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestRunConfig(t *testing.T) {
@@ -30,15 +32,14 @@ func TestRunConfig(t *testing.T) {
 	for _, c := range cases {
 		var out, errb bytes.Buffer
 		rc := runConfig(c.args, &out, &errb)
-		if rc != c.rc || !strings.Contains(out.String(), c.out) || !strings.Contains(errb.String(), c.errar) {
-			t.Errorf("%v: rc=%d\nstdout:\n%s\nstderr:\n%s", c.args, rc, out.String(), errb.String())
-		}
+		assert.Equal(t, c.rc, rc, "%v: exit code\nstdout:\n%s\nstderr:\n%s", c.args, out.String(), errb.String())
+		assert.Contains(t, out.String(), c.out, "%v: stdout", c.args)
+		assert.Contains(t, errb.String(), c.errar, "%v: stderr", c.args)
 	}
 	var out, errb bytes.Buffer
 	runConfig([]string{"check", good}, &out, &errb)
-	if !strings.Contains(out.String(), "zero_optimization.reduce_bucket_size") || !strings.Contains(out.String(), "# default") {
-		t.Errorf("defaults not marked:\n%s", out.String())
-	}
+	assert.Contains(t, out.String(), "zero_optimization.reduce_bucket_size", "defaults not marked")
+	assert.Contains(t, out.String(), "# default", "defaults not marked")
 }
 
 // TestConfigCheckOptimizer: `deepgo config check` reports optimizer and
@@ -48,9 +49,7 @@ func TestConfigCheckOptimizer(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, doc string) string {
 		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(p, []byte(doc), 0o644))
 		return p
 	}
 	onebit := write("onebit.json", `{"optimizer":{"type":"OneBitAdam"}}`)
@@ -68,8 +67,9 @@ func TestConfigCheckOptimizer(t *testing.T) {
 	} {
 		var out, errb bytes.Buffer
 		rc := runConfig(c.args, &out, &errb)
-		if rc != c.rc || !strings.Contains(out.String(), c.out) || !strings.Contains(errb.String(), c.stderr) {
-			t.Errorf("%v: rc=%d\nstdout:\n%s\nstderr:\n%s", c.args, rc, out.String(), errb.String())
-		}
+		assert.Equal(t, c.rc, rc, "%v: exit code\nstdout:\n%s\nstderr:\n%s", c.args, out.String(), errb.String())
+		assert.Contains(t, out.String(), c.out, "%v: stdout", c.args)
+		assert.Contains(t, errb.String(), c.stderr, "%v: stderr", c.args)
+
 	}
 }

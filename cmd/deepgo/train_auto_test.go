@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestFillTrainerAutos(t *testing.T) {
@@ -15,33 +17,28 @@ func TestFillTrainerAutos(t *testing.T) {
 		"optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
 		"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
 			"warmup_num_steps": "auto", "total_num_steps": "auto"}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	notes := fillTrainerAutos(cfg, trainerArgs{microBatch: 4, lr: 3e-4, steps: 50})
-	if cfg.TrainMicroBatchSizePerGPU == nil || *cfg.TrainMicroBatchSizePerGPU != 4 {
-		t.Errorf("micro batch = %v, want 4", cfg.TrainMicroBatchSizePerGPU)
+	if assert.NotNil(t, cfg.TrainMicroBatchSizePerGPU, "micro batch") {
+		assert.Equal(t, 4, *cfg.TrainMicroBatchSizePerGPU, "micro batch")
 	}
-	if got := cfg.Optimizer.Params["lr"]; got != 3e-4 {
-		t.Errorf("optimizer lr = %v, want 3e-4", got)
-	}
-	if got := cfg.Scheduler.Params["total_num_steps"]; got != 50 {
-		t.Errorf("total_num_steps = %v, want 50", got)
-	}
-	if b, err := cfg.Resolve(2, 1, 1, 1); err != nil || b.TrainBatchSize != 8 {
-		t.Errorf("Resolve = %+v, %v; want a global batch of 8", b, err)
+	assert.Equal(t, 3e-4, cfg.Optimizer.Params["lr"], "optimizer lr")
+	assert.Equal(t, 50, cfg.Scheduler.Params["total_num_steps"], "total_num_steps")
+	if b, err := cfg.Resolve(2, 1, 1, 1); assert.NoError(t, err, "Resolve") {
+		assert.Equal(t, 8, b.TrainBatchSize, "Resolve: global batch")
 	}
 	joined := strings.Join(notes, "\n")
 	for _, want := range []string{"train_micro_batch_size_per_gpu", "optimizer.params.lr", "scheduler.params.warmup_max_lr"} {
-		if !strings.Contains(joined, want) {
-			t.Errorf("notes do not name %s:\n%s", want, joined)
-		}
+		assert.Contains(t, joined, want, "notes do not name it")
 	}
 	// a config with no optimizer gets AdamW at the trainer's rate, and says so
 	cfg, _ = config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2}`))
 	notes = fillTrainerAutos(cfg, trainerArgs{microBatch: 8, lr: 1e-3})
-	if cfg.Optimizer == nil || cfg.Optimizer.Type != "AdamW" || len(notes) != 1 || !strings.HasPrefix(notes[0], "optimizer:") {
-		t.Errorf("optimizer %+v, notes %q", cfg.Optimizer, notes)
+	if assert.NotNil(t, cfg.Optimizer) {
+		assert.Equal(t, "AdamW", cfg.Optimizer.Type, "optimizer type")
+	}
+	if assert.Len(t, notes, 1) {
+		assert.True(t, strings.HasPrefix(notes[0], "optimizer:"), "notes %q", notes)
 	}
 }
 
@@ -57,11 +54,8 @@ func TestImpliedRanks(t *testing.T) {
 		{`{"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4}`, 2},
 	} {
 		p := filepath.Join(dir, "c.json")
-		if err := os.WriteFile(p, []byte(c.json), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if got := impliedRanks(p); got != c.want {
-			t.Errorf("%s: %d ranks, want %d", c.json, got, c.want)
-		}
+		require.NoError(t, os.WriteFile(p, []byte(c.json), 0o644))
+		assert.Equal(t, c.want, impliedRanks(p), "%s: ranks", c.json)
+
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A run stopped at step 10 and started again with the same config resumes
@@ -19,25 +21,18 @@ import (
 func TestTrainResumesFromSaveDir(t *testing.T) {
 	dir, args, whole := resumeRuns(t)
 	b := resumeConfig(t, filepath.Join(dir, "b"), 2)
-	if _, err := train(b, "", "tiny", 2, 10, args, io.Discard, io.Discard); err != nil {
-		t.Fatal(err)
-	}
+	_, err := train(b, "", "tiny", 2, 10, args, io.Discard, io.Discard)
+	require.NoError(t, err)
 	resumed, err := train(b, "", "tiny", 2, 20, args, io.Discard, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resumed.FinalLoss != whole.FinalLoss {
-		t.Fatalf("final loss after resuming %v, uninterrupted %v", resumed.FinalLoss, whole.FinalLoss)
-	}
+	require.NoError(t, err)
+	require.Equal(t, whole.FinalLoss, resumed.FinalLoss, "final loss after resuming vs uninterrupted")
 	// keep_n_most_recent: 2 leaves two tags and latest
 	ents, _ := os.ReadDir(filepath.Join(dir, "b"))
-	if len(ents) != 3 {
-		var names []string
-		for _, e := range ents {
-			names = append(names, e.Name())
-		}
-		t.Errorf("save_dir holds %v, want two checkpoints and latest", names)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
 	}
+	assert.Len(t, names, 3, "save_dir: want two checkpoints and latest")
 }
 
 // One flipped bit in an optimizer-state file of the latest checkpoint:
@@ -48,65 +43,47 @@ func TestTrainResumeFallback(t *testing.T) {
 	dir, args, whole := resumeRuns(t)
 	saveDir := filepath.Join(dir, "b")
 	b := resumeConfig(t, saveDir, 3)
-	if _, err := train(b, "", "tiny", 2, 10, args, io.Discard, io.Discard); err != nil {
-		t.Fatal(err)
-	}
+	_, err := train(b, "", "tiny", 2, 10, args, io.Discard, io.Discard)
+	require.NoError(t, err)
 	// A load failure that is not damage is reported as it is.
 	intact := &resumer{fallback: true}
-	if _, _, err := intact.fallbackTag(context.Background(), saveDir, errors.New("shapes differ")); err == nil ||
-		!strings.HasSuffix(err.Error(), "shapes differ") {
-		t.Fatalf("a failure to load an intact checkpoint became %v", err)
-	}
+	_, _, err = intact.fallbackTag(context.Background(), saveDir, errors.New("shapes differ"))
+	require.Error(t, err, "a failure to load an intact checkpoint")
+	require.True(t, strings.HasSuffix(err.Error(), "shapes differ"), "a failure to load an intact checkpoint became %v", err)
 	optim, _ := filepath.Glob(filepath.Join(saveDir, "global_step10", "*rank_1*optim*"))
-	if len(optim) != 1 {
-		t.Fatalf("optimizer-state files of rank 1: %v", optim)
-	}
+	require.Len(t, optim, 1, "optimizer-state files of rank 1")
 	data, err := os.ReadFile(optim[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	data[len(data)-5] ^= 0x04
-	if err := os.WriteFile(optim[0], data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(optim[0], data, 0o644))
 
 	_, err = train(b, "", "tiny", 2, 20, args, io.Discard, io.Discard)
 	for _, want := range []string{"checksum mismatch", "global_step10 does not verify",
 		"checkpoints that verify, newest first: global_step5 (step 5)", "--resume-fallback"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Fatalf("resuming past a damaged checkpoint without --resume-fallback: error %v, want it to say %q", err, want)
-		}
+		require.ErrorContains(t, err, want, "resuming past a damaged checkpoint without --resume-fallback")
 	}
 	t.Logf("without --resume-fallback: %v", err)
 
 	var out strings.Builder
 	args.resumeFallback = true
 	resumed, err := train(b, "", "tiny", 2, 20, args, &out, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, want := range []string{"global_step10 does not verify", "resumed from global_step5 (step 5)",
 		"latest now names global_step5", "resumed at step 5 from"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output does not say %q:\n%s", want, out.String())
-		}
+		assert.Contains(t, out.String(), want, "output does not say it")
 	}
 	t.Logf("with --resume-fallback:\n%s", out.String())
-	if resumed.FinalLoss != whole.FinalLoss {
-		t.Errorf("final loss after falling back %v, uninterrupted %v", resumed.FinalLoss, whole.FinalLoss)
-	}
+	assert.Equal(t, whole.FinalLoss, resumed.FinalLoss, "final loss after falling back vs uninterrupted")
 	vs, err := checkpoint.VerifyAll(context.Background(), nil, saveDir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, v := range vs {
-		if v.Err != nil {
-			t.Errorf("%s after the run: %v", v.Tag, v.Err)
-		}
+		assert.NoError(t, v.Err, "%s after the run", v.Tag)
 	}
-	if tag, err := checkpoint.ReadLatest(nil, saveDir); err != nil || tag != "global_step20" || len(vs) != 3 {
-		t.Errorf("after the run latest names %q (%v) of %+v, want global_step20 of 3", tag, err, vs)
-	}
+	tag, err := checkpoint.ReadLatest(nil, saveDir)
+	assert.NoError(t, err, "latest after the run")
+	assert.Equal(t, "global_step20", tag, "latest after the run")
+	assert.Len(t, vs, 3, "checkpoints after the run")
+
 }
 
 // resumeConfig writes, next to save, the config of the resume tests: ZeRO-2,
@@ -118,9 +95,7 @@ func resumeConfig(t *testing.T, save string, keep int) string {
 		"zero_optimization": {"stage": 2},
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
 		"checkpoint": {"save_dir": %q, "keep_n_most_recent": %d}}`, save, keep)
-	if err := os.WriteFile(p, []byte(js), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(p, []byte(js), 0o644))
 	return p
 }
 
@@ -135,8 +110,6 @@ func resumeRuns(t *testing.T) (string, trainerArgs, *trainResult) {
 	dir := t.TempDir()
 	args := trainerArgs{microBatch: 4, lr: 0.01}
 	whole, err := train(resumeConfig(t, filepath.Join(dir, "a"), 2), "", "tiny", 2, 20, args, io.Discard, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return dir, args, whole
 }

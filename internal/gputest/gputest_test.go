@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // recorder is a testing.TB that records how Unavailable ended it.
@@ -28,12 +30,12 @@ func TestUnavailable(t *testing.T) {
 			t.Setenv(Env, tc.env)
 			r := &recorder{TB: t}
 			Unavailable(r, "no GPU here (%d devices)", 0)
-			if r.how != tc.how || !strings.HasPrefix(r.msg, "no GPU here (0 devices)") {
-				t.Fatalf("%s=%q: %s %q, want %s", Env, tc.env, r.how, r.msg, tc.how)
+			require.Equal(t, tc.how, r.how, "%s=%q: %q", Env, tc.env, r.msg)
+			require.True(t, strings.HasPrefix(r.msg, "no GPU here (0 devices)"), "%s=%q: %q", Env, tc.env, r.msg)
+			if tc.how == "fail" {
+				require.Contains(t, r.msg, Env+"=1", "the failure does not say why it is not a skip")
 			}
-			if tc.how == "fail" && !strings.Contains(r.msg, Env+"=1") {
-				t.Fatalf("the failure does not say why it is not a skip: %q", r.msg)
-			}
+
 		})
 	}
 }

@@ -6,28 +6,22 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestLookup pins when missing data skips (the error wraps errAbsent) and
 // when it fails: a variable that is set promises its folders and files.
 func TestLookup(t *testing.T) {
 	repo := t.TempDir() // a repository whose ../shared holds only configs/
-	if err := os.WriteFile(filepath.Join(repo, "go.mod"), []byte("module x\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(repo, "go.mod"), []byte("module x\n"), 0o644))
 	shared := filepath.Join(filepath.Dir(repo), "shared")
 	t.Cleanup(func() { os.RemoveAll(shared) })
 	configs := filepath.Join(shared, "configs")
-	if err := os.MkdirAll(configs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(configs, "a.json"), []byte("{}"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(configs, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(configs, "a.json"), []byte("{}"), 0o644))
 	other := t.TempDir()
-	if err := os.WriteFile(filepath.Join(other, "b.json"), []byte("{}"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(other, "b.json"), []byte("{}"), 0o644))
 	missing := filepath.Join(other, "nope")
 	const (
 		ok   = "ok"
@@ -75,9 +69,11 @@ func TestLookup(t *testing.T) {
 					kind = skip
 				}
 			}
-			if kind != c.want || kind == ok && !strings.HasSuffix(got, c.found) {
-				t.Fatalf("got %q, %v (%s); want %s %q", got, err, kind, c.want, c.found)
+			require.Equal(t, c.want, kind, "got %q, %v", got, err)
+			if kind == ok {
+				require.True(t, strings.HasSuffix(got, c.found), "got %q, want a suffix %q", got, c.found)
 			}
+
 		})
 	}
 }
