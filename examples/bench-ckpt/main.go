@@ -16,13 +16,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"golang.org/x/sync/errgroup"
 )
 
 type result struct {
@@ -87,20 +87,14 @@ func state(total int64, rank, world int) (*checkpoint.State, error) {
 	return st, nil
 }
 
+// onAll runs fn on every rank and waits for all of them; the first error
+// (in completion order) is returned.
 func onAll(cs []comm.Comm, fn func(r int, c comm.Comm) error) error {
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
+	var g errgroup.Group
 	for r, c := range cs {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[r] = fn(r, c) }()
+		g.Go(func() error { return fn(r, c) })
 	}
-	wg.Wait()
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
+	return g.Wait()
 }
 
 func run(dir string, total int64, ranks int, typ string, drop bool) error {
