@@ -84,7 +84,7 @@ func (z *Optimizer) complete(ctx context.Context) error {
 	p := z.pending[0]
 	z.pending = z.pending[1:]
 	t0 := time.Now()
-	err := p.work.Wait(ctx)
+	err := wait(p.work)
 	z.timers.Comm += time.Since(t0)
 	if err != nil {
 		return fmt.Errorf("zero: reducing gradient bucket %d: %w", p.unit, err)
