@@ -246,10 +246,11 @@ func (e *Engine) prepareLoad(ctx context.Context, dir string, opts LoadOptions) 
 	}
 	defer ck.Close()
 	where := ck.Path
-	plan = &loadPlan{res: LoadResult{Tag: ck.Tag, Path: ck.Path}}
+	p := &loadPlan{res: LoadResult{Tag: ck.Tag, Path: ck.Path}}
+	plan = p
 	defer func() {
 		if err != nil {
-			plan.free()
+			p.free() // not plan: `return nil, err` has cleared it already
 			plan = nil
 		}
 	}()

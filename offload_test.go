@@ -46,7 +46,9 @@ func TestOffloadNVMeNotSupported(t *testing.T) {
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
 		"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}}`))
 	require.NoError(t, err)
-	_, err = deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3))
+	m := testmodel.NewMLP(1, 4, 3)
+	defer m.FreeUndonated()
+	_, err = deepgo.Initialize(context.Background(), cfg, m)
 	require.ErrorContains(t, err, "offload_optimizer.device=nvme", "Initialize with NVMe offload")
 	require.ErrorContains(t, err, "not supported", "Initialize with NVMe offload")
 

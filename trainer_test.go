@@ -30,7 +30,9 @@ func TestInitializeRefusesDeviceBackend(t *testing.T) {
 	defer cpu.Close()
 	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`))
 	require.NoError(t, err)
-	_, err = deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3), deepgo.WithBackend(fakeDevice{cpu}))
+	m := testmodel.NewMLP(1, 4, 3)
+	defer m.FreeUndonated()
+	_, err = deepgo.Initialize(context.Background(), cfg, m, deepgo.WithBackend(fakeDevice{cpu}))
 	require.ErrorContains(t, err, "not supported", "Initialize on a device backend")
 	require.ErrorContains(t, err, "cuda:0", "Initialize on a device backend")
 }
@@ -51,7 +53,9 @@ func TestInitializeChoosesEngine(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}` + c.extra + `}`))
 			require.NoError(t, err)
-			tr, err := deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3))
+			m := testmodel.NewMLP(1, 4, 3)
+			defer m.FreeUndonated()
+			tr, err := deepgo.Initialize(context.Background(), cfg, m)
 			if c.wantErr != "" {
 				require.ErrorContains(t, err, c.wantErr, "Initialize")
 				require.Nil(t, tr, "Initialize returned a non-nil Trainer %T with its error", tr)

@@ -38,7 +38,7 @@ func (z *Optimizer) fetch(ctx context.Context, m int) error {
 	u := z.unitOf[m]
 	if w := z.gwork[u]; w != nil {
 		t0 := time.Now()
-		err := w.Wait(ctx)
+		err := wait(w)
 		z.timers.Comm += time.Since(t0)
 		z.gwork[u] = nil
 		if err != nil {
@@ -63,7 +63,7 @@ func (z *Optimizer) execute(ctx context.Context, a Actions) error {
 	for _, m := range a.Release {
 		u := z.unitOf[m]
 		if w := z.gwork[u]; w != nil {
-			if err := w.Wait(ctx); err != nil {
+			if err := wait(w); err != nil {
 				return err
 			}
 			z.gwork[u] = nil

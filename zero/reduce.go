@@ -83,8 +83,9 @@ func (z *Optimizer) unitReady(ctx context.Context, u int) error {
 func (z *Optimizer) complete(ctx context.Context) error {
 	p := z.pending[0]
 	z.pending = z.pending[1:]
+	defer z.recycle(p)
 	t0 := time.Now()
-	err := p.work.Wait(ctx)
+	err := wait(p.work)
 	z.timers.Comm += time.Since(t0)
 	if err != nil {
 		return fmt.Errorf("zero: reducing gradient bucket %d: %w", p.unit, err)
@@ -96,12 +97,16 @@ func (z *Optimizer) complete(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = z.accumulate(z.acc[p.unit], chunk, z.post)
+	return z.accumulate(z.acc[p.unit], chunk, z.post)
+}
+
+// recycle returns a finished reduction's buffers to the pool, on failure
+// too: nothing else refers to them once the reduction left z.pending.
+func (z *Optimizer) recycle(p pendingReduce) {
 	if p.c != p.buf {
 		z.buckets.put(p.c)
 	}
 	z.buckets.put(p.buf)
-	return err
 }
 
 // accumulate does dst += alpha*src, casting src to dst's dtype first.

@@ -43,7 +43,8 @@ func (z *Optimizer) Close() error {
 		}
 	}
 	for _, p := range z.pending {
-		errs = append(errs, p.work.Wait(context.Background()))
+		errs = append(errs, wait(p.work))
+		z.recycle(p)
 	}
 	z.pending = nil
 	for u := range z.lay.Units {

@@ -232,6 +232,21 @@ func NewMLP(seed uint64, sizes ...int) *MLP {
 	return m
 }
 
+// FreeUndonated frees the initial values Initialize did not take: after a
+// failed Initialize the donated tensors are still the caller's
+// (model.Param.Donate stays set); after a successful one there is nothing
+// to free.
+func (m *MLP) FreeUndonated() {
+	for _, l := range m.Layers {
+		for _, p := range l.Params() {
+			if p.Donate && p.Data != nil {
+				p.Data.Free()
+				p.Data, p.Donate = nil, false
+			}
+		}
+	}
+}
+
 // Modules lists the layers in order (or what Order returns).
 func (m *MLP) Modules() []model.Module {
 	if m.Order != nil {
