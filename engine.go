@@ -126,13 +126,14 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 	e.arena.Open()
 	e.z.BeginMicroStep(seq)
 	act := mb.Input
+	mctx := e.moduleCtx(ctx)
 	for _, m := range seq {
 		if err := e.z.PreForward(ctx, m); err != nil {
 			return 0, err
 		}
 		e.bind(m)
 		t0 := time.Now()
-		out, err := e.mods[m].Forward(e.moduleCtx(ctx), act)
+		out, err := e.mods[m].Forward(mctx, act)
 		e.timers.Forward += time.Since(t0)
 		if err != nil {
 			return 0, fmt.Errorf("deepgo: forward of module %q: %w", e.mods[m].Name(), err)
@@ -145,7 +146,7 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 	}
 	scale := e.scaler.Scale() / float64(e.batch.GradAccum)
 	t0 := time.Now()
-	loss, g, err := e.model.Loss(e.moduleCtx(ctx), act, mb.Target, scale)
+	loss, g, err := e.model.Loss(mctx, act, mb.Target, scale)
 	e.timers.Forward += time.Since(t0)
 	if err != nil {
 		return 0, fmt.Errorf("deepgo: loss: %w", err)
@@ -166,6 +167,7 @@ func (e *Engine) Backward(ctx context.Context) error {
 	}
 	defer e.arena.Close()
 	g := e.gradOut
+	mctx := e.moduleCtx(ctx)
 	for i := len(e.seq) - 1; i >= 0; i-- {
 		m := e.seq[i]
 		if err := e.z.PreBackward(ctx, m); err != nil {
@@ -173,7 +175,7 @@ func (e *Engine) Backward(ctx context.Context) error {
 		}
 		e.bind(m)
 		t0 := time.Now()
-		gin, err := e.mods[m].Backward(e.moduleCtx(ctx), g)
+		gin, err := e.mods[m].Backward(mctx, g)
 		e.timers.Backward += time.Since(t0)
 		if err != nil {
 			return fmt.Errorf("deepgo: backward of module %q: %w", e.mods[m].Name(), err)

@@ -3,6 +3,7 @@ package deepgo_test
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo"
@@ -52,4 +53,19 @@ func TestOffloadNVMeNotSupported(t *testing.T) {
 	require.ErrorContains(t, err, "offload_optimizer.device=nvme", "Initialize with NVMe offload")
 	require.ErrorContains(t, err, "not supported", "Initialize with NVMe offload")
 
+}
+
+// The sequence_parallel section is reported, not silently ignored: at
+// sequence_parallel_size 1 nothing is sharded, and the window is the
+// model's to apply.
+func TestSequenceParallelNotes(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+		"sequence_parallel": {"enabled": true, "attention_window_size": 1024}}`))
+	require.NoError(t, err)
+	tr, err := deepgo.Initialize(context.Background(), cfg, testmodel.NewMLP(1, 4, 3))
+	require.NoError(t, err)
+	defer tr.Close()
+	notes := strings.Join(tr.Notes(), "\n")
+	assert.Contains(t, notes, "sequence_parallel.enabled: sequence_parallel_size is 1")
+	assert.Contains(t, notes, "sequence_parallel.attention_window_size=1024")
 }

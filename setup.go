@@ -63,7 +63,7 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		// device path does not yet.
 		return nil, fmt.Errorf("deepgo.Initialize: backend %s on %v: not supported: the engine runs on the CPU backend only so far", e.be.Name(), dev)
 	}
-	e.notes = offloadNotes(cfg, e.be.Device())
+	e.notes = append(offloadNotes(cfg, e.be.Device()), sequenceParallelNotes(cfg)...)
 	batch, err := cfg.Resolve(n, 1, 1, 1)
 	if err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
@@ -267,6 +267,21 @@ func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
 	}
 	if z.OffloadParam != nil && z.OffloadParam.Device == "cpu" && dev.IsCPU() {
 		notes = append(notes, "zero_optimization.offload_param.device=cpu: on the CPU backend parameter partitions already live in host memory; nothing moves")
+	}
+	return notes
+}
+
+// sequenceParallelNotes says what the sequence_parallel section does here:
+// sharding needs sequence_parallel_size > 1 (refused until it exists), and
+// the attention window is the model's to apply.
+func sequenceParallelNotes(cfg *config.Config) []string {
+	sp := cfg.SequenceParallel
+	var notes []string
+	if sp.Enabled && cfg.SequenceParallelSize <= 1 {
+		notes = append(notes, "sequence_parallel.enabled: sequence_parallel_size is 1, so no sequence is sharded; attention runs whole on every rank")
+	}
+	if sp.AttentionWindowSize > 0 {
+		notes = append(notes, fmt.Sprintf("sequence_parallel.attention_window_size=%d: the engine passes it to nothing; the model must apply it (deepgo train's GPT does, as nn.GPTConfig.AttentionWindow)", sp.AttentionWindowSize))
 	}
 	return notes
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo"
-	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
@@ -128,17 +127,14 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if ac.NumberCheckpoints != nil {
 			g.Checkpointing.NumberCheckpoints = *ac.NumberCheckpoints
 		}
-		be, err := backend.NewCPU(1)
-		if err != nil {
-			return err
-		}
-		defer be.Close()
+		// sequence_parallel.attention_window_size is the model's attention window
+		g.AttentionWindow = cfg.SequenceParallel.AttentionWindowSize
 		gpt, err := nn.NewReadyGPT(g, nil, 1) // computes on the engine's backend
 		if err != nil {
 			return err
 		}
 		defer gpt.Free()
-		e, err := deepgo.Initialize(ctx, cfg, gpt, deepgo.WithComm(c), deepgo.WithBackend(be))
+		e, err := deepgo.Initialize(ctx, cfg, gpt, deepgo.WithComm(c)) // on the rank's 1-thread pool
 		if err != nil {
 			return err
 		}

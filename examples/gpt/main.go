@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo"
-	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
@@ -43,18 +42,14 @@ func main() {
 		if err != nil {
 			return err
 		}
-		cpu, err := backend.NewCPU(1) // one thread per rank: two ranks fill two cores
-		if err != nil {
-			return err
-		}
-		defer cpu.Close()
-		// no backend of its own: the engine hands the model's modules cpu
+		// no backend of its own: the engine computes on the rank's pool
+		// (local.Options.Threads below) and hands it to the modules
 		gpt, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 64, Vocab: vocab, SeqLen: seqLen}, nil, 1)
 		if err != nil {
 			return err
 		}
 		defer gpt.Free()
-		engine, err := deepgo.Initialize(ctx, cfg, gpt, deepgo.WithComm(c), deepgo.WithBackend(cpu))
+		engine, err := deepgo.Initialize(ctx, cfg, gpt, deepgo.WithComm(c))
 		if err != nil {
 			return err
 		}
