@@ -78,6 +78,16 @@ type Backend interface {
 	// list order in float32 (halves widened, rounded once), so the result
 	// bits depend only on the list order. dst may be one of srcs.
 	Reduce(op ReduceOp, dst *tensor.Tensor, srcs []*tensor.Tensor) error
+	// Copy copies src into dst: the same dtype and element count, both
+	// contiguous, each in host memory or on Device(). It is ordered after
+	// the work issued on this backend before it. When dst is in host memory
+	// Copy returns once the data is there; when src is, src may be reused
+	// as soon as Copy returns. It is the one way data crosses between the
+	// host and a device.
+	Copy(dst, src *tensor.Tensor) error
+	// Zero clears every byte of each xs[i] (any dtype). Scale by 0 is not a
+	// substitute: it keeps NaN and turns Inf into NaN.
+	Zero(xs []*tensor.Tensor) error
 	// Synchronize waits until all work issued on this backend is done.
 	Synchronize(ctx context.Context) error
 	// Close releases the backend's resources (threads, streams).

@@ -135,3 +135,33 @@ func CheckPack(op, name string, flat *tensor.Tensor, offs []int, ts []*tensor.Te
 	}
 	return p, n, o, nil
 }
+
+// CheckCopy validates the arguments of Copy: dst and src present,
+// contiguous, live, of one dtype and element count, each in host memory or
+// on dev. It reports which of them are in host memory.
+func CheckCopy(op string, dst, src *tensor.Tensor, dev tensor.Device) (dstHost, srcHost bool, err error) {
+	for _, a := range []struct {
+		name string
+		t    *tensor.Tensor
+		host *bool
+	}{{"dst", dst, &dstHost}, {"src", src, &srcHost}} {
+		if a.t == nil {
+			return false, false, ArgErr(op, a.name, "is nil")
+		}
+		on := a.t.Device()
+		if !on.IsCPU() && on != dev {
+			return false, false, ArgErr(op, a.name, "%v is on %v: allowed the host or %v", a.t, on, dev)
+		}
+		if err := CheckTensor(op, a.name, a.t, on); err != nil {
+			return false, false, err
+		}
+		*a.host = on.IsCPU()
+	}
+	if dst.DType() != src.DType() {
+		return false, false, ArgErr(op, "dst", "dtype %v, src has %v: Copy does not convert (Cast does)", dst.DType(), src.DType())
+	}
+	if dst.Numel() != src.Numel() {
+		return false, false, ArgErr(op, "dst", "has %d elements, src has %d", dst.Numel(), src.Numel())
+	}
+	return dstHost, srcHost, nil
+}

@@ -214,6 +214,31 @@ func (b *CPU) Reduce(op ReduceOp, dst *tensor.Tensor, srcs []*tensor.Tensor) err
 	return b.ctx.ReduceInto(dt(dst.DType()), cop, p, dst.Ptr(), int64(dst.Numel()))
 }
 
+// Copy copies host src into host dst.
+func (b *CPU) Copy(dst, src *tensor.Tensor) error {
+	if _, _, err := CheckCopy("Copy", dst, src, tensor.CPU); err != nil {
+		return err
+	}
+	d, _ := dst.RawBytes()
+	s, _ := src.RawBytes()
+	copy(d, s)
+	return nil
+}
+
+// Zero clears every byte of each host xs[i].
+func (b *CPU) Zero(xs []*tensor.Tensor) error {
+	for i, x := range xs {
+		if err := CheckTensor("Zero", fmt.Sprintf("xs[%d]", i), x, tensor.CPU); err != nil {
+			return err
+		}
+	}
+	for _, x := range xs {
+		r, _ := x.RawBytes()
+		clear(r)
+	}
+	return nil
+}
+
 // Synchronize returns at once: CPU calls complete before returning.
 func (b *CPU) Synchronize(ctx context.Context) error { return ctx.Err() }
 

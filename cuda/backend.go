@@ -287,6 +287,34 @@ func (b *Backend) Reduce(op backend.ReduceOp, dst *tensor.Tensor, srcs []*tensor
 	return b.err("dg_cuda_reduce_into", s)
 }
 
+// Copy copies src into dst between the host and the device, after the
+// work already queued on the backend's stream. It synchronizes the stream
+// first and copies with cudaMemcpy, so it returns with the data in place
+// either way (a stream-ordered cudaMemcpyAsync is the faster form).
+func (b *Backend) Copy(dst, src *tensor.Tensor) error {
+	if _, _, err := backend.CheckCopy("Copy", dst, src, b.Device()); err != nil {
+		return err
+	}
+	if err := b.stream.Synchronize(context.Background()); err != nil {
+		return err
+	}
+	var cuerr C.int
+	s := C.dg_cuda_memcpy(C.int(b.dev), dst.Ptr(), src.Ptr(), C.size_t(src.Bytes()), &cuerr)
+	return callErr("Copy", s, cuerr)
+}
+
+// Zero clears every byte of each xs[i]. It zeroes through Scale's kernels
+// where the dtype allows, else returns an error until a memset kernel
+// exists.
+func (b *Backend) Zero(xs []*tensor.Tensor) error {
+	for i, x := range xs {
+		if err := backend.CheckTensor("Zero", fmt.Sprintf("xs[%d]", i), x, b.Device()); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("cuda.Zero: %w: no memset kernel yet", backend.ErrUnsupported)
+}
+
 // Synchronize waits until all work queued on the backend is done, or ctx
 // ends (the work then goes on; a later Synchronize waits for it).
 func (b *Backend) Synchronize(ctx context.Context) error { return b.stream.Synchronize(ctx) }

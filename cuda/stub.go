@@ -116,6 +116,12 @@ func (b *Backend) Reduce(op backend.ReduceOp, dst *tensor.Tensor, srcs []*tensor
 	return ErrNoCUDA
 }
 
+// Copy copies src into dst between the host and the device.
+func (b *Backend) Copy(dst, src *tensor.Tensor) error { return ErrNoCUDA }
+
+// Zero clears every byte of each xs[i].
+func (b *Backend) Zero(xs []*tensor.Tensor) error { return ErrNoCUDA }
+
 // Synchronize waits for the backend's work, or for ctx.
 func (b *Backend) Synchronize(ctx context.Context) error { return ErrNoCUDA }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/csrc"
 )
 
 // ErrUnsupportedOptimizer is wrapped by New's error for an optimizer type
@@ -57,19 +58,36 @@ func New(typ string, params map[string]any, be backend.Backend, opts ...Option) 
 		f(&o)
 	}
 	if o.kernels == nil {
-		switch b := be.(type) {
-		case Kernels:
-			o.kernels = b
-		case *backend.CPU:
-			o.kernels = NewCPUKernels(b)
-		default:
-			return nil, fmt.Errorf("optim.New: backend %T: %w: no optimizer kernels (pass WithKernels)", be, backend.ErrUnsupported)
+		if o.kernels, err = KernelsFor(be); err != nil {
+			return nil, err
 		}
 	}
 	if o.store == nil {
-		o.store = NewHostStore()
+		o.store = NewResidentStore(be.Empty)
 	}
 	return &fused{kind: kind, def: spec.Hyper, k: o.kernels, store: o.store, steps: map[string]int64{}, trust: map[string][]float64{}}, nil
+}
+
+// KernelSource is a backend that brings its own optimizer kernels (the
+// CUDA and simulated devices).
+type KernelSource interface {
+	OptimKernels() (Kernels, error)
+}
+
+// KernelsFor returns the optimizer kernels of be: its own (KernelSource),
+// be itself when it implements Kernels, or the C core's on the pool of a
+// CPU backend (one with a csrc context).
+func KernelsFor(be backend.Backend) (Kernels, error) {
+	if ks, ok := be.(KernelSource); ok {
+		return ks.OptimKernels()
+	}
+	if k, ok := be.(Kernels); ok {
+		return k, nil
+	}
+	if c, ok := be.(interface{ Ctx() *csrc.Ctx }); ok && be.Device().IsCPU() {
+		return &CPUKernels{ctx: c.Ctx()}, nil
+	}
+	return nil, fmt.Errorf("optim.New: backend %s on %v: %w: no optimizer kernels (pass WithKernels)", be.Name(), be.Device(), backend.ErrUnsupported)
 }
 
 // kindOf maps config's update-rule name to its Kind.

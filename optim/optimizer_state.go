@@ -28,15 +28,24 @@ type StateStore interface {
 	Close() error
 }
 
-// HostStore keeps all state resident in host memory from the C allocator.
+// HostStore keeps all state resident in one memory: host memory from the C
+// allocator (NewHostStore), or a backend's device (NewResidentStore).
 // Safe for concurrent use.
 type HostStore struct {
 	mu     sync.Mutex
 	groups map[string]map[string][]*tensor.Tensor
+	alloc  func(tensor.DType, ...int) (*tensor.Tensor, error)
 }
 
-// NewHostStore returns an empty HostStore.
-func NewHostStore() *HostStore { return &HostStore{groups: map[string]map[string][]*tensor.Tensor{}} }
+// NewHostStore returns an empty HostStore over host memory.
+func NewHostStore() *HostStore { return NewResidentStore(tensor.Empty) }
+
+// NewResidentStore returns an empty HostStore whose state alloc allocates
+// (zeroed), e.g. a device backend's Empty: the state of a device-resident
+// optimizer.
+func NewResidentStore(alloc func(tensor.DType, ...int) (*tensor.Tensor, error)) *HostStore {
+	return &HostStore{groups: map[string]map[string][]*tensor.Tensor{}, alloc: alloc}
+}
 
 // Acquire implements StateStore.
 func (s *HostStore) Acquire(group string, names []string, params []*tensor.Tensor) (map[string][]*tensor.Tensor, error) {
@@ -51,7 +60,7 @@ func (s *HostStore) Acquire(group string, names []string, params []*tensor.Tenso
 		ts, ok := st[name]
 		if !ok {
 			var err error
-			if ts, err = zerosLike(params); err != nil {
+			if ts, err = zerosLike(s.alloc, params); err != nil {
 				return nil, fmt.Errorf("%s of group %q: %w", name, group, err)
 			}
 			st[name] = ts
@@ -69,10 +78,10 @@ func (s *HostStore) Acquire(group string, names []string, params []*tensor.Tenso
 	return st, nil
 }
 
-func zerosLike(params []*tensor.Tensor) ([]*tensor.Tensor, error) {
+func zerosLike(alloc func(tensor.DType, ...int) (*tensor.Tensor, error), params []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	out := make([]*tensor.Tensor, len(params))
 	for i, p := range params {
-		t, err := tensor.Empty(tensor.Float32, p.Shape()...)
+		t, err := alloc(tensor.Float32, p.Shape()...)
 		if err != nil {
 			for _, u := range out[:i] {
 				u.Free()

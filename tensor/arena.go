@@ -32,7 +32,17 @@ type Arena struct {
 	peak   int64
 	allocs int
 	closed bool
+	alloc  func(DType, ...int) (*Tensor, error)
 }
+
+// SetAlloc makes the arena allocate with alloc (a device backend's Empty)
+// instead of host Empty; nil restores host memory. Set it before use.
+func (a *Arena) SetAlloc(alloc func(DType, ...int) (*Tensor, error)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.alloc = alloc
+}
+
 
 // Empty allocates a zeroed contiguous host tensor of dt and shape.
 func (a *Arena) Empty(dt DType, shape ...int) (*Tensor, error) {
@@ -41,7 +51,11 @@ func (a *Arena) Empty(dt DType, shape ...int) (*Tensor, error) {
 	if a.closed {
 		return nil, fmt.Errorf("tensor.Arena: %v%v: %w", dt, shape, ErrArenaClosed)
 	}
-	t, err := Empty(dt, shape...)
+	alloc := a.alloc
+	if alloc == nil {
+		alloc = Empty
+	}
+	t, err := alloc(dt, shape...)
 	if err != nil {
 		return nil, fmt.Errorf("tensor.Arena: %w", err)
 	}

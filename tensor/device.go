@@ -13,6 +13,10 @@ type DeviceKind uint8
 const (
 	KindCPU DeviceKind = iota
 	KindCUDA
+	// KindSim is the simulated device (package sim): host memory that Go
+	// code may not read or write except through the backend's Copy, so a
+	// missed copy fails a test instead of reading host memory silently.
+	KindSim
 )
 
 // Device is a place memory and compute live: the host, or CUDA device Index.
@@ -27,30 +31,42 @@ var CPU = Device{Kind: KindCPU}
 // CUDA returns CUDA device i.
 func CUDA(i int) Device { return Device{Kind: KindCUDA, Index: i} }
 
+// Sim returns simulated device i.
+func Sim(i int) Device { return Device{Kind: KindSim, Index: i} }
+
 // IsCPU reports whether d is the host.
 func (d Device) IsCPU() bool { return d.Kind == KindCPU }
 
-// String is "cpu" or "cuda:N", as torch prints devices.
+// String is "cpu", "cuda:N" (as torch prints devices) or "sim:N".
 func (d Device) String() string {
-	if d.Kind == KindCUDA {
+	switch d.Kind {
+	case KindCUDA:
 		return "cuda:" + strconv.Itoa(d.Index)
+	case KindSim:
+		return "sim:" + strconv.Itoa(d.Index)
 	}
 	return "cpu"
 }
 
-// ParseDevice reads "cpu", "cuda" (device 0) or "cuda:N".
+// ParseDevice reads "cpu", "cuda" (device 0), "cuda:N", "sim" (simulated
+// device 0) or "sim:N".
 func ParseDevice(s string) (Device, error) {
 	s = strings.ToLower(strings.TrimSpace(s))
-	switch {
-	case s == "cpu":
+	if s == "cpu" {
 		return CPU, nil
-	case s == "cuda":
-		return CUDA(0), nil
-	case strings.HasPrefix(s, "cuda:"):
-		n, err := strconv.Atoi(s[5:])
-		if err == nil && n >= 0 {
-			return CUDA(n), nil
+	}
+	for _, k := range []struct {
+		name string
+		make func(int) Device
+	}{{"cuda", CUDA}, {"sim", Sim}} {
+		if s == k.name {
+			return k.make(0), nil
+		}
+		if rest, ok := strings.CutPrefix(s, k.name+":"); ok {
+			if n, err := strconv.Atoi(rest); err == nil && n >= 0 {
+				return k.make(n), nil
+			}
 		}
 	}
-	return Device{}, fmt.Errorf("unknown device %q: allowed cpu, cuda, cuda:N", s)
+	return Device{}, fmt.Errorf("unknown device %q: allowed cpu, cuda, cuda:N, sim, sim:N", s)
 }
