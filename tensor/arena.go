@@ -43,7 +43,6 @@ func (a *Arena) SetAlloc(alloc func(DType, ...int) (*Tensor, error)) {
 	a.alloc = alloc
 }
 
-
 // Empty allocates a zeroed contiguous host tensor of dt and shape.
 func (a *Arena) Empty(dt DType, shape ...int) (*Tensor, error) {
 	a.mu.Lock()
