@@ -56,6 +56,7 @@ type Engine struct {
 
 	saver    *checkpoint.AsyncSaver // background saves (SaveAsync), closed by Close
 	saverDir string
+	staged   []func() // frees of host copies a checkpoint reads (hostCopy)
 }
 
 // Timers are the engine's cumulative wall-clock split.
@@ -322,6 +323,11 @@ func (e *Engine) GradNorm() float64 { return e.gradNorm }
 func (e *Engine) Memory() zero.Memory {
 	m := e.z.Memory()
 	m.Arena, m.ArenaPeak = e.arena.Bytes(), e.arena.Peak()
+	if m.Device.IsCPU() {
+		m.HostBytes += m.Arena
+	} else {
+		m.DeviceBytes += m.Arena
+	}
 	return m
 }
 

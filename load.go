@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/deepgo-ml/deepgo/zero"
 )
 
 // LoadOptions are Load's optional arguments. The zero value loads
@@ -151,7 +153,12 @@ func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadRe
 	for m := range e.params {
 		e.bind(m)
 	}
-	if err := checkpoint.VerifyReplicated(ctx, e.c, e.replicated()); err != nil {
+	rep, err := e.replicated()
+	defer e.releaseStaged()
+	if err != nil {
+		return LoadResult{}, fmt.Errorf("deepgo: Load: after restoring %s: %w", plan.res.Tag, err)
+	}
+	if err := checkpoint.VerifyReplicated(ctx, e.c, rep); err != nil {
 		return LoadResult{}, fmt.Errorf("deepgo: Load: after restoring %s: %w", plan.res.Tag, err)
 	}
 	return plan.res, nil
@@ -300,7 +307,7 @@ func (e *Engine) prepareLoad(ctx context.Context, dir string, opts LoadOptions) 
 				}
 				sr := bySlot[u][i]
 				if !sr.found {
-					if err := keep(dst, current(u), a-lo); err != nil {
+					if err := keep(e.be, dst, current(u), a-lo); err != nil {
 						return fail(fmt.Errorf("deepgo: Load: parameter %q: %w", sr.name, err))
 					}
 					continue
@@ -393,7 +400,7 @@ func (e *Engine) readOptimizerState(ck *checkpoint.Checkpoint, plan *loadPlan,
 
 // keep copies dst's range of the engine's current chunk cur (starting at
 // offset off), or zeros when there is none yet.
-func keep(dst, cur *tensor.Tensor, off int) error {
+func keep(be backend.Backend, dst, cur *tensor.Tensor, off int) error {
 	d, err := dst.Float32s()
 	if err != nil {
 		return err
@@ -402,7 +409,12 @@ func keep(dst, cur *tensor.Tensor, off int) error {
 		clear(d)
 		return nil
 	}
-	c, err := cur.Float32s()
+	h, free, err := zero.ToHost(be, cur)
+	if err != nil {
+		return fmt.Errorf("current values: %w", err)
+	}
+	defer free()
+	c, err := h.Float32s()
 	if err != nil {
 		return fmt.Errorf("current values: %w", err)
 	}

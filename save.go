@@ -13,6 +13,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/deepgo-ml/deepgo/zero"
 )
 
 // Engine checkpoints. Save and Load use package checkpoint's layout
@@ -143,8 +144,8 @@ func (e *Engine) checkpointState(op, dir string, so SaveOptions) (checkpoint.Opt
 		if err != nil {
 			return err
 		}
-		if !v.Device().IsCPU() {
-			return fmt.Errorf("%s is in %v memory: engine checkpoints need host-resident ZeRO buffers", name, v.Device())
+		if v, err = e.hostCopy(v); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
 		}
 		st.Tensors = append(st.Tensors, checkpoint.Entry{Name: name, File: file, Data: v,
 			Shard: &checkpoint.Shard{Numel: int64(unit.Used), Offset: int64(rank * n)}})
@@ -199,6 +200,7 @@ func (e *Engine) checkpointState(op, dir string, so SaveOptions) (checkpoint.Opt
 // (SaveAsync) is waited for first.
 func (e *Engine) Save(ctx context.Context, dir string, opts SaveOptions) error {
 	o, st, err := e.checkpointState("Save", dir, opts)
+	defer e.releaseStaged()
 	if err := e.agree(ctx, "Save", err); err != nil { // no rank enters the save alone
 		return err
 	}
@@ -218,6 +220,7 @@ func (e *Engine) Save(ctx context.Context, dir string, opts SaveOptions) error {
 // and Close wait for it. A collective, like Save.
 func (e *Engine) SaveAsync(ctx context.Context, dir string, opts SaveOptions) error {
 	o, st, err := e.checkpointState("SaveAsync", dir, opts)
+	defer e.releaseStaged()                                // the saver copies what it writes before Save returns
 	if err := e.agree(ctx, "SaveAsync", err); err != nil { // no rank enters the save alone
 		return err
 	}
@@ -257,19 +260,50 @@ func (e *Engine) WaitSave() error {
 // replicated lists the tensors that must be identical on every rank:
 // the working-precision parameters (stage 3: the persistent ones), and
 // for stage 0 the fp32 masters too.
-func (e *Engine) replicated() []checkpoint.Named {
+// On a device they are host copies, freed by releaseStaged.
+func (e *Engine) replicated() ([]checkpoint.Named, error) {
 	idx, ts := e.z.ReplicatedParams()
 	out := make([]checkpoint.Named, 0, len(ts))
 	for i, t := range ts {
 		m, p := idx[i][0], idx[i][1]
-		out = append(out, checkpoint.Named{Name: e.params[m][p].Name, Tensor: t})
+		h, err := e.hostCopy(t)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, checkpoint.Named{Name: e.params[m][p].Name, Tensor: h})
 	}
 	if e.z.Config().Stage == 0 && e.z.Config().ModelDType != tensor.Float32 {
 		for u := range e.z.Layout().Units {
-			out = append(out, checkpoint.Named{Name: masterName(u), Tensor: e.z.Master(u)})
+			h, err := e.hostCopy(e.z.Master(u))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, checkpoint.Named{Name: masterName(u), Tensor: h})
 		}
 	}
-	return out
+	return out, nil
+}
+
+// hostCopy returns t in host memory: t itself on the CPU backend, else a
+// copy that lives until releaseStaged (checkpoints read engine memory on
+// the host).
+func (e *Engine) hostCopy(t *tensor.Tensor) (*tensor.Tensor, error) {
+	h, free, err := zero.ToHost(e.be, t)
+	if err != nil {
+		return nil, err
+	}
+	if h != t {
+		e.staged = append(e.staged, free)
+	}
+	return h, nil
+}
+
+// releaseStaged frees the host copies hostCopy made.
+func (e *Engine) releaseStaged() {
+	for _, f := range e.staged {
+		f()
+	}
+	e.staged = nil
 }
 
 // agree is comm.Agree in the engine's words: every rank gets nil only if

@@ -12,6 +12,7 @@ import (
 	"runtime"
 
 	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
@@ -57,11 +58,11 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		}
 		e.be, e.ownBE = b, true
 	}
+	if err := e.deviceComm(); err != nil {
+		return nil, err
+	}
 	if dev := e.be.Device(); !dev.IsCPU() {
-		// The ZeRO buffers, gradient zeroing and the module bindings work on
-		// host memory today; the CUDA kernels and NCCL exist, the engine's
-		// device path does not yet.
-		return nil, fmt.Errorf("deepgo.Initialize: backend %s on %v: not supported: the engine runs on the CPU backend only so far", e.be.Name(), dev)
+		e.arena.SetAlloc(e.be.Empty)
 	}
 	e.notes = append(offloadNotes(cfg, e.be.Device()), sequenceParallelNotes(cfg)...)
 	batch, err := cfg.Resolve(n, 1, 1, 1)
@@ -110,6 +111,42 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	}
 	ok = true
 	return e, nil
+}
+
+// DeviceComm is a device backend that provides the collectives over its
+// own memory for a group (the simulated device orders them after its
+// stream; CUDA would use NCCL): the engine wraps the one-rank world it
+// makes when no comm is given.
+type DeviceComm interface {
+	WrapComm(c comm.Comm) (comm.Comm, error)
+}
+
+// deviceComm checks that the engine's comm can move its backend's memory:
+// on the CPU any comm can; on a device the comm must be bound to a backend
+// on that device (Backend()), or the engine made the comm and the backend
+// wraps it (DeviceComm).
+func (e *Engine) deviceComm() error {
+	dev := e.be.Device()
+	if dev.IsCPU() {
+		return nil
+	}
+	if e.world != nil {
+		dc, ok := e.be.(DeviceComm)
+		if !ok {
+			return fmt.Errorf("deepgo.Initialize: backend %s on %v: not supported without a comm: pass WithComm with a comm over %v memory", e.be.Name(), dev, dev)
+		}
+		c, err := dc.WrapComm(e.c)
+		if err != nil {
+			return fmt.Errorf("deepgo.Initialize: %w", err)
+		}
+		e.c = c
+		return nil
+	}
+	bc, ok := e.c.(interface{ Backend() backend.Backend })
+	if !ok || bc.Backend() == nil || bc.Backend().Device() != dev {
+		return fmt.Errorf("deepgo.Initialize: backend %s on %v: the comm (%T) does not move %v memory: give a comm bound to that device (its Backend() on %v)", e.be.Name(), dev, e.c, dev, dev)
+	}
+	return nil
 }
 
 // declare takes the model's modules and parameters into the engine's

@@ -23,8 +23,10 @@ type fakeDevice struct{ *backend.CPU }
 
 func (fakeDevice) Device() tensor.Device { return tensor.CUDA(0) }
 
-// A backend on another device is refused with a clear error, not misused.
-func TestInitializeRefusesDeviceBackend(t *testing.T) {
+// A backend on a device that brings no collectives over its memory
+// (DeviceComm), given without a comm bound to that device, is refused with a
+// clear error: comm/local would read device memory as host memory.
+func TestInitializeRefusesDeviceBackendWithoutComm(t *testing.T) {
 	cpu, err := backend.NewCPU(1)
 	require.NoError(t, err)
 	defer cpu.Close()
@@ -35,6 +37,7 @@ func TestInitializeRefusesDeviceBackend(t *testing.T) {
 	_, err = deepgo.Initialize(context.Background(), cfg, m, deepgo.WithBackend(fakeDevice{cpu}))
 	require.ErrorContains(t, err, "not supported", "Initialize on a device backend")
 	require.ErrorContains(t, err, "cuda:0", "Initialize on a device backend")
+	require.ErrorContains(t, err, "WithComm", "Initialize on a device backend")
 }
 
 // Initialize chooses the engine from the config: the data-parallel engine

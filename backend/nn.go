@@ -27,6 +27,11 @@ type NN interface {
 	Linear
 	// Device is where the kernels' tensors live.
 	Device() tensor.Device
+	// Zero and Copy are Backend's: layers clear gradient scratch and copy
+	// activations, and a model moves its tokens in and its losses out,
+	// with them.
+	Zero(xs []*tensor.Tensor) error
+	Copy(dst, src *tensor.Tensor) error
 	// LayerNormForward normalises n rows of c channels of in into out, to
 	// zero mean and unit (biased) variance, then scales by w and shifts by
 	// b, saving each row's mean[n] and reciprocal deviation rstd[n].

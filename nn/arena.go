@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -40,9 +41,52 @@ func needF32(op string, dev tensor.Device, args ...any) error {
 	return nil
 }
 
-// zero clears a float32 host tensor (gradient scratch before accumulation).
-func zero(t *tensor.Tensor) {
-	if f, err := t.Float32s(); err == nil {
-		clear(f)
+// zero clears gradient scratch before accumulation, on be's device.
+func zero(be backend.NN, ts ...*tensor.Tensor) error {
+	if err := be.Zero(ts); err != nil {
+		return fmt.Errorf("nn: clearing gradient scratch: %w", err)
 	}
+	return nil
+}
+
+// upload copies host values (int32 token ids or float32) into dst, which
+// lives on be's device, through be.Copy: the one way a model writes device
+// memory from Go.
+func upload[T int32 | float32](be backend.NN, dst *tensor.Tensor, vals []T) error {
+	var src *tensor.Tensor
+	var err error
+	switch v := any(vals).(type) {
+	case []int32:
+		src, err = tensor.WrapInt32(v)
+	case []float32:
+		src, err = tensor.WrapFloat32(v)
+	}
+	if err != nil {
+		return err
+	}
+	defer src.Free()
+	d := dst
+	if dst.Numel() != len(vals) {
+		if d, err = dst.Slice(0, len(vals)); err != nil {
+			return err
+		}
+	}
+	return be.Copy(d, src)
+}
+
+// download copies the first len(dst) float32 values of src, on be's
+// device, into dst.
+func download(be backend.NN, dst []float32, src *tensor.Tensor) error {
+	h, err := tensor.WrapFloat32(dst)
+	if err != nil {
+		return err
+	}
+	defer h.Free()
+	s := src
+	if src.Numel() != len(dst) {
+		if s, err = src.Slice(0, len(dst)); err != nil {
+			return err
+		}
+	}
+	return be.Copy(h, s)
 }

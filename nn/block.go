@@ -148,13 +148,9 @@ func (k *Block) Forward(be backend.NN, out, in *tensor.Tensor, acts *BlockActiva
 }
 
 // Backward accumulates din[N, C] += d(out)/d(in)^T dout and every
-// parameter gradient on be, from the activations Forward left in acts. It
-// clears and copies its scratch in host memory, so be must compute there.
+// parameter gradient on be, from the activations Forward left in acts.
 func (k *Block) Backward(be backend.NN, din, dout, in *tensor.Tensor, acts *BlockActivations, s *BlockScratch, b, t int) error {
 	n, c, dev := b*t, k.Width, be.Device()
-	if !dev.IsCPU() {
-		return fmt.Errorf("nn.Block.Backward: backend on %v: not supported yet (the block clears and copies its scratch in host memory)", dev)
-	}
 	if err := needF32("Block.Backward", dev, "din", din, n*c, "dout", dout, n*c, "in", in, n*c); err != nil {
 		return err
 	}
@@ -163,14 +159,26 @@ func (k *Block) Backward(be backend.NN, din, dout, in *tensor.Tensor, acts *Bloc
 	}
 	steps := []func() error{
 		// the residual passes dout straight through to h
-		func() error { return copyF32(s.DRes2, dout, n*c) },
-		func() error { zero(s.DFCAct); return k.FCProj.Backward(be, s.DFCAct, dout, acts.FCAct, n) },
-		func() error { zero(s.DFC); return k.Act.Backward(be, s.DFC, acts.FC, s.DFCAct, n*4*c) },
-		func() error { zero(s.DLN); return k.FC.Backward(be, s.DLN, s.DFC, acts.LN2, n) },
+		func() error { return copyF32(be, s.DRes2, dout, n*c) },
+		func() error {
+			return cleared(be, s.DFCAct, func() error { return k.FCProj.Backward(be, s.DFCAct, dout, acts.FCAct, n) })
+		},
+		func() error {
+			return cleared(be, s.DFC, func() error { return k.Act.Backward(be, s.DFC, acts.FC, s.DFCAct, n*4*c) })
+		},
+		func() error {
+			return cleared(be, s.DLN, func() error { return k.FC.Backward(be, s.DLN, s.DFC, acts.LN2, n) })
+		},
 		func() error { return k.LN2.Backward(be, s.DRes2, s.DLN, acts.Res2, acts.LN2Mean, acts.LN2Rstd, n) },
-		func() error { zero(s.DAttY); return k.Proj.Backward(be, s.DAttY, s.DRes2, acts.AttY, n) },
-		func() error { zero(s.DQKV); return k.Attn.Backward(be, s.DQKV, s.DAttY, acts.QKV, acts.Att, b, t) },
-		func() error { zero(s.DLN); return k.QKV.Backward(be, s.DLN, s.DQKV, acts.LN1, n) },
+		func() error {
+			return cleared(be, s.DAttY, func() error { return k.Proj.Backward(be, s.DAttY, s.DRes2, acts.AttY, n) })
+		},
+		func() error {
+			return cleared(be, s.DQKV, func() error { return k.Attn.Backward(be, s.DQKV, s.DAttY, acts.QKV, acts.Att, b, t) })
+		},
+		func() error {
+			return cleared(be, s.DLN, func() error { return k.QKV.Backward(be, s.DLN, s.DQKV, acts.LN1, n) })
+		},
 		func() error { return add(be, din, din, s.DRes2, n*c) },
 		func() error { return k.LN1.Backward(be, din, s.DLN, in, acts.LN1Mean, acts.LN1Rstd, n) },
 	}
@@ -192,15 +200,23 @@ func add(be backend.NN, out, a, b *tensor.Tensor, n int) error {
 	return nil
 }
 
-func copyF32(dst, src *tensor.Tensor, n int) error {
-	d, err := dst.Float32s()
+// cleared runs f after clearing the gradient scratch t it accumulates into.
+func cleared(be backend.NN, t *tensor.Tensor, f func() error) error {
+	if err := zero(be, t); err != nil {
+		return err
+	}
+	return f()
+}
+
+// copyF32 copies the first n elements of src into dst on be's device.
+func copyF32(be backend.NN, dst, src *tensor.Tensor, n int) error {
+	d, err := dst.Slice(0, n)
 	if err != nil {
 		return err
 	}
-	s, err := src.Float32s()
+	s, err := src.Slice(0, n)
 	if err != nil {
 		return err
 	}
-	copy(d[:n], s[:n])
-	return nil
+	return be.Copy(d, s)
 }

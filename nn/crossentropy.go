@@ -19,8 +19,8 @@ type CrossEntropy struct {
 func (CrossEntropy) Params() []*model.Param { return nil }
 
 // Forward writes probs[n, Vocab] = softmax(logits) (probs may be logits)
-// and losses[n] on be, and returns the mean loss, which it reads from host
-// memory. targets is int32 [n].
+// and losses[n] on be, and returns the mean loss, summed in float64 on the
+// host from a copy of losses. targets is int32 [n].
 func (x CrossEntropy) Forward(be backend.NN, probs, losses, logits, targets *tensor.Tensor, n int) (float32, error) {
 	const op = "CrossEntropy.Forward"
 	dev := be.Device()
@@ -30,15 +30,12 @@ func (x CrossEntropy) Forward(be backend.NN, probs, losses, logits, targets *ten
 	if err := need(op, dev, "targets", targets, n, tensor.Int32); err != nil {
 		return 0, err
 	}
-	if !dev.IsCPU() {
-		return 0, fmt.Errorf("nn.%s: losses on %v: not supported yet (the mean is taken in host memory)", op, dev)
-	}
 	if err := be.SoftmaxXentForward(probs, losses, logits, targets, n, x.Vocab); err != nil {
 		return 0, fmt.Errorf("nn.%s: %w", op, err)
 	}
-	l, err := losses.Float32s()
-	if err != nil {
-		return 0, fmt.Errorf("nn.%s: %w", op, err)
+	l := make([]float32, n)
+	if err := download(be, l, losses); err != nil {
+		return 0, fmt.Errorf("nn.%s: losses: %w", op, err)
 	}
 	var sum float64
 	for _, v := range l[:n] {

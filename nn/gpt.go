@@ -179,6 +179,7 @@ func (g *GPT) Init(seed uint64) error {
 type gptState struct {
 	b, t       int
 	acts, scr  Arena
+	dev        tensor.Device // where acts and scr allocate
 	saved      int64
 	tokens     *tensor.Tensor   // [B, T] int32
 	targets    *tensor.Tensor   // [B, T] int32
@@ -210,12 +211,17 @@ func (g *GPT) checkpointed() int {
 	return ck.NumberCheckpoints
 }
 
-func (g *GPT) alloc(b, t int) error {
-	if g.st != nil && g.st.b == b && g.st.t == t {
+func (g *GPT) alloc(be backend.Backend, b, t int) error {
+	dev := be.Device()
+	if g.st != nil && g.st.b == b && g.st.t == t && g.st.dev == dev {
 		return nil
 	}
 	g.freeActivations()
-	s := &gptState{b: b, t: t}
+	s := &gptState{b: b, t: t, dev: dev}
+	if !dev.IsCPU() {
+		s.acts.SetAlloc(be.Empty)
+		s.scr.SetAlloc(be.Empty)
+	}
 	n, c, L := b*t, g.Config.Width, g.Config.Layers
 	k := g.checkpointed()
 	fail := func(err error) error { s.acts.Reset(); s.scr.Reset(); return err }

@@ -256,7 +256,8 @@ func (elsewhere) Device() tensor.Device { return tensor.CUDA(0) }
 
 // The GPT computes on the backend its modules' context carries (an
 // engine's, or Forward's argument), else on UseBackend's; without one, or
-// on one it cannot use, it says what to do.
+// on one it cannot use (no nn kernels, or its weights elsewhere), it
+// says what to do.
 func TestGPTBackendChoice(t *testing.T) {
 	be := testBackend(t)
 	g, err := NewReadyGPT(tinyGPT, nil, 1)
@@ -274,7 +275,7 @@ func TestGPTBackendChoice(t *testing.T) {
 		{"none", nil, nil, []string{"no backend", "engine", "UseBackend"}, false},
 		{"no nn kernels", onlyBackend{be}, nil, []string{"backend cpu(", "offers no nn kernels", "not supported yet"}, true},
 		{"no nn kernels in the context", be, onlyBackend{be}, []string{"offers no nn kernels"}, true},
-		{"device memory", nil, elsewhere{be}, []string{"computes on cuda:0", "not supported yet"}, true},
+		{"weights in host memory, backend on a device", nil, elsewhere{be}, []string{"transformer.wte.weight", "is on cpu", "want cuda:0 memory"}, false},
 		{"the context's wins", onlyBackend{be}, be, nil, false},
 		{"UseBackend's", be, nil, nil, false},
 	} {

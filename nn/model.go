@@ -64,9 +64,6 @@ func (g *GPT) compute(ctx context.Context) (backend.Backend, backend.NN, error) 
 	if !ok {
 		return nil, nil, fmt.Errorf("nn.GPT: backend %s offers no nn kernels (backend.NN): %w yet", be.Name(), backend.ErrUnsupported)
 	}
-	if dev := be.Device(); !dev.IsCPU() {
-		return nil, nil, fmt.Errorf("nn.GPT: backend %s computes on %v: %w yet (the model copies tokens and clears gradients in host memory)", be.Name(), dev, backend.ErrUnsupported)
-	}
 	return be, k, nil
 }
 
@@ -99,7 +96,7 @@ func (m embedModule) Params() []*model.Param { return m.g.Embed.Params() }
 // Forward embeds the batch's tokens into the residual stream.
 func (m embedModule) Forward(ctx context.Context, in model.Activation) (model.Activation, error) {
 	g := m.g
-	_, k, err := g.compute(ctx)
+	be, k, err := g.compute(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -113,15 +110,17 @@ func (m embedModule) Forward(ctx context.Context, in model.Activation) (model.Ac
 	if len(b.Inputs) != b.B*b.T || len(b.Targets) != b.B*b.T {
 		return nil, fmt.Errorf("nn.GPT.Forward: %d inputs and %d targets for %d x %d tokens", len(b.Inputs), len(b.Targets), b.B, b.T)
 	}
-	if err := g.alloc(b.B, b.T); err != nil {
+	if err := g.alloc(be, b.B, b.T); err != nil {
 		return nil, err
 	}
 	s := g.st
 	s.gradOut = nil
-	tok, _ := s.tokens.Int32s()
-	copy(tok, b.Inputs)
-	tg, _ := s.targets.Int32s()
-	copy(tg, b.Targets)
+	if err := upload(k, s.tokens, b.Inputs); err != nil {
+		return nil, fmt.Errorf("nn.GPT.Forward: tokens: %w", err)
+	}
+	if err := upload(k, s.targets, b.Targets); err != nil {
+		return nil, fmt.Errorf("nn.GPT.Forward: targets: %w", err)
+	}
 	if err := g.Embed.Forward(k, s.resid[0], s.tokens, b.B, b.T); err != nil {
 		return nil, err
 	}
@@ -213,7 +212,9 @@ func (m blockModule) Backward(ctx context.Context, gout model.Activation) (model
 	if dout == s.dA {
 		din = s.dB
 	}
-	zero(din)
+	if err := zero(k, din); err != nil {
+		return nil, err
+	}
 	if err := blk.Backward(k, din, dout, s.resid[m.l], acts, s.scratch, s.b, s.t); err != nil {
 		return nil, err
 	}
@@ -283,12 +284,15 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 	if err != nil {
 		return nil, err
 	}
-	zero(s.dB) // dlnf
-	zero(s.dwteHead)
+	if err := zero(k, s.dB, s.dwteHead); err != nil { // dB is dlnf
+		return nil, err
+	}
 	if err := k.LinearBackward(s.dB, s.dwteHead, nil, dlogits, s.lnf, wte); err != nil {
 		return nil, fmt.Errorf("nn.GPT.Backward: head: %w", err)
 	}
-	zero(s.dA)
+	if err := zero(k, s.dA); err != nil {
+		return nil, err
+	}
 	if err := g.LNF.Backward(k, s.dA, s.dB, s.resid[g.Config.Layers], s.lnfMean, s.lnfRstd, n); err != nil {
 		return nil, err
 	}
@@ -316,17 +320,21 @@ func (g *GPT) Loss(ctx context.Context, out, target model.Activation, gradScale 
 		if len(b.Targets) != s.b*s.t {
 			return 0, nil, fmt.Errorf("nn.GPT.Loss: %d targets for %d x %d tokens", len(b.Targets), s.b, s.t)
 		}
-		tg, _ := s.targets.Int32s()
-		copy(tg, b.Targets)
+		if err := upload(k, s.targets, b.Targets); err != nil {
+			return 0, nil, fmt.Errorf("nn.GPT.Loss: targets: %w", err)
+		}
 	}
 	n := s.b * s.t
 	loss, err := g.Xent.Forward(k, logits, s.losses, logits, s.targets, n)
 	if err != nil {
 		return 0, nil, err
 	}
-	dl, _ := s.dlosses.Float32s()
+	dl := make([]float32, n)
 	for i := range dl {
 		dl[i] = float32(gradScale / float64(n))
+	}
+	if err := upload(k, s.dlosses, dl); err != nil {
+		return 0, nil, fmt.Errorf("nn.GPT.Loss: loss gradient: %w", err)
 	}
 	// probs become dlogits in place
 	if err := g.Xent.Backward(k, logits, logits, s.targets, s.dlosses, n); err != nil {

@@ -65,7 +65,7 @@ func New(typ string, params map[string]any, be backend.Backend, opts ...Option) 
 	if o.store == nil {
 		o.store = NewResidentStore(be.Empty)
 	}
-	return &fused{kind: kind, def: spec.Hyper, k: o.kernels, store: o.store, steps: map[string]int64{}, trust: map[string][]float64{}}, nil
+	return &fused{kind: kind, def: spec.Hyper, k: o.kernels, store: o.store, be: be, steps: map[string]int64{}, trust: map[string][]float64{}}, nil
 }
 
 // KernelSource is a backend that brings its own optimizer kernels (the

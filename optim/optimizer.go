@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -132,6 +133,7 @@ type fused struct {
 	def   Hyper
 	k     Kernels
 	store StateStore
+	be    backend.Backend // copies state that lives on its device (LoadState)
 	// lamb keeps the last trust ratios per group (FusedLamb's get_lamb_coeffs)
 	mu    sync.Mutex
 	steps map[string]int64

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -34,7 +35,7 @@ func LoadState(o Optimizer, group string, params []*tensor.Tensor, state map[str
 	if err := checkLoad(group, slices.Sorted(maps.Keys(cur)), params, state); err != nil {
 		return err
 	}
-	if err := copyState(cur, state); err != nil {
+	if err := copyState(nil, cur, state); err != nil {
 		return err
 	}
 	return o.SetSteps(group, steps)
@@ -69,10 +70,26 @@ func checkLoad(group string, names []string, params []*tensor.Tensor, state map[
 	return nil
 }
 
-// copyState copies src into dst (same names and sizes; nil src zeroes).
-func copyState(dst, src map[string][]*tensor.Tensor) error {
+// copyState copies host src into dst (same names and sizes; nil src
+// zeroes); dst not in host memory is written through be.
+func copyState(be backend.Backend, dst, src map[string][]*tensor.Tensor) error {
 	for n, ts := range dst {
 		for i, d := range ts {
+			if !d.Device().IsCPU() {
+				if be == nil {
+					return fmt.Errorf("optim: state %q[%d] is on %v: the optimizer must implement StateLoader to load it", n, i, d.Device())
+				}
+				var err error
+				if len(src) == 0 {
+					err = be.Zero([]*tensor.Tensor{d})
+				} else {
+					err = be.Copy(d, src[n][i])
+				}
+				if err != nil {
+					return fmt.Errorf("optim: state %q[%d]: %w", n, i, err)
+				}
+				continue
+			}
 			b, err := d.RawBytes()
 			if err != nil {
 				return fmt.Errorf("optim: state %q[%d]: %w", n, i, err)
@@ -109,7 +126,7 @@ func (o *fused) LoadState(group string, params []*tensor.Tensor, state map[strin
 		for _, n := range names {
 			cur[n] = st[n]
 		}
-		err = copyState(cur, state)
+		err = copyState(o.be, cur, state)
 		if rerr := o.store.Release(group); err == nil {
 			err = rerr
 		}

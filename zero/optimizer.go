@@ -81,6 +81,12 @@ type Memory struct {
 	// gradients modules allocate from it) live now, ArenaPeak its peak.
 	// The engine fills both; they are not part of Peak.
 	Arena, ArenaPeak int64
+	// Device is where the backend computes; HostBytes and DeviceBytes
+	// split what is live now (every category above, the optimizer state
+	// and the arena) by where it lives: host memory, or Device. On the CPU
+	// backend all of it is host memory.
+	Device                 tensor.Device
+	HostBytes, DeviceBytes int64
 }
 
 // ParamBytes is the sum of Params.
@@ -333,6 +339,11 @@ func (z *Optimizer) init(ctx context.Context, initial func(m, p int) *tensor.Ten
 				if err != nil {
 					return err
 				}
+				src, done, err := onDevice(z.be, src)
+				if err != nil {
+					return fmt.Errorf("zero: parameter %s: %w", name, err)
+				}
+				defer done()
 				if src.DType() == tensor.Float32 {
 					err = z.be.Pack(tmp, []int{s.Offset}, []*tensor.Tensor{src})
 				} else {

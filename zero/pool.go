@@ -28,6 +28,8 @@ type accountant struct {
 	params   map[tensor.DType]int64
 	total    int64
 	totalMax int64
+	host     int64 // live bytes in host memory
+	device   int64 // live bytes on the backend's device
 }
 
 func newAccountant() *accountant { return &accountant{params: map[tensor.DType]int64{}} }
@@ -44,6 +46,17 @@ func (a *accountant) add(c Category, dt tensor.DType, n int64) {
 	a.totalMax = max(a.totalMax, a.total)
 }
 
+// place books n bytes (negative: freed) of t's memory as host or device.
+func (a *accountant) place(t *tensor.Tensor, n int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t.Device().IsCPU() {
+		a.host += n
+	} else {
+		a.device += n
+	}
+}
+
 // alloc allocates a zeroed tensor on be and books it under c.
 func (a *accountant) alloc(be backend.Backend, c Category, dt tensor.DType, n int) (*tensor.Tensor, error) {
 	t, err := be.Empty(dt, n)
@@ -51,6 +64,7 @@ func (a *accountant) alloc(be backend.Backend, c Category, dt tensor.DType, n in
 		return nil, err
 	}
 	a.add(c, dt, int64(t.Bytes()))
+	a.place(t, int64(t.Bytes()))
 	return t, nil
 }
 
@@ -59,6 +73,7 @@ func (a *accountant) free(c Category, t *tensor.Tensor) {
 		return
 	}
 	a.add(c, t.DType(), -int64(t.Bytes()))
+	a.place(t, -int64(t.Bytes()))
 	t.Free()
 }
 
@@ -88,7 +103,7 @@ func (p *pool) get(dt tensor.DType, n int) (*tensor.Tensor, error) {
 		t := l[len(l)-1]
 		p.free[k] = l[:len(l)-1]
 		p.cached -= int64(t.Bytes())
-		if err := zeroFill(t); err != nil {
+		if err := p.be.Zero([]*tensor.Tensor{t}); err != nil {
 			return nil, err
 		}
 		return t, nil
@@ -117,17 +132,4 @@ func (p *pool) close() {
 		delete(p.free, k)
 	}
 	p.cached = 0
-}
-
-// zeroFill clears a host tensor. Scale by 0 would turn Inf into NaN, so
-// gradients are cleared bytewise.
-func zeroFill(ts ...*tensor.Tensor) error {
-	for _, t := range ts {
-		b, err := t.RawBytes()
-		if err != nil {
-			return err
-		}
-		clear(b)
-	}
-	return nil
 }

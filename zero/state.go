@@ -28,8 +28,16 @@ func (z *Optimizer) Memory() Memory {
 	for _, ts := range z.base.State(z.cfg.GroupName) {
 		for _, t := range ts {
 			m.OptimizerState += int64(t.Bytes())
+			if t.Device().IsCPU() {
+				m.HostBytes += int64(t.Bytes())
+			} else {
+				m.DeviceBytes += int64(t.Bytes())
+			}
 		}
 	}
+	m.Device = z.be.Device()
+	m.HostBytes += a.host
+	m.DeviceBytes += a.device
 	m.Peak = a.totalMax + m.OptimizerState
 	return m
 }
@@ -83,7 +91,12 @@ func (z *Optimizer) GatherMaster(ctx context.Context) ([][][]float32, error) {
 			}
 			full = tmp
 		}
-		v, err := full.Float32s()
+		h, free, err := ToHost(z.be, full)
+		if err != nil {
+			return nil, err
+		}
+		defer free()
+		v, err := h.Float32s()
 		if err != nil {
 			return nil, err
 		}
@@ -138,8 +151,8 @@ func (z *Optimizer) ReplicatedParams() (idx [][2]int, ts []*tensor.Tensor) {
 }
 
 // RestoreMaster overwrites this rank's fp32 master chunks with masters
-// (per unit one float32 tensor of Own(u) elements, in memory the backend
-// reads), re-casts them to the working-precision parameters, discards
+// (per unit one float32 tensor of Own(u) elements, in host memory or on
+// the backend's device), re-casts them to the working-precision parameters, discards
 // accumulated gradients, and re-gathers the replicated parameters
 // (stages 1-2: every unit; stage 3: the persistent modules). It is a
 // collective. The arguments are checked before anything is written; a
@@ -157,7 +170,7 @@ func (z *Optimizer) RestoreMaster(ctx context.Context, masters []*tensor.Tensor)
 		return errors.New("zero: restore: gradient reductions are in flight (restore between steps only)")
 	}
 	for u := range z.lay.Units {
-		if err := z.be.Pack(z.master[u], []int{0}, []*tensor.Tensor{masters[u]}); err != nil {
+		if err := z.be.Copy(z.master[u], masters[u]); err != nil {
 			return fmt.Errorf("zero: restore: unit %d: %w", u, err)
 		}
 		if z.cfg.ModelDType != tensor.Float32 {

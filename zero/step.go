@@ -40,15 +40,26 @@ func (z *Optimizer) Overflow(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer flag.Free()
-	v, _ := flag.Int32s()
+	host, err := tensor.Empty(tensor.Int32, 1)
+	if err != nil {
+		return false, err
+	}
+	defer host.Free()
+	v, _ := host.Int32s()
 	if bad {
 		v[0] = 1
+	}
+	if err := FromHost(z.be, flag, host); err != nil {
+		return false, err
 	}
 	t0 := time.Now()
 	err = z.c.AllReduce(ctx, flag, comm.Max)
 	z.timers.Comm += time.Since(t0)
 	if err != nil {
 		return false, fmt.Errorf("zero: agreeing on overflow: %w", err)
+	}
+	if err := z.be.Copy(host, flag); err != nil {
+		return false, err
 	}
 	return v[0] != 0, nil
 }
@@ -77,15 +88,28 @@ func (z *Optimizer) GlobalNorm(ctx context.Context) (float64, error) {
 		return 0, err
 	}
 	defer all.Free()
-	s, _ := src.Float64s()
+	hs, err := tensor.Empty(tensor.Float64, 1)
+	if err != nil {
+		return 0, err
+	}
+	defer hs.Free()
+	s, _ := hs.Float64s()
 	s[0] = ss
+	if err := FromHost(z.be, src, hs); err != nil {
+		return 0, err
+	}
 	t0 := time.Now()
 	err = z.c.AllGather(ctx, all, src)
 	z.timers.Comm += time.Since(t0)
 	if err != nil {
 		return 0, fmt.Errorf("zero: global gradient norm: %w", err)
 	}
-	a, _ := all.Float64s()
+	ha, free, err := ToHost(z.be, all)
+	if err != nil {
+		return 0, err
+	}
+	defer free()
+	a, _ := ha.Float64s()
 	var sum float64
 	for _, x := range a {
 		sum += x
@@ -168,5 +192,5 @@ func (z *Optimizer) gatherPersistent(ctx context.Context) error {
 
 // ZeroGrad clears the accumulated gradients (after a step or a skipped one).
 func (z *Optimizer) ZeroGrad() error {
-	return zeroFill(z.acc...)
+	return z.be.Zero(z.acc)
 }
