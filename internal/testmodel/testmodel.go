@@ -1,9 +1,15 @@
 // Package testmodel is the small model deepgo's engine tests and the
 // bench-zero benchmark train: a stack of fully connected layers with
 // explicit backward, written in plain Go against the model contract so
-// that it depends on no engine and no C kernel, and a fixed random
+// that it depends on no engine and computes with no C kernel, and a fixed random
 // regression data set. It computes in float32 over float32, float16 or
 // bfloat16 parameters (gradients added with one rounding per element).
+//
+// On a device backend (one whose memory Go may not read, such as the
+// simulated device) the layers move their weights and gradients through
+// the backend's Copy, the context's backend.FromContext, and compute on the
+// host exactly as on the CPU: the engine's device path is exercised with
+// the same arithmetic, so its results must be bit-identical.
 package testmodel
 
 import (
@@ -12,9 +18,51 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
+
+// onHost returns t in host memory: t itself when it is there, else a host
+// copy made with the context's backend, and the function that ends the
+// use (writeBack: copies the host values back first).
+func onHost(ctx context.Context, t *tensor.Tensor) (h *tensor.Tensor, done func(writeBack bool) error, err error) {
+	if t.Device().IsCPU() {
+		return t, func(bool) error { return nil }, nil
+	}
+	be, ok := backend.FromContext(ctx)
+	if !ok {
+		return nil, nil, fmt.Errorf("testmodel: %v is on a device and the context carries no backend to copy it with", t)
+	}
+	h, err = tensor.Empty(t.DType(), t.Shape()...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := be.Copy(h, t); err != nil {
+		h.Free()
+		return nil, nil, err
+	}
+	return h, func(writeBack bool) error {
+		defer h.Free()
+		if writeBack {
+			return be.Copy(t, h)
+		}
+		return nil
+	}, nil
+}
+
+// readParam is Read of a parameter that may live on the context's device.
+func readParam(ctx context.Context, t *tensor.Tensor) ([]float32, error) {
+	h, done, err := onHost(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	v := Read(h)
+	if h != t {
+		v = append([]float32(nil), v...)
+	}
+	return v, done(false)
+}
 
 // Batch is a dense row-major Rows×Cols matrix of activations in Go memory:
 // the activation between layers and the MLP's input and target.
@@ -134,7 +182,7 @@ func axpy(alpha float32, x, y []float32) {
 }
 
 // Forward computes the layer's output for a Batch input.
-func (l *Linear) Forward(_ context.Context, in model.Activation) (model.Activation, error) {
+func (l *Linear) Forward(ctx context.Context, in model.Activation) (model.Activation, error) {
 	x, ok := in.(Batch)
 	if !ok {
 		return nil, fmt.Errorf("%s: input is %T, want testmodel.Batch", l.name, in)
@@ -145,7 +193,14 @@ func (l *Linear) Forward(_ context.Context, in model.Activation) (model.Activati
 	if l.w.Data == nil || l.b.Data == nil {
 		return nil, fmt.Errorf("%s: weight not gathered", l.name)
 	}
-	w, b := Read(l.w.Data), Read(l.b.Data)
+	w, err := readParam(ctx, l.w.Data)
+	if err != nil {
+		return nil, err
+	}
+	b, err := readParam(ctx, l.b.Data)
+	if err != nil {
+		return nil, err
+	}
 	y := Batch{Rows: x.Rows, Cols: l.out, X: make([]float32, x.Rows*l.out)}
 	for r := range x.Rows {
 		xr := x.X[r*l.in : (r+1)*l.in]
@@ -163,7 +218,7 @@ func (l *Linear) Forward(_ context.Context, in model.Activation) (model.Activati
 
 // Backward adds the weight and bias gradients into the bound Grads and
 // returns the gradient with respect to the input.
-func (l *Linear) Backward(_ context.Context, gradOut model.Activation) (model.Activation, error) {
+func (l *Linear) Backward(ctx context.Context, gradOut model.Activation) (model.Activation, error) {
 	gy, ok := gradOut.(Batch)
 	if !ok {
 		return nil, fmt.Errorf("%s: gradient is %T, want testmodel.Batch", l.name, gradOut)
@@ -171,10 +226,22 @@ func (l *Linear) Backward(_ context.Context, gradOut model.Activation) (model.Ac
 	if l.w.Data == nil || l.w.Grad == nil || l.b.Grad == nil {
 		return nil, fmt.Errorf("%s: weight or grad not bound in backward", l.name)
 	}
-	w := Read(l.w.Data)
+	w, err := readParam(ctx, l.w.Data)
+	if err != nil {
+		return nil, err
+	}
+	gw, doneW, err := onHost(ctx, l.w.Grad)
+	if err != nil {
+		return nil, err
+	}
+	gb, doneB, err := onHost(ctx, l.b.Grad)
+	if err != nil {
+		doneW(false)
+		return nil, err
+	}
 	// float32 gradients accumulate in place; half ones through a float32
 	// scratch added with one rounding per element.
-	dw, db, direct := l.gradTargets()
+	dw, db, direct := l.gradTargets(gw, gb)
 	gx := Batch{Rows: gy.Rows, Cols: l.in, X: make([]float32, gy.Rows*l.in)}
 	for r := range gy.Rows {
 		xr := l.x.X[r*l.in : (r+1)*l.in]
@@ -193,16 +260,20 @@ func (l *Linear) Backward(_ context.Context, gradOut model.Activation) (model.Ac
 		dw[0] = float32(math.Inf(1))
 	}
 	if !direct {
-		AddInto(l.w.Grad, dw)
-		AddInto(l.b.Grad, db)
+		AddInto(gw, dw)
+		AddInto(gb, db)
 	}
-	return gx, nil
+	errW, errB := doneW(true), doneB(true)
+	if errW != nil {
+		return nil, errW
+	}
+	return gx, errB
 }
 
-func (l *Linear) gradTargets() (dw, db []float32, direct bool) {
-	if l.w.Grad.DType() == tensor.Float32 && l.b.Grad.DType() == tensor.Float32 {
-		dw, _ = l.w.Grad.Float32s()
-		db, _ = l.b.Grad.Float32s()
+func (l *Linear) gradTargets(gw, gb *tensor.Tensor) (dw, db []float32, direct bool) {
+	if gw.DType() == tensor.Float32 && gb.DType() == tensor.Float32 {
+		dw, _ = gw.Float32s()
+		db, _ = gb.Float32s()
 		return dw, db, true
 	}
 	if l.dw == nil {
