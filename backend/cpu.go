@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"unsafe"
 
 	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/tensor"
@@ -10,9 +11,24 @@ import (
 
 // CPU is the Backend over the C core: SIMD kernels (AVX-512, AVX2 or scalar,
 // chosen at run time) on the context's thread pool. Safe for concurrent use.
+//
+// A view made by On runs the same kernels for a device whose memory the
+// host can address but Go code may not read (package sim): its arguments
+// are checked against that device, synchronously, and only the C call is
+// handed to an Executor.
 type CPU struct {
-	ctx *csrc.Ctx
+	ctx  *csrc.Ctx
+	dev  tensor.Device // tensor.CPU unless a view
+	run  Executor      // nil: call at once
+	view bool          // shares another CPU's pool: Close leaves it alone
 }
+
+// Executor runs the C call of one kernel of a view (see On). op names the
+// kernel, for an error raised after the call returned. When wait is false
+// the Executor may queue kernel and return at once; when it is true (a
+// kernel returning a value, a copy into host memory) it must return only
+// once kernel has run, with its error.
+type Executor func(op string, wait bool, kernel func() error) error
 
 var _ Backend = (*CPU)(nil)
 
@@ -23,6 +39,23 @@ func NewCPU(threads int) (*CPU, error) {
 		return nil, fmt.Errorf("backend.NewCPU(%d threads): %w", threads, err)
 	}
 	return &CPU{ctx: c}, nil
+}
+
+// On returns a view of b that checks its arguments against dev instead of
+// the host and runs each kernel's C call through run. The view shares b's
+// thread pool: closing the view does nothing, closing b ends both.
+func (b *CPU) On(dev tensor.Device, run Executor) *CPU {
+	return &CPU{ctx: b.ctx, dev: dev, run: run, view: true}
+}
+
+// Exec runs kernel as b runs its own C calls: at once on the host, through
+// the Executor on a view. Packages with C kernels of their own (optim) use
+// it to stay in the view's order.
+func (b *CPU) Exec(op string, wait bool, kernel func() error) error {
+	if b.run == nil {
+		return kernel()
+	}
+	return b.run(op, wait, kernel)
 }
 
 // Ctx exposes the C context for packages that call C kernels of their own
@@ -44,11 +77,15 @@ func (b *CPU) SetISA(i csrc.ISA) error { return b.ctx.SetISA(i) }
 // Name describes the backend.
 func (b *CPU) Name() string { return fmt.Sprintf("cpu(%v, %d threads)", b.ctx.ISA(), b.ctx.Threads()) }
 
-// Device is the host.
-func (b *CPU) Device() tensor.Device { return tensor.CPU }
+// Device is the host, or the device of a view.
+func (b *CPU) Device() tensor.Device { return b.dev }
 
-// Empty allocates a zeroed host tensor.
+// Empty allocates a zeroed host tensor. A view on another device has no
+// allocator of its own: its device's backend allocates.
 func (b *CPU) Empty(dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
+	if !b.dev.IsCPU() {
+		return nil, fmt.Errorf("backend.CPU.Empty: %w: a view on %v allocates through its device's backend", ErrUnsupported, b.dev)
+	}
 	return tensor.Empty(dt, shape...)
 }
 
@@ -62,11 +99,11 @@ func (b *CPU) Cast(dsts, srcs []*tensor.Tensor) error {
 		return err
 	}
 	st, dtt := FirstDType(srcs), FirstDType(dsts)
-	sp, sn, err := CheckList(op, "srcs", srcs, tensor.CPU, st)
+	sp, sn, err := CheckList(op, "srcs", srcs, b.dev, st)
 	if err != nil {
 		return err
 	}
-	dp, dn, err := CheckList(op, "dsts", dsts, tensor.CPU, dtt)
+	dp, dn, err := CheckList(op, "dsts", dsts, b.dev, dtt)
 	if err != nil {
 		return err
 	}
@@ -81,14 +118,14 @@ func (b *CPU) Cast(dsts, srcs []*tensor.Tensor) error {
 	if err := CheckSameCounts(op, "dsts", sn, dn); err != nil {
 		return err
 	}
-	return b.ctx.Cast(dt(st), dt(dtt), sp, dp, sn)
+	return b.Exec(op, false, func() error { return b.ctx.Cast(dt(st), dt(dtt), sp, dp, sn) })
 }
 
 // Scale multiplies xs[i] by alpha in place.
 func (b *CPU) Scale(xs []*tensor.Tensor, alpha float32) error {
 	const op = "Scale"
 	t := FirstDType(xs)
-	p, n, err := CheckList(op, "xs", xs, tensor.CPU, t)
+	p, n, err := CheckList(op, "xs", xs, b.dev, t)
 	if err != nil {
 		return err
 	}
@@ -97,7 +134,7 @@ func (b *CPU) Scale(xs []*tensor.Tensor, alpha float32) error {
 			return err
 		}
 	}
-	return b.ctx.Scale(dt(t), p, n, alpha)
+	return b.Exec(op, false, func() error { return b.ctx.Scale(dt(t), p, n, alpha) })
 }
 
 // Axpy does ys[i] += alpha*xs[i]. The xs share one floating dtype and the
@@ -108,18 +145,18 @@ func (b *CPU) Axpy(alpha float32, xs, ys []*tensor.Tensor) error {
 	if err := CheckSameLens(op, "xs", "ys", len(xs), len(ys)); err != nil {
 		return err
 	}
-	xt, xp, xn, err := CheckFloatList(op, "xs", xs, tensor.CPU)
+	xt, xp, xn, err := CheckFloatList(op, "xs", xs, b.dev)
 	if err != nil {
 		return err
 	}
-	yt, yp, yn, err := CheckFloatList(op, "ys", ys, tensor.CPU)
+	yt, yp, yn, err := CheckFloatList(op, "ys", ys, b.dev)
 	if err != nil {
 		return err
 	}
 	if err := CheckSameCounts(op, "ys", xn, yn); err != nil {
 		return err
 	}
-	return b.ctx.AxpyMixed(dt(xt), dt(yt), alpha, xp, yp, xn)
+	return b.Exec(op, false, func() error { return b.ctx.AxpyMixed(dt(xt), dt(yt), alpha, xp, yp, xn) })
 }
 
 // SumSquares returns the float64 sum of squares over all xs.
@@ -131,7 +168,7 @@ func (b *CPU) SumSquares(xs []*tensor.Tensor, per []float64) (float64, error) {
 		}
 	}
 	t := FirstDType(xs)
-	p, n, err := CheckList(op, "xs", xs, tensor.CPU, t)
+	p, n, err := CheckList(op, "xs", xs, b.dev, t)
 	if err != nil {
 		return 0, err
 	}
@@ -140,14 +177,19 @@ func (b *CPU) SumSquares(xs []*tensor.Tensor, per []float64) (float64, error) {
 			return 0, err
 		}
 	}
-	return b.ctx.SumSquares(dt(t), p, n, per)
+	var sum float64
+	err = b.Exec(op, true, func() (err error) {
+		sum, err = b.ctx.SumSquares(dt(t), p, n, per)
+		return err
+	})
+	return sum, err
 }
 
 // NonFinite reports whether any element of xs is Inf or NaN.
 func (b *CPU) NonFinite(xs []*tensor.Tensor) (bool, error) {
 	const op = "NonFinite"
 	t := FirstDType(xs)
-	p, n, err := CheckList(op, "xs", xs, tensor.CPU, t)
+	p, n, err := CheckList(op, "xs", xs, b.dev, t)
 	if err != nil {
 		return false, err
 	}
@@ -156,37 +198,44 @@ func (b *CPU) NonFinite(xs []*tensor.Tensor) (bool, error) {
 			return false, err
 		}
 	}
-	return b.ctx.NonFinite(dt(t), p, n)
+	var found bool
+	err = b.Exec(op, true, func() (err error) {
+		found, err = b.ctx.NonFinite(dt(t), p, n)
+		return err
+	})
+	return found, err
 }
 
 // Pack copies srcs[i] into flat at offs[i].
 func (b *CPU) Pack(flat *tensor.Tensor, offs []int, srcs []*tensor.Tensor) error {
-	p, n, o, err := CheckPack("Pack", "srcs", flat, offs, srcs, tensor.CPU)
+	p, n, o, err := CheckPack("Pack", "srcs", flat, offs, srcs, b.dev)
 	if err != nil {
 		return err
 	}
-	return b.ctx.Pack(dt(flat.DType()), p, n, o, flat.Ptr(), int64(flat.Numel()))
+	fp, fn := flat.Ptr(), int64(flat.Numel())
+	return b.Exec("Pack", false, func() error { return b.ctx.Pack(dt(flat.DType()), p, n, o, fp, fn) })
 }
 
 // Unpack copies flat at offs[i] into dsts[i].
 func (b *CPU) Unpack(dsts []*tensor.Tensor, flat *tensor.Tensor, offs []int) error {
-	p, n, o, err := CheckPack("Unpack", "dsts", flat, offs, dsts, tensor.CPU)
+	p, n, o, err := CheckPack("Unpack", "dsts", flat, offs, dsts, b.dev)
 	if err != nil {
 		return err
 	}
-	return b.ctx.Unpack(dt(flat.DType()), flat.Ptr(), int64(flat.Numel()), o, n, p)
+	fp, fn := flat.Ptr(), int64(flat.Numel())
+	return b.Exec("Unpack", false, func() error { return b.ctx.Unpack(dt(flat.DType()), fp, fn, o, n, p) })
 }
 
 // Reduce sets dst = srcs[0] op srcs[1] op ... in list order.
 func (b *CPU) Reduce(op ReduceOp, dst *tensor.Tensor, srcs []*tensor.Tensor) error {
 	const name = "Reduce"
-	if err := CheckTensor(name, "dst", dst, tensor.CPU); err != nil {
+	if err := CheckTensor(name, "dst", dst, b.dev); err != nil {
 		return err
 	}
 	if len(srcs) == 0 {
 		return ArgErr(name, "srcs", "is empty: need at least one source")
 	}
-	p, n, err := CheckListLike(name, "srcs", srcs, tensor.CPU, dst.DType(), "dst")
+	p, n, err := CheckListLike(name, "srcs", srcs, b.dev, dst.DType(), "dst")
 	if err != nil {
 		return err
 	}
@@ -211,39 +260,77 @@ func (b *CPU) Reduce(op ReduceOp, dst *tensor.Tensor, srcs []*tensor.Tensor) err
 	default:
 		return ArgErr(name, "op", "%v: allowed sum, max, min", op)
 	}
-	return b.ctx.ReduceInto(dt(dst.DType()), cop, p, dst.Ptr(), int64(dst.Numel()))
+	dp, dn := dst.Ptr(), int64(dst.Numel())
+	return b.Exec(name, false, func() error { return b.ctx.ReduceInto(dt(dst.DType()), cop, p, dp, dn) })
 }
 
-// Copy copies host src into host dst.
+// Copy copies src into dst, each in host memory or on Device(). On a view,
+// a copy from host memory is staged, so that src may be reused at once,
+// and a copy into host memory waits for its data.
 func (b *CPU) Copy(dst, src *tensor.Tensor) error {
-	if _, _, err := CheckCopy("Copy", dst, src, tensor.CPU); err != nil {
+	const op = "Copy"
+	dstHost, srcHost, err := CheckCopy(op, dst, src, b.dev)
+	if err != nil {
 		return err
 	}
-	d, _ := dst.RawBytes()
-	s, _ := src.RawBytes()
-	copy(d, s)
-	return nil
+	d, s := bytesOf(dst), bytesOf(src)
+	switch {
+	case b.run == nil || dstHost && srcHost:
+		copy(d, s)
+		return nil
+	case dstHost:
+		return b.Exec(op, true, func() error { copy(d, s); return nil })
+	case srcHost && len(s) > 0:
+		p, err := csrc.Alloc(len(s), tensor.HostAlign)
+		if err != nil {
+			return fmt.Errorf("backend.Copy: staging %d bytes: %w", len(s), err)
+		}
+		stage := unsafe.Slice((*byte)(p), len(s))
+		copy(stage, s)
+		err = b.Exec(op, false, func() error { copy(d, stage); csrc.Free(p); return nil })
+		if err != nil {
+			csrc.Free(p)
+		}
+		return err
+	}
+	return b.Exec(op, false, func() error { copy(d, s); return nil })
 }
 
-// Zero clears every byte of each host xs[i].
+// bytesOf is the memory of a checked (live, contiguous) tensor on the host
+// or on a view's device, whose memory the host addresses.
+func bytesOf(t *tensor.Tensor) []byte {
+	if t.Bytes() == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(t.Ptr()), t.Bytes())
+}
+
+// Zero clears every byte of each xs[i].
 func (b *CPU) Zero(xs []*tensor.Tensor) error {
+	const op = "Zero"
+	bs := make([][]byte, len(xs))
 	for i, x := range xs {
-		if err := CheckTensor("Zero", fmt.Sprintf("xs[%d]", i), x, tensor.CPU); err != nil {
+		if err := CheckTensor(op, fmt.Sprintf("xs[%d]", i), x, b.dev); err != nil {
 			return err
 		}
+		bs[i] = bytesOf(x)
 	}
-	for _, x := range xs {
-		r, _ := x.RawBytes()
-		clear(r)
-	}
-	return nil
+	return b.Exec(op, false, func() error {
+		for _, r := range bs {
+			clear(r)
+		}
+		return nil
+	})
 }
 
-// Synchronize returns at once: CPU calls complete before returning.
+// Synchronize returns at once: CPU calls complete before returning. A
+// view's device synchronizes itself (package sim).
 func (b *CPU) Synchronize(ctx context.Context) error { return ctx.Err() }
 
-// Close stops the thread pool.
+// Close stops the thread pool; a view's Close does nothing.
 func (b *CPU) Close() error {
-	b.ctx.Close()
+	if !b.view {
+		b.ctx.Close()
+	}
 	return nil
 }

@@ -10,20 +10,26 @@ var _ Linear = (*CPU)(nil)
 
 // LinearForward computes out = in @ w^T + b on the C core (see Linear).
 func (b *CPU) LinearForward(out, in, w, bias *tensor.Tensor) error {
-	d, err := CheckLinear("LinearForward", tensor.CPU, out, in, w, bias, nil, nil, nil, nil)
+	const op = "LinearForward"
+	d, err := CheckLinear(op, b.dev, out, in, w, bias, nil, nil, nil, nil)
 	if err != nil {
 		return err
 	}
-	return b.ctx.MatmulForwardMixed(out.Ptr(), in.Ptr(), dt(d.W), w.Ptr(), ptrOf(bias), d.N, d.C, d.OC)
+	po, pi, pw, pb := out.Ptr(), in.Ptr(), w.Ptr(), ptrOf(bias)
+	return b.Exec(op, false, func() error { return b.ctx.MatmulForwardMixed(po, pi, dt(d.W), pw, pb, d.N, d.C, d.OC) })
 }
 
 // LinearBackward accumulates din, dw and db on the C core (see Linear).
 func (b *CPU) LinearBackward(din, dw, db, dout, in, w *tensor.Tensor) error {
-	d, err := CheckLinear("LinearBackward", tensor.CPU, nil, in, w, nil, din, dw, db, dout)
+	const op = "LinearBackward"
+	d, err := CheckLinear(op, b.dev, nil, in, w, nil, din, dw, db, dout)
 	if err != nil {
 		return err
 	}
-	return b.ctx.MatmulBackwardMixed(ptrOf(din), dt(d.Grad), ptrOf(dw), ptrOf(db), dout.Ptr(), in.Ptr(), dt(d.W), w.Ptr(), d.N, d.C, d.OC)
+	pdi, pdw, pdb, pdo, pi, pw := ptrOf(din), ptrOf(dw), ptrOf(db), dout.Ptr(), in.Ptr(), w.Ptr()
+	return b.Exec(op, false, func() error {
+		return b.ctx.MatmulBackwardMixed(pdi, dt(d.Grad), pdw, pdb, pdo, pi, dt(d.W), pw, d.N, d.C, d.OC)
+	})
 }
 
 // ptrOf is t's address, nil for a nil tensor (an optional C argument).

@@ -12,17 +12,37 @@ import (
 // CPUKernels runs the fused steps on the C core's SIMD loops and thread
 // pool. Safe for concurrent use.
 type CPUKernels struct {
+	b   *backend.CPU
 	ctx *csrc.Ctx
 }
 
 var _ Kernels = (*CPUKernels)(nil)
 
-// NewCPUKernels runs on b's context (its threads and ISA choice).
-func NewCPUKernels(b *backend.CPU) *CPUKernels { return &CPUKernels{ctx: b.Ctx()} }
+// NewCPUKernels runs on b's context (its threads and ISA choice). On a
+// view of b (backend.CPU.On, a simulated device) the tensors must be on
+// the view's device and the C calls run through its Executor, in order
+// with its other kernels.
+func NewCPUKernels(b *backend.CPU) *CPUKernels { return &CPUKernels{b: b, ctx: b.Ctx()} }
 
-// hostList checks that every tensor is a live, contiguous host tensor and
+// device is where the tensors must be: the host, or a view's device.
+func (c *CPUKernels) device() tensor.Device {
+	if c.b == nil {
+		return tensor.CPU
+	}
+	return c.b.Device()
+}
+
+// exec runs a C call as the backend runs its own (at once on the host).
+func (c *CPUKernels) exec(op string, wait bool, f func() error) error {
+	if c.b == nil {
+		return f()
+	}
+	return c.b.Exec(op, wait, f)
+}
+
+// hostList checks that every tensor is a live, contiguous tensor on dev and
 // returns the pointers. Optimizer state must match params in size too.
-func hostList(name string, ts []*tensor.Tensor, ns []int64) ([]unsafe.Pointer, error) {
+func hostList(name string, ts []*tensor.Tensor, ns []int64, dev tensor.Device) ([]unsafe.Pointer, error) {
 	if ts == nil {
 		return nil, nil
 	}
@@ -34,8 +54,10 @@ func hostList(name string, ts []*tensor.Tensor, ns []int64) ([]unsafe.Pointer, e
 		switch {
 		case t == nil:
 			return nil, fmt.Errorf("%s[%d] is nil", name, i)
-		case t.Device() != tensor.CPU:
+		case t.Device() != dev && dev.IsCPU():
 			return nil, fmt.Errorf("%s[%d] %v is not on the host", name, i, t)
+		case t.Device() != dev:
+			return nil, fmt.Errorf("%s[%d] %v is not on %v", name, i, t, dev)
 		case !t.Contiguous():
 			return nil, fmt.Errorf("%s[%d] %v is not contiguous", name, i, t)
 		case t.Storage().Freed():
@@ -78,7 +100,7 @@ func (c *CPUKernels) Step(a *StepArgs) error {
 		dst  *[]unsafe.Pointer
 	}{{"params", g.Params, &l.Params}, {"grads", g.Grads, &l.Grads}, {"copies", g.Copies, &l.Copies},
 		{"exp_avg", a.ExpAvg, &l.ExpAvg}, {"exp_avg_sq", a.ExpAvgSq, &l.ExpAvgSq}} {
-		if *x.dst, err = hostList(x.name, x.ts, ns); err != nil {
+		if *x.dst, err = hostList(x.name, x.ts, ns, c.device()); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
 	}
@@ -92,7 +114,8 @@ func (c *CPUKernels) Step(a *StepArgs) error {
 		Momentum: h.Momentum, Dampening: h.Dampening, Nesterov: h.Nesterov,
 		MaxCoeff: h.MaxCoeff, MinCoeff: h.MinCoeff, GradScale: a.GradScale,
 	}
-	if err := c.ctx.OptimStep(hp, l, a.Trust); err != nil {
+	trust := a.Trust // a Lamb step reports its trust ratios: wait for them
+	if err := c.exec(op, trust != nil, func() error { return c.ctx.OptimStep(hp, l, trust) }); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	return nil
@@ -114,11 +137,15 @@ func (c *CPUKernels) UnscaleCheck(xs []*tensor.Tensor, scale float64) (bool, err
 	if err := sameDType(op, "xs", xs, tensor.Float32, tensor.Float16, tensor.BFloat16); err != nil {
 		return false, err
 	}
-	ps, err := hostList("xs", xs, ns)
+	ps, err := hostList("xs", xs, ns, c.device())
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", op, err)
 	}
-	found, err := c.ctx.UnscaleCheck(firstDT(xs, tensor.Float32), ps, ns, float32(1/scale))
+	var found bool
+	err = c.exec(op, true, func() (err error) {
+		found, err = c.ctx.UnscaleCheck(firstDT(xs, tensor.Float32), ps, ns, float32(1/scale))
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", op, err)
 	}

@@ -84,6 +84,9 @@ func KernelsFor(be backend.Backend) (Kernels, error) {
 	if k, ok := be.(Kernels); ok {
 		return k, nil
 	}
+	if c, ok := be.(*backend.CPU); ok {
+		return NewCPUKernels(c), nil
+	}
 	if c, ok := be.(interface{ Ctx() *csrc.Ctx }); ok && be.Device().IsCPU() {
 		return &CPUKernels{ctx: c.Ctx()}, nil
 	}
