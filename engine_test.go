@@ -47,6 +47,7 @@ type run struct {
 	clip              float64 // gradient_clipping; 0 means 1.0
 	steps             int
 	hook              func(rank int, m *testmodel.MLP, e *deepgo.Engine, step int) // before each step
+	dev               string                                                      // "": the CPU; "sim", "sim+delay": the simulated device (device_test.go)
 }
 
 func (r run) String() string {
@@ -59,6 +60,9 @@ func (r run) String() string {
 	}
 	if r.clip != 0 {
 		p += fmt.Sprintf("/clip%g", r.clip)
+	}
+	if r.dev != "" {
+		p += "/" + r.dev
 	}
 	return fmt.Sprintf("stage%d/world%d/gas%d/%s", r.stage, r.world, r.gas, p)
 }
@@ -110,7 +114,7 @@ func train(t testing.TB, r run) (*result, error) {
 	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	res := &result{engines: make([]*deepgo.Engine, r.world)}
 	var mu sync.Mutex
-	err := newWorld(context.Background(), r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+	err := worldFor(r.dev)(context.Background(), r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
 		cfg, err := config.Parse([]byte(r.config()))
 		if err != nil {
 			return err

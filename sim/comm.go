@@ -85,6 +85,10 @@ func (c *Comm) host(a arg) (*tensor.Tensor, error) {
 	switch {
 	case t == nil:
 		return nil, nil
+	case t.Device().IsCPU():
+		// host memory (comm.AllGatherBytes and the other agreements) is
+		// not in stream order: the inner comm moves it as it is
+		return t, nil
 	case t.Device() != c.b.Device():
 		return nil, fmt.Errorf("%w: %s %v is not on %v", comm.ErrInvalid, a.name, t, c.b.Device())
 	case !t.Contiguous():
