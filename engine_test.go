@@ -47,7 +47,7 @@ type run struct {
 	clip              float64 // gradient_clipping; 0 means 1.0
 	steps             int
 	hook              func(rank int, m *testmodel.MLP, e *deepgo.Engine, step int) // before each step
-	dev               string                                                      // "": the CPU; "sim", "sim+delay": the simulated device (device_test.go)
+	dev               string                                                       // "": the CPU; "sim", "sim+delay": the simulated device (device_test.go)
 }
 
 func (r run) String() string {

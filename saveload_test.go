@@ -52,7 +52,7 @@ func (s segment) train(t testing.TB) (map[string][]float32, []json.RawMessage, e
 	var params map[string][]float32
 	clients := make([]json.RawMessage, s.r.world)
 	var mu sync.Mutex
-	err := newWorld(context.Background(), s.r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+	err := worldFor(s.r.dev)(context.Background(), s.r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
 		cfg, err := config.Parse([]byte(s.r.config()))
 		if err != nil {
 			return err
@@ -128,28 +128,47 @@ func bitEqual(want, got map[string][]float32) error {
 // TestCheckpointBitwiseResume: for stages 0-3 in fp32, bf16 and fp16
 // (dynamic loss scale), saving at step 3 and loading into fresh engines of
 // a fresh world gives, at step 6, parameters bit-identical to an
-// uninterrupted run, and each rank gets its client state back.
+// uninterrupted run, and each rank gets its client state back: on the CPU,
+// on the simulated device with kernel delays, and from one to the other
+// (a checkpoint does not depend on where it was trained).
 func TestCheckpointBitwiseResume(t *testing.T) {
 	t.Parallel()
 	for _, stage := range []int{0, 1, 2, 3} {
 		for _, prec := range []string{"", "bf16", "fp16"} {
-			r := run{stage: stage, world: 2, gas: 2, precision: prec, steps: ckptSteps}
-			t.Run(r.String(), func(t *testing.T) {
-				t.Parallel()
-				ref, err := train(t, r)
-				require.NoError(t, err)
-				dir := t.TempDir()
-				_, _, err = (segment{r: r, save: dir, from: 0, to: ckptAt}).train(t)
-				require.NoError(t, err)
-				got, clients, err := segment{r: r, load: dir, from: ckptAt, to: ckptSteps}.train(t)
-				require.NoError(t, err)
-				require.NoError(t, bitEqual(ref.params, got))
-				for rank, c := range clients {
-					assert.Equal(t, fmt.Sprintf(`{"rank":%d,"step":%d}`, rank, ckptAt), string(c), "rank %d: client state", rank)
-				}
-			})
+			devs := [][2]string{{"", ""}, {"sim+delay", "sim+delay"}}
+			if stage == 2 && prec == "fp16" || stage == 3 && prec == "" {
+				devs = append(devs, [2]string{"sim+delay", ""}, [2]string{"", "sim"})
+			}
+			for _, dev := range devs {
+				r := run{stage: stage, world: 2, gas: 2, precision: prec, steps: ckptSteps}
+				name := r.String() + "/" + devName(dev[0]) + "->" + devName(dev[1])
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					ref, err := train(t, r)
+					require.NoError(t, err)
+					dir := t.TempDir()
+					saver, loader := r, r
+					saver.dev, loader.dev = dev[0], dev[1]
+					_, _, err = (segment{r: saver, save: dir, from: 0, to: ckptAt}).train(t)
+					require.NoError(t, err)
+					got, clients, err := segment{r: loader, load: dir, from: ckptAt, to: ckptSteps}.train(t)
+					require.NoError(t, err)
+					require.NoError(t, bitEqual(ref.params, got))
+					for rank, c := range clients {
+						assert.Equal(t, fmt.Sprintf(`{"rank":%d,"step":%d}`, rank, ckptAt), string(c), "rank %d: client state", rank)
+					}
+				})
+			}
 		}
 	}
+}
+
+// devName names a test device for subtest names.
+func devName(dev string) string {
+	if dev == "" {
+		return "cpu"
+	}
+	return dev
 }
 
 // TestCheckpointAsyncResume: a background save (SaveAsync, waited for by
@@ -176,36 +195,39 @@ func TestCheckpointAsyncResume(t *testing.T) {
 // TestCheckpointReshard: checkpoints of 4 ranks load into 1 and 2 ranks,
 // and of 2 ranks into 4, for stages 0-3 (the gathered format too), and the
 // continued training matches the uninterrupted run at the new world size
-// to the equivalence tolerance (1e-6 relative).
+// to the equivalence tolerance (1e-6 relative), on the CPU and on the
+// simulated device.
 func TestCheckpointReshard(t *testing.T) {
 	t.Parallel()
 	for _, stage := range []int{0, 1, 2, 3} {
 		for _, w := range [][2]int{{4, 1}, {4, 2}, {2, 4}} {
-			t.Run(fmt.Sprintf("stage%d/%dto%d", stage, w[0], w[1]), func(t *testing.T) {
-				t.Parallel()
-				extra := ""
-				if stage == 1 {
-					extra = `, "checkpoint": {"zero_checkpoint": false}` // gathered on rank 0
-				}
-				from := run{stage: stage, world: w[0], gas: 1, steps: ckptSteps, extra: extra}
-				to := run{stage: stage, world: w[1], gas: 1, steps: ckptSteps}
-				ref, err := train(t, to)
-				require.NoError(t, err)
-				dir := t.TempDir()
-				_, _, err = (segment{r: from, save: dir, from: 0, to: ckptAt}).train(t)
-				require.NoError(t, err)
-				got, clients, err := segment{r: to, load: dir, from: ckptAt, to: ckptSteps}.train(t)
-				require.NoError(t, err)
-				pd, where := relDiff(ref.params, got)
-				assert.LessOrEqual(t, pd, 1e-6, "parameters differ, relative, at %s", where)
-				for rank, c := range clients {
-					src := rank
-					if rank >= w[0] {
-						src = 0
+			for _, dev := range []string{"", "sim+delay"} {
+				t.Run(fmt.Sprintf("stage%d/%dto%d/%s", stage, w[0], w[1], devName(dev)), func(t *testing.T) {
+					t.Parallel()
+					extra := ""
+					if stage == 1 {
+						extra = `, "checkpoint": {"zero_checkpoint": false}` // gathered on rank 0
 					}
-					assert.Equal(t, fmt.Sprintf(`{"rank":%d,"step":%d}`, src, ckptAt), string(c), "rank %d: client state", rank)
-				}
-			})
+					from := run{stage: stage, world: w[0], gas: 1, steps: ckptSteps, extra: extra, dev: dev}
+					to := run{stage: stage, world: w[1], gas: 1, steps: ckptSteps, dev: dev}
+					ref, err := train(t, to)
+					require.NoError(t, err)
+					dir := t.TempDir()
+					_, _, err = (segment{r: from, save: dir, from: 0, to: ckptAt}).train(t)
+					require.NoError(t, err)
+					got, clients, err := segment{r: to, load: dir, from: ckptAt, to: ckptSteps}.train(t)
+					require.NoError(t, err)
+					pd, where := relDiff(ref.params, got)
+					assert.LessOrEqual(t, pd, 1e-6, "parameters differ, relative, at %s", where)
+					for rank, c := range clients {
+						src := rank
+						if rank >= w[0] {
+							src = 0
+						}
+						assert.Equal(t, fmt.Sprintf(`{"rank":%d,"step":%d}`, src, ckptAt), string(c), "rank %d: client state", rank)
+					}
+				})
+			}
 		}
 	}
 }
