@@ -4,6 +4,7 @@ import (
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/deepgo-ml/deepgo/tensor"
 )
 
 // Option configures Initialize.
@@ -14,6 +15,7 @@ type options struct {
 	backend backend.Backend
 	opt     optim.Optimizer
 	store   optim.StateStore
+	device  *tensor.Device
 }
 
 // WithComm runs the engine as one rank of the data-parallel group c (for
@@ -38,3 +40,13 @@ func WithOptimizer(opt optim.Optimizer) Option { return func(o *options) { o.opt
 // WithStateStore keeps the config optimizer's state in s (where CPU
 // offload and NVMe swapping plug in: the step runs where the state lives).
 func WithStateStore(s optim.StateStore) Option { return func(o *options) { o.store = s } }
+
+// WithDevice computes on dev: "cpu" (the default), a simulated device
+// ("sim:N", package sim: memory Go may not read, kernels queued on a
+// stream; what CI proves the device path on) or a GPU ("cuda:N", build tag
+// cuda). The engine makes the device's backend and closes it on Close; on
+// a device it needs a comm that moves that device's memory, which it makes
+// from WithComm's (or its own world of one) when the backend can (the
+// simulated device can; for GPUs pass an NCCL comm, package nccl).
+// tensor.ParseDevice reads the names. WithBackend wins over WithDevice.
+func WithDevice(dev tensor.Device) Option { return func(o *options) { o.device = &dev } }

@@ -15,8 +15,10 @@ import (
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/cuda"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/deepgo-ml/deepgo/sim"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
 )
@@ -44,6 +46,13 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		e.world, e.c = w, w.Comm(0)
 	}
 	n := e.c.Size()
+	if e.be == nil && o.device != nil && !o.device.IsCPU() {
+		b, err := newDeviceBackend(*o.device, max(1, runtime.GOMAXPROCS(0)/n))
+		if err != nil {
+			return nil, fmt.Errorf("deepgo.Initialize: device %v: %w", *o.device, err)
+		}
+		e.be, e.ownBE = b, true
+	}
 	if e.be == nil {
 		if bc, ok := e.c.(interface{ Backend() backend.Backend }); ok {
 			// comm/local and comm/mpi ranks carry their CPU pool: computing
@@ -123,30 +132,37 @@ type DeviceComm interface {
 
 // deviceComm checks that the engine's comm can move its backend's memory:
 // on the CPU any comm can; on a device the comm must be bound to a backend
-// on that device (Backend()), or the engine made the comm and the backend
-// wraps it (DeviceComm).
+// on that device (Backend()), or the backend wraps it (DeviceComm).
 func (e *Engine) deviceComm() error {
 	dev := e.be.Device()
 	if dev.IsCPU() {
 		return nil
 	}
-	if e.world != nil {
-		dc, ok := e.be.(DeviceComm)
-		if !ok {
-			return fmt.Errorf("deepgo.Initialize: backend %s on %v: not supported without a comm: pass WithComm with a comm over %v memory", e.be.Name(), dev, dev)
-		}
-		c, err := dc.WrapComm(e.c)
-		if err != nil {
-			return fmt.Errorf("deepgo.Initialize: %w", err)
-		}
-		e.c = c
+	if bc, ok := e.c.(interface{ Backend() backend.Backend }); ok && bc.Backend() != nil && bc.Backend().Device() == dev {
 		return nil
 	}
-	bc, ok := e.c.(interface{ Backend() backend.Backend })
-	if !ok || bc.Backend() == nil || bc.Backend().Device() != dev {
-		return fmt.Errorf("deepgo.Initialize: backend %s on %v: the comm (%T) does not move %v memory: give a comm bound to that device (its Backend() on %v)", e.be.Name(), dev, e.c, dev, dev)
+	dc, ok := e.be.(DeviceComm)
+	if !ok {
+		return fmt.Errorf("deepgo.Initialize: backend %s on %v: not supported with this comm (%T): it moves host memory, and the backend cannot wrap it; pass WithComm with a comm bound to %v (its Backend() on %v; for GPUs an NCCL comm)", e.be.Name(), dev, e.c, dev, dev)
 	}
+	c, err := dc.WrapComm(e.c)
+	if err != nil {
+		return fmt.Errorf("deepgo.Initialize: %w", err)
+	}
+	e.c = c
 	return nil
+}
+
+// newDeviceBackend makes the backend of a device: the simulated device's
+// (threads CPU workers per stream) or a GPU's.
+func newDeviceBackend(dev tensor.Device, threads int) (backend.Backend, error) {
+	switch dev.Kind {
+	case tensor.KindSim:
+		return sim.NewBackend(dev.Index, sim.Options{Threads: threads})
+	case tensor.KindCUDA:
+		return cuda.NewBackend(dev.Index)
+	}
+	return nil, fmt.Errorf("device kind %v: no backend", dev)
 }
 
 // declare takes the model's modules and parameters into the engine's
