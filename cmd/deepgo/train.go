@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +41,7 @@ type trainResult struct {
 	WallSeconds  float64   `json:"wall_s"`
 	PeakMemory   []int64   `json:"peak_memory_per_rank_bytes"`
 	Ranks        int       `json:"ranks"`
+	Device       string    `json:"device"` // cpu, sim or cuda: the kind every rank computes on
 	Losses       []float64 `json:"-"`
 }
 
@@ -55,6 +57,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	micro := fs.Int("micro-batch", 8, "micro-batch per rank, when the config leaves it absent or \"auto\"")
 	lr := fs.Float64("lr", 1e-3, "learning rate, when the config has no optimizer or lr \"auto\"")
 	fallback := fs.Bool("resume-fallback", false, "when the latest checkpoint is damaged, resume from the newest one that verifies (and say so)")
+	device := fs.String("device", "cpu", deviceFlagHelp)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -62,7 +65,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "deepgo train: --config is required")
 		return 2
 	}
-	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr, resumeFallback: *fallback}, stdout, stderr)
+	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr, resumeFallback: *fallback, device: *device}, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 1
@@ -109,7 +112,14 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	gcfg := mc.gpt
 	gcfg.Vocab = corpus.Vocab
 	T := gcfg.SeqLen
-	res := &trainResult{Steps: steps, Ranks: ranks, PeakMemory: make([]int64, ranks)}
+	if targs.device == "" {
+		targs.device = "cpu"
+	}
+	dev0, err := rankDevice(targs.device, 0, os.Getenv) // refuse a bad --device before the ranks start
+	if err != nil {
+		return nil, err
+	}
+	res := &trainResult{Steps: steps, Ranks: ranks, PeakMemory: make([]int64, ranks), Device: deviceKind(dev0)}
 	var mu sync.Mutex
 	rs := &resumer{fallback: targs.resumeFallback}
 	start := time.Now()
@@ -134,7 +144,11 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			return err
 		}
 		defer gpt.Free()
-		e, err := deepgo.Initialize(ctx, cfg, gpt, deepgo.WithComm(c)) // on the rank's 1-thread pool
+		opts, dev, err := rankOptions(targs.device, c) // cpu: on the rank's 1-thread pool
+		if err != nil {
+			return err
+		}
+		e, err := deepgo.Initialize(ctx, cfg, gpt, opts...)
 		if err != nil {
 			return err
 		}
@@ -144,8 +158,8 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			for _, n := range append(append(autoNotes, gpt.Notes()...), e.Notes()...) {
 				fmt.Fprintln(stdout, "note:", n)
 			}
-			fmt.Fprintf(stdout, "training GPT %d layers x %d wide, %d params, vocab %d, T %d, %d ranks, ZeRO stage %d, %d steps\n",
-				g.Layers, g.Width, nn.NumParams(gpt), g.Vocab, T, ranks, cfg.ZeroOptimization.Stage, steps)
+			fmt.Fprintf(stdout, "training GPT %d layers x %d wide, %d params, vocab %d, T %d, %d ranks, ZeRO stage %d, %d steps, on %s\n",
+				g.Layers, g.Width, nn.NumParams(gpt), g.Vocab, T, ranks, cfg.ZeroOptimization.Stage, steps, deviceRange(dev, ranks))
 		}
 		s, err := data.NewDistributedSampler(corpus.NumWindows(T), rank, c.Size(), 5, true)
 		if err != nil {

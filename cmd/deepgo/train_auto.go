@@ -15,7 +15,8 @@ type trainerArgs struct {
 	lr         float64
 	steps      int
 
-	resumeFallback bool // --resume-fallback: not a config value, carried along
+	resumeFallback bool   // --resume-fallback: not a config value, carried along
+	device         string // --device
 }
 
 // fillTrainerAutos fills what the config leaves to the trainer and returns

@@ -29,3 +29,31 @@ func TestTrainTiny(t *testing.T) {
 	}
 
 }
+
+// TestTrainDeviceSim: `deepgo train --config configs/demo-zero2.json
+// --device sim` (the repository's demo config, fewer steps) ends at the
+// same final loss as --device cpu, to the last bit, and says where it ran.
+func TestTrainDeviceSim(t *testing.T) {
+	final := map[string]float64{}
+	for _, dev := range []string{"cpu", "sim"} {
+		var out, errb bytes.Buffer
+		code := run([]string{"train", "--config", "../../configs/demo-zero2.json", "--model", "tiny", "--steps", "40", "--device", dev}, &out, &errb)
+		require.Zero(t, code, errb.String())
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		var res trainResult
+		require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &res), "last line %q", lines[len(lines)-1])
+		assert.Equal(t, dev, res.Device, "device in the JSON result")
+		assert.Contains(t, out.String(), "on "+dev, "the banner names the device")
+		final[dev] = res.FinalLoss
+	}
+	assert.Equal(t, final["cpu"], final["sim"], "final loss: cpu vs sim")
+}
+
+// An unknown --device is refused naming the flag and what is allowed.
+func TestTrainDeviceBad(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"train", "--config", "../../configs/demo-zero2.json", "--model", "tiny", "--steps", "1", "--device", "tpu"}, &out, &errb)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errb.String(), `--device "tpu"`)
+	assert.Contains(t, errb.String(), "allowed cpu, cuda, cuda:N, sim, sim:N")
+}
