@@ -159,9 +159,9 @@ void dg_cu_ctx_free(dg_cuda_ctx *ctx, void *p)
 		dg_cu_handled(free_on(d, p, ctx->stream));
 }
 
-dg_status dg_cu_scratch(dg_cuda_ctx *ctx, size_t bytes)
+dg_status dg_cu_grow(dg_cuda_ctx *ctx, void **buf, size_t *have, size_t bytes)
 {
-	if (bytes <= ctx->scratch_bytes)
+	if (bytes <= *have)
 		return DG_OK;
 	/* grow to the next power of two so a slowly growing list reallocates
 	 * O(log n) times; the old buffer is freed in stream order, after the
@@ -169,12 +169,14 @@ dg_status dg_cu_scratch(dg_cuda_ctx *ctx, size_t bytes)
 	size_t want = 4096;
 	while (want < bytes)
 		want *= 2;
-	dg_cu_ctx_free(ctx, ctx->scratch);
-	ctx->scratch = NULL;
-	ctx->scratch_bytes = 0;
-	dg_status s = dg_cu_ctx_alloc(ctx, &ctx->scratch, want);
+	dg_cu_ctx_free(ctx, *buf);
+	*buf = NULL;
+	*have = 0;
+	dg_status s = dg_cu_ctx_alloc(ctx, buf, want);
 	if (s != DG_OK)
 		return s;
-	ctx->scratch_bytes = want;
+	*have = want;
 	return DG_OK;
 }
+
+dg_status dg_cu_scratch(dg_cuda_ctx *ctx, size_t bytes) { return dg_cu_grow(ctx, &ctx->scratch, &ctx->scratch_bytes, bytes); }

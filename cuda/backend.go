@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -27,9 +28,14 @@ type Backend struct {
 	ctx    *C.dg_cuda_ctx
 	stream *Stream
 	res    *tensor.Tensor // device results of SumSquares/NonFinite, grown on demand
+	stage  *tensor.Tensor // float32 views of the nn kernels' half weights and gradients (backend_nn.go)
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend    = (*Backend)(nil)
+	_ backend.NN         = (*Backend)(nil)
+	_ optim.KernelSource = (*Backend)(nil)
+)
 
 // NewBackend makes a backend on device dev with its own stream.
 func NewBackend(dev int) (*Backend, error) {
@@ -287,33 +293,47 @@ func (b *Backend) Reduce(op backend.ReduceOp, dst *tensor.Tensor, srcs []*tensor
 	return b.err("dg_cuda_reduce_into", s)
 }
 
-// Copy copies src into dst between the host and the device, after the
-// work already queued on the backend's stream. It synchronizes the stream
-// first and copies with cudaMemcpy, so it returns with the data in place
-// either way (a stream-ordered cudaMemcpyAsync is the faster form).
+// Copy copies src into dst (host to device, device to host, or within the
+// device), queued on the backend's stream after the work already there.
+// With dst on the host it returns once the data is there; with src on the
+// host, once src may be reused (dg_cuda_copy says how each case gets that
+// from CUDA); a device-to-device copy returns once queued.
 func (b *Backend) Copy(dst, src *tensor.Tensor) error {
 	if _, _, err := backend.CheckCopy("Copy", dst, src, b.Device()); err != nil {
 		return err
 	}
-	if err := b.stream.Synchronize(context.Background()); err != nil {
-		return err
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ctx == nil {
+		return &Error{Op: "Copy", Msg: "backend is closed"}
 	}
-	var cuerr C.int
-	s := C.dg_cuda_memcpy(C.int(b.dev), dst.Ptr(), src.Ptr(), C.size_t(src.Bytes()), &cuerr)
-	return callErr("Copy", s, cuerr)
+	return b.err("dg_cuda_copy", C.dg_cuda_copy(b.ctx, dst.Ptr(), src.Ptr(), C.size_t(src.Bytes())))
 }
 
-// Zero clears every byte of each xs[i]. It zeroes through Scale's kernels
-// where the dtype allows, else returns an error until a memset kernel
-// exists.
+// Zero clears every byte of each xs[i], queued on the backend's stream.
 func (b *Backend) Zero(xs []*tensor.Tensor) error {
+	ps := make([]unsafe.Pointer, len(xs))
+	ns := make([]C.size_t, len(xs))
 	for i, x := range xs {
 		if err := backend.CheckTensor("Zero", fmt.Sprintf("xs[%d]", i), x, b.Device()); err != nil {
 			return err
 		}
+		ps[i], ns[i] = x.Ptr(), C.size_t(x.Bytes())
 	}
-	return fmt.Errorf("cuda.Zero: %w: no memset kernel yet", backend.ErrUnsupported)
+	if len(xs) == 0 {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ctx == nil {
+		return &Error{Op: "Zero", Msg: "backend is closed"}
+	}
+	return b.err("dg_cuda_zero", C.dg_cuda_zero(b.ctx, ptrList(ps), &ns[0], C.int(len(xs))))
 }
+
+// OptimKernels runs optim's fused steps on this backend (optim.KernelSource,
+// how optim.New finds them).
+func (b *Backend) OptimKernels() (optim.Kernels, error) { return NewOptimKernels(b) }
 
 // Synchronize waits until all work queued on the backend is done, or ctx
 // ends (the work then goes on; a later Synchronize waits for it).
@@ -326,9 +346,11 @@ func (b *Backend) Close() error {
 	if b.ctx == nil {
 		return nil
 	}
-	if b.res != nil {
-		b.res.Free()
-		b.res = nil
+	for _, t := range []**tensor.Tensor{&b.res, &b.stage} {
+		if *t != nil {
+			(*t).Free()
+			*t = nil
+		}
 	}
 	C.dg_cuda_ctx_destroy(b.ctx)
 	b.ctx = nil

@@ -99,6 +99,64 @@ dg_status dg_cuda_memcpy(int device, void *dst, const void *src, size_t bytes, i
 	return DG_OK;
 }
 
+/* is_host reports whether p is host memory and, if so, whether pinned
+ * (page-locked or registered: the DMA engine reads it in stream order). */
+static cudaError_t is_host(const void *p, int *host, int *pinned)
+{
+	cudaPointerAttributes a;
+	cudaError_t e = cudaPointerGetAttributes(&a, p);
+	if (e != cudaSuccess)
+		return e;
+	*host = a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost;
+	*pinned = a.type == cudaMemoryTypeHost;
+	return cudaSuccess;
+}
+
+/* Why each direction is done the way it is (CUDA Runtime API, "API
+ * synchronization behavior"): the synchronous cudaMemcpy from pageable host
+ * memory "will return once the pageable buffer has been copied to the
+ * staging memory for DMA transfer", which is what lets the caller reuse src.
+ * cudaMemcpyAsync promises no such thing: the 11.x text says pageable
+ * memory staged for it "will be handled asynchronously with a worker
+ * thread", the 12.x/13.x text that it "might be synchronous". So pageable
+ * sources go through cudaMemcpy on the legacy default stream, which ctx's
+ * blocking stream waits for and is waited for by; pinned sources and host
+ * destinations queue on ctx's stream and wait for it. */
+dg_status dg_cuda_copy(dg_cuda_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+	DG_CU_ENTER(ctx);
+	if (bytes == 0)
+		return DG_OK;
+	if (dst == NULL || src == NULL)
+		return dg_cu_invalid(ctx, DG_ERR_INVALID, "dg_cuda_copy", "NULL dst or src");
+	int dst_host, dst_pinned, src_host, src_pinned;
+	DG_CU_CTX(ctx, is_host(dst, &dst_host, &dst_pinned));
+	DG_CU_CTX(ctx, is_host(src, &src_host, &src_pinned));
+	if (src_host && !src_pinned && !dst_host) {
+		DG_CU_CTX(ctx, cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+		return DG_OK;
+	}
+	DG_CU_CTX(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx->stream));
+	if (src_host || dst_host)
+		DG_CU_CTX(ctx, cudaStreamSynchronize(ctx->stream));
+	return DG_OK;
+}
+
+dg_status dg_cuda_zero(dg_cuda_ctx *ctx, void *const *xs, const size_t *bytes, int count)
+{
+	DG_CU_ENTER(ctx);
+	if (count < 0 || (count > 0 && (xs == NULL || bytes == NULL)))
+		return dg_cu_invalid(ctx, DG_ERR_INVALID, "dg_cuda_zero", "negative count or NULL lists");
+	for (int i = 0; i < count; i++) {
+		if (bytes[i] == 0)
+			continue;
+		if (xs[i] == NULL)
+			return dg_cu_invalid(ctx, DG_ERR_INVALID, "dg_cuda_zero", "NULL tensor with bytes > 0");
+		DG_CU_CTX(ctx, cudaMemsetAsync(xs[i], 0, bytes[i], ctx->stream));
+	}
+	return DG_OK;
+}
+
 dg_status dg_cuda_stream_create(int device, void **out, int *cuerr)
 {
 	DG_CU(cuerr, cudaSetDevice(device));
@@ -212,6 +270,7 @@ void dg_cuda_ctx_destroy(dg_cuda_ctx *ctx)
 	dg_cu_handled(cudaStreamSynchronize(ctx->stream));
 	dg_cu_nn_release(ctx);
 	dg_cu_ctx_free(ctx, ctx->scratch);
+	dg_cu_ctx_free(ctx, ctx->lin);
 	if (ctx->owns_stream)
 		dg_cu_handled(cudaStreamDestroy(ctx->stream));
 	free(ctx);

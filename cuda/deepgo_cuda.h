@@ -132,6 +132,21 @@ dg_status dg_cuda_unpack(dg_cuda_ctx *ctx, dg_dtype t, const void *flat, int64_t
 dg_status dg_cuda_reduce_into(dg_cuda_ctx *ctx, dg_dtype t, dg_redop op, const void *const *srcs, int nsrc,
 			      void *dst, int64_t n);
 
+/* dg_cuda_copy copies bytes between any two of host and device memory
+ * (unified addressing tells which is which), queued on ctx's stream after
+ * the work already there (cudaMemcpyAsync). It returns once src may be
+ * reused: at once for device memory and pageable host memory (the driver
+ * stages pageable memory before cudaMemcpyAsync returns), after the copy
+ * for pinned host memory (DMA'd in stream order). With dst in host memory it
+ * also waits for the copy, so the data is there when it returns. */
+dg_status dg_cuda_copy(dg_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
+/* dg_cuda_zero clears bytes[i] bytes at DEVICE xs[i] for each i, queued on
+ * ctx's stream (cudaMemsetAsync). */
+dg_status dg_cuda_zero(dg_cuda_ctx *ctx, void *const *xs, const size_t *bytes, int count);
+/* dg_cuda_add_f32 sets y[i] = t(y[i] + x[i]) for n elements: a float32
+ * contribution x added to y of floating dtype t, with one rounding to t. */
+dg_status dg_cuda_add_f32(dg_cuda_ctx *ctx, dg_dtype t, void *y, const float *x, int64_t n);
+
 /* ---- optimizers (deepgo.h's dg_optim_step, dg_unscale_check) -------------
  * Same checks, dtypes and result bits as the CPU core, Lamb's trust ratios
  * included (its norms are summed in the CPU's exact order). trust (count
@@ -183,6 +198,18 @@ dg_status dg_cuda_nn_matmul_forward(dg_cuda_ctx *ctx, float *out, const float *i
 				    const float *bias, int64_t n, int64_t c, int64_t oc);
 dg_status dg_cuda_nn_matmul_backward(dg_cuda_ctx *ctx, float *dinp, float *dw, float *dbias, const float *dout,
 				     const float *inp, const float *w, int64_t n, int64_t c, int64_t oc);
+/* dg_cuda_nn_linear_forward / _backward are dg_cuda_nn_matmul_* with w and
+ * bias of dtype wt, dw and dbias of dtype gt (F32, F16 or BF16 each). A half
+ * w is widened in tiles of at most DG_CUDA_LINEAR_TILE elements (whole rows)
+ * into a buffer of the context, never whole; a half dw or dbias receives the
+ * call's float32 contribution, computed per tile, with one rounding per
+ * element (dg_cuda_add_f32). All float32: the dg_cuda_nn_matmul_* path. */
+#define DG_CUDA_LINEAR_TILE (1 << 22)
+dg_status dg_cuda_nn_linear_forward(dg_cuda_ctx *ctx, float *out, const float *inp, dg_dtype wt, const void *w,
+				    const void *bias, int64_t n, int64_t c, int64_t oc);
+dg_status dg_cuda_nn_linear_backward(dg_cuda_ctx *ctx, float *dinp, dg_dtype gt, void *dw, void *dbias,
+				     const float *dout, const float *inp, dg_dtype wt, const void *w, int64_t n,
+				     int64_t c, int64_t oc);
 dg_status dg_cuda_nn_layernorm_forward(dg_cuda_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
 				       const float *w, const float *b, float eps, int64_t n, int64_t c);
 dg_status dg_cuda_nn_layernorm_backward(dg_cuda_ctx *ctx, float *dinp, float *dw, float *db, const float *dout,

@@ -32,6 +32,8 @@ struct dg_cuda_ctx {
 	char last_msg[256];
 	void *blas;   /* cublasHandle_t, made on the first matmul (nn_matmul.cu) */
 	int *nn_flag; /* device int for the nn kernels' token checks (nn_layers.cu) */
+	void *lin;    /* the Linear layer's tiles (nn_linear.cu), stream-ordered */
+	size_t lin_bytes;
 };
 
 /* dg_cu_nn_release frees what the nn kernels made lazily on ctx (the cuBLAS
@@ -69,6 +71,10 @@ dg_status dg_cu_check_list(dg_cuda_ctx *ctx, const char *fn, const void *const *
 
 /* dg_cu_scratch makes ctx->scratch at least bytes, stream-ordered. */
 dg_status dg_cu_scratch(dg_cuda_ctx *ctx, size_t bytes);
+
+/* dg_cu_grow makes *buf (of *have bytes, owned by ctx) at least bytes,
+ * stream-ordered: the old buffer is freed after the work queued on it. */
+dg_status dg_cu_grow(dg_cuda_ctx *ctx, void **buf, size_t *have, size_t bytes);
 
 /* dg_cu_ctx_alloc / dg_cu_ctx_free allocate and free device memory in the
  * order of ctx's stream, for buffers only its kernels use (alloc.cu). */

@@ -63,4 +63,10 @@ static __device__ __forceinline__ float nn_warp_max(float mx)
  * that follow test before writing anything. */
 dg_status nn_ids_flag(dg_cuda_ctx *ctx, const int32_t *ids, int64_t n, int64_t v, int *invalid, int **flag);
 
+/* nn_sgemm is cublasSgemm on ctx's handle (nn_matmul.cu; loads cuBLAS on
+ * first use): column-major C[m,n] = alpha op(A) op(B) + beta C with alpha
+ * 1, op transposing when ta / tb is nonzero. Sizes must fit an int. */
+dg_status nn_sgemm(dg_cuda_ctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+		   const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
 #endif /* DG_CUDA_NN_CUH */

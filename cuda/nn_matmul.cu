@@ -207,6 +207,19 @@ static dg_status blas_handle(dg_cuda_ctx *ctx, cublasHandle_t *out)
 	return DG_OK;
 }
 
+dg_status nn_sgemm(dg_cuda_ctx *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+		   const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+	cublasHandle_t h;
+	dg_status s = blas_handle(ctx, &h);
+	if (s != DG_OK)
+		return s;
+	const float one = 1.0f;
+	DG_BLAS(ctx, blas_api.cublasSgemm_v2(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, (int)m,
+					     (int)n, (int)k, &one, a, (int)lda, b, (int)ldb, &beta, c, (int)ldc));
+	return DG_OK;
+}
+
 void dg_cu_nn_release(dg_cuda_ctx *ctx)
 {
 	if (ctx->blas) {

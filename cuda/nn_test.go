@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-	"unsafe"
 
 	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/tensor"
@@ -168,13 +167,6 @@ func TestNNMatmul(t *testing.T) {
 	}
 	assert.NotEmpty(t, CuBLASPath(), "CuBLASPath empty after matmuls")
 	t.Logf("cuBLAS: %s", CuBLASPath())
-}
-
-func ptrOf(t *tensor.Tensor) unsafe.Pointer {
-	if t == nil {
-		return nil
-	}
-	return t.Ptr()
 }
 
 func TestNNLayerNorm(t *testing.T) {

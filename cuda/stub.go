@@ -67,7 +67,11 @@ func (e *Event) Close() error { return ErrNoCUDA }
 // Backend runs the multi-tensor kernels on one CUDA device.
 type Backend struct{}
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend    = (*Backend)(nil)
+	_ backend.NN         = (*Backend)(nil)
+	_ optim.KernelSource = (*Backend)(nil)
+)
 
 // NewBackend makes a backend on device dev with its own stream.
 func NewBackend(dev int) (*Backend, error) { return nil, ErrNoCUDA }
@@ -121,6 +125,64 @@ func (b *Backend) Copy(dst, src *tensor.Tensor) error { return ErrNoCUDA }
 
 // Zero clears every byte of each xs[i].
 func (b *Backend) Zero(xs []*tensor.Tensor) error { return ErrNoCUDA }
+
+// OptimKernels runs optim's fused steps on this backend.
+func (b *Backend) OptimKernels() (optim.Kernels, error) { return nil, ErrNoCUDA }
+
+// LinearForward computes out = in @ w^T + b.
+func (b *Backend) LinearForward(out, in, w, bias *tensor.Tensor) error { return ErrNoCUDA }
+
+// LinearBackward accumulates din, dw and db.
+func (b *Backend) LinearBackward(din, dw, db, dout, in, w *tensor.Tensor) error { return ErrNoCUDA }
+
+// LayerNormForward normalises n rows of c channels.
+func (b *Backend) LayerNormForward(out, mean, rstd, in, w, bias *tensor.Tensor, eps float32, n, c int) error {
+	return ErrNoCUDA
+}
+
+// LayerNormBackward accumulates din, dw and db.
+func (b *Backend) LayerNormBackward(din, dw, db, dout, in, w, mean, rstd *tensor.Tensor, n, c int) error {
+	return ErrNoCUDA
+}
+
+// GELUForward computes out = GELU(in).
+func (b *Backend) GELUForward(out, in *tensor.Tensor, n int) error { return ErrNoCUDA }
+
+// GELUBackward accumulates din += GELU'(in) * dout.
+func (b *Backend) GELUBackward(din, in, dout *tensor.Tensor, n int) error { return ErrNoCUDA }
+
+// Add computes out = a + c.
+func (b *Backend) Add(out, a, c *tensor.Tensor, n int) error { return ErrNoCUDA }
+
+// EncoderForward computes out[b, t, :] = wte[tok[b, t]] + wpe[t].
+func (b *Backend) EncoderForward(out, tok, wte, wpe *tensor.Tensor, nb, t, c, v int) error {
+	return ErrNoCUDA
+}
+
+// EncoderBackward accumulates dwte[tok] += dout and dwpe[t] += dout.
+func (b *Backend) EncoderBackward(dwte, dwpe, dout, tok *tensor.Tensor, nb, t, c, v int) error {
+	return ErrNoCUDA
+}
+
+// AttentionForward runs causal attention, saving the weights in att.
+func (b *Backend) AttentionForward(out, att, qkv *tensor.Tensor, nb, t, nh, hs, window int) error {
+	return ErrNoCUDA
+}
+
+// AttentionBackward accumulates dqkv from dout and the saved att.
+func (b *Backend) AttentionBackward(dqkv, dout, qkv, att *tensor.Tensor, nb, t, nh, hs, window int) error {
+	return ErrNoCUDA
+}
+
+// SoftmaxXentForward writes probs and losses.
+func (b *Backend) SoftmaxXentForward(probs, losses, logits, targets *tensor.Tensor, n, v int) error {
+	return ErrNoCUDA
+}
+
+// SoftmaxXentBackward writes dlogits = (probs - onehot) * dlosses.
+func (b *Backend) SoftmaxXentBackward(dlogits, probs, targets, dlosses *tensor.Tensor, n, v int) error {
+	return ErrNoCUDA
+}
 
 // Synchronize waits for the backend's work, or for ctx.
 func (b *Backend) Synchronize(ctx context.Context) error { return ErrNoCUDA }

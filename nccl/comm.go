@@ -33,6 +33,8 @@ type ncclComm struct {
 	timeout         time.Duration
 	stream          *cuda.Stream
 	ownStream       bool
+	compute         *cuda.Stream   // Options.Compute
+	before          unsafe.Pointer // event on the compute stream, recorded before each operation (under mu)
 	barrier         *tensor.Tensor // one int32 on the device, for Barrier
 
 	mu     sync.Mutex // serializes every NCCL call on h, guards the fields below
@@ -121,7 +123,10 @@ func New(ctx context.Context, id UniqueID, rank, size, dev int, opts Options) (c
 	} else if dev < 0 || dev >= n {
 		return nil, fail(fmt.Errorf("%w: device %d: this machine has devices 0..%d", comm.ErrInvalid, dev, n-1))
 	}
-	c := &ncclComm{dev: dev, rank: rank, size: size, name: name, timeout: timeout, members: make([]int, size)}
+	if opts.Compute != nil && opts.Compute.Device() != dev {
+		return nil, fail(fmt.Errorf("%w: Options.Compute is on device %d, not %d", comm.ErrInvalid, opts.Compute.Device(), dev))
+	}
+	c := &ncclComm{dev: dev, rank: rank, size: size, name: name, timeout: timeout, members: make([]int, size), compute: opts.Compute}
 	for i := range c.members {
 		c.members[i] = i
 	}
@@ -180,6 +185,10 @@ func (c *ncclComm) release() {
 		C.dg_nccl_event_destroy(C.int(c.dev), ev)
 	}
 	c.events = nil
+	if c.before != nil {
+		C.dg_nccl_event_destroy(C.int(c.dev), c.before)
+		c.before = nil
+	}
 }
 
 // settle waits until every handle leaves ncclInProgress: NCCL forbids any

@@ -20,8 +20,15 @@
 //
 // Ordering: operations run on the communicator's stream in call order; the
 // stream is a blocking one (see cuda.Stream), so it is also ordered with
-// cuda.Malloc and the Copy functions. Pass Options.Stream (for example a
-// cuda.Backend's stream) to order collectives with kernels without events.
+// cuda.Malloc and the Copy functions, but not with other streams, a
+// cuda.Backend's included. The rank's compute stream is ordered with the
+// collectives by events, without the host waiting: each operation's
+// stream first waits for the work queued on the compute stream so far, and
+// the compute stream waits for the operation before anything queued on it
+// later. The compute stream is that of the backend the operation's context
+// carries (backend.NewContext, a *cuda.Backend on the communicator's
+// device), else Options.Compute. Passing the compute stream as
+// Options.Stream orders them without events.
 //
 // Differences from comm.Comm's reference semantics, inherent to NCCL: a
 // rank calling a different operation is not detected (ranks wait until the
@@ -56,6 +63,10 @@ type Options struct {
 	// device. A given stream is borrowed (not closed) and shared by groups
 	// split from this one.
 	Stream *cuda.Stream
+	// Compute is the rank's compute stream, for operations whose context
+	// carries no *cuda.Backend (see Ordering above); nil orders nothing
+	// beyond the stream rules. Groups split from this one inherit it.
+	Compute *cuda.Stream
 	// Key is where NewFromStore publishes the unique id; "" means
 	// "nccl/<Name>/id". Use a fresh key for every communicator of a job.
 	Key string

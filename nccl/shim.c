@@ -153,4 +153,10 @@ int dg_nccl_event_destroy(int dev, void *ev) {
 	return (int)dg_cu_handled(e);
 }
 
+int dg_nccl_stream_wait(int dev, void *stream, void *ev) {
+	cudaError_t e = cudaSetDevice(dev);
+	if (e == cudaSuccess) e = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)ev, 0);
+	return (int)dg_cu_handled(e);
+}
+
 const char *dg_nccl_cuda_error(int cuerr) { return cudaGetErrorString((cudaError_t)cuerr); }

@@ -55,6 +55,9 @@ int dg_nccl_event_record(int dev, void *ev, void *stream);
 /* dg_nccl_event_query sets *done to 1 when the recorded work is complete. */
 int dg_nccl_event_query(void *ev, int *done);
 int dg_nccl_event_destroy(int dev, void *ev);
+/* dg_nccl_stream_wait makes work queued on stream after it wait for the
+ * work ev recorded (cudaStreamWaitEvent; the host does not wait). */
+int dg_nccl_stream_wait(int dev, void *stream, void *ev);
 const char *dg_nccl_cuda_error(int cuerr);
 
 #endif

@@ -149,7 +149,7 @@ func (c *ncclComm) child(h C.ncclComm_t, recs []splitRec, color, nsplit int) (co
 	if name == "" {
 		name = fmt.Sprintf("%s/split%d:%d", c.name, nsplit, color)
 	}
-	n := &ncclComm{dev: c.dev, size: len(group), name: name, timeout: c.timeout, members: make([]int, len(group))}
+	n := &ncclComm{dev: c.dev, size: len(group), name: name, timeout: c.timeout, members: make([]int, len(group)), compute: c.compute}
 	for i, r := range group {
 		n.members[i] = c.members[r.rank]
 		if r.rank == c.rank {

@@ -12,7 +12,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/cuda"
 )
 
 // abortGrace bounds the wait, after an abort, for NCCL's kernels to leave
@@ -88,6 +90,12 @@ func (c *ncclComm) start(ctx context.Context, op comm.OpKind, prepare func() (la
 func (c *ncclComm) enqueueLocked(ctx context.Context, deadline time.Time, w *work, l launch) error {
 	var cuerr C.int
 	dev, stream := C.int(c.dev), c.stream.Handle()
+	compute := c.computeStream(ctx)
+	if compute != nil {
+		if err := c.afterCompute(compute); err != nil {
+			return err
+		}
+	}
 	r := C.dg_nccl_launch(dev, c.h, stream, l.kind, l.send, l.recv, C.size_t(l.count),
 		l.dtype, l.red, C.int(l.peer), C.int(c.size), C.size_t(l.chunkBytes), &cuerr)
 	if err := check(launchNames[l.kind], c.h, r, cuerr); err != nil {
@@ -109,7 +117,46 @@ func (c *ncclComm) enqueueLocked(ctx context.Context, deadline time.Time, w *wor
 		c.events = append(c.events, w.ev)
 		return err
 	}
+	if compute != nil {
+		// later kernels wait for the collective on the device; the event
+		// may be recorded again once w is over: the wait keeps this record
+		return cudaCheck("cudaStreamWaitEvent(compute)", C.dg_nccl_stream_wait(dev, compute, w.ev))
+	}
 	return nil
+}
+
+// computeStream is the handle of the rank's compute stream for an
+// operation called with ctx (nccl's doc, Ordering), nil when there is none
+// or it is the communication stream itself.
+func (c *ncclComm) computeStream(ctx context.Context) unsafe.Pointer {
+	s := c.compute
+	if be, ok := backend.FromContext(ctx); ok {
+		if cb, ok := be.(interface{ Stream() *cuda.Stream }); ok && cb.Stream() != nil && cb.Stream().Device() == c.dev {
+			s = cb.Stream()
+		}
+	}
+	if s == nil || s.Handle() == nil || s.Handle() == c.stream.Handle() {
+		return nil
+	}
+	return s.Handle()
+}
+
+// afterCompute makes the communication stream wait for the work queued on
+// the compute stream so far. Called with c.mu held (c.before is reused:
+// cudaStreamWaitEvent takes the record as it is at the call).
+func (c *ncclComm) afterCompute(compute unsafe.Pointer) error {
+	dev := C.int(c.dev)
+	if c.before == nil {
+		var ev unsafe.Pointer
+		if err := cudaCheck("cudaEventCreate", C.dg_nccl_event_create(dev, &ev)); err != nil {
+			return err
+		}
+		c.before = ev
+	}
+	if err := cudaCheck("cudaEventRecord(compute)", C.dg_nccl_event_record(dev, c.before, compute)); err != nil {
+		return err
+	}
+	return cudaCheck("cudaStreamWaitEvent", C.dg_nccl_stream_wait(dev, c.stream.Handle(), c.before))
 }
 
 // watch polls until w is over; polling (10 µs backing off to 1 ms, as

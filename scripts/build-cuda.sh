@@ -33,14 +33,30 @@ t0=$SECONDS
 scripts/cuda-toolchain.sh
 eval "$(scripts/cuda-toolchain.sh --env)"
 
-# sm_80 and sm_90 machine code, plus compute_90 PTX for later GPUs to JIT.
+# Machine code for every GPU from sm_70 (Volta) on that this nvcc can
+# target (nvcc --list-gpu-code: CUDA 13 starts at sm_75 and adds sm_100 and
+# up), plus PTX of the newest, for GPUs newer than the toolchain to JIT.
+# DG_CUDA_ARCHS="80 90" narrows the list (a quicker local build).
+mapfile -t ARCHS < <("$DG_NVCC" --list-gpu-code | sed -n 's/^sm_\([0-9][0-9]*\)$/\1/p' | sort -n -u | awk '$1 >= 70')
+if [[ -n "${DG_CUDA_ARCHS:-}" ]]; then
+	read -r -a ARCHS <<<"$DG_CUDA_ARCHS"
+fi
+if ((${#ARCHS[@]} == 0)); then
+	echo "build-cuda: $DG_NVCC --list-gpu-code names no sm_70 or newer target" >&2
+	exit 1
+fi
+GENCODE=()
+for a in "${ARCHS[@]}"; do
+	GENCODE+=(-gencode "arch=compute_$a,code=sm_$a")
+done
+GENCODE+=(-gencode "arch=compute_${ARCHS[-1]},code=compute_${ARCHS[-1]}")
+echo "build-cuda: targets $(printf 'sm_%s ' "${ARCHS[@]}")+ compute_${ARCHS[-1]} PTX"
+
 # -fmad=false: the CPU twins never fuse a*b+c, so neither may we. The host
 # side derives the optimizer coefficients (dg_optim_math.h) in double: g++
 # must not contract there either (C++ modes default to -ffp-contract=fast).
 NVFLAGS=(
-	-gencode arch=compute_80,code=sm_80
-	-gencode arch=compute_90,code=sm_90
-	-gencode arch=compute_90,code=compute_90
+	"${GENCODE[@]}"
 	-fmad=false -O3 -std=c++17
 	-Xcompiler -fPIC -Xcompiler -Wall -Xcompiler -ffp-contract=off
 	--Werror all-warnings
