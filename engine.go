@@ -103,6 +103,7 @@ func (e *Engine) IsGradientAccumulationBoundary() bool {
 // Forward runs mb's input through the model's modules and returns the
 // loss of this micro-batch on this rank.
 func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, error) {
+	ctx = e.devCtx(ctx)
 	if s, ok := mb.Input.(model.Sized); ok && s.BatchSize() != e.batch.MicroBatch {
 		return 0, fmt.Errorf("deepgo: Forward: the micro-batch holds %d samples, train_micro_batch_size_per_gpu is %d: every rank's micro-batch must have that size", s.BatchSize(), e.batch.MicroBatch)
 	}
@@ -163,6 +164,7 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 // returns, everything the micro-step allocated from the context's arena is
 // freed.
 func (e *Engine) Backward(ctx context.Context) error {
+	ctx = e.devCtx(ctx)
 	if e.seq == nil {
 		return errors.New("deepgo: Backward without a Forward")
 	}
@@ -197,6 +199,7 @@ func (e *Engine) Backward(ctx context.Context) error {
 // or clips by the global norm, steps the optimizer on this rank's shard,
 // gathers the updated parameters and advances the LR schedule.
 func (e *Engine) Step(ctx context.Context) error {
+	ctx = e.devCtx(ctx)
 	if !e.IsGradientAccumulationBoundary() {
 		e.microSteps++
 		return nil
@@ -246,6 +249,7 @@ func (e *Engine) Step(ctx context.Context) error {
 // micro-batches and the data-parallel ranks (every rank gets the same
 // value). TrainBatch is the entry point a pipeline engine implements too.
 func (e *Engine) TrainBatch(ctx context.Context, data []model.MicroBatch) (float64, error) {
+	ctx = e.devCtx(ctx)
 	if len(data) != e.batch.GradAccum {
 		return 0, fmt.Errorf("deepgo: TrainBatch: %d micro-batches, gradient_accumulation_steps is %d", len(data), e.batch.GradAccum)
 	}
@@ -377,6 +381,7 @@ func (e *Engine) Close() error {
 // fp32 models) keyed by model.Param.Name. It is a collective: every rank must
 // call it.
 func (e *Engine) Parameters(ctx context.Context) (map[string][]float32, error) {
+	ctx = e.devCtx(ctx)
 	all, err := e.z.GatherMaster(ctx)
 	if err != nil {
 		return nil, err
@@ -388,6 +393,16 @@ func (e *Engine) Parameters(ctx context.Context) (map[string][]float32, error) {
 		}
 	}
 	return out, nil
+}
+
+// devCtx is ctx carrying the engine's backend, for the collectives: a
+// device communicator (NCCL) orders its operations after the work queued
+// on the backend the context carries.
+func (e *Engine) devCtx(ctx context.Context) context.Context {
+	if b, ok := backend.FromContext(ctx); ok && b == e.be {
+		return ctx
+	}
+	return backend.NewContext(ctx, e.be)
 }
 
 // moduleCtx is ctx carrying the engine's backend and micro-step arena, for

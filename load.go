@@ -100,6 +100,7 @@ func (p *loadPlan) free() {
 // Checkpoints written before parameter names became model-wide (when the
 // engine prefixed each with its module's name) load too.
 func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error) {
+	ctx = e.devCtx(ctx)
 	if err := e.atBoundary("Load"); err != nil {
 		return LoadResult{}, err
 	}

@@ -199,6 +199,7 @@ func (e *Engine) checkpointState(op, dir string, so SaveOptions) (checkpoint.Opt
 // be called between optimizer steps. A background save in flight
 // (SaveAsync) is waited for first.
 func (e *Engine) Save(ctx context.Context, dir string, opts SaveOptions) error {
+	ctx = e.devCtx(ctx)
 	o, st, err := e.checkpointState("Save", dir, opts)
 	defer e.releaseStaged()
 	if err := e.agree(ctx, "Save", err); err != nil { // no rank enters the save alone
@@ -219,6 +220,7 @@ func (e *Engine) Save(ctx context.Context, dir string, opts SaveOptions) error {
 // returns that save's error if it failed. WaitSave, the next Save, Load
 // and Close wait for it. A collective, like Save.
 func (e *Engine) SaveAsync(ctx context.Context, dir string, opts SaveOptions) error {
+	ctx = e.devCtx(ctx)
 	o, st, err := e.checkpointState("SaveAsync", dir, opts)
 	defer e.releaseStaged()                                // the saver copies what it writes before Save returns
 	if err := e.agree(ctx, "SaveAsync", err); err != nil { // no rank enters the save alone

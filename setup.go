@@ -132,7 +132,8 @@ type DeviceComm interface {
 
 // deviceComm checks that the engine's comm can move its backend's memory:
 // on the CPU any comm can; on a device the comm must be bound to a backend
-// on that device (Backend()), or the backend wraps it (DeviceComm).
+// on that device (Backend()), be a device communicator on it (Device():
+// NCCL), or the backend wraps it (DeviceComm).
 func (e *Engine) deviceComm() error {
 	dev := e.be.Device()
 	if dev.IsCPU() {
@@ -140,6 +141,9 @@ func (e *Engine) deviceComm() error {
 	}
 	if bc, ok := e.c.(interface{ Backend() backend.Backend }); ok && bc.Backend() != nil && bc.Backend().Device() == dev {
 		return nil
+	}
+	if dc, ok := e.c.(interface{ Device() tensor.Device }); ok && dc.Device() == dev {
+		return nil // a device communicator (NCCL) on this device
 	}
 	dc, ok := e.be.(DeviceComm)
 	if !ok {

@@ -271,6 +271,10 @@ func (c *ncclComm) breakLocked(err error) {
 func (c *ncclComm) Rank() int    { return c.rank }
 func (c *ncclComm) Size() int    { return c.size }
 func (c *ncclComm) Name() string { return c.name }
+
+// Device is the GPU whose memory the communicator moves (the engine checks
+// that it is its backend's).
+func (c *ncclComm) Device() tensor.Device { return tensor.CUDA(c.dev) }
 func (c *ncclComm) Members() []int {
 	return append([]int(nil), c.members...)
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -12,8 +11,17 @@ import (
 // CPUKernels runs the fused steps on the C core's SIMD loops and thread
 // pool. Safe for concurrent use.
 type CPUKernels struct {
-	b   *backend.CPU
+	b   CPUPool
 	ctx *csrc.Ctx
+}
+
+// CPUPool is what the C core's optimizer kernels need of a backend: its C
+// context (threads, ISA), the device its tensors live on, and its executor
+// (backend.CPU and its views on a simulated device have them).
+type CPUPool interface {
+	Ctx() *csrc.Ctx
+	Device() tensor.Device
+	Exec(op string, wait bool, f func() error) error
 }
 
 var _ Kernels = (*CPUKernels)(nil)
@@ -22,7 +30,7 @@ var _ Kernels = (*CPUKernels)(nil)
 // view of b (backend.CPU.On, a simulated device) the tensors must be on
 // the view's device and the C calls run through its Executor, in order
 // with its other kernels.
-func NewCPUKernels(b *backend.CPU) *CPUKernels { return &CPUKernels{b: b, ctx: b.Ctx()} }
+func NewCPUKernels(b CPUPool) *CPUKernels { return &CPUKernels{b: b, ctx: b.Ctx()} }
 
 // device is where the tensors must be: the host, or a view's device.
 func (c *CPUKernels) device() tensor.Device {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/config"
-	"github.com/deepgo-ml/deepgo/csrc"
 )
 
 // ErrUnsupportedOptimizer is wrapped by New's error for an optimizer type
@@ -76,7 +75,7 @@ type KernelSource interface {
 
 // KernelsFor returns the optimizer kernels of be: its own (KernelSource),
 // be itself when it implements Kernels, or the C core's on the pool of a
-// CPU backend (one with a csrc context).
+// CPU backend (CPUPool).
 func KernelsFor(be backend.Backend) (Kernels, error) {
 	if ks, ok := be.(KernelSource); ok {
 		return ks.OptimKernels()
@@ -84,11 +83,8 @@ func KernelsFor(be backend.Backend) (Kernels, error) {
 	if k, ok := be.(Kernels); ok {
 		return k, nil
 	}
-	if c, ok := be.(*backend.CPU); ok {
+	if c, ok := be.(CPUPool); ok {
 		return NewCPUKernels(c), nil
-	}
-	if c, ok := be.(interface{ Ctx() *csrc.Ctx }); ok && be.Device().IsCPU() {
-		return &CPUKernels{ctx: c.Ctx()}, nil
 	}
 	return nil, fmt.Errorf("optim.New: backend %s on %v: %w: no optimizer kernels (pass WithKernels)", be.Name(), be.Device(), backend.ErrUnsupported)
 }
