@@ -133,6 +133,6 @@ func ctx(t testing.TB) context.Context {
 
 var errDeadline = context.DeadlineExceeded
 
-func contextWithTimeout(t testing.TB, d time.Duration) (context.Context, context.CancelFunc) {
+func contextWithTimeout(_ testing.TB, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
