@@ -40,8 +40,11 @@ staticcheck:
 vet:
 	$(GO) vet ./...
 
+## test-go: every Go test under the race detector, then the simulated
+## device's tables again in its randomized delay mode (package sim).
 test-go:
 	$(GO) test -race -timeout 20m ./...
+	DEEPGO_SIM_DELAY=200us $(GO) test -race -count=1 ./sim/...
 
 test-c:
 	cmake -S . -B build/cmake -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -64,7 +67,7 @@ test-c-asan:
 ## threaded reduction). Also skipped: three root tests whose failed
 ## Initialize leaves the model's donated tensors to the test, which drops
 ## them (model.Param.Donate), so LeakSanitizer reports the test's leak.
-ASAN_PKGS := ./csrc ./tensor ./backend ./optim ./comm/local ./zero ./nn ./checkpoint .
+ASAN_PKGS := ./csrc ./tensor ./backend ./optim ./comm/local ./sim ./zero ./nn ./checkpoint .
 ASAN_SKIP := ^(TestStepMatchesFloat64Reference|TestDeterministic|TestReductions|TestDataMovement)$$
 ASAN_LEN  := (0|1|7|64|129|1001)
 ASAN_LOCAL_RUN := ^Test(Reductions|DataMovement)$$/./.*/^([a-z]+|len=$(ASAN_LEN))$$/^len=$(ASAN_LEN)$$

@@ -130,3 +130,9 @@ func ctx(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return c
 }
+
+var errDeadline = context.DeadlineExceeded
+
+func contextWithTimeout(_ testing.TB, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
