@@ -19,9 +19,9 @@
 // fails the group on every rank (the others' errors name this one) rather
 // than leave them waiting; this rank's error wraps comm.ErrInvalid and the
 // staging error. A copy back that fails after the inner operation
-// succeeded breaks the handle: its later calls fail with comm.ErrAborted
-// and still enter the inner comm with an invalid call, so that the other
-// ranks fail there too. The inner deadline starts when the operation
+// succeeded breaks the handle and, through an invalid inner call, the
+// group: the other ranks' next calls fail naming this rank, and this
+// rank's later calls fail with comm.ErrAborted wrapping the copy's error. The inner deadline starts when the operation
 // enters the inner comm, after its inputs reached the host.
 package staged
 
@@ -124,10 +124,8 @@ func (c *Comm) start(ctx context.Context, op comm.OpKind, args []arg, run func(c
 		broken := c.broken
 		c.mu.Unlock()
 		if broken != nil {
-			// an invalid call breaks the inner group for the others
-			iw := c.inner.AllReduceAsync(ctx, nil, comm.Sum)
+			c.poison(ctx)
 			close(mine)
-			<-iw.Done()
 			w.err = c.errorf(op, fmt.Errorf("%w: this handle broke earlier: %w", comm.ErrAborted, broken))
 			return
 		}
@@ -152,11 +150,20 @@ func (c *Comm) start(ctx context.Context, op comm.OpKind, args []arg, run func(c
 					c.broken = err
 				}
 				c.mu.Unlock()
+				c.poison(context.Background())
 				w.err = c.errorf(op, err)
 			}
 		}
 	}()
 	return w
+}
+
+// poison breaks the inner group for every rank: a nil tensor is a bad
+// argument on this rank under every backend's checks, which fails the
+// group (the others' errors name this rank) rather than leave the others
+// to wait for a call that will not come.
+func (c *Comm) poison(ctx context.Context) {
+	<-c.inner.AllReduceAsync(ctx, nil, comm.Sum).Done()
 }
 
 // finished is a comm.Work already over with err.
