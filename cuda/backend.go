@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/comm"
+	dgstaged "github.com/deepgo-ml/deepgo/comm/staged"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -356,3 +358,9 @@ func (b *Backend) Close() error {
 	b.ctx = nil
 	return nil
 }
+
+// WrapComm makes c, a comm over host memory (in-process comm/local ranks
+// sharing this GPU), move this device's memory by staging it through host
+// buffers (package comm/staged): the engine's DeviceComm hook. Ranks on
+// GPUs of their own use NCCL instead (package nccl).
+func (b *Backend) WrapComm(c comm.Comm) (comm.Comm, error) { return dgstaged.New(c, b), nil }

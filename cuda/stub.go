@@ -6,6 +6,7 @@ import (
 	"context"
 
 	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -205,3 +206,7 @@ func (k *OptimKernels) Step(a *optim.StepArgs) error { return ErrNoCUDA }
 func (k *OptimKernels) UnscaleCheck(xs []*tensor.Tensor, scale float64) (bool, error) {
 	return false, ErrNoCUDA
 }
+
+// WrapComm makes c move this device's memory by staging it through host
+// buffers.
+func (b *Backend) WrapComm(c comm.Comm) (comm.Comm, error) { return nil, ErrNoCUDA }

@@ -158,8 +158,9 @@ func TestCollectivesMatchCPU(t *testing.T) {
 	}
 }
 
-// A host tensor given to the device's communicator fails the operation on
-// every rank, as a bad argument on one rank does, within the deadline;
+// A tensor on another device given to the device's communicator fails the
+// operation on every rank, as a bad argument on one rank does, within the
+// deadline (host tensors pass through: the rank agreements use them);
 // Split gives wrapped groups on the same backend.
 func TestCommArgumentsAndSplit(t *testing.T) {
 	const n = 2
@@ -185,7 +186,7 @@ func TestCommArgumentsAndSplit(t *testing.T) {
 		wg.Go(func() {
 			var x *tensor.Tensor
 			if r == 0 {
-				x, _ = tensor.Empty(tensor.Float32, 4)
+				x, _ = w.Backend(1).Empty(tensor.Float32, 4) // another rank's device
 			} else {
 				x, _ = w.Backend(r).Empty(tensor.Float32, 4)
 			}
@@ -199,5 +200,5 @@ func TestCommArgumentsAndSplit(t *testing.T) {
 		require.ErrorAs(t, errs[r], &ce, "rank %d", r)
 	}
 	assert.ErrorIs(t, errs[0], comm.ErrInvalid)
-	assert.ErrorContains(t, errs[0], fmt.Sprintf("t float32[4]@cpu is not on %v", tensor.Sim(0)))
+	assert.ErrorContains(t, errs[0], fmt.Sprintf("t float32[4]@%v is not on %v", tensor.Sim(1), tensor.Sim(0)))
 }
