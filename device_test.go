@@ -33,6 +33,14 @@ func worldFor(dev string) func(ctx context.Context, n int, fn func(ctx context.C
 	switch dev {
 	case "":
 		return newWorld
+	case "cuda":
+		// every rank on GPU 0, the in-process ranks sharing it through
+		// host staging (cuda.Backend.WrapComm)
+		return func(ctx context.Context, n int, fn func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error) error {
+			return newWorld(ctx, n, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+				return fn(ctx, c, append(opts, deepgo.WithDevice(tensor.CUDA(0))))
+			})
+		}
 	case "sim-option":
 		// what a trainer writes: comm/local ranks, WithDevice
 		return func(ctx context.Context, n int, fn func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error) error {
