@@ -1,16 +1,24 @@
 // Command gpt trains a small GPT the way a deepgo user would write it: a
 // DeepSpeed config, a model, deepgo.Initialize, and TrainBatch in a loop, on
-// two in-process data-parallel ranks with ZeRO stage 2 on the CPU. The data
-// is a synthetic Markov corpus whose entropy rate is the best loss any model
-// can reach.
+// two in-process data-parallel ranks with ZeRO stage 2, on the CPU or a
+// device. The data is a synthetic Markov corpus whose entropy rate is the
+// best loss any model can reach.
 //
-//	go run ./examples/gpt
+//	go run ./examples/gpt [-device cpu|sim|cuda]
+//
+// With -device sim each rank computes on a simulated device (memory Go may
+// not read, kernels on a stream) and the losses are the CPU's to the bit;
+// with -device cuda (build tag cuda) both ranks share GPU LOCAL_RANK (0 by
+// default), their collectives staged through host memory.
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/deepgo-ml/deepgo"
@@ -20,6 +28,7 @@ import (
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/deepgo-ml/deepgo/tensor"
 )
 
 const dsConfig = `{
@@ -30,6 +39,8 @@ const dsConfig = `{
 }`
 
 func main() {
+	device := flag.String("device", "cpu", "cpu, sim or cuda")
+	flag.Parse()
 	const vocab, seqLen, batch, steps = 32, 32, 8, 400
 	source, err := data.NewMarkov(vocab, 1, 2, 3)
 	if err != nil {
@@ -43,13 +54,25 @@ func main() {
 			return err
 		}
 		// no backend of its own: the engine computes on the rank's pool
-		// (local.Options.Threads below) and hands it to the modules
+		// (local.Options.Threads below), or on the device WithDevice
+		// names, and hands it to the modules
 		gpt, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 64, Vocab: vocab, SeqLen: seqLen}, nil, 1)
 		if err != nil {
 			return err
 		}
 		defer gpt.Free()
-		engine, err := deepgo.Initialize(ctx, cfg, gpt, deepgo.WithComm(c))
+		opts := []deepgo.Option{deepgo.WithComm(c)}
+		switch *device {
+		case "cpu":
+		case "sim":
+			opts = append(opts, deepgo.WithDevice(tensor.Sim(c.Rank())))
+		case "cuda":
+			gpu, _ := strconv.Atoi(os.Getenv("LOCAL_RANK")) // the launcher's GPU for this process
+			opts = append(opts, deepgo.WithDevice(tensor.CUDA(gpu)))
+		default:
+			return fmt.Errorf("-device %q: want cpu, sim or cuda", *device)
+		}
+		engine, err := deepgo.Initialize(ctx, cfg, gpt, opts...)
 		if err != nil {
 			return err
 		}
