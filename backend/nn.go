@@ -5,9 +5,8 @@ import "github.com/deepgo-ml/deepgo/tensor"
 // NN is the layer kernels package nn computes with (llm.c's forward and
 // backward pairs): the linear layer, LayerNorm, GELU, the residual add, the
 // token + position embedding, causal attention and softmax cross-entropy.
-// The CPU backend implements it on the C core. Package cuda's NNKernels
-// has the same signatures for all but Linear and Device (it has float32
-// MatmulForward/MatmulBackward instead) and takes float32 weights only.
+// The CPU backend implements it on the C core (and its views, on the
+// simulated device); cuda.Backend on a GPU (cuBLAS for the matmuls).
 //
 // Activations and their gradients are float32, token ids and targets
 // int32, and so is the arithmetic float32. Weights (w and b, wte and wpe)
