@@ -21,7 +21,10 @@ import "github.com/deepgo-ml/deepgo/tensor"
 // Backward methods accumulate into their gradients (+=) and skip a nil
 // one, except SoftmaxXentBackward, which writes. A violation of these rules
 // returns the *ArgError the Check functions of this package give (the same
-// for every backend), and nothing is written.
+// for every backend), and nothing is written. A check that needs the data
+// itself (a token id or target in range) cannot be made before the kernel
+// runs on an asynchronous device: there it is the sticky error of the
+// device's next synchronizing call (the simulated device's, for example).
 type NN interface {
 	Linear
 	// Device is where the kernels' tensors live.
