@@ -316,7 +316,7 @@ func gather(ctx context.Context, c comm.Comm, ents []Entry) ([]Entry, func(), er
 			if err := copyTensor(full, e.Data); err != nil {
 				return nil, free, err
 			}
-		} else if err := c.AllGather(ctx, full, e.Data); err != nil {
+		} else if err := comm.AllGatherHost(ctx, c, full, e.Data); err != nil {
 			return nil, free, fmt.Errorf("gathering %q: %w", e.Name, err)
 		}
 		if rankOf(c) == 0 {

@@ -59,7 +59,8 @@ func AllGatherBytes(ctx context.Context, c Comm, b []byte) ([][]byte, error) {
 }
 
 // allGatherRaw all-gathers mine, the bytes of len(mine)/dt.Size() elements
-// of dt, through host tensors, and returns every rank's bytes in rank
+// of dt, through host tensors (staged on the device for a comm that
+// moves device memory only), and returns every rank's bytes in rank
 // order (a fresh slice).
 func allGatherRaw(ctx context.Context, c Comm, dt tensor.DType, mine []byte) ([]byte, error) {
 	if c == nil || c.Size() == 1 {
@@ -78,7 +79,7 @@ func allGatherRaw(ctx context.Context, c Comm, dt tensor.DType, mine []byte) ([]
 	defer dst.Free()
 	sb, _ := src.RawBytes()
 	copy(sb, mine)
-	if err := c.AllGather(ctx, dst, src); err != nil {
+	if err := AllGatherHost(ctx, c, dst, src); err != nil {
 		return nil, err
 	}
 	db, _ := dst.RawBytes()
