@@ -19,6 +19,7 @@ import (
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/deepgo-ml/deepgo/sim"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -143,7 +144,23 @@ func TestRankFaultInStep(t *testing.T) {
 		for _, point := range []faultPoint{inForward, inBackward, inOverflow, inNorm} {
 			for _, mode := range []faultMode{modePanic, modeError, modeHang, modeExit} {
 				t.Run(fmt.Sprintf("stage%d/%v/%v", stage, point, mode), func(t *testing.T) {
-					rankFault(t, stage, &injector{point: point, mode: mode})
+					rankFault(t, stage, &injector{point: point, mode: mode}, "")
+				})
+			}
+		}
+	}
+}
+
+// TestRankFaultOnDevice: on the simulated device (kernels queued on
+// streams with random delays, collectives ordered after them) a failing
+// rank is named by the others in time as on the CPU, at every point of a
+// step, for the sharded stages.
+func TestRankFaultOnDevice(t *testing.T) {
+	for _, stage := range []int{2, 3} {
+		for _, point := range []faultPoint{inForward, inBackward, inOverflow, inNorm} {
+			for _, mode := range []faultMode{modeError, modeHang, modeExit} {
+				t.Run(fmt.Sprintf("stage%d/%v/%v", stage, point, mode), func(t *testing.T) {
+					rankFault(t, stage, &injector{point: point, mode: mode}, "sim")
 				})
 			}
 		}
@@ -157,7 +174,7 @@ type survivor struct {
 	steps int
 }
 
-func rankFault(t *testing.T, stage int, f *injector) {
+func rankFault(t *testing.T, stage int, f *injector, dev string) {
 	// fp16, so that Step checks for overflow; 12 samples a step over 3
 	// ranks; fc3's 68 elements fill a gradient bucket
 	cfg, err := config.Parse(fmt.Appendf(nil, `{
@@ -186,6 +203,14 @@ func rankFault(t *testing.T, stage int, f *injector) {
 			fc2 := faultyModule{m.Layers[1], inj}
 			m.Order = func() []model.Module { return []model.Module{m.Layers[0], fc2, m.Layers[2]} }
 			cpu := c.(interface{ Backend() backend.Backend }).Backend()
+			if dev == "sim" {
+				b, err := sim.NewBackend(c.Rank(), sim.Options{Threads: 1, MaxDelay: simDelay})
+				if err != nil {
+					return err
+				}
+				defer b.Close()
+				cpu, c = b, sim.NewComm(c, b)
+			}
 			// the optimizer on the plain backend: optim.New wants its kernels
 			opt, err := optim.New(cfg.Optimizer.Type, cfg.Optimizer.Params, cpu)
 			if err != nil {
