@@ -232,3 +232,29 @@ func TestGPTOnDevice(t *testing.T) {
 		})
 	}
 }
+
+// On the simulated device the engine's memory is out of Go's reach: a
+// trainer reading a parameter's bound tensor directly gets an error (the
+// same read on the CPU succeeds), and reads it through Parameters instead.
+func TestDeviceMemoryRefusesHostReads(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`))
+	require.NoError(t, err)
+	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(0)} {
+		m := testmodel.NewMLP(1, 4, 3)
+		e, err := initEngine(context.Background(), cfg, m, deepgo.WithDevice(dev))
+		require.NoError(t, err, "%v", dev)
+		w := m.Layers[0].Params()[0]
+		_, err = w.Data.Float32s()
+		if dev.IsCPU() {
+			require.NoError(t, err, "host read on the CPU")
+		} else {
+			require.ErrorContains(t, err, "not in host memory", "host read of %v memory", dev)
+			_, err = w.Grad.Float32s()
+			require.ErrorContains(t, err, "not in host memory", "host read of a %v gradient", dev)
+		}
+		p, err := e.Parameters(context.Background())
+		require.NoError(t, err)
+		require.Len(t, p[w.Name], 12, "Parameters copies %s to the host", w.Name)
+		require.NoError(t, e.Close())
+	}
+}
