@@ -93,9 +93,11 @@ demo:
 cuda-toolchain:
 	bash scripts/cuda-toolchain.sh
 
-## cuda: compile and link every .cu file (no GPU needed)
+## cuda: compile and link every .cu file, then the Go binaries gpu-check
+## runs (root package tests, bench-train, bench-adam; -tags cuda); no GPU needed
 cuda: cuda-toolchain
 	bash scripts/build-cuda.sh
+	bash scripts/build-gpu-binaries.sh
 
 ## gpu-check: on a GPU machine, compare every CUDA kernel with its CPU twin
 ## and run the cuda and nccl Go tests; fails ("no GPU") without one, and on

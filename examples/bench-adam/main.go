@@ -10,13 +10,21 @@
 // 1- vs 2-thread speedup of a compute-only loop are printed alongside, the
 // last because 2-vCPU machines sometimes put both threads on one core.
 //
-//	go run ./examples/bench-adam [-sizes 16,64] [-reps 5]
+// With -device sim or cuda the step runs on that device's optimizer
+// kernels (optim.KernelsFor: the simulated device's CPU kernels on its
+// stream, or package cuda's), every tensor and the moments in device
+// memory, against a roof measured on the device in the same run
+// (device.go).
+//
+//	go run ./examples/bench-adam [-device cpu|sim|cuda] [-sizes 16,64] [-reps 5] [-threads N]
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -104,19 +112,71 @@ func best(reps int, f func()) float64 {
 }
 
 func main() {
-	sizesFlag := flag.String("sizes", "16,64", "parameter counts in Mi")
-	reps := flag.Int("reps", 5, "timed repetitions (best is kept)")
-	flag.Parse()
-	rep := report{CPU: csrc.BestISA().String(), GOMAXPROCS: runtime.GOMAXPROCS(0), Roof: map[string]float64{},
-		Triad: map[string]float64{}, NaiveParamsPS: map[string]float64{}, SpeedupVsNaive: map[string]float64{}}
-	rep.ComputeSpeedup = computeSpeedup()
-	for _, s := range strings.Split(*sizesFlag, ",") {
-		n := must(strconv.Atoi(strings.TrimSpace(s))) << 20
-		benchSize(&rep, n, *reps)
+	if err := execute(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-adam:", err)
+		os.Exit(1)
 	}
-	enc := json.NewEncoder(os.Stdout)
+}
+
+// execute parses args, runs the benchmark and writes its JSON to w.
+func execute(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("bench-adam", flag.ContinueOnError)
+	device := fs.String("device", "cpu", "where to run: cpu, sim (the simulated device) or cuda (GPU 0; needs -tags cuda)")
+	sizesFlag := fs.String("sizes", "16,64", "parameter counts in Mi")
+	reps := fs.Int("reps", 5, "timed repetitions (best is kept)")
+	threads := fs.Int("threads", 0, "sim: C threads of the simulated device (0: GOMAXPROCS); ignored elsewhere")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *reps < 1 {
+		return fmt.Errorf("-reps = %d: must be >= 1", *reps)
+	}
+	if *threads < 0 {
+		return fmt.Errorf("-threads = %d: must be >= 0 (0: GOMAXPROCS)", *threads)
+	}
+	var sizes []int
+	for _, s := range strings.Split(*sizesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 1<<14 {
+			return fmt.Errorf("-sizes %q: %q is not a count of Mi parameters in [1, 16384]", *sizesFlag, s)
+		}
+		sizes = append(sizes, n<<20)
+	}
+	dev, err := tensor.ParseDevice(*device)
+	if err != nil {
+		return fmt.Errorf("-device %q: %w (allowed: cpu, sim, cuda)", *device, err)
+	}
+	if dev.Index != 0 {
+		return fmt.Errorf("-device %q: only device 0 is benchmarked (allowed: cpu, sim, cuda)", *device)
+	}
+	var rep any
+	if dev.IsCPU() {
+		r := report{CPU: csrc.BestISA().String(), GOMAXPROCS: runtime.GOMAXPROCS(0), Roof: map[string]float64{},
+			Triad: map[string]float64{}, NaiveParamsPS: map[string]float64{}, SpeedupVsNaive: map[string]float64{}}
+		r.ComputeSpeedup = computeSpeedup()
+		for _, n := range sizes {
+			benchSize(&r, n, *reps)
+		}
+		rep = r
+	} else if rep, err = runDevice(dev, sizes, *reps, cmp.Or(*threads, runtime.GOMAXPROCS(0))); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	enc.Encode(rep)
+	return enc.Encode(rep)
+}
+
+// adamCases are the dtype layouts timed, with the bytes a step moves per
+// parameter.
+var adamCases = []struct {
+	name       string
+	p, g       tensor.DType
+	copy       bool
+	bytesPerEl int
+}{
+	{"adamw fp32", tensor.Float32, tensor.Float32, false, 28},
+	{"adamw fp32 + bf16 copy", tensor.Float32, tensor.Float32, true, 30},
+	{"adamw bf16 params/grads, fp32 moments", tensor.BFloat16, tensor.BFloat16, false, 22},
 }
 
 func benchSize(rep *report, n, reps int) {
@@ -135,16 +195,7 @@ func benchSize(rep *report, n, reps int) {
 	defer a.Free()
 	defer b.Free()
 
-	for _, c := range []struct {
-		name       string
-		p, g       tensor.DType
-		copy       bool
-		bytesPerEl int
-	}{
-		{"adamw fp32", tensor.Float32, tensor.Float32, false, 28},
-		{"adamw fp32 + bf16 copy", tensor.Float32, tensor.Float32, true, 30},
-		{"adamw bf16 params/grads, fp32 moments", tensor.BFloat16, tensor.BFloat16, false, 22},
-	} {
+	for _, c := range adamCases {
 		g := optim.ParamGroup{Name: "shard",
 			Params: []*tensor.Tensor{must(tensor.Empty(c.p, n))},
 			Grads:  []*tensor.Tensor{must(tensor.Empty(c.g, n))}}

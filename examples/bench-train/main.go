@@ -1,10 +1,16 @@
 // Command bench-train measures training throughput of a ~10M-parameter GPT
-// on the CPU (forward + backward, the step excluded: bench-adam measures
-// optimizers) with 1 and 2 threads, with and without activation
-// checkpointing, and reports MFU against a peak measured in the same run:
-// an OpenBLAS sgemm of a large square matrix on the same pool.
+// (forward + backward, the step excluded: bench-adam measures optimizers),
+// with and without activation checkpointing, and reports MFU against a peak
+// measured in the same run on the same device.
 //
-//	go run ./examples/bench-train [-steps 3] [-batch 4] [-seq 128]
+//	go run ./examples/bench-train [-device cpu|sim|cuda] [-steps 3] [-batch 4] [-seq 128]
+//	    [-layers 6 -heads 6 -width 384 -vocab 4096] [-threads N]
+//
+// On the CPU (the default) it runs 1 and 2 threads; the peak is an OpenBLAS
+// sgemm of a large square matrix on the same pool, and a configuration's
+// time is the mean of -steps after one warm-up. On a device (device.go)
+// parameters, gradients and activations live in device memory; see
+// benchDevice for what is timed and how.
 //
 // FLOPs per token (printed with the result): 6N for the parameter matmuls
 // (forward 2N, backward 4N; N without the position table) plus attention,
@@ -14,9 +20,11 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -28,7 +36,8 @@ import (
 )
 
 type run struct {
-	Threads         int     `json:"threads"`
+	Device          string  `json:"device,omitempty"`
+	Threads         int     `json:"threads,omitempty"`
 	Checkpointing   bool    `json:"activation_checkpointing"`
 	TokensPerSec    float64 `json:"tokens_per_s"`
 	StepSeconds     float64 `json:"step_s"`
@@ -37,15 +46,17 @@ type run struct {
 	ActivationBytes int64   `json:"activation_bytes"`
 	ScratchBytes    int64   `json:"scratch_bytes"`
 	Loss            float32 `json:"loss"`
+	Rounds          int     `json:"rounds,omitempty"` // device runs: timed rounds, median kept
 }
 
-func peak(threads int) (float64, error) {
+// peak is the sgemm rate (FLOP/s) of an n x n x n product on the CPU
+// backend with threads, the best of 4.
+func peak(threads, n int) (float64, error) {
 	be, err := backend.NewCPU(threads)
 	if err != nil {
 		return 0, err
 	}
 	defer be.Close()
-	const n = 1536
 	var ts [3]*tensor.Tensor
 	for i := range ts {
 		if ts[i], err = tensor.Empty(tensor.Float32, n, n); err != nil {
@@ -65,44 +76,104 @@ func peak(threads int) (float64, error) {
 		}
 		best = min(best, time.Since(t0))
 	}
-	return 2 * n * n * n / best.Seconds(), nil
+	return 2 * float64(n) * float64(n) * float64(n) / best.Seconds(), nil
+}
+
+// cpuPeakN is the side of the CPU's peak sgemm: large enough that OpenBLAS
+// runs at its rate, small enough to take a fraction of a second on 1 thread.
+const cpuPeakN = 1536
+
+// params are the command line.
+type params struct {
+	device            string
+	steps, batch, seq int
+	layers, heads     int
+	width, vocab      int
+	threads           int
+	peakN             int
 }
 
 func main() {
-	steps := flag.Int("steps", 3, "timed steps per configuration (after one warm-up)")
-	B := flag.Int("batch", 4, "sequences per step")
-	T := flag.Int("seq", 128, "sequence length")
-	flag.Parse()
-	cfg := nn.GPTConfig{Layers: 6, Heads: 6, Width: 384, Vocab: 4096, SeqLen: *T}
+	if err := execute(os.Args[1:], os.Stdout); err != nil {
+		fail(err)
+	}
+}
+
+// execute parses args, runs the benchmark and writes its JSON to w.
+func execute(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("bench-train", flag.ContinueOnError)
+	var p params
+	fs.StringVar(&p.device, "device", "cpu", "where to run: cpu, sim (the simulated device) or cuda (GPU 0; needs -tags cuda)")
+	fs.IntVar(&p.steps, "steps", 3, "timed steps per configuration (after one warm-up); on a device the median is kept")
+	fs.IntVar(&p.batch, "batch", 4, "sequences per step")
+	fs.IntVar(&p.seq, "seq", 128, "sequence length")
+	fs.IntVar(&p.layers, "layers", 6, "transformer blocks")
+	fs.IntVar(&p.heads, "heads", 6, "attention heads")
+	fs.IntVar(&p.width, "width", 384, "channels")
+	fs.IntVar(&p.vocab, "vocab", 4096, "vocabulary size")
+	fs.IntVar(&p.threads, "threads", 0, "sim: C threads of the simulated device and of its peak sgemm (0: GOMAXPROCS); ignored elsewhere")
+	fs.IntVar(&p.peakN, "peak-n", 0, "side of the square sgemm of the peak (0: 1536 on cpu and sim, 8192 on cuda)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"steps", p.steps}, {"batch", p.batch}, {"seq", p.seq}, {"layers", p.layers}, {"heads", p.heads}, {"width", p.width}, {"vocab", p.vocab}} {
+		if f.v < 1 {
+			return fmt.Errorf("-%s = %d: must be >= 1", f.name, f.v)
+		}
+	}
+	if p.threads < 0 || p.peakN < 0 {
+		return fmt.Errorf("-threads = %d, -peak-n = %d: must be >= 0", p.threads, p.peakN)
+	}
+	dev, err := tensor.ParseDevice(p.device)
+	if err != nil {
+		return fmt.Errorf("-device %q: %w (allowed: cpu, sim, cuda)", p.device, err)
+	}
+	if dev.Index != 0 {
+		return fmt.Errorf("-device %q: only device 0 is benchmarked (allowed: cpu, sim, cuda)", p.device)
+	}
+	cfg := nn.GPTConfig{Layers: p.layers, Heads: p.heads, Width: p.width, Vocab: p.vocab, SeqLen: p.seq}
+	if _, err := nn.NewGPT(cfg); err != nil {
+		return fmt.Errorf("model -layers %d -heads %d -width %d -vocab %d -seq %d: %w", p.layers, p.heads, p.width, p.vocab, p.seq, err)
+	}
+	B, T := p.batch, p.seq
 	N := cfg.NumParams() - cfg.SeqLen*cfg.Width
-	teff := float64(*T+1) / 2
+	teff := float64(T+1) / 2
 	flopsPerToken := 6*float64(N) + 6*float64(cfg.Layers)*teff*float64(cfg.Width)*2
 	out := map[string]any{
-		"model":            map[string]int{"layers": cfg.Layers, "heads": cfg.Heads, "width": cfg.Width, "vocab": cfg.Vocab, "seq": *T, "batch": *B, "params": cfg.NumParams()},
-		"flops_per_token":  flopsPerToken,
-		"mfu_formula":      "MFU = (6*N + 6*L*T_eff*C*2) * tokens_per_s / peak; N = params without wpe, T_eff = (T+1)/2; peak = sgemm 1536^3 on the same thread count",
-		"openblas_threads": "1 per call; the backend's pool splits rows",
-		"gomaxprocs":       runtime.GOMAXPROCS(0),
+		"model":           map[string]int{"layers": cfg.Layers, "heads": cfg.Heads, "width": cfg.Width, "vocab": cfg.Vocab, "seq": T, "batch": B, "params": cfg.NumParams()},
+		"flops_per_token": flopsPerToken,
+		"gomaxprocs":      runtime.GOMAXPROCS(0),
 	}
 	r := rand.New(rand.NewPCG(1, 2))
-	in, tg := make([]int32, *B**T), make([]int32, *B**T)
+	in, tg := make([]int32, B*T), make([]int32, B*T)
 	for i := range in {
 		in[i], tg[i] = int32(r.IntN(cfg.Vocab)), int32(r.IntN(cfg.Vocab))
 	}
+	if !dev.IsCPU() {
+		if err := runDevice(dev, p, cfg, flopsPerToken, in, tg, out); err != nil {
+			return err
+		}
+		return json.NewEncoder(w).Encode(out)
+	}
+	out["mfu_formula"] = "MFU = (6*N + 6*L*T_eff*C*2) * tokens_per_s / peak; N = params without wpe, T_eff = (T+1)/2; peak = sgemm 1536^3 on the same thread count"
+	out["openblas_threads"] = "1 per call; the backend's pool splits rows"
 	var runs []run
 	peaks := map[string]float64{}
 	for _, threads := range []int{1, 2} {
-		pk, err := peak(threads)
+		pk, err := peak(threads, cmp.Or(p.peakN, cpuPeakN))
 		if err != nil {
-			fail(err)
+			return err
 		}
 		peaks[fmt.Sprint(threads)] = pk / 1e9
 		for _, ck := range []bool{false, true} {
 			c := cfg
 			c.Checkpointing.Enabled = ck
-			res, err := bench(c, threads, *steps, in, tg, *B, *T)
+			res, err := bench(c, threads, p.steps, in, tg, B, T)
 			if err != nil {
-				fail(err)
+				return err
 			}
 			res.GFLOPs = flopsPerToken * res.TokensPerSec / 1e9
 			res.MFU = flopsPerToken * res.TokensPerSec / pk
@@ -111,7 +182,7 @@ func main() {
 	}
 	out["peak_sgemm_gflops"] = peaks
 	out["runs"] = runs
-	json.NewEncoder(os.Stdout).Encode(out)
+	return json.NewEncoder(w).Encode(out)
 }
 
 func bench(cfg nn.GPTConfig, threads, steps int, in, tg []int32, B, T int) (run, error) {
