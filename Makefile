@@ -5,7 +5,7 @@ GOFLAGS ?=
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := liburing-dev libopenblas-dev libopenmpi-dev openmpi-bin cmake ninja-build
 
-.PHONY: all build deps test test-go test-c test-c-asan test-go-asan sanitize lint vet staticcheck bench demo selftest cuda-toolchain cuda gpu-check clean
+.PHONY: all build deps test test-go test-c test-c-asan test-go-asan sanitize lint vet staticcheck bench demo selftest cuda-deps cuda-toolchain cuda gpu-check clean
 
 all: build
 
@@ -89,15 +89,30 @@ selftest:
 demo:
 	$(GO) run ./cmd/deepgo train --config configs/demo-zero2.json
 
-## cuda-toolchain: NVIDIA's PyPI wheels into ./.cuda (or a system nvcc on PATH)
-cuda-toolchain:
-	bash scripts/cuda-toolchain.sh
+## CUDA_VERSIONS: the CUDA toolchains `make cuda` builds with, each from
+## NVIDIA's PyPI wheels: 13.0 with nvcc (into ./.cuda, or DG_CUDA_DIR; a
+## system nvcc when one is on PATH), 12.9 and 11.8 with clang-19's CUDA
+## front end (into ~/.cache/deepgo/cuda-<version>). build-cuda.sh's header
+## lists each one's targets. `make cuda CUDA_VERSIONS=13.0` builds one.
+CUDA_VERSIONS ?= 13.0 12.9 11.8
+CUDA_APT_PKGS := clang-19
 
-## cuda: compile and link every .cu file, then the Go binaries gpu-check
-## runs (root package tests, bench-train, bench-adam; -tags cuda); no GPU needed
-cuda: cuda-toolchain
-	bash scripts/build-cuda.sh
-	bash scripts/build-gpu-binaries.sh
+## cuda-deps: clang-19 for the 12.9 and 11.8 builds (Debian/Ubuntu)
+cuda-deps:
+	@if [ "$(filter-out 13.0,$(CUDA_VERSIONS))" ] && ! dpkg -s $(CUDA_APT_PKGS) >/dev/null 2>&1; then \
+	  echo "make cuda-deps: installing $(CUDA_APT_PKGS)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(CUDA_APT_PKGS); \
+	fi
+
+cuda-toolchain:
+	@for v in $(CUDA_VERSIONS); do DG_CUDA_VERSION=$$v bash scripts/cuda-toolchain.sh || exit 1; done
+
+## cuda: compile and link every .cu file with each of CUDA_VERSIONS, then
+## (with 13.0, into build/cuda) the Go binaries gpu-check runs: the root
+## package's tests, bench-train, bench-adam (-tags cuda); no GPU needed
+cuda: cuda-deps cuda-toolchain
+	@for v in $(CUDA_VERSIONS); do DG_CUDA_VERSION=$$v bash scripts/build-cuda.sh || exit 1; done
+	@case " $(CUDA_VERSIONS) " in *" 13.0 "*) bash scripts/build-gpu-binaries.sh ;; esac
 
 ## gpu-check: on a GPU machine, compare every CUDA kernel with its CPU twin
 ## and run the cuda and nccl Go tests; fails ("no GPU") without one, and on

@@ -10,6 +10,27 @@
 #
 #   scripts/build-cuda.sh            everything above
 #   SKIP_GO=1 scripts/build-cuda.sh  library and gpucheck only
+#   DG_CUDA_VERSION=12.9|11.8 scripts/build-cuda.sh
+#                                    the same with that CUDA version, into
+#                                    build/cuda-<version>/ (make cuda runs
+#                                    each of CUDA_VERSIONS)
+#
+# What each version's build is:
+#   13.0  nvcc 13.0 (NVIDIA's wheels, or a system CUDA): machine code for
+#         every sm_70+ target it lists (sm_75 sm_80 sm_86 sm_87 sm_88 sm_89
+#         sm_90 sm_100 sm_103 sm_110 sm_120 sm_121) + PTX of the newest;
+#         static libcudart. Output build/cuda/ (what package cuda and
+#         gpu-check.sh use).
+#   12.9  clang++-19's CUDA front end with CUDA 12.9's headers, ptxas,
+#         libdevice (wheels; cuda-toolchain-clang.sh says why not nvcc):
+#         sm_70 sm_75 sm_80 sm_86 sm_89 sm_90 + compute_90 PTX; static
+#         libcudart 12.9, cuBLAS 12 and NCCL 2.27.7 (cu12). build/cuda-12.9/.
+#   11.8  the same with CUDA 11.8's: same targets; libcudart.so.11.0 linked
+#         shared (the 11.8 runtime wheel has no static one; the binaries
+#         find it through build/cuda-11.8/lib, their rpath), cuBLAS 11,
+#         NCCL 2.21.5 (cu11). build/cuda-11.8/.
+#   The clang builds pack cubins and PTX with CUDA 13.0's fatbinary (no
+#   11.8/12.x wheel ships one), so the 13.0 toolchain is installed first.
 #
 # cuBLAS (the nn matmuls) is not linked: cuda/nn_matmul.cu dlopens
 # libcublas.so.<CUBLAS_VER_MAJOR of the headers compiled against> on first
@@ -27,9 +48,17 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+VERSION="${DG_CUDA_VERSION:-13.0}"
 OUT="$ROOT/build/cuda"
+[[ "$VERSION" == 13.0 ]] || OUT="$ROOT/build/cuda-$VERSION"
 t0=$SECONDS
 
+if [[ "$VERSION" != 13.0 ]]; then
+	# the clang builds' fatbinary (see above)
+	DG_CUDA_VERSION=13.0 scripts/cuda-toolchain.sh >/dev/null
+	DG_FATBINARY="$(dirname "$(DG_CUDA_VERSION=13.0 scripts/cuda-toolchain.sh --env | sed -n 's/^DG_NVCC=//p')")/fatbinary"
+	export DG_FATBINARY
+fi
 scripts/cuda-toolchain.sh
 eval "$(scripts/cuda-toolchain.sh --env)"
 
@@ -37,20 +66,26 @@ eval "$(scripts/cuda-toolchain.sh --env)"
 # target (nvcc --list-gpu-code: CUDA 13 starts at sm_75 and adds sm_100 and
 # up), plus PTX of the newest, for GPUs newer than the toolchain to JIT.
 # DG_CUDA_ARCHS="80 90" narrows the list (a quicker local build).
-mapfile -t ARCHS < <("$DG_NVCC" --list-gpu-code | sed -n 's/^sm_\([0-9][0-9]*\)$/\1/p' | sort -n -u | awk '$1 >= 70')
+if [[ "$DG_CUDA_FRONTEND" == nvcc ]]; then
+	mapfile -t ARCHS < <("$DG_NVCC" --list-gpu-code | sed -n 's/^sm_\([0-9][0-9]*\)$/\1/p' | sort -n -u | awk '$1 >= 70')
+else
+	read -r -a ARCHS <<<"$DG_CUDA_ARCHS_DEFAULT"
+fi
 if [[ -n "${DG_CUDA_ARCHS:-}" ]]; then
 	read -r -a ARCHS <<<"$DG_CUDA_ARCHS"
 fi
 if ((${#ARCHS[@]} == 0)); then
-	echo "build-cuda: $DG_NVCC --list-gpu-code names no sm_70 or newer target" >&2
+	echo "build-cuda: no sm_70 or newer target (DG_CUDA_ARCHS, or what $DG_CUDA_FRONTEND knows)" >&2
 	exit 1
 fi
-GENCODE=()
+GENCODE=() CLANG_ARCH=()
 for a in "${ARCHS[@]}"; do
 	GENCODE+=(-gencode "arch=compute_$a,code=sm_$a")
+	CLANG_ARCH+=("--cuda-gpu-arch=sm_$a")
 done
 GENCODE+=(-gencode "arch=compute_${ARCHS[-1]},code=compute_${ARCHS[-1]}")
-echo "build-cuda: targets $(printf 'sm_%s ' "${ARCHS[@]}")+ compute_${ARCHS[-1]} PTX"
+CLANG_ARCH+=(--no-cuda-include-ptx=all "--cuda-include-ptx=sm_${ARCHS[-1]}")
+echo "build-cuda: CUDA $DG_CUDA_VERSION ($DG_CUDA_FRONTEND) targets $(printf 'sm_%s ' "${ARCHS[@]}")+ compute_${ARCHS[-1]} PTX"
 
 # -fmad=false: the CPU twins never fuse a*b+c, so neither may we. The host
 # side derives the optimizer coefficients (dg_optim_math.h) in double: g++
@@ -60,6 +95,17 @@ NVFLAGS=(
 	-fmad=false -O3 -std=c++17
 	-Xcompiler -fPIC -Xcompiler -Wall -Xcompiler -ffp-contract=off
 	--Werror all-warnings
+	-I"$ROOT/csrc/include" -I"$ROOT/cuda"
+)
+# clang: the same contract. -ffp-contract=off holds for the device side
+# too (clang's CUDA default is fast); division and sqrt are IEEE and
+# denormals kept by default, as with nvcc. clang 19 ignores
+# __grid_constant__ (see cuda-toolchain-clang.sh), and CUDA 12.9 is newer
+# than the versions it knows.
+CLANGFLAGS=(
+	-x cuda --cuda-path="$DG_CUDA_TOP" "${CLANG_ARCH[@]}"
+	-O3 -std=c++17 -fPIC -Wall -Werror -ffp-contract=off
+	-Wno-unknown-cuda-version -Wno-unknown-attributes
 	-I"$ROOT/csrc/include" -I"$ROOT/cuda"
 )
 CUDART=("$OUT/libcudart_static.a" -ldl -lpthread -lrt)
@@ -72,7 +118,11 @@ compile_all() { # dir-of-objects sources...
 	local dst=$1 pids=() f
 	shift
 	for f in "$@"; do
-		"$DG_NVCC" "${NVFLAGS[@]}" -c "$f" -o "$dst/$(basename "${f%.*}").o" &
+		if [[ "$DG_CUDA_FRONTEND" == nvcc ]]; then
+			"$DG_NVCC" "${NVFLAGS[@]}" -c "$f" -o "$dst/$(basename "${f%.*}").o" &
+		else
+			"$DG_CLANG" "${CLANGFLAGS[@]}" -c "$f" -o "$dst/$(basename "${f%.*}").o" &
+		fi
 		pids+=($!)
 		if ((${#pids[@]} >= $(nproc))); then
 			wait "${pids[0]}"
@@ -82,11 +132,23 @@ compile_all() { # dir-of-objects sources...
 	for f in "${pids[@]}"; do wait "$f"; done
 }
 
-echo "build-cuda: nvcc ($DG_CUDA_SOURCE) cuda/*.cu -> $OUT/libdeepgo_cuda.a"
+echo "build-cuda: $DG_CUDA_FRONTEND ($DG_CUDA_SOURCE) cuda/*.cu -> $OUT/libdeepgo_cuda.a"
 compile_all "$OUT/obj" cuda/*.cu
 rm -f "$OUT/libdeepgo_cuda.a"
 ar rcs "$OUT/libdeepgo_cuda.a" "$OUT"/obj/*.o
-cp -f "$DG_CUDA_LIB/libcudart_static.a" "$OUT/libcudart_static.a"
+mkdir -p "$OUT/lib"
+rm -f "$OUT/libcudart_static.a" "$OUT"/lib/libcudart.so.*
+if [[ -e "$DG_CUDA_LIB/libcudart_static.a" ]]; then
+	cp -f "$DG_CUDA_LIB/libcudart_static.a" "$OUT/libcudart_static.a"
+else
+	# CUDA 11.8's wheel: only libcudart.so.11.0. Package cuda's cgo flags
+	# name -lcudart_static, so that name is a GNU ld linker script naming
+	# the shared runtime; the binaries find it through their rpath.
+	so="$(cd "$DG_CUDA_LIB" && ls libcudart.so.[0-9]* | head -n 1)"
+	ln -sfn "$DG_CUDA_LIB/$so" "$OUT/lib/$so"
+	echo "INPUT($OUT/lib/$so)" >"$OUT/libcudart_static.a"
+	CUDART+=(-Wl,-rpath,"$OUT/lib")
+fi
 
 # cuBLAS for the nn matmuls, loaded at run time (see the header), under the
 # soname nn_matmul.cu derives from the same header
@@ -95,7 +157,6 @@ if [[ -z "$CUBLAS_MAJOR" ]]; then
 	echo "build-cuda: no CUBLAS_VER_MAJOR in $DG_CUDA_INC/cublas_api.h" >&2
 	exit 1
 fi
-mkdir -p "$OUT/lib"
 rm -f "$OUT"/lib/libcublas*.so.*
 for so in "libcublas.so.$CUBLAS_MAJOR" "libcublasLt.so.$CUBLAS_MAJOR"; do
 	if [[ -e "$DG_CUDA_LIB/$so" ]]; then
@@ -158,7 +219,21 @@ if [[ -z "${SKIP_GO:-}" ]] && command -v go >/dev/null 2>&1; then
 	if [[ -e "$OUT/blas/libopenblas.a" ]]; then
 		export CGO_LDFLAGS="${CGO_LDFLAGS:--g -O2} -L$OUT/blas${BLAS_RT[*]:+ $OUT/blas/libopenblas.a ${BLAS_RT[*]}}"
 	fi
-	echo "build-cuda: go vet -tags cuda ./cuda; go test -c -tags cuda -o $OUT/cuda.test ./cuda"
+	# the other versions: their archive, runtime and headers ahead of
+	# build/cuda's, which the packages' cgo flags name (cmd/go puts these
+	# environment flags first)
+	if [[ "$VERSION" != 13.0 ]]; then
+		export CGO_LDFLAGS="${CGO_LDFLAGS:--g -O2} -L$OUT -Wl,-rpath,$OUT/lib"
+		export CGO_CFLAGS="${CGO_CFLAGS:--g -O2} -I$OUT/include/nccl -I$OUT/include/cuda"
+		# NCCL 2.21.5 (the last cu11 build) declares ncclBfloat16 only when
+		# cuda_bf16.h defined __CUDA_BF16_TYPES_EXIST__, which 11.8's does
+		# for C++ alone; package nccl's cgo is C. The library takes
+		# bfloat16 either way, and nothing else reads the macro in C.
+		if grep -q 'if defined(__CUDA_BF16_TYPES_EXIST__)' "$DG_NCCL_INC/nccl.h"; then
+			CGO_CFLAGS+=" -D__CUDA_BF16_TYPES_EXIST__"
+		fi
+	fi
+	echo "build-cuda: go vet -tags cuda ./cuda; go test -c -tags cuda -o $OUT/cuda.test ./cuda (CUDA $VERSION)"
 	go vet -tags cuda ./cuda
 	go test -c -tags cuda -o "$OUT/cuda.test" ./cuda
 elif [[ -z "${SKIP_GO:-}" ]]; then
@@ -185,4 +260,4 @@ if [[ -z "${SKIP_GO:-}" ]] && command -v go >/dev/null 2>&1; then
 		echo "build-cuda: no nccl.h in $DG_NCCL_INC or /usr/include: skipping package nccl"
 	fi
 fi
-echo "build-cuda: done in $((SECONDS - t0)) s"
+echo "build-cuda: CUDA $VERSION done in $((SECONDS - t0)) s"

@@ -8,7 +8,12 @@
 #      headers come from the NCCL wheel, also when it sits in another folder
 #      of the nvidia namespace;
 #   3. a folder the script did make (an interrupted install's marker) is
-#      cleared before installing again.
+#      cleared before installing again;
+#   4. the version matrix: DG_CUDA_VERSION=12.9|11.8 selects the clang front
+#      end and its own cache folder, anything else fails naming the value;
+#      that cache obeys rule 1; a (fake) pip install assembles the
+#      --cuda-path tree, whose fatbinary wrapper rewrites clang's
+#      --image=profile= arguments into CUDA 13's --image3= ones.
 # Python runs with -S (no site-packages, so no pip and no machine-wide
 # NVIDIA wheels) and PIP_NO_INDEX=1: any attempt to download fails.
 set -euo pipefail
@@ -94,6 +99,54 @@ if run "$T/partial" "$T/empty-site" >"$T/out3" 2>&1; then
 fi
 [[ ! -e "$T/partial/nvidia/junk" ]] || fail "the script's own unfinished folder was not cleared"
 [[ -e "$T/partial/.deepgo-wheels-installing" ]] || fail "the unfinished folder lost its marker"
+
+# 4. versions
+if out="$(DG_CUDA_VERSION=12.4 bash "$TC" --env 2>&1)"; then
+	fail "DG_CUDA_VERSION=12.4 accepted: $out"
+fi
+grep -q '"12.4".*13.0.*12.9.*11.8' <<<"$out" || fail "bad version not explained: $out"
+for v in 12.9 11.8; do
+	env4="$(DG_CUDA_VERSION=$v DG_CUDA_CACHE="$T/cache" bash "$TC" --env)"
+	grep -qx "DG_CUDA_FRONTEND=clang" <<<"$env4" || fail "$v: not the clang front end: $env4"
+	grep -qx "DG_CUDA_TOP=$T/cache/cuda-$v/toolkit" <<<"$env4" || fail "$v: tree not in its cache folder: $env4"
+	grep -qx 'DG_CUDA_ARCHS_DEFAULT="70 75 80 86 89 90"' <<<"$env4" || fail "$v: targets: $env4"
+done
+grep -qx "DG_CUDA_FRONTEND=nvcc" <<<"$(run "$T/absent" "$T/site" --env)" || fail "13.0 is not nvcc"
+mkdir -p "$T/cache/cuda-11.8"
+echo keep >"$T/cache/cuda-11.8/keep.txt"
+if out="$(DG_CUDA_VERSION=11.8 DG_CUDA_CACHE="$T/cache" DG_CLANG=true DG_PYTHON="$T/bin/python" PIP_NO_INDEX=1 bash "$TC" 2>&1)"; then
+	fail "11.8 over a foreign cache folder: exit 0"
+fi
+grep -q "not made by this script" <<<"$out" || fail "11.8 foreign folder not explained: $out"
+[[ "$(ls -A "$T/cache/cuda-11.8")" == keep.txt ]] || fail "11.8: a foreign cache folder was changed"
+# a fake pip: lays out what the wheels' --target install would
+cat >"$T/bin/fakepip" <<'EOT'
+#!/bin/sh
+while [ "$1" != --target ]; do shift; done
+nv="$2/nvidia"
+mkdir -p "$nv/cuda_nvcc/bin" "$nv/cuda_nvcc/nvvm/libdevice" "$nv/cuda_runtime/include" "$nv/cuda_runtime/lib" \
+	"$nv/curand/include" "$nv/cublas/include" "$nv/cublas/lib" "$nv/cuda_cccl/include" "$nv/nccl/include" "$nv/nccl/lib"
+printf '#!/bin/sh\necho "Build fake"\n' >"$nv/cuda_nvcc/bin/ptxas" && chmod +x "$nv/cuda_nvcc/bin/ptxas"
+touch "$nv/cuda_nvcc/nvvm/libdevice/libdevice.10.bc" "$nv/cuda_runtime/include/cuda.h" "$nv/cuda_runtime/include/cuda_runtime.h" \
+	"$nv/cuda_runtime/include/__init__.py" "$nv/cuda_runtime/lib/libcudart.so.12" "$nv/curand/include/curand_mtgp32_kernel.h" \
+	"$nv/cublas/include/cublas_api.h" "$nv/cublas/lib/libcublas.so.12" "$nv/nccl/include/nccl.h" "$nv/nccl/lib/libnccl.so.2"
+EOT
+chmod +x "$T/bin/fakepip"
+printf '#!/bin/sh\nshift 2\nexec "%s" "$@"\n' "$T/bin/fakepip" >"$T/bin/pypip"
+chmod +x "$T/bin/pypip"
+if ! out="$(DG_CUDA_VERSION=12.9 DG_CUDA_CACHE="$T/cache" DG_CLANG=true DG_PYTHON="$T/bin/pypip" bash "$TC" 2>&1)"; then
+	fail "12.9 install on a fake pip: $out"
+fi
+tk="$T/cache/cuda-12.9/toolkit"
+for f in bin/ptxas nvvm/libdevice/libdevice.10.bc include/cuda.h include/curand_mtgp32_kernel.h lib64/libcudart.so lib64/libcublas.so.12; do
+	[[ -e "$tk/$f" ]] || fail "12.9 tree lacks $f"
+done
+[[ ! -e "$tk/include/__init__.py" ]] || fail "12.9 tree holds pip's __init__.py"
+printf '#!/bin/sh\nprintf "%%s\\n" "$@"\n' >"$T/bin/echoargs"
+chmod +x "$T/bin/echoargs"
+got="$(DG_FATBINARY="$T/bin/echoargs" "$tk/bin/fatbinary" -64 --create o.fatbin --image=profile=sm_90,file=a.cubin --image=profile=compute_90,file=a.s)"
+want="$(printf '%s\n' --compress=false -64 --create o.fatbin --image3=kind=elf,sm=90,file=a.cubin --image3=kind=ptx,sm=90,file=a.s)"
+[[ "$got" == "$want" ]] || fail "fatbinary wrapper: got $got, want $want"
 
 if ((fails > 0)); then
 	echo "cuda-toolchain-test: $fails failure(s)"

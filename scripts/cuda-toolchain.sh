@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # cuda-toolchain.sh — make a CUDA 13.0 toolchain available to build-cuda.sh.
+# DG_CUDA_VERSION=12.9|11.8 hands over to cuda-toolchain-clang.sh (clang's
+# CUDA front end with that version's wheels); 13.0 (the default) is nvcc:
 #
 #   scripts/cuda-toolchain.sh          install (if needed) and report the toolchain
 #   scripts/cuda-toolchain.sh --env    print NAME=value lines for the toolchain in
@@ -31,6 +33,16 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+case "${DG_CUDA_VERSION:-13.0}" in
+13.0) ;;
+12.9 | 11.8) exec bash "$ROOT/scripts/cuda-toolchain-clang.sh" "$@" ;;
+*)
+	echo "cuda-toolchain: DG_CUDA_VERSION=\"$DG_CUDA_VERSION\": want 13.0 (nvcc), 12.9 or 11.8 (clang front end)" >&2
+	exit 2
+	;;
+esac
+# shellcheck source=scripts/cuda-wheels.sh
+. "$ROOT/scripts/cuda-wheels.sh"
 DIR="${DG_CUDA_DIR:-$ROOT/.cuda}"
 
 # Pinned: the last release of each wheel on the CUDA 13.0 line (Update 2),
@@ -136,7 +148,10 @@ resolve() {
 
 print_env() {
 	cat <<EOT
+DG_CUDA_VERSION=13.0
+DG_CUDA_FRONTEND=nvcc
 DG_CUDA_SOURCE=$SOURCE
+DG_CLANG=
 DG_NVCC=$NVCC
 DG_CUDA_TOP=$TOP
 DG_CUDA_INC=$INC
@@ -159,27 +174,6 @@ fix_layout() {
 	return 0
 }
 
-# prepare_dir leaves $DIR empty and marked as this script's, or fails: a
-# folder is deleted only when this script made it (stamp or marker inside).
-prepare_dir() {
-	if [[ -d "$DIR" && -n "$(ls -A "$DIR")" ]]; then
-		if [[ ! -e "$STAMP" && ! -e "$PARTIAL" ]]; then
-			cat >&2 <<EOT
-cuda-toolchain: DG_CUDA_DIR=$DIR is not empty and was not made by this script
-  (no $(basename "$STAMP") or $(basename "$PARTIAL") in it): leaving it untouched.
-  Point DG_CUDA_DIR at a new or empty folder, or remove this one yourself.
-EOT
-			return 1
-		fi
-		rm -rf "$DIR"
-	elif [[ -e "$DIR" && ! -d "$DIR" ]]; then
-		echo "cuda-toolchain: DG_CUDA_DIR=$DIR exists and is not a folder" >&2
-		return 1
-	fi
-	mkdir -p "$DIR"
-	: >"$PARTIAL"
-}
-
 install_wheels() {
 	if installed; then
 		echo "cuda-toolchain: wheels already in $DIR (pinned set unchanged), skipping install"
@@ -189,7 +183,7 @@ install_wheels() {
 	echo "cuda-toolchain: installing into $DIR:"
 	printf '  %s\n' "${WHEELS[@]}"
 	local t0=$SECONDS
-	prepare_dir
+	prepare_dir "$DIR" "$STAMP" "$PARTIAL" cuda-toolchain DG_CUDA_DIR
 	"$PYTHON" -m pip install --quiet --disable-pip-version-check --no-deps --no-input --root-user-action=ignore \
 		--target "$DIR" "${WHEELS[@]}"
 	fix_layout
