@@ -8,22 +8,6 @@ import (
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-// role says which way an argument's bytes cross: in before the inner
-// operation, out after it succeeded.
-type role uint8
-
-const (
-	in role = 1 << iota
-	out
-)
-
-// arg is one tensor argument of an operation.
-type arg struct {
-	name string
-	t    *tensor.Tensor
-	role role
-}
-
 // staging is one operation's host side: the tensors handed to the inner
 // comm (in args order) and the buffers lent for them.
 type staging struct {
@@ -33,15 +17,15 @@ type staging struct {
 
 // check says why the device cannot move a, or nil for a device tensor it
 // can. Nil and host tensors never reach it.
-func (c *Comm) check(a arg) error {
-	t := a.t
+func (c *Comm) check(a comm.Arg) error {
+	t := a.T
 	switch {
 	case t.Device() != c.be.Device():
-		return fmt.Errorf("%w: %s %v is neither in host memory nor on %v", comm.ErrInvalid, a.name, t, c.be.Device())
+		return fmt.Errorf("%w: %s %v is neither in host memory nor on %v", comm.ErrInvalid, a.Name, t, c.be.Device())
 	case !t.Contiguous():
-		return fmt.Errorf("%w: %s %v is not contiguous", comm.ErrInvalid, a.name, t)
+		return fmt.Errorf("%w: %s %v is not contiguous", comm.ErrInvalid, a.Name, t)
 	case t.Storage().Freed():
-		return fmt.Errorf("%w: %s %v: storage already freed", comm.ErrInvalid, a.name, t)
+		return fmt.Errorf("%w: %s %v: storage already freed", comm.ErrInvalid, a.Name, t)
 	}
 	return nil
 }
@@ -51,22 +35,22 @@ func (c *Comm) check(a arg) error {
 // at the same relative offsets, so the inner comm sees the same overlap
 // (an in-place ReduceScatter or AllGather, or a forbidden one) as the
 // caller made. Nil and host tensors pass through as they are.
-func (c *Comm) stageIn(args []arg) (*staging, error) {
+func (c *Comm) stageIn(args []comm.Arg) (*staging, error) {
 	st := &staging{hs: make([]*tensor.Tensor, len(args))}
 	type span struct{ lo, hi int }
 	spans := map[*tensor.Storage]*span{}
 	var order []*tensor.Storage
 	for i, a := range args {
-		if a.t == nil || a.t.Device().IsCPU() {
-			st.hs[i] = a.t
+		if a.T == nil || a.T.Device().IsCPU() {
+			st.hs[i] = a.T
 			continue
 		}
 		if err := c.check(a); err != nil {
 			return st, err
 		}
-		s := a.t.Storage()
-		lo := a.t.Offset() * a.t.DType().Size()
-		hi := lo + a.t.Bytes()
+		s := a.T.Storage()
+		lo := a.T.Offset() * a.T.DType().Size()
+		hi := lo + a.T.Bytes()
 		if sp, ok := spans[s]; ok {
 			sp.lo, sp.hi = min(sp.lo, lo), max(sp.hi, hi)
 			continue
@@ -84,41 +68,41 @@ func (c *Comm) stageIn(args []arg) (*staging, error) {
 		bufs[s] = b
 	}
 	for i, a := range args {
-		if a.t == nil || a.t.Device().IsCPU() {
+		if a.T == nil || a.T.Device().IsCPU() {
 			continue
 		}
-		b := bufs[a.t.Storage()]
-		sz := a.t.DType().Size()
-		rel := a.t.Offset()*sz - spans[a.t.Storage()].lo
+		b := bufs[a.T.Storage()]
+		sz := a.T.DType().Size()
+		rel := a.T.Offset()*sz - spans[a.T.Storage()].lo
 		if rel%sz != 0 {
 			return st, fmt.Errorf("%w: %s %v starts at byte %d of the span its storage shares with another argument, not a multiple of its %d-byte elements",
-				comm.ErrInvalid, a.name, a.t, rel, sz)
+				comm.ErrInvalid, a.Name, a.T, rel, sz)
 		}
-		h, err := tensor.FromStorage(b, a.t.DType(), rel/sz, a.t.Shape()...)
+		h, err := tensor.FromStorage(b, a.T.DType(), rel/sz, a.T.Shape()...)
 		if err != nil {
-			return st, fmt.Errorf("%w: %s %v: %w", comm.ErrInvalid, a.name, a.t, err)
+			return st, fmt.Errorf("%w: %s %v: %w", comm.ErrInvalid, a.Name, a.T, err)
 		}
 		st.hs[i] = h
 	}
 	for i, a := range args {
-		if a.role&in == 0 || st.hs[i] == a.t {
+		if !a.In || st.hs[i] == a.T {
 			continue
 		}
-		if err := c.be.Copy(st.hs[i], a.t); err != nil {
-			return st, fmt.Errorf("%w: copying %s %v to the host: %w", comm.ErrInvalid, a.name, a.t, err)
+		if err := c.be.Copy(st.hs[i], a.T); err != nil {
+			return st, fmt.Errorf("%w: copying %s %v to the host: %w", comm.ErrInvalid, a.Name, a.T, err)
 		}
 	}
 	return st, nil
 }
 
 // stageOut copies the outputs back to the device.
-func (c *Comm) stageOut(args []arg, st *staging) error {
+func (c *Comm) stageOut(args []comm.Arg, st *staging) error {
 	for i, a := range args {
-		if a.role&out == 0 || st.hs[i] == a.t {
+		if !a.Out || st.hs[i] == a.T {
 			continue
 		}
-		if err := c.be.Copy(a.t, st.hs[i]); err != nil {
-			return fmt.Errorf("%w: copying %s %v back from the host: %w", comm.ErrInvalid, a.name, a.t, err)
+		if err := c.be.Copy(a.T, st.hs[i]); err != nil {
+			return fmt.Errorf("%w: copying %s %v back from the host: %w", comm.ErrInvalid, a.Name, a.T, err)
 		}
 	}
 	return nil

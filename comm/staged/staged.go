@@ -38,9 +38,9 @@ import (
 // Comm is a comm.Comm over the tensors of be's device (and the host),
 // staged through host buffers around an inner host comm.
 type Comm struct {
-	inner comm.Comm
-	be    backend.Backend
-	cache cache
+	comm.Interposed // every operation through Start
+	be              backend.Backend
+	cache           cache
 
 	mu     sync.Mutex
 	prev   chan struct{} // closed once the previous operation entered inner
@@ -53,72 +53,38 @@ var _ comm.Comm = (*Comm)(nil)
 func New(inner comm.Comm, be backend.Backend) *Comm {
 	prev := make(chan struct{})
 	close(prev)
-	return &Comm{inner: inner, be: be, prev: prev}
+	c := &Comm{be: be, prev: prev}
+	c.Interposed = comm.Interposed{Inner: inner, IP: c, Wrap: func(sub comm.Comm) comm.Comm { return New(sub, be) }}
+	return c
 }
 
 // Backend is the backend whose device's memory this comm moves.
 func (c *Comm) Backend() backend.Backend { return c.be }
 
-// Inner is the wrapped host comm.
-func (c *Comm) Inner() comm.Comm { return c.inner }
-
-// Rank is this rank's index in the group.
-func (c *Comm) Rank() int { return c.inner.Rank() }
-
-// Size is the number of ranks in the group.
-func (c *Comm) Size() int { return c.inner.Size() }
-
-// Name identifies the group in errors.
-func (c *Comm) Name() string { return c.inner.Name() }
-
-// Members lists the world rank of each group rank.
-func (c *Comm) Members() []int { return c.inner.Members() }
-
 // Close frees the staging buffers and closes the inner handle. No call
 // may be in flight.
 func (c *Comm) Close() error {
 	c.cache.close()
-	return c.inner.Close()
-}
-
-// work is a staged operation; it implements comm.Work.
-type work struct {
-	c    *Comm
-	op   comm.OpKind
-	done chan struct{}
-	err  error
-}
-
-func (w *work) Done() <-chan struct{} { return w.done }
-
-func (w *work) Wait(ctx context.Context) error {
-	return comm.WaitDone(ctx, w.done, func() error { return w.err }, w.op, w.c.Name(), w.c.Rank())
-}
-
-// wait is the synchronous form's: the operation, copies back included,
-// is over when it returns.
-func (w *work) wait() error {
-	<-w.done
-	return w.err
+	return c.Inner.Close()
 }
 
 func (c *Comm) errorf(op comm.OpKind, err error) *comm.Error {
 	return &comm.Error{Op: op.String(), Group: c.Name(), Rank: c.Rank(), Err: err}
 }
 
-// start runs op on a goroutine: once the previous operation entered the
+// Start (comm.Interposer) runs op on a goroutine: once the previous operation entered the
 // inner comm, it stages args in, enters inner through run (given the host
 // tensors in args order), waits for it and stages the outputs back. done
 // closes only after the copies back, so outputs are never written after
 // Wait returns.
-func (c *Comm) start(ctx context.Context, op comm.OpKind, args []arg, run func(ctx context.Context, hs []*tensor.Tensor) comm.Work) *work {
-	w := &work{c: c, op: op, done: make(chan struct{})}
+func (c *Comm) Start(ctx context.Context, op comm.OpKind, args []comm.Arg, run func(ctx context.Context, hs []*tensor.Tensor) comm.Work) comm.Work {
+	w := comm.NewPending(op, c.Name(), c.Rank())
 	c.mu.Lock()
 	prev, mine := c.prev, make(chan struct{})
 	c.prev = mine
 	c.mu.Unlock()
 	go func() {
-		defer close(w.done)
+		defer w.Finish()
 		<-prev
 		c.mu.Lock()
 		broken := c.broken
@@ -126,7 +92,7 @@ func (c *Comm) start(ctx context.Context, op comm.OpKind, args []arg, run func(c
 		if broken != nil {
 			c.poison(ctx)
 			close(mine)
-			w.err = c.errorf(op, fmt.Errorf("%w: this handle broke earlier: %w", comm.ErrAborted, broken))
+			w.Err = c.errorf(op, fmt.Errorf("%w: this handle broke earlier: %w", comm.ErrAborted, broken))
 			return
 		}
 		st, stageErr := c.stageIn(args)
@@ -140,9 +106,9 @@ func (c *Comm) start(ctx context.Context, op comm.OpKind, args []arg, run func(c
 		innerErr := iw.Wait(context.Background())
 		switch {
 		case stageErr != nil:
-			w.err = c.errorf(op, fmt.Errorf("%w (the inner operation, entered without tensors so that the group fails: %v)", stageErr, innerErr))
+			w.Err = c.errorf(op, fmt.Errorf("%w (the inner operation, entered without tensors so that the group fails: %v)", stageErr, innerErr))
 		case innerErr != nil:
-			w.err = innerErr
+			w.Err = innerErr
 		default:
 			if err := c.stageOut(args, st); err != nil {
 				c.mu.Lock()
@@ -151,7 +117,7 @@ func (c *Comm) start(ctx context.Context, op comm.OpKind, args []arg, run func(c
 				}
 				c.mu.Unlock()
 				c.poison(context.Background())
-				w.err = c.errorf(op, err)
+				w.Err = c.errorf(op, err)
 			}
 		}
 	}()
@@ -163,20 +129,5 @@ func (c *Comm) start(ctx context.Context, op comm.OpKind, args []arg, run func(c
 // group (the others' errors name this rank) rather than leave the others
 // to wait for a call that will not come.
 func (c *Comm) poison(ctx context.Context) {
-	<-c.inner.AllReduceAsync(ctx, nil, comm.Sum).Done()
+	<-c.Inner.AllReduceAsync(ctx, nil, comm.Sum).Done()
 }
-
-// finished is a comm.Work already over with err.
-type finished struct {
-	ch  chan struct{}
-	err error
-}
-
-func doneWork(err error) comm.Work {
-	f := &finished{ch: make(chan struct{}), err: err}
-	close(f.ch)
-	return f
-}
-
-func (f *finished) Done() <-chan struct{}      { return f.ch }
-func (f *finished) Wait(context.Context) error { return f.err }
