@@ -3,6 +3,7 @@ module github.com/deepgo-ml/deepgo
 go 1.26
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/apache/arrow-go/v18 v18.8.0
 	github.com/hjson/hjson-go/v4 v4.6.0
 	github.com/stretchr/testify v1.12.1
