@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"time"
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/comm/commslog"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/monitor/flops"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
@@ -57,6 +60,11 @@ type Engine struct {
 	saver    *checkpoint.AsyncSaver // background saves (SaveAsync), closed by Close
 	saverDir string
 	staged   []func() // frees of host copies a checkpoint reads (hostCopy)
+
+	log         io.Writer        // DeepSpeed's reports: comms_logger lines, flops_profiler (WithLog)
+	comms       *commslog.Logger // comms_logger, when enabled
+	flops       *flopsRun        // flops_profiler's step in progress
+	flopsReport *flops.Report    // its report, once printed
 }
 
 // Timers are the engine's cumulative wall-clock split.
@@ -127,6 +135,10 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 	e.arena.Reset()
 	e.arena.Open()
 	e.z.BeginMicroStep(seq)
+	if e.profiling() {
+		e.beginFlops(mb)
+		defer func() { e.flops.open = false }()
+	}
 	act := mb.Input
 	mctx := e.moduleCtx(ctx)
 	for _, m := range seq {
@@ -136,7 +148,11 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 		e.bind(m)
 		t0 := time.Now()
 		out, err := e.mods[m].Forward(mctx, act)
-		e.timers.Forward += time.Since(t0)
+		d := time.Since(t0)
+		e.timers.Forward += d
+		if e.flops != nil && e.flops.open {
+			e.flops.lat[e.mods[m].Name()] += d
+		}
 		if err != nil {
 			return 0, fmt.Errorf("deepgo: forward of module %q: %w", e.mods[m].Name(), err)
 		}
@@ -240,6 +256,9 @@ func (e *Engine) Step(ctx context.Context) error {
 	}
 	e.globalSteps++
 	e.microSteps++
+	if e.flops != nil {
+		return e.endFlops()
+	}
 	return nil
 }
 

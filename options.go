@@ -1,6 +1,8 @@
 package deepgo
 
 import (
+	"io"
+
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/optim"
@@ -16,6 +18,7 @@ type options struct {
 	opt     optim.Optimizer
 	store   optim.StateStore
 	device  *tensor.Device
+	log     io.Writer
 }
 
 // WithComm runs the engine as one rank of the data-parallel group c (for
@@ -50,3 +53,8 @@ func WithStateStore(s optim.StateStore) Option { return func(o *options) { o.sto
 // simulated device can; for GPUs pass an NCCL comm, package nccl).
 // tensor.ParseDevice reads the names. WithBackend wins over WithDevice.
 func WithDevice(dev tensor.Device) Option { return func(o *options) { o.device = &dev } }
+
+// WithLog sends what DeepSpeed prints (comms_logger's per-operation
+// lines, flops_profiler's report when it has no output_file) to w. Without
+// it rank 0 prints to standard output and the other ranks nowhere.
+func WithLog(w io.Writer) Option { return func(o *options) { o.log = w } }

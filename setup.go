@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"runtime"
 
 	"github.com/deepgo-ml/deepgo/backend"
@@ -68,6 +70,16 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		e.be, e.ownBE = b, true
 	}
 	if err := e.deviceComm(); err != nil {
+		return nil, err
+	}
+	e.log = o.log
+	if e.log == nil {
+		e.log = io.Discard
+		if e.c.Rank() == 0 {
+			e.log = os.Stdout
+		}
+	}
+	if err := e.startCommsLogger(); err != nil {
 		return nil, err
 	}
 	if dev := e.be.Device(); !dev.IsCPU() {

@@ -1,0 +1,92 @@
+package deepgo
+
+// The engine's share of DeepSpeed's profilers: comms_logger wraps the
+// data-parallel comm (package comm/commslog), flops_profiler times every
+// module's forward at flops_profiler.profile_step and prints DeepSpeed's
+// report (package monitor/flops).
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/comm/commslog"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/monitor/flops"
+)
+
+// flopsRun is the profile of one step in progress.
+type flopsRun struct {
+	step    int
+	mb      model.MicroBatch
+	lat     map[string]time.Duration
+	timers0 Timers
+	t0      time.Time
+	open    bool // the profiled micro-batch's Forward is running
+}
+
+// startCommsLogger wraps the engine's comm with comms_logger when the
+// config enables it.
+func (e *Engine) startCommsLogger() error {
+	if !e.cfg.CommsLogger.Enabled {
+		return nil
+	}
+	o, err := commslog.FromConfig(e.cfg.CommsLogger)
+	if err != nil {
+		return fmt.Errorf("deepgo.Initialize: %w", err)
+	}
+	o.Log = e.log
+	l, err := commslog.New(o)
+	if err != nil {
+		return fmt.Errorf("deepgo.Initialize: %w", err)
+	}
+	e.comms, e.c = l, l.Wrap(e.c)
+	return nil
+}
+
+// CommsSummary writes comms_logger's summary table (DeepSpeed's
+// log_summary) to w; without comms_logger.enabled it says so.
+func (e *Engine) CommsSummary(w io.Writer) error {
+	if e.comms == nil {
+		return fmt.Errorf("deepgo: CommsSummary: comms_logger.enabled is false")
+	}
+	return e.comms.Summary(w)
+}
+
+// profiling reports whether the micro-step Forward is starting belongs to
+// flops_profiler.profile_step (DeepSpeed profiles on rank 0 the forward
+// that runs while global_steps equals profile_step: its first micro-batch).
+func (e *Engine) profiling() bool {
+	fp := e.cfg.FlopsProfiler
+	return fp.Enabled && e.c.Rank() == 0 && e.globalSteps == fp.ProfileStep && e.microSteps%e.batch.GradAccum == 0
+}
+
+// beginFlops starts the profile of this step's first micro-batch.
+func (e *Engine) beginFlops(mb model.MicroBatch) {
+	e.flops = &flopsRun{step: e.globalSteps, mb: mb, lat: map[string]time.Duration{}, timers0: e.Timers(), t0: time.Now(), open: true}
+}
+
+// endFlops prints the report once the profiled step is over.
+func (e *Engine) endFlops() error {
+	f := e.flops
+	e.flops = nil
+	mods := make([]model.Module, len(e.mods))
+	copy(mods, e.mods)
+	r, err := flops.Build(f.step, mods, f.mb, f.lat)
+	if err != nil {
+		return fmt.Errorf("deepgo: flops_profiler: %w", err)
+	}
+	t := e.Timers()
+	r.World, r.DataParallel, r.ModelParallel, r.MicroBatch = e.c.Size(), e.c.Size(), 1, e.batch.MicroBatch
+	r.Forward, r.Backward, r.StepTime = t.Forward-f.timers0.Forward, t.Backward-f.timers0.Backward, time.Since(f.t0)
+	r.RecomputeFwdFactor = e.cfg.FlopsProfiler.RecomputeFwdFactor
+	e.flopsReport = r
+	if err := flops.Print(e.cfg.FlopsProfiler, r, e.log); err != nil {
+		return fmt.Errorf("deepgo: flops_profiler: %w", err)
+	}
+	return nil
+}
+
+// FlopsProfile is the flops_profiler report of profile_step once that
+// step is over (rank 0; nil before, elsewhere, or when disabled).
+func (e *Engine) FlopsProfile() *flops.Report { return e.flopsReport }
