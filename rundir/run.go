@@ -35,6 +35,11 @@ type Info struct {
 // OnCPU reports whether the run computed on the host (device "cpu" or unknown).
 func (i *Info) OnCPU() bool { return i == nil || i.Device == "" || i.Device == "cpu" }
 
+// HasConfig reports whether the run recorded its config (not absent, not null).
+func (i *Info) HasConfig() bool {
+	return i != nil && len(i.Config) > 0 && string(i.Config) != "null"
+}
+
 // Run is a run directory as read.
 type Run struct {
 	// Dir is the directory read.
