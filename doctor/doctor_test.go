@@ -66,7 +66,7 @@ func TestCraftedRuns(t *testing.T) {
 			advice:   []string{"zero_optimization.overlap_comm false -> true", "zero_optimization.reduce_bucket_size 2000000 -> 500000000", "zero_optimization.allgather_bucket_size 2000000 -> 500000000", "gradient_accumulation_steps 1 -> 3 (the guide's remedy; train_batch_size grows 3x): one reduction per 3 micro-batches, projected communication share 22.7%"}},
 		{name: "overflow storm", run: runfixture.OverflowStorm(), want: []string{"overflow"},
 			evidence: []string{"15 of 59 steps after the calibration skipped for overflow (25.4%), steps 21-39", "longest run 3 steps from step 21", "loss scale 32768 at most, 1 at step 60", "min_loss_scale 1 at step 39"},
-			advice:   []string{"bf16.enabled true", "scheduler.params.warmup_num_steps 10 -> 100", "lower the peak learning rate 0.0001 -> 5e-05"}},
+			advice:   []string{"bf16.enabled true", "scheduler.params.warmup_num_steps 10 -> 100: the first trouble is at step 21", "lower the peak learning rate 0.0001 -> 5e-05"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -112,11 +112,11 @@ func checkOverflow(in Input) (string, *Finding) {
 		}
 		f.Advice = append(f.Advice, Advice{Text: "bf16.enabled true, fp16.enabled false where the hardware has bfloat16 (the guide: A100 and later): fp32's range, no loss scaling"})
 	}
-	first := int64(0)
+	first := minStep
 	if len(after) > 0 {
 		first = after[0]
 	}
-	f.Advice = append(f.Advice, lrAdvice(cfg, in.Run.Get(rundir.TagLR), max(first, minStep))...)
+	f.Advice = append(f.Advice, lrAdvice(cfg, in.Run.Get(rundir.TagLR), first)...)
 	return checked, f
 }
 
