@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 
@@ -29,22 +28,11 @@ const doctorFindings = 3
 
 // runDoctor implements "deepgo doctor".
 func runDoctor(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, doctorUsage) }
+	fs := newRunFlags("doctor", doctorUsage, stderr)
 	cfgPath := fs.String("config", "", "DeepSpeed config file (default: the one in deepgo_run.json)")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 2
-	}
-	if len(pos) != 1 {
-		fmt.Fprint(stderr, doctorUsage)
-		return 2
-	}
-	run, err := rundir.Read(pos[0])
-	if err != nil {
-		fmt.Fprintln(stderr, "deepgo doctor:", err)
-		return 1
+	run, code := readRunArg(fs, args, stderr)
+	if run == nil {
+		return code
 	}
 	cfg, from, err := doctorConfig(run, *cfgPath)
 	if err != nil {
