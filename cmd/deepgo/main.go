@@ -7,6 +7,8 @@
 //	deepgo estimate --params N --world W      ZeRO model-state memory, DeepSpeed's and ours
 //	deepgo ckpt inspect DIR                   tags, steps, world, sizes; verify checksums
 //	deepgo ckpt consolidate DIR OUT           full float32 weights as one safetensors file
+//	deepgo plot RUN_DIR [--out DIR]           PNG charts of a monitored run
+//	deepgo doctor RUN_DIR [--config C]        the guide's §4.2 diagnosis of a monitored run
 //	deepgo selftest                           every kernel against a float64 Go reference
 package main
 

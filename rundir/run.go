@@ -1,0 +1,120 @@
+package rundir
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Info is deepgo_run.json: the facts of a run a monitor cannot put in a
+// series. The monitor writes it at the start and rewrites it at the end.
+type Info struct {
+	// Config is the resolved DeepSpeed config (config.Config.JSON).
+	Config json.RawMessage `json:"config"`
+	// World is the number of ranks.
+	World int `json:"world"`
+	// Device is where the run computed: "cpu", "sim:0", "cuda:0".
+	Device string `json:"device"`
+	// Params is the model's parameter count.
+	Params int64 `json:"params"`
+	// EntropyFloor is the lowest loss the data allows (the entropy rate of a
+	// synthetic corpus), nil where unknown.
+	EntropyFloor *float64 `json:"entropy_floor"`
+	// MemoryCapacityBytes is the memory the run could use: host RAM on the
+	// CPU, the device's total memory on a GPU.
+	MemoryCapacityBytes int64 `json:"memory_capacity_bytes"`
+	// Steps is the number of optimizer steps run so far.
+	Steps int64 `json:"steps"`
+}
+
+// OnCPU reports whether the run computed on the host (device "cpu" or unknown).
+func (i *Info) OnCPU() bool { return i == nil || i.Device == "" || i.Device == "cpu" }
+
+// HasConfig reports whether the run recorded its config (not absent, not null).
+func (i *Info) HasConfig() bool {
+	return i != nil && len(i.Config) > 0 && string(i.Config) != "null"
+}
+
+// Run is a run directory as read.
+type Run struct {
+	// Dir is the directory read.
+	Dir string
+	// Info is deepgo_run.json; nil when the directory has none (a run
+	// written by DeepSpeed itself).
+	Info *Info
+	// Series are the CSV files by tag.
+	Series map[string]*Series
+}
+
+// Get returns the series of tag, or nil when the run has no such file.
+func (r *Run) Get(tag string) *Series { return r.Series[tag] }
+
+// Tags lists the run's tags, sorted.
+func (r *Run) Tags() []string {
+	out := make([]string, 0, len(r.Series))
+	for t := range r.Series {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ErrNoRun means a directory holds neither deepgo_run.json nor a CSV file.
+var ErrNoRun = errors.New("not a run directory")
+
+// Read reads the run directory dir: deepgo_run.json where present and every
+// *.csv file. An error names the file it is about.
+func Read(dir string) (*Run, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("rundir: %w", err)
+	}
+	r := &Run{Dir: dir, Series: map[string]*Series{}}
+	for _, e := range entries {
+		name := e.Name()
+		path := filepath.Join(dir, name)
+		switch {
+		case e.Type()&fs.ModeType != 0:
+			continue
+		case name == runInfoFile:
+			if r.Info, err = readInfo(path); err != nil {
+				return nil, err
+			}
+		case strings.HasSuffix(name, csvExt):
+			s, err := ReadSeries(path)
+			if err != nil {
+				return nil, err
+			}
+			r.Series[s.Tag] = s
+		}
+	}
+	if r.Info == nil && len(r.Series) == 0 {
+		return nil, fmt.Errorf("rundir: %s: %w: want %s or csv_monitor files such as %s", dir, ErrNoRun, runInfoFile, FileName(TagLoss))
+	}
+	return r, nil
+}
+
+func readInfo(path string) (*Info, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("rundir: %w", err)
+	}
+	var in Info
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, fmt.Errorf("rundir: %s: %w", path, err)
+	}
+	switch {
+	case in.World < 0:
+		return nil, fmt.Errorf("rundir: %s: world %d: want >= 0", path, in.World)
+	case in.Params < 0:
+		return nil, fmt.Errorf("rundir: %s: params %d: want >= 0", path, in.Params)
+	case in.MemoryCapacityBytes < 0:
+		return nil, fmt.Errorf("rundir: %s: memory_capacity_bytes %d: want >= 0", path, in.MemoryCapacityBytes)
+	}
+	return &in, nil
+}

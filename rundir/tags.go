@@ -1,0 +1,73 @@
+package rundir
+
+import "strings"
+
+// The tags of the run-directory contract. DeepSpeed's engine writes the
+// Train/Samples ones (the elapsed times only with wall_clock_breakdown or the
+// flops profiler); deepgo adds Train/deepgo and, where a GPU driver answers,
+// Train/GPU. Every value is per optimizer step; steps are global and 1-based.
+const (
+	TagLoss              = "Train/Samples/train_loss"
+	TagLR                = "Train/Samples/lr"
+	TagLossScale         = "Train/Samples/loss_scale"
+	TagForwardMS         = "Train/Samples/elapsed_time_ms_forward"
+	TagBackwardMS        = "Train/Samples/elapsed_time_ms_backward"
+	TagBackwardInnerMS   = "Train/Samples/elapsed_time_ms_backward_inner"
+	TagBackwardReduceMS  = "Train/Samples/elapsed_time_ms_backward_allreduce"
+	TagStepMS            = "Train/Samples/elapsed_time_ms_step"
+	TagGradNorm          = "Train/deepgo/grad_norm"
+	TagSkippedSteps      = "Train/deepgo/skipped_steps"
+	TagOverflow          = "Train/deepgo/overflow"
+	TagTokensPerS        = "Train/deepgo/tokens_per_s"
+	TagStepTimeMS        = "Train/deepgo/step_time_ms"
+	TagCommTimeMS        = "Train/deepgo/comm_time_ms"
+	TagOptimizerTimeMS   = "Train/deepgo/optimizer_time_ms"
+	TagMemoryHost        = "Train/deepgo/memory_host_bytes"
+	TagMemoryDevice      = "Train/deepgo/memory_device_bytes"
+	TagMemoryPeak        = "Train/deepgo/memory_peak_bytes"
+	TagRSS               = "Train/deepgo/rss_bytes"
+	TagNonfiniteParams   = "Train/deepgo/nonfinite_params"
+	TagGPUMemoryUsed     = "Train/GPU/memory_used_bytes"
+	TagGPUMemoryTotal    = "Train/GPU/memory_total_bytes"
+	TagGPUUtilization    = "Train/GPU/utilization_pct"
+	TagGPUPower          = "Train/GPU/power_w"
+	TagGPUTemperature    = "Train/GPU/temperature_c"
+	runInfoFile          = "deepgo_run.json"
+	csvExt               = ".csv"
+	csvStepHeader        = "step"
+	tagSeparator         = "/"
+	fileNameTagSeparator = "_"
+)
+
+// Tags lists every tag of the contract, so that a file name (which loses the
+// difference between "/" and "_") maps back to its tag.
+var Tags = []string{
+	TagLoss, TagLR, TagLossScale, TagForwardMS, TagBackwardMS, TagBackwardInnerMS,
+	TagBackwardReduceMS, TagStepMS, TagGradNorm, TagSkippedSteps, TagOverflow,
+	TagTokensPerS, TagStepTimeMS, TagCommTimeMS, TagOptimizerTimeMS, TagMemoryHost,
+	TagMemoryDevice, TagMemoryPeak, TagRSS, TagNonfiniteParams, TagGPUMemoryUsed,
+	TagGPUMemoryTotal, TagGPUUtilization, TagGPUPower, TagGPUTemperature,
+}
+
+// FileName is the CSV file name DeepSpeed's csv_monitor gives a tag: "/" and
+// " " become "_", plus ".csv".
+func FileName(tag string) string {
+	return strings.NewReplacer(tagSeparator, fileNameTagSeparator, " ", fileNameTagSeparator).Replace(tag) + csvExt
+}
+
+// Header is the value column's header csv_monitor writes for a tag: its last
+// "/" component.
+func Header(tag string) string {
+	return tag[strings.LastIndex(tag, tagSeparator)+1:]
+}
+
+// tagOfFile maps a CSV file name back to its tag: a contract tag when one has
+// that file name, else the file's stem (a tag this package does not know).
+func tagOfFile(name string) string {
+	for _, t := range Tags {
+		if FileName(t) == name {
+			return t
+		}
+	}
+	return strings.TrimSuffix(name, csvExt)
+}
