@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // CSVWriter writes DeepSpeed's csv_monitor layout: in dir, one file per
@@ -17,9 +18,15 @@ import (
 // first time this process writes the file, then one "step,value" row per
 // event, in Python csv's dialect (CRLF line ends).
 type CSVWriter struct {
-	dir   string
-	files map[string]*csvFile
+	dir       string
+	files     map[string]*csvFile
+	lastFlush time.Time
 }
+
+// FlushInterval is how often the writers hand buffered rows to the file
+// system: a reader sees a running job's steps within a second, and a step
+// does not pay a write per file (Close flushes the rest).
+const FlushInterval = time.Second
 
 type csvFile struct {
 	f *os.File
@@ -40,8 +47,8 @@ func CSVFileName(tag string) string {
 	return strings.NewReplacer("/", "_", " ", "_").Replace(tag) + ".csv"
 }
 
-// WriteEvents appends one row per event and flushes, so that a reader sees
-// every finished step.
+// WriteEvents appends one row per event, flushing at most every
+// FlushInterval.
 func (c *CSVWriter) WriteEvents(step int, events []Event) error {
 	for _, e := range events {
 		cf, err := c.file(e.Tag)
@@ -52,6 +59,10 @@ func (c *CSVWriter) WriteEvents(step int, events []Event) error {
 			return err
 		}
 	}
+	if time.Since(c.lastFlush) < FlushInterval {
+		return nil
+	}
+	c.lastFlush = time.Now()
 	var errs []error
 	for _, cf := range c.files {
 		cf.w.Flush()

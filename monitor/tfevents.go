@@ -19,10 +19,11 @@ import (
 // then one Event per step holding a Summary of simple_value scalars, the
 // records torch's SummaryWriter.add_scalar produces for DeepSpeed.
 type TensorboardWriter struct {
-	f    *os.File
-	b    *bufio.Writer
-	path string
-	now  func() time.Time
+	f         *os.File
+	b         *bufio.Writer
+	path      string
+	now       func() time.Time
+	lastFlush time.Time
 }
 
 // NewTensorboardWriter creates dir and a new event file in it named as
@@ -66,7 +67,7 @@ func (w *TensorboardWriter) Path() string { return w.path }
 func wallTime(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 // WriteEvents writes one Event (wall_time, step, summary) holding every
-// event of the step as a simple_value, and flushes.
+// event of the step as a simple_value, flushing at most every FlushInterval.
 func (w *TensorboardWriter) WriteEvents(step int, events []Event) error {
 	var sum []byte
 	for _, e := range events {
@@ -87,6 +88,10 @@ func (w *TensorboardWriter) WriteEvents(step int, events []Event) error {
 	if err := w.record(ev); err != nil {
 		return err
 	}
+	if time.Since(w.lastFlush) < FlushInterval {
+		return nil
+	}
+	w.lastFlush = time.Now()
 	return w.b.Flush()
 }
 
