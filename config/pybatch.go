@@ -50,7 +50,7 @@ func pyRepr(v any) string {
 	case int64:
 		return strconv.FormatInt(x, 10)
 	case float64:
-		return pyFloatRepr(x)
+		return PyFloatRepr(x)
 	case string:
 		return x
 	case nil:
@@ -59,8 +59,9 @@ func pyRepr(v any) string {
 	return fmt.Sprint(v)
 }
 
-// pyFloatRepr formats like Python's repr(float).
-func pyFloatRepr(f float64) string {
+// PyFloatRepr formats f as Python's repr(float) does (DeepSpeed's messages
+// and csv_monitor files print floats that way).
+func PyFloatRepr(f float64) string {
 	switch {
 	case math.IsInf(f, 1):
 		return "inf"

@@ -16,8 +16,9 @@ func init() {
 
 const configUsage = `usage:
   deepgo config check FILE [--world N] [--strict] [--hidden H] [--json]
-      resolve and validate FILE; prints every value (defaults marked) and
-      every warning, or the errors; exits 1 on error
+      resolve and validate FILE; prints every value (defaults marked), the
+      keys set that have no effect in deepgo, every warning, or the errors;
+      exits 1 on error
   deepgo config explain KEY
       what KEY does, what it accepts and its default
 `
@@ -86,6 +87,7 @@ func configCheck(args []string, stdout, stderr io.Writer) int {
 		} else {
 			printSettings(stdout, cfg)
 		}
+		printNoEffect(stderr, cfg)
 		if len(cfg.Warnings) > 0 {
 			fmt.Fprintf(stderr, "%d warning(s):\n", len(cfg.Warnings))
 			for _, w := range cfg.Warnings {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/monitor"
 	"github.com/deepgo-ml/deepgo/nn"
 )
 
@@ -58,6 +60,8 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	lr := fs.Float64("lr", 1e-3, "learning rate, when the config has no optimizer or lr \"auto\"")
 	fallback := fs.Bool("resume-fallback", false, "when the latest checkpoint is damaged, resume from the newest one that verifies (and say so)")
 	device := fs.String("device", "cpu", deviceFlagHelp)
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address while training (\":9090\" binds 127.0.0.1)")
+	nanEvery := fs.Int("nan-check-every", monitor.DefaultFiniteCheckEvery, "check the parameters for NaN/Inf every N optimizer steps")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -65,7 +69,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "deepgo train: --config is required")
 		return 2
 	}
-	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr, resumeFallback: *fallback, device: *device}, stdout, stderr)
+	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery}, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 1
@@ -122,8 +126,15 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	res := &trainResult{Steps: steps, Ranks: ranks, PeakMemory: make([]int64, ranks), Device: deviceKind(dev0)}
 	var mu sync.Mutex
 	rs := &resumer{fallback: targs.resumeFallback}
+	metrics, err := serveTrainMetrics(targs.metricsAddr, stdout)
+	if err != nil {
+		return nil, err
+	}
+	if metrics != nil {
+		defer metrics.Close()
+	}
 	start := time.Now()
-	err = local.Run(context.Background(), ranks, local.Options{Timeout: 5 * time.Minute, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+	err = local.Run(context.Background(), ranks, local.Options{Timeout: 5 * time.Minute, Threads: 1}, func(ctx context.Context, c comm.Comm) (err error) {
 		cfg, err := config.Load(cfgPath)
 		if err != nil {
 			return err
@@ -169,6 +180,11 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if cfg.StepsPerPrint != nil && *cfg.StepsPerPrint > 0 {
 			every = *cfg.StepsPerPrint
 		}
+		tm, err := newTrainMonitor(cfg, e, rank, every, targs, runMeta{world: c.Size(), dev: dev, params: nn.NumParams(gpt), floor: floor, steps: steps}, metrics, stdout)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, tm.close()) }()
 		B, gas := e.BatchSizes().MicroBatch, e.BatchSizes().GradAccum
 		first, note, err := rs.resume(ctx, cfg, e, s)
 		if err != nil {
@@ -191,8 +207,12 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 				b := corpus.MakeBatch(s.Next(B), T)
 				mbs[i] = b.MicroBatch()
 			}
+			t1 := time.Now()
 			loss, err := e.TrainBatch(ctx, mbs)
 			if err != nil {
+				return err
+			}
+			if err := tm.observe(ctx, loss, time.Since(t1), int64(B*gas*T*c.Size())); err != nil {
 				return err
 			}
 			// the final loss is the mean of the last tenth of the steps (at least one)

@@ -17,6 +17,8 @@ type trainerArgs struct {
 
 	resumeFallback bool   // --resume-fallback: not a config value, carried along
 	device         string // --device
+	metricsAddr    string // --metrics-addr
+	nanCheckEvery  int    // --nan-check-every
 }
 
 // fillTrainerAutos fills what the config leaves to the trainer and returns

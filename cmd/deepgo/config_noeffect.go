@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/deepgo-ml/deepgo/config"
+)
+
+// noEffect are keys deepgo loads and validates (DeepSpeed documents them)
+// but neither the engine, deepgo train nor the monitor reads: a document
+// setting them gets DeepSpeed's behaviour only where deepgo happens to
+// match it. A key listed covers its sub-keys. Kept honest by
+// TestNoEffectKeysUnread, which fails when a listed key's Go field is read
+// outside package config. (flops_profiler and comms_logger are not listed:
+// issue 17 adds them.)
+var noEffect = map[string]string{
+	"memory_breakdown":                     "no memory report is printed; deepgo train prints mem/rank every steps_per_print",
+	"dump_state":                           "the engine state is not printed",
+	"sparse_gradients":                     "gradients are always dense",
+	"dataloader_drop_last":                 "deepgo has no DeepSpeed dataloader",
+	"zero_allow_untested_optimizer":        "every deepgo optimizer works with ZeRO",
+	"zero_force_ds_cpu_optimizer":          "deepgo's optimizers are its own",
+	"seq_parallel_communication_data_type": "sequence parallelism above 1 is not supported",
+	"torch_autocast":                       "no autocast: precision is fp16/bf16/fp32 for the whole model",
+	"aio":                                  "NVMe offload is not supported, so nothing does asynchronous I/O",
+	"pipeline":                             "pipeline parallelism is not supported yet",
+	"wandb":                                "nothing is sent to W&B",
+	"comet":                                "nothing is sent to Comet",
+	"elasticity":                           "deepgo does not run elastic training",
+	"fp16.auto_cast":                       "inputs are not cast",
+	"fp16.fp16_master_weights_and_grads":   "the master copy is always fp32",
+	"bf16.immediate_grad_update":           "gradients are accumulated as configured by data_types.grad_accum_dtype",
+	"bf16.bf16_master_weights_and_grads":   "the master copy is always fp32",
+	"bf16.bf16_optimizer_states":           "optimizer states are always fp32",
+	"data_types.param_dtype":               "the parameter dtype follows fp16/bf16",
+	"data_types.buffer_dtype":              "models have no buffers",
+	"optimizer.legacy_fusion":              "there is one fused implementation",
+
+	"zero_optimization.contiguous_gradients":                      "gradient buckets are always contiguous",
+	"zero_optimization.use_multi_rank_bucket_allreduce":           "buckets are reduced one at a time",
+	"zero_optimization.allgather_partitions":                      "partitions are always all-gathered after the step",
+	"zero_optimization.allgather_bucket_size":                     "the all-gather is not bucketed",
+	"zero_optimization.load_from_fp32_weights":                    "Load restores the fp32 master copy when the checkpoint has it",
+	"zero_optimization.elastic_checkpoint":                        "checkpoints are not elastic",
+	"zero_optimization.sub_group_size":                            "the optimizer steps the whole shard in one call",
+	"zero_optimization.stage3_model_persistence_threshold":        "only the per-parameter persistence threshold is used",
+	"zero_optimization.stage3_gather_16bit_weights_on_model_save": "Save writes the partitioned states; consolidate with deepgo ckpt",
+	"zero_optimization.stage3_module_granularity_threshold":       "modules are never merged into leaves",
+	"zero_optimization.stage3_use_all_reduce_for_fetch_params":    "parameters are fetched by all-gather",
+	"zero_optimization.stage3_allgather_sequential":               "the all-gather order is fixed",
+	"zero_optimization.ignore_unused_parameters":                  "every parameter must take part (the module-order check)",
+	"zero_optimization.legacy_stage1":                             "there is one stage-1 implementation",
+	"zero_optimization.round_robin_gradients":                     "gradients are partitioned by contiguous ranges",
+	"zero_optimization.leaf_module":                               "modules are never merged into leaves",
+	"zero_optimization.offload_param.buffer_count":                "only used by NVMe offload (not supported)",
+	"zero_optimization.offload_param.buffer_size":                 "only used by NVMe offload (not supported)",
+	"zero_optimization.offload_param.max_in_cpu":                  "only used by NVMe offload (not supported)",
+	"zero_optimization.offload_param.pin_memory":                  "host buffers are not pinned",
+	"zero_optimization.offload_optimizer.buffer_count":            "only used by NVMe offload (not supported)",
+	"zero_optimization.offload_optimizer.pin_memory":              "host buffers are not pinned",
+	"zero_optimization.offload_optimizer.pipeline_read":           "only used by NVMe offload (not supported)",
+	"zero_optimization.offload_optimizer.pipeline_write":          "only used by NVMe offload (not supported)",
+	"zero_optimization.offload_optimizer.fast_init":               "only used by NVMe offload (not supported)",
+	"zero_optimization.offload_optimizer.super_offload":           "not implemented",
+	"zero_optimization.offload_optimizer.cpuadam_cores_perc":      "the optimizer uses the engine's thread pool",
+
+	"checkpoint.tag_validation":           "tags are not compared across ranks",
+	"checkpoint.load_universal":           "universal checkpoints are not read",
+	"checkpoint.use_node_local_storage":   "every rank writes under save_dir",
+	"checkpoint.parallel_write":           "the writer layout is deepgo's own",
+	"checkpoint.checkpoint_serialization": "deepgo writes safetensors",
+	"checkpoint.writer":                   "the writer layout is deepgo's own",
+	"checkpoint.keep_n_most_recent":       "old checkpoints are not removed",
+	"checkpoint.num_checkpoints_to_keep":  "old checkpoints are not removed",
+
+	"pipeline_schedule.virtual_stages":                "pipeline parallelism is not supported yet",
+	"sequence_parallel.gradient_checkpointing_kwargs": "activation checkpointing takes no kwargs",
+}
+
+// noEffectKeys lists the keys cfg's document set that have no effect in
+// deepgo, each with why, sorted: the noEffect keys and the recognised
+// sections kept verbatim (Config.Other).
+func noEffectKeys(cfg *config.Config) []string {
+	var out []string
+	for p := range cfg.Explicit {
+		for k := p; k != ""; {
+			if why, ok := noEffect[k]; ok {
+				out = append(out, fmt.Sprintf("%s: %s", p, why))
+				break
+			}
+			i := strings.LastIndexByte(k, '.')
+			if i < 0 {
+				break
+			}
+			k = k[:i]
+		}
+	}
+	for k := range cfg.Other {
+		out = append(out, fmt.Sprintf("%s: recognised DeepSpeed section, kept but not modelled", k))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// printNoEffect writes the keys of noEffectKeys under a heading.
+func printNoEffect(w io.Writer, cfg *config.Config) {
+	keys := noEffectKeys(cfg)
+	if len(keys) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%d key(s) load but have no effect in deepgo:\n", len(keys))
+	for _, k := range keys {
+		fmt.Fprintf(w, "  no effect: %s\n", k)
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/internal/shareddata"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// goField is the Go field name of the config key at path, "" if none.
+func goField(path string) string {
+	t := reflect.TypeOf(config.Config{})
+	name := ""
+	for _, part := range strings.Split(path, ".") {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct {
+			return ""
+		}
+		found := false
+		for i := 0; i < t.NumField(); i++ {
+			if f := t.Field(i); strings.Split(f.Tag.Get("json"), ",")[0] == part {
+				t, name, found = f.Type, f.Name, true
+				break
+			}
+		}
+		if !found {
+			return ""
+		}
+	}
+	return name
+}
+
+// TestNoEffectKeysUnread: every listed key is a config field that no
+// non-test Go file outside package config selects (the monitor reads
+// wandb.enabled and comet.enabled only to say they are not supported).
+func TestNoEffectKeysUnread(t *testing.T) {
+	var src bytes.Buffer
+	require.NoError(t, filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "config" || strings.HasPrefix(d.Name(), ".")) && p != "../.." {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") && p != "config_noeffect.go" {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			src.Write(b)
+		}
+		return nil
+	}))
+	generic := map[string]bool{"Writer": true, "Pipeline": true, "Wandb": true, "Comet": true}
+	for key := range noEffect {
+		f := goField(key)
+		if !assert.NotEmpty(t, f, "%s is not a config key", key) || generic[f] {
+			continue
+		}
+		re := regexp.MustCompile(`\.` + f + `\b`)
+		assert.False(t, re.Match(src.Bytes()), "%s (field %s) is read outside package config: drop it from noEffect", key, f)
+	}
+}
+
+// deepgo config check on the shared DeepSpeed configs lists what loads but
+// does nothing: keys from the list and the sections kept verbatim, only
+// those the document set.
+func TestConfigCheckNoEffect(t *testing.T) {
+	dir := shareddata.Dir(t, shareddata.ConfigsEnv, "configs")
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	require.NotEmpty(t, files)
+	total := 0
+	for _, f := range files {
+		cfg, err := config.Load(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range noEffectKeys(cfg) {
+			key := line[:strings.Index(line, ":")]
+			total++
+			if _, other := cfg.Other[key]; other {
+				continue
+			}
+			assert.True(t, cfg.IsSet(key), "%s: %s listed but not set", filepath.Base(f), key)
+		}
+	}
+	assert.Positive(t, total, "the shared configs set some keys without effect")
+
+	var out, errb bytes.Buffer
+	p := filepath.Join(t.TempDir(), "c.json")
+	require.NoError(t, os.WriteFile(p, []byte(`{"train_batch_size": 8, "memory_breakdown": true, "wall_clock_breakdown": true,
+		"zero_optimization": {"stage": 2, "round_robin_gradients": true, "reduce_bucket_size": 1000}, "eigenvalue": {"enabled": true}}`), 0o644))
+	require.Zero(t, run([]string{"config", "check", p}, &out, &errb), errb.String())
+	assert.Contains(t, errb.String(), "3 key(s) load but have no effect in deepgo:")
+	assert.Contains(t, errb.String(), "no effect: memory_breakdown:")
+	assert.Contains(t, errb.String(), "no effect: zero_optimization.round_robin_gradients:")
+	assert.Contains(t, errb.String(), "no effect: eigenvalue: recognised DeepSpeed section")
+	assert.NotContains(t, errb.String(), "no effect: wall_clock_breakdown")
+	assert.NotContains(t, errb.String(), "no effect: zero_optimization.reduce_bucket_size")
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/monitor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// demoConfig writes a copy of configs/demo-zero2.json with csv_monitor,
+// tensorboard and wall_clock_breakdown on, printing every 10 steps, and
+// returns its path and the run directory.
+func demoConfig(t *testing.T) (cfgPath, runDir string) {
+	t.Helper()
+	var c map[string]any
+	b, err := os.ReadFile("../../configs/demo-zero2.json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &c))
+	out := t.TempDir()
+	c["steps_per_print"] = 10
+	c["wall_clock_breakdown"] = true
+	c["csv_monitor"] = map[string]any{"enabled": true, "output_path": out, "job_name": "demo"}
+	c["tensorboard"] = map[string]any{"enabled": true, "output_path": out, "job_name": "demo"}
+	b, err = json.Marshal(c)
+	require.NoError(t, err)
+	cfgPath = filepath.Join(t.TempDir(), "demo.json")
+	require.NoError(t, os.WriteFile(cfgPath, b, 0o644))
+	return cfgPath, filepath.Join(out, "demo")
+}
+
+// demoTags are the tags the demo writes every step.
+var demoTags = []string{monitor.TagLoss, monitor.TagLR, monitor.TagLossScale,
+	monitor.TagForward, monitor.TagBackward, monitor.TagBackwardInner, monitor.TagBackwardAllreduce, monitor.TagStepElapsed,
+	monitor.TagGradNorm, monitor.TagSkippedSteps, monitor.TagOverflow, monitor.TagTokensPerS, monitor.TagStepTime,
+	monitor.TagCommTime, monitor.TagOptimizerTime, monitor.TagMemoryHost, monitor.TagMemoryDevice, monitor.TagMemoryPeak, monitor.TagRSS}
+
+// TestTrainMonitorDemo: the demo run with csv_monitor, tensorboard and
+// wall_clock_breakdown writes one csv per tag a csv reader parses (header
+// "step,<name>", steps 1..30), tensorboard event files tensorboard's
+// reader parses with the same tags and steps, DeepSpeed's breakdown lines
+// at steps 10, 20 and 30, and deepgo_run.json.
+func TestTrainMonitorDemo(t *testing.T) {
+	cfg, dir := demoConfig(t)
+	var out, errb bytes.Buffer
+	code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "30"}, &out, &errb)
+	require.Zero(t, code, errb.String())
+
+	var steps []int
+	for s := 1; s <= 30; s++ {
+		steps = append(steps, s)
+	}
+	for _, tag := range demoTags {
+		f, err := os.Open(filepath.Join(dir, monitor.CSVFileName(tag)))
+		require.NoError(t, err, tag)
+		rows, err := csv.NewReader(f).ReadAll()
+		f.Close()
+		require.NoError(t, err, tag)
+		require.Len(t, rows, 31, tag)
+		assert.Equal(t, []string{"step", tag[strings.LastIndex(tag, "/")+1:]}, rows[0], tag)
+		var got []int
+		for _, r := range rows[1:] {
+			s, err := strconv.Atoi(r[0])
+			require.NoError(t, err)
+			got = append(got, s)
+			_, err = strconv.ParseFloat(r[1], 64)
+			assert.NoError(t, err, "%s step %s value %q", tag, r[0], r[1])
+		}
+		assert.Equal(t, steps, got, tag)
+	}
+
+	line := regexp.MustCompile(`(?m)^\[Rank 0\] time \(ms\) \| fwd: \d+\.\d\d \| bwd: \d+\.\d\d \| bwd_inner: \d+\.\d\d \| bwd_allreduce: \d+\.\d\d \| step: \d+\.\d\d$`)
+	assert.Len(t, line.FindAllString(out.String(), -1), 3, "breakdown lines at steps 10, 20, 30:\n%s", out.String())
+
+	var info struct {
+		Config   map[string]any `json:"config"`
+		World    int            `json:"world"`
+		Device   string         `json:"device"`
+		Params   int64          `json:"params"`
+		Floor    *float64       `json:"entropy_floor"`
+		Capacity int64          `json:"memory_capacity_bytes"`
+		Steps    int            `json:"steps"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, monitor.RunInfoFile))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &info))
+	assert.Equal(t, 2, info.World)
+	assert.Equal(t, "cpu", info.Device)
+	assert.Positive(t, info.Params)
+	assert.NotNil(t, info.Floor)
+	assert.Positive(t, info.Capacity)
+	assert.Equal(t, 30, info.Steps)
+	assert.Contains(t, info.Config, "zero_optimization")
+
+	ents, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*"))
+	require.Len(t, ents, 1)
+	if err := exec.Command("python3", "-c", "import tensorboard").Run(); err != nil {
+		t.Skip("python3 with the tensorboard package not available (pip install tensorboard); the csv files were checked: ", err)
+	}
+	script := `import json, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+acc = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0})
+acc.Reload()
+print(json.dumps({tag: [e.step for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}))`
+	o, err := exec.Command("python3", "-c", script, dir).Output()
+	require.NoError(t, err)
+	var tags map[string][]int
+	require.NoError(t, json.Unmarshal(o, &tags))
+	for _, tag := range demoTags {
+		assert.Equal(t, steps, tags[tag], tag)
+	}
+}
+
+// lockedBuffer is a Buffer two goroutines may use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestTrainMetricsEndpoint: /metrics scraped twice during a run shows
+// deepgo_step advancing.
+func TestTrainMetricsEndpoint(t *testing.T) {
+	cfg, _ := demoConfig(t)
+	var out, errb lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "400", "--metrics-addr", ":0"}, &out, &errb)
+	}()
+	re := regexp.MustCompile(`http://(\S+)/metrics`)
+	var addr string
+	deadline := time.Now().Add(60 * time.Second)
+	for addr == "" && time.Now().Before(deadline) {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			addr = m[1]
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NotEmpty(t, addr, "no metrics address in\n%s", out.String())
+	require.True(t, strings.HasPrefix(addr, "127.0.0.1:"), addr)
+	step := func() float64 {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		m := regexp.MustCompile(`(?m)^deepgo_step (\S+)$`).FindSubmatch(b)
+		require.NotNil(t, m, string(b))
+		v, _ := strconv.ParseFloat(string(m[1]), 64)
+		return v
+	}
+	var first float64
+	for first = step(); first == 0 && time.Now().Before(deadline); first = step() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Positive(t, first)
+	time.Sleep(200 * time.Millisecond)
+	second := step()
+	assert.Greater(t, second, first, "deepgo_step advances between scrapes")
+	assert.Zero(t, <-done, errb.String())
+	t.Logf("deepgo_step %v then %v", first, second)
+}

@@ -1,0 +1,26 @@
+// Package monitor is what a training loop reports each optimizer step to:
+// DeepSpeed's csv_monitor files and tensorboard event files under
+// <output_path>/<job_name>/, a Prometheus /metrics endpoint, DeepSpeed's
+// wall_clock_breakdown lines, a NaN/Inf check of the parameters at an
+// interval, and the user's document's §6 targets (memory, communication
+// share, update latency, finiteness) checked at every print.
+//
+// The loop builds a Monitor from its config.Config on every rank (only rank
+// 0 writes) and calls Observe once per optimizer step with a Record. The
+// package knows nothing of the engine: the Record carries plain numbers,
+// and the NaN/Inf check is a function the engine's owner supplies.
+//
+// Tags (the run-directory contract other tools read):
+//   - DeepSpeed's: Train/Samples/train_loss, lr, loss_scale and, with
+//     wall_clock_breakdown (forced on by flops_profiler), the
+//     elapsed_time_ms_{forward,backward,backward_inner,backward_allreduce,step}.
+//   - deepgo's, always: Train/deepgo/{grad_norm, skipped_steps, overflow,
+//     tokens_per_s, step_time_ms, comm_time_ms, optimizer_time_ms,
+//     memory_host_bytes, memory_device_bytes, memory_peak_bytes, rss_bytes},
+//     and nonfinite_params at the check interval only.
+//   - With GPU telemetry in the Record: Train/GPU/{memory_used_bytes,
+//     memory_total_bytes, utilization_pct, power_w, temperature_c}.
+//
+// The step of every event is the global optimizer step, 1-based (DeepSpeed
+// uses the sample count; deepgo's readers key on steps).
+package monitor

@@ -1,0 +1,120 @@
+package monitor
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/deepgo-ml/deepgo/config"
+)
+
+// Event is one scalar of one step under a tag.
+type Event struct {
+	Tag   string
+	Value float64
+	// Int marks a count (bytes, steps, 0/1 flags): written without a
+	// fraction, as Python writes an int.
+	Int bool
+}
+
+// Writer receives each step's events, in tag order as the Monitor builds them.
+type Writer interface {
+	WriteEvents(step int, events []Event) error
+	Close() error
+}
+
+// The contract's tags.
+const (
+	TagLoss              = "Train/Samples/train_loss"
+	TagLR                = "Train/Samples/lr"
+	TagLossScale         = "Train/Samples/loss_scale"
+	TagForward           = "Train/Samples/elapsed_time_ms_forward"
+	TagBackward          = "Train/Samples/elapsed_time_ms_backward"
+	TagBackwardInner     = "Train/Samples/elapsed_time_ms_backward_inner"
+	TagBackwardAllreduce = "Train/Samples/elapsed_time_ms_backward_allreduce"
+	TagStepElapsed       = "Train/Samples/elapsed_time_ms_step"
+	TagGradNorm          = "Train/deepgo/grad_norm"
+	TagSkippedSteps      = "Train/deepgo/skipped_steps"
+	TagOverflow          = "Train/deepgo/overflow"
+	TagTokensPerS        = "Train/deepgo/tokens_per_s"
+	TagStepTime          = "Train/deepgo/step_time_ms"
+	TagCommTime          = "Train/deepgo/comm_time_ms"
+	TagOptimizerTime     = "Train/deepgo/optimizer_time_ms"
+	TagMemoryHost        = "Train/deepgo/memory_host_bytes"
+	TagMemoryDevice      = "Train/deepgo/memory_device_bytes"
+	TagMemoryPeak        = "Train/deepgo/memory_peak_bytes"
+	TagRSS               = "Train/deepgo/rss_bytes"
+	TagNonfinite         = "Train/deepgo/nonfinite_params"
+	TagGPUMemoryUsed     = "Train/GPU/memory_used_bytes"
+	TagGPUMemoryTotal    = "Train/GPU/memory_total_bytes"
+	TagGPUUtilization    = "Train/GPU/utilization_pct"
+	TagGPUPower          = "Train/GPU/power_w"
+	TagGPUTemperature    = "Train/GPU/temperature_c"
+)
+
+func ms(d float64) float64 { return d / 1e6 }
+
+// events turns one step (dt: its timer deltas) into the contract's tags.
+func events(r Record, dt Timers, rss int64, breakdown bool, nonfinite *bool) []Event {
+	ev := []Event{
+		{Tag: TagLoss, Value: r.Loss},
+		{Tag: TagLR, Value: r.LR},
+		{Tag: TagLossScale, Value: r.LossScale},
+	}
+	if breakdown {
+		// DeepSpeed's bwd is its whole backward call, gradient reduction
+		// included; deepgo times module backwards (inner) and the
+		// reduction (collectives plus bucket work) apart, wherever the
+		// reduction ran.
+		inner, allreduce := float64(dt.Backward), float64(dt.Comm+dt.Reduce)
+		ev = append(ev,
+			Event{Tag: TagForward, Value: ms(float64(dt.Forward))},
+			Event{Tag: TagBackward, Value: ms(inner + allreduce)},
+			Event{Tag: TagBackwardInner, Value: ms(inner)},
+			Event{Tag: TagBackwardAllreduce, Value: ms(allreduce)},
+			Event{Tag: TagStepElapsed, Value: ms(float64(dt.Step))})
+	}
+	tps := 0.0
+	if r.StepTime > 0 {
+		tps = float64(r.Tokens) / r.StepTime.Seconds()
+	}
+	ev = append(ev,
+		Event{Tag: TagGradNorm, Value: r.GradNorm},
+		Event{Tag: TagSkippedSteps, Value: float64(r.SkippedSteps), Int: true},
+		Event{Tag: TagOverflow, Value: b2f(r.Overflow), Int: true},
+		Event{Tag: TagTokensPerS, Value: tps},
+		Event{Tag: TagStepTime, Value: ms(float64(r.StepTime))},
+		Event{Tag: TagCommTime, Value: ms(float64(dt.Comm))},
+		Event{Tag: TagOptimizerTime, Value: ms(float64(dt.Optimizer))},
+		Event{Tag: TagMemoryHost, Value: float64(r.HostBytes), Int: true},
+		Event{Tag: TagMemoryDevice, Value: float64(r.DeviceBytes), Int: true},
+		Event{Tag: TagMemoryPeak, Value: float64(r.PeakBytes), Int: true},
+		Event{Tag: TagRSS, Value: float64(rss), Int: true})
+	if nonfinite != nil {
+		ev = append(ev, Event{Tag: TagNonfinite, Value: b2f(*nonfinite), Int: true})
+	}
+	if g := r.GPU; g != nil {
+		ev = append(ev,
+			Event{Tag: TagGPUMemoryUsed, Value: float64(g.MemoryUsedBytes), Int: true},
+			Event{Tag: TagGPUMemoryTotal, Value: float64(g.MemoryTotalBytes), Int: true},
+			Event{Tag: TagGPUUtilization, Value: g.UtilizationPct},
+			Event{Tag: TagGPUPower, Value: g.PowerW},
+			Event{Tag: TagGPUTemperature, Value: g.TemperatureC})
+	}
+	return ev
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// text formats an event's value for the csv file: counts as integers,
+// the rest as Python's repr(float), which DeepSpeed's csv monitor writes.
+func (e Event) text() string {
+	if e.Int && !math.IsNaN(e.Value) && !math.IsInf(e.Value, 0) {
+		return strconv.FormatInt(int64(e.Value), 10)
+	}
+	return config.PyFloatRepr(e.Value)
+}

@@ -1,0 +1,228 @@
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/deepgo-ml/deepgo/config"
+)
+
+// FiniteCheck reports whether any parameter holds NaN or Inf. The Monitor
+// calls it on every rank at the same steps, so it may be a collective.
+type FiniteCheck func(ctx context.Context) (nonfinite bool, err error)
+
+// Option configures New.
+type Option func(*Monitor)
+
+// WithFiniteCheck sets the NaN/Inf check and its interval in steps
+// (every <= 0 keeps the default, DefaultFiniteCheckEvery).
+func WithFiniteCheck(every int, check FiniteCheck) Option {
+	return func(m *Monitor) {
+		if every > 0 {
+			m.finiteEvery = every
+		}
+		m.check = check
+	}
+}
+
+// WithPrintEvery sets the print interval (wall_clock_breakdown lines and
+// target checks); the default is steps_per_print, or 50 when the config
+// leaves it unset, as deepgo train prints.
+func WithPrintEvery(n int) Option {
+	return func(m *Monitor) {
+		if n > 0 {
+			m.printEvery = n
+		}
+	}
+}
+
+// WithLog sets where rank 0 prints the wall_clock_breakdown lines and the
+// target warnings (default: nowhere).
+func WithLog(w io.Writer) Option { return func(m *Monitor) { m.log = w } }
+
+// WithWriter adds a writer rank 0 sends every step's events to (a
+// MetricsServer, say); the caller keeps it and closes it.
+func WithWriter(w Writer) Option { return func(m *Monitor) { m.extra = append(m.extra, w) } }
+
+// WithMemoryCapacity sets the bytes the memory target divides by: the
+// host's RAM on the CPU, the device's memory on a GPU. Without it (or 0)
+// the memory target is not checked.
+func WithMemoryCapacity(bytes int64) Option { return func(m *Monitor) { m.capacity = bytes } }
+
+// Monitor turns each step's Record into events for its writers, prints
+// DeepSpeed's wall_clock_breakdown lines, runs the NaN/Inf check and
+// checks the §6 targets. Its methods must be called from one goroutine.
+type Monitor struct {
+	rank        int
+	breakdown   bool
+	printEvery  int
+	finiteEvery int
+	check       FiniteCheck
+	log         io.Writer
+	capacity    int64
+
+	writers []Writer // owned: closed by Close
+	extra   []Writer // the caller's
+	runDirs []string
+	notes   []string
+
+	prev     Timers
+	win      window
+	memory   target
+	comm     target
+	update   target
+	finite   target
+	warnings []string
+}
+
+// New builds rank's Monitor from cfg's tensorboard, csv_monitor, wandb,
+// comet, wall_clock_breakdown and steps_per_print. Only rank 0 creates
+// files; every rank must call Observe (the NaN/Inf check may be a
+// collective). wandb and comet, which deepgo cannot write, become Notes.
+func New(cfg *config.Config, rank int, opts ...Option) (*Monitor, error) {
+	if cfg == nil {
+		return nil, errors.New("monitor.New: cfg is nil")
+	}
+	m := &Monitor{
+		rank:        rank,
+		breakdown:   cfg.WallClockBreakdown || cfg.FlopsProfiler.Enabled,
+		printEvery:  50,
+		finiteEvery: DefaultFiniteCheckEvery,
+		memory:      target{name: "memory in use", unit: "% of capacity", limit: MemoryTargetPct},
+		comm:        target{name: "communication share", unit: "% of step time", limit: CommTargetPct},
+		update:      target{name: "parameter update (boundary step) time", unit: " ms", limit: UpdateTargetMs},
+		finite:      target{name: "non-finite parameters (NaN/Inf found = 1)", limit: 1},
+	}
+	if cfg.StepsPerPrint != nil && *cfg.StepsPerPrint > 0 {
+		m.printEvery = *cfg.StepsPerPrint
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	if cfg.Wandb.Enabled {
+		m.notes = append(m.notes, "not supported: wandb monitor (wandb.enabled): deepgo writes tensorboard and csv_monitor files and serves Prometheus /metrics; nothing is sent to W&B")
+	}
+	if cfg.Comet.Enabled {
+		m.notes = append(m.notes, "not supported: comet monitor (comet.enabled): deepgo writes tensorboard and csv_monitor files and serves Prometheus /metrics; nothing is sent to Comet")
+	}
+	if rank != 0 {
+		return m, nil
+	}
+	if c := cfg.CSVMonitor; c.Enabled {
+		dir := filepath.Join(c.OutputPath, c.JobName)
+		w, err := NewCSVWriter(dir)
+		if err != nil {
+			return nil, fmt.Errorf("csv_monitor.output_path %q: %w", c.OutputPath, err)
+		}
+		m.writers = append(m.writers, w)
+		m.runDirs = append(m.runDirs, dir)
+	}
+	if t := cfg.Tensorboard; t.Enabled {
+		dir := filepath.Join(t.OutputPath, t.JobName)
+		w, err := NewTensorboardWriter(dir)
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("tensorboard.output_path %q: %w", t.OutputPath, err)
+		}
+		m.writers = append(m.writers, w)
+		if len(m.runDirs) == 0 || filepath.Clean(m.runDirs[0]) != filepath.Clean(dir) {
+			m.runDirs = append(m.runDirs, dir)
+		}
+	}
+	return m, nil
+}
+
+// Notes lists what the config asked for that the Monitor does not do.
+func (m *Monitor) Notes() []string { return append([]string(nil), m.notes...) }
+
+// RunDirs are the run directories rank 0 writes to (csv_monitor's, then
+// tensorboard's when different); none on other ranks.
+func (m *Monitor) RunDirs() []string { return append([]string(nil), m.runDirs...) }
+
+// Warnings lists the target warnings printed so far.
+func (m *Monitor) Warnings() []string { return append([]string(nil), m.warnings...) }
+
+// Observe reports one optimizer step. Every rank calls it once per step.
+func (m *Monitor) Observe(ctx context.Context, r Record) error {
+	var nonfinite *bool
+	if m.check != nil && r.Step%m.finiteEvery == 0 {
+		bad, err := m.check(ctx)
+		if err != nil {
+			return fmt.Errorf("monitor: NaN/Inf check at step %d: %w", r.Step, err)
+		}
+		nonfinite = &bad
+	}
+	dt := r.Timers.sub(m.prev)
+	m.prev = r.Timers
+	if m.rank != 0 {
+		return nil
+	}
+	ev := events(r, dt, rssBytes(), m.breakdown, nonfinite)
+	var errs []error
+	for _, w := range m.writers {
+		errs = append(errs, w.WriteEvents(r.Step, ev))
+	}
+	for _, w := range m.extra {
+		errs = append(errs, w.WriteEvents(r.Step, ev))
+	}
+	m.win.add(float64(r.StepTime), float64(dt.Comm), float64(dt.Step))
+	if nonfinite != nil {
+		m.warn(m.finite.check(r.Step, b2f(*nonfinite)))
+	}
+	if r.Step%m.printEvery == 0 {
+		if m.breakdown && m.log != nil {
+			fmt.Fprintln(m.log, BreakdownLine(0, dt))
+		}
+		m.checkTargets(r)
+		m.win = window{}
+	}
+	return errors.Join(errs...)
+}
+
+// checkTargets applies the §6 targets to the window since the last print.
+func (m *Monitor) checkTargets(r Record) {
+	if m.capacity > 0 {
+		used := rssBytes()
+		switch {
+		case r.GPU != nil && r.GPU.MemoryUsedBytes > 0:
+			used = int64(r.GPU.MemoryUsedBytes)
+		case r.DeviceBytes > 0:
+			used = r.DeviceBytes
+		}
+		m.warn(m.memory.check(r.Step, 100*float64(used)/float64(m.capacity)))
+	}
+	m.warn(m.comm.check(r.Step, m.win.commPct()))
+	m.warn(m.update.check(r.Step, m.win.updateMs()))
+}
+
+func (m *Monitor) warn(s string) {
+	if s == "" {
+		return
+	}
+	m.warnings = append(m.warnings, s)
+	if m.log != nil {
+		fmt.Fprintln(m.log, "warning:", s)
+	}
+}
+
+// BreakdownLine is DeepSpeed's wall_clock_breakdown line for one step's
+// times (its global timers: fwd, bwd, bwd_inner, bwd_allreduce, step, in
+// ms with two decimals, as log_dist prints it on rank).
+func BreakdownLine(rank int, dt Timers) string {
+	inner, allreduce := float64(dt.Backward), float64(dt.Comm+dt.Reduce)
+	return fmt.Sprintf("[Rank %d] time (ms) | fwd: %.2f | bwd: %.2f | bwd_inner: %.2f | bwd_allreduce: %.2f | step: %.2f",
+		rank, ms(float64(dt.Forward)), ms(inner+allreduce), ms(inner), ms(allreduce), ms(float64(dt.Step)))
+}
+
+// Close flushes and closes the files the Monitor created.
+func (m *Monitor) Close() error {
+	var errs []error
+	for _, w := range m.writers {
+		errs = append(errs, w.Close())
+	}
+	m.writers = nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,151 @@
+package monitor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func loadConfig(t *testing.T, doc string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(doc))
+	require.NoError(t, err)
+	return cfg
+}
+
+// record makes step s of a synthetic run whose cumulative timers grow by
+// fixed amounts each step; comm grows to commMs per step.
+func record(s int, commMs float64) Record {
+	d := func(ms float64) time.Duration { return time.Duration(ms * float64(s) * 1e6) }
+	return Record{Step: s, Loss: 3 / float64(s), LR: 1e-3, LossScale: 1, Tokens: 256,
+		Timers:   Timers{Forward: d(2), Backward: d(3), Comm: d(commMs), Reduce: d(0.5), Optimizer: d(0.25), Step: d(1)},
+		StepTime: 10 * time.Millisecond, HostBytes: 1 << 20, PeakBytes: 2 << 20}
+}
+
+// TestMonitorRun: the config's csv_monitor, tensorboard and
+// wall_clock_breakdown sections give the files, the per-step breakdown
+// tags and DeepSpeed's lines every steps_per_print; the NaN/Inf check runs
+// at its interval.
+func TestMonitorRun(t *testing.T) {
+	out := t.TempDir()
+	cfg := loadConfig(t, fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 1, "steps_per_print": 4, "wall_clock_breakdown": true,
+		"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "j"},
+		"tensorboard": {"enabled": true, "output_path": %q, "job_name": "j"},
+		"wandb": {"enabled": true}}`, out, out))
+	var log bytes.Buffer
+	checks := 0
+	m, err := New(cfg, 0, WithLog(&log), WithFiniteCheck(5, func(context.Context) (bool, error) { checks++; return false, nil }))
+	require.NoError(t, err)
+	require.Len(t, m.Notes(), 1)
+	assert.Contains(t, m.Notes()[0], "not supported: wandb")
+	assert.Equal(t, []string{filepath.Join(out, "j")}, m.RunDirs())
+	for s := 1; s <= 10; s++ {
+		require.NoError(t, m.Observe(context.Background(), record(s, 1)))
+	}
+	require.NoError(t, m.WriteRunInfo(RunInfo{World: 2, Device: "cpu", Steps: 10}))
+	require.NoError(t, m.Close())
+	assert.Equal(t, 2, checks, "checks at steps 5 and 10")
+
+	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+	re := regexp.MustCompile(`^\[Rank 0\] time \(ms\) \| fwd: \d+\.\d\d \| bwd: \d+\.\d\d \| bwd_inner: \d+\.\d\d \| bwd_allreduce: \d+\.\d\d \| step: \d+\.\d\d$`)
+	var bl []string
+	for _, l := range lines {
+		if strings.Contains(l, "time (ms)") {
+			assert.Regexp(t, re, l)
+			bl = append(bl, l)
+		}
+	}
+	assert.Equal(t, []string{
+		"[Rank 0] time (ms) | fwd: 2.00 | bwd: 4.50 | bwd_inner: 3.00 | bwd_allreduce: 1.50 | step: 1.00",
+		"[Rank 0] time (ms) | fwd: 2.00 | bwd: 4.50 | bwd_inner: 3.00 | bwd_allreduce: 1.50 | step: 1.00",
+	}, bl, "lines at steps 4 and 8, one step's times each")
+
+	dir := filepath.Join(out, "j")
+	b, err := os.ReadFile(filepath.Join(dir, "Train_Samples_elapsed_time_ms_forward.csv"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(b), "step,elapsed_time_ms_forward\r\n1,2.0\r\n2,2.0\r\n"), string(b))
+	b, err = os.ReadFile(filepath.Join(dir, "Train_deepgo_nonfinite_params.csv"))
+	require.NoError(t, err)
+	assert.Equal(t, "step,nonfinite_params\r\n5,0\r\n10,0\r\n", string(b))
+	b, err = os.ReadFile(filepath.Join(dir, "Train_deepgo_tokens_per_s.csv"))
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "\r\n1,25600.0\r\n")
+	assert.FileExists(t, filepath.Join(dir, RunInfoFile))
+	ents, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*"))
+	assert.Len(t, ents, 1)
+}
+
+// Without wall_clock_breakdown there are no elapsed_time tags and no
+// lines; a rank other than 0 writes nothing but still runs the check.
+func TestMonitorQuietAndOtherRanks(t *testing.T) {
+	out := t.TempDir()
+	cfg := loadConfig(t, fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 1, "steps_per_print": 1,
+		"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "j"}}`, out))
+	var log bytes.Buffer
+	m, err := New(cfg, 0, WithLog(&log))
+	require.NoError(t, err)
+	require.NoError(t, m.Observe(context.Background(), record(1, 0)))
+	require.NoError(t, m.Close())
+	assert.NoFileExists(t, filepath.Join(out, "j", "Train_Samples_elapsed_time_ms_forward.csv"))
+	assert.FileExists(t, filepath.Join(out, "j", "Train_Samples_train_loss.csv"))
+	assert.NotContains(t, log.String(), "time (ms)")
+
+	out1 := t.TempDir()
+	cfg = loadConfig(t, fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 1, "wall_clock_breakdown": true,
+		"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "j"}}`, out1))
+	checks := 0
+	m, err = New(cfg, 1, WithLog(&log), WithFiniteCheck(0, func(context.Context) (bool, error) { checks++; return true, nil }))
+	require.NoError(t, err)
+	for s := 1; s <= DefaultFiniteCheckEvery; s++ {
+		require.NoError(t, m.Observe(context.Background(), record(s, 0)))
+	}
+	require.NoError(t, m.Close())
+	assert.Equal(t, 1, checks, "the default interval is the document's 500")
+	ents, _ := os.ReadDir(out1)
+	assert.Empty(t, ents, "rank 1 writes nothing")
+	assert.Empty(t, m.Warnings())
+}
+
+// The §6 targets warn at prints, once per crossing: communication 3 ms of
+// a 10 ms step (30%) is over 25%, then 1 ms recovers, then over again; an
+// update of 6 ms is over 5 ms; a non-finite parameter is named.
+func TestMonitorTargets(t *testing.T) {
+	cfg := loadConfig(t, `{"train_micro_batch_size_per_gpu": 1, "steps_per_print": 2}`)
+	var log bytes.Buffer
+	bad := false
+	m, err := New(cfg, 0, WithLog(&log), WithMemoryCapacity(1), WithFiniteCheck(3, func(context.Context) (bool, error) { return bad, nil }))
+	require.NoError(t, err)
+	var cum Timers
+	step := func(s int, commMs, stepMs float64) {
+		cum.Comm += time.Duration(commMs * 1e6)
+		cum.Step += time.Duration(stepMs * 1e6)
+		require.NoError(t, m.Observe(context.Background(), Record{Step: s, Timers: cum, StepTime: 10 * time.Millisecond}))
+	}
+	step(1, 3, 1)
+	step(2, 3, 1) // print: comm 30% -> warn; memory (RSS over 1 byte) -> warn
+	step(3, 3, 1) // finite check: fine
+	step(4, 3, 1) // still over: quiet
+	step(5, 1, 6)
+	bad = true
+	step(6, 1, 6) // print: comm 10% recovers; update 6 ms -> warn; finite check -> warn
+	step(7, 3, 1)
+	step(8, 3, 1) // comm over again -> warn; update recovers
+	w := m.Warnings()
+	require.Len(t, w, 5, "%q", w)
+	assert.Contains(t, w[0], "step 2: memory in use is")
+	assert.Contains(t, w[1], "step 2: communication share is 30% of step time, at or above the target 25% of step time")
+	assert.Contains(t, w[2], "step 6: non-finite parameters")
+	assert.Contains(t, w[3], "step 6: parameter update (boundary step) time is 6 ms, at or above the target 5 ms")
+	assert.Contains(t, w[4], "step 8: communication share is 30%")
+	assert.Equal(t, 5, strings.Count(log.String(), "warning: "))
+}

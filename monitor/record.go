@@ -1,0 +1,55 @@
+package monitor
+
+import "time"
+
+// Timers is the engine's wall-clock split, cumulative since the engine
+// started (as deepgo.Engine.Timers returns it); the Monitor takes the
+// difference between consecutive Records to get one step's times.
+type Timers struct {
+	Forward   time.Duration // module forwards and the loss
+	Backward  time.Duration // module backwards, reduction hooks excluded
+	Comm      time.Duration // issuing and waiting on collectives
+	Reduce    time.Duration // bucket casts, scaling, accumulation
+	Optimizer time.Duration // the fused optimizer step
+	Step      time.Duration // the whole boundary step
+}
+
+func (t Timers) sub(u Timers) Timers {
+	return Timers{t.Forward - u.Forward, t.Backward - u.Backward, t.Comm - u.Comm,
+		t.Reduce - u.Reduce, t.Optimizer - u.Optimizer, t.Step - u.Step}
+}
+
+// GPU is one device's telemetry at the step (zero fields are unknown).
+type GPU struct {
+	MemoryUsedBytes, MemoryTotalBytes uint64
+	UtilizationPct                    float64
+	PowerW                            float64
+	TemperatureC                      float64
+}
+
+// Record is what one optimizer step reports.
+type Record struct {
+	// Step is the global optimizer step, 1-based, skipped steps included.
+	Step int
+	// Loss is the step's mean loss (over micro-batches and ranks).
+	Loss float64
+	// LR is the learning rate; LossScale the loss scale (1 without fp16).
+	LR, LossScale float64
+	// SkippedSteps counts overflowed steps so far; Overflow says this one did.
+	SkippedSteps int
+	Overflow     bool
+	// GradNorm is the unscaled global gradient norm of the last applied step.
+	GradNorm float64
+	// Timers is the engine's cumulative split (see Timers).
+	Timers Timers
+	// StepTime is this step's wall time: every micro-batch's forward,
+	// backward and the boundary step, as the loop measured it.
+	StepTime time.Duration
+	// Tokens is the number of tokens this step trained on, all ranks.
+	Tokens int64
+	// HostBytes, DeviceBytes and PeakBytes are the engine's accounting
+	// (zero.Memory's HostBytes, DeviceBytes and Peak).
+	HostBytes, DeviceBytes, PeakBytes int64
+	// GPU is the device's telemetry, nil where there is none.
+	GPU *GPU
+}

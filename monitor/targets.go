@@ -1,0 +1,76 @@
+package monitor
+
+import (
+	"fmt"
+	"math"
+)
+
+// The user's document's §6 monitoring targets.
+const (
+	// MemoryTargetPct: memory in use below 90% of capacity.
+	MemoryTargetPct = 90.0
+	// CommTargetPct: communication below 25% of the step time.
+	CommTargetPct = 25.0
+	// UpdateTargetMs: the parameter update (the boundary step) below 5 ms.
+	UpdateTargetMs = 5.0
+	// DefaultFiniteCheckEvery: a NaN/Inf check of the parameters every 500 steps.
+	DefaultFiniteCheckEvery = 500
+)
+
+// crossing is the once-per-crossing rule: a metric is over its limit when
+// value >= limit; it warns when it goes over having been under, and a
+// value that is not a number (no measurement) changes nothing.
+func crossing(wasOver bool, value, limit float64) (over, warn bool) {
+	if math.IsNaN(value) {
+		return wasOver, false
+	}
+	over = value >= limit
+	return over, over && !wasOver
+}
+
+// target is one §6 metric and whether it is over its limit now.
+type target struct {
+	name, unit string
+	limit      float64
+	over       bool
+}
+
+// check applies crossing and returns the warning to print, or "".
+func (t *target) check(step int, value float64) string {
+	var warn bool
+	t.over, warn = crossing(t.over, value, t.limit)
+	if !warn {
+		return ""
+	}
+	return fmt.Sprintf("step %d: %s is %.4g%s, at or above the target %.4g%s (the document's §6)", step, t.name, value, t.unit, t.limit, t.unit)
+}
+
+// window accumulates the steps since the last print.
+type window struct {
+	steps               int
+	stepTime, comm, upd float64 // nanoseconds
+}
+
+func (w *window) add(stepTime, comm, upd float64) {
+	w.steps++
+	w.stepTime += stepTime
+	w.comm += comm
+	w.upd += upd
+}
+
+// commPct is the communication share of the window's step time, NaN when
+// nothing was timed.
+func (w *window) commPct() float64 {
+	if w.stepTime <= 0 {
+		return math.NaN()
+	}
+	return 100 * w.comm / w.stepTime
+}
+
+// updateMs is the window's mean boundary-step time.
+func (w *window) updateMs() float64 {
+	if w.steps == 0 {
+		return math.NaN()
+	}
+	return w.upd / float64(w.steps) / 1e6
+}
