@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"sync"
 
 	"github.com/deepgo-ml/deepgo/config"
 )
@@ -54,7 +55,9 @@ func WithMemoryCapacity(bytes int64) Option { return func(m *Monitor) { m.capaci
 
 // Monitor turns each step's Record into events for its writers, prints
 // DeepSpeed's wall_clock_breakdown lines, runs the NaN/Inf check and
-// checks the §6 targets. Its methods must be called from one goroutine.
+// checks the §6 targets. Its methods must be called from one goroutine;
+// rank 0 hands each step to a goroutine of its own that writes it, so a
+// writer's error is returned by a later Observe or by Close.
 type Monitor struct {
 	rank        int
 	breakdown   bool
@@ -76,6 +79,18 @@ type Monitor struct {
 	update   target
 	finite   target
 	warnings []string
+
+	queue   chan batch    // rank 0's steps on their way to the writers
+	flushed chan struct{} // closed when the writer goroutine has stopped
+	errMu   sync.Mutex
+	werrs   []error // the writers' errors since the last Observe
+}
+
+// batch is one step for the writer goroutine.
+type batch struct {
+	r         Record
+	dt        Timers
+	nonfinite *bool
 }
 
 // New builds rank's Monitor from cfg's tensorboard, csv_monitor, wandb,
@@ -111,6 +126,11 @@ func New(cfg *config.Config, rank int, opts ...Option) (*Monitor, error) {
 	if rank != 0 {
 		return m, nil
 	}
+	defer func() {
+		if len(m.writers)+len(m.extra) > 0 {
+			m.startWriting()
+		}
+	}()
 	if c := cfg.CSVMonitor; c.Enabled {
 		dir := filepath.Join(c.OutputPath, c.JobName)
 		w, err := NewCSVWriter(dir)
@@ -160,14 +180,13 @@ func (m *Monitor) Observe(ctx context.Context, r Record) error {
 	if m.rank != 0 {
 		return nil
 	}
-	ev := events(r, dt, rssBytes(), m.breakdown, nonfinite)
-	var errs []error
-	for _, w := range m.writers {
-		errs = append(errs, w.WriteEvents(r.Step, ev))
+	if m.queue != nil {
+		m.queue <- batch{r, dt, nonfinite}
 	}
-	for _, w := range m.extra {
-		errs = append(errs, w.WriteEvents(r.Step, ev))
-	}
+	m.errMu.Lock()
+	errs := m.werrs
+	m.werrs = nil
+	m.errMu.Unlock()
 	m.win.add(float64(r.StepTime), float64(dt.Comm), float64(dt.Step))
 	if nonfinite != nil {
 		m.warn(m.finite.check(r.Step, b2f(*nonfinite)))
@@ -217,9 +236,41 @@ func BreakdownLine(rank int, dt Timers) string {
 		rank, ms(float64(dt.Forward)), ms(inner+allreduce), ms(inner), ms(allreduce), ms(float64(dt.Step)))
 }
 
-// Close flushes and closes the files the Monitor created.
+// startWriting starts the goroutine that turns rank 0's steps into events
+// for the writers: formatting and file I/O stay off the training loop
+// (its step time is every rank's, since the collectives wait for rank 0).
+func (m *Monitor) startWriting() {
+	m.queue, m.flushed = make(chan batch, 64), make(chan struct{})
+	go func() {
+		defer close(m.flushed)
+		for b := range m.queue {
+			ev := events(b.r, b.dt, rssBytes(), m.breakdown, b.nonfinite)
+			var errs []error
+			for _, w := range m.writers {
+				errs = append(errs, w.WriteEvents(b.r.Step, ev))
+			}
+			for _, w := range m.extra {
+				errs = append(errs, w.WriteEvents(b.r.Step, ev))
+			}
+			if err := errors.Join(errs...); err != nil {
+				m.errMu.Lock()
+				m.werrs = append(m.werrs, fmt.Errorf("monitor: step %d: %w", b.r.Step, err))
+				m.errMu.Unlock()
+			}
+		}
+	}()
+}
+
+// Close writes the steps still queued, then flushes and closes the files
+// the Monitor created, returning any writer error not yet reported.
 func (m *Monitor) Close() error {
-	var errs []error
+	if m.queue != nil {
+		close(m.queue)
+		<-m.flushed
+		m.queue = nil
+	}
+	errs := m.werrs
+	m.werrs = nil
 	for _, w := range m.writers {
 		errs = append(errs, w.Close())
 	}
