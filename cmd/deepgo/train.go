@@ -159,7 +159,11 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if err != nil {
 			return err
 		}
-		e, err := deepgo.Initialize(ctx, cfg, gpt, opts...)
+		log := io.Discard // DeepSpeed's reports (flops_profiler, comms_logger lines) from rank 0
+		if c.Rank() == 0 {
+			log = stdout
+		}
+		e, err := deepgo.Initialize(ctx, cfg, gpt, append(opts, deepgo.WithLog(log))...)
 		if err != nil {
 			return err
 		}
@@ -236,6 +240,12 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 				if err := save(ctx, cfg, e, s); err != nil {
 					return err
 				}
+			}
+		}
+		if cs, ok := e.(interface{ CommsSummary(io.Writer) error }); ok && cfg.CommsLogger.Enabled && rank == 0 {
+			bar.clear()
+			if err := cs.CommsSummary(stdout); err != nil {
+				return err
 			}
 		}
 		if rank == 0 {

@@ -11,14 +11,17 @@ import (
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/monitor"
+	"github.com/deepgo-ml/deepgo/monitor/gpu"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
 // trainMonitor feeds one rank's monitor.Monitor from its engine each step.
 type trainMonitor struct {
-	m    *monitor.Monitor
-	e    deepgo.Trainer
-	info monitor.RunInfo
+	m     *monitor.Monitor
+	e     deepgo.Trainer
+	info  monitor.RunInfo
+	gpu   *gpu.Telemetry // NVML telemetry of the rank's GPU (cuda only)
+	every int            // telemetry is sampled every print interval
 }
 
 // runMeta is what deepgo_run.json says besides the config.
@@ -35,8 +38,24 @@ type runMeta struct {
 // the config's warnings on rank 0, and writes deepgo_run.json.
 func newTrainMonitor(cfg *config.Config, e deepgo.Trainer, rank, every int, targs trainerArgs, meta runMeta, metrics *monitor.MetricsServer, stdout io.Writer) (*trainMonitor, error) {
 	capacity := int64(0) // the device's memory is not known without telemetry
-	if meta.dev.IsCPU() || meta.dev.Kind == tensor.KindSim {
+	var tel *gpu.Telemetry
+	var telNote string
+	switch meta.dev.Kind {
+	case tensor.KindCPU, tensor.KindSim:
 		capacity = monitor.HostMemoryBytes() // sim memory is host memory
+	case tensor.KindCUDA:
+		t, err := gpu.Open(nil, meta.dev.Index)
+		if err != nil {
+			return nil, err
+		}
+		if t.Available() {
+			if ss, err := t.Sample(); err == nil && len(ss) == 1 {
+				capacity = int64(ss[0].MemoryTotalBytes)
+			}
+			tel = t
+		} else {
+			telNote = t.Note()
+		}
 	}
 	opts := []monitor.Option{monitor.WithPrintEvery(every), monitor.WithMemoryCapacity(capacity),
 		monitor.WithFiniteCheck(targs.nanCheckEvery, func(ctx context.Context) (bool, error) { return nonfiniteParams(ctx, e) })}
@@ -48,11 +67,17 @@ func newTrainMonitor(cfg *config.Config, e deepgo.Trainer, rank, every int, targ
 	}
 	m, err := monitor.New(cfg, rank, opts...)
 	if err != nil {
+		if tel != nil {
+			tel.Close()
+		}
 		return nil, err
 	}
-	tm := &trainMonitor{m: m, e: e}
+	tm := &trainMonitor{m: m, e: e, gpu: tel, every: every}
 	if rank != 0 {
 		return tm, nil
+	}
+	if telNote != "" {
+		fmt.Fprintln(stdout, "note:", telNote)
 	}
 	for _, w := range cfg.Warnings {
 		fmt.Fprintln(stdout, "warning:", w)
@@ -85,12 +110,23 @@ func (tm *trainMonitor) observe(ctx context.Context, loss float64, took time.Dur
 	if e, ok := tm.e.(*deepgo.Engine); ok {
 		r.SkippedSteps, r.Overflow, r.GradNorm = e.SkippedSteps(), !e.WasStepApplied(), e.GradNorm()
 	}
+	if tm.gpu != nil && (r.Step == 1 || r.Step%max(1, tm.every) == 0) {
+		// NVML reads cost tens of microseconds: once per print interval
+		if ss, err := tm.gpu.Sample(); err == nil && len(ss) == 1 {
+			s := ss[0]
+			r.GPU = &monitor.GPU{MemoryUsedBytes: s.MemoryUsedBytes, MemoryTotalBytes: s.MemoryTotalBytes,
+				UtilizationPct: s.UtilizationPct, PowerW: s.PowerW, TemperatureC: s.TemperatureC}
+		}
+	}
 	return tm.m.Observe(ctx, r)
 }
 
 // close rewrites deepgo_run.json with the global step reached and closes
-// the files.
+// the files and the telemetry.
 func (tm *trainMonitor) close() error {
+	if tm.gpu != nil {
+		defer tm.gpu.Close()
+	}
 	if tm.info.Config != nil {
 		tm.info.Steps = tm.e.GlobalSteps()
 		if err := tm.m.WriteRunInfo(tm.info); err != nil {
