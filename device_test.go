@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,10 +15,13 @@ import (
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/monitor"
 	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/deepgo-ml/deepgo/rundir"
 	"github.com/deepgo-ml/deepgo/sim"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 )
@@ -256,5 +260,31 @@ func TestDeviceMemoryRefusesHostReads(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, p[w.Name], 12, "Parameters copies %s to the host", w.Name)
 		require.NoError(t, e.Close())
+	}
+}
+
+// A trainer that only calls Initialize and TrainBatch gets the config's
+// csv_monitor files, on the simulated device too, and the engine's NaN/Inf
+// check (a collective over each rank's master shard) runs at the interval
+// WithMonitorOptions sets.
+func TestEngineMonitorFromConfig(t *testing.T) {
+	for _, dev := range []string{"", "sim"} {
+		out := t.TempDir()
+		r := run{stage: 2, world: 2, gas: 1, steps: 4, dev: dev,
+			extra: fmt.Sprintf(`, "csv_monitor": {"enabled": true, "output_path": %q, "job_name": "job"}`, out)}
+		r.opts = []deepgo.Option{deepgo.WithMonitorOptions(monitor.WithFiniteCheck(2, nil))}
+		got, err := train(t, r)
+		require.NoError(t, err, devName(dev))
+		run, err := rundir.Read(filepath.Join(out, "job"))
+		require.NoError(t, err, devName(dev))
+		loss := run.Series[monitor.TagLoss]
+		require.NotNil(t, loss, "%s: %s", devName(dev), monitor.TagLoss)
+		require.Len(t, loss.Steps, 4, devName(dev))
+		for i, v := range loss.Values {
+			assert.InDelta(t, got.losses[i], v, 1e-12, "%s: step %d loss", devName(dev), i+1)
+		}
+		nf := run.Series[monitor.TagNonfinite]
+		require.NotNil(t, nf, "%s: %s", devName(dev), monitor.TagNonfinite)
+		assert.Equal(t, []float64{0, 0}, nf.Values, "%s: NaN/Inf checks at steps 2 and 4", devName(dev))
 	}
 }

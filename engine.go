@@ -15,7 +15,9 @@ import (
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/monitor"
 	"github.com/deepgo-ml/deepgo/monitor/flops"
+	"github.com/deepgo-ml/deepgo/monitor/gpu"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
@@ -65,6 +67,8 @@ type Engine struct {
 	comms       *commslog.Logger // comms_logger, when enabled
 	flops       *flopsRun        // flops_profiler's step in progress
 	flopsReport *flops.Report    // its report, once printed
+	mon         *monitor.Monitor // fed by TrainBatch (monitoring.go)
+	gpu         *gpu.Telemetry   // the GPU's NVML telemetry, on CUDA
 }
 
 // Timers are the engine's cumulative wall-clock split.
@@ -275,6 +279,7 @@ func (e *Engine) TrainBatch(ctx context.Context, data []model.MicroBatch) (float
 	if e.microSteps%e.batch.GradAccum != 0 {
 		return 0, fmt.Errorf("deepgo: TrainBatch: called in the middle of an accumulation (micro step %d of %d)", e.microSteps%e.batch.GradAccum, e.batch.GradAccum)
 	}
+	t0 := time.Now()
 	var sum float64
 	for _, mb := range data {
 		l, err := e.Forward(ctx, mb)
@@ -289,7 +294,11 @@ func (e *Engine) TrainBatch(ctx context.Context, data []model.MicroBatch) (float
 			return 0, err
 		}
 	}
-	return e.allMean(ctx, sum/float64(len(data)))
+	loss, err := e.allMean(ctx, sum/float64(len(data)))
+	if err != nil {
+		return 0, err
+	}
+	return loss, e.observe(ctx, loss, time.Since(t0), data)
 }
 
 // allMean averages v over the ranks, in rank order.
@@ -371,7 +380,7 @@ func (e *Engine) Timers() Timers {
 // Close waits for a background save in flight (SaveAsync), then releases
 // the engine's buffers, and the optimizer, backend and world it created.
 func (e *Engine) Close() error {
-	var errs []error
+	errs := []error{e.closeMonitor()}
 	e.arena.Close()
 	if e.saver != nil {
 		errs = append(errs, e.saver.Close())

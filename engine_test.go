@@ -48,6 +48,7 @@ type run struct {
 	steps             int
 	hook              func(rank int, m *testmodel.MLP, e *deepgo.Engine, step int) // before each step
 	dev               string                                                       // "": the CPU; "sim", "sim+delay": the simulated device (device_test.go)
+	opts              []deepgo.Option                                              // more Initialize options
 }
 
 func (r run) String() string {
@@ -120,7 +121,7 @@ func train(t testing.TB, r run) (*result, error) {
 			return err
 		}
 		m := testmodel.NewMLP(uint64(1+c.Rank()*0), sizes...)
-		e, err := initEngine(ctx, cfg, m, opts...)
+		e, err := initEngine(ctx, cfg, m, append(opts, r.opts...)...)
 		if err != nil {
 			return err
 		}

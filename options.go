@@ -5,6 +5,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/monitor"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -19,6 +20,7 @@ type options struct {
 	store   optim.StateStore
 	device  *tensor.Device
 	log     io.Writer
+	monitor []monitor.Option
 }
 
 // WithComm runs the engine as one rank of the data-parallel group c (for

@@ -19,13 +19,17 @@ type FiniteCheck func(ctx context.Context) (nonfinite bool, err error)
 type Option func(*Monitor)
 
 // WithFiniteCheck sets the NaN/Inf check and its interval in steps
-// (every <= 0 keeps the default, DefaultFiniteCheckEvery).
+// (every <= 0 keeps the default, DefaultFiniteCheckEvery; a nil check
+// keeps the one set before, so that a caller can change the interval of
+// the engine's check).
 func WithFiniteCheck(every int, check FiniteCheck) Option {
 	return func(m *Monitor) {
 		if every > 0 {
 			m.finiteEvery = every
 		}
-		m.check = check
+		if check != nil {
+			m.check = check
+		}
 	}
 }
 
@@ -154,6 +158,14 @@ func New(cfg *config.Config, rank int, opts ...Option) (*Monitor, error) {
 	}
 	return m, nil
 }
+
+// MemoryCapacity is the bytes the memory target divides by (0: not
+// checked).
+func (m *Monitor) MemoryCapacity() int64 { return m.capacity }
+
+// PrintEvery is the print interval in steps (WithPrintEvery,
+// steps_per_print, else 50).
+func (m *Monitor) PrintEvery() int { return m.printEvery }
 
 // Notes lists what the config asked for that the Monitor does not do.
 func (m *Monitor) Notes() []string { return append([]string(nil), m.notes...) }

@@ -163,7 +163,16 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if c.Rank() == 0 {
 			log = stdout
 		}
-		e, err := deepgo.Initialize(ctx, cfg, gpt, append(opts, deepgo.WithLog(log))...)
+		every := 50
+		if cfg.StepsPerPrint != nil && *cfg.StepsPerPrint > 0 {
+			every = *cfg.StepsPerPrint
+		}
+		mopts := []monitor.Option{monitor.WithPrintEvery(every), monitor.WithFiniteCheck(targs.nanCheckEvery, nil)}
+		if metrics != nil && c.Rank() == 0 {
+			mopts = append(mopts, monitor.WithWriter(metrics))
+		}
+		opts = append(opts, deepgo.WithLog(log), deepgo.WithMonitorOptions(mopts...))
+		e, err := deepgo.Initialize(ctx, cfg, gpt, opts...)
 		if err != nil {
 			return err
 		}
@@ -180,11 +189,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if err != nil {
 			return err
 		}
-		every := 50
-		if cfg.StepsPerPrint != nil && *cfg.StepsPerPrint > 0 {
-			every = *cfg.StepsPerPrint
-		}
-		tm, err := newTrainMonitor(cfg, e, rank, every, targs, runMeta{world: c.Size(), dev: dev, params: nn.NumParams(gpt), floor: floor, steps: steps}, metrics, stdout)
+		tm, err := newTrainMonitor(cfg, e, rank, runMeta{world: c.Size(), dev: dev, params: nn.NumParams(gpt), floor: floor, steps: steps}, stdout)
 		if err != nil {
 			return err
 		}
@@ -211,12 +216,8 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 				b := corpus.MakeBatch(s.Next(B), T)
 				mbs[i] = b.MicroBatch()
 			}
-			t1 := time.Now()
-			loss, err := e.TrainBatch(ctx, mbs)
+			loss, err := e.TrainBatch(ctx, mbs) // which feeds the engine's monitor
 			if err != nil {
-				return err
-			}
-			if err := tm.observe(ctx, loss, time.Since(t1), int64(B*gas*T*c.Size())); err != nil {
 				return err
 			}
 			// the final loss is the mean of the last tenth of the steps (at least one)

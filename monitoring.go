@@ -1,0 +1,138 @@
+package deepgo
+
+// The engine's monitor: built from the config's tensorboard, csv_monitor,
+// wall_clock_breakdown and steps_per_print sections (package monitor) and
+// fed by TrainBatch once per optimizer step, as DeepSpeed's engine feeds
+// its monitors, with GPU telemetry (package monitor/gpu) on CUDA.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/monitor"
+	"github.com/deepgo-ml/deepgo/monitor/gpu"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// WithMonitorOptions passes opts to the monitor the engine builds from the
+// config: monitor.WithWriter for a /metrics server (monitor.ServeMetrics),
+// monitor.WithFiniteCheck(n, nil) for another NaN/Inf check interval.
+func WithMonitorOptions(opts ...monitor.Option) Option {
+	return func(o *options) { o.monitor = append(o.monitor, opts...) }
+}
+
+// startMonitor builds the engine's monitor (every rank: the NaN/Inf check
+// is a collective; rank 0 writes) and, on a GPU, its telemetry.
+func (e *Engine) startMonitor(extra []monitor.Option) error {
+	dev := e.be.Device()
+	capacity := int64(0)
+	switch dev.Kind {
+	case tensor.KindCPU, tensor.KindSim:
+		capacity = monitor.HostMemoryBytes() // sim memory is host memory
+	case tensor.KindCUDA:
+		t, err := gpu.Open(nil, dev.Index)
+		if err != nil {
+			return fmt.Errorf("deepgo.Initialize: GPU telemetry: %w", err)
+		}
+		if t.Available() {
+			e.gpu = t
+			if ss, err := t.Sample(); err == nil && len(ss) == 1 {
+				capacity = int64(ss[0].MemoryTotalBytes)
+			}
+		} else {
+			e.notes = append(e.notes, t.Note())
+		}
+	}
+	opts := append([]monitor.Option{monitor.WithLog(e.log), monitor.WithMemoryCapacity(capacity),
+		monitor.WithFiniteCheck(0, e.nonfiniteParams)}, extra...)
+	m, err := monitor.New(e.cfg, e.c.Rank(), opts...)
+	if err != nil {
+		return fmt.Errorf("deepgo.Initialize: %w", err)
+	}
+	e.mon = m
+	e.notes = append(e.notes, m.Notes()...)
+	return nil
+}
+
+// Monitor is the engine's monitor: its run directories, its warnings, and
+// WriteRunInfo for a trainer that knows more of the run.
+func (e *Engine) Monitor() *monitor.Monitor { return e.mon }
+
+// nonfiniteParams reports whether any rank's fp32 master shard holds NaN
+// or Inf: each rank checks what it owns on its device, then the ranks
+// agree (the monitor's NaN/Inf check, a collective).
+func (e *Engine) nonfiniteParams(ctx context.Context) (bool, error) {
+	var mine []*tensor.Tensor
+	for u := range e.z.Layout().Units {
+		mine = append(mine, e.z.Master(u))
+	}
+	bad, err := e.be.NonFinite(mine)
+	if err != nil {
+		return false, err
+	}
+	flag := int64(0)
+	if bad {
+		flag = 1
+	}
+	all, err := comm.AllGatherInt64s(ctx, e.c, []int64{flag})
+	if err != nil {
+		return false, err
+	}
+	for _, f := range all {
+		if f != 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// observe reports the step TrainBatch just ran to the monitor.
+func (e *Engine) observe(ctx context.Context, loss float64, took time.Duration, data []model.MicroBatch) error {
+	if e.mon == nil {
+		return nil
+	}
+	var tokens int64
+	for _, mb := range data {
+		switch b := mb.Input.(type) {
+		case model.TokenBatch:
+			tokens += int64(b.B * b.T)
+		case model.Sized:
+			tokens += int64(b.BatchSize())
+		}
+	}
+	mem, t := e.Memory(), e.Timers()
+	r := monitor.Record{Step: e.globalSteps, Loss: loss, LR: e.LR(), LossScale: e.LossScale(),
+		SkippedSteps: e.skippedSteps, Overflow: !e.stepApplied, GradNorm: e.gradNorm,
+		Timers:   monitor.Timers{Forward: t.Forward, Backward: t.Backward, Comm: t.Comm, Reduce: t.Reduce, Optimizer: t.Optimizer, Step: t.Step},
+		StepTime: took, Tokens: tokens * int64(e.c.Size()), HostBytes: mem.HostBytes, DeviceBytes: mem.DeviceBytes, PeakBytes: mem.Peak}
+	if e.gpu != nil && (r.Step == 1 || r.Step%e.mon.PrintEvery() == 0) {
+		// NVML reads cost tens of microseconds: once per print interval
+		if ss, err := e.gpu.Sample(); err == nil && len(ss) == 1 {
+			s := ss[0]
+			r.GPU = &monitor.GPU{MemoryUsedBytes: s.MemoryUsedBytes, MemoryTotalBytes: s.MemoryTotalBytes,
+				UtilizationPct: s.UtilizationPct, PowerW: s.PowerW, TemperatureC: s.TemperatureC}
+		}
+	}
+	if err := e.mon.Observe(ctx, r); err != nil {
+		return fmt.Errorf("deepgo: monitor: %w", err)
+	}
+	return nil
+}
+
+// closeMonitor flushes the monitor's files and ends the telemetry.
+func (e *Engine) closeMonitor() error {
+	var errs []error
+	if e.mon != nil {
+		errs = append(errs, e.mon.Close())
+		e.mon = nil
+	}
+	if e.gpu != nil {
+		errs = append(errs, e.gpu.Close())
+		e.gpu = nil
+	}
+	return errors.Join(errs...)
+}
