@@ -56,7 +56,8 @@ func WithStateStore(s optim.StateStore) Option { return func(o *options) { o.sto
 // tensor.ParseDevice reads the names. WithBackend wins over WithDevice.
 func WithDevice(dev tensor.Device) Option { return func(o *options) { o.device = &dev } }
 
-// WithLog sends what DeepSpeed prints (comms_logger's per-operation
-// lines, flops_profiler's report when it has no output_file) to w. Without
-// it rank 0 prints to standard output and the other ranks nowhere.
+// WithLog sends what the engine logs as DeepSpeed does (comms_logger's
+// per-operation lines, flops_profiler's report when it has no output_file,
+// wall_clock_breakdown lines, the §6 target warnings) to w. Without it
+// rank 0 logs to standard error and the other ranks nowhere.
 func WithLog(w io.Writer) Option { return func(o *options) { o.log = w } }

@@ -76,7 +76,7 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	if e.log == nil {
 		e.log = io.Discard
 		if e.c.Rank() == 0 {
-			e.log = os.Stdout
+			e.log = os.Stderr // a log: the program's standard output stays its own
 		}
 	}
 	if err := e.startCommsLogger(); err != nil {
