@@ -310,8 +310,10 @@ func (b *CPU) Zero(xs []*tensor.Tensor) error {
 	const op = "Zero"
 	bs := make([][]byte, len(xs))
 	for i, x := range xs {
-		if err := CheckTensor(op, fmt.Sprintf("xs[%d]", i), x, b.dev); err != nil {
-			return err
+		if err := CheckTensor(op, "xs", x, b.dev); err != nil {
+			// the index only when there is an error: Zero runs per gradient
+			// scratch and bucket, and formatting it each time shows
+			return CheckTensor(op, fmt.Sprintf("xs[%d]", i), x, b.dev)
 		}
 		bs[i] = bytesOf(x)
 	}
