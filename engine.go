@@ -152,6 +152,7 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 		e.bind(m)
 		t0 := time.Now()
 		out, err := e.mods[m].Forward(mctx, act)
+		err = e.timerSync(ctx, err)
 		d := time.Since(t0)
 		e.timers.Forward += d
 		if e.flops != nil && e.flops.open {
@@ -199,6 +200,7 @@ func (e *Engine) Backward(ctx context.Context) error {
 		e.bind(m)
 		t0 := time.Now()
 		gin, err := e.mods[m].Backward(mctx, g)
+		err = e.timerSync(ctx, err)
 		e.timers.Backward += time.Since(t0)
 		if err != nil {
 			return fmt.Errorf("deepgo: backward of module %q: %w", e.mods[m].Name(), err)
@@ -421,6 +423,19 @@ func (e *Engine) Parameters(ctx context.Context) (map[string][]float32, error) {
 		}
 	}
 	return out, nil
+}
+
+// timerSync waits for the backend's queued work before a module's time
+// is taken, when the config asks for the time split (wall_clock_breakdown
+// or flops_profiler): on an asynchronous device a module's call returns
+// once its kernels are queued, and its time would land on whatever waits
+// next (DeepSpeed synchronizes its timers the same way). err is the
+// module's own error, which wins.
+func (e *Engine) timerSync(ctx context.Context, err error) error {
+	if err != nil || e.be.Device().IsCPU() || !(e.cfg.WallClockBreakdown || e.cfg.FlopsProfiler.Enabled) {
+		return err
+	}
+	return e.be.Synchronize(ctx)
 }
 
 // devCtx is ctx carrying the engine's backend, for the collectives: a

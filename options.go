@@ -50,9 +50,11 @@ func WithStateStore(s optim.StateStore) Option { return func(o *options) { o.sto
 // ("sim:N", package sim: memory Go may not read, kernels queued on a
 // stream; what CI proves the device path on) or a GPU ("cuda:N", build tag
 // cuda). The engine makes the device's backend and closes it on Close; on
-// a device it needs a comm that moves that device's memory, which it makes
-// from WithComm's (or its own world of one) when the backend can (the
-// simulated device can; for GPUs pass an NCCL comm, package nccl).
+// a device it needs a comm that moves that device's memory: an NCCL comm
+// (package nccl) passed with WithComm is one; otherwise the backend wraps
+// WithComm's comm, or its own world of one (the simulated device orders it
+// after its stream; a GPU stages the collectives through host memory,
+// package comm/staged, which serves ranks sharing one GPU).
 // tensor.ParseDevice reads the names. WithBackend wins over WithDevice.
 func WithDevice(dev tensor.Device) Option { return func(o *options) { o.device = &dev } }
 
