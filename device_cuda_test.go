@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/cuda"
 	"github.com/deepgo-ml/deepgo/internal/gputest"
-	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -35,23 +33,7 @@ var cudaTol = map[string]float64{"": 1e-6, "fp16": 5e-4, "bf16": 1e-2}
 // steps (the same steps skipped) and bf16.
 func TestDeviceEquivalenceCUDA(t *testing.T) {
 	needGPU(t)
-	overflowAt := map[int]bool{2: true, 3: true, 7: true}
-	inject := func(rank int, m *testmodel.MLP, _ *deepgo.Engine, step int) {
-		if rank == 1 {
-			m.Layers[1].InjectInf = func() bool { return overflowAt[step] }
-		}
-	}
-	var cases []run
-	for _, stage := range []int{0, 1, 2, 3} {
-		for _, world := range []int{1, 2} {
-			for _, gas := range []int{1, 2} {
-				cases = append(cases, run{stage: stage, world: world, gas: gas, steps: 8})
-			}
-		}
-		cases = append(cases,
-			run{stage: stage, world: 2, gas: 2, precision: "fp16", steps: 10, hook: inject},
-			run{stage: stage, world: 2, gas: 1, precision: "bf16", steps: 6})
-	}
+	cases := deviceCases([]int{1, 2}, []int{1, 2})
 	for _, r := range cases {
 		t.Run(r.String(), func(t *testing.T) {
 			want, err := train(t, r)

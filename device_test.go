@@ -92,13 +92,10 @@ func bitEqualRuns(t *testing.T, want, got *result) {
 	require.NoError(t, bitEqual(want.params, got.params), "parameters")
 }
 
-// TestDeviceEquivalence: the engine's table on the simulated device
-// (memory Go may not read, kernels queued on a stream, collectives ordered
-// after it), with and without randomized kernel delays, is bit-identical
-// to the CPU backend: every ZeRO stage on 1, 2 and 4 ranks, gradient
-// accumulation, fp16 with overflowing steps and bf16. A copy the engine
-// forgot, or a read before the stream finished, fails it.
-func TestDeviceEquivalence(t *testing.T) {
+// deviceCases is the device tables' cases: every ZeRO stage on each of
+// worlds with each of gases in fp32, and on 2 ranks fp16 with steps 2, 3
+// and 7 overflowing on rank 1 and bf16.
+func deviceCases(worlds, gases []int) []run {
 	overflowAt := map[int]bool{2: true, 3: true, 7: true}
 	inject := func(rank int, m *testmodel.MLP, _ *deepgo.Engine, step int) {
 		if rank == 1 {
@@ -107,8 +104,8 @@ func TestDeviceEquivalence(t *testing.T) {
 	}
 	var cases []run
 	for _, stage := range []int{0, 1, 2, 3} {
-		for _, world := range []int{1, 2, 4} {
-			for _, gas := range []int{1, 4} {
+		for _, world := range worlds {
+			for _, gas := range gases {
 				cases = append(cases, run{stage: stage, world: world, gas: gas, steps: 8})
 			}
 		}
@@ -116,6 +113,17 @@ func TestDeviceEquivalence(t *testing.T) {
 			run{stage: stage, world: 2, gas: 2, precision: "fp16", steps: 10, hook: inject},
 			run{stage: stage, world: 2, gas: 1, precision: "bf16", steps: 6})
 	}
+	return cases
+}
+
+// TestDeviceEquivalence: the engine's table on the simulated device
+// (memory Go may not read, kernels queued on a stream, collectives ordered
+// after it), with and without randomized kernel delays, is bit-identical
+// to the CPU backend: every ZeRO stage on 1, 2 and 4 ranks, gradient
+// accumulation, fp16 with overflowing steps and bf16. A copy the engine
+// forgot, or a read before the stream finished, fails it.
+func TestDeviceEquivalence(t *testing.T) {
+	cases := deviceCases([]int{1, 2, 4}, []int{1, 4})
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n%-34s %8s %8s %10s\n", "case", "skipped", "steps", "last loss")
 	for _, r := range cases {

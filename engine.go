@@ -451,5 +451,5 @@ func (e *Engine) devCtx(ctx context.Context) context.Context {
 // moduleCtx is ctx carrying the engine's backend and micro-step arena, for
 // module and loss calls (backend.FromContext, tensor.ArenaFromContext).
 func (e *Engine) moduleCtx(ctx context.Context) context.Context {
-	return tensor.WithArena(backend.NewContext(ctx, e.be), &e.arena)
+	return tensor.WithArena(e.devCtx(ctx), &e.arena)
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
-	"github.com/deepgo-ml/deepgo/zero"
 )
 
 // LoadOptions are Load's optional arguments. The zero value loads
@@ -402,23 +401,21 @@ func (e *Engine) readOptimizerState(ck *checkpoint.Checkpoint, plan *loadPlan,
 // keep copies dst's range of the engine's current chunk cur (starting at
 // offset off), or zeros when there is none yet.
 func keep(be backend.Backend, dst, cur *tensor.Tensor, off int) error {
-	d, err := dst.Float32s()
-	if err != nil {
-		return err
-	}
 	if cur == nil {
+		d, err := dst.Float32s()
+		if err != nil {
+			return err
+		}
 		clear(d)
 		return nil
 	}
-	h, free, err := zero.ToHost(be, cur)
+	// only the range kept crosses to the host, not the whole unit
+	src, err := cur.Slice(off, dst.Numel())
 	if err != nil {
 		return fmt.Errorf("current values: %w", err)
 	}
-	defer free()
-	c, err := h.Float32s()
-	if err != nil {
+	if err := be.Copy(dst, src); err != nil {
 		return fmt.Errorf("current values: %w", err)
 	}
-	copy(d, c[off:off+len(d)])
 	return nil
 }

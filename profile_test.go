@@ -21,8 +21,14 @@ import (
 // The config's comms_logger and flops_profiler run inside the engine as
 // DeepSpeed's do: the profile of profile_step's forward is printed once, by
 // rank 0, in DeepSpeed's layout, and the comms summary lists the ZeRO-2
-// collectives with their counts.
+// collectives with their counts; on the CPU and on the simulated device.
 func TestEngineProfilers(t *testing.T) {
+	for _, dev := range []string{"", "sim"} {
+		t.Run(devName(dev), func(t *testing.T) { engineProfilers(t, dev) })
+	}
+}
+
+func engineProfilers(t *testing.T, dev string) {
 	const vocab, seqLen, micro = 32, 16, 2
 	src, err := data.NewMarkov(vocab, 1, 2, 3)
 	require.NoError(t, err)
@@ -34,7 +40,7 @@ func TestEngineProfilers(t *testing.T) {
 	var logs [2]bytes.Buffer
 	var summary bytes.Buffer
 	var mu sync.Mutex
-	err = newWorld(context.Background(), 2, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+	err = worldFor(dev)(context.Background(), 2, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
 		cfg, err := config.Parse([]byte(cfgJSON))
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/rundir"
 )
 
 // Event is one scalar of one step under a tag.
@@ -22,33 +23,34 @@ type Writer interface {
 	Close() error
 }
 
-// The contract's tags.
+// The contract's tags: rundir's, the one definition a writer and a reader
+// of the run directory share.
 const (
-	TagLoss              = "Train/Samples/train_loss"
-	TagLR                = "Train/Samples/lr"
-	TagLossScale         = "Train/Samples/loss_scale"
-	TagForward           = "Train/Samples/elapsed_time_ms_forward"
-	TagBackward          = "Train/Samples/elapsed_time_ms_backward"
-	TagBackwardInner     = "Train/Samples/elapsed_time_ms_backward_inner"
-	TagBackwardAllreduce = "Train/Samples/elapsed_time_ms_backward_allreduce"
-	TagStepElapsed       = "Train/Samples/elapsed_time_ms_step"
-	TagGradNorm          = "Train/deepgo/grad_norm"
-	TagSkippedSteps      = "Train/deepgo/skipped_steps"
-	TagOverflow          = "Train/deepgo/overflow"
-	TagTokensPerS        = "Train/deepgo/tokens_per_s"
-	TagStepTime          = "Train/deepgo/step_time_ms"
-	TagCommTime          = "Train/deepgo/comm_time_ms"
-	TagOptimizerTime     = "Train/deepgo/optimizer_time_ms"
-	TagMemoryHost        = "Train/deepgo/memory_host_bytes"
-	TagMemoryDevice      = "Train/deepgo/memory_device_bytes"
-	TagMemoryPeak        = "Train/deepgo/memory_peak_bytes"
-	TagRSS               = "Train/deepgo/rss_bytes"
-	TagNonfinite         = "Train/deepgo/nonfinite_params"
-	TagGPUMemoryUsed     = "Train/GPU/memory_used_bytes"
-	TagGPUMemoryTotal    = "Train/GPU/memory_total_bytes"
-	TagGPUUtilization    = "Train/GPU/utilization_pct"
-	TagGPUPower          = "Train/GPU/power_w"
-	TagGPUTemperature    = "Train/GPU/temperature_c"
+	TagLoss              = rundir.TagLoss
+	TagLR                = rundir.TagLR
+	TagLossScale         = rundir.TagLossScale
+	TagForward           = rundir.TagForwardMS
+	TagBackward          = rundir.TagBackwardMS
+	TagBackwardInner     = rundir.TagBackwardInnerMS
+	TagBackwardAllreduce = rundir.TagBackwardReduceMS
+	TagStepElapsed       = rundir.TagStepMS
+	TagGradNorm          = rundir.TagGradNorm
+	TagSkippedSteps      = rundir.TagSkippedSteps
+	TagOverflow          = rundir.TagOverflow
+	TagTokensPerS        = rundir.TagTokensPerS
+	TagStepTime          = rundir.TagStepTimeMS
+	TagCommTime          = rundir.TagCommTimeMS
+	TagOptimizerTime     = rundir.TagOptimizerTimeMS
+	TagMemoryHost        = rundir.TagMemoryHost
+	TagMemoryDevice      = rundir.TagMemoryDevice
+	TagMemoryPeak        = rundir.TagMemoryPeak
+	TagRSS               = rundir.TagRSS
+	TagNonfinite         = rundir.TagNonfiniteParams
+	TagGPUMemoryUsed     = rundir.TagGPUMemoryUsed
+	TagGPUMemoryTotal    = rundir.TagGPUMemoryTotal
+	TagGPUUtilization    = rundir.TagGPUUtilization
+	TagGPUPower          = rundir.TagGPUPower
+	TagGPUTemperature    = rundir.TagGPUTemperature
 )
 
 func ms(d float64) float64 { return d / 1e6 }

@@ -5,29 +5,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/deepgo-ml/deepgo/rundir"
 )
 
-// RunInfoFile is deepgo's one file in a run directory.
-const RunInfoFile = "deepgo_run.json"
+// RunInfoFile is deepgo's one file in a run directory (rundir.InfoFile).
+const RunInfoFile = rundir.InfoFile
 
 // RunInfo is deepgo_run.json: what a reader of the run directory needs
-// besides the tags.
-type RunInfo struct {
-	// Config is the resolved DeepSpeed config (config.Config.JSON).
-	Config json.RawMessage `json:"config"`
-	// World is the number of ranks.
-	World int `json:"world"`
-	// Device is where the ranks computed: "cpu", "sim:0", "cuda:0".
-	Device string `json:"device"`
-	// Params is the model's parameter count.
-	Params int64 `json:"params"`
-	// EntropyFloor is the data's entropy rate in nats/token where known.
-	EntropyFloor *float64 `json:"entropy_floor"`
-	// MemoryCapacityBytes is the host RAM, or the device's memory on a GPU.
-	MemoryCapacityBytes int64 `json:"memory_capacity_bytes"`
-	// Steps is the optimizer steps planned (at start) or run (at the end).
-	Steps int `json:"steps"`
-}
+// besides the tags (rundir.Info, which reads it back).
+type RunInfo = rundir.Info
 
 // WriteRunInfo writes deepgo_run.json into every run directory (rank 0
 // only; a no-op elsewhere or without an enabled monitor), replacing it

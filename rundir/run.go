@@ -81,7 +81,7 @@ func Read(dir string) (*Run, error) {
 		switch {
 		case e.Type()&fs.ModeType != 0:
 			continue
-		case name == runInfoFile:
+		case name == InfoFile:
 			if r.Info, err = readInfo(path); err != nil {
 				return nil, err
 			}
@@ -94,7 +94,7 @@ func Read(dir string) (*Run, error) {
 		}
 	}
 	if r.Info == nil && len(r.Series) == 0 {
-		return nil, fmt.Errorf("rundir: %s: %w: want %s or csv_monitor files such as %s", dir, ErrNoRun, runInfoFile, FileName(TagLoss))
+		return nil, fmt.Errorf("rundir: %s: %w: want %s or csv_monitor files such as %s", dir, ErrNoRun, InfoFile, FileName(TagLoss))
 	}
 	return r, nil
 }

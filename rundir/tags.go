@@ -2,6 +2,10 @@ package rundir
 
 import "strings"
 
+// InfoFile is deepgo's one file in a run directory, beside the csv_monitor
+// and tensorboard files: Info, as JSON.
+const InfoFile = "deepgo_run.json"
+
 // The tags of the run-directory contract. DeepSpeed's engine writes the
 // Train/Samples ones (the elapsed times only with wall_clock_breakdown or the
 // flops profiler); deepgo adds Train/deepgo and, where a GPU driver answers,
@@ -32,7 +36,6 @@ const (
 	TagGPUUtilization    = "Train/GPU/utilization_pct"
 	TagGPUPower          = "Train/GPU/power_w"
 	TagGPUTemperature    = "Train/GPU/temperature_c"
-	runInfoFile          = "deepgo_run.json"
 	csvExt               = ".csv"
 	csvStepHeader        = "step"
 	tagSeparator         = "/"

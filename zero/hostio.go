@@ -46,24 +46,3 @@ func ToHost(be backend.Backend, t *tensor.Tensor) (h *tensor.Tensor, free func()
 	}
 	return h, func() { h.Free() }, nil
 }
-
-// FromHost writes host tensor h into t, which lives in host memory or on
-// be's device.
-func FromHost(be backend.Backend, t, h *tensor.Tensor) error {
-	if t.Device().IsCPU() {
-		d, err := t.RawBytes()
-		if err != nil {
-			return err
-		}
-		s, err := h.RawBytes()
-		if err != nil {
-			return err
-		}
-		if len(d) != len(s) || t.DType() != h.DType() {
-			return fmt.Errorf("zero: writing %v into %v: dtype or size differ", h, t)
-		}
-		copy(d, s)
-		return nil
-	}
-	return be.Copy(t, h)
-}

@@ -49,7 +49,7 @@ func (z *Optimizer) Overflow(ctx context.Context) (bool, error) {
 	if bad {
 		v[0] = 1
 	}
-	if err := FromHost(z.be, flag, host); err != nil {
+	if err := z.be.Copy(flag, host); err != nil {
 		return false, err
 	}
 	t0 := time.Now()
@@ -95,7 +95,7 @@ func (z *Optimizer) GlobalNorm(ctx context.Context) (float64, error) {
 	defer hs.Free()
 	s, _ := hs.Float64s()
 	s[0] = ss
-	if err := FromHost(z.be, src, hs); err != nil {
+	if err := z.be.Copy(src, hs); err != nil {
 		return 0, err
 	}
 	t0 := time.Now()

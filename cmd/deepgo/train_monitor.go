@@ -49,7 +49,7 @@ func newTrainMonitor(cfg *config.Config, e deepgo.Trainer, rank int, meta runMet
 		return nil, err
 	}
 	tm.info = monitor.RunInfo{Config: json.RawMessage(b), World: meta.world, Device: meta.dev.String(),
-		Params: int64(meta.params), EntropyFloor: meta.floor, MemoryCapacityBytes: tm.m.MemoryCapacity(), Steps: meta.steps}
+		Params: int64(meta.params), EntropyFloor: meta.floor, MemoryCapacityBytes: tm.m.MemoryCapacity(), Steps: int64(meta.steps)}
 	if err := tm.m.WriteRunInfo(tm.info); err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func (tm *trainMonitor) close() error {
 	if tm.m == nil {
 		return nil
 	}
-	tm.info.Steps = tm.e.GlobalSteps()
+	tm.info.Steps = int64(tm.e.GlobalSteps())
 	return tm.m.WriteRunInfo(tm.info)
 }
 
