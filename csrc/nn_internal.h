@@ -18,11 +18,6 @@
  * embedding rows): a multiple of 16 floats keeps parts on cache lines. */
 #define DG_NN_COL_GRAIN ((int64_t)16)
 
-/* dg_nn_blas_init pins OpenBLAS to one thread, once per process: the ctx
- * pool is the only source of parallelism, so two ranks sharing a machine
- * never oversubscribe it and a 1-thread ctx really runs on one core. */
-void dg_nn_blas_init(void);
-
 static inline int dg_nn_bad_dims(int64_t a, int64_t b) { return a < 0 || b < 0; }
 
 /* dg_nn_tile_rows is how many rows of c floats, plus one float per row (a

@@ -3,15 +3,9 @@
  * weights are widened into float32 tiles that sgemm reads; half-precision
  * gradients get each call's float32 tile added with one rounding. */
 #include <cblas.h>
-#include <pthread.h>
 
 #include "nn_internal.h"
 
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-
-static void blas_setup(void) { openblas_set_num_threads(1); }
-
-void dg_nn_blas_init(void) { pthread_once(&blas_once, blas_setup); }
 
 typedef struct mm_job {
 	dg_ctx *ctx;
@@ -117,7 +111,7 @@ dg_status dg_nn_matmul_forward_mixed(dg_ctx *ctx, float *out, const float *inp, 
 		return DG_ERR_SIZE;
 	if (n == 0 || oc == 0)
 		return DG_OK;
-	dg_nn_blas_init();
+	dg_blas_init();
 	mm_job j = {.ctx = ctx, .out = out, .inp = inp, .wt = wt, .w = w, .bias = bias, .n = n, .c = c, .oc = oc,
 		    .rows = dg_nn_tile_rows(c)};
 	if (wt == DG_F32)
@@ -219,7 +213,7 @@ dg_status dg_nn_matmul_backward_mixed(dg_ctx *ctx, float *dinp, dg_dtype gt, voi
 		return DG_ERR_SIZE;
 	if (n == 0 || oc == 0)
 		return DG_OK;
-	dg_nn_blas_init();
+	dg_blas_init();
 	mm_job j = {.ctx = ctx, .inp = inp, .wt = wt, .w = w, .gt = gt, .dout = dout, .dinp = dinp, .dw = dw,
 		    .dbias = dbias, .n = n, .c = c, .oc = oc, .rows = dg_nn_tile_rows(c)};
 	if (dinp != NULL && c > 0) {

@@ -41,7 +41,13 @@ func TestGPTNamesAreHuggingFaces(t *testing.T) {
 }
 
 // A checkpoint written before the names changed loads into today's GPT,
-// and training on from it gives what the old version computed.
+// and training on from it gives what the old version computed. The
+// expected values were computed with OpenBLAS's generic (Prescott) sgemm
+// kernels; a CPU's own kernels sum the products in another order, so they
+// are compared to a tolerance: 1e-4 on parameters of ~0.02, far below what
+// a wrong name mapping (another parameter's values) would change, and above
+// the drift of the attention key bias, whose gradient is only rounding
+// noise (softmax ignores a shift shared by all keys) that Adam scales up.
 func TestGPTLoadsCheckpointFromBeforeTheNames(t *testing.T) {
 	const dir = "testdata/gpt-ckpt-before-names"
 	raw, err := os.ReadFile(dir + "/expect.json")
@@ -78,7 +84,7 @@ func TestGPTLoadsCheckpointFromBeforeTheNames(t *testing.T) {
 		b := corpus.MakeBatch([]int{2 * s, 2*s + 1}, T)
 		loss, err := tr.TrainBatch(ctx, []model.MicroBatch{b.MicroBatch()})
 		require.NoError(t, err)
-		assert.Equal(t, want.Losses[s-3], loss, "step %d: loss (expected: what the version that saved computed)", s)
+		assert.InEpsilon(t, want.Losses[s-3], loss, 1e-5, "step %d: loss (expected: what the version that saved computed)", s)
 	}
 	got, err := tr.Parameters(ctx)
 	require.NoError(t, err)
@@ -93,6 +99,10 @@ func TestGPTLoadsCheckpointFromBeforeTheNames(t *testing.T) {
 		if !assert.True(t, ok, "no parameter %q (was %q)", name, old) {
 			continue
 		}
-		assert.Equal(t, w, v, "%s differs from what the old version computed", name)
+		if assert.Len(t, v, len(w), name) {
+			for i := range w {
+				assert.InDelta(t, w[i], v[i], 1e-4, "%s[%d] differs from what the old version computed", name, i)
+			}
+		}
 	}
 }

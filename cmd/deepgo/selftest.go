@@ -27,10 +27,15 @@ func runSelftest(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 1<<20, "elements per kernel call")
 	threads := fs.Int("threads", 0, "threads (0: one per CPU)")
+	gemm := fs.Int("sgemm", 1024, "n of the n×n×n sgemm timed on one thread (0: skip)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	fmt.Fprintf(stdout, "deepgo selftest: %d elements, best ISA %v\n", *n, csrc.BestISA())
+	if err := blasReport(stdout, *gemm); err != nil {
+		fmt.Fprintln(stderr, "deepgo selftest:", err)
+		return 1
+	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "kernel\tdtype\tisa\tthreads\tmax err (ulp)\tallowed\tGB/s\tresult")
 	failed := 0

@@ -252,6 +252,31 @@ dg_status dg_unscale_check(dg_ctx *ctx, dg_dtype t, void *const *xs, const int64
  * as a plain scalar loop (no SIMD, no threads), same element math. */
 dg_status dg_adamw_naive_ref(const dg_optim_hparams *hp, float *p, const float *g, float *m, float *v, int64_t n);
 
+/* ---- BLAS ------------------------------------------------------------------
+ * The nn products run on OpenBLAS. On first use the core OpenBLAS chose
+ * (its kernel set) is checked against the CPU's features: when the library
+ * fell back below what the CPU supports (a CPU newer than the library) it
+ * is reselected, once, before any product runs. DEEPGO_BLAS_CORE=library
+ * keeps the library's choice, =NAME forces an OpenBLAS core; a set
+ * OPENBLAS_CORETYPE is left alone. */
+typedef struct dg_blas_info {
+	char config[256];      /* openblas_get_config() */
+	char library_core[32]; /* the core the library chose when it loaded */
+	char cpu_core[32];     /* the best core this CPU supports ("" if unknown) */
+	char core[32];         /* the core in use */
+	char reason[192];      /* why that core */
+	int corrected;         /* core differs from library_core */
+} dg_blas_info;
+
+/* dg_blas_init runs the check above and pins OpenBLAS to one thread per
+ * call, once per process (idempotent, thread-safe). */
+void dg_blas_init(void);
+/* dg_blas_get_info: the outcome of dg_blas_init (which it runs). */
+dg_status dg_blas_get_info(dg_blas_info *out);
+/* dg_blas_sgemm_seconds: time of reps single-threaded n x n x n sgemms on
+ * random data, after one warm-up call (n <= 16384). */
+dg_status dg_blas_sgemm_seconds(int64_t n, int64_t reps, double *seconds);
+
 /* ---- nn ops ---------------------------------------------------------------
  * Layer kernels of the reference transformer (package nn), llm.c style:
  * float32, row-major, contiguous; N rows (= B*T tokens), C channels, OC
@@ -260,7 +285,7 @@ dg_status dg_adamw_naive_ref(const dg_optim_hparams *hp, float *p, const float *
  * (inputs and parameters alike), so a weight used twice (tied embedding)
  * sums both uses; a NULL gradient pointer skips that gradient. Matrix
  * products go through OpenBLAS sgemm kept single-threaded per call
- * (openblas_set_num_threads(1) once): the pool splits the rows and every
+ * (dg_blas_init, see BLAS above): the pool splits the rows and every
  * thread runs its own sgemm, so the ctx's thread count is the only knob. */
 
 /* dg_nn_matmul_forward: out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL). */

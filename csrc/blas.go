@@ -1,0 +1,43 @@
+package csrc
+
+/*
+#include "deepgo.h"
+*/
+import "C"
+
+// BLASInfo says which OpenBLAS runs the nn products and with which kernels
+// (see deepgo.h, "BLAS").
+type BLASInfo struct {
+	Config      string // openblas_get_config(): version, build options
+	LibraryCore string // the core OpenBLAS chose when it loaded
+	CPUCore     string // the best core this CPU supports ("" if unknown)
+	Core        string // the core in use
+	Reason      string // why that core
+	Corrected   bool   // Core differs from LibraryCore
+}
+
+// BLAS checks OpenBLAS's core against the CPU once per process, reselecting
+// it when the library fell below what the CPU supports, and reports the
+// outcome. The nn products call it before their first sgemm.
+func BLAS() BLASInfo {
+	var in C.dg_blas_info
+	C.dg_blas_get_info(&in)
+	return BLASInfo{
+		Config:      C.GoString(&in.config[0]),
+		LibraryCore: C.GoString(&in.library_core[0]),
+		CPUCore:     C.GoString(&in.cpu_core[0]),
+		Core:        C.GoString(&in.core[0]),
+		Reason:      C.GoString(&in.reason[0]),
+		Corrected:   in.corrected != 0,
+	}
+}
+
+// SGEMMSeconds times reps single-threaded n×n×n sgemms on random data after
+// one warm-up call: 2n³·reps/seconds is the GFLOP rate.
+func SGEMMSeconds(n, reps int) (float64, error) {
+	var s C.double
+	if err := check("dg_blas_sgemm_seconds", C.dg_blas_sgemm_seconds(C.int64_t(n), C.int64_t(reps), &s)); err != nil {
+		return 0, err
+	}
+	return float64(s), nil
+}
