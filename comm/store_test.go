@@ -211,11 +211,11 @@ func TestEnvFrom(t *testing.T) {
 		bad  bool
 	}{
 		{vars: map[string]string{"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234"},
-			want: "{3 8 1 2 10.0.0.1 1234 torchrun}"},
+			want: "{3 8 1 2 10.0.0.1 1234 torchrun  {0 0 0 0 0 0s 0s} false}"},
 		{vars: map[string]string{"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_SIZE": "2"}, // DeepSpeed launcher
-			want: "{1 2 1 2 127.0.0.1 29500 torchrun}"},
+			want: "{1 2 1 2 127.0.0.1 29500 torchrun  {0 0 0 0 0 0s 0s} false}"},
 		{vars: map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
-			want: "{1 2 1 2 127.0.0.1 29500 mpirun}"},
+			want: "{1 2 1 2 127.0.0.1 29500 mpirun  {0 0 0 0 0 0s 0s} false}"},
 		{vars: map[string]string{}, bad: true},
 		{vars: map[string]string{"RANK": "2", "WORLD_SIZE": "2"}, bad: true},
 		{vars: map[string]string{"RANK": "0", "WORLD_SIZE": "x"}, bad: true},
@@ -252,7 +252,7 @@ const reportBound = 10 * time.Second
 
 // serverWaiting reports whether a goroutine of stacks is a store server
 // holding a Get for a key not yet set.
-func serverWaiting(stacks string) bool { return blockedIn(stacks, "comm.(*StoreServer).handle") }
+func serverWaiting(stacks string) bool { return blockedIn(stacks, "comm.(*StoreServer).get") }
 
 // dialBackingOff reports whether a goroutine of stacks is DialStore
 // waiting to dial again after a failed dial.
