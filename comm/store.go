@@ -163,22 +163,21 @@ func (s *StoreServer) serve(c net.Conn) {
 	r, w := bufio.NewReader(c), bufio.NewWriter(c)
 	// A connection that stays silent loses its slot at the deadline.
 	c.SetDeadline(time.Now().Add(s.lim.Handshake))
-	if err := serverHandshake(r, w, s.secret); err != nil {
-		if !s.isClosed() {
-			s.refuse.printf(s.log, c.RemoteAddr(), err.Error())
+	admit := func() string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.authed >= s.lim.Conns {
+			return fmt.Sprintf("%d connections are open (DEEPGO_STORE_MAX_CONNS)", s.lim.Conns)
 		}
-		return
-	}
-	s.mu.Lock()
-	full := s.authed >= s.lim.Conns
-	if !full {
 		s.pending--
 		s.authed++
 		authed = true
+		return ""
 	}
-	s.mu.Unlock()
-	if full {
-		s.refuseConn(c, fmt.Sprintf("%d connections are open (DEEPGO_STORE_MAX_CONNS)", s.lim.Conns))
+	if err := serverHandshake(r, w, s.secret, admit); err != nil {
+		if !s.isClosed() {
+			s.refuse.printf(s.log, c.RemoteAddr(), err.Error())
+		}
 		return
 	}
 	c.SetDeadline(time.Time{})

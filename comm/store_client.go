@@ -69,6 +69,7 @@ func (s *Store) errorf(op string, err error) error {
 func (s *Store) connectLocked(ctx context.Context) error {
 	var d net.Dialer
 	backoff := 10 * time.Millisecond
+	var busy error // the last refusal for a limit: the better explanation of a timeout
 	for {
 		c, err := d.DialContext(ctx, "tcp", s.addr)
 		if err == nil {
@@ -76,12 +77,17 @@ func (s *Store) connectLocked(ctx context.Context) error {
 				return nil
 			}
 			c.Close()
-			if errors.Is(err, ErrRefused) && !errors.Is(err, errStoreBusy) {
+			if errors.Is(err, errStoreBusy) {
+				busy = err
+			} else if errors.Is(err, ErrRefused) {
 				return s.errorf("Dial", fmt.Errorf("store at %s: %w", s.addr, err))
 			}
 		}
 		select {
 		case <-ctx.Done():
+			if busy != nil {
+				return s.errorf("Dial", fmt.Errorf("%w: store at %s kept refusing: %v", ErrTimeout, s.addr, busy))
+			}
 			return s.errorf("Dial", fmt.Errorf("%w: no store at %s: %w", ErrTimeout, s.addr, err))
 		case <-time.After(backoff):
 			backoff = min(2*backoff, time.Second)

@@ -77,7 +77,7 @@ func FuzzStoreHandshake(f *testing.F) {
 	f.Add(hello[:10])
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var out bytes.Buffer
-		err := serverHandshake(bufio.NewReader(bytes.NewReader(in)), bufio.NewWriter(&out), "fuzz secret 0123456789")
+		err := serverHandshake(bufio.NewReader(bytes.NewReader(in)), bufio.NewWriter(&out), "fuzz secret 0123456789", func() string { return "" })
 		if err == nil {
 			t.Fatalf("%x authenticated without the secret", in)
 		}

@@ -189,9 +189,10 @@ func storeMAC(secret JobSecret, side string, cnonce, snonce []byte) []byte {
 var errNoHello = errors.New("sent a request before authenticating")
 
 // serverHandshake is the server's side of the handshake: nil once the
-// client has proven secret. On failure it tells the client why (best
-// effort) and returns the reason to log.
-func serverHandshake(r *bufio.Reader, w *bufio.Writer, secret JobSecret) error {
+// client has proven secret and admit, asked then, has let it in (admit
+// returns "" or why the client must come back later). On failure it tells
+// the client why (best effort) and returns the reason to log.
+func serverHandshake(r *bufio.Reader, w *bufio.Writer, secret JobSecret, admit func() string) error {
 	op, err := r.ReadByte()
 	if err != nil {
 		return fmt.Errorf("no hello: %w", err)
@@ -218,6 +219,10 @@ func serverHandshake(r *bufio.Reader, w *bufio.Writer, secret JobSecret) error {
 	if !hmac.Equal(proof, storeMAC(secret, "client", cn, sn)) {
 		writeStatus(w, storeBad, "authentication failed: wrong or missing job secret (DEEPGO_JOB_SECRET)")
 		return errors.New("wrong or missing job secret")
+	}
+	if why := admit(); why != "" {
+		writeStatus(w, storeBusy, "store busy: "+why)
+		return errors.New(why)
 	}
 	w.WriteByte(storeOK)
 	w.Write(storeMAC(secret, "server", cn, sn))
