@@ -227,8 +227,10 @@ func (s *StoreServer) handle(req storeRequest) (byte, []byte) {
 	case storeSet, storeSetOnce:
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if _, ok := s.data[key]; ok && (req.op == storeSetOnce || s.once[key]) {
+		if _, ok := s.data[key]; ok && s.once[key] {
 			return bad("key %q is write-once and already set in this store generation", key)
+		} else if ok && req.op == storeSetOnce {
+			return bad("key %q is already set in this store generation (SetOnce writes a key only if it is absent)", key)
 		}
 		if err := s.putLocked(key, req.val); err != nil {
 			return bad("%v", err)
