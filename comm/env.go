@@ -57,6 +57,26 @@ type Env struct {
 	MasterAddr                string // host of the rendezvous store
 	MasterPort                int
 	Launcher                  string // "torchrun" (RANK, WORLD_SIZE, ...) or "mpirun" (OMPI_COMM_WORLD_*)
+	// Secret is the job secret (DEEPGO_JOB_SECRET) the rendezvous store
+	// demands of every connection; empty only for a loopback store.
+	Secret JobSecret
+	// StoreLimits bound rank 0's store (DEEPGO_STORE_MAX_*; zero fields
+	// take the defaults).
+	StoreLimits StoreLimits
+	// StoreInsecure lets rank 0 serve the store without a secret on a
+	// non-loopback address (DEEPGO_STORE_INSECURE=1).
+	StoreInsecure bool
+}
+
+// StoreOptions are the options rank 0 serves the store with: the secret,
+// the limits (with at least four connections per rank allowed) and the
+// opt-out, logging to os.Stderr.
+func (e Env) StoreOptions() StoreOptions {
+	l := e.StoreLimits
+	if l.Conns == 0 {
+		l.Conns = max(DefaultStoreConns, 4*e.WorldSize)
+	}
+	return StoreOptions{Secret: e.Secret, AllowInsecure: e.StoreInsecure, Limits: l}
 }
 
 // StoreAddr is MasterAddr:MasterPort.
@@ -67,6 +87,8 @@ func (e Env) StoreAddr() string { return net.JoinHostPort(e.MasterAddr, strconv.
 // torchrun and the DeepSpeed launcher set them; when RANK is absent, Open
 // MPI's OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE. MASTER_ADDR
 // defaults to 127.0.0.1 and MASTER_PORT to 29500 (DeepSpeed's defaults).
+// It also reads the job secret, DEEPGO_JOB_SECRET (at least MinSecretLen
+// characters when set), and the store's DEEPGO_STORE_* limits and opt-out.
 func EnvFromOS() (Env, error) { return EnvFrom(os.Getenv) }
 
 // EnvFrom is EnvFromOS over any variable lookup (tests pass a map's).
@@ -118,6 +140,13 @@ func EnvFrom(get func(string) string) (Env, error) {
 		e.MasterAddr = v
 	}
 	if err := num("MASTER_PORT", &e.MasterPort, false); err != nil {
+		return Env{}, err
+	}
+	var err error
+	if e.Secret, err = jobSecretFrom(get); err != nil {
+		return Env{}, err
+	}
+	if e.StoreLimits, e.StoreInsecure, err = storeEnvLimits(get); err != nil {
 		return Env{}, err
 	}
 	switch {

@@ -24,6 +24,9 @@ var (
 	ErrUnsupported = errors.New("not supported")
 	// ErrClosed: the handle was closed.
 	ErrClosed = errors.New("closed")
+	// ErrRefused: the rendezvous store refused: a wrong or missing job
+	// secret, a limit reached, or a write-once key written again.
+	ErrRefused = errors.New("refused")
 )
 
 // Error is a failed operation on a group, as seen by one rank.

@@ -10,17 +10,18 @@ import (
 )
 
 // Rendezvous connects this process to the job's store: rank 0 serves it on
-// env.StoreAddr() (server is non-nil only there; close it last), and every
-// rank, rank 0 included, dials it, retrying until ctx ends. The store then
-// carries bootstrap data such as the NCCL unique id.
+// env.StoreAddr() with env.StoreOptions() (server is non-nil only there;
+// close it last), and every rank, rank 0 included, dials it with
+// env.Secret, retrying until ctx ends. The store then carries bootstrap
+// data such as the NCCL unique id.
 func Rendezvous(ctx context.Context, env Env) (store *Store, server *StoreServer, err error) {
 	if env.Rank == 0 {
-		server, err = ListenStore(env.StoreAddr())
+		server, err = ListenStoreOpts(env.StoreAddr(), env.StoreOptions())
 		if err != nil {
 			return nil, nil, err
 		}
 	}
-	store, err = DialStore(ctx, env.StoreAddr())
+	store, err = DialStoreOpts(ctx, env.StoreAddr(), env.Secret)
 	if err != nil {
 		if server != nil {
 			server.Close()
@@ -32,14 +33,17 @@ func Rendezvous(ctx context.Context, env Env) (store *Store, server *StoreServer
 
 // AgreeOnConfig checks that all size ranks hold the same bytes under the
 // agreement name key (use a fresh key per agreement, e.g. "config/step0"):
-// each rank publishes the SHA-256 of data and reads everyone's. On
+// each rank publishes the SHA-256 of data and reads everyone's. The hashes
+// are write-once (Store.SetOnce): a key used twice in one store
+// generation, or a rank's hash written by someone else first, fails with
+// ErrRefused naming the key. On
 // disagreement every rank gets an *Error wrapping ErrMismatch whose Ranks
 // are those outside the largest group of equal hashes (ties: the group
 // holding rank 0), with each distinct hash and its ranks in the message.
 func AgreeOnConfig(ctx context.Context, s *Store, rank, size int, key string, data []byte) error {
 	sum := sha256.Sum256(data)
 	mine := hex.EncodeToString(sum[:])
-	if err := s.Set(ctx, fmt.Sprintf("%s/sha256/%d", key, rank), []byte(mine)); err != nil {
+	if err := s.SetOnce(ctx, fmt.Sprintf("%s/sha256/%d", key, rank), []byte(mine)); err != nil {
 		return err
 	}
 	byHash := map[string][]int{}

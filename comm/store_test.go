@@ -137,10 +137,17 @@ func freePort(t *testing.T) int {
 // TestRendezvousAndAgree runs four ranks as torchrun would start them and
 // has rank 2 hold a different config. If another process takes the free
 // port before rank 0 serves it, the test tries another.
+// It runs once without a job secret and once with one.
 func TestRendezvousAndAgree(t *testing.T) {
+	for _, secret := range []string{"", string(newSecret(t))} {
+		t.Run(fmt.Sprintf("secret=%v", secret != ""), func(t *testing.T) { testRendezvousAndAgree(t, secret) })
+	}
+}
+
+func testRendezvousAndAgree(t *testing.T, secret string) {
 	const n, odd = 4, 2
 	for attempt := 1; ; attempt++ {
-		errs := rendezvousAndAgree(strconv.Itoa(freePort(t)), n, odd)
+		errs := rendezvousAndAgree(strconv.Itoa(freePort(t)), n, odd, secret)
 		if errors.Is(errs[0], syscall.EADDRINUSE) && attempt < 5 {
 			t.Logf("attempt %d: %v; trying another port", attempt, errs[0])
 			continue
@@ -156,8 +163,9 @@ func TestRendezvousAndAgree(t *testing.T) {
 }
 
 // rendezvousAndAgree runs n ranks on port and returns each one's error
-// from agreeing on a config that rank odd holds differently.
-func rendezvousAndAgree(port string, n, odd int) []error {
+// from agreeing on a config that rank odd holds differently, with secret
+// as DEEPGO_JOB_SECRET.
+func rendezvousAndAgree(port string, n, odd int, secret string) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	errs := make([]error, n)
@@ -167,7 +175,8 @@ func rendezvousAndAgree(port string, n, odd int) []error {
 		go func() {
 			defer wg.Done()
 			vars := map[string]string{"RANK": strconv.Itoa(r), "WORLD_SIZE": strconv.Itoa(n), "LOCAL_RANK": strconv.Itoa(r),
-				"LOCAL_WORLD_SIZE": strconv.Itoa(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+				"LOCAL_WORLD_SIZE": strconv.Itoa(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+				"DEEPGO_JOB_SECRET": secret}
 			env, err := EnvFrom(func(k string) string { return vars[k] })
 			if err != nil {
 				errs[r] = err
@@ -211,11 +220,19 @@ func TestEnvFrom(t *testing.T) {
 		bad  bool
 	}{
 		{vars: map[string]string{"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234"},
-			want: "{3 8 1 2 10.0.0.1 1234 torchrun}"},
+			want: "{3 8 1 2 10.0.0.1 1234 torchrun  {0 0 0 0 0 0s 0s} false}"},
 		{vars: map[string]string{"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_SIZE": "2"}, // DeepSpeed launcher
-			want: "{1 2 1 2 127.0.0.1 29500 torchrun}"},
+			want: "{1 2 1 2 127.0.0.1 29500 torchrun  {0 0 0 0 0 0s 0s} false}"},
 		{vars: map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
-			want: "{1 2 1 2 127.0.0.1 29500 mpirun}"},
+			want: "{1 2 1 2 127.0.0.1 29500 mpirun  {0 0 0 0 0 0s 0s} false}"},
+		{vars: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "DEEPGO_JOB_SECRET": "0123456789abcdef0123", "DEEPGO_STORE_MAX_KEYS": "100",
+			"DEEPGO_STORE_MAX_BYTES": "4096", "DEEPGO_STORE_IDLE_TIMEOUT": "1m", "DEEPGO_STORE_INSECURE": "1"},
+			want: "{0 1 0 1 127.0.0.1 29500 torchrun [redacted] {0 0 100 4096 0 0s 1m0s} true}"},
+		{vars: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "DEEPGO_JOB_SECRET": "short"}, bad: true},
+		{vars: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "DEEPGO_STORE_MAX_CONNS": "0"}, bad: true},
+		{vars: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "DEEPGO_STORE_MAX_BYTES": "1e9"}, bad: true},
+		{vars: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "DEEPGO_STORE_HANDSHAKE_TIMEOUT": "10"}, bad: true},
+		{vars: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "DEEPGO_STORE_INSECURE": "maybe"}, bad: true},
 		{vars: map[string]string{}, bad: true},
 		{vars: map[string]string{"RANK": "2", "WORLD_SIZE": "2"}, bad: true},
 		{vars: map[string]string{"RANK": "0", "WORLD_SIZE": "x"}, bad: true},
@@ -224,6 +241,11 @@ func TestEnvFrom(t *testing.T) {
 		e, err := EnvFrom(func(k string) string { return c.vars[k] })
 		if c.bad {
 			assert.Error(t, err, "EnvFrom(%v) = %v", c.vars, e)
+			for k := range c.vars {
+				if strings.HasPrefix(k, "DEEPGO_") {
+					assert.ErrorContains(t, err, k, "the error names the variable")
+				}
+			}
 		} else if assert.NoError(t, err, "EnvFrom(%v)", c.vars) {
 			assert.Equal(t, c.want, fmt.Sprint(e), "EnvFrom(%v)", c.vars)
 		}
@@ -252,7 +274,7 @@ const reportBound = 10 * time.Second
 
 // serverWaiting reports whether a goroutine of stacks is a store server
 // holding a Get for a key not yet set.
-func serverWaiting(stacks string) bool { return blockedIn(stacks, "comm.(*StoreServer).handle") }
+func serverWaiting(stacks string) bool { return blockedIn(stacks, "comm.(*StoreServer).get") }
 
 // dialBackingOff reports whether a goroutine of stacks is DialStore
 // waiting to dial again after a failed dial.

@@ -61,7 +61,10 @@ func GetUniqueID() (UniqueID, error) {
 }
 
 // NewFromStore is New with the id made by rank 0 and shared through store
-// under opts.Key; the other ranks wait for it until ctx's deadline.
+// under opts.Key; the other ranks wait for it until ctx's deadline. The id
+// is written once (Store.SetOnce): a second communicator under the same key
+// in one store generation fails with comm.ErrRefused naming the key, rather
+// than overwriting the id ranks may still be reading.
 func NewFromStore(ctx context.Context, store *comm.Store, rank, size, dev int, opts Options) (comm.Comm, error) {
 	if opts.Name == "" {
 		opts.Name = "world"
@@ -80,7 +83,7 @@ func NewFromStore(ctx context.Context, store *comm.Store, rank, size, dev int, o
 		if id, err = GetUniqueID(); err != nil {
 			return nil, err
 		}
-		if err := store.Set(ctx, key, id[:]); err != nil {
+		if err := store.SetOnce(ctx, key, id[:]); err != nil {
 			return nil, err
 		}
 	} else {

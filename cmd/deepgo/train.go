@@ -60,7 +60,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	lr := fs.Float64("lr", 1e-3, "learning rate, when the config has no optimizer or lr \"auto\"")
 	fallback := fs.Bool("resume-fallback", false, "when the latest checkpoint is damaged, resume from the newest one that verifies (and say so)")
 	device := fs.String("device", "cpu", deviceFlagHelp)
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address while training (\":9090\" binds 127.0.0.1)")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address while training (\":9090\" binds 127.0.0.1; \"0.0.0.0:9090\" every interface, unauthenticated)")
 	nanEvery := fs.Int("nan-check-every", monitor.DefaultFiniteCheckEvery, "check the parameters for NaN/Inf every N optimizer steps")
 	if err := fs.Parse(args); err != nil {
 		return 2

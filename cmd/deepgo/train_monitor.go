@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
@@ -76,6 +77,11 @@ func serveTrainMetrics(addr string, stdout io.Writer) (*monitor.MetricsServer, e
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
-	fmt.Fprintf(stdout, "serving Prometheus metrics on http://%s/metrics\n", s.Addr())
+	fmt.Fprintf(stdout, "deepgo: serving Prometheus metrics on http://%s/metrics\n", s.Addr())
+	if host, _, err := net.SplitHostPort(s.Addr()); err == nil {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			fmt.Fprintf(stdout, "deepgo: WARNING: the metrics on %s are reachable from other machines, without authentication\n", s.Addr())
+		}
+	}
 	return s, nil
 }

@@ -183,3 +183,24 @@ func TestTrainMetricsEndpoint(t *testing.T) {
 	assert.Zero(t, <-done, errb.String())
 	t.Logf("deepgo_step %v then %v", first, second)
 }
+
+// TestServeTrainMetricsBind: a host-less --metrics-addr stays on the
+// loopback; an explicit all-interfaces address is served with a warning.
+func TestServeTrainMetricsBind(t *testing.T) {
+	cases := []struct {
+		addr, wantHost string
+		warn           bool
+	}{
+		{":0", "127.0.0.1", false},
+		{"127.0.0.1:0", "127.0.0.1", false},
+		{"0.0.0.0:0", "", true},
+	}
+	for _, c := range cases {
+		var out strings.Builder
+		s, err := serveTrainMetrics(c.addr, &out)
+		require.NoError(t, err, c.addr)
+		s.Close()
+		require.Contains(t, out.String(), "deepgo: serving Prometheus metrics on http://"+c.wantHost, c.addr)
+		require.Equal(t, c.warn, strings.Contains(out.String(), "WARNING: the metrics on"), "%s: %s", c.addr, out.String())
+	}
+}
