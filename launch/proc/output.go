@@ -22,7 +22,7 @@ func (s *syncWriter) line(prefix string, b []byte) {
 	fmt.Fprintf(s.w, "%s%s\n", prefix, b)
 }
 
-// lineWriter prefixes each line a process writes with its rank and keeps
+// lineWriter prefixes each line a process writes with its name and keeps
 // the last keep lines.
 type lineWriter struct {
 	prefix string
@@ -35,8 +35,8 @@ type lineWriter struct {
 	next int
 }
 
-func newLineWriter(rank int, out *syncWriter, keep int) *lineWriter {
-	return &lineWriter{prefix: fmt.Sprintf("[rank %d] ", rank), out: out, keep: keep}
+func newLineWriter(name string, out *syncWriter, keep int) *lineWriter {
+	return &lineWriter{prefix: "[" + name + "] ", out: out, keep: keep}
 }
 
 func (l *lineWriter) Write(b []byte) (int, error) {

@@ -21,6 +21,8 @@ import (
 // Spec is one process to start.
 type Spec struct {
 	Rank int
+	// Name labels its output lines and its failure ("" : "rank N").
+	Name string
 	Argv []string
 	Env  []string // its whole environment, "KEY=value"
 }
@@ -42,6 +44,7 @@ type Options struct {
 // failed: the first one seen to fail.
 type Failure struct {
 	Rank, Pid int
+	Name      string // the Spec's
 	// Code is the exit status, -1 when a signal ended the process.
 	Code   int
 	Signal syscall.Signal
@@ -55,7 +58,7 @@ func (f *Failure) Error() string {
 	if f.Code < 0 {
 		how = fmt.Sprintf("was killed by signal %d (%v)", int(f.Signal), f.Signal)
 	}
-	msg := fmt.Sprintf("rank %d (pid %d) %s", f.Rank, f.Pid, how)
+	msg := fmt.Sprintf("%s (pid %d) %s", f.Name, f.Pid, how)
 	if len(f.Tail) == 0 {
 		return msg + "; it wrote nothing to stderr"
 	}
@@ -105,7 +108,7 @@ func Run(ctx context.Context, procs []Spec, o Options) error {
 	for _, s := range procs {
 		c, err := start(s, stdout, stderr, o)
 		if err != nil {
-			failed = fmt.Errorf("rank %d: start %q: %w", s.Rank, s.Argv[0], err)
+			failed = fmt.Errorf("rank %d: start %q: %w", s.Rank, s.Argv, err)
 			break
 		}
 		if o.Started != nil {
@@ -158,7 +161,10 @@ func start(s Spec, stdout, stderr *syncWriter, o Options) (*child, error) {
 	if len(s.Argv) == 0 {
 		return nil, errors.New("empty command")
 	}
-	c := &child{spec: s, out: newLineWriter(s.Rank, stdout, 0), errw: newLineWriter(s.Rank, stderr, o.TailLines)}
+	if s.Name == "" {
+		s.Name = fmt.Sprintf("rank %d", s.Rank)
+	}
+	c := &child{spec: s, out: newLineWriter(s.Name, stdout, 0), errw: newLineWriter(s.Name, stderr, o.TailLines)}
 	c.cmd = exec.Command(s.Argv[0], s.Argv[1:]...)
 	c.cmd.Env = s.Env
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.errw
@@ -176,7 +182,7 @@ func (c *child) wait() error {
 }
 
 func failure(c *child, err error) *Failure {
-	f := &Failure{Rank: c.spec.Rank, Pid: c.cmd.Process.Pid, Code: -1, Tail: c.errw.tail()}
+	f := &Failure{Rank: c.spec.Rank, Name: c.spec.Name, Pid: c.cmd.Process.Pid, Code: -1, Tail: c.errw.tail()}
 	ps := c.cmd.ProcessState
 	if ps == nil {
 		f.Tail = append(f.Tail, fmt.Sprintf("(launcher: %v)", err))

@@ -16,24 +16,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deepgo-ml/deepgo/internal/proctest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // The test binary is also the processes the tests start: PROC_HELPER
 // names what it does.
-func TestMain(m *testing.M) {
-	if role := os.Getenv("PROC_HELPER"); role != "" {
-		os.Exit(helper(role))
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { proctest.Main(m, "PROC_HELPER", helper) }
 
 func helper(role string) int {
 	rank := os.Getenv("RANK")
-	if dir := os.Getenv("PROC_PIDDIR"); dir != "" {
-		os.WriteFile(filepath.Join(dir, rank+".pid"), []byte(strconv.Itoa(os.Getpid())), 0o644)
-	}
+	proctest.WritePid("PROC_PIDDIR", rank+".pid")
 	switch role {
 	case "ok":
 		fmt.Printf("hello from %s\npartial line", rank)
@@ -75,17 +70,6 @@ func specs(n int, role, piddir string, extra ...string) []Spec {
 	return out
 }
 
-// gone reports whether pid has ended (no such process, or a zombie no one
-// has reaped yet).
-func gone(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	return len(f) > 0 && f[0] == "Z"
-}
-
 type pids struct {
 	mu sync.Mutex
 	m  map[int]int
@@ -106,7 +90,7 @@ func (p *pids) assertGone(t *testing.T) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for r, pid := range p.m {
-		assert.True(t, gone(pid), "rank %d (pid %d) is still running", r, pid)
+		assert.True(t, proctest.Ended(pid), "rank %d (pid %d) is still running", r, pid)
 	}
 }
 
@@ -185,8 +169,8 @@ func TestRunBadCommand(t *testing.T) {
 	procs := specs(2, "sleep", "")
 	procs[1].Argv = []string{"/nonexistent/program"}
 	err := Run(ctx, procs, Options{Grace: time.Second, Started: p.started})
-	assert.ErrorContains(t, err, `rank 1: start "/nonexistent/program"`)
-	assert.True(t, gone(p.m[0]), "rank 0 is still running")
+	assert.ErrorContains(t, err, `rank 1: start ["/nonexistent/program"]`)
+	assert.True(t, proctest.Ended(p.m[0]), "rank 0 is still running")
 }
 
 // TestKilledLauncherLeavesNoChild: SIGKILL of the launcher kills its
@@ -214,10 +198,10 @@ func TestKilledLauncherLeavesNoChild(t *testing.T) {
 	launcher.Wait()
 	for _, pid := range children {
 		deadline := time.Now().Add(5 * time.Second)
-		for !gone(pid) && time.Now().Before(deadline) {
+		for !proctest.Ended(pid) && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if !assert.True(t, gone(pid), "pid %d outlived its killed launcher", pid) {
+		if !assert.True(t, proctest.Ended(pid), "pid %d outlived its killed launcher", pid) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
