@@ -31,6 +31,8 @@ func launchHelper(role string) int {
 	rank := os.Getenv("RANK")
 	proctest.WritePid("DEEPGO_LAUNCH_TEST_PIDS", rank+"."+os.Getenv("DEEPGO_RESTART_COUNT"))
 	switch role {
+	case "deepgo":
+		return run(os.Args[1:], os.Stdout, os.Stderr)
 	case "env":
 		var kv []string
 		for _, k := range []string{"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "CUDA_VISIBLE_DEVICES", "DEEPGO_RESTART_COUNT", "DEEPGO_TIMEOUT"} {
@@ -97,13 +99,22 @@ func launchHelper(role string) int {
 	return 2
 }
 
-// launch runs deepgo launch with the test binary as the program in role.
+// launchRun runs deepgo launch flags with the test binary as the program
+// (in the role DEEPGO_LAUNCH_TEST names), given the arguments after a "--"
+// in flags.
 func launchRun(t *testing.T, role string, flags ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	self, err := os.Executable()
 	require.NoError(t, err)
 	var out, errb bytes.Buffer
-	args := append(append([]string{"launch"}, flags...), "--", self)
+	var prog []string // what follows a "--" in flags: the program's arguments
+	for i, f := range flags {
+		if f == "--" {
+			flags, prog = flags[:i], flags[i+1:]
+			break
+		}
+	}
+	args := append(append(append([]string{"launch"}, flags...), "--", self), prog...)
 	done := make(chan int, 1)
 	go func() { done <- run(args, &out, &errb) }()
 	select {
