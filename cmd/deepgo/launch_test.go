@@ -19,6 +19,7 @@ import (
 	"github.com/deepgo-ml/deepgo/internal/proctest"
 
 	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -32,6 +33,11 @@ func launchHelper(role string) int {
 	proctest.WritePid("DEEPGO_LAUNCH_TEST_PIDS", rank+"."+os.Getenv("DEEPGO_RESTART_COUNT"))
 	switch role {
 	case "deepgo":
+		return run(os.Args[1:], os.Stdout, os.Stderr)
+	case "deepgo-killed": // deepgo, whose rank 1 SIGKILLs itself in its first run once step 20 is saved
+		if rank == "1" && os.Getenv("DEEPGO_RESTART_COUNT") == "0" {
+			go killAfterCheckpoint(os.Args[1:], "global_step20")
+		}
 		return run(os.Args[1:], os.Stdout, os.Stderr)
 	case "env":
 		var kv []string
@@ -97,6 +103,22 @@ func launchHelper(role string) int {
 		return 3
 	}
 	return 2
+}
+
+// killAfterCheckpoint SIGKILLs this process once the save_dir of the
+// config deepgo train's args name holds tag.
+func killAfterCheckpoint(args []string, tag string) {
+	i := slices.Index(args, "--config")
+	cfg, err := config.Load(args[i+1])
+	if err != nil {
+		panic(err)
+	}
+	for {
+		if b, _ := os.ReadFile(filepath.Join(cfg.Checkpoint.SaveDir, "latest")); strings.TrimSpace(string(b)) == tag {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // launchRun runs deepgo launch flags with the test binary as the program

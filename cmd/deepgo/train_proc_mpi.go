@@ -24,3 +24,6 @@ func joinMPI(ctx context.Context, timeout time.Duration, digest string) (comm.Co
 	}
 	return c, mpi.Finalize, nil
 }
+
+// mpiBuilt says this build has the MPI backend.
+const mpiBuilt = true
