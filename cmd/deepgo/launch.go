@@ -106,7 +106,7 @@ func parseLaunchFlags(args []string, stderr io.Writer) (*launchFlags, error) {
 	}
 	f.program = fs.Args()
 	if len(f.program) == 0 {
-		return nil, fmt.Errorf("no program: deepgo launch [flags] -- PROGRAM ARGS...")
+		return nil, fmt.Errorf("no program to run (deepgo launch [flags] -- PROGRAM ARGS)")
 	}
 	return &f, nil
 }
