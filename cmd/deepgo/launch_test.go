@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -33,6 +34,9 @@ func launchHelper(role string) int {
 	proctest.WritePid("DEEPGO_LAUNCH_TEST_PIDS", rank+"."+os.Getenv("DEEPGO_RESTART_COUNT"))
 	switch role {
 	case "deepgo":
+		return run(os.Args[1:], os.Stdout, os.Stderr)
+	case "deepgo-then": // deepgo, whose processes take the role DEEPGO_LAUNCH_TEST_NEXT
+		os.Setenv("DEEPGO_LAUNCH_TEST", os.Getenv("DEEPGO_LAUNCH_TEST_NEXT"))
 		return run(os.Args[1:], os.Stdout, os.Stderr)
 	case "deepgo-killed": // deepgo, whose rank 1 SIGKILLs itself in its first run once step 20 is saved
 		if rank == "1" && os.Getenv("DEEPGO_RESTART_COUNT") == "0" {
@@ -299,4 +303,51 @@ func readPids(t *testing.T, dir string) map[string]int {
 		pids[e.Name()], _ = strconv.Atoi(string(b))
 	}
 	return pids
+}
+
+// TestLaunchSignalled: SIGTERM or SIGINT to deepgo launch stops its
+// processes and exits 1; SIGKILL takes them along (Pdeathsig).
+func TestLaunchSignalled(t *testing.T) {
+	self, err := os.Executable()
+	require.NoError(t, err)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			var errb bytes.Buffer
+			launcher := exec.Command(self, "launch", "--num_procs", "2", "--master_port", "0", "--grace", "1s", "--", self)
+			launcher.Env = append(os.Environ(), "DEEPGO_LAUNCH_TEST=deepgo-then", "DEEPGO_LAUNCH_TEST_NEXT=fail", "FAIL_RANK=none", "DEEPGO_LAUNCH_TEST_PIDS="+dir)
+			launcher.Stderr = &errb
+			require.NoError(t, launcher.Start())
+			deadline := time.Now().Add(20 * time.Second)
+			for len(readPids(t, dir)) < 2 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			pids := readPids(t, dir)
+			require.Len(t, pids, 2, "the processes did not start")
+			t0 := time.Now()
+			require.NoError(t, launcher.Process.Signal(sig))
+			waited := make(chan error, 1)
+			go func() { waited <- launcher.Wait() }()
+			select {
+			case <-waited:
+			case <-time.After(10 * time.Second):
+				launcher.Process.Kill()
+				t.Fatalf("deepgo launch did not end 10 s after %v", sig)
+			}
+			assert.Less(t, time.Since(t0), 6*time.Second)
+			if sig != syscall.SIGKILL {
+				assert.Equal(t, 1, launcher.ProcessState.ExitCode())
+				assert.Contains(t, errb.String(), "deepgo launch: stopped every process: "+strings.ToLower(sig.String()))
+			}
+			for name, pid := range pids {
+				deadline := time.Now().Add(5 * time.Second)
+				for !proctest.Ended(pid) && time.Now().Before(deadline) {
+					time.Sleep(20 * time.Millisecond)
+				}
+				if !assert.True(t, proctest.Ended(pid), "%s (pid %d) outlived the launcher", name, pid) {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		})
+	}
 }

@@ -87,7 +87,8 @@ type exit struct {
 // Run starts procs and waits for them. It returns nil when every process
 // exits 0. When one exits otherwise, it stops the others and returns a
 // *Failure naming it; when ctx ends, it stops them all and returns a
-// *Stopped. No process of the job (nor of its process groups) is left
+// *Stopped (wrapping the context's cause: signal.NotifyContext names the
+// signal). No process of the job (nor of its process groups) is left
 // running when Run returns, and a launcher that is killed takes its
 // processes along (Pdeathsig).
 func Run(ctx context.Context, procs []Spec, o Options) error {
@@ -140,7 +141,7 @@ func Run(ctx context.Context, procs []Spec, o Options) error {
 		case <-done:
 			done = nil
 			if failed == nil {
-				failed = &Stopped{Err: ctx.Err()}
+				failed = &Stopped{Err: context.Cause(ctx)}
 				stop()
 			}
 		case <-stopping:
