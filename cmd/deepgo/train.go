@@ -203,7 +203,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 				fmt.Fprintln(stdout, "note:", n)
 			}
 			fmt.Fprintf(stdout, "training GPT %d layers x %d wide, %d params, vocab %d, T %d, %d ranks, ZeRO stage %d, %d steps, on %s\n",
-				g.Layers, g.Width, nn.NumParams(gpt), g.Vocab, T, ranks, cfg.ZeroOptimization.Stage, steps, deviceRange(dev, ranks))
+				g.Layers, g.Width, nn.NumParams(gpt), g.Vocab, T, ranks, cfg.ZeroOptimization.Stage, steps, targs.job.devices(dev, ranks))
 		}
 		s, err := data.NewDistributedSampler(corpus.NumWindows(T), rank, c.Size(), 5, true)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/nccl"
+	"github.com/deepgo-ml/deepgo/tensor"
 )
 
 // distBackends are the --dist-backend choices.
@@ -188,4 +189,13 @@ func resolvedDigest(cfgPath, modelName string, targs trainerArgs) (string, error
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// devices names where the ranks compute, as rank 0 sees it: the in-process
+// ranks' devices, or, for a launched job, rank 0's and the backend.
+func (j *procJob) devices(dev0 tensor.Device, ranks int) string {
+	if j == nil {
+		return deviceRange(dev0, ranks)
+	}
+	return fmt.Sprintf("%s in rank 0's process, one process per rank, %s between them", dev0, j.backend)
 }
