@@ -56,7 +56,10 @@ type Env struct {
 	LocalRank, LocalWorldSize int
 	MasterAddr                string // host of the rendezvous store
 	MasterPort                int
-	Launcher                  string // "torchrun" (RANK, WORLD_SIZE, ...) or "mpirun" (OMPI_COMM_WORLD_*)
+	// Launcher names the variables read: "torchrun" (RANK, WORLD_SIZE, ...,
+	// also the DeepSpeed launcher's and deepgo launch's), "mpirun"
+	// (OMPI_COMM_WORLD_*) or "slurm" (SLURM_PROCID, ...).
+	Launcher string
 	// Secret is the job secret (DEEPGO_JOB_SECRET) the rendezvous store
 	// demands of every connection; empty only for a loopback store.
 	Secret JobSecret
@@ -84,9 +87,14 @@ func (e Env) StoreAddr() string { return net.JoinHostPort(e.MasterAddr, strconv.
 
 // EnvFromOS reads the launcher's variables: RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE (or DeepSpeed's LOCAL_SIZE), MASTER_ADDR, MASTER_PORT, as
-// torchrun and the DeepSpeed launcher set them; when RANK is absent, Open
-// MPI's OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE. MASTER_ADDR
-// defaults to 127.0.0.1 and MASTER_PORT to 29500 (DeepSpeed's defaults).
+// torchrun, the DeepSpeed launcher and deepgo launch set them; when RANK is
+// absent, Open MPI's OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE;
+// when those are absent too, srun's SLURM_PROCID, SLURM_NTASKS,
+// SLURM_LOCALID and SLURM_NTASKS_PER_NODE (or this node's count in
+// SLURM_TASKS_PER_NODE). MASTER_PORT defaults to 29500 (DeepSpeed's
+// default) and MASTER_ADDR to 127.0.0.1, or under srun to the first host of
+// the step's node list, where rank 0 runs (SLURM_STEP_NODELIST, else
+// SLURM_NODELIST), else SLURM_LAUNCH_NODE_IPADDR.
 // It also reads the job secret, DEEPGO_JOB_SECRET (at least MinSecretLen
 // characters when set), and the store's DEEPGO_STORE_* limits and opt-out.
 func EnvFromOS() (Env, error) { return EnvFrom(os.Getenv) }
@@ -94,52 +102,48 @@ func EnvFromOS() (Env, error) { return EnvFrom(os.Getenv) }
 // EnvFrom is EnvFromOS over any variable lookup (tests pass a map's).
 func EnvFrom(get func(string) string) (Env, error) {
 	e := Env{MasterAddr: "127.0.0.1", MasterPort: 29500}
-	num := func(name string, dst *int, required bool) error {
-		v := strings.TrimSpace(get(name))
-		if v == "" {
-			if required {
-				return fmt.Errorf("comm: %s is not set", name)
-			}
-			return nil
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("comm: %s=%q: want an integer >= 0", name, v)
-		}
-		*dst = n
-		return nil
-	}
 	var names [4]string
 	switch {
 	case get("RANK") != "":
 		e.Launcher = "torchrun"
 		names = [4]string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
+		if get("LOCAL_WORLD_SIZE") == "" {
+			names[3] = "LOCAL_SIZE"
+		}
 	case get("OMPI_COMM_WORLD_RANK") != "":
 		e.Launcher = "mpirun"
 		names = [4]string{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"}
+	case get("SLURM_PROCID") != "":
+		e.Launcher = "slurm"
+		names = [4]string{"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"}
+		if get("SLURM_NTASKS") == "" {
+			names[1] = "SLURM_NPROCS"
+		}
 	default:
-		return Env{}, fmt.Errorf("comm: no launcher environment: set RANK and WORLD_SIZE (torchrun, deepspeed) or run under mpirun")
+		return Env{}, fmt.Errorf("comm: no launcher environment: set RANK and WORLD_SIZE (deepgo launch, torchrun, deepspeed) or run under mpirun or srun")
 	}
-	if err := num(names[0], &e.Rank, true); err != nil {
+	if err := envInt(get, names[0], &e.Rank, true); err != nil {
 		return Env{}, err
 	}
-	if err := num(names[1], &e.WorldSize, true); err != nil {
+	if err := envInt(get, names[1], &e.WorldSize, true); err != nil {
 		return Env{}, err
 	}
 	e.LocalRank, e.LocalWorldSize = e.Rank, e.WorldSize
-	if err := num(names[2], &e.LocalRank, false); err != nil {
+	if err := envInt(get, names[2], &e.LocalRank, false); err != nil {
 		return Env{}, err
 	}
-	if e.Launcher == "torchrun" && get("LOCAL_WORLD_SIZE") == "" {
-		names[3] = "LOCAL_SIZE"
-	}
-	if err := num(names[3], &e.LocalWorldSize, false); err != nil {
+	if err := envInt(get, names[3], &e.LocalWorldSize, false); err != nil {
 		return Env{}, err
+	}
+	if e.Launcher == "slurm" {
+		if err := slurmDefaults(get, &e); err != nil {
+			return Env{}, err
+		}
 	}
 	if v := strings.TrimSpace(get("MASTER_ADDR")); v != "" {
 		e.MasterAddr = v
 	}
-	if err := num("MASTER_PORT", &e.MasterPort, false); err != nil {
+	if err := envInt(get, "MASTER_PORT", &e.MasterPort, false); err != nil {
 		return Env{}, err
 	}
 	var err error
@@ -158,4 +162,22 @@ func EnvFrom(get func(string) string) (Env, error) {
 		return Env{}, fmt.Errorf("comm: MASTER_PORT=%d: want 1..65535", e.MasterPort)
 	}
 	return e, nil
+}
+
+// envInt reads the integer >= 0 in variable name into dst; an absent
+// variable is an error only when required.
+func envInt(get func(string) string, name string, dst *int, required bool) error {
+	v := strings.TrimSpace(get(name))
+	if v == "" {
+		if required {
+			return fmt.Errorf("comm: %s is not set", name)
+		}
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("comm: %s=%q: want an integer >= 0", name, v)
+	}
+	*dst = n
+	return nil
 }

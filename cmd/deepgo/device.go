@@ -40,11 +40,11 @@ func rankDevice(flag string, r int, getenv func(string) string) (tensor.Device, 
 	return tensor.CUDA(base + r), nil
 }
 
-// rankOptions are the Initialize options of in-process rank c on flag's
-// device: the rank's comm, and the device (the engine wraps the comm so
-// that it moves device memory).
-func rankOptions(flag string, c comm.Comm) ([]deepgo.Option, tensor.Device, error) {
-	dev, err := rankDevice(flag, c.Rank(), os.Getenv)
+// rankOptions are the Initialize options of the rank of c, in-process rank
+// r, on flag's device: the rank's comm, and the device (the engine wraps
+// the comm so that it moves device memory).
+func rankOptions(flag string, c comm.Comm, r int) ([]deepgo.Option, tensor.Device, error) {
+	dev, err := rankDevice(flag, r, os.Getenv)
 	if err != nil {
 		return nil, dev, err
 	}

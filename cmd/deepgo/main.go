@@ -1,7 +1,8 @@
 // Command deepgo is deepgo's command line: training, config checks, memory
 // estimates, checkpoint tools and a self-test of the native core.
 //
-//	deepgo train --config FILE [--data PATH]  train a GPT on in-process ranks
+//	deepgo train --config FILE [--data PATH]  train a GPT on in-process ranks (one rank per process under a launcher)
+//	deepgo launch [flags] -- PROGRAM ARGS...  run a program as the processes of a job (DeepSpeed's launcher flags)
 //	deepgo config check FILE                  resolve and validate a DeepSpeed config
 //	deepgo config explain KEY                 what a config key does, and its default
 //	deepgo estimate --params N --world W      ZeRO model-state memory, DeepSpeed's and ours

@@ -14,7 +14,6 @@ import (
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/comm"
-	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/model"
@@ -62,17 +61,35 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	device := fs.String("device", "cpu", deviceFlagHelp)
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address while training (\":9090\" binds 127.0.0.1; \"0.0.0.0:9090\" every interface, unauthenticated)")
 	nanEvery := fs.Int("nan-check-every", monitor.DefaultFiniteCheckEvery, "check the parameters for NaN/Inf every N optimizer steps")
+	backend := fs.String("dist-backend", "", "between the processes of a launched job (RANK/WORLD_SIZE, OMPI_* or SLURM_* set, no --ranks): gloo, mpi or nccl (default: DEEPGO_DIST_BACKEND, else nccl with --device cuda, gloo otherwise)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	ranksGiven := false
+	fs.Visit(func(f *flag.Flag) { ranksGiven = ranksGiven || f.Name == "ranks" })
+	job, err := launchedJob(ranksGiven, *backend, *device, os.Getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "deepgo train:", err)
+		return 2
+	}
+	if job.rank() != 0 {
+		*metricsAddr = "" // one /metrics per job, on rank 0
 	}
 	if *cfgPath == "" {
 		fmt.Fprintln(stderr, "deepgo train: --config is required")
 		return 2
 	}
-	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery}, stdout, stderr)
+	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job}, stdout, stderr)
+	if err != nil && job != nil {
+		fmt.Fprintf(stderr, "deepgo train: rank %d: %v\n", job.rank(), err)
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 1
+	}
+	if job.rank() != 0 {
+		return 0 // rank 0 reports the job
 	}
 	b, _ := json.Marshal(res)
 	fmt.Fprintln(stdout, string(b))
@@ -86,6 +103,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	}
 	if steps <= 0 {
 		steps = mc.steps
+	}
+	if targs.job != nil {
+		ranks = targs.job.env.WorldSize
 	}
 	if ranks <= 0 {
 		ranks = impliedRanks(cfgPath)
@@ -134,7 +154,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		defer metrics.Close()
 	}
 	start := time.Now()
-	err = local.Run(context.Background(), ranks, local.Options{Timeout: 5 * time.Minute, Threads: 1}, func(ctx context.Context, c comm.Comm) (err error) {
+	err = targs.job.runRanks(ranks, cfgPath, modelName, targs, res.PeakMemory, func(ctx context.Context, c comm.Comm) (err error) {
 		cfg, err := config.Load(cfgPath)
 		if err != nil {
 			return err
@@ -155,7 +175,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			return err
 		}
 		defer gpt.Free()
-		opts, dev, err := rankOptions(targs.device, c) // cpu: on the rank's 1-thread pool
+		opts, dev, err := rankOptions(targs.device, c, targs.job.inProcRank(c)) // cpu: on the rank's 1-thread pool
 		if err != nil {
 			return err
 		}
@@ -183,7 +203,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 				fmt.Fprintln(stdout, "note:", n)
 			}
 			fmt.Fprintf(stdout, "training GPT %d layers x %d wide, %d params, vocab %d, T %d, %d ranks, ZeRO stage %d, %d steps, on %s\n",
-				g.Layers, g.Width, nn.NumParams(gpt), g.Vocab, T, ranks, cfg.ZeroOptimization.Stage, steps, deviceRange(dev, ranks))
+				g.Layers, g.Width, nn.NumParams(gpt), g.Vocab, T, ranks, cfg.ZeroOptimization.Stage, steps, targs.job.devices(dev, ranks))
 		}
 		s, err := data.NewDistributedSampler(corpus.NumWindows(T), rank, c.Size(), 5, true)
 		if err != nil {
@@ -262,7 +282,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	}
 	res.WallSeconds = time.Since(start).Seconds()
 	res.EntropyFloor = floor
-	if floor != nil {
+	if floor != nil && targs.job.rank() == 0 {
 		fmt.Fprintf(stdout, "final loss %.4f vs entropy floor %.4f nats/token (%.1f%% above)\n", res.FinalLoss, *floor, 100*(res.FinalLoss / *floor - 1))
 	}
 	return res, nil

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/comm/gloo"
+	"github.com/deepgo-ml/deepgo/comm/local"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/nccl"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// distBackends are the --dist-backend choices.
+var distBackends = []string{"gloo", "mpi", "nccl"}
+
+// procJob is this process's place in a job a launcher started (deepgo
+// launch, torchrun, mpirun, srun): deepgo train then trains exactly one
+// rank here, the others being other processes.
+type procJob struct {
+	env     comm.Env
+	backend string // gloo, mpi or nccl
+}
+
+// launchedJob is the job the environment describes, or nil when no
+// launcher started this process or --ranks asks for in-process ranks.
+func launchedJob(ranksGiven bool, backendFlag, device string, getenv func(string) string) (*procJob, error) {
+	if ranksGiven || (getenv("RANK") == "" && getenv("OMPI_COMM_WORLD_RANK") == "" && getenv("SLURM_PROCID") == "") {
+		return nil, nil
+	}
+	env, err := comm.EnvFrom(getenv)
+	if err != nil {
+		return nil, err
+	}
+	name, from := backendFlag, "--dist-backend"
+	if name == "" {
+		name, from = getenv("DEEPGO_DIST_BACKEND"), "DEEPGO_DIST_BACKEND"
+	}
+	if name == "" {
+		name = "gloo" // host tensors between processes
+		if strings.HasPrefix(device, "cuda") {
+			name = "nccl"
+		}
+	}
+	if !slices.Contains(distBackends, name) {
+		return nil, fmt.Errorf("%s %q: want one of %s", from, name, strings.Join(distBackends, ", "))
+	}
+	return &procJob{env: env, backend: name}, nil
+}
+
+// rank is this process's rank; 0 for in-process ranks (whose process
+// speaks for all of them).
+func (j *procJob) rank() int {
+	if j == nil {
+		return 0
+	}
+	return j.env.Rank
+}
+
+// inProcRank is the in-process rank of c: c's rank when the ranks share
+// this process, else 0 (the launcher's LOCAL_RANK picks the device).
+func (j *procJob) inProcRank(c comm.Comm) int {
+	if j == nil {
+		return c.Rank()
+	}
+	return 0
+}
+
+// runRanks runs fn on every rank of the job: ranks goroutines over the
+// in-process backend, or, for a launched job, this process's one rank
+// after the ranks agreed on the resolved config; peak then holds every
+// rank's peak memory.
+func (j *procJob) runRanks(ranks int, cfgPath, modelName string, targs trainerArgs, peak []int64, fn func(ctx context.Context, c comm.Comm) error) (err error) {
+	if j == nil {
+		return local.Run(context.Background(), ranks, local.Options{Timeout: 5 * time.Minute, Threads: 1}, fn)
+	}
+	timeout, err := comm.DefaultTimeout()
+	if err != nil {
+		return err
+	}
+	digest, err := resolvedDigest(cfgPath, modelName, targs)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	c, release, err := j.join(ctx, timeout, digest)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, c.Close(), release()) }()
+	if err = fn(ctx, c); err != nil {
+		return err
+	}
+	all, err := comm.AllGatherInt64s(ctx, c, []int64{peak[j.env.Rank]})
+	if err != nil {
+		return fmt.Errorf("gather the ranks' peak memory: %w", err)
+	}
+	copy(peak, all)
+	return nil
+}
+
+// join makes this rank's communicator: it meets the other ranks, checks
+// they resolved the same config, and joins the backend's group. release
+// ends what joining opened (the store); call it after closing c.
+func (j *procJob) join(ctx context.Context, timeout time.Duration, digest string) (c comm.Comm, release func() error, err error) {
+	if j.backend == "mpi" {
+		return joinMPI(ctx, timeout, digest)
+	}
+	if j.backend == "gloo" && !gloo.Available() {
+		// The stub says how to get Gloo; fail before meeting the others.
+		_, _, err := gloo.FromEnvOf(ctx, j.env, gloo.Options{Timeout: timeout})
+		return nil, nil, err
+	}
+	jctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	store, server, err := comm.Rendezvous(jctx, j.env)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rendezvous at %s: %w", j.env.StoreAddr(), err)
+	}
+	release = func() error {
+		err := store.Close()
+		if server != nil {
+			err = errors.Join(err, server.Close())
+		}
+		return err
+	}
+	if err := comm.AgreeOnConfig(jctx, store, j.env.Rank, j.env.WorldSize, "deepgo-train/config", []byte(digest)); err != nil {
+		err = fmt.Errorf("the ranks resolved different configs (config, model, steps, device): %w", err)
+		if errors.Is(err, comm.ErrMismatch) {
+			// Rank 0 serves the store: it must outlive every rank's reading
+			// of the hashes, or they would see its close, not the verdict.
+			err = errors.Join(err, j.readAll(jctx, store, "deepgo-train/config-read"))
+		}
+		return nil, nil, errors.Join(err, release())
+	}
+	if err := j.readAll(jctx, store, "deepgo-train/config-read"); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("rendezvous at %s: %w", j.env.StoreAddr(), err), release())
+	}
+	switch j.backend {
+	case "gloo":
+		c, err = gloo.NewFromStore(jctx, store, j.env.Rank, j.env.WorldSize, gloo.Options{Timeout: timeout})
+	default:
+		c, err = nccl.NewFromStore(jctx, store, j.env.Rank, j.env.WorldSize, j.env.LocalRank, nccl.Options{Timeout: timeout})
+	}
+	if err != nil {
+		return nil, nil, errors.Join(err, release())
+	}
+	return c, release, nil
+}
+
+// readAll is a barrier at key for rank 0 alone: every rank says it is
+// done, and rank 0 waits for all of them.
+func (j *procJob) readAll(ctx context.Context, store *comm.Store, key string) error {
+	if err := store.Set(ctx, fmt.Sprintf("%s/%d", key, j.env.Rank), nil); err != nil || j.env.Rank != 0 {
+		return err
+	}
+	keys := make([]string, j.env.WorldSize)
+	for r := range keys {
+		keys[r] = fmt.Sprintf("%s/%d", key, r)
+	}
+	return store.Wait(ctx, keys...)
+}
+
+// resolvedDigest is the SHA-256 of what every rank must resolve alike: the
+// config with the trainer's values filled in, the model, the steps and the
+// device kind.
+func resolvedDigest(cfgPath, modelName string, targs trainerArgs) (string, error) {
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return "", err
+	}
+	fillTrainerAutos(cfg, targs)
+	b, err := json.Marshal(struct {
+		Config *config.Config `json:"config"`
+		Model  string         `json:"model"`
+		Steps  int            `json:"steps"`
+		Device string         `json:"device"`
+	}{cfg, modelName, targs.steps, strings.SplitN(targs.device, ":", 2)[0]})
+	if err != nil {
+		return "", fmt.Errorf("resolved config: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// devices names where the ranks compute, as rank 0 sees it: the in-process
+// ranks' devices, or, for a launched job, rank 0's and the backend.
+func (j *procJob) devices(dev0 tensor.Device, ranks int) string {
+	if j == nil {
+		return deviceRange(dev0, ranks)
+	}
+	return fmt.Sprintf("%s in rank 0's process, one process per rank, %s between them", dev0, j.backend)
+}
