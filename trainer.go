@@ -3,7 +3,6 @@ package deepgo
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
@@ -69,7 +68,7 @@ var _ Trainer = (*Engine)(nil)
 
 // Initialize builds the Trainer that cfg (a loaded config.Config) asks
 // for, like deepspeed.initialize: with pipeline_model_parallel_size above 1
-// a pipeline engine, otherwise the data-parallel ZeRO engine (*Engine; see
+// a pipeline engine (*PipeEngine), otherwise the data-parallel ZeRO engine (*Engine; see
 // its documentation for what it sets up). It copies every model.Param's
 // initial value into engine memory and rebinds the Param there; the
 // initial tensors stay the caller's, free to free once Initialize returns,
@@ -77,8 +76,8 @@ var _ Trainer = (*Engine)(nil)
 //
 // Not supported yet (an error naming the key): offload_optimizer and
 // offload_param device nvme, ZeRO++ (zero_quantized_*,
-// zero_hpz_partition_size > 1), MiCS, apex amp, and tensor, pipeline or
-// sequence parallel sizes above 1.
+// zero_hpz_partition_size > 1), MiCS, apex amp, tensor or sequence
+// parallel sizes above 1, and ZeRO stages 2-3 with pipeline stages.
 func Initialize(ctx context.Context, cfg *config.Config, net model.Model, opts ...Option) (Trainer, error) {
 	if cfg == nil {
 		return nil, errors.New("deepgo.Initialize: cfg is nil")
@@ -86,12 +85,16 @@ func Initialize(ctx context.Context, cfg *config.Config, net model.Model, opts .
 	if net == nil {
 		return nil, errors.New("deepgo.Initialize: model is nil")
 	}
-	if cfg.PipelineModelParallelSize > 1 {
-		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d: not supported yet (the pipeline engine will implement Trainer)", cfg.PipelineModelParallelSize)
-	}
 	var o options
 	for _, f := range opts {
 		f(&o)
+	}
+	if cfg.PipelineModelParallelSize > 1 {
+		pe, err := newPipeEngine(ctx, cfg, net, o)
+		if err != nil {
+			return nil, err // a nil *PipeEngine must not become a non-nil Trainer
+		}
+		return pe, nil
 	}
 	e, err := newEngine(ctx, cfg, net, o)
 	if err != nil {

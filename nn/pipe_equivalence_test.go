@@ -1,0 +1,165 @@
+package nn_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/comm/local"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The pipeline tests' GPT: 8 modules (embedding, 6 blocks, head), so that
+// 4 stages × 2 virtual stages still give every part a module, trained on a
+// global batch of pipeB windows of pipeT tokens.
+const pipeB, pipeT, pipeSeed = 16, 8, 11
+
+func pipeGPT(vocab int) nn.GPTConfig {
+	return nn.GPTConfig{Layers: 6, Heads: 2, Width: 16, Vocab: vocab, SeqLen: pipeT}
+}
+
+// pipeMicro is micro-batch i of m of data-parallel rank r of dp at step:
+// the global batch's windows split first by rank, then by micro-batch.
+func pipeMicro(corpus *data.Tokens, step, dp, r, m, i int) model.TokenBatch {
+	per := pipeB / dp / m
+	idx := make([]int, per)
+	for k := range idx {
+		idx[k] = step*pipeB + r*(pipeB/dp) + i*per + k
+	}
+	return corpus.MakeBatch(idx, pipeT)
+}
+
+// pipeRun is one pipeline configuration.
+type pipeRun struct {
+	pp, dp, micro int
+	sched         string
+	virtual       int
+}
+
+func (r pipeRun) String() string {
+	return fmt.Sprintf("pp%d-dp%d-%s-v%d-m%d", r.pp, r.dp, r.sched, r.virtual, r.micro)
+}
+
+func (r pipeRun) config(clip float64) string {
+	return fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": %d,
+		"gradient_clipping": %g, "zero_optimization": {"stage": 1},
+		"pipeline_model_parallel_size": %d,
+		"pipeline_schedule": {"type": %q, "virtual_stages": %d},
+		"pipeline": {"partition": "uniform"},
+		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`,
+		pipeB/r.dp/r.micro, r.micro, clip, r.pp, r.sched, r.virtual, eqLR, eqWD)
+}
+
+// pipeCurve trains the GPT with the pipeline engine over pp × dp
+// in-process ranks and returns rank 0's losses, the gathered parameters,
+// and each stage's copies of the tied weights (rank of data coordinate 0).
+func pipeCurve(t *testing.T, r pipeRun, steps int, clip float64, corpus *data.Tokens) ([]float64, map[string][]float32, []map[string][]float32) {
+	t.Helper()
+	losses := make([]float64, steps)
+	var params map[string][]float32
+	tied := make([]map[string][]float32, r.pp)
+	err := local.Run(context.Background(), r.pp*r.dp, local.Options{Timeout: 60 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+		cfg, err := config.Parse([]byte(r.config(clip)))
+		if err != nil {
+			return err
+		}
+		g, err := nn.NewReadyGPT(pipeGPT(corpus.Vocab), nil, pipeSeed)
+		if err != nil {
+			return err
+		}
+		defer g.Free()
+		tr, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithComm(c))
+		if err != nil {
+			return err
+		}
+		defer tr.Close()
+		pe := tr.(*deepgo.PipeEngine)
+		d := c.Rank() % r.dp // the grid is pipe × data, data fastest
+		for step := range steps {
+			mbs := make([]model.MicroBatch, r.micro)
+			for i := range mbs {
+				mbs[i] = pipeMicro(corpus, step, r.dp, d, r.micro, i).MicroBatch()
+			}
+			loss, err := tr.TrainBatch(ctx, mbs)
+			if err != nil {
+				return err
+			}
+			if c.Rank() == 0 {
+				losses[step] = loss
+			}
+		}
+		ps, err := tr.Parameters(ctx)
+		if err != nil {
+			return err
+		}
+		tc, err := pe.TiedCopies(ctx)
+		if err != nil {
+			return err
+		}
+		if d == 0 {
+			tied[pe.Stage()] = tc
+		}
+		if c.Rank() == 0 {
+			params = ps
+		}
+		return nil
+	})
+	require.NoError(t, err, "%v", r)
+	return losses, params, tied
+}
+
+// The GPT trained through the pipeline engine, with every schedule, 2 and
+// 4 stages, 1 and 2 data-parallel ranks (ZeRO-1 in each stage's group) and
+// 1, 4 and 8 micro-batches, follows the plain single-process loop: losses
+// to 1e-6 relative, parameters to 3e-6 norm-wise (the tolerances of the
+// data-parallel equivalence test, whose reasoning holds here: only float32
+// summation order and float32-vs-float64 AdamW differ), and the stages'
+// copies of the tied wte stay bit-identical.
+func TestGPTPipelineEquivalence(t *testing.T) {
+	const steps, clip, lossTol, paramTol = 3, 1.0, 1e-6, 3e-6
+	mk, err := data.NewMarkov(32, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
+	plainLoss, plainParams, _ := plainGPT(t, pipeGPT(corpus.Vocab), pipeSeed, steps, clip, func(step int) model.TokenBatch {
+		return pipeMicro(corpus, step, 1, 0, 1, 0)
+	})
+	want := flatParams(plainParams)
+	var runs []pipeRun
+	for _, pp := range []int{2, 4} {
+		for _, dp := range []int{1, 2} {
+			for _, m := range []int{1, 4, 8} {
+				runs = append(runs, pipeRun{pp, dp, m, "1F1B", 1}, pipeRun{pp, dp, m, "GPipe", 1})
+				if m%pp == 0 { // the interleaved schedule needs micro-batches in groups of pp
+					runs = append(runs, pipeRun{pp, dp, m, "Interleaved", 2})
+				}
+			}
+		}
+	}
+	if testing.Short() {
+		runs = []pipeRun{{2, 2, 4, "1F1B", 1}, {4, 1, 4, "Interleaved", 2}}
+	}
+	for _, r := range runs {
+		t.Run(r.String(), func(t *testing.T) {
+			loss, params, tied := pipeCurve(t, r, steps, clip, corpus)
+			got := flatParams(params)
+			require.Equal(t, len(want), len(got), "parameter count")
+			lr, pr := maxLossRel(plainLoss, loss), relNorm(want, got)
+			t.Logf("%v: loss rel %.3g, param rel %.3g", r, lr, pr)
+			assert.LessOrEqual(t, lr, lossTol, "loss vs plain")
+			assert.LessOrEqual(t, pr, paramTol, "parameters vs plain")
+			wte := "transformer.wte.weight"
+			require.NotNil(t, tied[0][wte], "stage 0 holds no tied wte")
+			require.NotNil(t, tied[r.pp-1][wte], "the last stage holds no tied wte")
+			assert.Equal(t, tied[0][wte], tied[r.pp-1][wte], "the stages' copies of the tied wte differ")
+			assert.LessOrEqual(t, relNorm(plainParams[wte], tied[r.pp-1][wte]), paramTol, "the last stage's wte vs plain")
+		})
+	}
+}
