@@ -6,8 +6,10 @@ package deepgo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm"
@@ -100,15 +102,31 @@ func (e *PipeEngine) agreeSchedule(ctx context.Context, n int) error {
 	}
 	vals, err := comm.AllGatherInt64s(ctx, e.world, []int64{int64(n)})
 	if err != nil {
-		return fmt.Errorf("deepgo: pipeline stage %d: agreeing on the schedule: %w", e.stage, err)
+		return fmt.Errorf("deepgo: pipeline stage %d: agreeing on the schedule%s: %w", e.stage, e.atFault(err), err)
 	}
 	for r, v := range vals {
 		if v != vals[0] || v < 0 {
-			return fmt.Errorf("deepgo: pipeline: ranks disagree on the schedule: stage %d (rank %d) has %d micro-batches, stage %d (rank %d) has %d; gradient_accumulation_steps is %d",
+			return fmt.Errorf("deepgo: pipeline: ranks disagree on the schedule: stage %d (rank %d) has %d micro-batches, stage %d (rank %d) has %d micro-batches (this rank's gradient_accumulation_steps is %d)",
 				e.grid.CoordOf(0, comm.AxisPipe), 0, abs64(vals[0]), e.grid.CoordOf(r, comm.AxisPipe), r, abs64(v), e.batch.GradAccum)
 		}
 	}
 	return nil
+}
+
+// atFault names the stages of the world ranks a comm error on the world
+// blames (those that did not arrive or failed), e.g. " (stage 1 at fault)".
+func (e *PipeEngine) atFault(err error) string {
+	var ce *comm.Error
+	if !errors.As(err, &ce) || len(ce.Ranks) == 0 || ce.Group != e.world.Name() {
+		return ""
+	}
+	var st []string
+	for _, r := range ce.Ranks {
+		if r >= 0 && r < e.grid.Size() {
+			st = append(st, fmt.Sprintf("stage %d (rank %d)", e.grid.CoordOf(r, comm.AxisPipe), r))
+		}
+	}
+	return " (" + strings.Join(st, ", ") + " at fault)"
 }
 
 func abs64(v int64) int64 {

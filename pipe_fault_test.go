@@ -1,0 +1,175 @@
+package deepgo_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/comm/local"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Pipeline faults: a stage that dies in the middle of a batch, a stage that
+// is stuck past the deadline, and ranks that disagree on the schedule. The
+// other stages must fail within the comm deadline (plus slack) with an
+// error naming the stage at fault, instead of hanging. A stage learns of a
+// dead or stuck stage from the transfer it waits on, so the faulty stage is
+// the middle one of three here: both others are its neighbours (a stage
+// further away names the neighbour it was waiting on, itself failing).
+
+// hookGPT is a GPT whose pipeline parts call hook before each module's
+// forward: where the tests inject a death or a stall.
+type hookGPT struct {
+	*nn.GPT
+	hook func(module string) error
+}
+
+func (h hookGPT) NewPart(start, stop int) (model.Part, error) {
+	p, err := h.GPT.NewPart(start, stop)
+	if err != nil {
+		return nil, err
+	}
+	return hookPart{p, h.hook}, nil
+}
+
+type hookPart struct {
+	model.Part
+	hook func(string) error
+}
+
+func (p hookPart) Modules() []model.Module {
+	var out []model.Module
+	for _, m := range p.Part.Modules() {
+		out = append(out, hookModule{m, p.hook})
+	}
+	return out
+}
+
+type hookModule struct {
+	model.Module
+	hook func(string) error
+}
+
+func (m hookModule) Forward(ctx context.Context, in model.Activation) (model.Activation, error) {
+	if err := m.hook(m.Name()); err != nil {
+		return nil, err
+	}
+	return m.Module.Forward(ctx, in)
+}
+
+// runPipeRanks runs one goroutine per rank of a pp-stage pipeline (no
+// local.Run: a rank that returns early aborts nothing, like a process
+// that vanished) and returns each rank's error and when it returned.
+func runPipeRanks(t *testing.T, pp int, timeout time.Duration, rank func(ctx context.Context, c comm.Comm) error) ([]error, []time.Duration) {
+	t.Helper()
+	w, err := local.NewWorld(pp, local.Options{Timeout: timeout, Threads: 1})
+	require.NoError(t, err)
+	defer w.Close()
+	errs := make([]error, pp)
+	took := make([]time.Duration, pp)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for r := range pp {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = rank(context.Background(), w.Comm(r))
+			took[r] = time.Since(t0)
+		}()
+	}
+	wg.Wait()
+	return errs, took
+}
+
+func TestPipelineFaults(t *testing.T) {
+	const pp, timeout = 3, 500 * time.Millisecond
+	mk, err := data.NewMarkov(16, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(4000, 4), Vocab: 16}
+	const cfgFmt = `{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": %d,
+		"pipeline_model_parallel_size": 3, "pipeline": {"partition": "uniform"},
+		"optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`
+	cases := []struct {
+		name   string
+		faulty int // the stage at fault
+		micro  func(stage int) int
+		hook   func(stage int, seen *int) func(string) error
+		want   string // in every healthy stage's error
+	}{
+		{"dead stage", 1, func(int) int { return 4 },
+			func(stage int, seen *int) func(string) error {
+				return func(string) error {
+					if *seen++; stage == 1 && *seen == 3 {
+						return fmt.Errorf("stage 1 dies")
+					}
+					return nil
+				}
+			}, "stage 1"},
+		{"stuck stage", 1, func(int) int { return 4 },
+			func(stage int, seen *int) func(string) error {
+				return func(string) error {
+					if *seen++; stage == 1 && *seen == 2 {
+						time.Sleep(4 * timeout)
+					}
+					return nil
+				}
+			}, "stage 1"},
+		{"schedules disagree", 2, func(stage int) int {
+			if stage == 2 {
+				return 8
+			}
+			return 4
+		}, func(int, *int) func(string) error { return func(string) error { return nil } },
+			"stage 2 (rank 2) has 8 micro-batches"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs, took := runPipeRanks(t, pp, timeout, func(ctx context.Context, c comm.Comm) error {
+				stage := c.Rank()
+				cfg, err := config.Parse([]byte(fmt.Sprintf(cfgFmt, tc.micro(stage))))
+				if err != nil {
+					return err
+				}
+				g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}, nil, 1)
+				if err != nil {
+					return err
+				}
+				defer g.Free()
+				seen := 0
+				tr, err := deepgo.Initialize(ctx, cfg, hookGPT{g, tc.hook(stage, &seen)}, deepgo.WithComm(c))
+				if err != nil {
+					return err
+				}
+				defer tr.Close()
+				for step := range 2 {
+					mbs := make([]model.MicroBatch, tc.micro(stage))
+					for i := range mbs {
+						mbs[i] = corpus.MakeBatch([]int{2 * (step*8 + i), 2*(step*8+i) + 1}, 8).MicroBatch()
+					}
+					if _, err := tr.TrainBatch(ctx, mbs); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			for s, err := range errs {
+				t.Logf("stage %d after %v: %v", s, took[s].Round(time.Millisecond), err)
+				if s == tc.faulty && tc.name != "schedules disagree" {
+					continue
+				}
+				require.Error(t, err, "stage %d", s)
+				assert.Contains(t, err.Error(), tc.want, "stage %d's error does not name the stage at fault", s)
+				assert.Less(t, took[s], 4*timeout+time.Second, "stage %d took past the deadline", s)
+			}
+		})
+	}
+}
