@@ -31,6 +31,8 @@ import (
 type hookGPT struct {
 	*nn.GPT
 	hook func(module string) error
+	// bwd, when set, runs after each module's Backward (its gradients bound).
+	bwd func(m model.Module) error
 }
 
 func (h hookGPT) NewPart(start, stop int) (model.Part, error) {
@@ -38,18 +40,19 @@ func (h hookGPT) NewPart(start, stop int) (model.Part, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hookPart{p, h.hook}, nil
+	return hookPart{p, h.hook, h.bwd}, nil
 }
 
 type hookPart struct {
 	model.Part
 	hook func(string) error
+	bwd  func(model.Module) error
 }
 
 func (p hookPart) Modules() []model.Module {
 	var out []model.Module
 	for _, m := range p.Part.Modules() {
-		out = append(out, hookModule{m, p.hook})
+		out = append(out, hookModule{m, p.hook, p.bwd})
 	}
 	return out
 }
@@ -57,6 +60,15 @@ func (p hookPart) Modules() []model.Module {
 type hookModule struct {
 	model.Module
 	hook func(string) error
+	bwd  func(model.Module) error
+}
+
+func (m hookModule) Backward(ctx context.Context, g model.Activation) (model.Activation, error) {
+	out, err := m.Module.Backward(ctx, g)
+	if err == nil && m.bwd != nil {
+		err = m.bwd(m.Module)
+	}
+	return out, err
 }
 
 func (m hookModule) Forward(ctx context.Context, in model.Activation) (model.Activation, error) {
@@ -145,7 +157,7 @@ func TestPipelineFaults(t *testing.T) {
 				}
 				defer g.Free()
 				seen := 0
-				tr, err := deepgo.Initialize(ctx, cfg, hookGPT{g, tc.hook(stage, &seen)}, deepgo.WithComm(c))
+				tr, err := deepgo.Initialize(ctx, cfg, hookGPT{g, tc.hook(stage, &seen), nil}, deepgo.WithComm(c))
 				if err != nil {
 					return err
 				}
@@ -171,5 +183,71 @@ func TestPipelineFaults(t *testing.T) {
 				assert.Less(t, took[s], 4*timeout+time.Second, "stage %d took past the deadline", s)
 			}
 		})
+	}
+}
+
+// An fp16 overflow on one rank of one stage skips the step on every rank
+// of every stage: the stages agree on it before any of them steps.
+func TestPipelineOverflowAgreed(t *testing.T) {
+	const pp, dp = 2, 2
+	mk, err := data.NewMarkov(16, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(4000, 4), Vocab: 16}
+	cfgJSON := `{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+		"pipeline_model_parallel_size": 2, "zero_optimization": {"stage": 1},
+		"fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1},
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}`
+	type outcome struct {
+		skipped, steps int
+		scale          float64
+	}
+	got := make([]outcome, pp*dp)
+	err = local.Run(context.Background(), pp*dp, local.Options{Timeout: 10 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+		cfg, err := config.Parse([]byte(cfgJSON))
+		if err != nil {
+			return err
+		}
+		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}, nil, 1)
+		if err != nil {
+			return err
+		}
+		defer g.Free()
+		step := 0
+		poison := func(m model.Module) error {
+			// rank 3 is stage 1, data rank 1: ln_f's gradient overflows in step 0
+			if c.Rank() != 3 || step != 0 || m.Name() != "transformer.ln_f" {
+				return nil
+			}
+			v, err := m.Params()[0].Grad.Uint16s()
+			if err != nil {
+				return err
+			}
+			v[0] = 0x7c00 // +Inf in float16
+			return nil
+		}
+		tr, err := deepgo.Initialize(ctx, cfg, hookGPT{g, func(string) error { return nil }, poison}, deepgo.WithComm(c))
+		if err != nil {
+			return err
+		}
+		defer tr.Close()
+		pe := tr.(*deepgo.PipeEngine)
+		for ; step < 2; step++ {
+			mbs := make([]model.MicroBatch, 2)
+			for i := range mbs {
+				k := 4*step + 2*i
+				mbs[i] = corpus.MakeBatch([]int{k, k + 1}, 8).MicroBatch()
+			}
+			if _, err := tr.TrainBatch(ctx, mbs); err != nil {
+				return err
+			}
+			if step == 0 {
+				got[c.Rank()] = outcome{pe.SkippedSteps(), pe.GlobalSteps(), pe.LossScale()}
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	for r, o := range got {
+		assert.Equal(t, outcome{1, 1, 128}, o, "rank %d (stage %d) after the overflowing step: skipped, steps, loss scale", r, r/dp)
 	}
 }
