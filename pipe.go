@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -82,10 +83,32 @@ type tiedParam struct {
 	owner bool
 }
 
+// PipelineStages is the number of pipeline stages cfg asks for:
+// pipeline_model_parallel_size, or a numeric pipeline.stages (DeepSpeed's
+// PipelineModule num_stages) when that key is left at 1. Both above 1 and
+// different is an error naming both.
+func PipelineStages(cfg *config.Config) (int, error) {
+	pp := max(1, cfg.PipelineModelParallelSize)
+	st, ok := cfg.Pipeline.Stages.(float64)
+	if !ok || st <= 1 {
+		return pp, nil
+	}
+	if st != math.Trunc(st) {
+		return 0, fmt.Errorf("deepgo: pipeline.stages %v: allowed \"auto\" or a whole number of stages", st)
+	}
+	if pp > 1 && int(st) != pp {
+		return 0, fmt.Errorf("deepgo: pipeline.stages %d and pipeline_model_parallel_size %d: give one, or the same number in both", int(st), pp)
+	}
+	return int(st), nil
+}
+
 // newPipeEngine builds the pipeline engine; o.comm is the world of
 // pipeline_model_parallel_size × data-parallel ranks.
 func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o options) (pe *PipeEngine, err error) {
-	pp := cfg.PipelineModelParallelSize
+	pp, err := PipelineStages(cfg)
+	if err != nil {
+		return nil, err
+	}
 	pm, ok := net.(model.Pipelined)
 	if !ok {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d: not supported for this model (%T): a pipeline needs a model.Pipelined (nn.GPT is one)", pp, net)
@@ -123,6 +146,13 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	}
 	if e.be == nil {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline: no backend: pass WithBackend, or a comm that carries one (comm/local, comm/mpi)")
+	}
+	e.notes = offloadNotes(cfg, e.be.Device())
+	if m := cfg.Pipeline.Partition; m == "" || strings.EqualFold(m, "best") {
+		e.notes = append(e.notes, fmt.Sprintf("pipeline.partition %q: partitioning by parameters, PipelineModule's default partition_method", m))
+	}
+	if cfg.Pipeline.PipePartitioned || cfg.Pipeline.GradPartitioned {
+		e.notes = append(e.notes, "pipeline.pipe_partitioned, grad_partitioned: no effect without tensor parallelism (there is no model-parallel group to split the transfers over)")
 	}
 	dp := o.comm.Size() / pp
 	if e.grid, err = comm.PipeDataGrid(pp, dp); err != nil {

@@ -256,6 +256,21 @@ func (e *PipeEngine) Memory() zero.Memory {
 	return m
 }
 
+// ActivationBytes sums the activation memory of the stage's parts that
+// report theirs (nn.GPT's do): one part per pipeline buffer in use, so
+// under 1F1B at most the pipeline depth, under GPipe every micro-batch.
+func (e *PipeEngine) ActivationBytes() int64 {
+	var n int64
+	for c := range e.parts {
+		for _, p := range e.parts[c] {
+			if a, ok := p.(interface{ ActivationBytes() int64 }); ok {
+				n += a.ActivationBytes()
+			}
+		}
+	}
+	return n
+}
+
 // IdleShares lists, per TrainBatch so far, the share of its wall time this
 // stage spent in point-to-point transfers, waiting on its neighbours: the
 // measured pipeline bubble.

@@ -67,7 +67,7 @@ type Trainer interface {
 var _ Trainer = (*Engine)(nil)
 
 // Initialize builds the Trainer that cfg (a loaded config.Config) asks
-// for, like deepspeed.initialize: with pipeline_model_parallel_size above 1
+// for, like deepspeed.initialize: with pipeline stages (PipelineStages)
 // a pipeline engine (*PipeEngine), otherwise the data-parallel ZeRO engine (*Engine; see
 // its documentation for what it sets up). It copies every model.Param's
 // initial value into engine memory and rebinds the Param there; the
@@ -89,7 +89,10 @@ func Initialize(ctx context.Context, cfg *config.Config, net model.Model, opts .
 	for _, f := range opts {
 		f(&o)
 	}
-	if cfg.PipelineModelParallelSize > 1 {
+	if pp, err := PipelineStages(cfg); err != nil || pp > 1 {
+		if err != nil {
+			return nil, err
+		}
 		pe, err := newPipeEngine(ctx, cfg, net, o)
 		if err != nil {
 			return nil, err // a nil *PipeEngine must not become a non-nil Trainer

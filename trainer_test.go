@@ -177,3 +177,33 @@ func TestRankSkipsStep(t *testing.T) {
 
 	t.Log(errs[0])
 }
+
+// pipeline.stages (PipelineModule's num_stages) asks for a pipeline like
+// pipeline_model_parallel_size; the two disagreeing is an error naming
+// both, and a fractional count is refused.
+func TestPipelineStages(t *testing.T) {
+	cases := []struct {
+		doc     string
+		want    int
+		wantErr string
+	}{
+		{`{}`, 1, ""},
+		{`{"pipeline_model_parallel_size": 4}`, 4, ""},
+		{`{"pipeline": {"stages": 2}}`, 2, ""},
+		{`{"pipeline": {"stages": "auto"}, "pipeline_model_parallel_size": 2}`, 2, ""},
+		{`{"pipeline": {"stages": 2}, "pipeline_model_parallel_size": 2}`, 2, ""},
+		{`{"pipeline": {"stages": 2}, "pipeline_model_parallel_size": 4}`, 0, "pipeline.stages 2 and pipeline_model_parallel_size 4"},
+		{`{"pipeline": {"stages": 2.5}}`, 0, "pipeline.stages 2.5"},
+	}
+	for _, c := range cases {
+		cfg, err := config.Parse([]byte(c.doc))
+		require.NoError(t, err, c.doc)
+		got, err := deepgo.PipelineStages(cfg)
+		if c.wantErr != "" {
+			assert.ErrorContains(t, err, c.wantErr, c.doc)
+			continue
+		}
+		assert.NoError(t, err, c.doc)
+		assert.Equal(t, c.want, got, c.doc)
+	}
+}

@@ -85,3 +85,10 @@ func (p gptPart) Loss(ctx context.Context, out, target model.Activation, gradSca
 
 // Free releases the part's activation memory.
 func (p gptPart) Free() { p.g.freeActivations() }
+
+// ActivationBytes is the part's activation memory: what lives from a
+// forward to its backward, and the scratch of its layers.
+func (p gptPart) ActivationBytes() int64 {
+	s := p.g.ActivationStats()
+	return s.Bytes + s.ScratchBytes
+}
