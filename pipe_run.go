@@ -70,24 +70,20 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 			e.bufs[c][b].mb = -1
 		}
 	}
-	t0 := time.Now()
-	var wait time.Duration
+	t0, busy0 := time.Now(), e.timers.Forward+e.timers.Backward
 	var lossSum float64
 	for t, step := range e.sched.Steps() {
 		for _, in := range step {
-			t1 := time.Now()
 			loss, err := e.exec(ctx, in, data)
-			if in.Op.IsComm() {
-				wait += time.Since(t1)
-			}
 			if err != nil {
 				return 0, &PipeStageError{Stage: e.stage, Step: t, Instruction: in.String(), Err: err}
 			}
 			lossSum += loss
 		}
 	}
-	if total := time.Since(t0); total > 0 {
-		e.idle = append(e.idle, wait.Seconds()/total.Seconds())
+	if wall := time.Since(t0); wall > 0 {
+		busy := e.timers.Forward + e.timers.Backward - busy0
+		e.idle = append(e.idle, 1-busy.Seconds()/wall.Seconds())
 	}
 	return e.meanLoss(ctx, lossSum/float64(len(data)))
 }

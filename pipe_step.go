@@ -271,9 +271,24 @@ func (e *PipeEngine) ActivationBytes() int64 {
 	return n
 }
 
-// IdleShares lists, per TrainBatch so far, the share of its wall time this
-// stage spent in point-to-point transfers, waiting on its neighbours: the
-// measured pipeline bubble.
+// PartsMade is the number of parts (pipeline buffers with activation
+// memory) the stage has made: the micro-batches it has held at once.
+func (e *PipeEngine) PartsMade() int {
+	n := 0
+	for c := range e.parts {
+		for _, p := range e.parts[c] {
+			if p != nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// IdleShares lists, per TrainBatch so far, the share of the wall time of
+// its schedule in which this stage ran no forward or backward pass (it
+// waited on its neighbours, transferred, or stepped): the measured
+// pipeline bubble.
 func (e *PipeEngine) IdleShares() []float64 { return slices.Clone(e.idle) }
 
 // Timers returns the cumulative time split.
