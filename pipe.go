@@ -119,8 +119,14 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if z := cfg.ZeroOptimization.Stage; z > 1 {
 		return nil, fmt.Errorf("deepgo.Initialize: zero_optimization.stage %d with pipeline_model_parallel_size %d: allowed 0 or 1 (ZeRO-2 and ZeRO-3 partition gradients or parameters, which the pipeline's per-micro-batch backward passes and tied-weight reduction cannot work with; DeepSpeed's PipelineEngine refuses them too)", z, pp)
 	}
-	if cfg.Pipeline.ActivationCheckpointInterval > 0 {
-		return nil, fmt.Errorf("deepgo.Initialize: pipeline.activation_checkpoint_interval %d: not supported by the pipeline engine (checkpoint the model's own layers instead: activation_checkpointing, which nn.GPT implements)", cfg.Pipeline.ActivationCheckpointInterval)
+	if n := cfg.Pipeline.ActivationCheckpointInterval; n > 0 {
+		ck, ok := net.(model.ActivationCheckpointer)
+		if !ok {
+			return nil, fmt.Errorf("deepgo.Initialize: pipeline.activation_checkpoint_interval %d: not supported for this model (%T): it does not implement model.ActivationCheckpointer", n, net)
+		}
+		if err := ck.CheckpointEvery(n); err != nil {
+			return nil, fmt.Errorf("deepgo.Initialize: pipeline.activation_checkpoint_interval %d: %w", n, err)
+		}
 	}
 	if o.comm == nil || o.comm.Size()%pp != 0 {
 		size := 1

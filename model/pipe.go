@@ -46,3 +46,13 @@ type Part interface {
 	// Free releases the part's activation memory.
 	Free()
 }
+
+// ActivationCheckpointer is implemented by a Pipelined model that can
+// recompute activations in backward instead of keeping them, for
+// DeepSpeed's pipeline.activation_checkpoint_interval: the engine calls
+// CheckpointEvery(n) before it makes any Part, asking the model to keep
+// only the input of every run of n layers. A model that cannot do n
+// returns an error saying which intervals it can.
+type ActivationCheckpointer interface {
+	CheckpointEvery(n int) error
+}

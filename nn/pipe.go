@@ -8,7 +8,28 @@ import (
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-var _ model.Pipelined = (*GPT)(nil)
+var (
+	_ model.Pipelined              = (*GPT)(nil)
+	_ model.ActivationCheckpointer = (*GPT)(nil)
+)
+
+// CheckpointEvery implements pipeline.activation_checkpoint_interval: n 1
+// checkpoints every block (each keeps only its input and is recomputed in
+// backward, Checkpointing with all blocks), which is DeepSpeed's interval 1
+// for the blocks; the embedding and the head keep their activations.
+// Intervals above 1 (one saved input per run of n blocks) are not
+// supported: the GPT recomputes block by block.
+func (g *GPT) CheckpointEvery(n int) error {
+	if n != 1 {
+		return fmt.Errorf("nn.GPT: activation checkpoint interval %d: not supported (allowed 1: the GPT checkpoints block by block)", n)
+	}
+	if g.st != nil || g.hi != 0 {
+		return fmt.Errorf("nn.GPT: CheckpointEvery after activations were allocated: call it before the first forward and before NewPart")
+	}
+	g.Config.Checkpointing.Enabled = true
+	g.Config.Checkpointing.NumberCheckpoints = 0 // all blocks
+	return nil
+}
 
 // inPart reports whether module i (0 the embedding, 1..Layers the blocks,
 // Layers+1 the head) belongs to this GPT's pipeline part.

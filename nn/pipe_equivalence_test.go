@@ -42,10 +42,11 @@ type pipeRun struct {
 	pp, dp, micro int
 	sched         string
 	virtual       int
+	ckpt          int // pipeline.activation_checkpoint_interval
 }
 
 func (r pipeRun) String() string {
-	return fmt.Sprintf("pp%d-dp%d-%s-v%d-m%d", r.pp, r.dp, r.sched, r.virtual, r.micro)
+	return fmt.Sprintf("pp%d-dp%d-%s-v%d-m%d-ckpt%d", r.pp, r.dp, r.sched, r.virtual, r.micro, r.ckpt)
 }
 
 func (r pipeRun) config(clip float64) string {
@@ -53,9 +54,9 @@ func (r pipeRun) config(clip float64) string {
 		"gradient_clipping": %g, "zero_optimization": {"stage": 1},
 		"pipeline_model_parallel_size": %d,
 		"pipeline_schedule": {"type": %q, "virtual_stages": %d},
-		"pipeline": {"partition": "uniform"},
+		"pipeline": {"partition": "uniform", "activation_checkpoint_interval": %d},
 		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`,
-		pipeB/r.dp/r.micro, r.micro, clip, r.pp, r.sched, r.virtual, eqLR, eqWD)
+		pipeB/r.dp/r.micro, r.micro, clip, r.pp, r.sched, r.virtual, r.ckpt, eqLR, eqWD)
 }
 
 // pipeCurve trains the GPT with the pipeline engine over pp × dp
@@ -118,7 +119,7 @@ func pipeCurve(t *testing.T, r pipeRun, steps int, clip float64, corpus *data.To
 
 // The GPT trained through the pipeline engine, with every schedule, 2 and
 // 4 stages, 1 and 2 data-parallel ranks (ZeRO-1 in each stage's group) and
-// 1, 4 and 8 micro-batches, follows the plain single-process loop: losses
+// 1, 4 and 8 micro-batches, and with activation checkpointing, follows the plain single-process loop: losses
 // to 1e-6 relative, parameters to 3e-6 norm-wise (the tolerances of the
 // data-parallel equivalence test, whose reasoning holds here: only float32
 // summation order and float32-vs-float64 AdamW differ), and the stages'
@@ -136,15 +137,17 @@ func TestGPTPipelineEquivalence(t *testing.T) {
 	for _, pp := range []int{2, 4} {
 		for _, dp := range []int{1, 2} {
 			for _, m := range []int{1, 4, 8} {
-				runs = append(runs, pipeRun{pp, dp, m, "1F1B", 1}, pipeRun{pp, dp, m, "GPipe", 1})
+				runs = append(runs, pipeRun{pp, dp, m, "1F1B", 1, 0}, pipeRun{pp, dp, m, "GPipe", 1, 0})
 				if m%pp == 0 { // the interleaved schedule needs micro-batches in groups of pp
-					runs = append(runs, pipeRun{pp, dp, m, "Interleaved", 2})
+					runs = append(runs, pipeRun{pp, dp, m, "Interleaved", 2, 0})
 				}
 			}
 		}
 	}
+	// activation checkpointing (every block recomputed in backward)
+	runs = append(runs, pipeRun{2, 2, 4, "1F1B", 1, 1}, pipeRun{4, 1, 8, "Interleaved", 2, 1})
 	if testing.Short() {
-		runs = []pipeRun{{2, 2, 4, "1F1B", 1}, {4, 1, 4, "Interleaved", 2}}
+		runs = []pipeRun{{2, 2, 4, "1F1B", 1, 0}, {4, 1, 4, "Interleaved", 2, 0}, {2, 2, 4, "1F1B", 1, 1}}
 	}
 	for _, r := range runs {
 		t.Run(r.String(), func(t *testing.T) {
@@ -162,4 +165,48 @@ func TestGPTPipelineEquivalence(t *testing.T) {
 			assert.LessOrEqual(t, relNorm(plainParams[wte], tied[r.pp-1][wte]), paramTol, "the last stage's wte vs plain")
 		})
 	}
+}
+
+// pipeline.activation_checkpoint_interval 1 makes every block of a stage
+// keep only its input (a stage of blocks holds less activation memory per
+// micro-batch); other intervals are refused naming the key and the value.
+func TestGPTPipelineCheckpointInterval(t *testing.T) {
+	mk, err := data.NewMarkov(32, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(4000, 4), Vocab: 32}
+	bytes := map[int]int64{}
+	for _, n := range []int{0, 1, 2} {
+		r := pipeRun{2, 1, 2, "1F1B", 1, n}
+		err := local.Run(context.Background(), 2, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+			cfg, err := config.Parse([]byte(r.config(1)))
+			if err != nil {
+				return err
+			}
+			g, err := nn.NewReadyGPT(pipeGPT(corpus.Vocab), nil, pipeSeed)
+			if err != nil {
+				return err
+			}
+			defer g.Free()
+			tr, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithComm(c))
+			if err != nil {
+				return err
+			}
+			defer tr.Close()
+			mbs := []model.MicroBatch{pipeMicro(corpus, 0, 1, 0, 2, 0).MicroBatch(), pipeMicro(corpus, 0, 1, 0, 2, 1).MicroBatch()}
+			if _, err := tr.TrainBatch(ctx, mbs); err != nil {
+				return err
+			}
+			if pe := tr.(*deepgo.PipeEngine); pe.Stage() == 0 {
+				bytes[n] = pe.ActivationBytes() / int64(pe.PartsMade())
+			}
+			return nil
+		})
+		if n == 2 {
+			require.ErrorContains(t, err, "pipeline.activation_checkpoint_interval 2: nn.GPT: activation checkpoint interval 2: not supported (allowed 1")
+			continue
+		}
+		require.NoError(t, err, "interval %d", n)
+	}
+	t.Logf("stage 0 activation bytes per micro-batch: %d without checkpointing, %d with interval 1", bytes[0], bytes[1])
+	assert.Less(t, bytes[1], bytes[0], "checkpointing did not reduce stage 0's activation memory")
 }
