@@ -59,20 +59,15 @@ func (r pipeRun) config(clip float64) string {
 		pipeB/r.dp/r.micro, r.micro, clip, r.pp, r.sched, r.virtual, r.ckpt, eqLR, eqWD)
 }
 
-// pipeCurve trains the GPT with the pipeline engine over pp × dp
-// in-process ranks and returns rank 0's losses, the gathered parameters,
-// and each stage's copies of the tied weights (rank of data coordinate 0).
-func pipeCurve(t *testing.T, r pipeRun, steps int, clip float64, corpus *data.Tokens) ([]float64, map[string][]float32, []map[string][]float32) {
-	t.Helper()
-	losses := make([]float64, steps)
-	var params map[string][]float32
-	tied := make([]map[string][]float32, r.pp)
-	err := local.Run(context.Background(), r.pp*r.dp, local.Options{Timeout: 60 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+// runPipe runs fn on each of r's pp × dp in-process ranks with a pipeline
+// engine over the test GPT.
+func runPipe(r pipeRun, clip float64, vocab int, fn func(ctx context.Context, c comm.Comm, pe *deepgo.PipeEngine) error) error {
+	return local.Run(context.Background(), r.pp*r.dp, local.Options{Timeout: 60 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 		cfg, err := config.Parse([]byte(r.config(clip)))
 		if err != nil {
 			return err
 		}
-		g, err := nn.NewReadyGPT(pipeGPT(corpus.Vocab), nil, pipeSeed)
+		g, err := nn.NewReadyGPT(pipeGPT(vocab), nil, pipeSeed)
 		if err != nil {
 			return err
 		}
@@ -82,7 +77,20 @@ func pipeCurve(t *testing.T, r pipeRun, steps int, clip float64, corpus *data.To
 			return err
 		}
 		defer tr.Close()
-		pe := tr.(*deepgo.PipeEngine)
+		return fn(ctx, c, tr.(*deepgo.PipeEngine))
+	})
+}
+
+// pipeCurve trains the GPT with the pipeline engine over pp × dp
+// in-process ranks and returns rank 0's losses, the gathered parameters,
+// and each stage's copies of the tied weights (rank of data coordinate 0).
+func pipeCurve(t *testing.T, r pipeRun, steps int, clip float64, corpus *data.Tokens) ([]float64, map[string][]float32, []map[string][]float32) {
+	t.Helper()
+	losses := make([]float64, steps)
+	var params map[string][]float32
+	tied := make([]map[string][]float32, r.pp)
+	err := runPipe(r, clip, corpus.Vocab, func(ctx context.Context, c comm.Comm, pe *deepgo.PipeEngine) error {
+		tr := deepgo.Trainer(pe)
 		d := c.Rank() % r.dp // the grid is pipe × data, data fastest
 		for step := range steps {
 			mbs := make([]model.MicroBatch, r.micro)
@@ -119,8 +127,8 @@ func pipeCurve(t *testing.T, r pipeRun, steps int, clip float64, corpus *data.To
 
 // The GPT trained through the pipeline engine, with every schedule, 2 and
 // 4 stages, 1 and 2 data-parallel ranks (ZeRO-1 in each stage's group) and
-// 1, 4 and 8 micro-batches, and with activation checkpointing, follows the plain single-process loop: losses
-// to 1e-6 relative, parameters to 3e-6 norm-wise (the tolerances of the
+// 1, 4 and 8 micro-batches, and with activation checkpointing, follows
+// the plain single-process loop: losses to 1e-6 relative, parameters to 3e-6 norm-wise (the tolerances of the
 // data-parallel equivalence test, whose reasoning holds here: only float32
 // summation order and float32-vs-float64 AdamW differ), and the stages'
 // copies of the tied wte stay bit-identical.
@@ -177,26 +185,12 @@ func TestGPTPipelineCheckpointInterval(t *testing.T) {
 	bytes := map[int]int64{}
 	for _, n := range []int{0, 1, 2} {
 		r := pipeRun{2, 1, 2, "1F1B", 1, n}
-		err := local.Run(context.Background(), 2, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
-			cfg, err := config.Parse([]byte(r.config(1)))
-			if err != nil {
-				return err
-			}
-			g, err := nn.NewReadyGPT(pipeGPT(corpus.Vocab), nil, pipeSeed)
-			if err != nil {
-				return err
-			}
-			defer g.Free()
-			tr, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithComm(c))
-			if err != nil {
-				return err
-			}
-			defer tr.Close()
+		err := runPipe(r, 1, corpus.Vocab, func(ctx context.Context, _ comm.Comm, pe *deepgo.PipeEngine) error {
 			mbs := []model.MicroBatch{pipeMicro(corpus, 0, 1, 0, 2, 0).MicroBatch(), pipeMicro(corpus, 0, 1, 0, 2, 1).MicroBatch()}
-			if _, err := tr.TrainBatch(ctx, mbs); err != nil {
+			if _, err := pe.TrainBatch(ctx, mbs); err != nil {
 				return err
 			}
-			if pe := tr.(*deepgo.PipeEngine); pe.Stage() == 0 {
+			if pe.Stage() == 0 {
 				bytes[n] = pe.ActivationBytes() / int64(pe.PartsMade())
 			}
 			return nil
