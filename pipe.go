@@ -157,9 +157,6 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if m := cfg.Pipeline.Partition; m == "" || strings.EqualFold(m, "best") {
 		e.notes = append(e.notes, fmt.Sprintf("pipeline.partition %q: partitioning by parameters, PipelineModule's default partition_method", m))
 	}
-	if cfg.Pipeline.PipePartitioned || cfg.Pipeline.GradPartitioned {
-		e.notes = append(e.notes, "pipeline.pipe_partitioned, grad_partitioned: no effect without tensor parallelism (there is no model-parallel group to split the transfers over)")
-	}
 	dp := o.comm.Size() / pp
 	if e.grid, err = comm.PipeDataGrid(pp, dp); err != nil {
 		return nil, err
