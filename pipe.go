@@ -153,7 +153,19 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if e.be == nil {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline: no backend: pass WithBackend, or a comm that carries one (comm/local, comm/mpi)")
 	}
+	if !e.be.Device().IsCPU() {
+		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d on backend %s (%v): not supported yet (the pipeline engine computes on the CPU)", pp, e.be.Name(), e.be.Device())
+	}
 	e.notes = offloadNotes(cfg, e.be.Device())
+	for _, k := range []struct {
+		key string
+		on  bool
+	}{{"tensorboard", cfg.Tensorboard.Enabled}, {"csv_monitor", cfg.CSVMonitor.Enabled}, {"wall_clock_breakdown", cfg.WallClockBreakdown},
+		{"comms_logger", cfg.CommsLogger.Enabled}, {"flops_profiler", cfg.FlopsProfiler.Enabled}} {
+		if k.on {
+			e.notes = append(e.notes, k.key+": not fed by the pipeline engine yet (only the data-parallel engine reports to it); TrainBatch's loss and Timers are what a pipeline run reports")
+		}
+	}
 	if m := cfg.Pipeline.Partition; m == "" || strings.EqualFold(m, "best") {
 		e.notes = append(e.notes, fmt.Sprintf("pipeline.partition %q: partitioning by parameters, PipelineModule's default partition_method", m))
 	}
@@ -387,6 +399,11 @@ func (e *PipeEngine) Close() error {
 			if t := e.bufs[c][b].grad; t != nil {
 				errs = append(errs, t.Free())
 			}
+		}
+	}
+	for c := range e.bufs {
+		for b := range e.bufs[c] {
+			e.bufs[c][b].arena.Close()
 		}
 	}
 	e.parts = nil

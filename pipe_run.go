@@ -31,6 +31,9 @@ type pipeBuffer struct {
 	lossDone bool
 }
 
+// maxIdleShares bounds the idle shares the engine remembers (the latest).
+const maxIdleShares = 1024
+
 // PipeStageError is the error of one stage of a pipeline: the stage, the
 // schedule step and instruction it failed in, and the cause (a comm error
 // names the peer and the deadline).
@@ -83,6 +86,9 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 	}
 	if wall := time.Since(t0); wall > 0 {
 		busy := e.timers.Forward + e.timers.Backward - busy0
+		if len(e.idle) == maxIdleShares {
+			e.idle = append(e.idle[:0], e.idle[1:]...)
+		}
 		e.idle = append(e.idle, 1-busy.Seconds()/wall.Seconds())
 	}
 	return e.meanLoss(ctx, lossSum/float64(len(data)))

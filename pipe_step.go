@@ -285,7 +285,7 @@ func (e *PipeEngine) PartsMade() int {
 	return n
 }
 
-// IdleShares lists, per TrainBatch so far, the share of the wall time of
+// IdleShares lists, per TrainBatch (the latest 1024), the share of the wall time of
 // its schedule in which this stage ran no forward or backward pass (it
 // waited on its neighbours, transferred, or stepped): the measured
 // pipeline bubble.

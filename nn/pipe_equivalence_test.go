@@ -226,7 +226,9 @@ func TestGPTPipelineHalf(t *testing.T) {
 	mk, err := data.NewMarkov(32, 1, 2, 3)
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
-	for _, prec := range []string{`"fp16": {"enabled": true, "initial_scale_power": 12}`, `"bf16": {"enabled": true}`} {
+	for _, prec := range []string{`"fp16": {"enabled": true, "initial_scale_power": 12}`, `"bf16": {"enabled": true}`,
+		// gradients accumulated in fp32 apart from the bf16 ones backward writes
+		`"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp32"}`} {
 		cfg := func(pp, dp int) string {
 			return fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": %d, %s,
 				"gradient_clipping": 1.0, "zero_optimization": {"stage": 1}, "pipeline_model_parallel_size": %d,
