@@ -17,7 +17,6 @@ import (
 // engine adds: the schedule's order, the blocking transfers, the step.
 type timedModel struct {
 	mods     []model.Module
-	rows     int // samples × features of the activation
 	width    int
 	fwd, bwd time.Duration // per module
 }
