@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,11 +43,51 @@ type PipeStageError struct {
 	Step        int
 	Instruction string
 	Err         error
+	// Unresponsive lists, after a failed transfer, the stages that did not
+	// answer the roll call that followed: the dead or stuck ones.
+	Unresponsive []int
 }
 
-// Error names the stage, the step and the instruction.
+// Error names the stage, the step and the instruction, and after a failed
+// transfer the stages that did not answer the roll call.
 func (e *PipeStageError) Error() string {
-	return fmt.Sprintf("pipeline stage %d: step %d: %s: %v", e.Stage, e.Step, e.Instruction, e.Err)
+	msg := fmt.Sprintf("pipeline stage %d: step %d: %s: %v", e.Stage, e.Step, e.Instruction, e.Err)
+	if len(e.Unresponsive) > 0 {
+		st := make([]string, len(e.Unresponsive))
+		for i, s := range e.Unresponsive {
+			st[i] = fmt.Sprint(s)
+		}
+		msg += fmt.Sprintf(" (stages not answering: %s)", strings.Join(st, ", "))
+	}
+	return msg
+}
+
+// rollCall runs after a failed transfer: the stages still running meet
+// in a short all-gather over the world, and the ranks that do not come are
+// dead or stuck. A stage sees only its neighbours, which may themselves be
+// waiting on the faulty stage; the roll call names that one. The window
+// is a quarter of how long the transfer waited (the other live stages
+// fail within moments of each other, their transfers sharing one
+// deadline), at least 50 ms. It returns the stages that did not answer,
+// nil when all did (the fault was not a missing stage).
+func (e *PipeEngine) rollCall(ctx context.Context, waited time.Duration) []int {
+	rctx, cancel := context.WithTimeout(ctx, max(waited/4, 50*time.Millisecond))
+	defer cancel()
+	_, err := comm.AllGatherInt64s(rctx, e.world, []int64{int64(e.stage)})
+	var ce *comm.Error
+	if err == nil || !errors.As(err, &ce) || ce.Group != e.world.Name() {
+		return nil
+	}
+	var out []int
+	for _, r := range ce.Ranks {
+		if r >= 0 && r < e.grid.Size() {
+			if s := e.grid.CoordOf(r, comm.AxisPipe); !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Unwrap returns the cause.
@@ -77,9 +118,14 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 	var lossSum float64
 	for t, step := range e.sched.Steps() {
 		for _, in := range step {
+			t1 := time.Now()
 			loss, err := e.exec(ctx, in, data)
 			if err != nil {
-				return 0, &PipeStageError{Stage: e.stage, Step: t, Instruction: in.String(), Err: err}
+				se := &PipeStageError{Stage: e.stage, Step: t, Instruction: in.String(), Err: err}
+				if in.Op.IsComm() {
+					se.Unresponsive = e.rollCall(ctx, time.Since(t1))
+				}
+				return 0, se
 			}
 			lossSum += loss
 		}
