@@ -78,6 +78,26 @@ func (m hookModule) Forward(ctx context.Context, in model.Activation) (model.Act
 	return m.Module.Forward(ctx, in)
 }
 
+// withPipeGPT is one rank's pipeline engine over a small GPT (2 blocks,
+// width 8, vocab 16, T 8) wrapped by wrap, for the length of fn.
+func withPipeGPT(ctx context.Context, c comm.Comm, cfgJSON string, wrap func(*nn.GPT) model.Model, fn func(tr deepgo.Trainer) error) error {
+	cfg, err := config.Parse([]byte(cfgJSON))
+	if err != nil {
+		return err
+	}
+	g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}, nil, 1)
+	if err != nil {
+		return err
+	}
+	defer g.Free()
+	tr, err := deepgo.Initialize(ctx, cfg, wrap(g), deepgo.WithComm(c))
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	return fn(tr)
+}
+
 // runPipeRanks runs one goroutine per rank of a pp-stage pipeline (no
 // local.Run: a rank that returns early aborts nothing, like a process
 // that vanished) and returns each rank's error and when it returned.
@@ -159,31 +179,20 @@ func TestPipelineFaults(t *testing.T) {
 			start := time.Now()
 			errs, took := runPipeRanks(t, tc.pp, timeout, func(ctx context.Context, c comm.Comm) error {
 				faulty := c.Rank() == tc.faulty
-				cfg, err := config.Parse([]byte(fmt.Sprintf(cfgFmt, tc.micro(faulty), tc.pp)))
-				if err != nil {
-					return err
-				}
-				g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}, nil, 1)
-				if err != nil {
-					return err
-				}
-				defer g.Free()
 				seen := 0
-				tr, err := deepgo.Initialize(ctx, cfg, hookGPT{g, tc.hook(faulty, &seen), nil}, deepgo.WithComm(c))
-				if err != nil {
-					return err
-				}
-				defer tr.Close()
-				for step := range 2 {
-					mbs := make([]model.MicroBatch, tc.micro(faulty))
-					for i := range mbs {
-						mbs[i] = corpus.MakeBatch([]int{2 * (step*8 + i), 2*(step*8+i) + 1}, 8).MicroBatch()
+				wrap := func(g *nn.GPT) model.Model { return hookGPT{g, tc.hook(faulty, &seen), nil} }
+				return withPipeGPT(ctx, c, fmt.Sprintf(cfgFmt, tc.micro(faulty), tc.pp), wrap, func(tr deepgo.Trainer) error {
+					for step := range 2 {
+						mbs := make([]model.MicroBatch, tc.micro(faulty))
+						for i := range mbs {
+							mbs[i] = corpus.MakeBatch([]int{2 * (step*8 + i), 2*(step*8+i) + 1}, 8).MicroBatch()
+						}
+						if _, err := tr.TrainBatch(ctx, mbs); err != nil {
+							return err
+						}
 					}
-					if _, err := tr.TrainBatch(ctx, mbs); err != nil {
-						return err
-					}
-				}
-				return nil
+					return nil
+				})
 			})
 			if faultAt.IsZero() {
 				faultAt = start // the schedules disagree from the start
@@ -221,15 +230,6 @@ func TestPipelineOverflowAgreed(t *testing.T) {
 	}
 	got := make([]outcome, pp*dp)
 	err = local.Run(context.Background(), pp*dp, local.Options{Timeout: 10 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
-		cfg, err := config.Parse([]byte(cfgJSON))
-		if err != nil {
-			return err
-		}
-		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}, nil, 1)
-		if err != nil {
-			return err
-		}
-		defer g.Free()
 		step := 0
 		poison := func(m model.Module) error {
 			// rank 3 is stage 1, data rank 1: ln_f's gradient overflows in step 0
@@ -243,29 +243,57 @@ func TestPipelineOverflowAgreed(t *testing.T) {
 			v[0] = 0x7c00 // +Inf in float16
 			return nil
 		}
-		tr, err := deepgo.Initialize(ctx, cfg, hookGPT{g, func(string) error { return nil }, poison}, deepgo.WithComm(c))
-		if err != nil {
-			return err
-		}
-		defer tr.Close()
-		pe := tr.(*deepgo.PipeEngine)
-		for ; step < 2; step++ {
-			mbs := make([]model.MicroBatch, 2)
-			for i := range mbs {
-				k := 4*step + 2*i
-				mbs[i] = corpus.MakeBatch([]int{k, k + 1}, 8).MicroBatch()
+		wrap := func(g *nn.GPT) model.Model { return hookGPT{g, func(string) error { return nil }, poison} }
+		return withPipeGPT(ctx, c, cfgJSON, wrap, func(tr deepgo.Trainer) error {
+			pe := tr.(*deepgo.PipeEngine)
+			for ; step < 2; step++ {
+				mbs := make([]model.MicroBatch, 2)
+				for i := range mbs {
+					k := 4*step + 2*i
+					mbs[i] = corpus.MakeBatch([]int{k, k + 1}, 8).MicroBatch()
+				}
+				if _, err := tr.TrainBatch(ctx, mbs); err != nil {
+					return err
+				}
+				if step == 0 {
+					got[c.Rank()] = outcome{pe.SkippedSteps(), pe.GlobalSteps(), pe.LossScale()}
+				}
 			}
-			if _, err := tr.TrainBatch(ctx, mbs); err != nil {
-				return err
-			}
-			if step == 0 {
-				got[c.Rank()] = outcome{pe.SkippedSteps(), pe.GlobalSteps(), pe.LossScale()}
-			}
-		}
-		return nil
+			return nil
+		})
 	})
 	require.NoError(t, err)
 	for r, o := range got {
 		assert.Equal(t, outcome{1, 1, 128}, o, "rank %d (stage %d) after the overflowing step: skipped, steps, loss scale", r, r/dp)
 	}
+}
+
+// The pipeline engine runs whole batches: the per-micro-batch calls and the
+// checkpoint calls it does not implement say so, naming the method.
+func TestPipelineEngineNotSupported(t *testing.T) {
+	// ZeRO-2/3 with stages (here from pipeline.stages, which the config's
+	// own check, keyed on pipeline_model_parallel_size, does not see)
+	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "pipeline": {"stages": 2},
+		"zero_optimization": {"stage": 2}, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`))
+	require.NoError(t, err)
+	g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}, nil, 1)
+	require.NoError(t, err)
+	defer g.Free()
+	_, err = deepgo.Initialize(context.Background(), cfg, g)
+	require.ErrorContains(t, err, "zero_optimization.stage 2 with 2 pipeline stages: allowed 0 or 1")
+	err = local.Run(context.Background(), 2, local.Options{Timeout: 10 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+		cfgJSON := `{"train_micro_batch_size_per_gpu": 1, "pipeline_model_parallel_size": 2,
+			"optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`
+		asIs := func(g *nn.GPT) model.Model { return g }
+		return withPipeGPT(ctx, c, cfgJSON, asIs, func(tr deepgo.Trainer) error {
+			_, ferr := tr.Forward(ctx, model.MicroBatch{})
+			_, lerr := tr.Load(ctx, t.TempDir(), deepgo.LoadOptions{})
+			for name, err := range map[string]error{"Forward": ferr, "Backward": tr.Backward(ctx), "Step": tr.Step(ctx),
+				"Save": tr.Save(ctx, t.TempDir(), deepgo.SaveOptions{}), "Load": lerr} {
+				assert.ErrorContains(t, err, name+": not supported", "%s", name)
+			}
+			return nil
+		})
+	})
+	require.NoError(t, err)
 }

@@ -10,10 +10,13 @@ import (
 )
 
 // Trainer is one rank's training engine, what Initialize returns: the
-// data-parallel engine (*Engine) today, a pipeline engine when the config
-// asks for pipeline stages. A trainer loop needs only these methods; the
-// concrete type offers more (a type assertion to *Engine reaches the ZeRO
-// internals, the loss scaler and the step counters).
+// data-parallel engine (*Engine), or the pipeline engine (*PipeEngine) when
+// the config asks for pipeline stages, which runs whole batches only
+// (TrainBatch; its Forward, Backward, Step, Save and Load say they are not
+// supported). A trainer loop needs only these methods; the concrete type
+// offers more (a type assertion to *Engine reaches the ZeRO internals, the
+// loss scaler and the step counters; to *PipeEngine the stage, the
+// partition and the measured bubble).
 //
 // A Trainer's methods must be called from one goroutine, and the
 // collective ones (TrainBatch, Step at a boundary, Save, Load,
