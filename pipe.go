@@ -156,19 +156,7 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if !e.be.Device().IsCPU() {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d on backend %s (%v): not supported yet (the pipeline engine computes on the CPU)", pp, e.be.Name(), e.be.Device())
 	}
-	e.notes = offloadNotes(cfg, e.be.Device())
-	for _, k := range []struct {
-		key string
-		on  bool
-	}{{"tensorboard", cfg.Tensorboard.Enabled}, {"csv_monitor", cfg.CSVMonitor.Enabled}, {"wall_clock_breakdown", cfg.WallClockBreakdown},
-		{"comms_logger", cfg.CommsLogger.Enabled}, {"flops_profiler", cfg.FlopsProfiler.Enabled}} {
-		if k.on {
-			e.notes = append(e.notes, k.key+": not fed by the pipeline engine yet (only the data-parallel engine reports to it); TrainBatch's loss and Timers are what a pipeline run reports")
-		}
-	}
-	if m := cfg.Pipeline.Partition; m == "" || strings.EqualFold(m, "best") {
-		e.notes = append(e.notes, fmt.Sprintf("pipeline.partition %q: partitioning by parameters, PipelineModule's default partition_method", m))
-	}
+	e.notes = pipeNotes(cfg, e.be.Device())
 	dp := o.comm.Size() / pp
 	if e.grid, err = comm.PipeDataGrid(pp, dp); err != nil {
 		return nil, err
@@ -195,6 +183,26 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		return nil, err
 	}
 	return e, nil
+}
+
+// pipeNotes says what the pipeline engine does with keys whose words
+// suggest more: the offload keys on the CPU, the monitors it does not feed
+// yet, and the partition method "best".
+func pipeNotes(cfg *config.Config, dev tensor.Device) []string {
+	notes := offloadNotes(cfg, dev)
+	for _, k := range []struct {
+		key string
+		on  bool
+	}{{"tensorboard", cfg.Tensorboard.Enabled}, {"csv_monitor", cfg.CSVMonitor.Enabled}, {"wall_clock_breakdown", cfg.WallClockBreakdown},
+		{"comms_logger", cfg.CommsLogger.Enabled}, {"flops_profiler", cfg.FlopsProfiler.Enabled}} {
+		if k.on {
+			notes = append(notes, k.key+": not fed by the pipeline engine yet (only the data-parallel engine reports to it); TrainBatch's loss and Timers are what a pipeline run reports")
+		}
+	}
+	if m := cfg.Pipeline.Partition; m == "" || strings.EqualFold(m, "best") {
+		notes = append(notes, fmt.Sprintf("pipeline.partition %q: partitioning by parameters, PipelineModule's default partition_method", m))
+	}
+	return notes
 }
 
 // partitionMethod is pipeline.partition as PipelineModule's
