@@ -42,6 +42,7 @@ type PipeEngine struct {
 
 	stage, stages, virtual int
 	sched                  pipeline.Schedule
+	steps                  [][]pipeline.Instruction // sched.Steps(), made once
 	schedType              string
 	partition              pipeline.Partition
 
@@ -176,6 +177,7 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if e.sched, err = pipeline.NewTraining(e.schedType, e.virtual, e.batch.GradAccum, pp, e.stage); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_schedule %q, virtual_stages %d, %d micro-batches, %d stages: %w", e.schedType, e.virtual, e.batch.GradAccum, pp, err)
 	}
+	e.steps = e.sched.Steps()
 	if err := e.split(pm); err != nil {
 		return nil, err
 	}

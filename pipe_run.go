@@ -116,7 +116,7 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 	}
 	t0, busy0 := time.Now(), e.timers.Forward+e.timers.Backward
 	var lossSum float64
-	for t, step := range e.sched.Steps() {
+	for t, step := range e.steps {
 		for _, in := range step {
 			t1 := time.Now()
 			loss, err := e.exec(ctx, in, data)
