@@ -388,14 +388,7 @@ func (e *Engine) Close() error {
 		errs = append(errs, e.saver.Close())
 		e.saver = nil
 	}
-	if e.z != nil {
-		errs = append(errs, e.z.Close())
-		e.z = nil
-	}
-	if e.ownOpt && e.opt != nil {
-		errs = append(errs, e.opt.Close())
-		e.opt = nil
-	}
+	errs = append(errs, closeOptimizer(&e.z, &e.opt, e.ownOpt))
 	if e.ownBE && e.be != nil {
 		errs = append(errs, e.be.Close())
 		e.be = nil

@@ -316,8 +316,6 @@ func unsupported(cfg *config.Config) error {
 		return ns("zero_optimization.mics_shard_size (MiCS)")
 	case cfg.TensorModelParallelSize > 1:
 		return ns("tensor_model_parallel_size > 1")
-	case cfg.PipelineModelParallelSize > 1:
-		return ns("pipeline_model_parallel_size > 1 (the pipeline engine will implement TrainBatch)")
 	case cfg.SequenceParallelSize > 1:
 		return ns("sequence_parallel_size > 1")
 	case cfg.AMP.Enabled():

@@ -3,7 +3,6 @@ package deepgo
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
@@ -11,10 +10,13 @@ import (
 )
 
 // Trainer is one rank's training engine, what Initialize returns: the
-// data-parallel engine (*Engine) today, a pipeline engine when the config
-// asks for pipeline stages. A trainer loop needs only these methods; the
-// concrete type offers more (a type assertion to *Engine reaches the ZeRO
-// internals, the loss scaler and the step counters).
+// data-parallel engine (*Engine), or the pipeline engine (*PipeEngine) when
+// the config asks for pipeline stages, which runs whole batches only
+// (TrainBatch; its Forward, Backward, Step, Save and Load say they are not
+// supported). A trainer loop needs only these methods; the concrete type
+// offers more (a type assertion to *Engine reaches the ZeRO internals, the
+// loss scaler and the step counters; to *PipeEngine the stage, the
+// partition and the measured bubble).
 //
 // A Trainer's methods must be called from one goroutine, and the
 // collective ones (TrainBatch, Step at a boundary, Save, Load,
@@ -68,8 +70,8 @@ type Trainer interface {
 var _ Trainer = (*Engine)(nil)
 
 // Initialize builds the Trainer that cfg (a loaded config.Config) asks
-// for, like deepspeed.initialize: with pipeline_model_parallel_size above 1
-// a pipeline engine, otherwise the data-parallel ZeRO engine (*Engine; see
+// for, like deepspeed.initialize: with pipeline stages (PipelineStages)
+// a pipeline engine (*PipeEngine), otherwise the data-parallel ZeRO engine (*Engine; see
 // its documentation for what it sets up). It copies every model.Param's
 // initial value into engine memory and rebinds the Param there; the
 // initial tensors stay the caller's, free to free once Initialize returns,
@@ -77,8 +79,8 @@ var _ Trainer = (*Engine)(nil)
 //
 // Not supported yet (an error naming the key): offload_optimizer and
 // offload_param device nvme, ZeRO++ (zero_quantized_*,
-// zero_hpz_partition_size > 1), MiCS, apex amp, and tensor, pipeline or
-// sequence parallel sizes above 1.
+// zero_hpz_partition_size > 1), MiCS, apex amp, tensor or sequence
+// parallel sizes above 1, and ZeRO stages 2-3 with pipeline stages.
 func Initialize(ctx context.Context, cfg *config.Config, net model.Model, opts ...Option) (Trainer, error) {
 	if cfg == nil {
 		return nil, errors.New("deepgo.Initialize: cfg is nil")
@@ -86,12 +88,19 @@ func Initialize(ctx context.Context, cfg *config.Config, net model.Model, opts .
 	if net == nil {
 		return nil, errors.New("deepgo.Initialize: model is nil")
 	}
-	if cfg.PipelineModelParallelSize > 1 {
-		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d: not supported yet (the pipeline engine will implement Trainer)", cfg.PipelineModelParallelSize)
-	}
 	var o options
 	for _, f := range opts {
 		f(&o)
+	}
+	if pp, err := PipelineStages(cfg); err != nil || pp > 1 {
+		if err != nil {
+			return nil, err
+		}
+		pe, err := newPipeEngine(ctx, cfg, net, o)
+		if err != nil {
+			return nil, err // a nil *PipeEngine must not become a non-nil Trainer
+		}
+		return pe, nil
 	}
 	e, err := newEngine(ctx, cfg, net, o)
 	if err != nil {

@@ -41,8 +41,9 @@ func TestInitializeRefusesDeviceBackendWithoutComm(t *testing.T) {
 }
 
 // Initialize chooses the engine from the config: the data-parallel engine
-// without pipeline stages, a clear not-supported error (naming the key and
-// value) with them until the pipeline engine lands.
+// without pipeline stages, the pipeline engine with them, which needs a
+// model.Pipelined (the MLP is not one: a clear error naming the key, the
+// value and the model). nn's pipeline tests train the GPT through it.
 func TestInitializeChoosesEngine(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -50,7 +51,7 @@ func TestInitializeChoosesEngine(t *testing.T) {
 		wantErr string
 	}{
 		{"data parallel", ``, ""},
-		{"pipeline", `, "pipeline_model_parallel_size": 2`, "pipeline_model_parallel_size 2: not supported"},
+		{"pipeline", `, "pipeline_model_parallel_size": 2`, "pipeline_model_parallel_size 2: not supported for this model (*testmodel.MLP)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -175,4 +176,34 @@ func TestRankSkipsStep(t *testing.T) {
 	require.ErrorContains(t, errs[0], "ranks [1]", "rank 0")
 
 	t.Log(errs[0])
+}
+
+// pipeline.stages (PipelineModule's num_stages) asks for a pipeline like
+// pipeline_model_parallel_size; the two disagreeing is an error naming
+// both, and a fractional count is refused.
+func TestPipelineStages(t *testing.T) {
+	cases := []struct {
+		doc     string
+		want    int
+		wantErr string
+	}{
+		{`{}`, 1, ""},
+		{`{"pipeline_model_parallel_size": 4}`, 4, ""},
+		{`{"pipeline": {"stages": 2}}`, 2, ""},
+		{`{"pipeline": {"stages": "auto"}, "pipeline_model_parallel_size": 2}`, 2, ""},
+		{`{"pipeline": {"stages": 2}, "pipeline_model_parallel_size": 2}`, 2, ""},
+		{`{"pipeline": {"stages": 2}, "pipeline_model_parallel_size": 4}`, 0, "pipeline.stages 2 and pipeline_model_parallel_size 4"},
+		{`{"pipeline": {"stages": 2.5}}`, 0, "pipeline.stages 2.5"},
+	}
+	for _, c := range cases {
+		cfg, err := config.Parse([]byte(c.doc))
+		require.NoError(t, err, c.doc)
+		got, err := deepgo.PipelineStages(cfg)
+		if c.wantErr != "" {
+			assert.ErrorContains(t, err, c.wantErr, c.doc)
+			continue
+		}
+		assert.NoError(t, err, c.doc)
+		assert.Equal(t, c.want, got, c.doc)
+	}
 }

@@ -119,29 +119,42 @@ func gptCurve(t *testing.T, stage, world, steps int, clip float64, corpus *data.
 // steps whose gradients were clipped.
 func gptPlain(t *testing.T, steps int, clip float64, corpus *data.Tokens) ([]float64, []float32, int) {
 	t.Helper()
+	losses, params, clipped := plainGPT(t, eqGPT(corpus.Vocab), eqSeed, steps, clip, func(step int) model.TokenBatch {
+		return eqBatch(corpus, step, 1, 0)
+	})
+	return losses, flatParams(params), clipped
+}
+
+// plainGPT trains a GPT of cfg, initialised from seed, with no engine for
+// steps steps on batch(step): the GPT's own Forward and Backward over
+// float32 buffers bound by nn.NewParamBuffers, then testmodel.Plain clips
+// the gradients at clip and runs a float64 AdamW (eqLR, eqWD). It returns
+// the losses, the parameters by name and the number of clipped steps.
+func plainGPT(t *testing.T, cfg nn.GPTConfig, seed uint64, steps int, clip float64, batch func(step int) model.TokenBatch) ([]float64, map[string][]float32, int) {
+	t.Helper()
 	be, err := backend.NewCPU(1)
 	require.NoError(t, err)
 	defer be.Close()
-	g, err := nn.NewGPT(eqGPT(corpus.Vocab))
+	g, err := nn.NewGPT(cfg)
 	require.NoError(t, err)
 	pb, err := nn.NewParamBuffers(g)
 	require.NoError(t, err)
 	defer pb.Free()
 	defer g.Free()
-	require.NoError(t, g.Init(eqSeed))
+	require.NoError(t, g.Init(seed))
 	ref, err := testmodel.NewPlain(g.Params(), testmodel.NewAdamW(eqLR, eqWD), clip)
 	require.NoError(t, err)
 	losses := make([]float64, steps)
 	for step := range steps {
 		require.NoError(t, pb.ZeroGrads())
-		b := eqBatch(corpus, step, 1, 0)
+		b := batch(step)
 		loss, err := g.Forward(be, b.Inputs, b.Targets, b.B, b.T)
 		require.NoError(t, err)
 		require.NoError(t, g.Backward(be))
 		require.NoError(t, ref.Step())
 		losses[step] = float64(loss)
 	}
-	return losses, flatParams(ref.Values()), ref.Clipped
+	return losses, ref.Values(), ref.Clipped
 }
 
 // relNorm is ||got-want||₂ / ||want||₂.

@@ -45,6 +45,9 @@ type GPT struct {
 	be    backend.Backend // UseBackend's, for calls whose context carries none
 	mods  []model.Module
 	own   *ParamBuffers // from NewReadyGPT; freed by Free
+	// lo, hi are the modules [lo, hi) of a pipeline part (NewPart), whose
+	// activation memory covers only those; hi 0 is the whole model.
+	lo, hi int
 }
 
 // ParamGroup is a named group of parameters: the unit a ZeRO stage-3 engine
@@ -236,7 +239,7 @@ func (g *GPT) alloc(be backend.Backend, b, t int) error {
 	// block keeps, and with contiguous_memory_optimization those inputs
 	// share one buffer
 	s.resid = make([]*tensor.Tensor, L+1)
-	if k > 0 && g.Config.Checkpointing.ContiguousMemoryOptimization {
+	if k > 0 && g.Config.Checkpointing.ContiguousMemoryOptimization && g.hi == 0 {
 		pack, err := s.acts.Float32(k * n * c)
 		if err != nil {
 			return fail(err)
@@ -247,36 +250,47 @@ func (g *GPT) alloc(be backend.Backend, b, t int) error {
 		}
 	}
 	for l := range s.resid {
-		if s.resid[l] == nil {
+		// resid[l] is the input of module l+1 and the output of module l
+		if s.resid[l] == nil && (g.inPart(l) || g.inPart(l+1)) {
 			if s.resid[l], err = s.acts.Float32(n, c); err != nil {
 				return fail(err)
 			}
 		}
 	}
-	s.saved = int64(k * n * c * 4)
 	s.blockActs = make([]*BlockActivations, L)
+	recompute := false
 	for l, blk := range g.Blocks {
+		if !g.inPart(l + 1) {
+			continue
+		}
 		if l < k {
+			recompute = true
+			s.saved += int64(n * c * 4)
 			continue
 		}
 		if s.blockActs[l], err = blk.NewActivations(&s.acts, b, t); err != nil {
 			return fail(err)
 		}
 	}
-	if k > 0 {
+	if recompute {
 		if s.recompute, err = g.Blocks[0].NewActivations(&s.acts, b, t); err != nil {
 			return fail(err)
 		}
 	}
-	for _, f := range []struct {
+	type buf struct {
 		p     **tensor.Tensor
 		a     *Arena
 		shape []int
-	}{
-		{&s.lnf, &s.acts, []int{n, c}}, {&s.lnfMean, &s.acts, []int{n}}, {&s.lnfRstd, &s.acts, []int{n}},
-		{&s.probs, &s.acts, []int{n, g.Config.Vocab}}, {&s.losses, &s.acts, []int{n}},
-		{&s.dlosses, &s.scr, []int{n}}, {&s.dwteHead, &s.scr, []int{g.Config.Vocab, c}}, {&s.dA, &s.scr, []int{n, c}}, {&s.dB, &s.scr, []int{n, c}},
-	} {
+	}
+	bufs := []buf{{&s.dA, &s.scr, []int{n, c}}, {&s.dB, &s.scr, []int{n, c}}}
+	if head := L + 1; g.inPart(head) {
+		bufs = append(bufs, buf{&s.lnf, &s.acts, []int{n, c}}, buf{&s.lnfMean, &s.acts, []int{n}}, buf{&s.lnfRstd, &s.acts, []int{n}},
+			buf{&s.probs, &s.acts, []int{n, g.Config.Vocab}}, buf{&s.losses, &s.acts, []int{n}}, buf{&s.dlosses, &s.scr, []int{n}})
+	}
+	if g.inPart(0) || g.inPart(L+1) {
+		bufs = append(bufs, buf{&s.dwteHead, &s.scr, []int{g.Config.Vocab, c}})
+	}
+	for _, f := range bufs {
 		if *f.p, err = f.a.Float32(f.shape...); err != nil {
 			return fail(err)
 		}

@@ -44,7 +44,7 @@ func (g *GPT) Modules() []model.Module {
 		for l := range g.Blocks {
 			g.mods = append(g.mods, blockModule{g, l})
 		}
-		g.mods = append(g.mods, headModule{g})
+		g.mods = append(g.mods, headModule{g: g})
 	}
 	return g.mods
 }
@@ -142,6 +142,11 @@ func (m embedModule) Backward(ctx context.Context, gout model.Activation) (model
 	// the token rows join the head's share of the tied weight's gradient
 	// in float32; the sum goes into wte's gradient with one rounding
 	s := g.st
+	if !g.inPart(g.Config.Layers + 1) {
+		// a pipeline part without the head: the head's share arrives with
+		// the stages' tied-gradient reduction
+		return nil, g.Embed.Backward(k, d, s.tokens, s.b, s.t)
+	}
 	if err := g.Embed.backward(k, "GPT.Backward", s.dwteHead, d, s.tokens, s.b, s.t); err != nil {
 		return nil, err
 	}
@@ -221,7 +226,14 @@ func (m blockModule) Backward(ctx context.Context, gout model.Activation) (model
 	return din, nil
 }
 
-type headModule struct{ g *GPT }
+// headModule is ln_f and the output projection. In a pipeline part
+// without the embedding, tied is true: the module declares the wte it reads
+// as a parameter of its own (the stage's copy of the tied weight) and adds
+// its gradient into it.
+type headModule struct {
+	g    *GPT
+	tied bool
+}
 
 // headWeight checks the tied wte the head reads and views it as [V, C].
 func (g *GPT) headWeight(op string, dev tensor.Device) (*tensor.Tensor, error) {
@@ -235,8 +247,13 @@ func (g *GPT) headWeight(op string, dev tensor.Device) (*tensor.Tensor, error) {
 	return w, nil
 }
 
-func (m headModule) Name() string           { return "transformer.ln_f" }
-func (m headModule) Params() []*model.Param { return m.g.LNF.Params() }
+func (m headModule) Name() string { return "transformer.ln_f" }
+func (m headModule) Params() []*model.Param {
+	if m.tied {
+		return append(m.g.LNF.Params(), m.g.Embed.Tok)
+	}
+	return m.g.LNF.Params()
+}
 
 // Forward runs ln_f and the output projection on wte (read, not owned).
 func (m headModule) Forward(ctx context.Context, in model.Activation) (model.Activation, error) {
@@ -270,7 +287,7 @@ func (m headModule) Forward(ctx context.Context, in model.Activation) (model.Act
 // embedModule.Backward).
 func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.Activation, error) {
 	g := m.g
-	_, k, err := g.compute(ctx)
+	be, k, err := g.compute(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -295,6 +312,11 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 	}
 	if err := g.LNF.Backward(k, s.dA, s.dB, s.resid[g.Config.Layers], s.lnfMean, s.lnfRstd, n); err != nil {
 		return nil, err
+	}
+	if m.tied {
+		if err := be.Axpy(1, []*tensor.Tensor{s.dwteHead}, []*tensor.Tensor{g.Embed.Tok.Grad}); err != nil {
+			return nil, fmt.Errorf("nn.GPT.Backward: tied wte: %w", err)
+		}
 	}
 	return s.dA, nil
 }

@@ -26,7 +26,6 @@ var noEffect = map[string]string{
 	"seq_parallel_communication_data_type": "sequence parallelism above 1 is not supported",
 	"torch_autocast":                       "no autocast: precision is fp16/bf16/fp32 for the whole model",
 	"aio":                                  "NVMe offload is not supported, so nothing does asynchronous I/O",
-	"pipeline":                             "pipeline parallelism is not supported yet",
 	"wandb":                                "nothing is sent to W&B",
 	"comet":                                "nothing is sent to Comet",
 	"elasticity":                           "deepgo does not run elastic training",
@@ -76,7 +75,10 @@ var noEffect = map[string]string{
 	"checkpoint.keep_n_most_recent":       "old checkpoints are not removed",
 	"checkpoint.num_checkpoints_to_keep":  "old checkpoints are not removed",
 
-	"pipeline_schedule.virtual_stages":                "pipeline parallelism is not supported yet",
+	"pipeline.seed_layers":                            "layers are initialised by the model, not seeded per layer",
+	"pipeline.pipe_partitioned":                       "activations cross stages whole: there is no tensor-parallel group to split them over",
+	"pipeline.grad_partitioned":                       "gradients cross stages whole: there is no tensor-parallel group to split them over",
+	"pipeline.use_reentrant":                          "checkpointed blocks recompute explicitly; there is no autograd to re-enter",
 	"sequence_parallel.gradient_checkpointing_kwargs": "activation checkpointing takes no kwargs",
 }
 

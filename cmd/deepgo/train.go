@@ -104,12 +104,18 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	if steps <= 0 {
 		steps = mc.steps
 	}
+	pp, virtual := pipeShape(cfgPath)
 	if targs.job != nil {
-		ranks = targs.job.env.WorldSize
+		// one rank per process: the launcher's world holds every stage
+		if w := targs.job.env.WorldSize; w%pp != 0 {
+			return nil, fmt.Errorf("WORLD_SIZE %d is not a multiple of the config's %d pipeline stages", w, pp)
+		}
+		ranks = targs.job.env.WorldSize / pp
 	}
 	if ranks <= 0 {
 		ranks = impliedRanks(cfgPath)
 	}
+	world := ranks * pp // pipeline stages × data-parallel ranks (train_pipe.go)
 	targs.steps = steps // before the ranks start: they share targs
 	var corpus *data.Tokens
 	var floor *float64
@@ -143,7 +149,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	if err != nil {
 		return nil, err
 	}
-	res := &trainResult{Steps: steps, Ranks: ranks, PeakMemory: make([]int64, ranks), Device: deviceKind(dev0)}
+	res := &trainResult{Steps: steps, Ranks: world, PeakMemory: make([]int64, world), Device: deviceKind(dev0)}
 	var mu sync.Mutex
 	rs := &resumer{fallback: targs.resumeFallback}
 	metrics, err := serveTrainMetrics(targs.metricsAddr, stdout)
@@ -154,7 +160,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		defer metrics.Close()
 	}
 	start := time.Now()
-	err = targs.job.runRanks(ranks, cfgPath, modelName, targs, res.PeakMemory, func(ctx context.Context, c comm.Comm) (err error) {
+	err = targs.job.runRanks(world, cfgPath, modelName, targs, res.PeakMemory, func(ctx context.Context, c comm.Comm) (err error) {
 		cfg, err := config.Load(cfgPath)
 		if err != nil {
 			return err
@@ -162,6 +168,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		autoNotes := fillTrainerAutos(cfg, targs)
 		ac := cfg.ActivationCheckpointing
 		g := gcfg
+		g.Layers = pipeLayers(g.Layers, pp, virtual)
 		g.Checkpointing = nn.Checkpointing{Enabled: ac.NumberCheckpoints != nil || ac.PartitionActivations || ac.CPUCheckpointing,
 			PartitionActivations: ac.PartitionActivations, CPUCheckpointing: ac.CPUCheckpointing,
 			ContiguousMemoryOptimization: ac.ContiguousMemoryOptimization, SynchronizeCheckpointBoundary: ac.SynchronizeCheckpointBoundary, Profile: ac.Profile}
@@ -203,9 +210,13 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 				fmt.Fprintln(stdout, "note:", n)
 			}
 			fmt.Fprintf(stdout, "training GPT %d layers x %d wide, %d params, vocab %d, T %d, %d ranks, ZeRO stage %d, %d steps, on %s\n",
-				g.Layers, g.Width, nn.NumParams(gpt), g.Vocab, T, ranks, cfg.ZeroOptimization.Stage, steps, targs.job.devices(dev, ranks))
+				g.Layers, g.Width, nn.NumParams(gpt), g.Vocab, T, world, cfg.ZeroOptimization.Stage, steps, targs.job.devices(dev, world))
+			if pp > 1 {
+				fmt.Fprintln(stdout, pipeBanner(cfg, pp, ranks))
+			}
 		}
-		s, err := data.NewDistributedSampler(corpus.NumWindows(T), rank, c.Size(), 5, true)
+		dr, dn := dataRank(rank, c.Size(), pp)
+		s, err := data.NewDistributedSampler(corpus.NumWindows(T), dr, dn, 5, true)
 		if err != nil {
 			return err
 		}
@@ -246,6 +257,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 				tailN++
 			}
 			mem := e.Memory().ModelStates() + gpt.ActivationStats().Bytes + gpt.ActivationStats().ScratchBytes
+			if pe, ok := e.(interface{ ActivationBytes() int64 }); ok {
+				mem += pe.ActivationBytes() // a pipeline's activations live in its stage parts
+			}
 			mu.Lock()
 			res.PeakMemory[rank] = max(res.PeakMemory[rank], mem)
 			mu.Unlock()
@@ -253,7 +267,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 				bar.update(step, loss)
 			}
 			if rank == 0 && (step%every == 0 || step == steps) {
-				tps := float64((step-first+1)*B*gas*T*c.Size()) / time.Since(t0).Seconds()
+				tps := float64((step-first+1)*B*gas*T*dn) / time.Since(t0).Seconds()
 				bar.clear()
 				fmt.Fprintf(stdout, "step %d loss %.4f lr %.3g loss_scale %g tokens/s %.0f mem/rank %d\n", step, loss, e.LR(), e.LossScale(), tps, mem)
 			}
@@ -273,7 +287,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			if tailN > 0 {
 				res.FinalLoss = tail / float64(tailN)
 			}
-			res.TokensPerSec = float64((steps-first+1)*B*gas*T*c.Size()) / time.Since(t0).Seconds()
+			res.TokensPerSec = float64((steps-first+1)*B*gas*T*dn) / time.Since(t0).Seconds()
 		}
 		return nil
 	})

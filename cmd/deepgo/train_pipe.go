@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/config"
+)
+
+// What deepgo train does differently with pipeline stages: the world is
+// pipeline_model_parallel_size × the data-parallel ranks (--ranks counts the
+// latter), the stages of one data-parallel rank read the same batches, and
+// the GPT gets at least one block per virtual stage.
+
+// pipeShape is the config's pipeline depth (pipeline_model_parallel_size
+// or pipeline.stages) and virtual stages per stage:
+// 1 and 1 without a pipeline or when the config does not load (train
+// reports that error itself).
+func pipeShape(cfgPath string) (pp, virtual int) {
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return 1, 1
+	}
+	pp, err = deepgo.PipelineStages(cfg)
+	if err != nil || pp <= 1 {
+		return 1, 1 // Initialize reports the error
+	}
+	return pp, max(1, cfg.PipelineSchedule.VirtualStages)
+}
+
+// pipeLayers is the GPT depth for a pipeline of pp stages of virtual
+// chunks each: the model's own, or one block per virtual stage when that
+// is more, so that partitioning leaves no virtual stage without a module.
+func pipeLayers(layers, pp, virtual int) int {
+	if pp <= 1 {
+		return layers
+	}
+	return max(layers, pp*virtual)
+}
+
+// dataRank is world rank's data-parallel rank and the data-parallel size
+// on the pipe × data grid (data fastest), for the sampler: every stage of a
+// pipe draws the same windows.
+func dataRank(rank, world, pp int) (r, n int) {
+	n = world / pp
+	return rank % n, n
+}
+
+// pipeBanner says how the run is split: stages, data-parallel ranks per
+// stage, the schedule and its virtual stages.
+func pipeBanner(cfg *config.Config, pp, dp int) string {
+	return fmt.Sprintf("pipeline: %d stages x %d data-parallel ranks, schedule %s, %d virtual stages per stage, %d micro-batches per step",
+		pp, dp, cfg.PipelineSchedule.Type, max(1, cfg.PipelineSchedule.VirtualStages), derefOr(cfg.GradientAccumulationSteps, 1))
+}
+
+func derefOr(p *int, def int) int {
+	if p == nil {
+		return def
+	}
+	return *p
+}

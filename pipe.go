@@ -1,0 +1,441 @@
+package deepgo
+
+// The pipeline engine's construction: the pipe × data grid and its groups,
+// the partition of the model's modules into (virtual) stages, the stage's
+// ZeRO optimizer over the modules it holds, and the tied weights' groups.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/deepgo-ml/deepgo/pipeline"
+	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/deepgo-ml/deepgo/zero"
+)
+
+// PipeEngine trains one rank of a pipeline-parallel run: stage Stage() of
+// a pipeline of Stages() stages, in a data-parallel group of the ranks
+// holding the same stage (DeepSpeed's PipelineEngine on the pipe × data
+// grid, pipe outermost). It executes the instruction streams of package
+// pipeline (1F1B, GPipe or interleaved), keeps the stage's parameters in a
+// ZeRO stage 0-1 optimizer over its data-parallel group, sums the
+// gradients of weights tied across stages (the GPT's embedding and head),
+// agrees on fp16/bf16 overflow across all stages and clips by the global
+// norm over all of them. Its methods must be called from one goroutine.
+type PipeEngine struct {
+	cfg   *config.Config
+	net   model.Pipelined
+	be    backend.Backend
+	world comm.Comm // pipe × data
+	pipe  comm.Comm // this data coordinate's stages, group rank = stage
+	data  comm.Comm // this stage's data-parallel group
+	grid  *comm.Grid
+
+	stage, stages, virtual int
+	sched                  pipeline.Schedule
+	steps                  [][]pipeline.Instruction // sched.Steps(), made once
+	schedType              string
+	partition              pipeline.Partition
+
+	chunks [][]int // engine module indexes of each chunk's modules
+	mods   []model.Module
+	params [][]*model.Param
+	parts  [][]model.Part // [chunk][buffer], made on first use
+	bufs   [][]pipeBuffer // [chunk][buffer]
+
+	tied []tiedParam
+
+	opt    optim.Optimizer
+	ownOpt bool
+	z      *zero.Optimizer
+	scaler optim.LossScaler
+	lrs    optim.Schedule
+	batch  config.BatchSizes
+	clip   float64
+
+	globalSteps  int
+	skippedSteps int
+	gradNorm     float64
+	timers       Timers
+	idle         []float64 // per TrainBatch: the share of wall time this stage waited on its neighbours
+	notes        []string
+	closers      []comm.Comm
+}
+
+var _ Trainer = (*PipeEngine)(nil)
+
+// tiedParam is a weight held by several stages: the engine's (module,
+// param) index on this stage, the group of the stages holding it, and
+// whether this stage is the owner (the lowest one), whose copy counts in
+// the gradient norm.
+type tiedParam struct {
+	name  string
+	m, p  int
+	group comm.Comm
+	owner bool
+}
+
+// PipelineStages is the number of pipeline stages cfg asks for:
+// pipeline_model_parallel_size, or a numeric pipeline.stages (DeepSpeed's
+// PipelineModule num_stages) when that key is left at 1. Both above 1 and
+// different is an error naming both.
+func PipelineStages(cfg *config.Config) (int, error) {
+	pp := max(1, cfg.PipelineModelParallelSize)
+	st, ok := cfg.Pipeline.Stages.(float64)
+	if !ok || st <= 1 {
+		return pp, nil
+	}
+	if st != math.Trunc(st) {
+		return 0, fmt.Errorf("deepgo: pipeline.stages %v: allowed \"auto\" or a whole number of stages", st)
+	}
+	if pp > 1 && int(st) != pp {
+		return 0, fmt.Errorf("deepgo: pipeline.stages %d and pipeline_model_parallel_size %d: give one, or the same number in both", int(st), pp)
+	}
+	return int(st), nil
+}
+
+// newPipeEngine builds the pipeline engine; o.comm is the world of
+// pipeline_model_parallel_size × data-parallel ranks.
+func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o options) (pe *PipeEngine, err error) {
+	pp, err := PipelineStages(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pm, ok := net.(model.Pipelined)
+	if !ok {
+		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d: not supported for this model (%T): a pipeline needs a model.Pipelined (nn.GPT is one)", pp, net)
+	}
+	if err := unsupported(cfg); err != nil {
+		return nil, err
+	}
+	if z := cfg.ZeroOptimization.Stage; z > 1 {
+		return nil, fmt.Errorf("deepgo.Initialize: zero_optimization.stage %d with %d pipeline stages: allowed 0 or 1 (ZeRO-2 and ZeRO-3 partition gradients or parameters, which the pipeline's per-micro-batch backward passes and tied-weight reduction cannot work with; DeepSpeed's PipelineEngine refuses them too)", z, pp)
+	}
+	if n := cfg.Pipeline.ActivationCheckpointInterval; n > 0 {
+		ck, ok := net.(model.ActivationCheckpointer)
+		if !ok {
+			return nil, fmt.Errorf("deepgo.Initialize: pipeline.activation_checkpoint_interval %d: not supported for this model (%T): it does not implement model.ActivationCheckpointer", n, net)
+		}
+		if err := ck.CheckpointEvery(n); err != nil {
+			return nil, fmt.Errorf("deepgo.Initialize: pipeline.activation_checkpoint_interval %d: %w", n, err)
+		}
+	}
+	if o.comm == nil || o.comm.Size()%pp != 0 {
+		size := 1
+		if o.comm != nil {
+			size = o.comm.Size()
+		}
+		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d needs a world of pp × data-parallel ranks (WithComm), got %d ranks", pp, size)
+	}
+	if o.device != nil && !o.device.IsCPU() {
+		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d on device %v: not supported yet (the pipeline engine computes on the CPU)", pp, *o.device)
+	}
+	e := &PipeEngine{cfg: cfg, net: pm, world: o.comm, be: o.backend, opt: o.opt, clip: cfg.GradientClipping,
+		stages: pp, virtual: max(1, cfg.PipelineSchedule.VirtualStages), schedType: cfg.PipelineSchedule.Type}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	if e.be == nil {
+		if bc, ok := o.comm.(interface{ Backend() backend.Backend }); ok {
+			e.be = bc.Backend()
+		}
+	}
+	if e.be == nil {
+		return nil, fmt.Errorf("deepgo.Initialize: pipeline: no backend: pass WithBackend, or a comm that carries one (comm/local, comm/mpi)")
+	}
+	if !e.be.Device().IsCPU() {
+		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d on backend %s (%v): not supported yet (the pipeline engine computes on the CPU)", pp, e.be.Name(), e.be.Device())
+	}
+	e.notes = pipeNotes(cfg, e.be.Device())
+	dp := o.comm.Size() / pp
+	if e.grid, err = comm.PipeDataGrid(pp, dp); err != nil {
+		return nil, err
+	}
+	if e.pipe, err = e.grid.Group(ctx, o.comm, comm.AxisPipe); err != nil {
+		return nil, fmt.Errorf("deepgo.Initialize: pipeline: %w", err)
+	}
+	e.closers = append(e.closers, e.pipe)
+	if e.data, err = e.grid.Group(ctx, o.comm, comm.AxisData); err != nil {
+		return nil, fmt.Errorf("deepgo.Initialize: pipeline: %w", err)
+	}
+	e.closers = append(e.closers, e.data)
+	e.stage = e.grid.CoordOf(o.comm.Rank(), comm.AxisPipe)
+	if e.batch, err = cfg.Resolve(o.comm.Size(), 1, pp, 1); err != nil {
+		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
+	}
+	if e.sched, err = pipeline.NewTraining(e.schedType, e.virtual, e.batch.GradAccum, pp, e.stage); err != nil {
+		return nil, fmt.Errorf("deepgo.Initialize: pipeline_schedule %q, virtual_stages %d, %d micro-batches, %d stages: %w", e.schedType, e.virtual, e.batch.GradAccum, pp, err)
+	}
+	e.steps = e.sched.Steps()
+	if err := e.split(pm); err != nil {
+		return nil, err
+	}
+	if err := e.setupOptimizer(ctx, o); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// pipeNotes says what the pipeline engine does with keys whose words
+// suggest more: the offload keys on the CPU, the monitors it does not feed
+// yet, and the partition method "best".
+func pipeNotes(cfg *config.Config, dev tensor.Device) []string {
+	notes := offloadNotes(cfg, dev)
+	for _, k := range []struct {
+		key string
+		on  bool
+	}{{"tensorboard", cfg.Tensorboard.Enabled}, {"csv_monitor", cfg.CSVMonitor.Enabled}, {"wall_clock_breakdown", cfg.WallClockBreakdown},
+		{"comms_logger", cfg.CommsLogger.Enabled}, {"flops_profiler", cfg.FlopsProfiler.Enabled}} {
+		if k.on {
+			notes = append(notes, k.key+": not fed by the pipeline engine yet (only the data-parallel engine reports to it); TrainBatch's loss and Timers are what a pipeline run reports")
+		}
+	}
+	if m := cfg.Pipeline.Partition; m == "" || strings.EqualFold(m, "best") {
+		notes = append(notes, fmt.Sprintf("pipeline.partition %q: partitioning by parameters, PipelineModule's default partition_method", m))
+	}
+	return notes
+}
+
+// partitionMethod is pipeline.partition as PipelineModule's
+// partition_method: "best" (the section's default) is PipelineModule's own
+// default, "parameters".
+func partitionMethod(cfg *config.Config) string {
+	m := cfg.Pipeline.Partition
+	if m == "" || strings.EqualFold(m, "best") {
+		return "parameters"
+	}
+	return m
+}
+
+// split partitions the model's modules over stages × virtual parts and
+// takes this stage's chunks: chunk c is virtual stage c×stages + stage.
+func (e *PipeEngine) split(net model.Pipelined) error {
+	all := net.Modules()
+	layers := make([]pipeline.Layer, len(all))
+	for i, m := range all {
+		var n int64
+		for _, p := range m.Params() {
+			k := int64(1)
+			for _, d := range p.Shape {
+				k *= int64(d)
+			}
+			n += k
+		}
+		layers[i] = pipeline.Layer{Kind: pipeline.LayerModule, Type: fmt.Sprintf("%T", m), TrainableParams: n}
+	}
+	nparts := e.stages * e.virtual
+	method := partitionMethod(e.cfg)
+	var err error
+	if e.partition, err = pipeline.PartitionLayers(method, layers, nparts); err != nil {
+		return fmt.Errorf("deepgo.Initialize: pipeline.partition %q: %w", method, err)
+	}
+	e.chunks = make([][]int, e.virtual)
+	e.parts = make([][]model.Part, e.virtual)
+	e.bufs = make([][]pipeBuffer, e.virtual)
+	nbuf := e.sched.NumPipeBuffers()
+	for c := range e.virtual {
+		v := c*e.stages + e.stage
+		lo, hi := e.partition.StageBounds(v)
+		if lo == hi {
+			return fmt.Errorf("deepgo.Initialize: pipeline.partition %q: virtual stage %d (stage %d, chunk %d) gets no module: %d modules over %d stages × %d virtual stages (boundaries %v); use fewer stages or a model with more layers",
+				method, v, e.stage, c, len(all), e.stages, e.virtual, e.partition.Parts)
+		}
+		part, err := net.NewPart(lo, hi)
+		if err != nil {
+			return fmt.Errorf("deepgo.Initialize: pipeline: stage %d chunk %d: %w", e.stage, c, err)
+		}
+		e.parts[c] = make([]model.Part, nbuf)
+		e.parts[c][0] = part
+		e.bufs[c] = make([]pipeBuffer, nbuf)
+		for _, m := range part.Modules() {
+			e.chunks[c] = append(e.chunks[c], len(e.mods))
+			e.mods = append(e.mods, m)
+			e.params = append(e.params, m.Params())
+		}
+	}
+	return nil
+}
+
+// setupOptimizer builds the stage's ZeRO optimizer, loss scaler and LR
+// schedule, after making the stages' copies of each tied weight start
+// equal (the owner's values, as DeepSpeed's PipelineModule synchronizes
+// them).
+func (e *PipeEngine) setupOptimizer(ctx context.Context, o options) error {
+	specs := make([]zero.ModuleSpec, len(e.mods))
+	for i, m := range e.mods {
+		specs[i] = zero.ModuleSpec{Name: m.Name(), Params: make([]zero.ParamSpec, len(e.params[i]))}
+		for j, p := range e.params[i] {
+			if p == nil || p.Name == "" || p.Data == nil {
+				return fmt.Errorf("deepgo.Initialize: pipeline stage %d: module %q param %d: want a named parameter with an initial value", e.stage, m.Name(), j)
+			}
+			specs[i].Params[j] = zero.ParamSpec{Name: p.Name, Shape: p.Shape}
+		}
+	}
+	initial, free, err := e.tieWeights(ctx)
+	defer free()
+	if err != nil {
+		return err
+	}
+	dts, err := precision(e.cfg)
+	if err != nil {
+		return err
+	}
+	if e.scaler, err = newScaler(e.cfg, e.cfg.ZeroOptimization.Stage); err != nil {
+		return err
+	}
+	if e.opt == nil {
+		if e.opt, err = newOptimizer(e.cfg, e.be, o.store); err != nil {
+			return err
+		}
+		e.ownOpt = true
+	}
+	if e.cfg.Scheduler != nil {
+		if e.lrs, err = optim.NewSchedule(e.cfg.Scheduler.Type, e.cfg.Scheduler.Params, []float64{e.opt.Defaults().LR}); err != nil {
+			return fmt.Errorf("deepgo.Initialize: %w", err)
+		}
+	}
+	if e.z, err = zero.New(ctx, zeroConfig(e.cfg, dts), e.data, e.be, e.opt, specs, initial); err != nil {
+		return fmt.Errorf("deepgo.Initialize: pipeline stage %d: %w", e.stage, err)
+	}
+	for m, ps := range e.params {
+		for j, p := range ps {
+			p.Data, p.Grad = e.z.Data(m, j), e.z.Grad(m, j)
+		}
+	}
+	return nil
+}
+
+// tieWeights finds the weights several stages hold (the same parameter
+// name on more than one stage), makes a group of those stages for each,
+// and returns the initial values with the owner's copy broadcast into the
+// others'.
+func (e *PipeEngine) tieWeights(ctx context.Context) (func(m, p int) *tensor.Tensor, func(), error) {
+	where := map[string][2]int{}
+	var mine []string
+	for m, ps := range e.params {
+		for j, p := range ps {
+			where[p.Name] = [2]int{m, j}
+			mine = append(mine, p.Name)
+		}
+	}
+	slices.Sort(mine)
+	all, err := comm.AllGatherBytes(ctx, e.pipe, []byte(strings.Join(mine, "\n")))
+	if err != nil {
+		return nil, func() {}, fmt.Errorf("deepgo.Initialize: pipeline: listing the stages' parameters: %w", err)
+	}
+	holders := map[string][]int{}
+	for s, b := range all {
+		for _, name := range strings.Split(string(b), "\n") {
+			if name != "" {
+				holders[name] = append(holders[name], s)
+			}
+		}
+	}
+	var names []string
+	for name, st := range holders {
+		if len(st) > 1 {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	copies := map[[2]int]*tensor.Tensor{}
+	free := func() {
+		for _, t := range copies {
+			t.Free()
+		}
+	}
+	for _, name := range names {
+		g, err := comm.NewSubgroup(ctx, e.pipe, holders[name])
+		if err != nil {
+			return nil, free, fmt.Errorf("deepgo.Initialize: pipeline: group of tied weight %s: %w", name, err)
+		}
+		if g == nil {
+			continue
+		}
+		e.closers = append(e.closers, g)
+		mp := where[name]
+		e.tied = append(e.tied, tiedParam{name: name, m: mp[0], p: mp[1], group: g, owner: holders[name][0] == e.stage})
+		src := e.params[mp[0]][mp[1]].Data
+		cp, err := e.be.Empty(src.DType(), src.Shape()...)
+		if err != nil {
+			return nil, free, err
+		}
+		copies[mp] = cp
+		if err := e.be.Copy(cp, src); err != nil {
+			return nil, free, err
+		}
+		if err := g.Broadcast(ctx, cp, 0); err != nil {
+			return nil, free, fmt.Errorf("deepgo.Initialize: pipeline: synchronizing tied weight %s over stages %v: %w", name, holders[name], err)
+		}
+	}
+	initial := func(m, p int) *tensor.Tensor {
+		if t, ok := copies[[2]int{m, p}]; ok {
+			return t
+		}
+		return e.params[m][p].Data
+	}
+	return initial, free, nil
+}
+
+// Stage is this rank's pipeline stage.
+func (e *PipeEngine) Stage() int { return e.stage }
+
+// Stages is the pipeline depth.
+func (e *PipeEngine) Stages() int { return e.stages }
+
+// Partition is the split of the model's modules over the virtual stages
+// (virtual stage c×Stages()+s is chunk c of stage s).
+func (e *PipeEngine) Partition() pipeline.Partition { return e.partition }
+
+// Close releases the stage's parts, optimizer and groups.
+func (e *PipeEngine) Close() error {
+	var errs []error
+	for c := range e.parts {
+		for b, p := range e.parts[c] {
+			if p != nil {
+				p.Free()
+			}
+			if t := e.bufs[c][b].grad; t != nil {
+				errs = append(errs, t.Free())
+			}
+		}
+	}
+	for c := range e.bufs {
+		for b := range e.bufs[c] {
+			e.bufs[c][b].arena.Close()
+		}
+	}
+	e.parts = nil
+	errs = append(errs, closeOptimizer(&e.z, &e.opt, e.ownOpt))
+	for _, c := range e.closers {
+		errs = append(errs, c.Close())
+	}
+	e.closers = nil
+	return errors.Join(errs...)
+}
+
+// closeOptimizer closes an engine's ZeRO optimizer and, when the engine
+// made it, the base optimizer, clearing both.
+func closeOptimizer(z **zero.Optimizer, opt *optim.Optimizer, own bool) error {
+	var errs []error
+	if *z != nil {
+		errs = append(errs, (*z).Close())
+		*z = nil
+	}
+	if own && *opt != nil {
+		errs = append(errs, (*opt).Close())
+		*opt = nil
+	}
+	return errors.Join(errs...)
+}

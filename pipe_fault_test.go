@@ -1,0 +1,299 @@
+package deepgo_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/comm/local"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Pipeline faults: a stage that dies in the middle of a batch, a stage that
+// is stuck past the deadline, and ranks that disagree on the schedule. The
+// other stages must fail within the comm deadline (plus slack) with an
+// error naming the stage at fault, instead of hanging. A stage sees only
+// its neighbours, which may be waiting on the faulty stage themselves; the
+// roll call after a failed transfer names the stages that did not answer,
+// so stages that are not the faulty one's neighbours name it too.
+
+// hookGPT is a GPT whose pipeline parts call hook before each module's
+// forward: where the tests inject a death or a stall.
+type hookGPT struct {
+	*nn.GPT
+	hook func(module string) error
+	// bwd, when set, runs after each module's Backward (its gradients bound).
+	bwd func(m model.Module) error
+}
+
+func (h hookGPT) NewPart(start, stop int) (model.Part, error) {
+	p, err := h.GPT.NewPart(start, stop)
+	if err != nil {
+		return nil, err
+	}
+	return hookPart{p, h.hook, h.bwd}, nil
+}
+
+type hookPart struct {
+	model.Part
+	hook func(string) error
+	bwd  func(model.Module) error
+}
+
+func (p hookPart) Modules() []model.Module {
+	var out []model.Module
+	for _, m := range p.Part.Modules() {
+		out = append(out, hookModule{m, p.hook, p.bwd})
+	}
+	return out
+}
+
+type hookModule struct {
+	model.Module
+	hook func(string) error
+	bwd  func(model.Module) error
+}
+
+func (m hookModule) Backward(ctx context.Context, g model.Activation) (model.Activation, error) {
+	out, err := m.Module.Backward(ctx, g)
+	if err == nil && m.bwd != nil {
+		err = m.bwd(m.Module)
+	}
+	return out, err
+}
+
+func (m hookModule) Forward(ctx context.Context, in model.Activation) (model.Activation, error) {
+	if err := m.hook(m.Name()); err != nil {
+		return nil, err
+	}
+	return m.Module.Forward(ctx, in)
+}
+
+// withPipeGPT is one rank's pipeline engine over a small GPT (2 blocks,
+// width 8, vocab 16, T 8) wrapped by wrap, for the length of fn.
+func withPipeGPT(ctx context.Context, c comm.Comm, cfgJSON string, wrap func(*nn.GPT) model.Model, fn func(tr deepgo.Trainer) error) error {
+	cfg, err := config.Parse([]byte(cfgJSON))
+	if err != nil {
+		return err
+	}
+	g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}, nil, 1)
+	if err != nil {
+		return err
+	}
+	defer g.Free()
+	tr, err := deepgo.Initialize(ctx, cfg, wrap(g), deepgo.WithComm(c))
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	return fn(tr)
+}
+
+// runPipeRanks runs one goroutine per rank of a pp-stage pipeline (no
+// local.Run: a rank that returns early aborts nothing, like a process
+// that vanished) and returns each rank's error and when it returned.
+func runPipeRanks(t *testing.T, pp int, timeout time.Duration, rank func(ctx context.Context, c comm.Comm) error) ([]error, []time.Time) {
+	t.Helper()
+	w, err := local.NewWorld(pp, local.Options{Timeout: timeout, Threads: 1})
+	require.NoError(t, err)
+	defer w.Close()
+	errs := make([]error, pp)
+	took := make([]time.Time, pp)
+	var wg sync.WaitGroup
+	for r := range pp {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = rank(context.Background(), w.Comm(r))
+			took[r] = time.Now()
+		}()
+	}
+	wg.Wait()
+	return errs, took
+}
+
+func TestPipelineFaults(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	mk, err := data.NewMarkov(16, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(4000, 4), Vocab: 16}
+	const cfgFmt = `{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": %d,
+		"pipeline_model_parallel_size": %d, "pipeline": {"partition": "uniform"},
+		"optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`
+	// dies makes the faulty stage fail its n-th module forward; stalls makes
+	// it sleep there past the deadline. Both record when (faultAt).
+	var faultAt time.Time
+	dies := func(n int) func(bool, *int) func(string) error {
+		return func(faulty bool, seen *int) func(string) error {
+			return func(string) error {
+				if *seen++; faulty && *seen == n {
+					faultAt = time.Now()
+					return fmt.Errorf("the stage dies")
+				}
+				return nil
+			}
+		}
+	}
+	stalls := func(n int) func(bool, *int) func(string) error {
+		return func(faulty bool, seen *int) func(string) error {
+			return func(string) error {
+				if *seen++; faulty && *seen == n {
+					faultAt = time.Now()
+					time.Sleep(4 * timeout)
+				}
+				return nil
+			}
+		}
+	}
+	four := func(bool) int { return 4 }
+	cases := []struct {
+		name       string
+		pp, faulty int // the stage at fault
+		micro      func(faulty bool) int
+		hook       func(faulty bool, seen *int) func(string) error
+		want       string // in every other stage's error
+	}{
+		{"dead middle stage", 3, 1, four, dies(3), "stages not answering: 1"},
+		{"dead last stage", 4, 3, four, dies(2), "stages not answering: 3"},
+		{"stuck middle stage", 3, 1, four, stalls(2), "stages not answering: 1"},
+		{"stuck first stage", 4, 0, four, stalls(3), "stages not answering: 0"},
+		{"schedules disagree", 3, 2, func(faulty bool) int {
+			if faulty {
+				return 8
+			}
+			return 4
+		}, dies(-1), "stage 2 (rank 2) has 8 micro-batches"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			faultAt = time.Time{}
+			start := time.Now()
+			errs, took := runPipeRanks(t, tc.pp, timeout, func(ctx context.Context, c comm.Comm) error {
+				faulty := c.Rank() == tc.faulty
+				seen := 0
+				wrap := func(g *nn.GPT) model.Model { return hookGPT{g, tc.hook(faulty, &seen), nil} }
+				return withPipeGPT(ctx, c, fmt.Sprintf(cfgFmt, tc.micro(faulty), tc.pp), wrap, func(tr deepgo.Trainer) error {
+					for step := range 2 {
+						mbs := make([]model.MicroBatch, tc.micro(faulty))
+						for i := range mbs {
+							mbs[i] = corpus.MakeBatch([]int{2 * (step*8 + i), 2*(step*8+i) + 1}, 8).MicroBatch()
+						}
+						if _, err := tr.TrainBatch(ctx, mbs); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			})
+			if faultAt.IsZero() {
+				faultAt = start // the schedules disagree from the start
+			}
+			for s, err := range errs {
+				after := took[s].Sub(faultAt)
+				t.Logf("stage %d %v after the fault: %v", s, after.Round(time.Millisecond), err)
+				if s == tc.faulty && tc.name != "schedules disagree" {
+					continue
+				}
+				require.Error(t, err, "stage %d", s)
+				assert.Contains(t, err.Error(), tc.want, "stage %d's error does not name the stage at fault", s)
+				// the transfer's deadline, then the roll call's quarter of it,
+				// and slack for a loaded machine
+				assert.Less(t, after, 2*timeout, "stage %d failed %v after the fault: past the deadline", s, after)
+			}
+		})
+	}
+}
+
+// An fp16 overflow on one rank of one stage skips the step on every rank
+// of every stage: the stages agree on it before any of them steps.
+func TestPipelineOverflowAgreed(t *testing.T) {
+	const pp, dp = 2, 2
+	mk, err := data.NewMarkov(16, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(4000, 4), Vocab: 16}
+	cfgJSON := `{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+		"pipeline_model_parallel_size": 2, "zero_optimization": {"stage": 1},
+		"fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1},
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}`
+	type outcome struct {
+		skipped, steps int
+		scale          float64
+	}
+	got := make([]outcome, pp*dp)
+	err = local.Run(context.Background(), pp*dp, local.Options{Timeout: 10 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+		step := 0
+		poison := func(m model.Module) error {
+			// rank 3 is stage 1, data rank 1: ln_f's gradient overflows in step 0
+			if c.Rank() != 3 || step != 0 || m.Name() != "transformer.ln_f" {
+				return nil
+			}
+			v, err := m.Params()[0].Grad.Uint16s()
+			if err != nil {
+				return err
+			}
+			v[0] = 0x7c00 // +Inf in float16
+			return nil
+		}
+		wrap := func(g *nn.GPT) model.Model { return hookGPT{g, func(string) error { return nil }, poison} }
+		return withPipeGPT(ctx, c, cfgJSON, wrap, func(tr deepgo.Trainer) error {
+			pe := tr.(*deepgo.PipeEngine)
+			for ; step < 2; step++ {
+				mbs := make([]model.MicroBatch, 2)
+				for i := range mbs {
+					k := 4*step + 2*i
+					mbs[i] = corpus.MakeBatch([]int{k, k + 1}, 8).MicroBatch()
+				}
+				if _, err := tr.TrainBatch(ctx, mbs); err != nil {
+					return err
+				}
+				if step == 0 {
+					got[c.Rank()] = outcome{pe.SkippedSteps(), pe.GlobalSteps(), pe.LossScale()}
+				}
+			}
+			return nil
+		})
+	})
+	require.NoError(t, err)
+	for r, o := range got {
+		assert.Equal(t, outcome{1, 1, 128}, o, "rank %d (stage %d) after the overflowing step: skipped, steps, loss scale", r, r/dp)
+	}
+}
+
+// The pipeline engine runs whole batches: the per-micro-batch calls and the
+// checkpoint calls it does not implement say so, naming the method.
+func TestPipelineEngineNotSupported(t *testing.T) {
+	// ZeRO-2/3 with stages (here from pipeline.stages, which the config's
+	// own check, keyed on pipeline_model_parallel_size, does not see)
+	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "pipeline": {"stages": 2},
+		"zero_optimization": {"stage": 2}, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`))
+	require.NoError(t, err)
+	g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}, nil, 1)
+	require.NoError(t, err)
+	defer g.Free()
+	_, err = deepgo.Initialize(context.Background(), cfg, g)
+	require.ErrorContains(t, err, "zero_optimization.stage 2 with 2 pipeline stages: allowed 0 or 1")
+	err = local.Run(context.Background(), 2, local.Options{Timeout: 10 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+		cfgJSON := `{"train_micro_batch_size_per_gpu": 1, "pipeline_model_parallel_size": 2,
+			"optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`
+		asIs := func(g *nn.GPT) model.Model { return g }
+		return withPipeGPT(ctx, c, cfgJSON, asIs, func(tr deepgo.Trainer) error {
+			_, ferr := tr.Forward(ctx, model.MicroBatch{})
+			_, lerr := tr.Load(ctx, t.TempDir(), deepgo.LoadOptions{})
+			for name, err := range map[string]error{"Forward": ferr, "Backward": tr.Backward(ctx), "Step": tr.Step(ctx),
+				"Save": tr.Save(ctx, t.TempDir(), deepgo.SaveOptions{}), "Load": lerr} {
+				assert.ErrorContains(t, err, name+": not supported", "%s", name)
+			}
+			return nil
+		})
+	})
+	require.NoError(t, err)
+}
