@@ -19,6 +19,13 @@ type Options struct {
 	Iface string
 	// Hostname is the address Gloo's TCP transport binds ("" : see Iface).
 	Hostname string
+	// Threads sizes the C pool that widens and rounds float16 and
+	// bfloat16 around the float32 reductions; 0: one per CPU.
+	Threads int
+
+	// storeHost is 1 + the world rank serving the store (FromEnvOf: rank
+	// 0), 0 when unknown.
+	storeHost int
 }
 
 // noGlooHint says how to get a build with Gloo.
