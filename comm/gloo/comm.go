@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime/cgo"
 	"sort"
 	"strings"
@@ -72,6 +73,12 @@ var _ comm.Comm = (*glooComm)(nil)
 // to every other rank, under min(ctx's deadline, opts.Timeout). Every
 // rank of the group calls it with the same store and size.
 func NewFromStore(ctx context.Context, store *comm.Store, rank, size int, opts Options) (comm.Comm, error) {
+	return newFromStore(ctx, store, rank, size, opts, -1)
+}
+
+// newFromStore is NewFromStore knowing which world rank serves the store
+// (-1: none of them, or unknown).
+func newFromStore(ctx context.Context, store *comm.Store, rank, size int, opts Options, storeHost int) (comm.Comm, error) {
 	fail := func(err error) error { return &comm.Error{Op: "Init", Group: "world", Rank: rank, Err: err} }
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fail(fmt.Errorf("%w: rank %d of size %d: want 0 <= rank < size", comm.ErrInvalid, rank, size))
@@ -102,11 +109,14 @@ func NewFromStore(ctx context.Context, store *comm.Store, rank, size int, opts O
 	if err != nil {
 		return nil, fail(fmt.Errorf("%w: rendezvous store: %w", comm.ErrAborted, err))
 	}
+	if opts.Iface == "" && opts.Hostname == "" {
+		opts.Iface = os.Getenv("GLOO_SOCKET_IFNAME")
+	}
 	dev, err := openDevice(opts)
 	if err != nil {
 		return nil, fail(fmt.Errorf("%w: %w", comm.ErrInvalid, err))
 	}
-	w := &world{dev: dev, store: store, cpu: cpu, timeout: timeout, storeHost: opts.storeHost - 1, refs: 1}
+	w := &world{dev: dev, store: store, cpu: cpu, timeout: timeout, storeHost: storeHost, refs: 1}
 	members := make([]int, size)
 	for i := range members {
 		members[i] = i

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 
 	"github.com/deepgo-ml/deepgo/comm"
 )
@@ -35,10 +37,21 @@ func FromEnvOf(ctx context.Context, env comm.Env, opts Options) (c comm.Comm, re
 		}
 		return err
 	}
-	opts.storeHost = 1 // rank 0
-	c, err = NewFromStore(rctx, store, env.Rank, env.WorldSize, opts)
+	if opts.Iface == "" && opts.Hostname == "" && os.Getenv("GLOO_SOCKET_IFNAME") == "" && isLoopback(env.MasterAddr) {
+		opts.Hostname = "127.0.0.1"
+	}
+	c, err = newFromStore(rctx, store, env.Rank, env.WorldSize, opts, 0)
 	if err != nil {
 		return nil, nil, errors.Join(err, release())
 	}
 	return c, release, nil
+}
+
+// isLoopback reports whether host names this machine's loopback.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
