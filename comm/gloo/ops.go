@@ -9,7 +9,6 @@ import "C"
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm"
@@ -27,13 +26,6 @@ func (c *glooComm) run(o *op, b body) error {
 func (c *glooComm) async(o *op, b body) comm.Work {
 	go o.exec(b)
 	return o
-}
-
-func checkRank(what string, r, size int) error {
-	if r < 0 || r >= size {
-		return fmt.Errorf("%w: %s %d out of range [0, %d)", comm.ErrInvalid, what, r, size)
-	}
-	return nil
 }
 
 func dtypeCode(dt tensor.DType) C.int {
@@ -75,7 +67,7 @@ func (c *glooComm) scratch(src *tensor.Tensor, load, inPlace bool) (*tensor.Tens
 		if src.DType().IsHalf() {
 			err = c.w.cpu.Cast([]*tensor.Tensor{w}, []*tensor.Tensor{src})
 		} else {
-			err = copyBytes(w, src)
+			err = c.w.cpu.Copy(w, src)
 		}
 		if err != nil {
 			free()
@@ -83,19 +75,6 @@ func (c *glooComm) scratch(src *tensor.Tensor, load, inPlace bool) (*tensor.Tens
 		}
 	}
 	return w, free, nil
-}
-
-func copyBytes(dst, src *tensor.Tensor) error {
-	d, err := dst.RawBytes()
-	if err != nil {
-		return err
-	}
-	s, err := src.RawBytes()
-	if err != nil {
-		return err
-	}
-	copy(d, s)
-	return nil
 }
 
 // finish stores the float32 (or integer) result w into dst, rounding
@@ -111,7 +90,7 @@ func (c *glooComm) finish(dst, w *tensor.Tensor, red comm.ReduceOp) error {
 	case dst.DType().IsHalf():
 		err = c.w.cpu.Cast([]*tensor.Tensor{dst}, []*tensor.Tensor{w})
 	default:
-		err = copyBytes(dst, w)
+		err = c.w.cpu.Copy(dst, w)
 	}
 	if err == nil && red == comm.Avg && c.size > 1 {
 		err = c.w.cpu.Scale([]*tensor.Tensor{dst}, 1/float32(c.size))
@@ -165,28 +144,8 @@ func (c *glooComm) AllReduceAsync(ctx context.Context, t *tensor.Tensor, red com
 	return c.async(c.allReduce(ctx, t, red))
 }
 
-func (c *glooComm) pairArgs(k comm.OpKind, small, big *tensor.Tensor, smallName, bigName string) (comm.Call, error) {
-	call := comm.Call{Op: k}
-	if err := comm.CheckHost(smallName, small); err != nil {
-		return call, err
-	}
-	if err := comm.CheckHost(bigName, big); err != nil {
-		return call, err
-	}
-	call.DType, call.Count = small.DType(), small.Numel()
-	switch {
-	case small.DType() != big.DType():
-		return call, fmt.Errorf("%w: %s is %v, %s is %v", comm.ErrInvalid, bigName, big.DType(), smallName, small.DType())
-	case big.Numel() != c.size*small.Numel():
-		return call, fmt.Errorf("%w: %s has %d elements, want %d", comm.ErrInvalid, bigName, big.Numel(), c.size*small.Numel())
-	case comm.Overlap(small, big) && uintptr(small.Ptr()) != uintptr(big.Ptr())+uintptr(c.rank*small.Bytes()):
-		return call, fmt.Errorf("%w: %s overlaps %s other than as its chunk %d", comm.ErrInvalid, smallName, bigName, c.rank)
-	}
-	return call, nil
-}
-
 func (c *glooComm) reduceScatter(ctx context.Context, dst, src *tensor.Tensor, red comm.ReduceOp) (*op, body) {
-	call, err := c.pairArgs(comm.OpReduceScatter, dst, src, "dst", "src")
+	call, err := comm.CheckChunked(comm.OpReduceScatter, dst, src, "dst", "src", c.rank, c.size)
 	call.Red = red
 	if err == nil {
 		err = comm.CheckReduce(call.DType, red)
@@ -230,7 +189,7 @@ func (c *glooComm) reduce(ctx context.Context, t *tensor.Tensor, root int, red c
 		err = comm.CheckReduce(t.DType(), red)
 	}
 	if err == nil {
-		err = checkRank("root", root, c.size)
+		err = comm.CheckRank("root", root, c.size)
 	}
 	o := c.start(ctx, desc{call: call}, err)
 	return o, func(left time.Duration) error {
@@ -267,7 +226,7 @@ func (c *glooComm) ReduceAsync(ctx context.Context, t *tensor.Tensor, root int, 
 // ---- data movement (bytes) --------------------------------------------------
 
 func (c *glooComm) allGather(ctx context.Context, dst, src *tensor.Tensor) (*op, body) {
-	call, err := c.pairArgs(comm.OpAllGather, src, dst, "src", "dst")
+	call, err := comm.CheckChunked(comm.OpAllGather, src, dst, "src", "dst", c.rank, c.size)
 	o := c.start(ctx, desc{call: call}, err)
 	return o, func(left time.Duration) error {
 		if src.Bytes() == 0 {
@@ -299,7 +258,7 @@ func (c *glooComm) broadcast(ctx context.Context, t *tensor.Tensor, root int) (*
 	err := comm.CheckHost("t", t)
 	if err == nil {
 		call.DType, call.Count = t.DType(), t.Numel()
-		err = checkRank("root", root, c.size)
+		err = comm.CheckRank("root", root, c.size)
 	}
 	o := c.start(ctx, desc{call: call}, err)
 	return o, func(left time.Duration) error {
@@ -324,20 +283,7 @@ func (c *glooComm) BroadcastAsync(ctx context.Context, t *tensor.Tensor, root in
 }
 
 func (c *glooComm) allToAll(ctx context.Context, dst, src *tensor.Tensor) (*op, body) {
-	call := comm.Call{Op: comm.OpAllToAll}
-	err := comm.CheckHost("src", src)
-	if err == nil {
-		err = comm.CheckHost("dst", dst)
-	}
-	if err == nil {
-		call.DType, call.Count = src.DType(), src.Numel()/c.size
-		switch {
-		case dst.DType() != src.DType() || dst.Numel() != src.Numel() || src.Numel()%c.size != 0:
-			err = fmt.Errorf("%w: src %v and dst %v: want one dtype and equal multiples of %d elements", comm.ErrInvalid, src, dst, c.size)
-		case comm.Overlap(dst, src):
-			err = fmt.Errorf("%w: dst overlaps src", comm.ErrInvalid)
-		}
-	}
+	call, err := comm.CheckAllToAll(dst, src, c.size)
 	o := c.start(ctx, desc{call: call}, err)
 	return o, func(left time.Duration) error {
 		if src.Bytes() == 0 {
@@ -363,15 +309,7 @@ func (c *glooComm) AllToAllAsync(ctx context.Context, dst, src *tensor.Tensor) c
 // p2p: the descriptor exchange is the rendezvous (a Send returns only
 // after the Recv was called), then Gloo's unbound send or receive.
 func (c *glooComm) p2p(ctx context.Context, k comm.OpKind, t *tensor.Tensor, peer int) (*op, body) {
-	call := comm.Call{Op: k, Root: peer}
-	err := comm.CheckHost("t", t)
-	if err == nil {
-		call.DType, call.Count = t.DType(), t.Numel()
-		err = checkRank("peer", peer, c.size)
-	}
-	if err == nil && peer == c.rank {
-		err = fmt.Errorf("%w: peer %d is this rank", comm.ErrInvalid, peer)
-	}
+	call, err := comm.CheckP2P(k, t, peer, c.rank, c.size)
 	o := c.start(ctx, desc{call: call}, err)
 	return o, func(left time.Duration) error {
 		if t.Bytes() == 0 {

@@ -10,24 +10,12 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/comm/internal/commtest"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-// val is element i of rank r's input: exactly representable in dt, with
-// varied signs and magnitudes so that float32 sums round (as comm/local's
-// tests).
-func val(dt tensor.DType, r, i int) float64 {
-	x := math.Sin(float64(r)*1.37+float64(i)*0.731) * math.Ldexp(1, (i*3+r)%8-4)
-	switch dt {
-	case tensor.Float32:
-		return float64(float32(x))
-	case tensor.Int32, tensor.Int64:
-		return math.Round(x * 100)
-	case tensor.Uint8:
-		return float64(uint8(r*31 + i))
-	}
-	return float64(tensor.ToHalfPrecision(dt, float32(x)))
-}
+// val is element i of rank r's input, as every backend's tests use it.
+func val(dt tensor.DType, r, i int) float64 { return commtest.Input(dt, r, i) }
 
 // filled is a new tensor holding f(i); the caller frees it.
 func filled(dt tensor.DType, n int, f func(i int) float64) *tensor.Tensor {
@@ -35,104 +23,13 @@ func filled(dt tensor.DType, n int, f func(i int) float64) *tensor.Tensor {
 	if err != nil {
 		panic(err)
 	}
-	switch dt {
-	case tensor.Float32:
-		s, _ := x.Float32s()
-		for i := range s {
-			s[i] = float32(f(i))
-		}
-	case tensor.Float16, tensor.BFloat16:
-		s, _ := x.Uint16s()
-		for i := range s {
-			if dt == tensor.Float16 {
-				s[i] = tensor.Float32ToFloat16(float32(f(i)))
-			} else {
-				s[i] = tensor.Float32ToBFloat16(float32(f(i)))
-			}
-		}
-	case tensor.Int32:
-		s, _ := x.Int32s()
-		for i := range s {
-			s[i] = int32(f(i))
-		}
-	case tensor.Int64:
-		s, _ := x.Int64s()
-		for i := range s {
-			s[i] = int64(f(i))
-		}
-	default:
-		b, _ := x.RawBytes()
-		for i := range b {
-			b[i] = byte(f(i))
-		}
-	}
+	commtest.Set(x, f)
 	return x
 }
 
 func at(x *tensor.Tensor, i int) float64 {
-	switch x.DType() {
-	case tensor.Float32:
-		s, _ := x.Float32s()
-		return float64(s[i])
-	case tensor.Float16:
-		s, _ := x.Uint16s()
-		return float64(tensor.Float16ToFloat32(s[i]))
-	case tensor.BFloat16:
-		s, _ := x.Uint16s()
-		return float64(tensor.BFloat16ToFloat32(s[i]))
-	case tensor.Int32:
-		s, _ := x.Int32s()
-		return float64(s[i])
-	case tensor.Int64:
-		s, _ := x.Int64s()
-		return float64(s[i])
-	}
-	b, _ := x.RawBytes()
-	return float64(b[i])
-}
-
-// model is comm/local's result, bit for bit: the rank-ordered float32
-// reduction rounded once to dt, Avg then scaled by float32(1/n) and
-// rounded again.
-func model(dt tensor.DType, op comm.ReduceOp, xs []float64) float64 {
-	if dt == tensor.Int32 || dt == tensor.Int64 {
-		return exact(op, xs)
-	}
-	acc := float32(xs[0])
-	for _, x := range xs[1:] {
-		switch op {
-		case comm.Sum, comm.Avg:
-			acc += float32(x)
-		case comm.Max:
-			acc = max(acc, float32(x))
-		case comm.Min:
-			acc = min(acc, float32(x))
-		}
-	}
-	acc = tensor.ToHalfPrecision(dt, acc)
-	if op == comm.Avg && len(xs) > 1 {
-		acc = tensor.ToHalfPrecision(dt, acc*(1/float32(len(xs))))
-	}
-	return float64(acc)
-}
-
-// exact is the float64 reduction.
-func exact(op comm.ReduceOp, xs []float64) float64 {
-	acc := xs[0]
-	for _, x := range xs[1:] {
-		switch op {
-		case comm.Sum, comm.Avg:
-			acc += x
-		case comm.Max:
-			acc = math.Max(acc, x)
-		case comm.Min:
-			acc = math.Min(acc, x)
-		}
-	}
-	if op == comm.Avg {
-		acc /= float64(len(xs))
-	}
-	return acc
+	v, _ := commtest.Get(x, i)
+	return v
 }
 
 // checkReduced compares got with comm/local's bits where the order cannot
@@ -141,7 +38,7 @@ func exact(op comm.ReduceOp, xs []float64) float64 {
 // n+1 float32 roundings of sum|x|, plus, for halves, the rounding to dt
 // (twice for Avg).
 func checkReduced(what string, got float64, dt tensor.DType, op comm.ReduceOp, xs []float64) error {
-	m := model(dt, op, xs)
+	m := commtest.Model(dt, op, xs)
 	orderFree := len(xs) <= 2 || op == comm.Max || op == comm.Min || dt == tensor.Int32 || dt == tensor.Int64
 	if orderFree {
 		if got != m {
@@ -156,7 +53,7 @@ func checkReduced(what string, got float64, dt tensor.DType, op comm.ReduceOp, x
 	if op == comm.Avg {
 		s /= float64(len(xs))
 	}
-	want, tol := exact(op, xs), float64(len(xs)+1)*0x1p-24*s
+	want, tol := commtest.Exact(op, xs), float64(len(xs)+1)*0x1p-24*s
 	if dt.IsHalf() { // plus the rounding to dt (twice for Avg)
 		tol += 2 * halfULP(dt, want)
 	}
