@@ -3,14 +3,18 @@
 GO      ?= go
 GOFLAGS ?=
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PKGS := liburing-dev libopenblas-dev libopenmpi-dev openmpi-bin cmake ninja-build
+APT_PKGS := liburing-dev libopenblas-dev libopenmpi-dev openmpi-bin libgloo-dev cmake ninja-build
 
-.PHONY: all build deps test test-go test-c test-c-asan test-go-asan sanitize lint vet staticcheck bench demo selftest cuda-deps cuda-toolchain cuda gpu-check clean
+.PHONY: all build deps test test-gloo test-go test-c test-c-asan test-go-asan sanitize lint vet staticcheck bench demo selftest cuda-deps cuda-toolchain cuda gpu-check clean
 
 all: build
 
+## GO_TAGS: gloo when Debian's libgloo-dev is installed (comm/gloo then
+## links it; without the tag comm/gloo says how to get it)
+GO_TAGS ?= $(shell test -f /usr/include/gloo/allreduce.h && echo gloo)
+
 build:
-	$(GO) build ./...
+	$(GO) build -tags '$(GO_TAGS)' ./...
 
 ## deps: install missing system packages (Debian/Ubuntu, as root or via sudo)
 deps:
@@ -22,7 +26,16 @@ deps:
 	else echo "make deps: all of $(APT_PKGS) present"; fi
 
 ## test: everything plain CI runs (no GPU needed)
-test: lint test-c test-go
+test: lint test-c test-go test-gloo
+
+## test-gloo: comm/gloo's multi-process tests (2 and 4 processes of the test
+## binary on loopback, faults included) under the race detector, when Gloo
+## is installed; test-go has already checked the build without it
+test-gloo:
+	@if [ "$(findstring gloo,$(GO_TAGS))" ]; then \
+	  $(GO) vet -tags gloo ./comm/gloo/... ./examples/bench-comm/ && \
+	  $(GO) test -race -count=1 -timeout 15m -tags gloo ./comm/gloo/...; \
+	else echo "make test-gloo: no Gloo (/usr/include/gloo/allreduce.h); make deps installs libgloo-dev"; fi
 
 STATICCHECK_VERSION ?= 2026.2.2
 STATICCHECK := $(shell go env GOPATH)/bin/staticcheck

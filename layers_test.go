@@ -75,7 +75,7 @@ func goList(t *testing.T, args ...string) []listedPackage {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command on PATH")
 	}
-	cmd := exec.Command("go", append([]string{"list", "-json", "-tags", "mpi,cuda"}, args...)...)
+	cmd := exec.Command("go", append([]string{"list", "-json", "-tags", "mpi,cuda,gloo"}, args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	require.NoError(t, cmd.Run(), "go list: %s", errb.String())

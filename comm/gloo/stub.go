@@ -29,3 +29,6 @@ func NewFromStore(ctx context.Context, store *comm.Store, rank, size int, opts O
 func FromEnvOf(ctx context.Context, env comm.Env, opts Options) (c comm.Comm, release func() error, err error) {
 	return nil, nil, noGloo("Init", env.Rank)
 }
+
+// noGlooHint says how to get a build with Gloo.
+const noGlooHint = "this build has no Gloo: install Debian's libgloo-dev (apt install libgloo-dev) and build with -tags gloo (make build adds the tag when Gloo is installed)"

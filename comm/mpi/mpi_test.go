@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/comm/internal/commtest"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/require"
 )
@@ -38,80 +39,27 @@ func TestMain(m *testing.M) {
 
 var bg = context.Background()
 
-func val(dt tensor.DType, r, i int) float64 {
-	x := math.Sin(float64(r)*1.37+float64(i)*0.731) * math.Ldexp(1, (i*3+r)%8-4)
-	switch dt {
-	case tensor.Int32:
-		return math.Round(x * 100)
-	case tensor.Float32:
-		return float64(float32(x))
-	}
-	return float64(tensor.ToHalfPrecision(dt, float32(x)))
-}
+func val(dt tensor.DType, r, i int) float64 { return commtest.Input(dt, r, i) }
 
 func filled(t *testing.T, dt tensor.DType, n int, f func(i int) float64) *tensor.Tensor {
 	x, err := tensor.Empty(dt, n)
 	require.NoError(t, err)
 	t.Cleanup(func() { x.Free() })
-	switch dt {
-	case tensor.Float32:
-		s, _ := x.Float32s()
-		for i := range s {
-			s[i] = float32(f(i))
-		}
-	case tensor.Float16, tensor.BFloat16:
-		s, _ := x.Uint16s()
-		for i := range s {
-			if dt == tensor.Float16 {
-				s[i] = tensor.Float32ToFloat16(float32(f(i)))
-			} else {
-				s[i] = tensor.Float32ToBFloat16(float32(f(i)))
-			}
-		}
-	case tensor.Int32:
-		s, _ := x.Int32s()
-		for i := range s {
-			s[i] = int32(f(i))
-		}
-	}
+	commtest.Set(x, f)
 	return x
 }
 
 func at(x *tensor.Tensor, i int) float64 {
-	switch x.DType() {
-	case tensor.Float32:
-		s, _ := x.Float32s()
-		return float64(s[i])
-	case tensor.Float16:
-		s, _ := x.Uint16s()
-		return float64(tensor.Float16ToFloat32(s[i]))
-	case tensor.BFloat16:
-		s, _ := x.Uint16s()
-		return float64(tensor.BFloat16ToFloat32(s[i]))
-	case tensor.Int32:
-		s, _ := x.Int32s()
-		return float64(s[i])
-	}
-	return math.NaN()
+	v, _ := commtest.Get(x, i)
+	return v
 }
 
 func reference(dt tensor.DType, op comm.ReduceOp, n, i int, col func(r int) int) float64 {
-	acc := val(dt, 0, col(0))
-	for r := 1; r < n; r++ {
-		v := val(dt, r, col(r))
-		switch op {
-		case comm.Sum, comm.Avg:
-			acc += v
-		case comm.Max:
-			acc = math.Max(acc, v)
-		case comm.Min:
-			acc = math.Min(acc, v)
-		}
+	xs := make([]float64, n)
+	for r := range xs {
+		xs[r] = val(dt, r, col(r))
 	}
-	if op == comm.Avg {
-		acc /= float64(n)
-	}
-	return acc
+	return commtest.Exact(op, xs)
 }
 
 // close enough: float32 sums within a few ulps, halves within one ulp of

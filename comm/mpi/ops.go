@@ -87,13 +87,6 @@ func (c *mpiComm) async(o *op, body func() ([]request, func() error, error)) com
 	return o
 }
 
-func checkRoot(what string, r, size int) error {
-	if r < 0 || r >= size {
-		return fmt.Errorf("%w: %s %d out of range [0, %d)", comm.ErrInvalid, what, r, size)
-	}
-	return nil
-}
-
 // ---- reductions -------------------------------------------------------------
 
 func (c *mpiComm) allReduce(ctx context.Context, t *tensor.Tensor, red comm.ReduceOp) (*op, func() ([]request, func() error, error)) {
@@ -127,28 +120,8 @@ func (c *mpiComm) AllReduceAsync(ctx context.Context, t *tensor.Tensor, red comm
 	return c.async(c.allReduce(ctx, t, red))
 }
 
-func (c *mpiComm) pairArgs(k comm.OpKind, small, big *tensor.Tensor, smallName, bigName string) (comm.Call, error) {
-	call := comm.Call{Op: k}
-	if err := comm.CheckHost(smallName, small); err != nil {
-		return call, err
-	}
-	if err := comm.CheckHost(bigName, big); err != nil {
-		return call, err
-	}
-	call.DType, call.Count = small.DType(), small.Numel()
-	switch {
-	case small.DType() != big.DType():
-		return call, fmt.Errorf("%w: %s is %v, %s is %v", comm.ErrInvalid, bigName, big.DType(), smallName, small.DType())
-	case big.Numel() != c.size*small.Numel():
-		return call, fmt.Errorf("%w: %s has %d elements, want %d", comm.ErrInvalid, bigName, big.Numel(), c.size*small.Numel())
-	case comm.Overlap(small, big) && uintptr(small.Ptr()) != uintptr(big.Ptr())+uintptr(c.rank*small.Bytes()):
-		return call, fmt.Errorf("%w: %s overlaps %s other than as its chunk %d", comm.ErrInvalid, smallName, bigName, c.rank)
-	}
-	return call, nil
-}
-
 func (c *mpiComm) reduceScatter(ctx context.Context, dst, src *tensor.Tensor, red comm.ReduceOp) (*op, func() ([]request, func() error, error)) {
-	call, err := c.pairArgs(comm.OpReduceScatter, dst, src, "dst", "src")
+	call, err := comm.CheckChunked(comm.OpReduceScatter, dst, src, "dst", "src", c.rank, c.size)
 	call.Red = red
 	if err == nil {
 		err = comm.CheckReduce(call.DType, red)
@@ -207,7 +180,7 @@ func (c *mpiComm) reduce(ctx context.Context, t *tensor.Tensor, root int, red co
 		err = comm.CheckReduce(t.DType(), red)
 	}
 	if err == nil {
-		err = checkRoot("root", root, c.size)
+		err = comm.CheckRank("root", root, c.size)
 	}
 	return c.start(ctx, call, err), func() ([]request, func() error, error) {
 		x, err := c.widen(t, true)
@@ -250,7 +223,7 @@ func (c *mpiComm) ReduceAsync(ctx context.Context, t *tensor.Tensor, root int, r
 func bytesOf(t *tensor.Tensor) C.int { return C.int(t.Bytes()) }
 
 func (c *mpiComm) allGather(ctx context.Context, dst, src *tensor.Tensor) (*op, func() ([]request, func() error, error)) {
-	call, err := c.pairArgs(comm.OpAllGather, src, dst, "src", "dst")
+	call, err := comm.CheckChunked(comm.OpAllGather, src, dst, "src", "dst", c.rank, c.size)
 	return c.start(ctx, call, err), func() ([]request, func() error, error) {
 		send := src.Ptr()
 		if comm.Overlap(src, dst) || src.Bytes() == 0 {
@@ -277,7 +250,7 @@ func (c *mpiComm) broadcast(ctx context.Context, t *tensor.Tensor, root int) (*o
 	err := comm.CheckHost("t", t)
 	if err == nil {
 		call.DType, call.Count = t.DType(), t.Numel()
-		err = checkRoot("root", root, c.size)
+		err = comm.CheckRank("root", root, c.size)
 	}
 	return c.start(ctx, call, err), func() ([]request, func() error, error) {
 		var req request
@@ -297,20 +270,7 @@ func (c *mpiComm) BroadcastAsync(ctx context.Context, t *tensor.Tensor, root int
 }
 
 func (c *mpiComm) allToAll(ctx context.Context, dst, src *tensor.Tensor) (*op, func() ([]request, func() error, error)) {
-	call := comm.Call{Op: comm.OpAllToAll}
-	err := comm.CheckHost("src", src)
-	if err == nil {
-		err = comm.CheckHost("dst", dst)
-	}
-	if err == nil {
-		call.DType, call.Count = src.DType(), src.Numel()/c.size
-		switch {
-		case dst.DType() != src.DType() || dst.Numel() != src.Numel() || src.Numel()%c.size != 0:
-			err = fmt.Errorf("%w: src %v and dst %v: want one dtype and equal multiples of %d elements", comm.ErrInvalid, src, dst, c.size)
-		case comm.Overlap(dst, src):
-			err = fmt.Errorf("%w: dst overlaps src", comm.ErrInvalid)
-		}
-	}
+	call, err := comm.CheckAllToAll(dst, src, c.size)
 	return c.start(ctx, call, err), func() ([]request, func() error, error) {
 		n := C.int(src.Bytes() / c.size)
 		var req request
@@ -330,15 +290,7 @@ func (c *mpiComm) AllToAllAsync(ctx context.Context, dst, src *tensor.Tensor) co
 }
 
 func (c *mpiComm) p2p(ctx context.Context, k comm.OpKind, t *tensor.Tensor, peer int) (*op, func() ([]request, func() error, error)) {
-	call := comm.Call{Op: k, Root: peer}
-	err := comm.CheckHost("t", t)
-	if err == nil {
-		call.DType, call.Count = t.DType(), t.Numel()
-		err = checkRoot("peer", peer, c.size)
-	}
-	if err == nil && peer == c.rank {
-		err = fmt.Errorf("%w: peer %d is this rank", comm.ErrInvalid, peer)
-	}
+	call, err := comm.CheckP2P(k, t, peer, c.rank, c.size)
 	return c.start(ctx, call, err), func() ([]request, func() error, error) {
 		var req request
 		var rc C.int

@@ -3,6 +3,17 @@
 //
 //	go run ./examples/bench-comm                 # local backend, 2 and 4 ranks
 //	go run -tags mpi ./examples/bench-comm       # also Open MPI, 2 processes (spawns mpirun)
+//	go run -tags gloo,mpi ./examples/bench-comm -procs 2
+//	                                             # all-reduce only, 1 KiB..64 MiB: Gloo
+//	                                             # between 2 processes of this binary, Open
+//	                                             # MPI's 2 (mpirun), local's 2 in-process ranks
+//
+// -procs N re-executes this binary as N processes (RANK, WORLD_SIZE,
+// MASTER_ADDR=127.0.0.1, MASTER_PORT as torchrun sets them) that meet at a
+// store on loopback and measure comm/gloo; it also sets the defaults of
+// -min, -max, -ops, -ranks and -mpi-np to 1 KiB, 64 MiB, all_reduce, N and
+// N, so that the three backends run the same sizes in the same run. A build
+// without Gloo (or MPI) says so in gloo_note (mpi_note) and runs the rest.
 //
 // Sizes run from -min to -max bytes (x4 steps). "bytes" is the total
 // buffer: the all-reduce buffer, the reduce-scatter input, the all-gather
@@ -21,8 +32,9 @@
 //	compute_probe  dg_reduce_into sum of 2 float32 inputs of -max/4 bytes each
 //	               into a third, with a 1- and a 2-thread C pool: gbps counts
 //	               the bytes read and written; speedup = 2-thread / 1-thread
-//	local, mpi     rows {op, ranks, bytes, iters, time_us (mean per op),
-//	               algbw_gbps, busbw_gbps, busbw_over_memcpy}
+//	local, mpi,    rows {op, ranks, bytes, iters, time_us (per op: the median
+//	gloo           over -rounds rounds of the round's mean), algbw_gbps,
+//	               busbw_gbps, busbw_over_memcpy}
 //	summary        per backend and rank count: the minimum all-reduce
 //	               busbw/memcpy ratio at >= 64 MiB, and local vs mpi all-reduce
 //	               busbw at each size >= 64 MiB with 2 ranks
@@ -36,6 +48,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,17 +74,21 @@ type Row struct {
 }
 
 var (
-	minBytes = flag.Int("min", 1<<20, "smallest size in bytes")
-	maxBytes = flag.Int("max", 256<<20, "largest size in bytes")
-	rankList = flag.String("ranks", "2,4", "local world sizes")
-	minTime  = flag.Duration("mintime", 300*time.Millisecond, "time each size at least this long")
-	warmup   = flag.Int("warmup", 1, "untimed iterations after the first")
-	mpiChild = flag.Bool("mpi-child", false, "internal: run the MPI sweep (under mpirun) and print its rows")
+	minBytes  = flag.Int("min", 1<<20, "smallest size in bytes")
+	maxBytes  = flag.Int("max", 256<<20, "largest size in bytes")
+	rankList  = flag.String("ranks", "2,4", "local world sizes")
+	minTime   = flag.Duration("mintime", 300*time.Millisecond, "time each size at least this long")
+	warmup    = flag.Int("warmup", 1, "untimed iterations after the first")
+	mpiChild  = flag.Bool("mpi-child", false, "internal: run the MPI sweep (under mpirun) and print its rows")
+	opList    = flag.String("ops", "all_reduce,reduce_scatter,all_gather", "operations to measure")
+	rounds    = flag.Int("rounds", 5, "timed rounds per size; time_us is their median")
+	procs     = flag.Int("procs", 0, "also measure comm/gloo between this many processes of this binary (0: none)")
+	glooChild = flag.Bool("gloo-child", false, "internal: run the Gloo sweep as the rank the environment names")
 	//lint:ignore U1000 read by mpi.go (build tag mpi)
 	mpiNP = flag.Int("mpi-np", 2, "processes for the MPI sweep")
 )
 
-var ops = []string{"all_reduce", "reduce_scatter", "all_gather"}
+var ops []string
 
 func busFactor(op string, n int) float64 {
 	if op == "all_reduce" {
@@ -167,27 +184,32 @@ func sweep(ctx context.Context, c comm.Comm) ([]Row, error) {
 			}
 			iters = int(cs[0])
 			cnt.Free()
-			if err := c.Barrier(ctx); err != nil {
-				return nil, err
-			}
-			start := time.Now()
-			for range iters {
-				if err := call(ctx, c, op, in, out); err != nil {
+			perRound := max(iters / *rounds, 1)
+			times := make([]float64, *rounds)
+			for k := range times {
+				if err := c.Barrier(ctx); err != nil {
 					return nil, err
 				}
+				start := time.Now()
+				for range perRound {
+					if err := call(ctx, c, op, in, out); err != nil {
+						return nil, err
+					}
+				}
+				if err := c.Barrier(ctx); err != nil {
+					return nil, err
+				}
+				times[k] = time.Since(start).Seconds() / float64(perRound)
 			}
-			if err := c.Barrier(ctx); err != nil {
-				return nil, err
-			}
-			el := time.Since(start)
+			slices.Sort(times)
 			in.Free()
 			if out != in {
 				out.Free()
 			}
 			total := (bytes / 4 / n * n) * 4
-			per := el.Seconds() / float64(iters)
+			per := times[len(times)/2]
 			alg := float64(total) / per / 1e9
-			rows = append(rows, Row{Op: op, Ranks: n, Bytes: total, Iters: iters, TimeUS: per * 1e6,
+			rows = append(rows, Row{Op: op, Ranks: n, Bytes: total, Iters: perRound * *rounds, TimeUS: per * 1e6,
 				AlgBW: alg, BusBW: alg * busFactor(op, n)})
 		}
 	}
@@ -291,8 +313,16 @@ func computeProbe(bytes int) (map[string]any, error) {
 
 func main() {
 	flag.Parse()
+	if err := setDefaults(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-comm:", err)
+		os.Exit(2)
+	}
 	if *mpiChild {
 		runMPIChild()
+		return
+	}
+	if *glooChild {
+		runGlooChild()
 		return
 	}
 	if err := run(); err != nil {
@@ -349,6 +379,15 @@ func run() error {
 	out["mpi"] = mpiRows
 	if note != "" {
 		out["mpi_note"] = note
+	}
+	if *procs > 0 {
+		glooRows, note := glooSweep(*procs)
+		for i := range glooRows {
+			glooRows[i].OverCopy = glooRows[i].BusBW / m1
+		}
+		out["gloo"] = glooRows
+		out["gloo_note"] = note
+		out["allreduce_by_size"] = bySize(map[string][]Row{"local": localRows, "mpi": mpiRows, "gloo": glooRows}, *procs)
 	}
 	out["summary"] = summarize(localRows, mpiRows)
 	enc := json.NewEncoder(os.Stdout)

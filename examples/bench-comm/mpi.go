@@ -23,7 +23,8 @@ func mpiSweep() ([]Row, string) {
 		return nil, err.Error()
 	}
 	args := []string{"--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(*mpiNP), self, "-mpi-child",
-		"-min", strconv.Itoa(*minBytes), "-max", strconv.Itoa(*maxBytes), "-mintime", minTime.String(), "-warmup", strconv.Itoa(*warmup)}
+		"-min", strconv.Itoa(*minBytes), "-max", strconv.Itoa(*maxBytes), "-mintime", minTime.String(), "-warmup", strconv.Itoa(*warmup),
+		"-ops", *opList, "-rounds", strconv.Itoa(*rounds)}
 	cmd := exec.Command("mpirun", args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
