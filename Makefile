@@ -33,8 +33,9 @@ test: lint test-c test-go test-gloo
 ## is installed; test-go has already checked the build without it
 test-gloo:
 	@if [ "$(findstring gloo,$(GO_TAGS))" ]; then \
-	  $(GO) vet -tags gloo ./comm/gloo/... ./examples/bench-comm/ && \
-	  $(GO) test -race -count=1 -timeout 15m -tags gloo ./comm/gloo/...; \
+	  $(GO) vet -tags gloo ./comm/gloo/... ./examples/bench-comm/ ./cmd/deepgo/ && \
+	  $(GO) test -race -count=1 -timeout 15m -tags gloo ./comm/gloo/... && \
+	  $(GO) test -race -count=1 -timeout 10m -tags gloo -run 'Launch' ./cmd/deepgo/; \
 	else echo "make test-gloo: no Gloo (/usr/include/gloo/allreduce.h); make deps installs libgloo-dev"; fi
 
 STATICCHECK_VERSION ?= 2026.2.2

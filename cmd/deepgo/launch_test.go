@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/internal/proctest"
 
 	"github.com/deepgo-ml/deepgo/comm"
@@ -118,7 +119,7 @@ func killAfterCheckpoint(args []string, tag string) {
 		panic(err)
 	}
 	for {
-		if b, _ := os.ReadFile(filepath.Join(cfg.Checkpoint.SaveDir, "latest")); strings.TrimSpace(string(b)) == tag {
+		if got, _ := checkpoint.ReadLatest(nil, cfg.Checkpoint.SaveDir); got == tag {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 		time.Sleep(2 * time.Millisecond)

@@ -107,7 +107,7 @@ func TestLaunchTrainTwoNodes(t *testing.T) {
 		t.Skip("this build has no Gloo")
 	}
 	t.Setenv("DEEPGO_LAUNCH_TEST", "deepgo")
-	t.Setenv("DEEPGO_JOB_SECRET", "two-nodes-test")
+	t.Setenv("DEEPGO_JOB_SECRET", "two-nodes-test-secret")
 	cfg := e2eConfig(t, "")
 	want := inProcessLoss(t, cfg, 4)
 	port := strconv.Itoa(freeTestPort(t))
