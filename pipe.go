@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -35,6 +36,7 @@ type PipeEngine struct {
 	cfg   *config.Config
 	net   model.Pipelined
 	be    backend.Backend
+	ownBE bool      // be was made here: Close closes it
 	world comm.Comm // pipe × data
 	pipe  comm.Comm // this data coordinate's stages, group rank = stage
 	data  comm.Comm // this stage's data-parallel group
@@ -152,7 +154,14 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		}
 	}
 	if e.be == nil {
-		return nil, fmt.Errorf("deepgo.Initialize: pipeline: no backend: pass WithBackend, or a comm that carries one (comm/local, comm/mpi)")
+		// a comm without a CPU pool (comm/gloo, a user's own): one of ours,
+		// sized to this rank's share of the machine, as Initialize's ZeRO
+		// engine does
+		b, err := backend.NewCPU(max(1, runtime.GOMAXPROCS(0)/o.comm.Size()))
+		if err != nil {
+			return nil, fmt.Errorf("deepgo.Initialize: pipeline: %w", err)
+		}
+		e.be, e.ownBE = b, true
 	}
 	if !e.be.Device().IsCPU() {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d on backend %s (%v): not supported yet (the pipeline engine computes on the CPU)", pp, e.be.Name(), e.be.Device())
@@ -422,6 +431,10 @@ func (e *PipeEngine) Close() error {
 		errs = append(errs, c.Close())
 	}
 	e.closers = nil
+	if e.ownBE {
+		errs = append(errs, e.be.Close())
+		e.ownBE = false
+	}
 	return errors.Join(errs...)
 }
 

@@ -172,3 +172,29 @@ func TestLaunchTrainResumes(t *testing.T) {
 		assert.Equal(t, want, lastResult(t, out).FinalLoss, "%s: resumed vs uninterrupted", name)
 	}
 }
+
+// TestLaunchTrainPipeline: the pipeline engine over processes (2 stages × 2
+// data-parallel ranks, Interleaved, fp32) ends at the loss of the same job
+// on in-process ranks, for every backend between processes.
+func TestLaunchTrainPipeline(t *testing.T) {
+	backends := launchBackends(t)
+	t.Setenv("DEEPGO_LAUNCH_TEST", "deepgo")
+	cfg := filepath.Join(t.TempDir(), "pipe.json")
+	require.NoError(t, os.WriteFile(cfg, []byte(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+		"steps_per_print": 10, "pipeline_model_parallel_size": 2,
+		"pipeline": {"pipeline_schedule": {"type": "Interleaved", "virtual_stages": 2}},
+		"zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.0}}}`), 0o644))
+	var out, errb bytes.Buffer
+	require.Zero(t, run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "10", "--ranks", "2"}, &out, &errb), errb.String())
+	want := lastResult(t, out.String())
+	require.Equal(t, 4, want.Ranks, "2 stages x 2 data-parallel ranks")
+	for name, flags := range backends {
+		args := append(append(flags, "--num_procs", "4", "--timeout", "60s", "--"),
+			"train", "--config", cfg, "--model", "tiny", "--steps", "10", "--dist-backend", name)
+		code, pout, errs := launchRun(t, "deepgo", args...)
+		require.Zero(t, code, "%s:\n%s", name, errs)
+		got := lastResult(t, pout)
+		assert.Equal(t, 4, got.Ranks)
+		assert.InDelta(t, want.FinalLoss, got.FinalLoss, lossTolerance*want.FinalLoss, "%s: pipeline over processes vs in-process", name)
+	}
+}
