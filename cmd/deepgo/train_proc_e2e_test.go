@@ -2,15 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/gloo"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,10 +56,7 @@ func lastResult(t *testing.T, stdout string) trainResult {
 // inProcessLoss is the final loss of n in-process ranks.
 func inProcessLoss(t *testing.T, cfg string, n int) float64 {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "40", "--ranks", strconv.Itoa(n)}, &out, &errb)
-	require.Zero(t, code, errb.String())
-	return lastResult(t, out.String()).FinalLoss
+	return inProcessLossSteps(t, cfg, n, 40)
 }
 
 // launchBackends are the backends between processes this build has, with
@@ -197,4 +198,78 @@ func TestLaunchTrainPipeline(t *testing.T) {
 		assert.Equal(t, 4, got.Ranks)
 		assert.InDelta(t, want.FinalLoss, got.FinalLoss, lossTolerance*want.FinalLoss, "%s: pipeline over processes vs in-process", name)
 	}
+}
+
+// TestLaunchTrainUnderStoreFlood: while a 2-process Gloo job trains, its
+// store is flooded with silent connections past its limit and with clients
+// that lack the job secret and try to write keys; each intruder is refused
+// and the job ends at the loss of an unflooded run (issue 23).
+func TestLaunchTrainUnderStoreFlood(t *testing.T) {
+	if !gloo.Available() {
+		t.Skip("this build has no Gloo")
+	}
+	t.Setenv("DEEPGO_LAUNCH_TEST", "deepgo")
+	t.Setenv("DEEPGO_STORE_MAX_CONNS", "32")
+	cfg := e2eConfig(t, "")
+	want := inProcessLossSteps(t, cfg, 2, 200)
+	port := freeTestPort(t)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	type result struct {
+		code     int
+		out, err string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, out, errs := launchRun(t, "deepgo", "--num_procs", "2", "--master_port", strconv.Itoa(port), "--timeout", "60s", "--",
+			"train", "--config", cfg, "--model", "tiny", "--steps", "200")
+		done <- result{code, out, errs}
+	}()
+	// wait for the store, then flood it while the job trains
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		require.NoError(t, ctx.Err(), "the job's store never listened")
+		time.Sleep(10 * time.Millisecond)
+	}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 100 {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			held = append(held, c)
+		}
+	}
+	refused := 0
+	for i := range 20 {
+		s, err := comm.DialStoreOpts(ctx, addr, comm.JobSecret("not-the-job-secret-"+strconv.Itoa(i)))
+		if err == nil {
+			err = s.Set(ctx, "gloo/world/addr/1", []byte("10.0.0.66:1"))
+			s.Close()
+		}
+		if err != nil {
+			refused++
+		}
+	}
+	assert.Equal(t, 20, refused, "every client without the secret is refused")
+	r := <-done
+	require.Zero(t, r.code, r.err)
+	assert.Contains(t, r.err, "deepgo: rendezvous store refused 127.0.0.1:", "rank 0 logs the refusals with the peer's address")
+	assert.InDelta(t, want, lastResult(t, r.out).FinalLoss, lossTolerance*want, "the flooded job's loss")
+}
+
+// inProcessLossSteps is inProcessLoss for a number of steps.
+func inProcessLossSteps(t *testing.T, cfg string, n, steps int) float64 {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", strconv.Itoa(steps), "--ranks", strconv.Itoa(n)}, &out, &errb)
+	require.Zero(t, code, errb.String())
+	return lastResult(t, out.String()).FinalLoss
 }
