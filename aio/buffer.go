@@ -49,6 +49,10 @@ func (e *Engine) NewBuffer(n int) (*Buffer, error) {
 // Bytes views the whole buffer (its capacity). Valid until Free.
 func (b *Buffer) Bytes() []byte { return unsafe.Slice((*byte)(b.p), b.size) }
 
+// Ptr is the buffer's C memory (for views such as tensor.WrapStorage);
+// nil after Free.
+func (b *Buffer) Ptr() unsafe.Pointer { return b.p }
+
 // Cap reports the buffer's capacity in bytes, a multiple of Align.
 func (b *Buffer) Cap() int { return b.size }
 
