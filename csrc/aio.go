@@ -1,7 +1,11 @@
 package csrc
 
+// liburing is linked from its static archive, as the GPU binaries link
+// OpenBLAS: a binary built here runs on a machine without liburing
+// installed (building still needs liburing-dev's header and archive).
+
 /*
-#cgo LDFLAGS: -luring
+#cgo LDFLAGS: -l:liburing.a
 #include <stdlib.h>
 #include "deepgo.h"
 */
