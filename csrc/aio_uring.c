@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <liburing.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/uio.h>
 
@@ -104,6 +105,17 @@ static void submit(aio_worker *w)
 		;
 }
 
+/* submits what is prepared and waits for a completion. The CQ ring holds
+ * twice queue_depth, so it cannot overflow (EBUSY); EINTR and EAGAIN (the
+ * kernel short of memory for a moment) just come round again, and pieces a
+ * failed enter left in the SQ ring go with the next one. */
+static void submit_and_wait(aio_worker *w)
+{
+	int rc = io_uring_submit_and_wait(w->ring, 1);
+	if (rc == -EAGAIN || rc == -EBUSY)
+		sched_yield();
+}
+
 void *aio_uring_loop(void *arg)
 {
 	aio_worker *w = arg;
@@ -120,7 +132,6 @@ void *aio_uring_loop(void *arg)
 		}
 		/* without overlap_events a batch is issued only once the last
 		 * one has fully completed */
-		int prepared = 0;
 		if (a->cfg.overlap_events || inflight == 0) {
 			while (w->nfree > 0) {
 				int slot = w->free_ios[w->nfree - 1];
@@ -129,7 +140,6 @@ void *aio_uring_loop(void *arg)
 				w->nfree--;
 				prep(w, slot);
 				inflight++;
-				prepared++;
 				if (a->cfg.single_submit) {
 					pthread_mutex_unlock(&a->mu);
 					submit(w);
@@ -138,15 +148,10 @@ void *aio_uring_loop(void *arg)
 			}
 		}
 		pthread_mutex_unlock(&a->mu);
-		if (prepared > 0 && !a->cfg.single_submit)
-			submit(w);
 		if (inflight == 0)
 			continue;
+		submit_and_wait(w);
 		struct io_uring_cqe *cqe;
-		int rc = io_uring_wait_cqe(ring, &cqe);
-		if (rc < 0)
-			continue; /* -EINTR: wait again */
-		int resubmit = 0;
 		pthread_mutex_lock(&a->mu);
 		while (io_uring_peek_cqe(ring, &cqe) == 0) {
 			int slot = (int)io_uring_cqe_get_data64(cqe);
@@ -155,16 +160,13 @@ void *aio_uring_loop(void *arg)
 			if (slot < 0 || slot >= slots)
 				continue;
 			if (aio_progress(a, &w->ios[slot], res)) {
-				prep(w, slot);
-				resubmit++;
+				prep(w, slot); /* submitted with the next batch */
 			} else {
 				inflight--;
 				w->free_ios[w->nfree++] = slot;
 			}
 		}
 		pthread_mutex_unlock(&a->mu);
-		if (resubmit > 0)
-			submit(w);
 	}
 	return NULL;
 }
