@@ -249,3 +249,51 @@ func TestNVMeBadOptions(t *testing.T) {
 	_, err = NewNVMeStore(NVMeOptions{Plan: PlanOptions{Buffers: 1}, AIO: testAIO()})
 	assert.ErrorContains(t, err, "nvme_path is empty")
 }
+
+// TestStateLargerThanBuffers: twelve sub-groups whose state together is six
+// times what the store keeps in memory still step, and only buffer_count
+// sub-groups' state is ever resident.
+func TestStateLargerThanBuffers(t *testing.T) {
+	be, err := backend.NewCPU(1)
+	require.NoError(t, err)
+	defer be.Close()
+	store := newStore(t, PlanOptions{Buffers: 2, PipelineRead: true, PipelineWrite: true}, testAIO())
+	o, err := optim.New("Adam", map[string]any{"lr": 1e-3}, be, optim.WithStateStore(store))
+	require.NoError(t, err)
+	defer o.Close()
+	const groups, n = 12, 16384
+	var ps, gs []*tensor.Tensor
+	for range groups {
+		p, err := tensor.Empty(tensor.Float32, n)
+		require.NoError(t, err)
+		g, err := tensor.Empty(tensor.Float32, n)
+		require.NoError(t, err)
+		gv, _ := g.Float32s()
+		for j := range gv {
+			gv[j] = 0.5
+		}
+		ps, gs = append(ps, p), append(gs, g)
+	}
+	defer func() {
+		for i := range ps {
+			ps[i].Free()
+			gs[i].Free()
+		}
+	}()
+	for range 3 {
+		for i := range groups {
+			grp := optim.ParamGroup{Name: fmt.Sprintf("sub%d", i), Params: ps[i : i+1], Grads: gs[i : i+1]}
+			require.NoError(t, o.Step(grp, 1e-3, 1))
+		}
+	}
+	state := groups * 2 * n * 4
+	resident := len(store.bufs) * store.bufBytes
+	assert.Equal(t, state/6, resident, "resident state bytes")
+	// Adam's first three steps move every weight by lr each (the bias
+	// corrections make m/sqrt(v) exactly 1 for a constant gradient)
+	v, _ := ps[groups-1].Float32s()
+	assert.InDelta(t, -3e-3, v[0], 1e-6)
+	m := o.State("sub7")["exp_avg"][0]
+	mv, _ := m.Float32s()
+	assert.InDelta(t, 0.5*(1-0.9*0.9*0.9), mv[n-1], 1e-6)
+}
