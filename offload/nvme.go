@@ -169,7 +169,11 @@ func (s *NVMeStore) Acquire(group string, names []string, params []*tensor.Tenso
 			return nil, err
 		}
 	}
-	if g.idx == 0 && s.cursor < 0 {
+	if g.idx == 0 && s.cursor != 0 {
+		// a new step; one that ended part way left I/O to finish first
+		if err := s.drain(); err != nil {
+			return nil, err
+		}
 		s.cursor = 0
 	}
 	buf := 0

@@ -297,3 +297,32 @@ func TestStateLargerThanBuffers(t *testing.T) {
 	mv, _ := m.Float32s()
 	assert.InDelta(t, 0.5*(1-0.9*0.9*0.9), mv[n-1], 1e-6)
 }
+
+// TestStepEndedPartWay: a step that stops after some sub-groups (an error
+// elsewhere) leaves the next step planned from its first sub-group.
+func TestStepEndedPartWay(t *testing.T) {
+	be, err := backend.NewCPU(1)
+	require.NoError(t, err)
+	defer be.Close()
+	store := newStore(t, PlanOptions{Buffers: 2, PipelineRead: true, PipelineWrite: true}, testAIO())
+	o, err := optim.New("AdamW", map[string]any{"lr": 1e-2}, be, optim.WithStateStore(store))
+	require.NoError(t, err)
+	defer o.Close()
+	host, err := optim.New("AdamW", map[string]any{"lr": 1e-2}, be)
+	require.NoError(t, err)
+	defer host.Close()
+	a, b := makeShards(t, 5), makeShards(t, 5)
+	require.NoError(t, stepAll(t, host, a, 1))
+	require.NoError(t, stepAll(t, o, b, 1))
+	require.NoError(t, stepAll(t, host, a[:2], 2))
+	require.NoError(t, stepAll(t, o, b[:2], 2))
+	assert.Equal(t, 2, store.cursor, "the plan stopped after two sub-groups")
+	for step := 3; step <= 4; step++ {
+		require.NoError(t, stepAll(t, host, a, step))
+		require.NoError(t, stepAll(t, o, b, step))
+	}
+	assert.Equal(t, -1, store.cursor, "a whole planned step")
+	for gi := range a {
+		assert.True(t, bytes.Equal(raw(t, a[gi].params), raw(t, b[gi].params)), "params of sub-group %d", gi)
+	}
+}
