@@ -382,6 +382,113 @@ dg_status dg_nn_softmax_xent_forward(dg_ctx *ctx, float *probs, float *losses, c
 dg_status dg_nn_softmax_xent_backward(dg_ctx *ctx, float *dlogits, const float *probs, const int32_t *targets,
 				      const float *dlosses, int64_t n, int64_t v);
 
+/* ---- asynchronous file I/O ------------------------------------------------
+ * A dg_aio engine moves whole requests (N bytes at an offset, to or from a
+ * caller's buffer) between host memory and files opened O_DIRECT. Each
+ * request is split into block_size pieces that the engine keeps queue_depth
+ * deep per worker; a request's completion is reported once, through
+ * dg_aio_reap, so a caller pays one call per request, never one per block.
+ *
+ * Two back ends, chosen when the engine opens: io_uring (one ring per
+ * worker, files and buffers registered with the rings) and a pool of
+ * threads calling pread/pwrite. AUTO takes io_uring and falls back to
+ * threads when the kernel refuses a ring (old kernel, seccomp: ENOSYS,
+ * EPERM). Both resume short transfers and retry EINTR/EAGAIN; any other
+ * failure ends the request with the errno and the file offset of the piece
+ * that failed, and the rest of the request is not issued.
+ *
+ * With O_DIRECT (the default) buffers must be 4096-aligned (dg_alloc with
+ * align 4096) and sizes and offsets multiples of 4096; callers pad. The
+ * engine is safe to use from several threads. */
+
+#define DG_AIO_ALIGN 4096
+#define DG_AIO_MAX_FILES 256
+#define DG_AIO_MAX_BUFFERS 64
+
+typedef enum dg_aio_backend { DG_AIO_AUTO = 0, DG_AIO_URING = 1, DG_AIO_THREADS = 2 } dg_aio_backend;
+
+/* Fault injection, for tests only: the inject_at-th raw transfer result the
+ * engine sees (0-based, counted over the engine's life, retries included)
+ * is replaced. ERRNO reports -inject_errno; SHORT reports half the piece
+ * (rounded down to 4096; pieces of 4096 bytes are left alone), which the
+ * engine must resume; EOF reports 0 bytes. */
+typedef enum dg_aio_fault { DG_AIO_FAULT_NONE = 0, DG_AIO_FAULT_ERRNO = 1, DG_AIO_FAULT_SHORT = 2, DG_AIO_FAULT_EOF = 3 } dg_aio_fault;
+
+typedef struct dg_aio_config {
+	int64_t block_size;    /* bytes per piece; a multiple of 4096 */
+	int queue_depth;       /* pieces in flight per worker, >= 1 */
+	int thread_count;      /* workers (intra_op_parallelism), >= 1 */
+	int single_submit;     /* submit each piece on its own system call */
+	int overlap_events;    /* refill the queue as pieces complete, not per batch */
+	dg_aio_backend backend;
+	dg_aio_fault inject;   /* tests only */
+	int inject_errno;
+	int64_t inject_at;
+} dg_aio_config;
+
+/* dg_aio_result.err when a read found the end of the file before its end */
+#define DG_AIO_ERR_EOF (-1)
+
+typedef struct dg_aio_result {
+	int64_t id;         /* from dg_aio_submit */
+	dg_status status;   /* DG_OK, or DG_ERR_IO */
+	int err;            /* errno of the failed piece, or DG_AIO_ERR_EOF */
+	int file;           /* the request's file */
+	int64_t err_offset; /* file offset of the first byte not transferred */
+} dg_aio_result;
+
+typedef struct dg_aio_stats {
+	int64_t pieces;       /* pieces transferred to the end */
+	int64_t retries;      /* EINTR/EAGAIN resubmissions */
+	int64_t resumed;      /* short transfers resumed */
+	int64_t fixed;        /* pieces issued on registered buffers and files */
+	dg_aio_backend backend;
+} dg_aio_stats;
+
+typedef struct dg_aio dg_aio;
+
+/* dg_aio_open validates cfg (DG_ERR_INVALID naming nothing: the binding
+ * names the field) and starts the workers. A forced URING the kernel refuses
+ * is DG_ERR_UNSUPPORTED. */
+dg_status dg_aio_open(const dg_aio_config *cfg, dg_aio **out);
+/* dg_aio_shutdown lets the workers finish every submitted request, then stops
+ * them; dg_aio_reap returns 0 results once all are reaped. Idempotent. */
+void dg_aio_shutdown(dg_aio *a);
+/* dg_aio_destroy shuts down, closes the files and frees the engine. */
+void dg_aio_destroy(dg_aio *a);
+dg_status dg_aio_get_stats(dg_aio *a, dg_aio_stats *out);
+
+#define DG_AIO_WRITE 1  /* open for writing too */
+#define DG_AIO_CREATE 2 /* create when missing */
+#define DG_AIO_TRUNC 4  /* truncate to 0 */
+#define DG_AIO_BUFFERED 8 /* no O_DIRECT (file systems without it); any alignment */
+
+/* dg_aio_file_open opens path and registers it; *file is its index. On
+ * DG_ERR_IO *err holds the errno (EINVAL from a file system without
+ * O_DIRECT). The path is kept for messages (dg_aio_file_path). */
+dg_status dg_aio_file_open(dg_aio *a, const char *path, int flags, int *file, int *err);
+/* dg_aio_file_close closes a file no request is using. */
+dg_status dg_aio_file_close(dg_aio *a, int file);
+const char *dg_aio_file_path(dg_aio *a, int file);
+/* dg_aio_file_size reports the file's size in bytes. */
+dg_status dg_aio_file_size(dg_aio *a, int file, int64_t *bytes, int *err);
+
+/* dg_aio_buffer_register lets the io_uring rings pin [p, p+bytes) once
+ * (registered buffers); requests inside it use fixed reads and writes.
+ * Optional: unregistered buffers work too. *index for unregister. */
+dg_status dg_aio_buffer_register(dg_aio *a, void *p, int64_t bytes, int *index);
+/* dg_aio_buffer_unregister forgets a buffer no request is using. */
+dg_status dg_aio_buffer_unregister(dg_aio *a, int index);
+
+/* dg_aio_submit queues a read (write == 0) of bytes at offset into buf, or a
+ * write from buf; *id names it in dg_aio_reap. buf must stay valid until the
+ * request is reaped. */
+dg_status dg_aio_submit(dg_aio *a, int file, int write, void *buf, int64_t bytes, int64_t offset, int64_t *id);
+/* dg_aio_reap waits for at least one completed request (or returns at once
+ * when nonblocking != 0) and copies up to max results; *n == 0 after
+ * dg_aio_shutdown means every request was reaped. */
+dg_status dg_aio_reap(dg_aio *a, dg_aio_result *out, int max, int nonblocking, int *n);
+
 #ifdef __cplusplus
 }
 #endif

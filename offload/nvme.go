@@ -1,0 +1,394 @@
+package offload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/deepgo-ml/deepgo/aio"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// NVMeOptions configure an NVMeStore.
+type NVMeOptions struct {
+	// Path is offload_optimizer.nvme_path; the store works in a folder of
+	// its own under it, one per rank.
+	Path string
+	// Rank names the folder.
+	Rank int
+	// Plan is buffer_count, pipeline_read and pipeline_write.
+	Plan PlanOptions
+	// AIO configures the I/O engine (the aio section).
+	AIO aio.Options
+}
+
+// NVMeOptionsFromConfig reads offload_optimizer and aio for rank.
+func NVMeOptionsFromConfig(c *config.Config, rank int) (NVMeOptions, error) {
+	oo := c.ZeroOptimization.OffloadOptimizer
+	if oo == nil || oo.Device != "nvme" || oo.NvmePath == nil || *oo.NvmePath == "" {
+		return NVMeOptions{}, errors.New(`offload: zero_optimization.offload_optimizer: want device "nvme" with an nvme_path`)
+	}
+	return NVMeOptions{Path: *oo.NvmePath, Rank: rank, AIO: aio.FromConfig(c.AIO),
+		Plan: PlanOptions{Buffers: oo.BufferCount, PipelineRead: oo.PipelineRead, PipelineWrite: oo.PipelineWrite}}, nil
+}
+
+// SwapDir is the folder of rank's swap files under path.
+func SwapDir(path string, rank int) string {
+	return filepath.Join(path, fmt.Sprintf("deepgo-optimizer-swap-rank%d", rank))
+}
+
+// NVMeStore is an optim.StateStore that keeps every sub-group's state in
+// a file and only Buffers sub-groups' state in host memory. Sub-groups
+// step in the order they first stepped in; the first step learns that
+// order and runs each read and write to the end, later steps follow a Plan.
+// An Acquire out of that order (loading a checkpoint) waits for all I/O in
+// flight and runs unplanned. One sub-group is held at a time.
+type NVMeStore struct {
+	eng  *aio.Engine
+	dir  string
+	popt PlanOptions
+
+	mu       sync.Mutex
+	groups   map[string]*swapGroup
+	order    []*swapGroup
+	bufs     []*aio.Buffer
+	bufBytes int
+	plan     *Plan
+	cursor   int // index of the held (or next) group of the plan; -1 outside a planned step
+	held     *swapGroup
+	planned  bool // the held group follows the plan
+	reads    map[int]*aio.Request
+	writes   map[int]*aio.Request
+	lookup   *aio.Buffer
+}
+
+// swapGroup is one sub-group's file and state layout: names × params
+// float32 tensors back to back.
+type swapGroup struct {
+	name    string
+	idx     int
+	names   []string
+	shapes  [][]int
+	numel   int // per name
+	file    *aio.File
+	written bool
+}
+
+func (g *swapGroup) bytes() int { return len(g.names) * g.numel * 4 }
+
+// NewNVMeStore opens the engine and an empty swap folder; a folder a crashed
+// run left behind is removed first.
+func NewNVMeStore(o NVMeOptions) (*NVMeStore, error) {
+	if _, err := NewPlan(0, o.Plan); err != nil {
+		return nil, err
+	}
+	if o.Path == "" {
+		return nil, errors.New("offload: nvme_path is empty")
+	}
+	dir := SwapDir(o.Path, o.Rank)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("offload: removing the swap folder of an earlier run: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("offload: nvme_path %q: %w", o.Path, err)
+	}
+	eng, err := aio.Open(o.AIO)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &NVMeStore{eng: eng, dir: dir, popt: o.Plan, groups: map[string]*swapGroup{}, cursor: -1,
+		reads: map[int]*aio.Request{}, writes: map[int]*aio.Request{}}, nil
+}
+
+// Dir is the store's swap folder.
+func (s *NVMeStore) Dir() string { return s.dir }
+
+// Engine is the store's I/O engine (its Stats count the swap I/O).
+func (s *NVMeStore) Engine() *aio.Engine { return s.eng }
+
+func (s *NVMeStore) group(name string, names []string, params []*tensor.Tensor) (*swapGroup, error) {
+	g := s.groups[name]
+	if g == nil {
+		g = &swapGroup{name: name, idx: -1, names: slices.Clone(names)}
+		for _, p := range params {
+			g.shapes = append(g.shapes, p.Shape())
+			g.numel += p.Numel()
+		}
+		f, err := s.eng.OpenFile(filepath.Join(s.dir, fmt.Sprintf("group%d.swp", len(s.groups))), os.O_RDWR|os.O_CREATE|os.O_TRUNC)
+		if err != nil {
+			return nil, err
+		}
+		g.file = f
+		s.groups[name] = g
+		return g, nil
+	}
+	if !slices.Equal(g.names, names) {
+		return nil, fmt.Errorf("state of group %q is %v, now asked for %v", name, g.names, names)
+	}
+	if len(g.shapes) != len(params) {
+		return nil, fmt.Errorf("state of group %q has %d tensors, the group now has %d params", name, len(g.shapes), len(params))
+	}
+	for i, p := range params {
+		if !slices.Equal(g.shapes[i], p.Shape()) {
+			return nil, fmt.Errorf("state[%d] of group %q has shape %v, params[%d] has %v", i, name, g.shapes[i], i, p.Shape())
+		}
+	}
+	return g, nil
+}
+
+// Acquire implements optim.StateStore: the group's state, read from its
+// file (zero before its first Release), in a swap buffer until Release.
+func (s *NVMeStore) Acquire(group string, names []string, params []*tensor.Tensor) (map[string][]*tensor.Tensor, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held != nil {
+		return nil, fmt.Errorf("offload: Acquire(%q) while %q is held: one sub-group at a time", group, s.held.name)
+	}
+	g, err := s.group(group, names, params)
+	if err != nil {
+		return nil, fmt.Errorf("offload: %w", err)
+	}
+	if g.bytes() > s.bufBytes {
+		if err := s.grow(g.bytes()); err != nil {
+			return nil, err
+		}
+	}
+	if g.idx < 0 {
+		g.idx = len(s.order)
+		s.order = append(s.order, g)
+		s.plan = nil
+	}
+	if g.idx == 0 && s.plan == nil {
+		if s.plan, err = NewPlan(len(s.order), s.popt); err != nil {
+			return nil, err
+		}
+	}
+	if g.idx == 0 && s.cursor != 0 {
+		// a new step; one that ended part way left I/O to finish first
+		if err := s.drain(); err != nil {
+			return nil, err
+		}
+		s.cursor = 0
+	}
+	buf := 0
+	s.planned = s.plan != nil && s.cursor == g.idx && g.idx < len(s.plan.Before)
+	if s.planned {
+		if err := s.run(s.plan.Before[g.idx]); err != nil {
+			return nil, s.abort(err)
+		}
+		buf = s.plan.BufferOf[g.idx]
+	} else {
+		if err := s.drain(); err != nil {
+			return nil, err
+		}
+		s.cursor = -1
+		if err := s.run([]Action{{IssueRead, g.idx, 0}, {WaitRead, g.idx, 0}}); err != nil {
+			return nil, err
+		}
+	}
+	st, err := views(g, s.bufs[buf])
+	if err != nil {
+		return nil, err
+	}
+	s.held = g
+	return st, nil
+}
+
+// Release implements optim.StateStore: the group's state goes back to its
+// file, waited for now or later as the plan says (always by the end of the
+// step's last group).
+func (s *NVMeStore) Release(group string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.held
+	if g == nil || g.name != group {
+		return fmt.Errorf("offload: Release(%q): not the held group", group)
+	}
+	s.held = nil
+	if !s.planned {
+		return s.run([]Action{{IssueWrite, g.idx, 0}, {WaitWrite, g.idx, 0}})
+	}
+	if err := s.run(s.plan.After[g.idx]); err != nil {
+		return s.abort(err)
+	}
+	s.cursor++
+	if s.cursor == len(s.plan.Before) {
+		s.cursor = -1
+	}
+	return nil
+}
+
+// run carries out actions. A group never written reads as zeros.
+func (s *NVMeStore) run(actions []Action) error {
+	for _, a := range actions {
+		g := s.order[a.Group]
+		buf := s.bufs[a.Buffer]
+		var err error
+		switch a.Kind {
+		case IssueRead:
+			if !g.written {
+				clear(buf.Bytes()[:g.bytes()])
+				continue
+			}
+			// an open file outlives its name: a swap file removed under
+			// the run would go unnoticed until the next start
+			if _, err := os.Stat(g.file.Path()); err != nil {
+				return fmt.Errorf("offload: sub-group %q: swap file removed while training: %w", g.name, err)
+			}
+			s.reads[a.Group], err = g.file.ReadAt(buf, g.bytes(), 0)
+		case WaitRead:
+			err = s.wait(s.reads, a.Group)
+		case IssueWrite:
+			s.writes[a.Group], err = g.file.WriteAt(buf, g.bytes(), 0)
+			g.written = true
+		case WaitWrite:
+			err = s.wait(s.writes, a.Group)
+		}
+		if err != nil {
+			return fmt.Errorf("offload: sub-group %q: %w", g.name, err)
+		}
+	}
+	return nil
+}
+
+func (s *NVMeStore) wait(m map[int]*aio.Request, group int) error {
+	r := m[group]
+	if r == nil {
+		return nil
+	}
+	delete(m, group)
+	return r.Wait(context.Background())
+}
+
+// drain waits for every read and write in flight; prefetched state is
+// dropped (its file still holds it).
+func (s *NVMeStore) drain() error {
+	var errs []error
+	for _, m := range []map[int]*aio.Request{s.reads, s.writes} {
+		for g := range m {
+			if err := s.wait(m, g); err != nil {
+				errs = append(errs, fmt.Errorf("offload: sub-group %q: %w", s.order[g].name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// abort ends a planned step that failed: nothing may stay in flight.
+func (s *NVMeStore) abort(err error) error {
+	s.cursor = -1
+	return errors.Join(err, s.drain())
+}
+
+// grow replaces the swap buffers by ones of at least n bytes; nothing is in
+// flight outside a planned step, and a planned step's groups all fit.
+func (s *NVMeStore) grow(n int) error {
+	if err := s.drain(); err != nil {
+		return err
+	}
+	s.cursor = -1
+	for _, b := range s.bufs {
+		if err := b.Free(); err != nil {
+			return err
+		}
+	}
+	s.bufs = s.bufs[:0]
+	for range s.popt.Buffers {
+		b, err := s.eng.NewBuffer(n)
+		if err != nil {
+			return fmt.Errorf("offload: swap buffer of %d bytes: %w", n, err)
+		}
+		s.bufs = append(s.bufs, b)
+	}
+	s.bufBytes = n
+	return nil
+}
+
+// views lays g's state out in buf: name after name, param after param.
+func views(g *swapGroup, buf *aio.Buffer) (map[string][]*tensor.Tensor, error) {
+	st := tensor.WrapStorage(buf.Ptr(), buf.Cap(), tensor.CPU, nil)
+	out := make(map[string][]*tensor.Tensor, len(g.names))
+	off := 0
+	for _, name := range g.names {
+		ts := make([]*tensor.Tensor, len(g.shapes))
+		for i, shape := range g.shapes {
+			t, err := tensor.FromStorage(st, tensor.Float32, off, shape...)
+			if err != nil {
+				return nil, fmt.Errorf("offload: view of %s[%d] of %q: %w", name, i, g.name, err)
+			}
+			ts[i] = t
+			off += t.Numel()
+		}
+		out[name] = ts
+	}
+	return out, nil
+}
+
+// Lookup implements optim.StateStore: the held group's state, or the
+// group's file read into a buffer of the store's (valid until the next
+// Lookup, Acquire or Close); nil for a group never stepped.
+func (s *NVMeStore) Lookup(group string) map[string][]*tensor.Tensor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.groups[group]
+	if g == nil || !g.written && s.held != g {
+		return nil
+	}
+	if s.held == g {
+		buf := 0
+		if s.planned {
+			buf = s.plan.BufferOf[g.idx]
+		}
+		st, _ := views(g, s.bufs[buf])
+		return st
+	}
+	// the interface has no error: a failed read yields nil, as for a group
+	// without state; the next Acquire reports the engine's error
+	if s.held == nil && s.drain() != nil {
+		return nil
+	}
+	if w := s.writes[g.idx]; w != nil {
+		if w.Wait(context.Background()) != nil {
+			return nil
+		}
+	}
+	if s.lookup == nil || s.lookup.Cap() < g.bytes() {
+		if s.lookup != nil {
+			_ = s.lookup.Free()
+		}
+		b, err := s.eng.NewBuffer(g.bytes())
+		if err != nil {
+			return nil
+		}
+		s.lookup = b
+	}
+	r, err := g.file.ReadAt(s.lookup, g.bytes(), 0)
+	if err != nil || r.Wait(context.Background()) != nil {
+		return nil
+	}
+	st, _ := views(g, s.lookup)
+	return st
+}
+
+// Close implements optim.StateStore: waits for I/O in flight, frees the
+// buffers, stops the engine and removes the swap folder.
+func (s *NVMeStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	errs := []error{s.drain()}
+	for _, b := range append(s.bufs, s.lookup) {
+		if b != nil {
+			errs = append(errs, b.Free())
+		}
+	}
+	s.bufs, s.lookup = nil, nil
+	errs = append(errs, s.eng.Close(), os.RemoveAll(s.dir))
+	s.groups, s.order, s.plan, s.held = map[string]*swapGroup{}, nil, nil, nil
+	return errors.Join(errs...)
+}
