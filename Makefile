@@ -81,7 +81,7 @@ test-c-asan:
 ## threaded reduction). Also skipped: three root tests whose failed
 ## Initialize leaves the model's donated tensors to the test, which drops
 ## them (model.Param.Donate), so LeakSanitizer reports the test's leak.
-ASAN_PKGS := ./csrc ./tensor ./backend ./optim ./comm/local ./sim ./zero ./nn ./checkpoint .
+ASAN_PKGS := ./csrc ./aio ./offload ./tensor ./backend ./optim ./comm/local ./sim ./zero ./nn ./checkpoint .
 ASAN_SKIP := ^(TestStepMatchesFloat64Reference|TestDeterministic|TestReductions|TestDataMovement)$$
 ASAN_LEN  := (0|1|7|64|129|1001)
 ASAN_LOCAL_RUN := ^Test(Reductions|DataMovement)$$/./.*/^([a-z]+|len=$(ASAN_LEN))$$/^len=$(ASAN_LEN)$$
