@@ -3,12 +3,16 @@ package deepgo_test
 import (
 	"context"
 	"math"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
+	"github.com/deepgo-ml/deepgo/offload"
+	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -42,17 +46,57 @@ func TestOffloadCPUIsExactOnCPUBackend(t *testing.T) {
 	}
 }
 
-func TestOffloadNVMeNotSupported(t *testing.T) {
+// NVMe offload of the optimizer state (offload_optimizer.device "nvme")
+// trains bit-identically to no offload, stages 2 and 3, worlds 1 and 2,
+// over 20 steps, and leaves no swap folder behind once closed.
+func TestOffloadNVMeOptimizerIsExact(t *testing.T) {
+	for _, stage := range []int{2, 3} {
+		for _, world := range []int{1, 2} {
+			dir := t.TempDir()
+			base := run{stage: stage, world: world, gas: 1, steps: 20}
+			off := base
+			off.zeroExtra = `, "offload_optimizer": {"device": "nvme", "nvme_path": "` + dir + `", "buffer_count": 2, "pipeline_read": true, "pipeline_write": true}`
+			var swapped atomic.Int64 // swap-file bytes seen on disk during training
+			off.hook = func(rank int, _ *testmodel.MLP, _ *deepgo.Engine, step int) {
+				if step == 0 {
+					return
+				}
+				files, _ := os.ReadDir(offload.SwapDir(dir, rank))
+				for _, f := range files {
+					if fi, err := f.Info(); err == nil {
+						swapped.Add(fi.Size())
+					}
+				}
+			}
+			ref, err := train(t, base)
+			require.NoError(t, err)
+			got, err := train(t, off)
+			require.NoError(t, err, "stage %d world %d with NVMe offload", stage, world)
+			require.Equal(t, ref.losses, got.losses, "stage %d world %d: losses", stage, world)
+			for name, want := range ref.params {
+				for i := range want {
+					require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got.params[name][i]), "stage %d world %d: %s[%d]", stage, world, name, i)
+				}
+			}
+			assert.Positive(t, swapped.Load(), "stage %d world %d: no swap file under nvme_path during training", stage, world)
+			left, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			assert.Empty(t, left, "stage %d world %d: swap folders left after Close", stage, world)
+		}
+	}
+}
+
+// NVMe optimizer offload on a device backend is refused naming the key.
+func TestOffloadNVMeOnDeviceNotSupported(t *testing.T) {
 	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1,
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
-		"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}}`))
+		"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "` + t.TempDir() + `"}}}`))
 	require.NoError(t, err)
 	m := testmodel.NewMLP(1, 4, 3)
 	defer m.FreeUndonated()
-	_, err = deepgo.Initialize(context.Background(), cfg, m)
-	require.ErrorContains(t, err, "offload_optimizer.device=nvme", "Initialize with NVMe offload")
-	require.ErrorContains(t, err, "not supported", "Initialize with NVMe offload")
-
+	_, err = deepgo.Initialize(context.Background(), cfg, m, deepgo.WithDevice(tensor.Sim(0)))
+	require.ErrorContains(t, err, "offload_optimizer.device=nvme", "Initialize with NVMe offload on sim")
+	require.ErrorContains(t, err, "not supported", "Initialize with NVMe offload on sim")
 }
 
 // The sequence_parallel section is reported, not silently ignored: at

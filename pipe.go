@@ -304,7 +304,7 @@ func (e *PipeEngine) setupOptimizer(ctx context.Context, o options) error {
 		return err
 	}
 	if e.opt == nil {
-		if e.opt, err = newOptimizer(e.cfg, e.be, o.store); err != nil {
+		if e.opt, err = newOptimizer(e.cfg, e.be, o.store, e.world.Rank()); err != nil {
 			return err
 		}
 		e.ownOpt = true

@@ -19,6 +19,7 @@ import (
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/cuda"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/offload"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/sim"
 	"github.com/deepgo-ml/deepgo/tensor"
@@ -108,7 +109,7 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		return nil, err
 	}
 	if e.opt == nil {
-		if e.opt, err = newOptimizer(cfg, e.be, o.store); err != nil {
+		if e.opt, err = newOptimizer(cfg, e.be, o.store, e.c.Rank()); err != nil {
 			return nil, err
 		}
 		e.ownOpt = true
@@ -254,20 +255,55 @@ func precision(cfg *config.Config) (dtypes, error) {
 }
 
 // newOptimizer builds the config's "optimizer" section on be, keeping its
-// state in store when one is given.
-func newOptimizer(cfg *config.Config, be backend.Backend, store optim.StateStore) (optim.Optimizer, error) {
+// state in store when one is given, else where offload_optimizer says
+// (nvmeStore, under the folder of rank), else in be's memory.
+func newOptimizer(cfg *config.Config, be backend.Backend, store optim.StateStore, rank int) (optim.Optimizer, error) {
 	if cfg.Optimizer == nil {
 		return nil, errors.New("deepgo.Initialize: optimizer: the config has no \"optimizer\" section; add one or pass WithOptimizer")
 	}
 	var oo []optim.Option
+	var own optim.StateStore
+	if store == nil {
+		var err error
+		if own, err = nvmeStore(cfg, be, rank); err != nil {
+			return nil, err
+		}
+		store = own
+	}
 	if store != nil {
 		oo = append(oo, optim.WithStateStore(store))
 	}
 	opt, err := optim.New(cfg.Optimizer.Type, cfg.Optimizer.Params, be, oo...)
 	if err != nil {
+		if own != nil {
+			err = errors.Join(err, own.Close())
+		}
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
 	return opt, nil
+}
+
+// nvmeStore is the optimizer-state store offload_optimizer.device "nvme"
+// asks for (nil otherwise): the state of each parameter group swapped
+// through rank's folder under nvme_path by the aio engine. Host memory
+// only, so the CPU backend only for now.
+func nvmeStore(cfg *config.Config, be backend.Backend, rank int) (optim.StateStore, error) {
+	oo := cfg.ZeroOptimization.OffloadOptimizer
+	if oo == nil || oo.Device != "nvme" {
+		return nil, nil
+	}
+	if !be.Device().IsCPU() {
+		return nil, fmt.Errorf("deepgo.Initialize: zero_optimization.offload_optimizer.device=nvme on device %v: not supported yet (the swapper stages through host memory on the CPU backend only)", be.Device())
+	}
+	opts, err := offload.NVMeOptionsFromConfig(cfg, rank)
+	if err != nil {
+		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
+	}
+	s, err := offload.NewNVMeStore(opts)
+	if err != nil {
+		return nil, fmt.Errorf("deepgo.Initialize: zero_optimization.offload_optimizer: %w", err)
+	}
+	return s, nil
 }
 
 // zeroConfig translates the zero_optimization section and the gradient
@@ -304,8 +340,6 @@ func unsupported(cfg *config.Config) error {
 		return fmt.Errorf("deepgo.Initialize: %s: not supported yet", key)
 	}
 	switch {
-	case z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "nvme":
-		return ns("zero_optimization.offload_optimizer.device=nvme (NVMe swapping slots in behind optim.StateStore; use WithStateStore)")
 	case z.OffloadParam != nil && z.OffloadParam.Device == "nvme":
 		return ns("zero_optimization.offload_param.device=nvme")
 	case z.ZeroQuantizedWeights || z.ZeroQuantizedGradients || z.ZeroQuantizedNontrainableWeights:
@@ -334,6 +368,9 @@ func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
 	var notes []string
 	if z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "cpu" && dev.IsCPU() {
 		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: on the CPU backend the optimizer state already lives in host memory and the step runs on the CPU; nothing moves")
+	}
+	if z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "nvme" {
+		notes = append(notes, "zero_optimization.offload_optimizer.device=nvme: the optimizer state swaps through nvme_path with the aio engine, one parameter group at a time; sub_group_size is not applied yet (ZeRO steps its shard as one group, so the whole shard's state is in host memory during the step)")
 	}
 	if z.OffloadParam != nil && z.OffloadParam.Device == "cpu" && dev.IsCPU() {
 		notes = append(notes, "zero_optimization.offload_param.device=cpu: on the CPU backend parameter partitions already live in host memory; nothing moves")
