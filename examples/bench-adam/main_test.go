@@ -82,7 +82,7 @@ func TestPeerRun(t *testing.T) {
 	for i, c := range r.Peer.Results {
 		assert.Equal(t, 1<<20, c.Params)
 		assert.Equal(t, i+1, c.Threads)
-		for _, v := range []float64{c.Ours, c.DeepSpeed, c.Torch, c.RoofGBps} {
+		for _, v := range []float64{c.Ours, c.DeepSpeed, c.Torch, c.RoofGBps, c.OursBusy, c.DeepSpeedBusy, c.TorchBusy} {
 			assert.Positive(t, v, "%+v", c)
 		}
 		assert.InDelta(t, c.Ours/c.DeepSpeed, c.OursVsDeepSpeed, 1e-9)

@@ -37,6 +37,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/internal/benchutil"
 	"github.com/deepgo-ml/deepgo/nn"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -53,6 +54,9 @@ type run struct {
 	ScratchBytes    int64   `json:"scratch_bytes"`
 	Loss            float32 `json:"loss"`
 	Rounds          int     `json:"rounds,omitempty"` // device runs: timed rounds, median kept
+	// Busy is CPU seconds per wall second over the timed steps: below
+	// Threads when the machine was shared.
+	Busy float64 `json:"busy_threads,omitempty"`
 }
 
 // peak is the sgemm rate (FLOP/s) of an n x n x n product on the CPU
@@ -228,9 +232,9 @@ func bench(cfg nn.GPTConfig, threads, steps int, in, tg []int32, B, T int) (run,
 		return run{}, err
 	}
 	var loss float32
-	var total time.Duration
+	var total, cpu time.Duration
 	for s := 0; s <= steps; s++ {
-		t0 := time.Now()
+		c0, t0 := benchutil.CPUTime(), time.Now()
 		if loss, err = g.Forward(be, in, tg, B, T); err != nil {
 			return run{}, err
 		}
@@ -239,12 +243,13 @@ func bench(cfg nn.GPTConfig, threads, steps int, in, tg []int32, B, T int) (run,
 		}
 		if s > 0 { // the first step allocates and warms caches
 			total += time.Since(t0)
+			cpu += benchutil.CPUTime() - c0
 		}
 	}
 	st := g.ActivationStats()
 	sec := total.Seconds() / float64(steps)
 	return run{Threads: threads, Checkpointing: cfg.Checkpointing.Enabled, TokensPerSec: float64(B*T) / sec, StepSeconds: sec,
-		ActivationBytes: st.Bytes, ScratchBytes: st.ScratchBytes, Loss: loss}, nil
+		ActivationBytes: st.Bytes, ScratchBytes: st.ScratchBytes, Loss: loss, Busy: cpu.Seconds() / total.Seconds()}, nil
 }
 
 func fail(err error) {

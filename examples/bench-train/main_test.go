@@ -100,6 +100,8 @@ func TestPeerRun(t *testing.T) {
 		assert.Positive(t, c.Ours)
 		assert.Positive(t, c.Torch)
 		assert.Positive(t, c.TorchMFU)
+		assert.Positive(t, c.OursBusy)
+		assert.Positive(t, c.TorchBusy)
 		assert.InDelta(t, c.Ours/c.Torch, c.OursVsTorch, 1e-9)
 		assert.InDelta(t, 5.545, c.TorchLoss, 0.1, "torch loss against ln(256)")
 		assert.InDelta(t, 5.545, float64(c.OursLoss), 0.1, "deepgo loss against ln(256)")

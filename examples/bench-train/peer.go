@@ -37,6 +37,7 @@ type peerResult struct {
 	TorchMFU    float64   `json:"torch_mfu"`
 	OursLoss    float32   `json:"deepgo_loss"`
 	TorchLoss   float64   `json:"torch_loss"`
+	OursBusy    float64   `json:"deepgo_busy_threads"`
 	TorchBusy   float64   `json:"torch_busy_threads"`
 	OursRounds  []float64 `json:"deepgo_rounds_tokens_per_s"`
 	TorchRounds []float64 `json:"torch_rounds_tokens_per_s"`
@@ -63,9 +64,11 @@ func runPeer(ctx context.Context, cfg nn.GPTConfig, p params, rounds int, flopsP
 	}
 	rep := peerReport{Rounds: rounds, Method: "per round and thread count: deepgo's GPT then the same GPT in PyTorch eager (fp32, one python process), " +
 		"each forward+backward, the mean of " + strconv.Itoa(p.steps) + " steps after one warm-up; tokens/s are medians over rounds; " +
-		"MFU = flops_per_token * tokens/s / the same run's peak_sgemm_gflops"}
+		"MFU = flops_per_token * tokens/s / the same run's peak_sgemm_gflops; busy_threads = CPU seconds / wall seconds over the timed steps, median over rounds " +
+		"(below the threads asked for: the machine was shared)"}
 	for _, th := range []int{1, 2} {
 		r := peerResult{Threads: th}
+		var oursBusy, torchBusy []float64
 		for round := 0; round < rounds; round++ {
 			ours, err := bench(cfg, th, p.steps, in, tg, p.batch, p.seq)
 			if err != nil {
@@ -83,10 +86,12 @@ func runPeer(ctx context.Context, cfg nn.GPTConfig, p params, rounds int, flopsP
 			rep.Torch, rep.Attention = pr.Torch, pr.Attention
 			r.OursRounds = append(r.OursRounds, ours.TokensPerSec)
 			r.TorchRounds = append(r.TorchRounds, pr.TokensPerSec)
-			r.OursLoss, r.TorchLoss, r.TorchBusy = ours.Loss, pr.Loss, pr.Busy
+			r.OursLoss, r.TorchLoss = ours.Loss, pr.Loss
+			oursBusy, torchBusy = append(oursBusy, ours.Busy), append(torchBusy, pr.Busy)
 		}
 		r.Ours, r.Torch = benchutil.Median(r.OursRounds), benchutil.Median(r.TorchRounds)
 		r.OursVsTorch = r.Ours / r.Torch
+		r.OursBusy, r.TorchBusy = benchutil.Median(oursBusy), benchutil.Median(torchBusy)
 		r.OursMFU, r.TorchMFU = flopsPerToken*r.Ours/peaks[th], flopsPerToken*r.Torch/peaks[th]
 		rep.Results = append(rep.Results, r)
 	}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -73,4 +74,20 @@ func TestRunPeer(t *testing.T) {
 	assert.True(t, errors.As(err, &ee), "%v", err)
 	assert.ErrorContains(t, err, "z")
 	assert.ErrorContains(t, RunPeer(context.Background(), py, "print('no json')", nil, &got), `"no json" is not the expected JSON`)
+}
+
+// TestCPUTime: spinning makes the CPU time grow (by 20 ms within 10 s of
+// wall time however loaded the machine), and it never goes back.
+func TestCPUTime(t *testing.T) {
+	c0 := CPUTime()
+	require.Positive(t, c0)
+	x, t0 := 1.0, time.Now()
+	for CPUTime()-c0 < 20*time.Millisecond {
+		require.Less(t, time.Since(t0), 10*time.Second, "CPU time stuck at %v", CPUTime())
+		for i := 0; i < 100_000; i++ {
+			x = x*1.0000001 + 1e-9
+		}
+	}
+	assert.Positive(t, x)
+	assert.GreaterOrEqual(t, CPUTime(), c0+20*time.Millisecond)
 }
