@@ -16,11 +16,17 @@
 // memory, against a roof measured on the device in the same run
 // (device.go).
 //
-//	go run ./examples/bench-adam [-device cpu|sim|cuda] [-sizes 16,64] [-reps 5] [-threads N]
+// With -peer (CPU only) it also times DeepSpeed's DeepSpeedCPUAdam and
+// PyTorch's AdamW on the same sizes and thread counts, interleaved with our
+// step and the roof (peer.go, peer.py), from the venv that
+// scripts/install-peers.sh makes; without it the "peer" field says so.
+//
+//	go run ./examples/bench-adam [-device cpu|sim|cuda] [-sizes 16,64] [-reps 5] [-threads N] [-peer [-rounds 3]]
 package main
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -62,6 +68,8 @@ type report struct {
 	NaiveParamsPS  map[string]float64 `json:"naive_scalar_c_params_per_s"`
 	SpeedupVsNaive map[string]float64 `json:"fused_1thread_vs_naive"`
 	ComputeSpeedup float64            `json:"compute_only_2thread_speedup"`
+	// Peer is -peer's comparison (a peerReport), or why it did not run.
+	Peer any `json:"peer,omitempty"`
 }
 
 // must2 is must for two results.
@@ -125,11 +133,16 @@ func execute(args []string, w io.Writer) error {
 	sizesFlag := fs.String("sizes", "16,64", "parameter counts in Mi")
 	reps := fs.Int("reps", 5, "timed repetitions (best is kept)")
 	threads := fs.Int("threads", 0, "sim: C threads of the simulated device (0: GOMAXPROCS); ignored elsewhere")
+	peer := fs.Bool("peer", false, "cpu: also time DeepSpeedCPUAdam and PyTorch's AdamW (scripts/install-peers.sh installs them), interleaved with ours and the roof")
+	rounds := fs.Int("rounds", 3, "-peer: interleaved rounds (medians are reported)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *reps < 1 {
 		return fmt.Errorf("-reps = %d: must be >= 1", *reps)
+	}
+	if *rounds < 1 {
+		return fmt.Errorf("-rounds = %d: must be >= 1", *rounds)
 	}
 	if *threads < 0 {
 		return fmt.Errorf("-threads = %d: must be >= 0 (0: GOMAXPROCS)", *threads)
@@ -157,7 +170,14 @@ func execute(args []string, w io.Writer) error {
 		for _, n := range sizes {
 			benchSize(&r, n, *reps)
 		}
+		if *peer {
+			if r.Peer, err = runPeers(context.Background(), sizes, *reps, *rounds); err != nil {
+				return err
+			}
+		}
 		rep = r
+	} else if *peer {
+		return fmt.Errorf("-peer with -device %q: the peers run on the CPU only (allowed: -device cpu)", *device)
 	} else if rep, err = runDevice(dev, sizes, *reps, cmp.Or(*threads, runtime.GOMAXPROCS(0))); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/deepgo-ml/deepgo/internal/benchutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -44,4 +45,53 @@ func TestArgErrors(t *testing.T) {
 	} {
 		assert.ErrorContains(t, execute(c.args, &bytes.Buffer{}), c.want, "%v", c.args)
 	}
+}
+
+// TestPeerNotInstalled: without the peers' venv, -peer says so in the JSON
+// and ours still runs.
+func TestPeerNotInstalled(t *testing.T) {
+	t.Setenv(benchutil.PeersVenvEnv, t.TempDir())
+	var out bytes.Buffer
+	require.NoError(t, execute([]string{"-sizes", "1", "-reps", "1", "-peer"}, &out))
+	var r struct {
+		Results []result `json:"results"`
+		Peer    string   `json:"peer"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &r), "%s", out.String())
+	assert.Contains(t, r.Peer, "not installed: run scripts/install-peers.sh")
+	assert.NotEmpty(t, r.Results)
+}
+
+// TestPeerRun runs the real peers (skipped where scripts/install-peers.sh
+// has not run): every size and thread count has positive rates for ours,
+// DeepSpeed and torch, and the ratios are theirs.
+func TestPeerRun(t *testing.T) {
+	if _, err := benchutil.PeerPython(); err != nil {
+		t.Skip(err)
+	}
+	var out bytes.Buffer
+	require.NoError(t, execute([]string{"-sizes", "1", "-reps", "2", "-peer", "-rounds", "1"}, &out))
+	var r struct {
+		Peer peerReport `json:"peer"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &r), "%s", out.String())
+	assert.NotEmpty(t, r.Peer.Torch)
+	assert.NotEmpty(t, r.Peer.DeepSpeed)
+	assert.Contains(t, []string{"fused", "foreach"}, r.Peer.TorchMode)
+	require.Len(t, r.Peer.Results, 2)
+	for i, c := range r.Peer.Results {
+		assert.Equal(t, 1<<20, c.Params)
+		assert.Equal(t, i+1, c.Threads)
+		for _, v := range []float64{c.Ours, c.DeepSpeed, c.Torch, c.RoofGBps, c.OursBusy, c.DeepSpeedBusy, c.TorchBusy} {
+			assert.Positive(t, v, "%+v", c)
+		}
+		assert.InDelta(t, c.Ours/c.DeepSpeed, c.OursVsDeepSpeed, 1e-9)
+		assert.InDelta(t, c.Ours/c.Torch, c.OursVsTorch, 1e-9)
+	}
+}
+
+// TestPeerOnDevice: the peers run on the CPU only.
+func TestPeerOnDevice(t *testing.T) {
+	assert.ErrorContains(t, execute([]string{"-device", "sim", "-peer"}, &bytes.Buffer{}), `-peer with -device "sim"`)
+	assert.ErrorContains(t, execute([]string{"-rounds", "0"}, &bytes.Buffer{}), "-rounds = 0: must be >= 1")
 }

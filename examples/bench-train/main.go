@@ -4,13 +4,17 @@
 // measured in the same run on the same device.
 //
 //	go run ./examples/bench-train [-device cpu|sim|cuda] [-steps 3] [-batch 4] [-seq 128]
-//	    [-layers 6 -heads 6 -width 384 -vocab 4096] [-threads N]
+//	    [-layers 6 -heads 6 -width 384 -vocab 4096] [-threads N] [-peer [-rounds 3]]
 //
 // On the CPU (the default) it runs 1 and 2 threads; the peak is an OpenBLAS
 // sgemm of a large square matrix on the same pool, and a configuration's
 // time is the mean of -steps after one warm-up. On a device (device.go)
 // parameters, gradients and activations live in device memory; see
 // benchDevice for what is timed and how.
+//
+// With -peer (CPU only) the same GPT also runs in PyTorch eager, fp32,
+// alternately with ours on 1 and 2 threads (peer.go, peer.py), from the venv
+// that scripts/install-peers.sh makes; without it the "peer" field says so.
 //
 // FLOPs per token (printed with the result): 6N for the parameter matmuls
 // (forward 2N, backward 4N; N without the position table) plus attention,
@@ -21,6 +25,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -32,6 +37,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/csrc"
+	"github.com/deepgo-ml/deepgo/internal/benchutil"
 	"github.com/deepgo-ml/deepgo/nn"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -48,6 +54,9 @@ type run struct {
 	ScratchBytes    int64   `json:"scratch_bytes"`
 	Loss            float32 `json:"loss"`
 	Rounds          int     `json:"rounds,omitempty"` // device runs: timed rounds, median kept
+	// Busy is CPU seconds per wall second over the timed steps: below
+	// Threads when the machine was shared.
+	Busy float64 `json:"busy_threads,omitempty"`
 }
 
 // peak is the sgemm rate (FLOP/s) of an n x n x n product on the CPU
@@ -92,6 +101,8 @@ type params struct {
 	width, vocab      int
 	threads           int
 	peakN             int
+	peer              bool
+	rounds            int
 }
 
 func main() {
@@ -113,6 +124,8 @@ func execute(args []string, w io.Writer) error {
 	fs.IntVar(&p.width, "width", 384, "channels")
 	fs.IntVar(&p.vocab, "vocab", 4096, "vocabulary size")
 	fs.IntVar(&p.threads, "threads", 0, "sim: C threads of the simulated device and of its peak sgemm (0: GOMAXPROCS); ignored elsewhere")
+	fs.BoolVar(&p.peer, "peer", false, "cpu: also time the same GPT in PyTorch eager (scripts/install-peers.sh installs it), interleaved with ours")
+	fs.IntVar(&p.rounds, "rounds", 3, "-peer: interleaved rounds (medians are reported)")
 	fs.IntVar(&p.peakN, "peak-n", 0, "side of the square sgemm of the peak (0: 1536 on cpu and sim, 8192 on cuda)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -120,7 +133,7 @@ func execute(args []string, w io.Writer) error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"steps", p.steps}, {"batch", p.batch}, {"seq", p.seq}, {"layers", p.layers}, {"heads", p.heads}, {"width", p.width}, {"vocab", p.vocab}} {
+	}{{"rounds", p.rounds}, {"steps", p.steps}, {"batch", p.batch}, {"seq", p.seq}, {"layers", p.layers}, {"heads", p.heads}, {"width", p.width}, {"vocab", p.vocab}} {
 		if f.v < 1 {
 			return fmt.Errorf("-%s = %d: must be >= 1", f.name, f.v)
 		}
@@ -154,6 +167,9 @@ func execute(args []string, w io.Writer) error {
 		in[i], tg[i] = int32(r.IntN(cfg.Vocab)), int32(r.IntN(cfg.Vocab))
 	}
 	if !dev.IsCPU() {
+		if p.peer {
+			return fmt.Errorf("-peer with -device %q: the peer runs on the CPU only (allowed: -device cpu)", p.device)
+		}
 		if err := runDevice(dev, p, cfg, flopsPerToken, in, tg, out); err != nil {
 			return err
 		}
@@ -166,12 +182,14 @@ func execute(args []string, w io.Writer) error {
 		"cpu_core": blas.CPUCore, "reason": blas.Reason}
 	var runs []run
 	peaks := map[string]float64{}
+	peakFLOPs := map[int]float64{}
 	for _, threads := range []int{1, 2} {
 		pk, err := peak(threads, cmp.Or(p.peakN, cpuPeakN))
 		if err != nil {
 			return err
 		}
 		peaks[fmt.Sprint(threads)] = pk / 1e9
+		peakFLOPs[threads] = pk
 		for _, ck := range []bool{false, true} {
 			c := cfg
 			c.Checkpointing.Enabled = ck
@@ -186,6 +204,11 @@ func execute(args []string, w io.Writer) error {
 	}
 	out["peak_sgemm_gflops"] = peaks
 	out["runs"] = runs
+	if p.peer {
+		if out["peer"], err = runPeer(context.Background(), cfg, p, p.rounds, flopsPerToken, peakFLOPs, in, tg); err != nil {
+			return err
+		}
+	}
 	return json.NewEncoder(w).Encode(out)
 }
 
@@ -209,9 +232,9 @@ func bench(cfg nn.GPTConfig, threads, steps int, in, tg []int32, B, T int) (run,
 		return run{}, err
 	}
 	var loss float32
-	var total time.Duration
+	var total, cpu time.Duration
 	for s := 0; s <= steps; s++ {
-		t0 := time.Now()
+		c0, t0 := benchutil.CPUTime(), time.Now()
 		if loss, err = g.Forward(be, in, tg, B, T); err != nil {
 			return run{}, err
 		}
@@ -220,12 +243,13 @@ func bench(cfg nn.GPTConfig, threads, steps int, in, tg []int32, B, T int) (run,
 		}
 		if s > 0 { // the first step allocates and warms caches
 			total += time.Since(t0)
+			cpu += benchutil.CPUTime() - c0
 		}
 	}
 	st := g.ActivationStats()
 	sec := total.Seconds() / float64(steps)
 	return run{Threads: threads, Checkpointing: cfg.Checkpointing.Enabled, TokensPerSec: float64(B*T) / sec, StepSeconds: sec,
-		ActivationBytes: st.Bytes, ScratchBytes: st.ScratchBytes, Loss: loss}, nil
+		ActivationBytes: st.Bytes, ScratchBytes: st.ScratchBytes, Loss: loss, Busy: cpu.Seconds() / total.Seconds()}, nil
 }
 
 func fail(err error) {

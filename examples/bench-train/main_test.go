@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/deepgo-ml/deepgo/internal/benchutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -62,4 +63,53 @@ func TestArgErrors(t *testing.T) {
 		require.Error(t, err, "%v", c.args)
 		assert.True(t, strings.Contains(err.Error(), c.args[0]) || strings.Contains(err.Error(), c.args[1]), "%v: %v", c.args, err)
 	}
+}
+
+// TestPeerNotInstalled: without the peers' venv, -peer says so in the JSON
+// and ours still runs.
+func TestPeerNotInstalled(t *testing.T) {
+	t.Setenv(benchutil.PeersVenvEnv, t.TempDir())
+	var out bytes.Buffer
+	require.NoError(t, execute(append(append([]string(nil), tiny...), "-peer"), &out))
+	var r struct {
+		Runs []run  `json:"runs"`
+		Peer string `json:"peer"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &r), "%s", out.String())
+	assert.Contains(t, r.Peer, "not installed: run scripts/install-peers.sh")
+	assert.Len(t, r.Runs, 4)
+}
+
+// TestPeerRun runs the PyTorch GPT (skipped where scripts/install-peers.sh
+// has not run): the same parameter count (checked by runPeer), positive
+// rates on 1 and 2 threads, and an initial loss near ln(vocab) like ours.
+func TestPeerRun(t *testing.T) {
+	if _, err := benchutil.PeerPython(); err != nil {
+		t.Skip(err)
+	}
+	var out bytes.Buffer
+	require.NoError(t, execute(append(append([]string(nil), tiny...), "-peer", "-rounds", "1"), &out))
+	var r struct {
+		Peer peerReport `json:"peer"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &r), "%s", out.String())
+	assert.NotEmpty(t, r.Peer.Torch)
+	require.Len(t, r.Peer.Results, 2)
+	for i, c := range r.Peer.Results {
+		assert.Equal(t, i+1, c.Threads)
+		assert.Positive(t, c.Ours)
+		assert.Positive(t, c.Torch)
+		assert.Positive(t, c.TorchMFU)
+		assert.Positive(t, c.OursBusy)
+		assert.Positive(t, c.TorchBusy)
+		assert.InDelta(t, c.Ours/c.Torch, c.OursVsTorch, 1e-9)
+		assert.InDelta(t, 5.545, c.TorchLoss, 0.1, "torch loss against ln(256)")
+		assert.InDelta(t, 5.545, float64(c.OursLoss), 0.1, "deepgo loss against ln(256)")
+	}
+}
+
+// TestPeerArgs: the peer runs on the CPU only, and -rounds must be >= 1.
+func TestPeerArgs(t *testing.T) {
+	assert.ErrorContains(t, execute(append(append([]string(nil), tiny...), "-device", "sim", "-peer"), &bytes.Buffer{}), `-peer with -device "sim"`)
+	assert.ErrorContains(t, execute(append(append([]string(nil), tiny...), "-rounds", "0"), &bytes.Buffer{}), "-rounds = 0")
 }

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+
+	"github.com/deepgo-ml/deepgo/internal/benchutil"
+	"github.com/deepgo-ml/deepgo/nn"
+)
+
+// peerScript is the same GPT in PyTorch eager (peer.py).
+//
+//go:embed peer.py
+var peerScript string
+
+// peerRun is peer.py's output.
+type peerRun struct {
+	Torch        string  `json:"torch"`
+	TorchThreads int     `json:"torch_threads"`
+	Params       int     `json:"params"`
+	TokensPerSec float64 `json:"tokens_per_s"`
+	Loss         float64 `json:"loss"`
+	Busy         float64 `json:"busy_threads"`
+	Attention    string  `json:"attention"`
+}
+
+// peerResult compares one thread count: medians over rounds of each
+// round's mean step, MFU against the peak sgemm measured on that thread count.
+type peerResult struct {
+	Threads     int       `json:"threads"`
+	Ours        float64   `json:"deepgo_tokens_per_s"`
+	Torch       float64   `json:"torch_tokens_per_s"`
+	OursVsTorch float64   `json:"deepgo_over_torch"`
+	OursMFU     float64   `json:"deepgo_mfu"`
+	TorchMFU    float64   `json:"torch_mfu"`
+	OursLoss    float32   `json:"deepgo_loss"`
+	TorchLoss   float64   `json:"torch_loss"`
+	OursBusy    float64   `json:"deepgo_busy_threads"`
+	TorchBusy   float64   `json:"torch_busy_threads"`
+	OursRounds  []float64 `json:"deepgo_rounds_tokens_per_s"`
+	TorchRounds []float64 `json:"torch_rounds_tokens_per_s"`
+}
+
+// peerReport is the "peer" object of the JSON.
+type peerReport struct {
+	Method    string       `json:"method"`
+	Torch     string       `json:"torch"`
+	Attention string       `json:"torch_attention"`
+	Rounds    int          `json:"rounds"`
+	Results   []peerResult `json:"results"`
+}
+
+// runPeer times the GPT (checkpointing off) and the same GPT in PyTorch
+// eager alternately: each round runs, per thread count, ours then one
+// peer.py process. peaks are the sgemm FLOP/s per thread count measured
+// earlier in the run. Without the peers' venv it returns why and times
+// nothing.
+func runPeer(ctx context.Context, cfg nn.GPTConfig, p params, rounds int, flopsPerToken float64, peaks map[int]float64, in, tg []int32) (any, error) {
+	py, err := benchutil.PeerPython()
+	if err != nil {
+		return err.Error(), nil
+	}
+	rep := peerReport{Rounds: rounds, Method: "per round and thread count: deepgo's GPT then the same GPT in PyTorch eager (fp32, one python process), " +
+		"each forward+backward, the mean of " + strconv.Itoa(p.steps) + " steps after one warm-up; tokens/s are medians over rounds; " +
+		"MFU = flops_per_token * tokens/s / the same run's peak_sgemm_gflops; busy_threads = CPU seconds / wall seconds over the timed steps, median over rounds " +
+		"(below the threads asked for: the machine was shared)"}
+	for _, th := range []int{1, 2} {
+		r := peerResult{Threads: th}
+		var oursBusy, torchBusy []float64
+		for round := 0; round < rounds; round++ {
+			ours, err := bench(cfg, th, p.steps, in, tg, p.batch, p.seq)
+			if err != nil {
+				return nil, err
+			}
+			var pr peerRun
+			args := []string{strconv.Itoa(th), strconv.Itoa(p.steps), strconv.Itoa(cfg.Layers), strconv.Itoa(cfg.Heads),
+				strconv.Itoa(cfg.Width), strconv.Itoa(cfg.Vocab), strconv.Itoa(p.seq), strconv.Itoa(p.batch)}
+			if err := benchutil.RunPeer(ctx, py, peerScript, map[string]string{"OMP_NUM_THREADS": strconv.Itoa(th)}, &pr, args...); err != nil {
+				return nil, err
+			}
+			if pr.Params != cfg.NumParams() {
+				return nil, fmt.Errorf("peer.py %v: the PyTorch GPT has %d parameters, deepgo's %d: not the same model", args, pr.Params, cfg.NumParams())
+			}
+			rep.Torch, rep.Attention = pr.Torch, pr.Attention
+			r.OursRounds = append(r.OursRounds, ours.TokensPerSec)
+			r.TorchRounds = append(r.TorchRounds, pr.TokensPerSec)
+			r.OursLoss, r.TorchLoss = ours.Loss, pr.Loss
+			oursBusy, torchBusy = append(oursBusy, ours.Busy), append(torchBusy, pr.Busy)
+		}
+		r.Ours, r.Torch = benchutil.Median(r.OursRounds), benchutil.Median(r.TorchRounds)
+		r.OursVsTorch = r.Ours / r.Torch
+		r.OursBusy, r.TorchBusy = benchutil.Median(oursBusy), benchutil.Median(torchBusy)
+		r.OursMFU, r.TorchMFU = flopsPerToken*r.Ours/peaks[th], flopsPerToken*r.Torch/peaks[th]
+		rep.Results = append(rep.Results, r)
+	}
+	return rep, nil
+}
