@@ -104,3 +104,13 @@ func (e *Engine) globalNorm(ctx context.Context) (float64, error) {
 	}
 	return math.Sqrt(sum), nil
 }
+
+// tpCheckpoint refuses checkpoints under TP: each TP rank holds different
+// shards under the same parameter names, which the checkpoint layout (one
+// file set per data-parallel group) cannot tell apart yet.
+func (e *Engine) tpCheckpoint(op string) error {
+	if e.tp != nil && e.tp.Size() > 1 {
+		return fmt.Errorf("deepgo: %s with tensor_model_parallel_size %d: not supported yet (TP shards in checkpoints)", op, e.tp.Size())
+	}
+	return nil
+}
