@@ -75,7 +75,7 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	e.log = o.log
 	if e.log == nil {
 		e.log = io.Discard
-		if e.c.Rank() == 0 {
+		if e.reportRank() == 0 {
 			e.log = os.Stderr // a log: the program's standard output stays its own
 		}
 	}

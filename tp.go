@@ -114,3 +114,13 @@ func (e *Engine) tpCheckpoint(op string) error {
 	}
 	return nil
 }
+
+// reportRank is the rank that logs and writes reports: the world rank in
+// TensorParallelGroups' layout (model fastest), so that only one of the
+// TP ranks holding data rank 0 counts as rank 0.
+func (e *Engine) reportRank() int {
+	if e.tp == nil {
+		return e.c.Rank()
+	}
+	return e.c.Rank()*e.tp.Size() + e.tp.Rank()
+}
