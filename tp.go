@@ -19,7 +19,8 @@ import (
 // WithTensorParallel runs the engine as one rank of the tensor-parallel
 // group tp, the group the model was sharded over; WithComm is then this
 // rank's data-parallel group (TensorParallelGroups builds both from a
-// world). tp.Size() must equal tensor_model_parallel_size.
+// world). tp.Size() must equal tensor_model_parallel_size. The engine's
+// Parameters are then this rank's shards (nn.GPT.Unshard gathers them).
 func WithTensorParallel(tp comm.Comm) Option { return func(o *options) { o.tp = tp } }
 
 // TensorParallelGroups lays world out as DeepSpeed and Megatron do

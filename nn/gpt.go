@@ -86,7 +86,11 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 			return nil, fmt.Errorf("nn.NewGPT: number_checkpoints %d: must be >= 0", ck.NumberCheckpoints)
 		}
 		if ck.PartitionActivations {
-			g.notes = append(g.notes, "activation_checkpointing.partition_activations has no effect: there is no tensor-parallel group to partition over")
+			if cfg.TP.size() > 1 {
+				g.notes = append(g.notes, "activation_checkpointing.partition_activations has no effect yet: each tensor-parallel rank keeps its checkpointed inputs whole")
+			} else {
+				g.notes = append(g.notes, "activation_checkpointing.partition_activations has no effect: there is no tensor-parallel group to partition over")
+			}
 		}
 		if ck.CPUCheckpointing {
 			g.notes = append(g.notes, "activation_checkpointing.cpu_checkpointing: saved inputs are in host memory already on the CPU backend")
