@@ -96,6 +96,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	e.batch = batch
 
 	specs, err := e.declare(net)
+	if err == nil {
+		err = e.checkShards()
+	}
 	if err != nil {
 		return nil, err
 	}

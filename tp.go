@@ -125,3 +125,19 @@ func (e *Engine) reportRank() int {
 	}
 	return e.c.Rank()*e.tp.Size() + e.tp.Rank()
 }
+
+// checkShards refuses a model sharded for TP (a Split parameter) without
+// the TP group: its norm and overflow would be this rank's shards' alone.
+func (e *Engine) checkShards() error {
+	if e.tp != nil {
+		return nil
+	}
+	for _, ps := range e.params {
+		for _, p := range ps {
+			if p.Parallel.Split {
+				return fmt.Errorf("deepgo.Initialize: parameter %s is a tensor-parallel shard (dim %d): set tensor_model_parallel_size and pass WithTensorParallel with the group the model is sharded over", p.Name, p.Parallel.Dim)
+			}
+		}
+	}
+	return nil
+}

@@ -240,6 +240,18 @@ func TestGPTTensorParallelErrors(t *testing.T) {
 		})
 		require.NoError(t, err)
 	}
+	err := local.Run(context.Background(), 2, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, c comm.Comm) error {
+		cfg := tpGPT(32)
+		cfg.TP = nn.TP{Comm: c}
+		g, err := nn.NewGPT(cfg)
+		if err != nil {
+			return err
+		}
+		_, err = g.NewPart(0, 2)
+		assert.ErrorContains(t, err, "tensor_model_parallel_size 2 with pipeline parts: not supported yet")
+		return nil
+	})
+	require.NoError(t, err)
 	for _, tc := range []struct {
 		extra string
 		tp    int
@@ -247,6 +259,7 @@ func TestGPTTensorParallelErrors(t *testing.T) {
 	}{
 		{`"zero_optimization": {"stage": 3}, "tensor_model_parallel_size": 2`, 2, "zero_optimization.stage 3: not supported yet"},
 		{`"tensor_model_parallel_size": 2`, 0, "pass WithTensorParallel"},
+		{`"tensor_model_parallel_size": 1`, -2, "transformer.wte.weight is a tensor-parallel shard (dim 0)"},
 		{`"tensor_model_parallel_size": 4`, 2, "tensor_model_parallel_size 4, but WithTensorParallel's group has 2 ranks"},
 		{`"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2`, 2, "with pipeline stages (TP x PP)"},
 	} {
@@ -258,8 +271,10 @@ func TestGPTTensorParallelErrors(t *testing.T) {
 			}
 			gc := tpGPT(32)
 			opts := []deepgo.Option{}
+			if tc.tp != 0 {
+				gc.TP = nn.TP{Comm: c} // tp < 0: a sharded model without the TP group
+			}
 			if tc.tp > 0 {
-				gc.TP = nn.TP{Comm: c}
 				opts = append(opts, deepgo.WithTensorParallel(c))
 			}
 			g, err := nn.NewReadyGPT(gc, nil, 1)
