@@ -33,6 +33,7 @@ type Engine struct {
 	index    map[string]int
 	hashes   map[int64]string
 	c        comm.Comm
+	tp       comm.Comm    // tensor-parallel group (WithTensorParallel), nil without
 	world    *local.World // owned world of one, when no comm was given
 	be       backend.Backend
 	ownBE    bool
@@ -231,6 +232,9 @@ func (e *Engine) Step(ctx context.Context) error {
 	e.stepApplied = false
 	scale := e.scaler.Scale()
 	overflow, err := e.z.Overflow(ctx)
+	if err == nil {
+		overflow, err = e.tpOverflow(ctx, overflow)
+	}
 	if err != nil {
 		return err
 	}
@@ -243,7 +247,7 @@ func (e *Engine) Step(ctx context.Context) error {
 		}
 		e.skippedSteps++
 	} else {
-		norm, err := e.z.GlobalNorm(ctx)
+		norm, err := e.globalNorm(ctx)
 		if err != nil {
 			return err
 		}

@@ -103,6 +103,9 @@ func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadRe
 	if err := e.atBoundary("Load"); err != nil {
 		return LoadResult{}, err
 	}
+	if err := e.tpCheckpoint("Load"); err != nil {
+		return LoadResult{}, err
+	}
 	werr := e.WaitSave()
 	if dir == "" {
 		ck := e.cfg.Checkpoint

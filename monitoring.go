@@ -49,7 +49,7 @@ func (e *Engine) startMonitor(extra []monitor.Option) error {
 	}
 	opts := append([]monitor.Option{monitor.WithLog(e.log), monitor.WithMemoryCapacity(capacity),
 		monitor.WithFiniteCheck(0, e.nonfiniteParams)}, extra...)
-	m, err := monitor.New(e.cfg, e.c.Rank(), opts...)
+	m, err := monitor.New(e.cfg, e.reportRank(), opts...)
 	if err != nil {
 		return fmt.Errorf("deepgo.Initialize: %w", err)
 	}

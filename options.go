@@ -15,6 +15,7 @@ type Option func(*options)
 
 type options struct {
 	comm    comm.Comm
+	tp      comm.Comm
 	backend backend.Backend
 	opt     optim.Optimizer
 	store   optim.StateStore

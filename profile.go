@@ -58,7 +58,7 @@ func (e *Engine) CommsSummary(w io.Writer) error {
 // that runs while global_steps equals profile_step: its first micro-batch).
 func (e *Engine) profiling() bool {
 	fp := e.cfg.FlopsProfiler
-	return fp.Enabled && e.c.Rank() == 0 && e.globalSteps == fp.ProfileStep && e.microSteps%e.batch.GradAccum == 0
+	return fp.Enabled && e.reportRank() == 0 && e.globalSteps == fp.ProfileStep && e.microSteps%e.batch.GradAccum == 0
 }
 
 // beginFlops starts the profile of this step's first micro-batch.

@@ -110,6 +110,9 @@ func (e *Engine) checkpointState(op, dir string, so SaveOptions) (checkpoint.Opt
 	if err := e.atBoundary(op); err != nil {
 		return o, nil, err
 	}
+	if err := e.tpCheckpoint(op); err != nil {
+		return o, nil, err
+	}
 	if dir != "" {
 		o.Dir = dir
 	}

@@ -31,14 +31,14 @@ import (
 // schedule, lays out and partitions the parameters for the configured ZeRO
 // stage, and rebinds every Param to engine memory.
 func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o options) (*Engine, error) {
-	e := &Engine{cfg: cfg, model: net, c: o.comm, be: o.backend, opt: o.opt, clip: cfg.GradientClipping}
+	e := &Engine{cfg: cfg, model: net, c: o.comm, tp: o.tp, be: o.backend, opt: o.opt, clip: cfg.GradientClipping}
 	ok := false
 	defer func() {
 		if !ok {
 			e.Close()
 		}
 	}()
-	if err := unsupported(cfg); err != nil {
+	if err := checkTP(cfg, o); err != nil {
 		return nil, err
 	}
 	if e.c == nil {
@@ -76,7 +76,7 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	e.log = o.log
 	if e.log == nil {
 		e.log = io.Discard
-		if e.c.Rank() == 0 {
+		if e.reportRank() == 0 {
 			e.log = os.Stderr // a log: the program's standard output stays its own
 		}
 	}
@@ -97,6 +97,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	e.batch = batch
 
 	specs, err := e.declare(net)
+	if err == nil {
+		err = e.checkShards()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +352,7 @@ func unsupported(cfg *config.Config) error {
 	case z.MicsShardSize > 0:
 		return ns("zero_optimization.mics_shard_size (MiCS)")
 	case cfg.TensorModelParallelSize > 1:
-		return ns("tensor_model_parallel_size > 1")
+		return ns("tensor_model_parallel_size > 1 with pipeline stages (TP x PP)")
 	case cfg.SequenceParallelSize > 1:
 		return ns("sequence_parallel_size > 1")
 	case cfg.AMP.Enabled():

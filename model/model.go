@@ -44,8 +44,10 @@ import (
 type Activation any
 
 // TPLayout says how tensor parallelism splits a parameter. The zero value
-// is Replicated. ZeRO treats both alike today; the field is where a tensor
-// parallel engine reads (and a checkpoint records) the split.
+// is Replicated: every TP rank holds the whole parameter and computes the
+// same gradient for it, so the engine counts it once in the gradient norm,
+// where it sums a Split parameter's shards over the TP group. ZeRO
+// partitions both alike over the data-parallel group.
 type TPLayout struct {
 	// Split is true when each tensor-parallel rank holds a slice of the
 	// full parameter along Dim (Megatron's column/row parallel weights).

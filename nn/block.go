@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -21,7 +22,8 @@ type Block struct {
 	LN2    *LayerNorm
 	FC     *Linear // C -> 4C
 	Act    GELU
-	FCProj *Linear // 4C -> C
+	FCProj *Linear  // 4C -> C
+	tp     *tpState // nil without tensor parallelism (see tp.go)
 }
 
 // NewBlock declares a block named name with heads heads over width channels
@@ -82,9 +84,9 @@ func (k *Block) NewActivations(a *Arena, b, t int) (*BlockActivations, error) {
 		p     **tensor.Tensor
 		shape []int
 	}{
-		{&s.LN1, []int{n, c}}, {&s.LN1Mean, []int{n}}, {&s.LN1Rstd, []int{n}}, {&s.QKV, []int{n, 3 * c}},
-		{&s.Att, []int{b, k.Attn.Heads, t, t}}, {&s.AttY, []int{n, c}}, {&s.Res2, []int{n, c}},
-		{&s.LN2, []int{n, c}}, {&s.LN2Mean, []int{n}}, {&s.LN2Rstd, []int{n}}, {&s.FC, []int{n, 4 * c}}, {&s.FCAct, []int{n, 4 * c}},
+		{&s.LN1, []int{n, c}}, {&s.LN1Mean, []int{n}}, {&s.LN1Rstd, []int{n}}, {&s.QKV, []int{n, k.QKV.Out}},
+		{&s.Att, []int{b, k.Attn.Heads, t, t}}, {&s.AttY, []int{n, k.Proj.In}}, {&s.Res2, []int{n, c}},
+		{&s.LN2, []int{n, c}}, {&s.LN2Mean, []int{n}}, {&s.LN2Rstd, []int{n}}, {&s.FC, []int{n, k.FC.Out}}, {&s.FCAct, []int{n, k.FC.Out}},
 	} {
 		if *f.p, err = a.Float32(f.shape...); err != nil {
 			return nil, err
@@ -110,7 +112,7 @@ func (k *Block) NewScratch(a *Arena, b, t int) (*BlockScratch, error) {
 	for _, f := range []struct {
 		p *(*tensor.Tensor)
 		w int
-	}{{&s.Proj, c}, {&s.DRes2, c}, {&s.DLN, c}, {&s.DAttY, c}, {&s.DQKV, 3 * c}, {&s.DFC, 4 * c}, {&s.DFCAct, 4 * c}} {
+	}{{&s.Proj, c}, {&s.DRes2, c}, {&s.DLN, c}, {&s.DAttY, k.Proj.In}, {&s.DQKV, k.QKV.Out}, {&s.DFC, k.FC.Out}, {&s.DFCAct, k.FC.Out}} {
 		if *f.p, err = a.Float32(n, f.w); err != nil {
 			return nil, err
 		}
@@ -132,11 +134,13 @@ func (k *Block) Forward(be backend.NN, out, in *tensor.Tensor, acts *BlockActiva
 		func() error { return k.QKV.Forward(be, acts.QKV, acts.LN1, n) },
 		func() error { return k.Attn.Forward(be, acts.AttY, acts.Att, acts.QKV, b, t) },
 		func() error { return k.Proj.Forward(be, s.Proj, acts.AttY, n) },
+		func() error { return k.tp.allReduce(s.Proj, n*k.Width, comm.Sum) },
 		func() error { return add(be, acts.Res2, in, s.Proj, n*k.Width) },
 		func() error { return k.LN2.Forward(be, acts.LN2, acts.LN2Mean, acts.LN2Rstd, acts.Res2, n) },
 		func() error { return k.FC.Forward(be, acts.FC, acts.LN2, n) },
-		func() error { return k.Act.Forward(be, acts.FCAct, acts.FC, n*4*k.Width) },
+		func() error { return k.Act.Forward(be, acts.FCAct, acts.FC, n*k.FC.Out) },
 		func() error { return k.FCProj.Forward(be, s.Proj, acts.FCAct, n) },
+		func() error { return k.tp.allReduce(s.Proj, n*k.Width, comm.Sum) },
 		func() error { return add(be, out, acts.Res2, s.Proj, n*k.Width) },
 	}
 	for _, f := range steps {
@@ -164,11 +168,12 @@ func (k *Block) Backward(be backend.NN, din, dout, in *tensor.Tensor, acts *Bloc
 			return cleared(be, s.DFCAct, func() error { return k.FCProj.Backward(be, s.DFCAct, dout, acts.FCAct, n) })
 		},
 		func() error {
-			return cleared(be, s.DFC, func() error { return k.Act.Backward(be, s.DFC, acts.FC, s.DFCAct, n*4*c) })
+			return cleared(be, s.DFC, func() error { return k.Act.Backward(be, s.DFC, acts.FC, s.DFCAct, n*k.FC.Out) })
 		},
 		func() error {
 			return cleared(be, s.DLN, func() error { return k.FC.Backward(be, s.DLN, s.DFC, acts.LN2, n) })
 		},
+		func() error { return k.tp.allReduce(s.DLN, n*c, comm.Sum) },
 		func() error { return k.LN2.Backward(be, s.DRes2, s.DLN, acts.Res2, acts.LN2Mean, acts.LN2Rstd, n) },
 		func() error {
 			return cleared(be, s.DAttY, func() error { return k.Proj.Backward(be, s.DAttY, s.DRes2, acts.AttY, n) })
@@ -179,6 +184,7 @@ func (k *Block) Backward(be backend.NN, din, dout, in *tensor.Tensor, acts *Bloc
 		func() error {
 			return cleared(be, s.DLN, func() error { return k.QKV.Backward(be, s.DLN, s.DQKV, acts.LN1, n) })
 		},
+		func() error { return k.tp.allReduce(s.DLN, n*c, comm.Sum) },
 		func() error { return add(be, din, din, s.DRes2, n*c) },
 		func() error { return k.LN1.Backward(be, din, s.DLN, in, acts.LN1Mean, acts.LN1Rstd, n) },
 	}

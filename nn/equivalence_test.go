@@ -88,17 +88,9 @@ func gptCurve(t *testing.T, stage, world, steps int, clip float64, corpus *data.
 			return err
 		}
 		defer e.Close()
-		for step := 0; step < steps; step++ {
-			b := eqBatch(corpus, step, world, c.Rank())
-			loss, err := e.TrainBatch(ctx, []model.MicroBatch{b.MicroBatch()})
-			if err != nil {
-				return err
-			}
-			if c.Rank() == 0 {
-				losses[step] = loss
-			}
-		}
-		ps, err := e.Parameters(ctx)
+		ps, err := trainSteps(ctx, e, losses, c.Rank() == 0, func(step int) model.TokenBatch {
+			return eqBatch(corpus, step, world, c.Rank())
+		})
 		if err != nil {
 			return err
 		}

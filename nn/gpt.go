@@ -21,6 +21,9 @@ type GPTConfig struct {
 	// most this many positions, itself included; <= 0 is full causal.
 	AttentionWindow int
 	Checkpointing   Checkpointing
+	// TP is the tensor-parallel group the model is sharded over (see
+	// tp.go); the zero value is none.
+	TP TP
 }
 
 // NumParams is the parameter count of the model cfg describes (the tied
@@ -48,6 +51,7 @@ type GPT struct {
 	// lo, hi are the modules [lo, hi) of a pipeline part (NewPart), whose
 	// activation memory covers only those; hi 0 is the whole model.
 	lo, hi int
+	tp     *tpState // nil without tensor parallelism
 }
 
 // ParamGroup is a named group of parameters: the unit a ZeRO stage-3 engine
@@ -63,6 +67,9 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 	if cfg.Layers < 1 || cfg.Vocab < 1 || cfg.SeqLen < 1 {
 		return nil, fmt.Errorf("nn.NewGPT: layers %d, vocab %d, seq_len %d: all must be >= 1", cfg.Layers, cfg.Vocab, cfg.SeqLen)
 	}
+	if err := checkTP(cfg); err != nil {
+		return nil, err
+	}
 	g := &GPT{Config: cfg, Embed: NewEmbedding("transformer", cfg.Vocab, cfg.SeqLen, cfg.Width),
 		LNF: NewLayerNorm("transformer.ln_f", cfg.Width), Xent: CrossEntropy{Vocab: cfg.Vocab}}
 	for l := 0; l < cfg.Layers; l++ {
@@ -72,13 +79,18 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 		}
 		g.Blocks = append(g.Blocks, b)
 	}
+	g.shardTP()
 	ck := cfg.Checkpointing
 	if ck.Enabled {
 		if ck.NumberCheckpoints < 0 {
 			return nil, fmt.Errorf("nn.NewGPT: number_checkpoints %d: must be >= 0", ck.NumberCheckpoints)
 		}
 		if ck.PartitionActivations {
-			g.notes = append(g.notes, "activation_checkpointing.partition_activations has no effect: there is no tensor-parallel group to partition over")
+			if cfg.TP.size() > 1 {
+				g.notes = append(g.notes, "activation_checkpointing.partition_activations has no effect yet: each tensor-parallel rank keeps its checkpointed inputs whole")
+			} else {
+				g.notes = append(g.notes, "activation_checkpointing.partition_activations has no effect: there is no tensor-parallel group to partition over")
+			}
 		}
 		if ck.CPUCheckpointing {
 			g.notes = append(g.notes, "activation_checkpointing.cpu_checkpointing: saved inputs are in host memory already on the CPU backend")
@@ -170,8 +182,18 @@ func (g *GPT) Init(seed uint64) error {
 			if proj[p] {
 				std /= math.Sqrt(2 * float64(g.Config.Layers))
 			}
-			for i := range v {
-				v[i] = float32(r.NormFloat64() * std)
+			// a shard draws the full value and keeps its cut, so the
+			// sharded model is the unsharded one with the same seed
+			full := v
+			s, cut := g.tp.shardOf(p)
+			if cut {
+				full = make([]float32, s.numel())
+			}
+			for i := range full {
+				full[i] = float32(r.NormFloat64() * std)
+			}
+			if cut {
+				s.cutFull(v, full, g.tp.c.Rank(), g.tp.c.Size())
 			}
 		}
 	}
@@ -285,10 +307,10 @@ func (g *GPT) alloc(be backend.Backend, b, t int) error {
 	bufs := []buf{{&s.dA, &s.scr, []int{n, c}}, {&s.dB, &s.scr, []int{n, c}}}
 	if head := L + 1; g.inPart(head) {
 		bufs = append(bufs, buf{&s.lnf, &s.acts, []int{n, c}}, buf{&s.lnfMean, &s.acts, []int{n}}, buf{&s.lnfRstd, &s.acts, []int{n}},
-			buf{&s.probs, &s.acts, []int{n, g.Config.Vocab}}, buf{&s.losses, &s.acts, []int{n}}, buf{&s.dlosses, &s.scr, []int{n}})
+			buf{&s.probs, &s.acts, []int{n, g.Embed.Vocab}}, buf{&s.losses, &s.acts, []int{n}}, buf{&s.dlosses, &s.scr, []int{n}})
 	}
 	if g.inPart(0) || g.inPart(L+1) {
-		bufs = append(bufs, buf{&s.dwteHead, &s.scr, []int{g.Config.Vocab, c}})
+		bufs = append(bufs, buf{&s.dwteHead, &s.scr, []int{g.Embed.Vocab, c}})
 	}
 	for _, f := range bufs {
 		if *f.p, err = f.a.Float32(f.shape...); err != nil {
@@ -316,6 +338,7 @@ func (g *GPT) Free() {
 // freeActivations releases the activation memory (the next Forward
 // allocates again, for a new batch shape).
 func (g *GPT) freeActivations() {
+	g.tp.free()
 	if g.st != nil {
 		g.st.acts.Reset()
 		g.st.scr.Reset()

@@ -19,6 +19,10 @@ type Linear struct {
 	In, Out int
 	W       *model.Param // [Out, In]
 	B       *model.Param // [Out], nil without bias
+	// biasElsewhere leaves the bias out of Forward (Backward still adds
+	// its gradient): a row-parallel shard whose partial outputs are summed
+	// with another rank's, which adds the bias once.
+	biasElsewhere bool
 }
 
 // NewLinear declares a Linear named name (parameters name.weight, name.bias).
@@ -70,7 +74,11 @@ func (l *Linear) Forward(be backend.NN, out, in *tensor.Tensor, n int) error {
 	if err := asMatrices(mat{&w, l.Out, l.In}, mat{&x, n, l.In}, mat{&y, n, l.Out}); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
 	}
-	if err := be.LinearForward(y, x, w, l.bias(false)); err != nil {
+	b := l.bias(false)
+	if l.biasElsewhere {
+		b = nil
+	}
+	if err := be.LinearForward(y, x, w, b); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
 	}
 	return nil

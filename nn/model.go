@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -61,6 +62,12 @@ func (g *GPT) compute(ctx context.Context) (backend.Backend, backend.NN, error) 
 		return nil, nil, fmt.Errorf("nn.GPT: no backend: drive the model with an engine (deepgo.Initialize hands every module its backend), or call UseBackend (or pass one to NewReadyGPT)")
 	}
 	k, ok := be.(backend.NN)
+	if ok && g.tp != nil {
+		if !be.Device().IsCPU() {
+			return nil, nil, fmt.Errorf("nn.GPT: tensor parallelism on %v: %w yet (the CPU backend only)", be.Device(), backend.ErrUnsupported)
+		}
+		g.tp.ctx = ctx
+	}
 	if !ok {
 		return nil, nil, fmt.Errorf("nn.GPT: backend %s offers no nn kernels (backend.NN): %w yet", be.Name(), backend.ErrUnsupported)
 	}
@@ -121,7 +128,12 @@ func (m embedModule) Forward(ctx context.Context, in model.Activation) (model.Ac
 	if err := upload(k, s.targets, b.Targets); err != nil {
 		return nil, fmt.Errorf("nn.GPT.Forward: targets: %w", err)
 	}
-	if err := g.Embed.Forward(k, s.resid[0], s.tokens, b.B, b.T); err != nil {
+	if g.tp != nil {
+		err = g.tpEmbedForward(k, s.resid[0], b.Inputs, b.B, b.T)
+	} else {
+		err = g.Embed.Forward(k, s.resid[0], s.tokens, b.B, b.T)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return s.resid[0], nil
@@ -147,7 +159,16 @@ func (m embedModule) Backward(ctx context.Context, gout model.Activation) (model
 		// the stages' tied-gradient reduction
 		return nil, g.Embed.Backward(k, d, s.tokens, s.b, s.t)
 	}
-	if err := g.Embed.backward(k, "GPT.Backward", s.dwteHead, d, s.tokens, s.b, s.t); err != nil {
+	if g.tp != nil {
+		spare := s.dA
+		if d == s.dA {
+			spare = s.dB
+		}
+		err = g.tpEmbedBackward(k, s.dwteHead, d, spare, s.b, s.t)
+	} else {
+		err = g.Embed.backward(k, "GPT.Backward", s.dwteHead, d, s.tokens, s.b, s.t)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err := be.Axpy(1, []*tensor.Tensor{s.dwteHead}, []*tensor.Tensor{g.Embed.Tok.Grad}); err != nil {
@@ -237,11 +258,11 @@ type headModule struct {
 
 // headWeight checks the tied wte the head reads and views it as [V, C].
 func (g *GPT) headWeight(op string, dev tensor.Device) (*tensor.Tensor, error) {
-	if err := checkParams(op, dev, false, []*model.Param{g.Embed.Tok}, []int{g.Config.Vocab, g.Config.Width}); err != nil {
+	if err := checkParams(op, dev, false, []*model.Param{g.Embed.Tok}, []int{g.Embed.Vocab, g.Config.Width}); err != nil {
 		return nil, err
 	}
 	w := g.Embed.Tok.Data
-	if err := asMatrices(mat{&w, g.Config.Vocab, g.Config.Width}); err != nil {
+	if err := asMatrices(mat{&w, g.Embed.Vocab, g.Config.Width}); err != nil {
 		return nil, fmt.Errorf("nn.%s: head: %w", op, err)
 	}
 	return w, nil
@@ -307,6 +328,10 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 	if err := k.LinearBackward(s.dB, s.dwteHead, nil, dlogits, s.lnf, wte); err != nil {
 		return nil, fmt.Errorf("nn.GPT.Backward: head: %w", err)
 	}
+	// the head is column-parallel over the vocabulary: sum ln_f's gradient
+	if err := g.tp.allReduce(s.dB, n*g.Config.Width, comm.Sum); err != nil {
+		return nil, err
+	}
 	if err := zero(k, s.dA); err != nil {
 		return nil, err
 	}
@@ -347,6 +372,10 @@ func (g *GPT) Loss(ctx context.Context, out, target model.Activation, gradScale 
 		}
 	}
 	n := s.b * s.t
+	if g.tp != nil {
+		loss, err := g.tpXent(logits, s.targets, n, gradScale)
+		return loss, logits, err
+	}
 	loss, err := g.Xent.Forward(k, logits, s.losses, logits, s.targets, n)
 	if err != nil {
 		return 0, nil, err

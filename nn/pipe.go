@@ -43,6 +43,9 @@ func (g *GPT) inPart(i int) bool { return g.hi == 0 || (i >= g.lo && i < g.hi) }
 // gradient with the embedding stage's.
 func (g *GPT) NewPart(start, stop int) (model.Part, error) {
 	n := g.Config.Layers + 2
+	if g.tp != nil {
+		return nil, fmt.Errorf("nn.GPT.NewPart: tensor_model_parallel_size %d with pipeline parts: not supported yet", g.tp.c.Size())
+	}
 	if start < 0 || stop > n || start >= stop {
 		return nil, fmt.Errorf("nn.GPT.NewPart: modules [%d, %d): want 0 <= start < stop <= %d", start, stop, n)
 	}

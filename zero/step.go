@@ -78,43 +78,11 @@ func (z *Optimizer) GlobalNorm(ctx context.Context) (float64, error) {
 	if z.world == 1 || z.cfg.Stage == 0 {
 		return math.Sqrt(ss), nil
 	}
-	src, err := z.be.Empty(tensor.Float64, 1)
+	sum, err := z.sumOverRanks(ctx, []float64{ss})
 	if err != nil {
 		return 0, err
 	}
-	defer src.Free()
-	all, err := z.be.Empty(tensor.Float64, z.world)
-	if err != nil {
-		return 0, err
-	}
-	defer all.Free()
-	hs, err := tensor.Empty(tensor.Float64, 1)
-	if err != nil {
-		return 0, err
-	}
-	defer hs.Free()
-	s, _ := hs.Float64s()
-	s[0] = ss
-	if err := z.be.Copy(src, hs); err != nil {
-		return 0, err
-	}
-	t0 := time.Now()
-	err = z.c.AllGather(ctx, all, src)
-	z.timers.Comm += time.Since(t0)
-	if err != nil {
-		return 0, fmt.Errorf("zero: global gradient norm: %w", err)
-	}
-	ha, free, err := ToHost(z.be, all)
-	if err != nil {
-		return 0, err
-	}
-	defer free()
-	a, _ := ha.Float64s()
-	var sum float64
-	for _, x := range a {
-		sum += x
-	}
-	return math.Sqrt(sum), nil
+	return math.Sqrt(sum[0]), nil
 }
 
 // Step applies the base optimizer to this rank's shard with learning

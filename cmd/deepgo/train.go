@@ -105,17 +105,22 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		steps = mc.steps
 	}
 	pp, virtual := pipeShape(cfgPath)
+	tp := tpSize(cfgPath)
+	if tp > 1 && pp > 1 {
+		return nil, fmt.Errorf("tensor_model_parallel_size %d with %d pipeline stages: not supported yet", tp, pp)
+	}
 	if targs.job != nil {
 		// one rank per process: the launcher's world holds every stage
-		if w := targs.job.env.WorldSize; w%pp != 0 {
-			return nil, fmt.Errorf("WORLD_SIZE %d is not a multiple of the config's %d pipeline stages", w, pp)
+		if w := targs.job.env.WorldSize; w%(pp*tp) != 0 {
+			return nil, fmt.Errorf("WORLD_SIZE %d is not a multiple of the config's %d pipeline stages x %d tensor-parallel ranks", w, pp, tp)
 		}
-		ranks = targs.job.env.WorldSize / pp
+		ranks = targs.job.env.WorldSize / (pp * tp)
 	}
 	if ranks <= 0 {
 		ranks = impliedRanks(cfgPath)
 	}
-	world := ranks * pp // pipeline stages × data-parallel ranks (train_pipe.go)
+	// pipeline stages × data-parallel ranks (train_pipe.go) × tensor-parallel ranks (train_tp.go)
+	world := ranks * pp * tp
 	targs.steps = steps // before the ranks start: they share targs
 	var corpus *data.Tokens
 	var floor *float64
@@ -177,6 +182,11 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		}
 		// sequence_parallel.attention_window_size is the model's attention window
 		g.AttentionWindow = cfg.SequenceParallel.AttentionWindowSize
+		dc, tpg, tpOpts, err := tpRank(ctx, c, tp)
+		if err != nil {
+			return err
+		}
+		g.TP = tpg
 		gpt, err := nn.NewReadyGPT(g, nil, 1) // computes on the engine's backend
 		if err != nil {
 			return err
@@ -186,6 +196,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if err != nil {
 			return err
 		}
+		opts = append(opts, tpOpts...)
 		log := io.Discard // DeepSpeed's reports (flops_profiler, comms_logger lines) from rank 0
 		if c.Rank() == 0 {
 			log = stdout
@@ -214,8 +225,14 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			if pp > 1 {
 				fmt.Fprintln(stdout, pipeBanner(cfg, pp, ranks))
 			}
+			if tp > 1 {
+				fmt.Fprintf(stdout, "tensor parallel: %d ranks x %d data-parallel ranks (the params above are one rank's shards)\n", tp, ranks)
+			}
 		}
 		dr, dn := dataRank(rank, c.Size(), pp)
+		if tp > 1 {
+			dr, dn = dc.Rank(), dc.Size()
+		}
 		s, err := data.NewDistributedSampler(corpus.NumWindows(T), dr, dn, 5, true)
 		if err != nil {
 			return err

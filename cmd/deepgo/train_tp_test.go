@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// `deepgo train` reads tensor_model_parallel_size: TP 2 over 2
+// data-parallel ranks runs 4 in-process ranks, says so, holds less per
+// rank, and ends at TP 1's final loss (to float32 summation order); TP
+// with pipeline stages is refused.
+func TestTrainTensorParallel(t *testing.T) {
+	dir := t.TempDir()
+	res := map[int]trainResult{}
+	for _, tp := range []int{1, 2} {
+		cfg := filepath.Join(dir, fmt.Sprintf("tp%d.json", tp))
+		require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8,
+			"tensor_model_parallel_size": %d, "gradient_clipping": 1.0, "zero_optimization": {"stage": 1},
+			"optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}`, tp)), 0o644))
+		var out, errb bytes.Buffer
+		code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "40"}, &out, &errb)
+		require.Zero(t, code, errb.String())
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		var r trainResult
+		require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &r), "last line %q", lines[len(lines)-1])
+		res[tp] = r
+		if tp == 2 {
+			assert.Contains(t, out.String(), "tensor parallel: 2 ranks x 2 data-parallel ranks")
+		}
+	}
+	assert.Equal(t, 2, res[1].Ranks)
+	assert.Equal(t, 4, res[2].Ranks)
+	assert.Less(t, res[2].PeakMemory[0], res[1].PeakMemory[0], "memory per rank at TP 2 vs 1")
+	assert.LessOrEqual(t, math.Abs(res[2].FinalLoss-res[1].FinalLoss)/res[1].FinalLoss, 1e-5, "final loss TP 2 %v vs TP 1 %v", res[2].FinalLoss, res[1].FinalLoss)
+
+	cfg := filepath.Join(dir, "tppp.json")
+	require.NoError(t, os.WriteFile(cfg, []byte(`{"train_micro_batch_size_per_gpu": 8, "tensor_model_parallel_size": 2,
+		"pipeline_model_parallel_size": 2, "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}`), 0o644))
+	var out, errb bytes.Buffer
+	assert.NotZero(t, run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "2"}, &out, &errb))
+	assert.Contains(t, errb.String(), "tensor_model_parallel_size 2 with 2 pipeline stages: not supported yet")
+}
