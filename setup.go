@@ -331,7 +331,20 @@ func zeroConfig(cfg *config.Config, d dtypes) zero.Config {
 			MaxReuseDistance:   int64(zc.Stage3MaxReuseDistance),
 		},
 		PersistenceThreshold: int64(zc.Stage3ParamPersistenceThreshold),
+		SubGroupSize:         subGroupSize(cfg),
 	}
+}
+
+// subGroupSize is where sub_group_size applies (0 elsewhere): stage 3, as
+// in DeepSpeed, and any stage with NVMe optimizer offload, whose host
+// memory it bounds (DeepSpeed offers NVMe in stage 3 only). Stages 0-2
+// otherwise step their shard in one call, as DeepSpeed's stage 1/2 do.
+func subGroupSize(cfg *config.Config) int {
+	zc := cfg.ZeroOptimization
+	if zc.Stage == 3 || zc.OffloadOptimizer != nil && zc.OffloadOptimizer.Device == "nvme" {
+		return zc.SubGroupSize
+	}
+	return 0
 }
 
 func unsupported(cfg *config.Config) error {
@@ -370,7 +383,7 @@ func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
 		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: on the CPU backend the optimizer state already lives in host memory and the step runs on the CPU; nothing moves")
 	}
 	if z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "nvme" {
-		notes = append(notes, "zero_optimization.offload_optimizer.device=nvme: the optimizer state swaps through nvme_path with the aio engine, one parameter group at a time; sub_group_size is not applied yet (ZeRO steps its shard as one group, so the whole shard's state is in host memory during the step)")
+		notes = append(notes, fmt.Sprintf("zero_optimization.offload_optimizer.device=nvme: the optimizer state swaps through nvme_path with the aio engine, one sub-group of at most sub_group_size=%d elements at a time (buffer_count=%d of them in host memory)", z.SubGroupSize, z.OffloadOptimizer.BufferCount))
 	}
 	if z.OffloadParam != nil && z.OffloadParam.Device == "cpu" && dev.IsCPU() {
 		notes = append(notes, "zero_optimization.offload_param.device=cpu: on the CPU backend parameter partitions already live in host memory; nothing moves")

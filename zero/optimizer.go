@@ -47,6 +47,11 @@ type Config struct {
 	PersistenceThreshold int64
 	// GroupName names the optimizer parameter group (state key).
 	GroupName string
+	// SubGroupSize is zero_optimization.sub_group_size where it applies
+	// (see subgroup.go): Step steps the shard in sub-groups of at most this
+	// many elements, each a parameter group "GroupName/subN" of its own; 0,
+	// or a size covering the shard, steps it whole as GroupName.
+	SubGroupSize int
 }
 
 // Timers accumulate where the Optimizer spent wall time.
@@ -69,6 +74,11 @@ type Memory struct {
 	Grads int64
 	// OptimizerState is the optimizer's moments (allocated at the first step).
 	OptimizerState int64
+	// OptimizerStateOnDisk is the part of OptimizerState kept in swap
+	// files (NVMe offload), counted in neither HostBytes nor DeviceBytes;
+	// SwapBuffers is the host memory the state is paged through now (in
+	// HostBytes), SwapBuffersPeak its high-water mark.
+	OptimizerStateOnDisk, SwapBuffers, SwapBuffersPeak int64
 	// Buckets is the gradient-bucket and communication staging memory
 	// allocated now (in use or cached), BucketsPeak its peak.
 	Buckets, BucketsPeak int64
@@ -151,6 +161,9 @@ type Optimizer struct {
 	data [][]*tensor.Tensor
 	grad [][]*tensor.Tensor
 
+	subs       []*subGroup                 // the optimizer step calls over the shard
+	stateCache map[string][]*tensor.Tensor // OptimizerState's assembled copy (several sub-groups)
+
 	timers Timers
 }
 
@@ -198,6 +211,10 @@ func New(ctx context.Context, cfg Config, c comm.Comm, be backend.Backend, base 
 	z.gathered = newPool(be, z.acct, CatGathered, 2*int64(largest)*int64(cfg.ModelDType.Size()))
 	z.direct = cfg.Stage <= 1 && cfg.AccumDType == cfg.ModelDType
 	if err := z.alloc(); err != nil {
+		z.Close()
+		return nil, err
+	}
+	if err := z.planSteps(); err != nil {
 		z.Close()
 		return nil, err
 	}
