@@ -13,6 +13,26 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// memLog records rank 0's Memory() before a run's last (20th) step.
+type memLog struct {
+	mu sync.Mutex
+	m  map[string]zero.Memory
+}
+
+// last is a run hook recording under key.
+func (l *memLog) last(key string) func(int, *testmodel.MLP, *deepgo.Engine, int) {
+	return func(rank int, _ *testmodel.MLP, e *deepgo.Engine, step int) {
+		if rank == 0 && step == 19 {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.m == nil {
+				l.m = map[string]zero.Memory{}
+			}
+			l.m[key] = e.Memory()
+		}
+	}
+}
+
 // A model whose optimizer state does not fit a host-memory limit set for
 // the test trains with NVMe offload stepping sub_group_size sub-groups:
 // the host memory the state passes through (the store's swap buffers,
@@ -32,18 +52,8 @@ func TestOffloadNVMeSubGroupsBoundHostMemory(t *testing.T) {
 				off := base
 				off.zeroExtra = `, "stage3_param_persistence_threshold": 20, "sub_group_size": 4999` +
 					`, "offload_optimizer": {"device": "nvme", "nvme_path": "` + dir + `", "buffer_count": 2, "pipeline_read": true, "pipeline_write": true}`
-				var mu sync.Mutex
-				mem := map[string]zero.Memory{}
-				last := func(key string) func(int, *testmodel.MLP, *deepgo.Engine, int) {
-					return func(rank int, _ *testmodel.MLP, e *deepgo.Engine, step int) {
-						if rank == 0 && step == 19 {
-							mu.Lock()
-							mem[key] = e.Memory()
-							mu.Unlock()
-						}
-					}
-				}
-				base.hook, off.hook = last("ref"), last("off")
+				mem := &memLog{}
+				base.hook, off.hook = mem.last("ref"), mem.last("off")
 				ref, err := train(t, base)
 				require.NoError(t, err)
 				got, err := train(t, off)
@@ -51,7 +61,7 @@ func TestOffloadNVMeSubGroupsBoundHostMemory(t *testing.T) {
 				require.Equal(t, ref.losses, got.losses, "losses")
 				require.NoError(t, bitEqual(ref.params, got.params))
 
-				r, o := mem["ref"], mem["off"]
+				r, o := mem.m["ref"], mem.m["off"]
 				t.Logf("state %d B (in memory without offload: %d B); swap buffers %d B now, peak %d B; host bytes %d -> %d",
 					o.OptimizerState, r.OptimizerState, o.SwapBuffers, o.SwapBuffersPeak, r.HostBytes, o.HostBytes)
 				require.Greater(t, r.OptimizerState, int64(limit), "the test's state must not fit the limit")
@@ -67,7 +77,8 @@ func TestOffloadNVMeSubGroupsBoundHostMemory(t *testing.T) {
 }
 
 // sub_group_size does not change the checkpoint: one stepped in
-// sub-groups (in memory, and through NVMe) resumes in an engine stepping
+// sub-groups (in memory, through NVMe, and offloaded to the host from the
+// simulated device) resumes in an engine stepping
 // its shard whole, and the other way round, bit-identically to an
 // uninterrupted run.
 func TestSubGroupCheckpointResume(t *testing.T) {
@@ -77,12 +88,16 @@ func TestSubGroupCheckpointResume(t *testing.T) {
 	sub.zeroExtra = z3 + `, "sub_group_size": 37`
 	nvme := whole
 	nvme.zeroExtra = z3 + `, "sub_group_size": 29, "offload_optimizer": {"device": "nvme", "nvme_path": "` + t.TempDir() + `", "buffer_count": 2, "pipeline_read": true}`
+	cpuOff := whole // CPU optimizer offload on the simulated device, in sub-groups
+	cpuOff.dev = "sim"
+	cpuOff.zeroExtra = z3 + `, "sub_group_size": 41, "offload_optimizer": {"device": "cpu"}`
 	ref, err := train(t, whole)
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name          string
 		saver, loader run
-	}{{"sub->whole", sub, whole}, {"whole->sub", whole, sub}, {"nvme->whole", nvme, whole}, {"whole->nvme", whole, nvme}} {
+	}{{"sub->whole", sub, whole}, {"whole->sub", whole, sub}, {"nvme->whole", nvme, whole}, {"whole->nvme", whole, nvme},
+		{"sim-cpu-offload->whole", cpuOff, whole}, {"whole->sim-cpu-offload", whole, cpuOff}} {
 		dir := t.TempDir()
 		_, _, err := segment{r: c.saver, save: dir, from: 0, to: ckptAt}.train(t)
 		require.NoError(t, err, c.name)
@@ -96,6 +111,50 @@ func TestSubGroupCheckpointResume(t *testing.T) {
 	for name, want := range ref.params {
 		for i := range want {
 			require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got.params[name][i]), "%s[%d]", name, i)
+		}
+	}
+}
+
+// CPU optimizer offload on the simulated device (DeepSpeed's
+// ZeRO-Offload): the fp32 master weights and optimizer state live in host
+// memory, the step runs on the host, and the run is bit-identical to no
+// offload on the device and on the CPU over 20 steps (stages 2 and 3,
+// worlds 1 and 2, fp32 and bf16; stage 3 still gathers its parameters on
+// the device). Memory() shows the state and master on the host.
+func TestOffloadCPUOnSimIsExact(t *testing.T) {
+	z3 := `, "stage3_param_persistence_threshold": 20, "stage3_prefetch_bucket_size": 300`
+	for _, stage := range []int{2, 3} {
+		for _, world := range []int{1, 2} {
+			for _, prec := range []string{"", "bf16"} {
+				base := run{stage: stage, world: world, gas: 2, steps: 20, precision: prec, zeroExtra: z3}
+				t.Run(base.String(), func(t *testing.T) {
+					mem := &memLog{}
+					cpu, dev, off := base, base, base
+					dev.dev, off.dev = "sim", "sim+delay"
+					off.zeroExtra += `, "offload_optimizer": {"device": "cpu", "pin_memory": true}`
+					dev.hook, off.hook = mem.last("dev"), mem.last("off")
+					want, err := train(t, cpu)
+					require.NoError(t, err)
+					onDev, err := train(t, dev)
+					require.NoError(t, err)
+					got, err := train(t, off)
+					require.NoError(t, err)
+					require.NoError(t, bitEqual(want.params, onDev.params), "sim without offload against the CPU")
+					require.NoError(t, bitEqual(want.params, got.params), "sim with CPU offload against the CPU")
+					require.Equal(t, onDev.losses, got.losses, "losses")
+
+					d, o := mem.m["dev"], mem.m["off"]
+					t.Logf("no offload: host %d device %d (state %d, master %d); offload: host %d device %d (state %d, master %d)",
+						d.HostBytes, d.DeviceBytes, d.OptimizerState, d.Master, o.HostBytes, o.DeviceBytes, o.OptimizerState, o.Master)
+					require.Positive(t, o.OptimizerState)
+					assert.Equal(t, d.OptimizerState, o.OptimizerState, "OptimizerState")
+					assert.GreaterOrEqual(t, o.HostBytes, o.OptimizerState+o.Master, "HostBytes holds the state and the master weights")
+					assert.LessOrEqual(t, o.DeviceBytes, d.DeviceBytes-d.OptimizerState-d.Master, "DeviceBytes without the state and the master weights")
+					notes := got.engines[0].Notes()
+					require.NotEmpty(t, notes)
+					assert.Contains(t, notes[0], "offload_optimizer.device=cpu: the fp32 master weights")
+				})
+			}
 		}
 	}
 }

@@ -109,10 +109,19 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		return nil, err
 	}
 	if e.opt == nil {
-		if e.opt, err = newOptimizer(cfg, e.be, o.store, e.c.Rank()); err != nil {
+		stepBE := e.be
+		if cpuOffload(cfg, e.be.Device()) {
+			if e.hostBE, err = backend.NewCPU(max(1, runtime.GOMAXPROCS(0)/n)); err != nil {
+				return nil, fmt.Errorf("deepgo.Initialize: zero_optimization.offload_optimizer.device=cpu: host backend: %w", err)
+			}
+			stepBE = e.hostBE
+		}
+		if e.opt, err = newOptimizer(cfg, stepBE, o.store, e.c.Rank()); err != nil {
 			return nil, err
 		}
 		e.ownOpt = true
+	} else if cpuOffload(cfg, e.be.Device()) {
+		e.notes = append(e.notes, "zero_optimization.offload_optimizer.device=cpu: not applied: the optimizer passed with WithOptimizer steps where it was built")
 	}
 	if cfg.Scheduler != nil {
 		if e.sched, err = optim.NewSchedule(cfg.Scheduler.Type, cfg.Scheduler.Params, []float64{e.opt.Defaults().LR}); err != nil {
@@ -124,7 +133,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		return nil, err
 	}
 	initial := func(m, p int) *tensor.Tensor { return e.params[m][p].Data }
-	if e.z, err = zero.New(ctx, zeroConfig(cfg, dts), e.c, e.be, e.opt, specs, initial); err != nil {
+	zc := zeroConfig(cfg, dts)
+	zc.HostOffload = e.hostBE
+	if e.z, err = zero.New(ctx, zc, e.c, e.be, e.opt, specs, initial); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
 	if err := freeDonated(donated); err != nil {
@@ -382,6 +393,9 @@ func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
 	if z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "cpu" && dev.IsCPU() {
 		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: on the CPU backend the optimizer state already lives in host memory and the step runs on the CPU; nothing moves")
 	}
+	if cpuOffload(cfg, dev) {
+		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: the fp32 master weights, gradients for the step and optimizer state live in host memory and the step runs on the CPU; updated weights are copied to "+dev.String()+pinNote(dev))
+	}
 	if z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "nvme" {
 		notes = append(notes, fmt.Sprintf("zero_optimization.offload_optimizer.device=nvme: the optimizer state swaps through nvme_path with the aio engine, one sub-group of at most sub_group_size=%d elements at a time (buffer_count=%d of them in host memory)", z.SubGroupSize, z.OffloadOptimizer.BufferCount))
 	}
@@ -389,6 +403,23 @@ func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
 		notes = append(notes, "zero_optimization.offload_param.device=cpu: on the CPU backend parameter partitions already live in host memory; nothing moves")
 	}
 	return notes
+}
+
+// cpuOffload reports whether offload_optimizer.device "cpu" moves the
+// optimizer to the host: on a device backend (on the CPU it is there).
+func cpuOffload(cfg *config.Config, dev tensor.Device) bool {
+	oo := cfg.ZeroOptimization.OffloadOptimizer
+	return oo != nil && oo.Device == "cpu" && !dev.IsCPU()
+}
+
+// pinNote says why pin_memory changes nothing on dev (it stays in
+// deepgo's no-effect list): host buffers are aligned C allocations, never
+// page-locked.
+func pinNote(dev tensor.Device) string {
+	if dev.Kind == tensor.KindCUDA {
+		return "; host buffers are not page-locked whatever pin_memory says (the CUDA backend's Copy stages through buffers of its own)"
+	}
+	return "; pin_memory changes nothing: there is nothing to pin on " + dev.String()
 }
 
 // sequenceParallelNotes says what the sequence_parallel section does here:

@@ -52,6 +52,12 @@ type Config struct {
 	// many elements, each a parameter group "GroupName/subN" of its own; 0,
 	// or a size covering the shard, steps it whole as GroupName.
 	SubGroupSize int
+	// HostOffload, when set, is a host (CPU) backend the optimizer steps on
+	// for a device backend: offload_optimizer.device "cpu" (offload.go).
+	// The fp32 master chunk, a host copy of the gradient chunk and the
+	// base optimizer's state (its StateStore must be host memory) live in
+	// host memory; the base optimizer must run on this backend.
+	HostOffload backend.Backend
 }
 
 // Timers accumulate where the Optimizer spent wall time.
@@ -164,6 +170,9 @@ type Optimizer struct {
 	subs       []*subGroup                 // the optimizer step calls over the shard
 	stateCache map[string][]*tensor.Tensor // OptimizerState's assembled copy (several sub-groups)
 
+	hostGrad []*tensor.Tensor // HostOffload: the owned gradient chunk in host memory
+	upload   []*tensor.Tensor // HostOffload: the device range of each unit's updated weights
+
 	timers Timers
 }
 
@@ -245,6 +254,8 @@ func (z *Optimizer) alloc() error {
 	z.gbuf = make([]*tensor.Tensor, nu)
 	z.left = make([]int, nu)
 	z.touched = make([]bool, nu)
+	z.hostGrad = make([]*tensor.Tensor, nu)
+	z.upload = make([]*tensor.Tensor, nu)
 	half := z.cfg.ModelDType != tensor.Float32
 	var err error
 	for u, unit := range z.lay.Units {
@@ -263,12 +274,20 @@ func (z *Optimizer) alloc() error {
 				return err
 			}
 		}
-		if half {
+		switch {
+		case z.offloaded():
+			if z.master[u], err = z.acct.alloc(z.cfg.HostOffload, CatMaster, tensor.Float32, n); err != nil {
+				return err
+			}
+			if err := z.allocOffload(u, n, ownParam); err != nil {
+				return err
+			}
+		case half:
 			if z.master[u], err = z.acct.alloc(z.be, CatMaster, tensor.Float32, n); err != nil {
 				return err
 			}
 			z.copies[u] = ownParam
-		} else {
+		default:
 			z.master[u] = ownParam
 		}
 		accN := n
@@ -382,7 +401,12 @@ func (z *Optimizer) init(ctx context.Context, initial func(m, p int) *tensor.Ten
 			if err != nil {
 				return err
 			}
-			if z.cfg.ModelDType != tensor.Float32 {
+			switch {
+			case z.offloaded():
+				if err := z.be.Copy(z.master[u], own); err != nil {
+					return err
+				}
+			case z.cfg.ModelDType != tensor.Float32:
 				if err := z.be.Cast([]*tensor.Tensor{z.master[u]}, []*tensor.Tensor{own}); err != nil {
 					return err
 				}

@@ -50,12 +50,13 @@ func (z *Optimizer) Close() error {
 		z.acct.free(CatParams, z.param[u])
 		z.acct.free(CatParams, z.shard[u])
 		z.acct.free(CatGathered, z.full[u])
-		if z.cfg.ModelDType != tensor.Float32 {
+		if z.cfg.ModelDType != tensor.Float32 || z.offloaded() {
 			z.acct.free(CatMaster, z.master[u])
 		}
 		z.acct.free(CatGrads, z.acc[u])
 		z.acct.free(CatBuckets, z.gbuf[u])
 	}
+	z.freeOffload()
 	z.buckets.close()
 	z.gathered.close()
 	z.freeStateCache()
@@ -78,7 +79,13 @@ func (z *Optimizer) GatherMaster(ctx context.Context) ([][][]float32, error) {
 				return nil, err
 			}
 			defer tmp.Free()
-			if err := z.c.AllGather(ctx, tmp, z.master[u]); err != nil {
+			src, done, err := onDevice(z.be, z.master[u])
+			if err != nil {
+				return nil, err
+			}
+			err = z.c.AllGather(ctx, tmp, src)
+			done()
+			if err != nil {
 				return nil, fmt.Errorf("zero: gathering master weights: %w", err)
 			}
 			full = tmp
@@ -177,9 +184,14 @@ func (z *Optimizer) RestoreMaster(ctx context.Context, masters []*tensor.Tensor)
 			return fmt.Errorf("zero: restore: unit %d: %w", u, err)
 		}
 		if z.cfg.ModelDType != tensor.Float32 {
-			if err := z.be.Cast([]*tensor.Tensor{z.copies[u]}, []*tensor.Tensor{z.master[u]}); err != nil {
+			if err := z.stepBackend().Cast([]*tensor.Tensor{z.copies[u]}, []*tensor.Tensor{z.master[u]}); err != nil {
 				return fmt.Errorf("zero: restore: unit %d: %w", u, err)
 			}
+		}
+	}
+	if z.offloaded() {
+		if err := z.uploadParts(z.allParts()); err != nil {
+			return fmt.Errorf("zero: restore: %w", err)
 		}
 	}
 	if err := z.ZeroGrad(); err != nil {

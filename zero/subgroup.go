@@ -148,12 +148,19 @@ func (z *Optimizer) SubGroups() int { return len(z.subs) }
 func (z *Optimizer) stepSubGroups(g []*tensor.Tensor, lr, gradScale float64) error {
 	z.freeStateCache()
 	for _, sg := range z.subs {
-		grads, err := views(sg.parts, g)
-		if err != nil {
-			return err
+		fetch := views
+		if z.offloaded() {
+			fetch = func(_ []subPart, g []*tensor.Tensor) ([]*tensor.Tensor, error) { return z.download(sg, g) }
 		}
-		grp := optim.ParamGroup{Name: sg.name, Params: sg.params, Grads: grads, Copies: sg.copies}
-		if err := z.base.Step(grp, lr, gradScale); err != nil {
+		grads, err := fetch(sg.parts, g)
+		if err == nil {
+			grp := optim.ParamGroup{Name: sg.name, Params: sg.params, Grads: grads, Copies: sg.copies}
+			err = z.base.Step(grp, lr, gradScale)
+		}
+		if err == nil && z.offloaded() {
+			err = z.uploadParts(sg.parts)
+		}
+		if err != nil {
 			if len(z.subs) > 1 {
 				return fmt.Errorf("sub-group %q: %w", sg.name, err)
 			}
