@@ -6,13 +6,16 @@ package zero
 // state live in host memory; the step runs on the host backend's fused CPU
 // kernels; the updated weights (model dtype) go back to the device.
 //
-// At Step the sub-groups go in order: each one's gradients are copied down
-// (a device-to-host Copy waits for the data), it steps on the host, and its
-// updated weights are copied up. An upload returns once its source is
-// staged, so it runs on the device while the host steps the next
-// sub-group. Gradients are copied down at the step rather than per bucket
-// during backward: the backend's Copy to the host is synchronous, so an
-// earlier copy would stall backward instead of overlapping it.
+// At Step the sub-groups go in order: each one's gradients are copied down,
+// it steps on the host, and its updated weights are copied up. The next
+// sub-group's download (a device-to-host Copy, which blocks its caller
+// until the data is there) runs on a goroutine while the host steps the
+// current one, and an upload returns once its source is staged, so it runs
+// on the device while the host steps the next sub-group (the backends are
+// safe for concurrent use). Gradients are copied down at the step rather
+// than per bucket during backward: with accumulation the reduced chunk is
+// final only at the boundary, and a blocking copy there would stall the
+// backward the reductions overlap.
 //
 // pin_memory: host buffers come from the C allocator (aligned, not
 // page-locked); on the CPU and simulated devices there is nothing to pin,
@@ -64,6 +67,47 @@ func (z *Optimizer) freeOffload() {
 			z.acct.free(CatMaster, z.copies[u])
 		}
 	}
+}
+
+// stepOffloaded steps the sub-groups on the host: sub-group i+1's
+// gradients are copied down (a goroutine waiting on the device) while
+// sub-group i steps, and i's updated weights go up after its step. Every
+// download has ended when it returns.
+func (z *Optimizer) stepOffloaded(g []*tensor.Tensor, lr, gradScale float64) error {
+	type fetched struct {
+		grads []*tensor.Tensor
+		err   error
+	}
+	fetch := func(sg *subGroup) <-chan fetched {
+		ch := make(chan fetched, 1)
+		go func() {
+			grads, err := z.download(sg, g)
+			ch <- fetched{grads, err}
+		}()
+		return ch
+	}
+	next := fetch(z.subs[0])
+	for i, sg := range z.subs {
+		f := <-next
+		next = nil
+		if i+1 < len(z.subs) && f.err == nil {
+			next = fetch(z.subs[i+1])
+		}
+		err := f.err
+		if err == nil {
+			err = z.stepOne(sg, f.grads, lr, gradScale)
+		}
+		if err == nil {
+			err = z.uploadParts(sg.parts)
+		}
+		if err != nil {
+			if next != nil {
+				<-next
+			}
+			return z.subErr(sg, err)
+		}
+	}
+	return nil
 }
 
 // download copies the device gradients g of sg's parts into the host

@@ -147,27 +147,32 @@ func (z *Optimizer) SubGroups() int { return len(z.subs) }
 // sub-groups updated.
 func (z *Optimizer) stepSubGroups(g []*tensor.Tensor, lr, gradScale float64) error {
 	z.freeStateCache()
+	if z.offloaded() {
+		return z.stepOffloaded(g, lr, gradScale)
+	}
 	for _, sg := range z.subs {
-		fetch := views
-		if z.offloaded() {
-			fetch = func(_ []subPart, g []*tensor.Tensor) ([]*tensor.Tensor, error) { return z.download(sg, g) }
-		}
-		grads, err := fetch(sg.parts, g)
+		grads, err := views(sg.parts, g)
 		if err == nil {
-			grp := optim.ParamGroup{Name: sg.name, Params: sg.params, Grads: grads, Copies: sg.copies}
-			err = z.base.Step(grp, lr, gradScale)
-		}
-		if err == nil && z.offloaded() {
-			err = z.uploadParts(sg.parts)
+			err = z.stepOne(sg, grads, lr, gradScale)
 		}
 		if err != nil {
-			if len(z.subs) > 1 {
-				return fmt.Errorf("sub-group %q: %w", sg.name, err)
-			}
-			return err
+			return z.subErr(sg, err)
 		}
 	}
 	return nil
+}
+
+// stepOne steps sub-group sg with its gradients.
+func (z *Optimizer) stepOne(sg *subGroup, grads []*tensor.Tensor, lr, gradScale float64) error {
+	return z.base.Step(optim.ParamGroup{Name: sg.name, Params: sg.params, Grads: grads, Copies: sg.copies}, lr, gradScale)
+}
+
+// subErr names the sub-group of a failed step when there are several.
+func (z *Optimizer) subErr(sg *subGroup, err error) error {
+	if len(z.subs) > 1 {
+		return fmt.Errorf("sub-group %q: %w", sg.name, err)
+	}
+	return err
 }
 
 // assembleState copies the sub-groups' state into one host tensor per
