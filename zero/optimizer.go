@@ -73,10 +73,13 @@ type Memory struct {
 	// buffer for stages 0-2, the owned shard for stage 3.
 	Params map[tensor.DType]int64
 	// Master is the fp32 master copy (0 when the model is fp32, whose
-	// optimizer updates the parameters in place).
+	// optimizer updates the parameters in place). With Config.HostOffload
+	// it is in host memory, fp32 models included, and holds for half
+	// models the host model-dtype copy the step writes too.
 	Master int64
 	// Grads are gradient buffers kept across micro-steps: full for stages
-	// 0-1, the owned shard for stages 2-3.
+	// 0-1, the owned shard for stages 2-3; with Config.HostOffload also
+	// the owned chunk's host copy the step reads.
 	Grads int64
 	// OptimizerState is the optimizer's moments (allocated at the first step).
 	OptimizerState int64
