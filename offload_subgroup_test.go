@@ -3,6 +3,7 @@ package deepgo_test
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 
@@ -115,13 +116,15 @@ func TestSubGroupCheckpointResume(t *testing.T) {
 	}
 }
 
-// CPU optimizer offload on the simulated device (DeepSpeed's
-// ZeRO-Offload): the fp32 master weights and optimizer state live in host
-// memory, the step runs on the host, and the run is bit-identical to no
-// offload on the device and on the CPU over 20 steps (stages 2 and 3,
-// worlds 1 and 2, fp32 and bf16; stage 3 still gathers its parameters on
-// the device). Memory() shows the state and master on the host.
-func TestOffloadCPUOnSimIsExact(t *testing.T) {
+// Optimizer offload on the simulated device: with device "cpu"
+// (DeepSpeed's ZeRO-Offload) the fp32 master weights and optimizer state
+// live in host memory and the step runs on the host; with "nvme"
+// (ZeRO-Infinity) the same, the state swapped through files. Both runs are
+// bit-identical to no offload on the device and on the CPU over 20 steps
+// (stages 2 and 3, worlds 1 and 2, fp32 and bf16; stage 3 still gathers
+// its parameters on the device). Memory() shows the master weights and the
+// state on the host (or on disk), not on the device.
+func TestOffloadOnSimIsExact(t *testing.T) {
 	z3 := `, "stage3_param_persistence_threshold": 20, "stage3_prefetch_bucket_size": 300`
 	for _, stage := range []int{2, 3} {
 		for _, world := range []int{1, 2} {
@@ -129,33 +132,40 @@ func TestOffloadCPUOnSimIsExact(t *testing.T) {
 				base := run{stage: stage, world: world, gas: 2, steps: 20, precision: prec, zeroExtra: z3}
 				t.Run(base.String(), func(t *testing.T) {
 					mem := &memLog{}
-					cpu, dev, off := base, base, base
-					dev.dev, off.dev = "sim", "sim+delay"
-					off.zeroExtra += `, "offload_optimizer": {"device": "cpu", "pin_memory": true}`
-					if stage == 3 {
-						off.zeroExtra += `, "sub_group_size": 50` // downloads overlap the host steps of earlier sub-groups
-					}
-					dev.hook, off.hook = mem.last("dev"), mem.last("off")
+					cpu, dev := base, base
+					dev.dev, dev.hook = "sim", mem.last("dev")
 					want, err := train(t, cpu)
 					require.NoError(t, err)
 					onDev, err := train(t, dev)
 					require.NoError(t, err)
-					got, err := train(t, off)
-					require.NoError(t, err)
 					require.NoError(t, bitEqual(want.params, onDev.params), "sim without offload against the CPU")
-					require.NoError(t, bitEqual(want.params, got.params), "sim with CPU offload against the CPU")
-					require.Equal(t, onDev.losses, got.losses, "losses")
+					d := mem.m["dev"]
+					for _, to := range []string{"cpu", "nvme"} {
+						off := base
+						off.dev, off.hook = "sim+delay", mem.last(to)
+						off.zeroExtra += `, "offload_optimizer": {"device": "` + to + `", "pin_memory": true, "nvme_path": "` + t.TempDir() + `", "pipeline_read": true}`
+						if stage == 3 || to == "nvme" {
+							off.zeroExtra += `, "sub_group_size": 50` // downloads overlap the host steps of earlier sub-groups
+						}
+						got, err := train(t, off)
+						require.NoError(t, err, to)
+						require.NoError(t, bitEqual(want.params, got.params), "sim with %s offload against the CPU", to)
+						require.Equal(t, onDev.losses, got.losses, "%s: losses", to)
 
-					d, o := mem.m["dev"], mem.m["off"]
-					t.Logf("no offload: host %d device %d (state %d, master %d); offload: host %d device %d (state %d, master %d)",
-						d.HostBytes, d.DeviceBytes, d.OptimizerState, d.Master, o.HostBytes, o.DeviceBytes, o.OptimizerState, o.Master)
-					require.Positive(t, o.OptimizerState)
-					assert.Equal(t, d.OptimizerState, o.OptimizerState, "OptimizerState")
-					assert.GreaterOrEqual(t, o.HostBytes, o.OptimizerState+o.Master, "HostBytes holds the state and the master weights")
-					assert.LessOrEqual(t, o.DeviceBytes, d.DeviceBytes-d.OptimizerState-d.Master, "DeviceBytes without the state and the master weights")
-					notes := got.engines[0].Notes()
-					require.NotEmpty(t, notes)
-					assert.Contains(t, notes[0], "offload_optimizer.device=cpu: the fp32 master weights")
+						o := mem.m[to]
+						t.Logf("%s: no offload: host %d device %d (state %d, master %d); offload: host %d device %d (state %d, on disk %d, master %d)",
+							to, d.HostBytes, d.DeviceBytes, d.OptimizerState, d.Master, o.HostBytes, o.DeviceBytes, o.OptimizerState, o.OptimizerStateOnDisk, o.Master)
+						require.Positive(t, o.OptimizerState, to)
+						assert.Equal(t, d.OptimizerState, o.OptimizerState, "%s: OptimizerState", to)
+						if to == "nvme" {
+							assert.Equal(t, o.OptimizerState, o.OptimizerStateOnDisk, "nvme: OptimizerStateOnDisk")
+						}
+						assert.GreaterOrEqual(t, o.HostBytes, o.OptimizerState-o.OptimizerStateOnDisk+o.SwapBuffers+o.Master, "%s: HostBytes holds the state (or its swap buffers) and the master weights", to)
+						assert.LessOrEqual(t, o.DeviceBytes, d.DeviceBytes-d.OptimizerState-d.Master, "%s: DeviceBytes without the state and the master weights", to)
+						notes := strings.Join(got.engines[0].Notes(), "\n")
+						assert.Contains(t, notes, "offload_optimizer.device="+to+": the ", to)
+						assert.Contains(t, notes, "the step runs on the CPU", to)
+					}
 				})
 			}
 		}
