@@ -37,6 +37,7 @@ type Engine struct {
 	world    *local.World // owned world of one, when no comm was given
 	be       backend.Backend
 	ownBE    bool
+	hostBE   backend.Backend // offload_optimizer.device "cpu" on a device: the host backend the optimizer steps on
 	opt      optim.Optimizer
 	ownOpt   bool
 	z        *zero.Optimizer
@@ -393,6 +394,10 @@ func (e *Engine) Close() error {
 		e.saver = nil
 	}
 	errs = append(errs, closeOptimizer(&e.z, &e.opt, e.ownOpt))
+	if e.hostBE != nil {
+		errs = append(errs, e.hostBE.Close())
+		e.hostBE = nil
+	}
 	if e.ownBE && e.be != nil {
 		errs = append(errs, e.be.Close())
 		e.be = nil

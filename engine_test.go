@@ -49,6 +49,15 @@ type run struct {
 	hook              func(rank int, m *testmodel.MLP, e *deepgo.Engine, step int) // before each step
 	dev               string                                                       // "": the CPU; "sim", "sim+delay": the simulated device (device_test.go)
 	opts              []deepgo.Option                                              // more Initialize options
+	sizes             []int                                                        // the MLP's layer sizes; nil: sizes
+}
+
+// layers is the run's MLP layer sizes.
+func (r run) layers() []int {
+	if r.sizes == nil {
+		return sizes
+	}
+	return r.sizes
 }
 
 func (r run) String() string {
@@ -112,6 +121,7 @@ func train(t testing.TB, r run) (*result, error) {
 	if r.steps == 0 {
 		r.steps = steps
 	}
+	sizes := r.layers()
 	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	res := &result{engines: make([]*deepgo.Engine, r.world)}
 	var mu sync.Mutex

@@ -12,7 +12,6 @@ import (
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/offload"
-	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -84,19 +83,6 @@ func TestOffloadNVMeOptimizerIsExact(t *testing.T) {
 			assert.Empty(t, left, "stage %d world %d: swap folders left after Close", stage, world)
 		}
 	}
-}
-
-// NVMe optimizer offload on a device backend is refused naming the key.
-func TestOffloadNVMeOnDeviceNotSupported(t *testing.T) {
-	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1,
-		"optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
-		"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "` + t.TempDir() + `"}}}`))
-	require.NoError(t, err)
-	m := testmodel.NewMLP(1, 4, 3)
-	defer m.FreeUndonated()
-	_, err = deepgo.Initialize(context.Background(), cfg, m, deepgo.WithDevice(tensor.Sim(0)))
-	require.ErrorContains(t, err, "offload_optimizer.device=nvme", "Initialize with NVMe offload on sim")
-	require.ErrorContains(t, err, "not supported", "Initialize with NVMe offload on sim")
 }
 
 // The sequence_parallel section is reported, not silently ignored: at

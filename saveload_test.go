@@ -48,6 +48,7 @@ type segment struct {
 
 func (s segment) train(t testing.TB) (map[string][]float32, []json.RawMessage, error) {
 	t.Helper()
+	sizes := s.r.layers()
 	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	var params map[string][]float32
 	clients := make([]json.RawMessage, s.r.world)

@@ -112,10 +112,19 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		return nil, err
 	}
 	if e.opt == nil {
-		if e.opt, err = newOptimizer(cfg, e.be, o.store, e.c.Rank()); err != nil {
+		stepBE := e.be
+		if hostStep(cfg, e.be.Device()) {
+			if e.hostBE, err = backend.NewCPU(max(1, runtime.GOMAXPROCS(0)/n)); err != nil {
+				return nil, fmt.Errorf("deepgo.Initialize: zero_optimization.offload_optimizer.device=%s: host backend: %w", cfg.ZeroOptimization.OffloadOptimizer.Device, err)
+			}
+			stepBE = e.hostBE
+		}
+		if e.opt, err = newOptimizer(cfg, stepBE, o.store, e.c.Rank()); err != nil {
 			return nil, err
 		}
 		e.ownOpt = true
+	} else if hostStep(cfg, e.be.Device()) {
+		e.notes = append(e.notes, "zero_optimization.offload_optimizer.device="+cfg.ZeroOptimization.OffloadOptimizer.Device+": not applied: the optimizer passed with WithOptimizer steps where it was built")
 	}
 	if cfg.Scheduler != nil {
 		if e.sched, err = optim.NewSchedule(cfg.Scheduler.Type, cfg.Scheduler.Params, []float64{e.opt.Defaults().LR}); err != nil {
@@ -127,7 +136,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		return nil, err
 	}
 	initial := func(m, p int) *tensor.Tensor { return e.params[m][p].Data }
-	if e.z, err = zero.New(ctx, zeroConfig(cfg, dts), e.c, e.be, e.opt, specs, initial); err != nil {
+	zc := zeroConfig(cfg, dts)
+	zc.HostOffload = e.hostBE
+	if e.z, err = zero.New(ctx, zc, e.c, e.be, e.opt, specs, initial); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
 	if err := freeDonated(donated); err != nil {
@@ -288,15 +299,16 @@ func newOptimizer(cfg *config.Config, be backend.Backend, store optim.StateStore
 
 // nvmeStore is the optimizer-state store offload_optimizer.device "nvme"
 // asks for (nil otherwise): the state of each parameter group swapped
-// through rank's folder under nvme_path by the aio engine. Host memory
-// only, so the CPU backend only for now.
+// through rank's folder under nvme_path by the aio engine. Its buffers are
+// host memory, so be must be a CPU backend: on a device the engine steps on
+// a host backend (hostStep).
 func nvmeStore(cfg *config.Config, be backend.Backend, rank int) (optim.StateStore, error) {
 	oo := cfg.ZeroOptimization.OffloadOptimizer
 	if oo == nil || oo.Device != "nvme" {
 		return nil, nil
 	}
 	if !be.Device().IsCPU() {
-		return nil, fmt.Errorf("deepgo.Initialize: zero_optimization.offload_optimizer.device=nvme on device %v: not supported yet (the swapper stages through host memory on the CPU backend only)", be.Device())
+		return nil, fmt.Errorf("deepgo.Initialize: zero_optimization.offload_optimizer.device=nvme with the optimizer on %v: not supported (the swapper pages state through host memory; the step must run on the host)", be.Device())
 	}
 	opts, err := offload.NVMeOptionsFromConfig(cfg, rank)
 	if err != nil {
@@ -334,7 +346,20 @@ func zeroConfig(cfg *config.Config, d dtypes) zero.Config {
 			MaxReuseDistance:   int64(zc.Stage3MaxReuseDistance),
 		},
 		PersistenceThreshold: int64(zc.Stage3ParamPersistenceThreshold),
+		SubGroupSize:         subGroupSize(cfg),
 	}
+}
+
+// subGroupSize is where sub_group_size applies (0 elsewhere): stage 3, as
+// in DeepSpeed, and any stage with NVMe optimizer offload, whose host
+// memory it bounds (DeepSpeed offers NVMe in stage 3 only). Stages 0-2
+// otherwise step their shard in one call, as DeepSpeed's stage 1/2 do.
+func subGroupSize(cfg *config.Config) int {
+	zc := cfg.ZeroOptimization
+	if zc.Stage == 3 || zc.OffloadOptimizer != nil && zc.OffloadOptimizer.Device == "nvme" {
+		return zc.SubGroupSize
+	}
+	return 0
 }
 
 func unsupported(cfg *config.Config) error {
@@ -372,13 +397,39 @@ func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
 	if z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "cpu" && dev.IsCPU() {
 		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: on the CPU backend the optimizer state already lives in host memory and the step runs on the CPU; nothing moves")
 	}
+	if hostStep(cfg, dev) && z.OffloadOptimizer.Device == "cpu" {
+		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: the fp32 master weights, gradients for the step and optimizer state live in host memory and the step runs on the CPU; updated weights are copied to "+dev.String()+pinNote(dev))
+	}
 	if z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "nvme" {
-		notes = append(notes, "zero_optimization.offload_optimizer.device=nvme: the optimizer state swaps through nvme_path with the aio engine, one parameter group at a time; sub_group_size is not applied yet (ZeRO steps its shard as one group, so the whole shard's state is in host memory during the step)")
+		where := ""
+		if hostStep(cfg, dev) {
+			where = "; the fp32 master weights stay in host memory and the step runs on the CPU, as with device cpu"
+		}
+		notes = append(notes, fmt.Sprintf("zero_optimization.offload_optimizer.device=nvme: the optimizer state swaps through nvme_path with the aio engine, one sub-group of at most sub_group_size=%d elements at a time (buffer_count=%d of them in host memory)%s", z.SubGroupSize, z.OffloadOptimizer.BufferCount, where))
 	}
 	if z.OffloadParam != nil && z.OffloadParam.Device == "cpu" && dev.IsCPU() {
 		notes = append(notes, "zero_optimization.offload_param.device=cpu: on the CPU backend parameter partitions already live in host memory; nothing moves")
 	}
 	return notes
+}
+
+// hostStep reports whether offload_optimizer moves the optimizer step to
+// the host: device "cpu" or "nvme" on a device backend (on the CPU it is
+// there). NVMe swaps the state through host buffers, so on a device it is
+// CPU offload with the state in files (ZeRO-Infinity).
+func hostStep(cfg *config.Config, dev tensor.Device) bool {
+	oo := cfg.ZeroOptimization.OffloadOptimizer
+	return oo != nil && (oo.Device == "cpu" || oo.Device == "nvme") && !dev.IsCPU()
+}
+
+// pinNote says why pin_memory changes nothing on dev (it stays in
+// deepgo's no-effect list): host buffers are aligned C allocations, never
+// page-locked.
+func pinNote(dev tensor.Device) string {
+	if dev.Kind == tensor.KindCUDA {
+		return "; host buffers are not page-locked whatever pin_memory says (the CUDA backend's Copy stages through buffers of its own)"
+	}
+	return "; pin_memory changes nothing: there is nothing to pin on " + dev.String()
 }
 
 // sequenceParallelNotes says what the sequence_parallel section does here:

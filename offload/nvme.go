@@ -65,6 +65,7 @@ type NVMeStore struct {
 	reads    map[int]*aio.Request
 	writes   map[int]*aio.Request
 	lookup   *aio.Buffer
+	peak     int64 // high-water mark of the buffers' bytes
 }
 
 // swapGroup is one sub-group's file and state layout: names × params
@@ -307,7 +308,36 @@ func (s *NVMeStore) grow(n int) error {
 		s.bufs = append(s.bufs, b)
 	}
 	s.bufBytes = n
+	s.notePeak()
 	return nil
+}
+
+// resident is the host memory the buffers take now.
+func (s *NVMeStore) resident() int64 {
+	var n int64
+	for _, b := range append(s.bufs, s.lookup) {
+		if b != nil {
+			n += int64(b.Cap())
+		}
+	}
+	return n
+}
+
+func (s *NVMeStore) notePeak() { s.peak = max(s.peak, s.resident()) }
+
+// SwapUsage reports the host memory the store's buffers take now
+// (buffer_count swap buffers of the largest sub-group's state, and the one
+// Lookup reads into), its high-water mark, and the state bytes held in
+// swap files: what NVMe offload moves out of memory.
+func (s *NVMeStore) SwapUsage() (resident, peak, disk int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, g := range s.order {
+		if g.written {
+			disk += int64(g.bytes())
+		}
+	}
+	return s.resident(), s.peak, disk
 }
 
 // views lays g's state out in buf: name after name, param after param.
@@ -367,6 +397,7 @@ func (s *NVMeStore) Lookup(group string) map[string][]*tensor.Tensor {
 			return nil
 		}
 		s.lookup = b
+		s.notePeak()
 	}
 	r, err := g.file.ReadAt(s.lookup, g.bytes(), 0)
 	if err != nil || r.Wait(context.Background()) != nil {

@@ -28,6 +28,16 @@ type StateStore interface {
 	Close() error
 }
 
+// StoreOf returns the StateStore an optimizer from New keeps its state in
+// (nil for other Optimizer implementations): callers ask it where the
+// state lives, e.g. whether it is paged from files.
+func StoreOf(o Optimizer) StateStore {
+	if f, ok := o.(*fused); ok {
+		return f.store
+	}
+	return nil
+}
+
 // HostStore keeps all state resident in one memory: host memory from the C
 // allocator (NewHostStore), or a backend's device (NewResidentStore).
 // Safe for concurrent use.

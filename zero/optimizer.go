@@ -47,6 +47,17 @@ type Config struct {
 	PersistenceThreshold int64
 	// GroupName names the optimizer parameter group (state key).
 	GroupName string
+	// SubGroupSize is zero_optimization.sub_group_size where it applies
+	// (see subgroup.go): Step steps the shard in sub-groups of at most this
+	// many elements, each a parameter group "GroupName/subN" of its own; 0,
+	// or a size covering the shard, steps it whole as GroupName.
+	SubGroupSize int
+	// HostOffload, when set, is a host (CPU) backend the optimizer steps on
+	// for a device backend: offload_optimizer.device "cpu" (offload.go).
+	// The fp32 master chunk, a host copy of the gradient chunk and the
+	// base optimizer's state (its StateStore must be host memory) live in
+	// host memory; the base optimizer must run on this backend.
+	HostOffload backend.Backend
 }
 
 // Timers accumulate where the Optimizer spent wall time.
@@ -62,13 +73,21 @@ type Memory struct {
 	// buffer for stages 0-2, the owned shard for stage 3.
 	Params map[tensor.DType]int64
 	// Master is the fp32 master copy (0 when the model is fp32, whose
-	// optimizer updates the parameters in place).
+	// optimizer updates the parameters in place). With Config.HostOffload
+	// it is in host memory, fp32 models included, and holds for half
+	// models the host model-dtype copy the step writes too.
 	Master int64
 	// Grads are gradient buffers kept across micro-steps: full for stages
-	// 0-1, the owned shard for stages 2-3.
+	// 0-1, the owned shard for stages 2-3; with Config.HostOffload also
+	// the owned chunk's host copy the step reads.
 	Grads int64
 	// OptimizerState is the optimizer's moments (allocated at the first step).
 	OptimizerState int64
+	// OptimizerStateOnDisk is the part of OptimizerState kept in swap
+	// files (NVMe offload), counted in neither HostBytes nor DeviceBytes;
+	// SwapBuffers is the host memory the state is paged through now (in
+	// HostBytes), SwapBuffersPeak its high-water mark.
+	OptimizerStateOnDisk, SwapBuffers, SwapBuffersPeak int64
 	// Buckets is the gradient-bucket and communication staging memory
 	// allocated now (in use or cached), BucketsPeak its peak.
 	Buckets, BucketsPeak int64
@@ -151,6 +170,12 @@ type Optimizer struct {
 	data [][]*tensor.Tensor
 	grad [][]*tensor.Tensor
 
+	subs       []*subGroup                 // the optimizer step calls over the shard
+	stateCache map[string][]*tensor.Tensor // OptimizerState's assembled copy (several sub-groups)
+
+	hostGrad []*tensor.Tensor // HostOffload: the owned gradient chunk in host memory
+	upload   []*tensor.Tensor // HostOffload: the device range of each unit's updated weights
+
 	timers Timers
 }
 
@@ -201,6 +226,10 @@ func New(ctx context.Context, cfg Config, c comm.Comm, be backend.Backend, base 
 		z.Close()
 		return nil, err
 	}
+	if err := z.planSteps(); err != nil {
+		z.Close()
+		return nil, err
+	}
 	if err := z.init(ctx, initial); err != nil {
 		z.Close()
 		return nil, err
@@ -228,6 +257,8 @@ func (z *Optimizer) alloc() error {
 	z.gbuf = make([]*tensor.Tensor, nu)
 	z.left = make([]int, nu)
 	z.touched = make([]bool, nu)
+	z.hostGrad = make([]*tensor.Tensor, nu)
+	z.upload = make([]*tensor.Tensor, nu)
 	half := z.cfg.ModelDType != tensor.Float32
 	var err error
 	for u, unit := range z.lay.Units {
@@ -246,12 +277,20 @@ func (z *Optimizer) alloc() error {
 				return err
 			}
 		}
-		if half {
+		switch {
+		case z.offloaded():
+			if z.master[u], err = z.acct.alloc(z.cfg.HostOffload, CatMaster, tensor.Float32, n); err != nil {
+				return err
+			}
+			if err := z.allocOffload(u, n, ownParam); err != nil {
+				return err
+			}
+		case half:
 			if z.master[u], err = z.acct.alloc(z.be, CatMaster, tensor.Float32, n); err != nil {
 				return err
 			}
 			z.copies[u] = ownParam
-		} else {
+		default:
 			z.master[u] = ownParam
 		}
 		accN := n
@@ -365,7 +404,12 @@ func (z *Optimizer) init(ctx context.Context, initial func(m, p int) *tensor.Ten
 			if err != nil {
 				return err
 			}
-			if z.cfg.ModelDType != tensor.Float32 {
+			switch {
+			case z.offloaded():
+				if err := z.be.Copy(z.master[u], own); err != nil {
+					return err
+				}
+			case z.cfg.ModelDType != tensor.Float32:
 				if err := z.be.Cast([]*tensor.Tensor{z.master[u]}, []*tensor.Tensor{own}); err != nil {
 					return err
 				}

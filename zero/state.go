@@ -25,20 +25,11 @@ func (z *Optimizer) Memory() Memory {
 			m.Params[k] = v
 		}
 	}
-	for _, ts := range z.base.State(z.cfg.GroupName) {
-		for _, t := range ts {
-			m.OptimizerState += int64(t.Bytes())
-			if t.Device().IsCPU() {
-				m.HostBytes += int64(t.Bytes())
-			} else {
-				m.DeviceBytes += int64(t.Bytes())
-			}
-		}
-	}
+	z.stateMemory(&m)
 	m.Device = z.be.Device()
 	m.HostBytes += a.host
 	m.DeviceBytes += a.device
-	m.Peak = a.totalMax + m.OptimizerState
+	m.Peak = a.totalMax + m.OptimizerState - m.OptimizerStateOnDisk + m.SwapBuffersPeak
 	return m
 }
 
@@ -59,14 +50,16 @@ func (z *Optimizer) Close() error {
 		z.acct.free(CatParams, z.param[u])
 		z.acct.free(CatParams, z.shard[u])
 		z.acct.free(CatGathered, z.full[u])
-		if z.cfg.ModelDType != tensor.Float32 {
+		if z.cfg.ModelDType != tensor.Float32 || z.offloaded() {
 			z.acct.free(CatMaster, z.master[u])
 		}
 		z.acct.free(CatGrads, z.acc[u])
 		z.acct.free(CatBuckets, z.gbuf[u])
 	}
+	z.freeOffload()
 	z.buckets.close()
 	z.gathered.close()
+	z.freeStateCache()
 	return errors.Join(errs...)
 }
 
@@ -86,7 +79,13 @@ func (z *Optimizer) GatherMaster(ctx context.Context) ([][][]float32, error) {
 				return nil, err
 			}
 			defer tmp.Free()
-			if err := z.c.AllGather(ctx, tmp, z.master[u]); err != nil {
+			src, done, err := onDevice(z.be, z.master[u])
+			if err != nil {
+				return nil, err
+			}
+			err = z.c.AllGather(ctx, tmp, src)
+			done()
+			if err != nil {
 				return nil, fmt.Errorf("zero: gathering master weights: %w", err)
 			}
 			full = tmp
@@ -129,8 +128,19 @@ func (z *Optimizer) Base() optim.Optimizer { return z.base }
 
 // OptimizerState returns the base optimizer's state of this rank's shard,
 // by state name one float32 tensor per unit aligned with Master (nil
-// before the first step), and the group's step count.
+// before the first step), and the group's step count. With several
+// sub-groups the tensors are a host copy assembled from them, valid until
+// the next Step, OptimizerState or Close; a failure to assemble it is
+// reported as no state (nil), like a store's failed Lookup.
 func (z *Optimizer) OptimizerState() (map[string][]*tensor.Tensor, int64) {
+	if len(z.subs) > 1 {
+		st, err := z.assembleState()
+		if err != nil {
+			z.freeStateCache()
+			st = nil
+		}
+		return st, z.base.Steps(z.subs[0].name)
+	}
 	return z.base.State(z.cfg.GroupName), z.base.Steps(z.cfg.GroupName)
 }
 
@@ -174,9 +184,14 @@ func (z *Optimizer) RestoreMaster(ctx context.Context, masters []*tensor.Tensor)
 			return fmt.Errorf("zero: restore: unit %d: %w", u, err)
 		}
 		if z.cfg.ModelDType != tensor.Float32 {
-			if err := z.be.Cast([]*tensor.Tensor{z.copies[u]}, []*tensor.Tensor{z.master[u]}); err != nil {
+			if err := z.stepBackend().Cast([]*tensor.Tensor{z.copies[u]}, []*tensor.Tensor{z.master[u]}); err != nil {
 				return fmt.Errorf("zero: restore: unit %d: %w", u, err)
 			}
+		}
+	}
+	if z.offloaded() {
+		if err := z.uploadParts(z.allParts()); err != nil {
+			return fmt.Errorf("zero: restore: %w", err)
 		}
 	}
 	if err := z.ZeroGrad(); err != nil {
@@ -208,7 +223,11 @@ func (z *Optimizer) RestoreMaster(ctx context.Context, masters []*tensor.Tensor)
 // unit of Own(u) elements; nil resets it to zero) and its step count with
 // steps (see optim.LoadState).
 func (z *Optimizer) RestoreOptimizerState(state map[string][]*tensor.Tensor, steps int64) error {
-	if err := optim.LoadState(z.base, z.cfg.GroupName, z.master, state, steps); err != nil {
+	load := func() error { return optim.LoadState(z.base, z.cfg.GroupName, z.master, state, steps) }
+	if len(z.subs) > 1 {
+		load = func() error { return z.restoreSubGroups(state, steps) }
+	}
+	if err := load(); err != nil {
 		return fmt.Errorf("zero: restore: %w", err)
 	}
 	return nil

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm"
-	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -95,12 +94,8 @@ func (z *Optimizer) Step(ctx context.Context, lr, gradScale float64) error {
 	if err != nil {
 		return err
 	}
-	grp := optim.ParamGroup{Name: z.cfg.GroupName, Params: z.master, Grads: g}
-	if z.cfg.ModelDType != tensor.Float32 {
-		grp.Copies = z.copies
-	}
 	t0 := time.Now()
-	err = z.base.Step(grp, lr, gradScale)
+	err = z.stepSubGroups(g, lr, gradScale)
 	z.timers.Optimizer += time.Since(t0)
 	if err != nil {
 		return fmt.Errorf("zero: optimizer step: %w", err)

@@ -43,7 +43,6 @@ var noEffect = map[string]string{
 	"zero_optimization.allgather_bucket_size":                     "the all-gather is not bucketed",
 	"zero_optimization.load_from_fp32_weights":                    "Load restores the fp32 master copy when the checkpoint has it",
 	"zero_optimization.elastic_checkpoint":                        "checkpoints are not elastic",
-	"zero_optimization.sub_group_size":                            "the optimizer steps the whole shard in one call",
 	"zero_optimization.stage3_model_persistence_threshold":        "only the per-parameter persistence threshold is used",
 	"zero_optimization.stage3_gather_16bit_weights_on_model_save": "Save writes the partitioned states; consolidate with deepgo ckpt",
 	"zero_optimization.stage3_module_granularity_threshold":       "modules are never merged into leaves",

@@ -1,0 +1,163 @@
+package zero
+
+// This file holds CPU optimizer offload on a device backend
+// (offload_optimizer.device "cpu", DeepSpeed's ZeRO-Offload): the fp32
+// master chunk, a host copy of the reduced gradient chunk and the optimizer
+// state live in host memory; the step runs on the host backend's fused CPU
+// kernels; the updated weights (model dtype) go back to the device.
+//
+// At Step the sub-groups go in order: each one's gradients are copied down,
+// it steps on the host, and its updated weights are copied up. The next
+// sub-group's download (a device-to-host Copy, which blocks its caller
+// until the data is there) runs on a goroutine while the host steps the
+// current one, and an upload returns once its source is staged, so it runs
+// on the device while the host steps the next sub-group (the backends are
+// safe for concurrent use). Gradients are copied down at the step rather
+// than per bucket during backward: with accumulation the reduced chunk is
+// final only at the boundary, and a blocking copy there would stall the
+// backward the reductions overlap.
+//
+// pin_memory: host buffers come from the C allocator (aligned, not
+// page-locked); on the CPU and simulated devices there is nothing to pin,
+// and the CUDA backend's Copy stages through its own buffers.
+
+import (
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// offloaded reports whether the step runs on the host (Config.HostOffload).
+func (z *Optimizer) offloaded() bool { return z.cfg.HostOffload != nil }
+
+// stepBackend is the backend the master weights live on and the optimizer
+// steps with.
+func (z *Optimizer) stepBackend() backend.Backend {
+	if z.offloaded() {
+		return z.cfg.HostOffload
+	}
+	return z.be
+}
+
+// allocOffload allocates unit u's host buffers: the gradient chunk the
+// step reads and, for half models, the model-dtype weights it writes
+// (z.copies), remembering the device range they go to (ownParam).
+func (z *Optimizer) allocOffload(u, n int, ownParam *tensor.Tensor) error {
+	var err error
+	if z.hostGrad[u], err = z.acct.alloc(z.cfg.HostOffload, CatGrads, z.cfg.AccumDType, n); err != nil {
+		return err
+	}
+	z.upload[u] = ownParam
+	if z.cfg.ModelDType != tensor.Float32 {
+		// booked with the master: the host side of the weights, not a resident parameter
+		if z.copies[u], err = z.acct.alloc(z.cfg.HostOffload, CatMaster, z.cfg.ModelDType, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// freeOffload frees what allocOffload made.
+func (z *Optimizer) freeOffload() {
+	if !z.offloaded() {
+		return
+	}
+	for u := range z.hostGrad {
+		z.acct.free(CatGrads, z.hostGrad[u])
+		if z.cfg.ModelDType != tensor.Float32 {
+			z.acct.free(CatMaster, z.copies[u])
+		}
+	}
+}
+
+// stepOffloaded steps the sub-groups on the host: sub-group i+1's
+// gradients are copied down (a goroutine waiting on the device) while
+// sub-group i steps, and i's updated weights go up after its step. Every
+// download has ended when it returns.
+func (z *Optimizer) stepOffloaded(g []*tensor.Tensor, lr, gradScale float64) error {
+	type fetched struct {
+		grads []*tensor.Tensor
+		err   error
+	}
+	fetch := func(sg *subGroup) <-chan fetched {
+		ch := make(chan fetched, 1)
+		go func() {
+			grads, err := z.download(sg, g)
+			ch <- fetched{grads, err}
+		}()
+		return ch
+	}
+	next := fetch(z.subs[0])
+	for i, sg := range z.subs {
+		f := <-next
+		next = nil
+		if i+1 < len(z.subs) && f.err == nil {
+			next = fetch(z.subs[i+1])
+		}
+		err := f.err
+		if err == nil {
+			err = z.stepOne(sg, f.grads, lr, gradScale)
+		}
+		if err == nil {
+			err = z.uploadParts(sg.parts)
+		}
+		if err != nil {
+			if next != nil {
+				<-next
+			}
+			return z.subErr(sg, err)
+		}
+	}
+	return nil
+}
+
+// download copies the device gradients g of sg's parts into the host
+// gradient chunks, returning views of those.
+func (z *Optimizer) download(sg *subGroup, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	dst, err := views(sg.parts, z.hostGrad)
+	if err != nil {
+		return nil, err
+	}
+	src, err := views(sg.parts, g)
+	if err != nil {
+		return nil, err
+	}
+	for i := range dst {
+		if err := z.be.Copy(dst[i], src[i]); err != nil {
+			return nil, err
+		}
+	}
+	return dst, nil
+}
+
+// uploadParts copies the updated weights of parts (the model-dtype host
+// copies, or the fp32 masters of an fp32 model) to their device ranges.
+func (z *Optimizer) uploadParts(parts []subPart) error {
+	src := z.copies
+	if z.cfg.ModelDType == tensor.Float32 {
+		src = z.master
+	}
+	from, err := views(parts, src)
+	if err != nil {
+		return err
+	}
+	to, err := views(parts, z.upload)
+	if err != nil {
+		return err
+	}
+	for i := range to {
+		if err := z.be.Copy(to[i], from[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allParts is every unit's whole owned chunk.
+func (z *Optimizer) allParts() []subPart {
+	parts := make([]subPart, len(z.lay.Units))
+	for u := range parts {
+		_, n := z.own(u)
+		parts[u] = subPart{u, 0, n}
+	}
+	return parts
+}
