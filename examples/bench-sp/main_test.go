@@ -1,7 +1,6 @@
 package main
 
 import (
-	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,8 +11,8 @@ import (
 func TestFit(t *testing.T) {
 	var full, win []Point
 	for _, n := range []int{64, 128, 256, 512} {
-		full = append(full, Point{T: n, AttBytes: n * n * 4, TotalMs: 1e-3 * float64(n*n)})
-		win = append(win, Point{T: n, Window: 64, AttBytes: n * 64 * 4, TotalMs: 1e-3 * float64(n*64)})
+		full = append(full, Point{T: n, AttBytes: n * n * 4, Pairs: int64(n * n), TotalMs: 1e-3 * float64(n*n)})
+		win = append(win, Point{T: n, Window: 64, AttBytes: n * 64 * 4, Pairs: int64(n * 64), TotalMs: 1e-3 * float64(n*64)})
 	}
 	ff, wf := fit(full, 0), fit(win, 128)
 	require.InDelta(t, 2, ff.TimeExponent, 1e-9)
@@ -21,7 +20,10 @@ func TestFit(t *testing.T) {
 	require.InDelta(t, 1, wf.TimeExponent, 1e-9)
 	require.InDelta(t, 1, wf.AttExponent, 1e-9)
 	require.InDelta(t, 1, wf.TailTimeExponent, 1e-9)
-	require.False(t, math.IsNaN(slope([]float64{1}, []float64{2})), "one point")
+	require.InDelta(t, 2, ff.PairsExponent, 1e-9)
+	require.InDelta(t, 1, wf.PairsExponent, 1e-9)
+	require.Zero(t, slope([]float64{1}, []float64{2}), "one point")
+	require.Zero(t, slope([]float64{3, 3}, []float64{1, 2}), "one distinct T")
 }
 
 func TestBadFlags(t *testing.T) {
