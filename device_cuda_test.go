@@ -61,8 +61,8 @@ func TestGPTOnCUDA(t *testing.T) {
 		tol          float64
 	}{{1, 2, "", 1e-4}, {2, 3, "bf16", 1e-2}} {
 		t.Run(fmt.Sprintf("world%d/stage%d/%s", c.world, c.stage, c.prec), func(t *testing.T) {
-			want := gptRun(t, "", c.world, c.stage, c.prec, 50)
-			got := gptRun(t, "cuda", c.world, c.stage, c.prec, 50)
+			want := gptRun(t, "", c.world, c.stage, c.prec, 0, 50)
+			got := gptRun(t, "cuda", c.world, c.stage, c.prec, 0, 50)
 			ld, pd := compareRuns(t, "cuda vs cpu", want, got, c.tol, 10*c.tol)
 			t.Logf("loss %.4f -> %.4f; cuda vs cpu: loss %.2e param %.2e", want.losses[0], want.losses[49], ld, pd)
 		})

@@ -163,9 +163,9 @@ func TestDeviceEquivalence(t *testing.T) {
 }
 
 // gptRun trains a small GPT for steps steps on world ranks of dev (ZeRO
-// stage, fp32 or bf16, activation checkpointing of one block) and returns
-// rank 0's losses and final parameters.
-func gptRun(t *testing.T, dev string, world, stage int, prec string, steps int) *result {
+// stage, fp32 or bf16, activation checkpointing of one block, attention
+// window: 0 full) and returns rank 0's losses and final parameters.
+func gptRun(t *testing.T, dev string, world, stage int, prec string, window, steps int) *result {
 	t.Helper()
 	const vocab, seqLen, micro = 32, 16, 4
 	src, err := data.NewMarkov(vocab, 1, 2, 3)
@@ -184,7 +184,7 @@ func gptRun(t *testing.T, dev string, world, stage int, prec string, steps int) 
 		if err != nil {
 			return err
 		}
-		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: seqLen,
+		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: seqLen, AttentionWindow: window,
 			Checkpointing: nn.Checkpointing{Enabled: true, NumberCheckpoints: 1}}, nil, 1)
 		if err != nil {
 			return err
@@ -222,22 +222,24 @@ func gptRun(t *testing.T, dev string, world, stage int, prec string, steps int) 
 		}
 		return nil
 	})
-	require.NoError(t, err, "%s world %d stage %d %s", devName(dev), world, stage, prec)
+	require.NoError(t, err, "%s world %d stage %d %s window %d", devName(dev), world, stage, prec, window)
 	return res
 }
 
 // TestGPTOnDevice: the GPT (every nn kernel, activation checkpointing,
 // tied embeddings) trains 50 steps on the simulated device with kernel
 // delays, bit-identical to the CPU backend, under ZeRO-2 on 2 ranks in fp32
-// and ZeRO-3 in bf16; and the loss falls.
+// (full attention and a 5-token sliding window) and ZeRO-3 in bf16; and the
+// loss falls.
 func TestGPTOnDevice(t *testing.T) {
 	for _, c := range []struct {
 		world, stage int
 		prec         string
-	}{{2, 2, ""}, {2, 3, "bf16"}} {
-		t.Run(fmt.Sprintf("world%d/stage%d/%s", c.world, c.stage, c.prec), func(t *testing.T) {
-			want := gptRun(t, "", c.world, c.stage, c.prec, 50)
-			got := gptRun(t, "sim+delay", c.world, c.stage, c.prec, 50)
+		window       int
+	}{{2, 2, "", 0}, {2, 2, "", 5}, {2, 3, "bf16", 0}} {
+		t.Run(fmt.Sprintf("world%d/stage%d/%s/window%d", c.world, c.stage, c.prec, c.window), func(t *testing.T) {
+			want := gptRun(t, "", c.world, c.stage, c.prec, c.window, 50)
+			got := gptRun(t, "sim+delay", c.world, c.stage, c.prec, c.window, 50)
 			bitEqualRuns(t, want, got)
 			require.Less(t, want.losses[49], want.losses[0]*0.8, "the loss falls: %v", want.losses)
 			t.Logf("loss %.4f -> %.4f, bit-identical on sim", want.losses[0], want.losses[49])

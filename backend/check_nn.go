@@ -244,25 +244,37 @@ func attentionSizes(op string, b, t, nh, hs int) error {
 	return nil
 }
 
+// AttentionSpan is the length of one row of saved attention weights for
+// t tokens and the given window: min(window, t), or t when window <= 0.
+// att is [b, nh, t, AttentionSpan(t, window)], so a window makes it T*W
+// floats per head rather than T*T (see NN.AttentionForward).
+func AttentionSpan(t, window int) int {
+	if window > 0 && window < t {
+		return window
+	}
+	return t
+}
+
 // CheckAttentionForward validates AttentionForward's arguments on dev
 // (every window is allowed: <= 0 is full causal).
-func CheckAttentionForward(dev tensor.Device, out, att, qkv *tensor.Tensor, b, t, nh, hs int) error {
+func CheckAttentionForward(dev tensor.Device, out, att, qkv *tensor.Tensor, b, t, nh, hs, window int) error {
 	const op = "AttentionForward"
 	if err := attentionSizes(op, b, t, nh, hs); err != nil {
 		return err
 	}
 	c := nh * hs
-	return checkActs(op, dev, tensor.Float32, req("out", out, b*t*c), req("att", att, b*nh*t*t), req("qkv", qkv, b*t*3*c))
+	return checkActs(op, dev, tensor.Float32, req("out", out, b*t*c), req("att", att, b*nh*t*AttentionSpan(t, window)), req("qkv", qkv, b*t*3*c))
 }
 
 // CheckAttentionBackward validates AttentionBackward's arguments on dev.
-func CheckAttentionBackward(dev tensor.Device, dqkv, dout, qkv, att *tensor.Tensor, b, t, nh, hs int) error {
+func CheckAttentionBackward(dev tensor.Device, dqkv, dout, qkv, att *tensor.Tensor, b, t, nh, hs, window int) error {
 	const op = "AttentionBackward"
 	if err := attentionSizes(op, b, t, nh, hs); err != nil {
 		return err
 	}
 	c := nh * hs
-	return checkActs(op, dev, tensor.Float32, req("dqkv", dqkv, b*t*3*c), req("dout", dout, b*t*c), req("qkv", qkv, b*t*3*c), req("att", att, b*nh*t*t))
+	return checkActs(op, dev, tensor.Float32, req("dqkv", dqkv, b*t*3*c), req("dout", dout, b*t*c), req("qkv", qkv, b*t*3*c),
+		req("att", att, b*nh*t*AttentionSpan(t, window)))
 }
 
 // CheckSoftmaxXentForward validates SoftmaxXentForward's arguments on dev

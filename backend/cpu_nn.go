@@ -99,7 +99,7 @@ func (b *CPU) EncoderBackward(dwte, dwpe, dout, tok *tensor.Tensor, bs, t, c, v 
 
 // AttentionForward runs the C core's causal attention (see NN).
 func (b *CPU) AttentionForward(out, att, qkv *tensor.Tensor, bs, t, nh, hs, window int) error {
-	if err := CheckAttentionForward(b.dev, out, att, qkv, bs, t, nh, hs); err != nil {
+	if err := CheckAttentionForward(b.dev, out, att, qkv, bs, t, nh, hs, window); err != nil {
 		return err
 	}
 	po, pa, pq := out.Ptr(), att.Ptr(), qkv.Ptr()
@@ -110,7 +110,7 @@ func (b *CPU) AttentionForward(out, att, qkv *tensor.Tensor, bs, t, nh, hs, wind
 
 // AttentionBackward runs the C core's attention backward (see NN).
 func (b *CPU) AttentionBackward(dqkv, dout, qkv, att *tensor.Tensor, bs, t, nh, hs, window int) error {
-	if err := CheckAttentionBackward(b.dev, dqkv, dout, qkv, att, bs, t, nh, hs); err != nil {
+	if err := CheckAttentionBackward(b.dev, dqkv, dout, qkv, att, bs, t, nh, hs, window); err != nil {
 		return err
 	}
 	pd, pdo, pq, pa := dqkv.Ptr(), dout.Ptr(), qkv.Ptr(), att.Ptr()

@@ -60,8 +60,10 @@ type NN interface {
 	// AttentionForward runs causal attention of nh heads of hs channels
 	// over qkv[b, t, 3*nh*hs] (per token all queries, then keys, then
 	// values) into out[b, t, nh*hs], saving the softmax weights in
-	// att[b, nh, t, t]; with window > 0 a query sees only the last window
-	// positions, itself included.
+	// att[b, nh, t, AttentionSpan(t, window)]; with window > 0 a query sees
+	// only the last window positions, itself included, and its weight for
+	// key k sits at slot k - max(0, q-window+1): memory and work grow as
+	// t*window. Without a window (or window >= t) att is [b, nh, t, t].
 	AttentionForward(out, att, qkv *tensor.Tensor, b, t, nh, hs, window int) error
 	// AttentionBackward accumulates dqkv from dout and the saved att.
 	AttentionBackward(dqkv, dout, qkv, att *tensor.Tensor, b, t, nh, hs, window int) error

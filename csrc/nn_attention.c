@@ -1,12 +1,14 @@
 /* nn_attention.c — causal multi-head self-attention with an optional
  * sliding window, llm.c's loop form: one (batch, head, query) row of scores
- * at a time, no T x T scratch beyond the saved softmax weights. */
+ * at a time. The saved softmax weights are rows of span = min(W, T) floats
+ * (dg_nn_att_span), key k of query q at slot k - first_key(q), so memory and
+ * work both grow as T*W; without a window the rows are T long, slot k. */
 #include "nn_internal.h"
 
 typedef struct att_job {
 	float *out, *att, *dqkv;
 	const float *qkv, *catt, *dout;
-	int64_t t, nh, hs, window;
+	int64_t t, nh, hs, window, span;
 } att_job;
 
 /* unit u = (b*NH + h)*T + q */
@@ -19,8 +21,8 @@ static void att_fwd_task(void *v, int64_t lo, int64_t hi)
 		int64_t q = u % T, h = (u / T) % NH, b = u / (T * NH);
 		const float *base = j->qkv + b * T * C3;
 		const float *qv = base + q * C3 + h * HS;
-		float *row = j->att + u * T;
 		int64_t k0 = dg_nn_first_key(q, j->window);
+		float *row = j->att + u * j->span - k0; /* row[k] for k in k0..q */
 		float mx = -INFINITY;
 		for (int64_t k = k0; k <= q; k++) {
 			const float *kv = base + k * C3 + C + h * HS;
@@ -39,8 +41,8 @@ static void att_fwd_task(void *v, int64_t lo, int64_t hi)
 			sum += e;
 		}
 		float inv = 1.0f / sum;
-		for (int64_t k = 0; k < T; k++)
-			row[k] = (k >= k0 && k <= q) ? row[k] * inv : 0.0f;
+		for (int64_t k = k0; k < k0 + j->span; k++)
+			row[k] = k <= q ? row[k] * inv : 0.0f;
 		float *o = j->out + (b * T + q) * C + h * HS;
 		for (int64_t i = 0; i < HS; i++)
 			o[i] = 0.0f;
@@ -58,9 +60,10 @@ dg_status dg_nn_attention_forward(dg_ctx *ctx, float *out, float *att, const flo
 {
 	if (ctx == NULL || out == NULL || att == NULL || qkv == NULL || b < 0 || t < 0 || nh <= 0 || hs <= 0)
 		return DG_ERR_INVALID;
-	att_job j = {.out = out, .att = att, .qkv = qkv, .t = t, .nh = nh, .hs = hs, .window = window};
+	int64_t span = dg_nn_att_span(t, window);
+	att_job j = {.out = out, .att = att, .qkv = qkv, .t = t, .nh = nh, .hs = hs, .window = window, .span = span};
 	int64_t units = b * nh * t;
-	dg_parallel_for(ctx, units, 1, units * t * hs * 2, att_fwd_task, &j);
+	dg_parallel_for(ctx, units, 1, units * span * hs * 2, att_fwd_task, &j);
 	return DG_OK;
 }
 
@@ -78,9 +81,9 @@ static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 		const float *base = j->qkv + b * T * C3;
 		float *dbase = j->dqkv + b * T * C3;
 		for (int64_t q = 0; q < T; q++) {
-			const float *row = j->catt + (u * T + q) * T;
-			const float *d = j->dout + (b * T + q) * C + h * HS;
 			int64_t k0 = dg_nn_first_key(q, j->window);
+			const float *row = j->catt + (u * T + q) * j->span - k0;
+			const float *d = j->dout + (b * T + q) * C + h * HS;
 			/* pass 1: sum_k att[k] * datt[k], datt[k] = dout . v_k */
 			float dot = 0.0f;
 			for (int64_t k = k0; k <= q; k++) {
@@ -118,8 +121,17 @@ dg_status dg_nn_attention_backward(dg_ctx *ctx, float *dqkv, const float *dout, 
 	if (ctx == NULL || dqkv == NULL || dout == NULL || qkv == NULL || att == NULL || b < 0 || t < 0 || nh <= 0 ||
 	    hs <= 0)
 		return DG_ERR_INVALID;
-	att_job j = {.dqkv = dqkv, .dout = dout, .qkv = qkv, .catt = att, .t = t, .nh = nh, .hs = hs, .window = window};
+	int64_t span = dg_nn_att_span(t, window);
+	att_job j = {.dqkv = dqkv,
+		     .dout = dout,
+		     .qkv = qkv,
+		     .catt = att,
+		     .t = t,
+		     .nh = nh,
+		     .hs = hs,
+		     .window = window,
+		     .span = span};
 	int64_t units = b * nh;
-	dg_parallel_for(ctx, units, 1, units * t * t * hs * 4, att_bwd_task, &j);
+	dg_parallel_for(ctx, units, 1, units * t * span * hs * 4, att_bwd_task, &j);
 	return DG_OK;
 }

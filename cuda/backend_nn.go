@@ -146,7 +146,7 @@ func (b *Backend) EncoderBackward(dwte, dwpe, dout, tok *tensor.Tensor, nb, t, c
 
 // AttentionForward runs causal attention (backend.NN).
 func (b *Backend) AttentionForward(out, att, qkv *tensor.Tensor, nb, t, nh, hs, window int) error {
-	if err := backend.CheckAttentionForward(b.Device(), out, att, qkv, nb, t, nh, hs); err != nil {
+	if err := backend.CheckAttentionForward(b.Device(), out, att, qkv, nb, t, nh, hs, window); err != nil {
 		return err
 	}
 	return b.run("dg_cuda_nn_attention_forward", func(ctx *C.dg_cuda_ctx) C.dg_status {
@@ -157,7 +157,7 @@ func (b *Backend) AttentionForward(out, att, qkv *tensor.Tensor, nb, t, nh, hs, 
 // AttentionBackward accumulates dqkv from dout and the saved att
 // (backend.NN).
 func (b *Backend) AttentionBackward(dqkv, dout, qkv, att *tensor.Tensor, nb, t, nh, hs, window int) error {
-	if err := backend.CheckAttentionBackward(b.Device(), dqkv, dout, qkv, att, nb, t, nh, hs); err != nil {
+	if err := backend.CheckAttentionBackward(b.Device(), dqkv, dout, qkv, att, nb, t, nh, hs, window); err != nil {
 		return err
 	}
 	return b.run("dg_cuda_nn_attention_backward", func(ctx *C.dg_cuda_ctx) C.dg_status {

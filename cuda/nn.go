@@ -16,6 +16,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -321,11 +322,12 @@ func (k *NNKernels) EncoderBackward(dwte, dwpe, dout, tok *tensor.Tensor, b, t, 
 }
 
 // AttentionForward runs causal attention over qkv[b,t,3*nh*hs] into
-// out[b,t,nh*hs], saving the weights in att[b,nh,t,t]; window <= 0 is full.
+// out[b,t,nh*hs], saving the weights in att[b,nh,t,backend.AttentionSpan(t, window)];
+// window <= 0 is full.
 func (k *NNKernels) AttentionForward(out, att, qkv *tensor.Tensor, b, t, nh, hs, window int) error {
 	var po, pa, pq unsafe.Pointer
 	c := nh * hs
-	if err := k.args("AttentionForward", []int{b, nh, t, t, 3, hs}, f32("out", out, b*t*c, &po), f32("att", att, b*nh*t*t, &pa),
+	if err := k.args("AttentionForward", []int{b, nh, t, t, 3, hs}, f32("out", out, b*t*c, &po), f32("att", att, b*nh*t*backend.AttentionSpan(t, window), &pa),
 		f32("qkv", qkv, b*t*3*c, &pq)); err != nil {
 		return err
 	}
@@ -339,7 +341,7 @@ func (k *NNKernels) AttentionBackward(dqkv, dout, qkv, att *tensor.Tensor, b, t,
 	var pd, po, pq, pa unsafe.Pointer
 	c := nh * hs
 	if err := k.args("AttentionBackward", []int{b, nh, t, t, 3, hs}, f32("dqkv", dqkv, b*t*3*c, &pd), f32("dout", dout, b*t*c, &po),
-		f32("qkv", qkv, b*t*3*c, &pq), f32("att", att, b*nh*t*t, &pa)); err != nil {
+		f32("qkv", qkv, b*t*3*c, &pq), f32("att", att, b*nh*t*backend.AttentionSpan(t, window), &pa)); err != nil {
 		return err
 	}
 	return k.run("dg_cuda_nn_attention_backward", func(ctx *C.dg_cuda_ctx) C.dg_status {

@@ -1,8 +1,9 @@
 /*
  * nn_attention.cu — device twin of csrc/nn_attention.c: causal multi-head
  * self-attention with an optional sliding window, same layouts (qkv
- * [B,T,3*NH*HS], out [B,T,NH*HS], att [B,NH,T,T] with zeros outside the
- * window), same element math (dg_nn_math.h) and every sum in the CPU's
+ * [B,T,3*NH*HS], out [B,T,NH*HS], att [B,NH,T,S], S = dg_nn_att_span(T, W),
+ * key k of query q at slot k - first_key(q), zeros past the query), same
+ * element math (dg_nn_math.h) and every sum in the CPU's
  * order (nn.cuh), so only expf can make the bits differ.
  *
  * Forward: one warp per (b, h, query): lanes take keys for the scores (each
@@ -45,8 +46,9 @@ __global__ void __launch_bounds__(NN_BLOCK)
 	int64_t q = u % T, h = (u / T) % NH, b = u / (T * NH);
 	const float *base = qkv + b * T * C3;
 	const float *qv = base + q * C3 + h * HS;
-	float *row = att + u * T;
 	int64_t k0 = dg_nn_first_key(q, window);
+	const int64_t span = dg_nn_att_span(T, window);
+	float *row = att + u * span - k0; /* row[k] for k in k0..q */
 	/* scores; lane l takes keys k0 + l, k0 + l + 32, ... here and below */
 	float mx = -INFINITY;
 	for (int64_t k = k0 + lane; k <= q; k += 32) {
@@ -69,8 +71,8 @@ __global__ void __launch_bounds__(NN_BLOCK)
 	}
 	float inv = 1.0f / sum;
 	__syncwarp(); /* the lanes below read other lanes' row[k] */
-	for (int64_t k = lane; k < T; k += 32)
-		row[k] = (k >= k0 && k <= q) ? row[k] * inv : 0.0f;
+	for (int64_t k = k0 + lane; k < k0 + span; k += 32)
+		row[k] = k <= q ? row[k] * inv : 0.0f;
 	__syncwarp(); /* and the weights, all of them, below */
 	float *o = out + (b * T + q) * C + h * HS;
 	for (int64_t i = lane; i < HS; i += 32) {
@@ -109,9 +111,9 @@ __global__ void __launch_bounds__(NN_BLOCK)
 	const float scale = dg_nn_att_scale(HS);
 	int64_t q = u % T, h = (u / T) % NH, b = u / (T * NH);
 	const float *base = qkv + b * T * C3;
-	const float *row = att + u * T;
-	const float *d = dout + (b * T + q) * C + h * HS;
 	int64_t k0 = dg_nn_first_key(q, window);
+	const float *row = att + u * dg_nn_att_span(T, window) - k0;
+	const float *d = dout + (b * T + q) * C + h * HS;
 	/* pass 1: dot = sum_k att[k] * datt[k], keys in order; datt[k] = d . v_k */
 	float dot = 0.0f;
 	for (int64_t kb = k0; kb <= q; kb += 32) {
@@ -163,12 +165,13 @@ __global__ void __launch_bounds__(NN_BLOCK)
 	 * not added to k: k + window - 1 overflows for a window meaning
 	 * "unbounded" (the maximum int), which would leave dk and dv at zero. */
 	int64_t qmax = window > 0 && window - 1 < T - 1 - k ? k + window - 1 : T - 1;
+	const int64_t span = dg_nn_att_span(T, window);
 	for (int64_t qb = k; qb <= qmax; qb += 32) {
 		int64_t q = qb + lane;
 		float a = 0.0f, ds = 0.0f;
 		if (q <= qmax) {
 			const float *d = dout + (b * T + q) * C + h * HS;
-			a = att[(bh * T + q) * T + k];
+			a = att[(bh * T + q) * span + k - dg_nn_first_key(q, window)];
 			ds = dg_nn_att_dscore(a, seq_dot(d, vk, HS), dots[bh * T + q], scale);
 		}
 		int m = (int)min((int64_t)32, qmax - qb + 1);

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/assert"
@@ -257,12 +258,14 @@ func TestNNEncoder(t *testing.T) {
 }
 
 // The window math.MaxInt ("unbounded") is the overflow case of k + window - 1.
+// att is exactly [b, nh, t, min(window, t)]: the windowed layout's T*W band.
 func TestNNAttention(t *testing.T) {
 	e := nnSetup(t)
-	for _, sz := range [][5]int{{2, 37, 3, 40, 0}, {2, 37, 3, 40, 5}, {2, 37, 3, 40, math.MaxInt}, {1, 70, 2, 16, 0}, {1, 1, 1, 1, 0}} {
+	for _, sz := range [][5]int{{2, 37, 3, 40, 0}, {2, 37, 3, 40, 5}, {2, 37, 3, 40, math.MaxInt}, {1, 70, 2, 16, 0},
+		{1, 70, 2, 16, 1}, {1, 70, 2, 16, 33}, {2, 37, 3, 8, 64}, {1, 1, 1, 1, 0}} {
 		b, tt, nh, hs, win := sz[0], sz[1], sz[2], sz[3], sz[4]
 		c := nh * hs
-		qkv, out, att := e.f32(b*tt*3*c, 1), e.f32(b*tt*c, 1), e.f32(b*nh*tt*tt, 1)
+		qkv, out, att := e.f32(b*tt*3*c, 1), e.f32(b*tt*c, 1), e.f32(b*nh*tt*backend.AttentionSpan(tt, win), 1)
 		e.ok("cpu", e.cpu.AttentionForward(out.h.Ptr(), att.h.Ptr(), qkv.h.Ptr(), b, tt, nh, hs, win))
 		e.ok("gpu", e.gk.AttentionForward(out.d, att.d, qkv.d, b, tt, nh, hs, win))
 		e.normwise("attention out", out, 1e-5)

@@ -23,13 +23,18 @@ type Attention struct {
 // Params is empty.
 func (Attention) Params() []*model.Param { return nil }
 
+// Span is the length of one row of saved softmax weights for t tokens:
+// min(Window, t), or t without a window (backend.AttentionSpan), so the
+// weights a windowed layer keeps grow as T*Window, not T*T.
+func (a Attention) Span(t int) int { return backend.AttentionSpan(t, a.Window) }
+
 // Forward reads qkv[B, T, 3*Heads*HeadSize] (all heads' queries, then keys,
 // then values per token) and writes out[B, T, Heads*HeadSize] and the
-// softmax weights att[B, Heads, T, T], which Backward needs.
+// softmax weights att[B, Heads, T, Span(T)], which Backward needs.
 func (a Attention) Forward(be backend.NN, out, att, qkv *tensor.Tensor, b, t int) error {
 	const op = "Attention.Forward"
 	c := a.Heads * a.HeadSize
-	if err := needF32(op, be.Device(), "out", out, b*t*c, "att", att, b*a.Heads*t*t, "qkv", qkv, b*t*3*c); err != nil {
+	if err := needF32(op, be.Device(), "out", out, b*t*c, "att", att, b*a.Heads*t*a.Span(t), "qkv", qkv, b*t*3*c); err != nil {
 		return err
 	}
 	if err := be.AttentionForward(out, att, qkv, b, t, a.Heads, a.HeadSize, a.Window); err != nil {
@@ -42,7 +47,7 @@ func (a Attention) Forward(be backend.NN, out, att, qkv *tensor.Tensor, b, t int
 func (a Attention) Backward(be backend.NN, dqkv, dout, qkv, att *tensor.Tensor, b, t int) error {
 	const op = "Attention.Backward"
 	c := a.Heads * a.HeadSize
-	if err := needF32(op, be.Device(), "dqkv", dqkv, b*t*3*c, "dout", dout, b*t*c, "qkv", qkv, b*t*3*c, "att", att, b*a.Heads*t*t); err != nil {
+	if err := needF32(op, be.Device(), "dqkv", dqkv, b*t*3*c, "dout", dout, b*t*c, "qkv", qkv, b*t*3*c, "att", att, b*a.Heads*t*a.Span(t)); err != nil {
 		return err
 	}
 	if err := be.AttentionBackward(dqkv, dout, qkv, att, b, t, a.Heads, a.HeadSize, a.Window); err != nil {

@@ -68,7 +68,7 @@ func (k *Block) check(op string, dev tensor.Device, grad bool) error {
 type BlockActivations struct {
 	LN1, LN1Mean, LN1Rstd *tensor.Tensor // [N, C], [N], [N]
 	QKV                   *tensor.Tensor // [N, 3C]
-	Att                   *tensor.Tensor // [B, H, T, T]
+	Att                   *tensor.Tensor // [B, H, T, Attn.Span(T)]
 	AttY                  *tensor.Tensor // [N, C]
 	Res2                  *tensor.Tensor // [N, C]: x + attention
 	LN2, LN2Mean, LN2Rstd *tensor.Tensor // [N, C], [N], [N]
@@ -85,7 +85,7 @@ func (k *Block) NewActivations(a *Arena, b, t int) (*BlockActivations, error) {
 		shape []int
 	}{
 		{&s.LN1, []int{n, c}}, {&s.LN1Mean, []int{n}}, {&s.LN1Rstd, []int{n}}, {&s.QKV, []int{n, k.QKV.Out}},
-		{&s.Att, []int{b, k.Attn.Heads, t, t}}, {&s.AttY, []int{n, k.Proj.In}}, {&s.Res2, []int{n, c}},
+		{&s.Att, []int{b, k.Attn.Heads, t, k.Attn.Span(t)}}, {&s.AttY, []int{n, k.Proj.In}}, {&s.Res2, []int{n, c}},
 		{&s.LN2, []int{n, c}}, {&s.LN2Mean, []int{n}}, {&s.LN2Rstd, []int{n}}, {&s.FC, []int{n, k.FC.Out}}, {&s.FCAct, []int{n, k.FC.Out}},
 	} {
 		if *f.p, err = a.Float32(f.shape...); err != nil {

@@ -162,7 +162,7 @@ func attentionCase(t *testing.T, be *backend.CPU, r *rand.Rand, window int) {
 	qt, q := f32(t, randv(r, B*T*3*C, 1.5))
 	dyt, dy := f32(t, randv(r, B*T*C, 1))
 	yt, _ := f32(t, make([]float64, B*T*C))
-	at, _ := f32(t, make([]float64, B*NH*T*T))
+	at, _ := f32(t, make([]float64, B*NH*T*a.Span(T)))
 	dqt, _ := f32(t, make([]float64, B*T*3*C))
 	require.NoError(t, a.Forward(be, yt, at, qt, B, T))
 	y, att := refAttn(q, B, T, NH, HS, window)

@@ -105,14 +105,24 @@ func firstKey(q, w int) int {
 	return 0
 }
 
+// refSpan is the saved row length of windowed attention: the last W keys,
+// or all T without a window (W <= 0) or when W >= T.
+func refSpan(T, W int) int {
+	if W > 0 && W < T {
+		return W
+	}
+	return T
+}
+
 func refAttn(qkv []float64, B, T, NH, HS, W int) (out, att []float64) {
 	C := NH * HS
-	out, att = make([]float64, B*T*C), make([]float64, B*NH*T*T)
+	S := refSpan(T, W)
+	out, att = make([]float64, B*T*C), make([]float64, B*NH*T*S)
 	for b := 0; b < B; b++ {
 		for h := 0; h < NH; h++ {
 			for q := 0; q < T; q++ {
-				row := att[((b*NH+h)*T+q)*T:][:T]
 				k0 := firstKey(q, W)
+				row := att[((b*NH+h)*T+q)*S-k0:][:k0+S] // row[k]: key k at slot k-k0
 				mx := math.Inf(-1)
 				for k := k0; k <= q; k++ {
 					s := 0.0
@@ -144,8 +154,9 @@ func refAttnBack(dqkv, dout, qkv, att []float64, B, T, NH, HS, W int) {
 	for b := 0; b < B; b++ {
 		for h := 0; h < NH; h++ {
 			for q := 0; q < T; q++ {
-				row := att[((b*NH+h)*T+q)*T:][:T]
 				k0 := firstKey(q, W)
+				S := refSpan(T, W)
+				row := att[((b*NH+h)*T+q)*S-k0:][:k0+S]
 				da := make([]float64, T)
 				dot := 0.0
 				for k := k0; k <= q; k++ {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,4 +57,32 @@ func TestTrainDeviceBad(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errb.String(), `--device "tpu"`)
 	assert.Contains(t, errb.String(), "allowed cpu, cuda, cuda:N, sim, sim:N")
+}
+
+// TestTrainAttentionWindow: sequence_parallel.attention_window_size reaches
+// the model. A window of the tiny model's whole sequence (16) is full
+// attention, to the last bit of the final loss; a window of 2 trains a
+// different model (another final loss) that still gets within 10% of the
+// order-1 source's entropy floor (each token needs only itself).
+func TestTrainAttentionWindow(t *testing.T) {
+	final := map[int]float64{}
+	var floor float64
+	for _, w := range []int{0, 16, 2} {
+		cfg := filepath.Join(t.TempDir(), "ds.json")
+		os.WriteFile(cfg, []byte(fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 8, "steps_per_print": 100,
+			"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.0}},
+			"sequence_parallel": {"attention_window_size": %d}}`, w)), 0o644)
+		var out, errb bytes.Buffer
+		code := run([]string{"train", "--config", cfg, "--model", "tiny"}, &out, &errb)
+		require.Zero(t, code, errb.String())
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		var res trainResult
+		require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &res), "last line %q", lines[len(lines)-1])
+		require.NotNil(t, res.EntropyFloor, "entropy floor")
+		floor, final[w] = *res.EntropyFloor, res.FinalLoss
+	}
+	assert.Equal(t, final[0], final[16], "window 16 = T: full attention's final loss")
+	assert.NotEqual(t, final[0], final[2], "window 2 trains another model")
+	assert.LessOrEqual(t, final[2], 1.1*floor, "window 2: final loss %.4f, floor %.4f", final[2], floor)
+	t.Logf("floor %.4f: full %.6f, window 16 %.6f, window 2 %.6f", floor, final[0], final[16], final[2])
 }

@@ -361,10 +361,14 @@ dg_status dg_nn_encoder_backward_mixed(dg_ctx *ctx, dg_dtype gt, void *dwte, voi
 /* dg_nn_attention_forward: causal multi-head self-attention.
  *   qkv[B,T,3*NH*HS]: per token the queries of all heads, then keys, then
  *   values (head h at channels h*HS..h*HS+HS of each third);
- *   out[B,T,NH*HS]; att[B,NH,T,T] receives the softmax weights (the backward
- *   pass needs them; entries outside the window are 0).
- * Query t attends to keys max(0, t-window+1)..t; window <= 0 means all of
- * 0..t. Scores are scaled by 1/sqrt(HS). */
+ *   out[B,T,NH*HS]; att[B,NH,T,S] receives the softmax weights (the backward
+ *   pass needs them), S = min(window, T) (dg_nn_att_span in dg_nn_math.h), or T
+ *   when window <= 0.
+ * Query q attends to keys k0..q, k0 = max(0, q-window+1) (window <= 0: all
+ * of 0..q); its weight for key k is att[b,h,q,k-k0], and slots past q-k0 are
+ * 0. Without a window (or window >= T) that is the full T x T layout, k at
+ * slot k; with one, memory and work grow as T*W. Scores are scaled by
+ * 1/sqrt(HS). */
 dg_status dg_nn_attention_forward(dg_ctx *ctx, float *out, float *att, const float *qkv, int64_t b, int64_t t,
 				  int64_t nh, int64_t hs, int64_t window);
 /* dg_nn_attention_backward: dqkv += d(out)/d(qkv)^T dout, from the saved att. */

@@ -78,4 +78,10 @@ DG_HD int64_t dg_nn_first_key(int64_t q, int64_t window)
 	return window > 0 && q - window + 1 > 0 ? q - window + 1 : 0;
 }
 
+/* dg_nn_att_span: the length of one saved softmax row, min(window, t), or t
+ * without a window. att is [B,NH,T,span] and query q's weight for key k sits
+ * at slot k - dg_nn_first_key(q, window), so the weights take T*W floats, not
+ * T*T; with window >= t (or <= 0) the slot is k, the full T x T layout. */
+DG_HD int64_t dg_nn_att_span(int64_t t, int64_t window) { return window > 0 && window < t ? window : t; }
+
 #endif /* DG_NN_MATH_H */
