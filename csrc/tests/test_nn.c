@@ -3,6 +3,7 @@
  * accumulation (+=) by starting from non-zero gradients. */
 #include <math.h>
 
+#include "dg_nn_math.h"
 #include "test_util.h"
 
 static float *randv(uint64_t *s, int64_t n)
@@ -172,8 +173,11 @@ static void test_attention(dg_ctx *ctx, uint64_t *s, int64_t window)
 {
 	const int64_t B = 2, T = 7, NH = 3, HS = 4, C = NH * HS;
 	float *qkv = randv(s, B * T * 3 * C), *dout = randv(s, B * T * C), *out = malloc(sizeof(float) * B * T * C);
-	float *att = malloc(sizeof(float) * B * NH * T * T), *dqkv = randv(s, B * T * 3 * C);
-	double *rout = calloc((size_t)(B * T * C), sizeof(double)), *ratt = calloc((size_t)(B * NH * T * T), sizeof(double));
+	/* the saved weights are [B,NH,T,S]: key k of query q at slot
+	 * k - dg_nn_first_key(q), so a window W keeps T*min(W,T) per head */
+	const int64_t S = dg_nn_att_span(T, window);
+	float *att = malloc(sizeof(float) * B * NH * T * S), *dqkv = randv(s, B * T * 3 * C);
+	double *rout = calloc((size_t)(B * T * C), sizeof(double)), *ratt = calloc((size_t)(B * NH * T * S), sizeof(double));
 	double *rdqkv = tod(dqkv, B * T * 3 * C);
 	for (int64_t b = 0; b < B; b++)
 		for (int64_t h = 0; h < NH; h++)
@@ -191,7 +195,7 @@ static void test_attention(dg_ctx *ctx, uint64_t *s, int64_t window)
 				}
 				for (int64_t k = k0; k <= q; k++)
 					sum += exp(sc[k] - mx);
-				double *A = ratt + ((b * NH + h) * T + q) * T, dA[16], dot = 0;
+				double A[16], dA[16], dot = 0;
 				const float *D = dout + (b * T + q) * C + h * HS;
 				for (int64_t k = k0; k <= q; k++) {
 					A[k] = exp(sc[k] - mx) / sum;
@@ -204,6 +208,8 @@ static void test_attention(dg_ctx *ctx, uint64_t *s, int64_t window)
 					}
 					dot += A[k] * dA[k];
 				}
+				for (int64_t k = k0; k <= q; k++)
+					ratt[((b * NH + h) * T + q) * S + (k - k0)] = A[k];
 				for (int64_t k = k0; k <= q; k++) {
 					double ds = A[k] * (dA[k] - dot) / sqrt((double)HS);
 					const float *K = qkv + (b * T + k) * 3 * C + C + h * HS;
@@ -215,7 +221,7 @@ static void test_attention(dg_ctx *ctx, uint64_t *s, int64_t window)
 			}
 	CHECK_OK(dg_nn_attention_forward(ctx, out, att, qkv, B, T, NH, HS, window));
 	CHECK(maxrel(out, rout, B * T * C) < TOL);
-	CHECK(maxrel(att, ratt, B * NH * T * T) < TOL);
+	CHECK(maxrel(att, ratt, B * NH * T * S) < TOL);
 	CHECK_OK(dg_nn_attention_backward(ctx, dqkv, dout, qkv, att, B, T, NH, HS, window));
 	CHECK(maxrel(dqkv, rdqkv, B * T * 3 * C) < TOL);
 	free(qkv), free(dout), free(out), free(att), free(dqkv), free(rout), free(ratt), free(rdqkv);
