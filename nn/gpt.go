@@ -24,6 +24,9 @@ type GPTConfig struct {
 	// TP is the tensor-parallel group the model is sharded over (see
 	// tp.go); the zero value is none.
 	TP TP
+	// SP is the Ulysses sequence-parallel group (see ulysses.go): each
+	// rank runs on its shard of every sequence; the zero value is none.
+	SP SP
 }
 
 // NumParams is the parameter count of the model cfg describes (the tied
@@ -52,6 +55,7 @@ type GPT struct {
 	// activation memory covers only those; hi 0 is the whole model.
 	lo, hi int
 	tp     *tpState // nil without tensor parallelism
+	sp     *spState // nil without sequence parallelism
 }
 
 // ParamGroup is a named group of parameters: the unit a ZeRO stage-3 engine
@@ -70,6 +74,9 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 	if err := checkTP(cfg); err != nil {
 		return nil, err
 	}
+	if err := checkSP(cfg); err != nil {
+		return nil, err
+	}
 	g := &GPT{Config: cfg, Embed: NewEmbedding("transformer", cfg.Vocab, cfg.SeqLen, cfg.Width),
 		LNF: NewLayerNorm("transformer.ln_f", cfg.Width), Xent: CrossEntropy{Vocab: cfg.Vocab}}
 	for l := 0; l < cfg.Layers; l++ {
@@ -80,6 +87,7 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 		g.Blocks = append(g.Blocks, b)
 	}
 	g.shardTP()
+	g.shardSP()
 	ck := cfg.Checkpointing
 	if ck.Enabled {
 		if ck.NumberCheckpoints < 0 {
@@ -339,6 +347,7 @@ func (g *GPT) Free() {
 // allocates again, for a new batch shape).
 func (g *GPT) freeActivations() {
 	g.tp.free()
+	g.sp.free()
 	if g.st != nil {
 		g.st.acts.Reset()
 		g.st.scr.Reset()
