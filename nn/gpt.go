@@ -361,7 +361,7 @@ func (g *GPT) ActivationStats() ActivationStats {
 		return ActivationStats{Checkpointed: g.checkpointed()}
 	}
 	return ActivationStats{Bytes: g.st.acts.Bytes(), Allocs: g.st.acts.Allocs(), SavedInputBytes: g.st.saved,
-		ScratchBytes: g.st.scr.Bytes(), Checkpointed: g.checkpointed(), Recompute: g.st.recomputed}
+		ScratchBytes: g.st.scr.Bytes() + g.sp.bufferBytes(), Checkpointed: g.checkpointed(), Recompute: g.st.recomputed}
 }
 
 func (g *GPT) actsFor(l int) *BlockActivations {

@@ -70,6 +70,15 @@ func (s *spState) free() {
 	s.send, s.recv = nil, nil
 }
 
+// bufferBytes is the exchange buffers' size (scratch: used only inside
+// one block's forward or backward).
+func (s *spState) bufferBytes() int64 {
+	if s == nil || s.send == nil {
+		return 0
+	}
+	return int64(s.send.Bytes() + s.recv.Bytes())
+}
+
 // checkSP validates that cfg's heads split over the SP group.
 func checkSP(cfg GPTConfig) error {
 	n := cfg.SP.size()
