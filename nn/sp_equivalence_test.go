@@ -89,7 +89,7 @@ func spCurve(t *testing.T, r spRun, steps int, clip float64, corpus *data.Tokens
 }
 
 // The GPT with Ulysses sequence parallelism over 2 and 4 ranks, alone and
-// with 2 data-parallel ranks at ZeRO 0-2, follows the plain single-process
+// with 2 data-parallel ranks at ZeRO 0-3, follows the plain single-process
 // loop on the whole sequences: losses to 1e-6 relative and parameters to
 // 3e-6 norm-wise (the TP test's tolerances). Sequence shards that kept
 // positions 0..T/sp-1 instead of their global offsets, an exchange that
@@ -101,7 +101,7 @@ func TestGPTSequenceParallelEquivalence(t *testing.T) {
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
 	runs := []spRun{{sp: 2, dp: 1}, {sp: 4, dp: 1, stage: 1}, {sp: 2, dp: 2}, {sp: 2, dp: 2, stage: 2},
-		{sp: 4, dp: 1, stage: 2}, {sp: 2, dp: 2, stage: 1, ckpt: true}, {sp: 2, dp: 1, window: 3}}
+		{sp: 4, dp: 1, stage: 2}, {sp: 2, dp: 2, stage: 3}, {sp: 2, dp: 2, stage: 1, ckpt: true}, {sp: 2, dp: 1, window: 3}}
 	for _, clip := range []float64{1.0, mixedClip} {
 		plain := map[int][]float64{}
 		plainParams := map[int][]float32{}
