@@ -38,7 +38,7 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 			e.Close()
 		}
 	}()
-	if err := checkSP(cfg, o); err != nil {
+	if err := checkSP(cfg, net, o); err != nil {
 		return nil, err
 	}
 	if err := checkTP(cfg, o); err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/model"
 )
 
 // WithSequenceParallel runs the engine as one rank of the Ulysses
@@ -50,10 +51,11 @@ func SequenceParallelGroups(ctx context.Context, world comm.Comm, sp int) (seqDa
 	return seqData, seq, g.CoordOf(world.Rank(), comm.AxisData), nil
 }
 
-// checkSP validates the sequence-parallel setup against cfg: the SP group
-// matches sequence_parallel_size and divides the engine's group, and SP
-// runs without TP, on the CPU backend.
-func checkSP(cfg *config.Config, o options) error {
+// checkSP validates the sequence-parallel setup against cfg and the model:
+// the SP group matches sequence_parallel_size and divides the engine's
+// group, a model that says how it shards sequences agrees, and SP runs
+// without TP, on the CPU backend.
+func checkSP(cfg *config.Config, net model.Model, o options) error {
 	sp := max(1, cfg.SequenceParallelSize)
 	n := 1
 	if o.comm != nil {
@@ -70,6 +72,9 @@ func checkSP(cfg *config.Config, o options) error {
 		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d with tensor_model_parallel_size %d: not supported yet", sp, cfg.TensorModelParallelSize)
 	case sp > 1 && o.device != nil && !o.device.IsCPU():
 		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d on %v: not supported yet (SP runs on the CPU backend)", sp, *o.device)
+	}
+	if m, ok := net.(interface{ SequenceParallelSize() int }); ok && m.SequenceParallelSize() != sp {
+		return fmt.Errorf("deepgo.Initialize: the model shards its sequences over %d ranks, sequence_parallel_size is %d: build it with the group WithSequenceParallel gets", m.SequenceParallelSize(), sp)
 	}
 	return nil
 }

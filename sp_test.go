@@ -43,14 +43,17 @@ func TestSequenceParallelGroups(t *testing.T) {
 
 // Initialize refuses a sequence-parallel setup it cannot run, naming the
 // key and the sizes: an SP group of the wrong size, SP with TP, SP with
-// pipeline stages.
+// pipeline stages, and a model sharded over SP ranks under an engine told
+// sequence_parallel_size 1 (it would average over the wrong group).
 func TestSequenceParallelRefusals(t *testing.T) {
 	cases := []struct {
 		name, cfg, want string
+		noGroup         bool // no WithSequenceParallel
 	}{
-		{"group size", `"sequence_parallel_size": 4`, "sequence_parallel_size 4, but WithSequenceParallel's group has 2 ranks"},
-		{"with tp", `"sequence_parallel_size": 2, "tensor_model_parallel_size": 2`, "sequence_parallel_size 2 with tensor_model_parallel_size 2: not supported yet"},
-		{"with pipeline", `"sequence_parallel_size": 2, "pipeline_model_parallel_size": 2`, "sequence_parallel_size > 1 with pipeline stages"},
+		{"group size", `"sequence_parallel_size": 4`, "sequence_parallel_size 4, but WithSequenceParallel's group has 2 ranks", false},
+		{"with tp", `"sequence_parallel_size": 2, "tensor_model_parallel_size": 2`, "sequence_parallel_size 2 with tensor_model_parallel_size 2: not supported yet", false},
+		{"with pipeline", `"sequence_parallel_size": 2, "pipeline_model_parallel_size": 2`, "sequence_parallel_size > 1 with pipeline stages", false},
+		{"model sharded", `"sequence_parallel_size": 1`, "the model shards its sequences over 2 ranks, sequence_parallel_size is 1", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,12 +62,16 @@ func TestSequenceParallelRefusals(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 8, SeqLen: 4}, nil, 1)
+				g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 8, SeqLen: 4, SP: nn.SP{Comm: c}}, nil, 1)
 				if err != nil {
 					return err
 				}
 				defer g.Free()
-				tr, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithComm(c), deepgo.WithSequenceParallel(c))
+				opts := []deepgo.Option{deepgo.WithComm(c)}
+				if !tc.noGroup {
+					opts = append(opts, deepgo.WithSequenceParallel(c))
+				}
+				tr, err := deepgo.Initialize(ctx, cfg, g, opts...)
 				if err == nil {
 					tr.Close()
 					return fmt.Errorf("no error")

@@ -43,6 +43,12 @@ func (s SP) size() int {
 	return s.Comm.Size()
 }
 
+// SequenceParallelSize is the SP degree the model shards its sequences
+// over (1 without): the engine checks it against sequence_parallel_size,
+// since a sharded model under an engine reducing over the wrong group
+// would train on a wrong gradient without any error.
+func (g *GPT) SequenceParallelSize() int { return g.sp.size() }
+
 // spState is a GPT's live SP group: the comm, the context of the module
 // call in progress, and the host buffers the all-to-alls pack into (shared
 // by every block: modules run one at a time).
