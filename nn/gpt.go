@@ -374,7 +374,10 @@ func (g *GPT) actsFor(l int) *BlockActivations {
 // Forward runs the model on inputs[B*T] (token ids, row-major [B, T]) and
 // returns the mean cross-entropy against targets[B*T], keeping what
 // Backward needs. It runs the same modules the engine runs (Modules, Loss),
-// on be (nil: UseBackend's). T may be at most Config.SeqLen.
+// on be (nil: UseBackend's). T may be at most Config.SeqLen. Under
+// sequence parallelism (Config.SP) inputs and targets are this rank's
+// sequence shard (model.TokenBatch.SequenceShard), T its length, T·sp at
+// most SeqLen, and the loss is the mean over the whole sequences.
 func (g *GPT) Forward(be backend.Backend, inputs, targets []int32, b, t int) (float32, error) {
 	bg := withBackend(be)
 	var act model.Activation = model.TokenBatch{Inputs: inputs, Targets: targets, B: b, T: t}

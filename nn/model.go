@@ -362,7 +362,10 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 
 // Loss is the mean cross-entropy of the head's logits against the batch's
 // targets; the gradient it returns (in place of the logits) is that of
-// gradScale x loss.
+// gradScale x loss. Under sequence parallelism the loss is the mean over
+// the SP group's tokens and the gradient that of this rank's local mean
+// (the engine's average over the sequence-data-parallel group makes the
+// rest; see ulysses.go).
 func (g *GPT) Loss(ctx context.Context, out, target model.Activation, gradScale float64) (float64, model.Activation, error) {
 	_, k, err := g.compute(ctx)
 	if err != nil {
