@@ -16,6 +16,7 @@ type Option func(*options)
 type options struct {
 	comm    comm.Comm
 	tp      comm.Comm
+	sp      comm.Comm
 	backend backend.Backend
 	opt     optim.Optimizer
 	store   optim.StateStore

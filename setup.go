@@ -38,6 +38,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 			e.Close()
 		}
 	}()
+	if err := checkSP(cfg, net, o); err != nil {
+		return nil, err
+	}
 	if err := checkTP(cfg, o); err != nil {
 		return nil, err
 	}
@@ -90,7 +93,7 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		e.arena.SetAlloc(e.be.Empty)
 	}
 	e.notes = append(offloadNotes(cfg, e.be.Device()), sequenceParallelNotes(cfg)...)
-	batch, err := cfg.Resolve(n, 1, 1, 1)
+	batch, err := cfg.Resolve(n, 1, 1, max(1, cfg.SequenceParallelSize))
 	if err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
@@ -379,7 +382,7 @@ func unsupported(cfg *config.Config) error {
 	case cfg.TensorModelParallelSize > 1:
 		return ns("tensor_model_parallel_size > 1 with pipeline stages (TP x PP)")
 	case cfg.SequenceParallelSize > 1:
-		return ns("sequence_parallel_size > 1")
+		return ns("sequence_parallel_size > 1 with pipeline stages (SP x PP)")
 	case cfg.AMP.Enabled():
 		return ns("amp.enabled (apex)")
 	}
@@ -433,8 +436,8 @@ func pinNote(dev tensor.Device) string {
 }
 
 // sequenceParallelNotes says what the sequence_parallel section does here:
-// sharding needs sequence_parallel_size > 1 (refused until it exists), and
-// the attention window is the model's to apply.
+// sharding needs sequence_parallel_size > 1 (see sp.go), and the attention
+// window is the model's to apply.
 func sequenceParallelNotes(cfg *config.Config) []string {
 	sp := cfg.SequenceParallel
 	var notes []string

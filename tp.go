@@ -60,6 +60,7 @@ func checkTP(cfg *config.Config, o options) error {
 	}
 	rest := *cfg
 	rest.TensorModelParallelSize = 1
+	rest.SequenceParallelSize = 1 // checkSP's
 	return unsupported(&rest)
 }
 

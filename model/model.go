@@ -32,6 +32,7 @@ package model
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -187,6 +188,30 @@ type TokenBatch struct {
 
 // BatchSize is B, the number of sequences.
 func (b TokenBatch) BatchSize() int { return b.B }
+
+// SequenceShard is sequence-parallel rank's share of b on n ranks: tokens
+// [rank·T/n, (rank+1)·T/n) of every sequence, inputs and targets alike
+// (DeepSpeed-Ulysses' data path: every rank of an SP group is handed the
+// same micro-batch and keeps its shard). T must divide by n.
+func (b TokenBatch) SequenceShard(rank, n int) (TokenBatch, error) {
+	if n < 1 || rank < 0 || rank >= n {
+		return TokenBatch{}, fmt.Errorf("model.TokenBatch.SequenceShard: rank %d of %d: want 0 <= rank < n", rank, n)
+	}
+	if b.T%n != 0 {
+		return TokenBatch{}, fmt.Errorf("model.TokenBatch.SequenceShard: sequence length %d is not divisible by sequence_parallel_size %d", b.T, n)
+	}
+	if len(b.Inputs) != b.B*b.T || len(b.Targets) != b.B*b.T {
+		return TokenBatch{}, fmt.Errorf("model.TokenBatch.SequenceShard: %d inputs and %d targets for %d x %d tokens", len(b.Inputs), len(b.Targets), b.B, b.T)
+	}
+	tl := b.T / n
+	out := TokenBatch{Inputs: make([]int32, 0, b.B*tl), Targets: make([]int32, 0, b.B*tl), B: b.B, T: tl}
+	for i := 0; i < b.B; i++ {
+		lo := i*b.T + rank*tl
+		out.Inputs = append(out.Inputs, b.Inputs[lo:lo+tl]...)
+		out.Targets = append(out.Targets, b.Targets[lo:lo+tl]...)
+	}
+	return out, nil
+}
 
 // MicroBatch wraps b for an engine: the targets travel with the input.
 func (b TokenBatch) MicroBatch() MicroBatch { return MicroBatch{Input: b} }

@@ -24,6 +24,7 @@ type Block struct {
 	Act    GELU
 	FCProj *Linear  // 4C -> C
 	tp     *tpState // nil without tensor parallelism (see tp.go)
+	sp     *spState // nil without sequence parallelism (see ulysses.go)
 }
 
 // NewBlock declares a block named name with heads heads over width channels
@@ -73,6 +74,9 @@ type BlockActivations struct {
 	Res2                  *tensor.Tensor // [N, C]: x + attention
 	LN2, LN2Mean, LN2Rstd *tensor.Tensor // [N, C], [N], [N]
 	FC, FCAct             *tensor.Tensor // [N, 4C] before and after GELU
+	// QKVHeads is QKV exchanged to head shards under sequence parallelism
+	// ([B, T·sp, 3C/sp], as many elements as QKV); nil without.
+	QKVHeads *tensor.Tensor
 }
 
 // NewActivations allocates one block's activations for b x t tokens.
@@ -80,15 +84,22 @@ func (k *Block) NewActivations(a *Arena, b, t int) (*BlockActivations, error) {
 	n, c := b*t, k.Width
 	var s BlockActivations
 	var err error
+	// attention sees whole sequences: t·sp tokens under sequence parallelism
+	tt := t * k.sp.size()
 	for _, f := range []struct {
 		p     **tensor.Tensor
 		shape []int
 	}{
 		{&s.LN1, []int{n, c}}, {&s.LN1Mean, []int{n}}, {&s.LN1Rstd, []int{n}}, {&s.QKV, []int{n, k.QKV.Out}},
-		{&s.Att, []int{b, k.Attn.Heads, t, k.Attn.Span(t)}}, {&s.AttY, []int{n, k.Proj.In}}, {&s.Res2, []int{n, c}},
+		{&s.Att, []int{b, k.Attn.Heads, tt, k.Attn.Span(tt)}}, {&s.AttY, []int{n, k.Proj.In}}, {&s.Res2, []int{n, c}},
 		{&s.LN2, []int{n, c}}, {&s.LN2Mean, []int{n}}, {&s.LN2Rstd, []int{n}}, {&s.FC, []int{n, k.FC.Out}}, {&s.FCAct, []int{n, k.FC.Out}},
 	} {
 		if *f.p, err = a.Float32(f.shape...); err != nil {
+			return nil, err
+		}
+	}
+	if k.sp != nil {
+		if s.QKVHeads, err = a.Float32(n, k.QKV.Out); err != nil {
 			return nil, err
 		}
 	}
@@ -102,6 +113,9 @@ type BlockScratch struct {
 	Proj, DRes2, DLN, DAttY *tensor.Tensor // [N, C]
 	DQKV                    *tensor.Tensor // [N, 3C]
 	DFC, DFCAct             *tensor.Tensor // [N, 4C]
+	// Heads and DQKVHeads are attention's output (or its gradient) and
+	// dqkv in head shards under sequence parallelism; nil without.
+	Heads, DQKVHeads *tensor.Tensor
 }
 
 // NewScratch allocates a block scratch for b x t tokens.
@@ -114,6 +128,14 @@ func (k *Block) NewScratch(a *Arena, b, t int) (*BlockScratch, error) {
 		w int
 	}{{&s.Proj, c}, {&s.DRes2, c}, {&s.DLN, c}, {&s.DAttY, k.Proj.In}, {&s.DQKV, k.QKV.Out}, {&s.DFC, k.FC.Out}, {&s.DFCAct, k.FC.Out}} {
 		if *f.p, err = a.Float32(n, f.w); err != nil {
+			return nil, err
+		}
+	}
+	if k.sp != nil {
+		if s.Heads, err = a.Float32(n, c); err != nil {
+			return nil, err
+		}
+		if s.DQKVHeads, err = a.Float32(n, k.QKV.Out); err != nil {
 			return nil, err
 		}
 	}
@@ -132,7 +154,7 @@ func (k *Block) Forward(be backend.NN, out, in *tensor.Tensor, acts *BlockActiva
 	steps := []func() error{
 		func() error { return k.LN1.Forward(be, acts.LN1, acts.LN1Mean, acts.LN1Rstd, in, n) },
 		func() error { return k.QKV.Forward(be, acts.QKV, acts.LN1, n) },
-		func() error { return k.Attn.Forward(be, acts.AttY, acts.Att, acts.QKV, b, t) },
+		func() error { return k.attend(be, acts, s, b, t) },
 		func() error { return k.Proj.Forward(be, s.Proj, acts.AttY, n) },
 		func() error { return k.tp.allReduce(s.Proj, n*k.Width, comm.Sum) },
 		func() error { return add(be, acts.Res2, in, s.Proj, n*k.Width) },
@@ -178,9 +200,7 @@ func (k *Block) Backward(be backend.NN, din, dout, in *tensor.Tensor, acts *Bloc
 		func() error {
 			return cleared(be, s.DAttY, func() error { return k.Proj.Backward(be, s.DAttY, s.DRes2, acts.AttY, n) })
 		},
-		func() error {
-			return cleared(be, s.DQKV, func() error { return k.Attn.Backward(be, s.DQKV, s.DAttY, acts.QKV, acts.Att, b, t) })
-		},
+		func() error { return k.attendBackward(be, acts, s, b, t) },
 		func() error {
 			return cleared(be, s.DLN, func() error { return k.QKV.Backward(be, s.DLN, s.DQKV, acts.LN1, n) })
 		},

@@ -24,6 +24,9 @@ type GPTConfig struct {
 	// TP is the tensor-parallel group the model is sharded over (see
 	// tp.go); the zero value is none.
 	TP TP
+	// SP is the Ulysses sequence-parallel group (see ulysses.go): each
+	// rank runs on its shard of every sequence; the zero value is none.
+	SP SP
 }
 
 // NumParams is the parameter count of the model cfg describes (the tied
@@ -52,6 +55,7 @@ type GPT struct {
 	// activation memory covers only those; hi 0 is the whole model.
 	lo, hi int
 	tp     *tpState // nil without tensor parallelism
+	sp     *spState // nil without sequence parallelism
 }
 
 // ParamGroup is a named group of parameters: the unit a ZeRO stage-3 engine
@@ -70,6 +74,9 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 	if err := checkTP(cfg); err != nil {
 		return nil, err
 	}
+	if err := checkSP(cfg); err != nil {
+		return nil, err
+	}
 	g := &GPT{Config: cfg, Embed: NewEmbedding("transformer", cfg.Vocab, cfg.SeqLen, cfg.Width),
 		LNF: NewLayerNorm("transformer.ln_f", cfg.Width), Xent: CrossEntropy{Vocab: cfg.Vocab}}
 	for l := 0; l < cfg.Layers; l++ {
@@ -80,6 +87,7 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 		g.Blocks = append(g.Blocks, b)
 	}
 	g.shardTP()
+	g.shardSP()
 	ck := cfg.Checkpointing
 	if ck.Enabled {
 		if ck.NumberCheckpoints < 0 {
@@ -339,6 +347,7 @@ func (g *GPT) Free() {
 // allocates again, for a new batch shape).
 func (g *GPT) freeActivations() {
 	g.tp.free()
+	g.sp.free()
 	if g.st != nil {
 		g.st.acts.Reset()
 		g.st.scr.Reset()
@@ -352,7 +361,7 @@ func (g *GPT) ActivationStats() ActivationStats {
 		return ActivationStats{Checkpointed: g.checkpointed()}
 	}
 	return ActivationStats{Bytes: g.st.acts.Bytes(), Allocs: g.st.acts.Allocs(), SavedInputBytes: g.st.saved,
-		ScratchBytes: g.st.scr.Bytes(), Checkpointed: g.checkpointed(), Recompute: g.st.recomputed}
+		ScratchBytes: g.st.scr.Bytes() + g.sp.bufferBytes(), Checkpointed: g.checkpointed(), Recompute: g.st.recomputed}
 }
 
 func (g *GPT) actsFor(l int) *BlockActivations {
@@ -365,7 +374,10 @@ func (g *GPT) actsFor(l int) *BlockActivations {
 // Forward runs the model on inputs[B*T] (token ids, row-major [B, T]) and
 // returns the mean cross-entropy against targets[B*T], keeping what
 // Backward needs. It runs the same modules the engine runs (Modules, Loss),
-// on be (nil: UseBackend's). T may be at most Config.SeqLen.
+// on be (nil: UseBackend's). T may be at most Config.SeqLen. Under
+// sequence parallelism (Config.SP) inputs and targets are this rank's
+// sequence shard (model.TokenBatch.SequenceShard), T its length, T·sp at
+// most SeqLen, and the loss is the mean over the whole sequences.
 func (g *GPT) Forward(be backend.Backend, inputs, targets []int32, b, t int) (float32, error) {
 	bg := withBackend(be)
 	var act model.Activation = model.TokenBatch{Inputs: inputs, Targets: targets, B: b, T: t}

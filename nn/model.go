@@ -68,6 +68,12 @@ func (g *GPT) compute(ctx context.Context) (backend.Backend, backend.NN, error) 
 		}
 		g.tp.ctx = ctx
 	}
+	if ok && g.sp != nil {
+		if !be.Device().IsCPU() {
+			return nil, nil, fmt.Errorf("nn.GPT: sequence parallelism on %v: %w yet (the CPU backend only)", be.Device(), backend.ErrUnsupported)
+		}
+		g.sp.ctx = ctx
+	}
 	if !ok {
 		return nil, nil, fmt.Errorf("nn.GPT: backend %s offers no nn kernels (backend.NN): %w yet", be.Name(), backend.ErrUnsupported)
 	}
@@ -114,6 +120,9 @@ func (m embedModule) Forward(ctx context.Context, in model.Activation) (model.Ac
 	if b.B < 1 || b.T < 1 || b.T > g.Config.SeqLen {
 		return nil, fmt.Errorf("nn.GPT.Forward: batch %d x %d tokens: need B >= 1 and 1 <= T <= %d", b.B, b.T, g.Config.SeqLen)
 	}
+	if n := g.sp.size(); b.T*n > g.Config.SeqLen {
+		return nil, fmt.Errorf("nn.GPT.Forward: sequence shards of %d tokens on %d sequence-parallel ranks: sequences of %d tokens, need at most %d (seq_len)", b.T, n, b.T*n, g.Config.SeqLen)
+	}
 	if len(b.Inputs) != b.B*b.T || len(b.Targets) != b.B*b.T {
 		return nil, fmt.Errorf("nn.GPT.Forward: %d inputs and %d targets for %d x %d tokens", len(b.Inputs), len(b.Targets), b.B, b.T)
 	}
@@ -128,9 +137,12 @@ func (m embedModule) Forward(ctx context.Context, in model.Activation) (model.Ac
 	if err := upload(k, s.targets, b.Targets); err != nil {
 		return nil, fmt.Errorf("nn.GPT.Forward: targets: %w", err)
 	}
-	if g.tp != nil {
+	switch {
+	case g.tp != nil:
 		err = g.tpEmbedForward(k, s.resid[0], b.Inputs, b.B, b.T)
-	} else {
+	case g.sp != nil:
+		err = g.spEmbedForward(k, s.resid[0], s.tokens, b.B, b.T)
+	default:
 		err = g.Embed.Forward(k, s.resid[0], s.tokens, b.B, b.T)
 	}
 	if err != nil {
@@ -165,6 +177,8 @@ func (m embedModule) Backward(ctx context.Context, gout model.Activation) (model
 			spare = s.dB
 		}
 		err = g.tpEmbedBackward(k, s.dwteHead, d, spare, s.b, s.t)
+	} else if g.sp != nil {
+		err = g.spEmbedBackward(k, s.dwteHead, d, s.tokens, s.b, s.t)
 	} else {
 		err = g.Embed.backward(k, "GPT.Backward", s.dwteHead, d, s.tokens, s.b, s.t)
 	}
@@ -348,7 +362,10 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 
 // Loss is the mean cross-entropy of the head's logits against the batch's
 // targets; the gradient it returns (in place of the logits) is that of
-// gradScale x loss.
+// gradScale x loss. Under sequence parallelism the loss is the mean over
+// the SP group's tokens and the gradient that of this rank's local mean
+// (the engine's average over the sequence-data-parallel group makes the
+// rest; see ulysses.go).
 func (g *GPT) Loss(ctx context.Context, out, target model.Activation, gradScale float64) (float64, model.Activation, error) {
 	_, k, err := g.compute(ctx)
 	if err != nil {
@@ -391,5 +408,7 @@ func (g *GPT) Loss(ctx context.Context, out, target model.Activation, gradScale 
 	if err := g.Xent.Backward(k, logits, logits, s.targets, s.dlosses, n); err != nil {
 		return 0, nil, err
 	}
-	return float64(loss), logits, nil
+	// under SP the gradient stays that of the local mean (see ulysses.go)
+	mean, err := g.spLoss(float64(loss))
+	return mean, logits, err
 }

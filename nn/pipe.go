@@ -46,6 +46,9 @@ func (g *GPT) NewPart(start, stop int) (model.Part, error) {
 	if g.tp != nil {
 		return nil, fmt.Errorf("nn.GPT.NewPart: tensor_model_parallel_size %d with pipeline parts: not supported yet", g.tp.c.Size())
 	}
+	if g.sp != nil {
+		return nil, fmt.Errorf("nn.GPT.NewPart: sequence_parallel_size %d with pipeline parts: not supported yet", g.sp.size())
+	}
 	if start < 0 || stop > n || start >= stop {
 		return nil, fmt.Errorf("nn.GPT.NewPart: modules [%d, %d): want 0 <= start < stop <= %d", start, stop, n)
 	}

@@ -162,15 +162,7 @@ func TestGPTTensorParallelGradients(t *testing.T) {
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(2000, 4), Vocab: 32}
 	b := eqBatch(corpus, 0, 1, 0)
-	grads := func(g *nn.GPT) map[string][]float32 {
-		out := map[string][]float32{}
-		for _, p := range g.Params() {
-			v, err := p.Grad.Float32s()
-			require.NoError(t, err)
-			out[p.Name] = append([]float32(nil), v...)
-		}
-		return out
-	}
+	grads := func(g *nn.GPT) map[string][]float32 { return gradsOf(t, g) }
 	be, err := backend.NewCPU(1)
 	require.NoError(t, err)
 	defer be.Close()

@@ -109,18 +109,23 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	if tp > 1 && pp > 1 {
 		return nil, fmt.Errorf("tensor_model_parallel_size %d with %d pipeline stages: not supported yet", tp, pp)
 	}
+	sp := spSize(cfgPath)
+	if sp > 1 && (tp > 1 || pp > 1) {
+		return nil, fmt.Errorf("sequence_parallel_size %d with tensor_model_parallel_size %d and %d pipeline stages: not supported yet (SP runs alone with data parallelism)", sp, tp, pp)
+	}
 	if targs.job != nil {
 		// one rank per process: the launcher's world holds every stage
-		if w := targs.job.env.WorldSize; w%(pp*tp) != 0 {
-			return nil, fmt.Errorf("WORLD_SIZE %d is not a multiple of the config's %d pipeline stages x %d tensor-parallel ranks", w, pp, tp)
+		if w := targs.job.env.WorldSize; w%(pp*tp*sp) != 0 {
+			return nil, fmt.Errorf("WORLD_SIZE %d is not a multiple of the config's %d pipeline stages x %d tensor-parallel x %d sequence-parallel ranks", w, pp, tp, sp)
 		}
-		ranks = targs.job.env.WorldSize / (pp * tp)
+		ranks = targs.job.env.WorldSize / (pp * tp * sp)
 	}
 	if ranks <= 0 {
 		ranks = impliedRanks(cfgPath)
 	}
-	// pipeline stages × data-parallel ranks (train_pipe.go) × tensor-parallel ranks (train_tp.go)
-	world := ranks * pp * tp
+	// pipeline stages × data-parallel ranks (train_pipe.go) × tensor-parallel
+	// ranks (train_tp.go) × sequence-parallel ranks (train_sp.go)
+	world := ranks * pp * tp * sp
 	targs.steps = steps // before the ranks start: they share targs
 	var corpus *data.Tokens
 	var floor *float64
@@ -187,6 +192,13 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			return err
 		}
 		g.TP = tpg
+		spg, err := spRank(ctx, c, sp)
+		if err != nil {
+			return err
+		}
+		if spg != nil {
+			g.SP = spg.sp
+		}
 		gpt, err := nn.NewReadyGPT(g, nil, 1) // computes on the engine's backend
 		if err != nil {
 			return err
@@ -197,6 +209,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			return err
 		}
 		opts = append(opts, tpOpts...)
+		if spg != nil {
+			opts = append(opts, spg.opts...)
+		}
 		log := io.Discard // DeepSpeed's reports (flops_profiler, comms_logger lines) from rank 0
 		if c.Rank() == 0 {
 			log = stdout
@@ -228,10 +243,16 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			if tp > 1 {
 				fmt.Fprintf(stdout, "tensor parallel: %d ranks x %d data-parallel ranks (the params above are one rank's shards)\n", tp, ranks)
 			}
+			if sp > 1 {
+				fmt.Fprintf(stdout, "sequence parallel (Ulysses): %d ranks x %d data-parallel ranks, %d tokens of each sequence per rank\n", sp, ranks, T/sp)
+			}
 		}
 		dr, dn := dataRank(rank, c.Size(), pp)
 		if tp > 1 {
 			dr, dn = dc.Rank(), dc.Size()
+		}
+		if spg != nil {
+			dr, dn = spg.dr, spg.dn // every SP rank is handed its data rank's micro-batches
 		}
 		s, err := data.NewDistributedSampler(corpus.NumWindows(T), dr, dn, 5, true)
 		if err != nil {
@@ -261,7 +282,10 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		for step := first; step <= steps; step++ {
 			mbs := make([]model.MicroBatch, gas)
 			for i := range mbs {
-				b := corpus.MakeBatch(s.Next(B), T)
+				b, err := spg.shard(corpus.MakeBatch(s.Next(B), T))
+				if err != nil {
+					return err
+				}
 				mbs[i] = b.MicroBatch()
 			}
 			loss, err := e.TrainBatch(ctx, mbs) // which feeds the engine's monitor

@@ -14,6 +14,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// trainParallel runs deepgo train for 40 steps of the tiny model on a
+// batch of 16 (8 per rank) with key set to n, and returns its result and
+// standard output.
+func trainParallel(t *testing.T, dir, key string, n int) (trainResult, string) {
+	t.Helper()
+	cfg := filepath.Join(dir, fmt.Sprintf("%s-%d.json", key, n))
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8,
+		%q: %d, "gradient_clipping": 1.0, "zero_optimization": {"stage": 1},
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}`, key, n)), 0o644))
+	var out, errb bytes.Buffer
+	code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "40"}, &out, &errb)
+	require.Zero(t, code, errb.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var r trainResult
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &r), "last line %q", lines[len(lines)-1])
+	return r, out.String()
+}
+
 // `deepgo train` reads tensor_model_parallel_size: TP 2 over 2
 // data-parallel ranks runs 4 in-process ranks, says so, holds less per
 // rank, and ends at TP 1's final loss (to float32 summation order); TP
@@ -22,19 +40,10 @@ func TestTrainTensorParallel(t *testing.T) {
 	dir := t.TempDir()
 	res := map[int]trainResult{}
 	for _, tp := range []int{1, 2} {
-		cfg := filepath.Join(dir, fmt.Sprintf("tp%d.json", tp))
-		require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8,
-			"tensor_model_parallel_size": %d, "gradient_clipping": 1.0, "zero_optimization": {"stage": 1},
-			"optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}`, tp)), 0o644))
-		var out, errb bytes.Buffer
-		code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "40"}, &out, &errb)
-		require.Zero(t, code, errb.String())
-		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-		var r trainResult
-		require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &r), "last line %q", lines[len(lines)-1])
+		r, out := trainParallel(t, dir, "tensor_model_parallel_size", tp)
 		res[tp] = r
 		if tp == 2 {
-			assert.Contains(t, out.String(), "tensor parallel: 2 ranks x 2 data-parallel ranks")
+			assert.Contains(t, out, "tensor parallel: 2 ranks x 2 data-parallel ranks")
 		}
 	}
 	assert.Equal(t, 2, res[1].Ranks)

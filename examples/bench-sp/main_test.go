@@ -40,3 +40,9 @@ func TestBadFlags(t *testing.T) {
 		})
 	}
 }
+
+func TestDispatch(t *testing.T) {
+	require.ErrorContains(t, dispatch([]string{"-mode", "ring"}), `-mode "ring": not supported: want window or ulysses`)
+	require.ErrorContains(t, dispatch([]string{"-mode=window", "-window", "0"}), "-window")
+	require.ErrorContains(t, dispatch([]string{"-mode", "ulysses", "-steps", "0"}), "-steps 0")
+}

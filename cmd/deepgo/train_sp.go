@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/nn"
+)
+
+// spSize is the config's sequence_parallel_size (1 when absent or
+// unreadable: Initialize reports a bad config).
+func spSize(cfgPath string) int {
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return 1
+	}
+	return max(1, cfg.SequenceParallelSize)
+}
+
+// spGroups is one rank's Ulysses layout (deepgo.SequenceParallelGroups):
+// the SP group the model shards its sequences over, the engine options
+// (the sequence-data-parallel group as the engine's), and which
+// micro-batches the rank is handed (data rank dr of dn).
+type spGroups struct {
+	sp     nn.SP
+	opts   []deepgo.Option
+	dr, dn int
+}
+
+// spRank builds c's Ulysses groups for sp > 1; nil with sp 1.
+func spRank(ctx context.Context, c comm.Comm, sp int) (*spGroups, error) {
+	if sp <= 1 {
+		return nil, nil
+	}
+	sdc, sc, dr, err := deepgo.SequenceParallelGroups(ctx, c, sp)
+	if err != nil {
+		return nil, err
+	}
+	return &spGroups{sp: nn.SP{Comm: sc}, opts: []deepgo.Option{deepgo.WithComm(sdc), deepgo.WithSequenceParallel(sc)},
+		dr: dr, dn: c.Size() / sp}, nil
+}
+
+// shard is this rank's sequence shard of b (b itself without SP).
+func (s *spGroups) shard(b model.TokenBatch) (model.TokenBatch, error) {
+	if s == nil {
+		return b, nil
+	}
+	return b.SequenceShard(s.sp.Comm.Rank(), s.sp.Comm.Size())
+}

@@ -1,0 +1,330 @@
+package nn
+
+// DeepSpeed-Ulysses sequence parallelism for the GPT. Each rank of an SP
+// group holds T/sp consecutive tokens of every sequence of the micro-batch
+// (rank r: positions [r·T/sp, (r+1)·T/sp)) and a full replica of the
+// parameters. Everything but attention works token by token, so it runs on
+// the local shard unchanged. Around attention, q, k and v (this rank's
+// tokens, all heads) go through an all-to-all that leaves each rank all T
+// tokens of Heads/sp heads; the attention kernel runs on those whole
+// sequences, and a second all-to-all brings its output back to sequence
+// shards before c_proj. Backward runs the conjugate exchanges in reverse
+// (DeepSpeed's _SeqAllToAll swaps scatter and gather dimensions).
+//
+// Parameter gradients on a rank are its tokens' share; the engine sums
+// them over the sequence-data-parallel group (dp × sp, DeepSpeed's
+// seq_data_parallel_group) when it averages over that group, which also
+// divides out the SP degree: each rank seeds the gradient of its local mean
+// loss, and the mean of the sp local means is the mean over all tokens.
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// SP is a Ulysses sequence-parallel group for GPTConfig: the zero value
+// (nil Comm) is no sequence parallelism. Every rank of Comm gets shard
+// Comm.Rank() of each sequence (model.TokenBatch.SequenceShard).
+type SP struct {
+	// Comm is the group of ranks that share each sequence.
+	Comm comm.Comm
+}
+
+// size is the SP degree, 1 without a group.
+func (s SP) size() int {
+	if s.Comm == nil {
+		return 1
+	}
+	return s.Comm.Size()
+}
+
+// SequenceParallelSize is the SP degree the model shards its sequences
+// over (1 without): the engine checks it against sequence_parallel_size,
+// since a sharded model under an engine reducing over the wrong group
+// would train on a wrong gradient without any error.
+func (g *GPT) SequenceParallelSize() int { return g.sp.size() }
+
+// spState is a GPT's live SP group: the comm, the context of the module
+// call in progress, and the host buffers the all-to-alls pack into (shared
+// by every block: modules run one at a time).
+type spState struct {
+	c          comm.Comm
+	ctx        context.Context
+	send, recv *tensor.Tensor
+}
+
+// size is the SP degree, 1 for a nil state.
+func (s *spState) size() int {
+	if s == nil {
+		return 1
+	}
+	return s.c.Size()
+}
+
+// free releases the exchange buffers.
+func (s *spState) free() {
+	if s == nil || s.send == nil {
+		return
+	}
+	s.send.Free()
+	s.recv.Free()
+	s.send, s.recv = nil, nil
+}
+
+// bufferBytes is the exchange buffers' size (scratch: used only inside
+// one block's forward or backward).
+func (s *spState) bufferBytes() int64 {
+	if s == nil || s.send == nil {
+		return 0
+	}
+	return int64(s.send.Bytes() + s.recv.Bytes())
+}
+
+// checkSP validates that cfg's heads split over the SP group.
+func checkSP(cfg GPTConfig) error {
+	n := cfg.SP.size()
+	if n == 1 {
+		return nil
+	}
+	if cfg.TP.size() > 1 {
+		return fmt.Errorf("nn.NewGPT: sequence_parallel_size %d with tensor_model_parallel_size %d: not supported yet", n, cfg.TP.size())
+	}
+	if cfg.Heads%n != 0 {
+		return fmt.Errorf("nn.NewGPT: heads %d is not divisible by sequence_parallel_size %d (Ulysses gives each rank heads/sp heads)", cfg.Heads, n)
+	}
+	return nil
+}
+
+// shardSP gives every block heads/sp heads for its attention over whole
+// sequences; the parameters stay whole.
+func (g *GPT) shardSP() {
+	c := g.Config.SP.Comm
+	if c == nil || c.Size() == 1 {
+		return
+	}
+	g.sp = &spState{c: c}
+	for _, b := range g.Blocks {
+		b.sp = g.sp
+		b.Attn.Heads /= c.Size()
+	}
+}
+
+// buffers returns send and recv buffers of at least n float32 each.
+func (s *spState) buffers(n int) ([]float32, []float32, error) {
+	if s.send == nil || s.send.Numel() < n {
+		s.free()
+		var err error
+		if s.send, err = tensor.Empty(tensor.Float32, n); err != nil {
+			return nil, nil, err
+		}
+		if s.recv, err = tensor.Empty(tensor.Float32, n); err != nil {
+			s.send.Free()
+			s.send = nil
+			return nil, nil, err
+		}
+	}
+	a, _ := s.send.Float32s()
+	b, _ := s.recv.Float32s()
+	return a[:n], b[:n], nil
+}
+
+// exchange packs with pack, all-to-alls n floats and unpacks with unpack.
+// Both see the buffers as sp chunks of [b, tl, parts, cs] (chunk j goes to,
+// or came from, rank j).
+func (s *spState) exchange(n int, pack func(send []float32), unpack func(recv []float32)) error {
+	send, recv, err := s.buffers(n)
+	if err != nil {
+		return err
+	}
+	pack(send)
+	st, _ := s.send.Slice(0, n)
+	rt, _ := s.recv.Slice(0, n)
+	ctx := s.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if err := s.c.AllToAll(ctx, rt, st); err != nil {
+		return fmt.Errorf("nn: sequence-parallel all-to-all: %w", err)
+	}
+	unpack(recv)
+	return nil
+}
+
+// toHeads moves x[b, tl, parts, c] (this rank's tokens, all heads) to
+// y[b, tl·sp, parts, c/sp] (all tokens, this rank's heads).
+func (s *spState) toHeads(y, x *tensor.Tensor, b, tl, parts, c int) error {
+	xs, ys, err := hostF32(x, y)
+	if err != nil {
+		return err
+	}
+	n, cs := s.size(), c/s.size()
+	rows := b * tl * parts
+	return s.exchange(rows*c, func(send []float32) {
+		for j := 0; j < n; j++ {
+			dst := send[j*rows*cs:]
+			for r := 0; r < rows; r++ {
+				copy(dst[r*cs:(r+1)*cs], xs[r*c+j*cs:r*c+(j+1)*cs])
+			}
+		}
+	}, func(recv []float32) {
+		t := tl * n
+		for i := 0; i < n; i++ {
+			src := recv[i*rows*cs:]
+			for bi := 0; bi < b; bi++ {
+				// rank i's tokens are positions [i·tl, (i+1)·tl)
+				w := tl * parts * cs
+				copy(ys[(bi*t+i*tl)*parts*cs:][:w], src[bi*w:(bi+1)*w])
+			}
+		}
+	})
+}
+
+// toSeq is toHeads' inverse: y[b, tl·sp, parts, c/sp] back to
+// x[b, tl, parts, c].
+func (s *spState) toSeq(x, y *tensor.Tensor, b, tl, parts, c int) error {
+	xs, ys, err := hostF32(x, y)
+	if err != nil {
+		return err
+	}
+	n, cs := s.size(), c/s.size()
+	rows := b * tl * parts
+	t := tl * n
+	w := tl * parts * cs
+	return s.exchange(rows*c, func(send []float32) {
+		for j := 0; j < n; j++ {
+			dst := send[j*rows*cs:]
+			for bi := 0; bi < b; bi++ {
+				copy(dst[bi*w:(bi+1)*w], ys[(bi*t+j*tl)*parts*cs:][:w])
+			}
+		}
+	}, func(recv []float32) {
+		for i := 0; i < n; i++ {
+			src := recv[i*rows*cs:]
+			for r := 0; r < rows; r++ {
+				copy(xs[r*c+i*cs:r*c+(i+1)*cs], src[r*cs:(r+1)*cs])
+			}
+		}
+	})
+}
+
+// hostF32 views two float32 host tensors as slices (SP runs on the CPU
+// backend, where the exchanges pack activations directly).
+func hostF32(a, b *tensor.Tensor) ([]float32, []float32, error) {
+	as, err := a.Float32s()
+	if err != nil {
+		return nil, nil, fmt.Errorf("nn: sequence parallelism: %w", err)
+	}
+	bs, err := b.Float32s()
+	if err != nil {
+		return nil, nil, fmt.Errorf("nn: sequence parallelism: %w", err)
+	}
+	return as, bs, nil
+}
+
+// attend is the block's attention: the Attention kernel itself, or under
+// SP the exchange to head shards, the kernel on whole sequences and the
+// exchange back. t is the local sequence length.
+func (k *Block) attend(be backend.NN, acts *BlockActivations, s *BlockScratch, b, t int) error {
+	if k.sp == nil {
+		return k.Attn.Forward(be, acts.AttY, acts.Att, acts.QKV, b, t)
+	}
+	if err := k.sp.toHeads(acts.QKVHeads, acts.QKV, b, t, 3, k.Width); err != nil {
+		return err
+	}
+	if err := k.Attn.Forward(be, s.Heads, acts.Att, acts.QKVHeads, b, t*k.sp.size()); err != nil {
+		return err
+	}
+	return k.sp.toSeq(acts.AttY, s.Heads, b, t, 1, k.Width)
+}
+
+// attendBackward sets s.DQKV to the gradient of q, k and v from s.DAttY,
+// running attend's exchanges in reverse under SP.
+func (k *Block) attendBackward(be backend.NN, acts *BlockActivations, s *BlockScratch, b, t int) error {
+	if k.sp == nil {
+		return cleared(be, s.DQKV, func() error { return k.Attn.Backward(be, s.DQKV, s.DAttY, acts.QKV, acts.Att, b, t) })
+	}
+	if err := k.sp.toHeads(s.Heads, s.DAttY, b, t, 1, k.Width); err != nil {
+		return err
+	}
+	err := cleared(be, s.DQKVHeads, func() error {
+		return k.Attn.Backward(be, s.DQKVHeads, s.Heads, acts.QKVHeads, acts.Att, b, t*k.sp.size())
+	})
+	if err != nil {
+		return err
+	}
+	// every element of DQKV is written: no clearing needed
+	return k.sp.toSeq(s.DQKV, s.DQKVHeads, b, t, 3, k.Width)
+}
+
+// spPositions views rows [rank·t, (rank+1)·t) of a position table (or its
+// gradient) p[SeqLen, C]: the global positions of this rank's tokens.
+func (g *GPT) spPositions(p *tensor.Tensor, t int) (*tensor.Tensor, error) {
+	c := g.Config.Width
+	v, err := p.Slice(g.sp.c.Rank()*t*c, t*c)
+	if err != nil {
+		return nil, fmt.Errorf("nn.GPT: sequence shard %d of %d tokens: %w", g.sp.c.Rank(), t, err)
+	}
+	return v, nil
+}
+
+// spEmbedForward writes out[N, C] = wte[tokens] + wpe[rank·t + τ].
+func (g *GPT) spEmbedForward(k backend.NN, out, tokens *tensor.Tensor, b, t int) error {
+	e := g.Embed
+	if err := e.check("Embedding.Forward", k.Device(), tokens, b, t, false); err != nil {
+		return err
+	}
+	pos, err := g.spPositions(e.Pos.Data, t)
+	if err != nil {
+		return err
+	}
+	if err := k.EncoderForward(out, tokens, e.Tok.Data, pos, b, t, e.Width, e.Vocab); err != nil {
+		return fmt.Errorf("nn.Embedding.Forward: %w", err)
+	}
+	return nil
+}
+
+// spEmbedBackward adds the token rows into dtok and the position rows into
+// this rank's rows of wpe's gradient.
+func (g *GPT) spEmbedBackward(k backend.NN, dtok, dout, tokens *tensor.Tensor, b, t int) error {
+	e := g.Embed
+	if err := e.check("GPT.Backward", k.Device(), tokens, b, t, true); err != nil {
+		return err
+	}
+	pos, err := g.spPositions(e.Pos.Grad, t)
+	if err != nil {
+		return err
+	}
+	if err := k.EncoderBackward(dtok, nil, dout, tokens, b, t, e.Width, e.Vocab); err != nil {
+		return fmt.Errorf("nn.Embedding.Backward: %w", err)
+	}
+	if err := k.EncoderBackward(nil, pos, dout, tokens, b, t, e.Width, e.Vocab); err != nil {
+		return fmt.Errorf("nn.Embedding.Backward: %w", err)
+	}
+	return nil
+}
+
+// spLoss is the mean loss over the SP group's tokens, from this rank's
+// mean over its n tokens (every rank holds as many).
+func (g *GPT) spLoss(local float64) (float64, error) {
+	if g.sp == nil {
+		return local, nil
+	}
+	ctx := g.sp.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	all, err := comm.AllGatherInt64s(ctx, g.sp.c, []int64{int64(math.Float64bits(local))})
+	if err != nil {
+		return 0, fmt.Errorf("nn.GPT.Loss: sequence-parallel mean: %w", err)
+	}
+	var sum float64
+	for _, v := range all {
+		sum += math.Float64frombits(uint64(v))
+	}
+	return sum / float64(len(all)), nil
+}
