@@ -3,8 +3,7 @@
  *
  * GELU's element math (dg_nn_math.h) is plain arithmetic, so each loop is
  * compiled three times from one body: for the baseline and, with a target
- * attribute, for AVX2 and AVX-512, vectorised (cgo builds at -O2, whose
- * cost model leaves such loops scalar, hence the optimize attribute). The
+ * attribute, for AVX2 and AVX-512, vectorised (DG_VECTORISE). The
  * ctx's ISA picks one. Every element is the same sequence of IEEE float
  * operations in each (no FMA: ISO C11 does not contract), so the three give
  * the same bits. */
@@ -15,8 +14,6 @@ typedef struct ew_job {
 	const float *a, *b;
 	dg_isa isa;
 } ew_job;
-
-#define DG_VECTORISE __attribute__((optimize("O3")))
 
 #define GELU_LOOPS(sfx, target)                                                                                    \
 	static target DG_VECTORISE void gelu_fwd_##sfx(float *out, const float *x, int64_t n)                       \
@@ -87,7 +84,7 @@ dg_status dg_nn_gelu_backward(dg_ctx *ctx, float *dinp, const float *inp, const 
 	return DG_OK;
 }
 
-static void add_task(void *v, int64_t lo, int64_t hi)
+static DG_VECTORISE void add_task(void *v, int64_t lo, int64_t hi)
 {
 	const ew_job *j = v;
 	for (int64_t i = lo; i < hi; i++)
