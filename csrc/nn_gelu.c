@@ -5,8 +5,14 @@
  * compiled three times from one body: for the baseline and, with a target
  * attribute, for AVX2 and AVX-512, vectorised (DG_VECTORISE). The
  * ctx's ISA picks one. Every element is the same sequence of IEEE float
- * operations in each (no FMA: ISO C11 does not contract), so the three give
+ * operations in each (no FMA: GCC in ISO C11 mode does not contract), so the three give
  * the same bits. */
+#if defined(__clang__)
+/* clang contracts a * b + c into an FMA by default, which the AVX2 and
+ * AVX-512 copies could use and the baseline cannot; before the
+ * includes, as it applies where the element math is written */
+#pragma clang fp contract(off)
+#endif
 #include "nn_internal.h"
 
 typedef struct ew_job {
