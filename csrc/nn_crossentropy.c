@@ -59,7 +59,7 @@ dg_status dg_nn_softmax_xent_forward(dg_ctx *ctx, float *probs, float *losses, c
 	return DG_OK;
 }
 
-static void xent_bwd_task(void *vj, int64_t lo, int64_t hi)
+static DG_VECTORISE void xent_bwd_task(void *vj, int64_t lo, int64_t hi)
 {
 	const xent_job *j = vj;
 	const int64_t V = j->v;
@@ -68,8 +68,12 @@ static void xent_bwd_task(void *vj, int64_t lo, int64_t hi)
 		float *d = j->dlogits + r * V;
 		float dl = j->dlosses[r];
 		int32_t tg = j->targets[r];
+		/* the target's element apart, so the loop vectorises; its
+		 * probability read first, as d may alias p */
+		float pt = p[tg];
 		for (int64_t i = 0; i < V; i++)
-			d[i] = dg_nn_xent_grad(p[i], i == tg, dl);
+			d[i] = dg_nn_xent_grad(p[i], 0, dl);
+		d[tg] = dg_nn_xent_grad(pt, 1, dl);
 	}
 }
 

@@ -61,6 +61,17 @@ static inline void dg_nn_widen(const dg_kernels *k, dg_dtype t, const void *src,
 		}                                                                                                  \
 	} while (0)
 
+/* DG_VECTORISE marks an elementwise loop for GCC's vectoriser: cgo builds
+ * at -O2, whose cost model leaves loops that need a runtime aliasing check
+ * scalar. It never reorders a float sum (that needs -ffast-math), so the
+ * bits are the scalar loop's. Clang has no optimize attribute and
+ * vectorises such loops at -O2 already. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define DG_VECTORISE __attribute__((optimize("O3")))
+#else
+#define DG_VECTORISE
+#endif
+
 /* dg_nn_failed records, from inside a task, that scratch could not be
  * allocated; the caller turns it into DG_ERR_NOMEM. */
 static inline void dg_nn_failed(int *flag) { __atomic_store_n(flag, 1, __ATOMIC_RELAXED); }

@@ -105,7 +105,7 @@ static void ln_dinp_task(void *v, int64_t lo, int64_t hi)
 	DG_NN_BY_DTYPE(j->wt, ln_dinp_rows, j, lo, hi);
 }
 
-static void ln_dw_task(void *v, int64_t lo, int64_t hi)
+static DG_VECTORISE void ln_dw_task(void *v, int64_t lo, int64_t hi)
 {
 	const ln_job *j = v;
 	const int64_t c = j->c;
@@ -124,7 +124,7 @@ static void ln_dw_task(void *v, int64_t lo, int64_t hi)
 
 /* half gradients: the rows' sums, in row order, go into float32
  * accumulators first, then into the gradients with one rounding */
-static void ln_dw_half_task(void *v, int64_t lo, int64_t hi)
+static DG_VECTORISE void ln_dw_half_task(void *v, int64_t lo, int64_t hi)
 {
 	const ln_job *j = v;
 	const int64_t c = j->c;

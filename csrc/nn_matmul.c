@@ -153,7 +153,7 @@ static void dinp_half_task(void *v, int64_t lo, int64_t hi)
 
 /* dw[lo:hi, :] += dout[:, lo:hi]^T @ inp, and dbias[lo:hi] += column sums,
  * float32 gradients */
-static void dw_task(void *v, int64_t lo, int64_t hi)
+static DG_VECTORISE void dw_task(void *v, int64_t lo, int64_t hi)
 {
 	const mm_job *j = v;
 	float *dw = j->dw, *dbias = j->dbias;
@@ -172,7 +172,7 @@ static void dw_task(void *v, int64_t lo, int64_t hi)
 
 /* the same for half gradients: each block's float32 contribution is
  * computed into the tile, then added into the gradient with one rounding */
-static void dw_half_block(mm_job *j, float *tile, float *btile, int64_t o0, int64_t m)
+static DG_VECTORISE void dw_half_block(mm_job *j, float *tile, float *btile, int64_t o0, int64_t m)
 {
 	const int64_t c = j->c;
 	if (j->dw != NULL && c > 0) {
