@@ -106,6 +106,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	}
 	pp, virtual := pipeShape(cfgPath)
 	tp := tpSize(cfgPath)
+	if err := checkpointsSupported(cfgPath, pp, tp); err != nil {
+		return nil, err
+	}
 	if tp > 1 && pp > 1 {
 		return nil, fmt.Errorf("tensor_model_parallel_size %d with %d pipeline stages: not supported yet", tp, pp)
 	}

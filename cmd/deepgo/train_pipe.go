@@ -28,6 +28,23 @@ func pipeShape(cfgPath string) (pp, virtual int) {
 	return pp, max(1, cfg.PipelineSchedule.VirtualStages)
 }
 
+// checkpointsSupported refuses checkpoint.save_dir before any step when the
+// engine cannot save it (pipeline stages, tensor parallelism), rather than
+// at the first save after steps_per_print steps of work.
+func checkpointsSupported(cfgPath string, pp, tp int) error {
+	cfg, err := config.Load(cfgPath)
+	if err != nil || cfg.Checkpoint.SaveDir == "" {
+		return nil // Initialize reports a bad config
+	}
+	switch {
+	case pp > 1:
+		return fmt.Errorf("checkpoint.save_dir with %d pipeline stages: not supported yet (the pipeline engine cannot save); remove save_dir to train without checkpoints", pp)
+	case tp > 1:
+		return fmt.Errorf("checkpoint.save_dir with tensor_model_parallel_size %d: not supported yet (tensor-parallel shards are not saved); remove save_dir to train without checkpoints", tp)
+	}
+	return nil
+}
+
 // pipeLayers is the GPT depth for a pipeline of pp stages of virtual
 // chunks each: the model's own, or one block per virtual stage when that
 // is more, so that partitioning leaves no virtual stage without a module.

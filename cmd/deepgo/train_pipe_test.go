@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -25,4 +27,22 @@ func TestTrainPipeline51(t *testing.T) {
 	assert.Equal(t, 4, res.Ranks, "ranks: 4 stages x 1 data-parallel rank")
 	// uniform over 16 tokens is ln 16 = 2.77 nats; 20 steps reach ~2.1
 	assert.Less(t, res.FinalLoss, 2.4, "the loss did not fall\n%s", out.String())
+}
+
+// A config that asks for checkpoints the engine cannot write is refused
+// before the first step, naming the key and the reason.
+func TestTrainRefusesUnsavableCheckpoints(t *testing.T) {
+	for _, c := range []struct{ extra, want string }{
+		{`"pipeline_model_parallel_size": 2`, "checkpoint.save_dir with 2 pipeline stages: not supported yet"},
+		{`"tensor_model_parallel_size": 2`, "checkpoint.save_dir with tensor_model_parallel_size 2: not supported yet"},
+	} {
+		cfg := filepath.Join(t.TempDir(), "ds.json")
+		require.NoError(t, os.WriteFile(cfg, []byte(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, `+c.extra+`,
+			"zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+			"checkpoint": {"save_dir": "`+t.TempDir()+`"}}`), 0o644))
+		var out, errb bytes.Buffer
+		require.NotZero(t, run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "4"}, &out, &errb))
+		assert.Contains(t, errb.String(), c.want)
+		assert.NotContains(t, out.String(), "step ", "refused before any step")
+	}
 }
