@@ -48,10 +48,32 @@ func (o *op) publish(err *comm.Error) {
 	c.w.store.Set(ctx, c.breakKey(c.rank), b) // best effort: the store may be gone
 }
 
+// storeGone probes the store when the group rank serving it is among
+// ranks: a write that fails means the store, and so most likely its host,
+// is gone (err non-nil, r that rank).
+func (o *op) storeGone(ranks []int) (r int, err error) {
+	c := o.c
+	for _, q := range ranks {
+		if q == c.rank || c.members[q] != c.w.storeHost {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), min(reportWindow, c.w.timeout))
+		defer cancel()
+		return q, c.w.store.Set(ctx, c.prefix+"/probe/"+strconv.Itoa(c.rank), []byte{1})
+	}
+	return -1, nil
+}
+
 // resolve replaces each rank of ranks that broke its group earlier by the
 // ranks it blamed (it left for their fault), with a note saying so.
 func (o *op) resolve(ranks []int) ([]int, string) {
 	c := o.c
+	if r, err := o.storeGone(ranks); err != nil {
+		// the reports live in the store: with it gone, its host is the
+		// failure this rank can name (a survivor one call ahead of the
+		// others would otherwise blame them all)
+		return []int{r}, fmt.Sprintf("the store (served by rank %d) is gone too: %v", r, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	var out []int
