@@ -208,7 +208,11 @@ for f in csrc/*.c; do
 	# contracting a*b+c into an FMA
 	gcc -std=c11 -O2 -pthread -I csrc/include "${BLAS_INC[@]}" -c "$f" -o "$OUT/gpucheck-obj/csrc_$(basename "${f%.c}").o"
 done
-g++ -o "$OUT/gpucheck" "$OUT"/gpucheck-obj/*.o "$OUT/libdeepgo_cuda.a" "${BLAS_LINK[@]}" "${CUDART[@]}" -lm -pthread
+# liburing for csrc's aio engine: its static archive, as package csrc's
+# cgo links it, so gpucheck needs no liburing where it runs
+URING_LINK=(-luring)
+[[ "$(gcc -print-file-name=liburing.a)" == /* ]] && URING_LINK=(-l:liburing.a)
+g++ -o "$OUT/gpucheck" "$OUT"/gpucheck-obj/*.o "$OUT/libdeepgo_cuda.a" "${BLAS_LINK[@]}" "${URING_LINK[@]}" "${CUDART[@]}" -lm -pthread
 
 if [[ -z "${SKIP_GO:-}" ]] && command -v go >/dev/null 2>&1; then
 	# package csrc links -lopenblas; with build/cuda/blas first on the
