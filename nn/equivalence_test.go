@@ -160,6 +160,18 @@ func relNorm(want, got []float32) float64 {
 	return math.Sqrt(num / den)
 }
 
+// requireFollowsPlain asserts that a parallel run's losses and flattened
+// parameters follow the plain loop's within the relative tolerances, and
+// logs both figures under name.
+func requireFollowsPlain(t *testing.T, name string, plainLoss, loss []float64, want, got []float32, lossTol, paramTol float64) {
+	t.Helper()
+	require.Equal(t, len(want), len(got), "parameter count")
+	lr, pr := maxLossRel(plainLoss, loss), relNorm(want, got)
+	t.Logf("%s: loss rel %.3g, param rel %.3g", name, lr, pr)
+	assert.LessOrEqual(t, lr, lossTol, "loss vs plain")
+	assert.LessOrEqual(t, pr, paramTol, "parameters vs plain")
+}
+
 func maxLossRel(want, got []float64) float64 {
 	worst := 0.0
 	for i := range want {

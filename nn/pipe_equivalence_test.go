@@ -168,12 +168,7 @@ func TestGPTPipelineEquivalence(t *testing.T) {
 	for _, r := range runs {
 		t.Run(r.String(), func(t *testing.T) {
 			loss, params, tied := pipeCurve(t, r, steps, clip, corpus)
-			got := flatParams(params)
-			require.Equal(t, len(want), len(got), "parameter count")
-			lr, pr := maxLossRel(plainLoss, loss), relNorm(want, got)
-			t.Logf("%v: loss rel %.3g, param rel %.3g", r, lr, pr)
-			assert.LessOrEqual(t, lr, lossTol, "loss vs plain")
-			assert.LessOrEqual(t, pr, paramTol, "parameters vs plain")
+			requireFollowsPlain(t, r.String(), plainLoss, loss, want, flatParams(params), lossTol, paramTol)
 			wte := "transformer.wte.weight"
 			require.NotNil(t, tied[0][wte], "stage 0 holds no tied wte")
 			require.NotNil(t, tied[r.pp-1][wte], "the last stage holds no tied wte")

@@ -115,12 +115,7 @@ func TestGPTSequenceParallelEquivalence(t *testing.T) {
 		for _, r := range runs {
 			t.Run(fmt.Sprintf("clip%g-%v", clip, r), func(t *testing.T) {
 				loss, params := spCurve(t, r, steps, clip, corpus)
-				got, want := flatParams(params), plainParams[r.window]
-				require.Equal(t, len(want), len(got), "parameter count")
-				lr, pr := maxLossRel(plain[r.window], loss), relNorm(want, got)
-				t.Logf("%v clip %g: loss rel %.3g, param rel %.3g", r, clip, lr, pr)
-				assert.LessOrEqual(t, lr, lossTol, "loss vs plain")
-				assert.LessOrEqual(t, pr, paramTol, "parameters vs plain")
+				requireFollowsPlain(t, fmt.Sprintf("%v clip %g", r, clip), plain[r.window], loss, plainParams[r.window], flatParams(params), lossTol, paramTol)
 			})
 		}
 	}

@@ -114,12 +114,7 @@ func TestGPTTensorParallelEquivalence(t *testing.T) {
 		for _, r := range runs {
 			t.Run(fmt.Sprintf("clip%g-%v", clip, r), func(t *testing.T) {
 				loss, params, _ := tpCurve(t, r, steps, clip, corpus)
-				got := flatParams(params)
-				require.Equal(t, len(want), len(got), "parameter count")
-				lr, pr := maxLossRel(plainLoss, loss), relNorm(want, got)
-				t.Logf("%v clip %g: loss rel %.3g, param rel %.3g", r, clip, lr, pr)
-				assert.LessOrEqual(t, lr, lossTol, "loss vs plain")
-				assert.LessOrEqual(t, pr, paramTol, "parameters vs plain")
+				requireFollowsPlain(t, fmt.Sprintf("%v clip %g", r, clip), plainLoss, loss, want, flatParams(params), lossTol, paramTol)
 			})
 		}
 	}
