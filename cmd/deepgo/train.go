@@ -104,15 +104,18 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	if steps <= 0 {
 		steps = mc.steps
 	}
-	pp, virtual := pipeShape(cfgPath)
-	tp := tpSize(cfgPath)
-	if err := checkpointsSupported(cfgPath, pp, tp); err != nil {
+	// the parallel shape, read once; a config that does not load gives the
+	// plain shape here, and each rank's config.Load reports the error
+	shape, _ := config.Load(cfgPath)
+	pp, virtual := pipeShape(shape)
+	tp := tpSize(shape)
+	if err := checkpointsSupported(shape, pp, tp); err != nil {
 		return nil, err
 	}
 	if tp > 1 && pp > 1 {
 		return nil, fmt.Errorf("tensor_model_parallel_size %d with %d pipeline stages: not supported yet", tp, pp)
 	}
-	sp := spSize(cfgPath)
+	sp := spSize(shape)
 	if sp > 1 && (tp > 1 || pp > 1) {
 		return nil, fmt.Errorf("sequence_parallel_size %d with tensor_model_parallel_size %d and %d pipeline stages: not supported yet (SP runs alone with data parallelism)", sp, tp, pp)
 	}

@@ -14,14 +14,13 @@ import (
 
 // pipeShape is the config's pipeline depth (pipeline_model_parallel_size
 // or pipeline.stages) and virtual stages per stage:
-// 1 and 1 without a pipeline or when the config does not load (train
+// 1 and 1 without a pipeline or for a nil cfg (one that did not load: train
 // reports that error itself).
-func pipeShape(cfgPath string) (pp, virtual int) {
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
+func pipeShape(cfg *config.Config) (pp, virtual int) {
+	if cfg == nil {
 		return 1, 1
 	}
-	pp, err = deepgo.PipelineStages(cfg)
+	pp, err := deepgo.PipelineStages(cfg)
 	if err != nil || pp <= 1 {
 		return 1, 1 // Initialize reports the error
 	}
@@ -31,9 +30,8 @@ func pipeShape(cfgPath string) (pp, virtual int) {
 // checkpointsSupported refuses checkpoint.save_dir before any step when the
 // engine cannot save it (pipeline stages, tensor parallelism), rather than
 // at the first save after steps_per_print steps of work.
-func checkpointsSupported(cfgPath string, pp, tp int) error {
-	cfg, err := config.Load(cfgPath)
-	if err != nil || cfg.Checkpoint.SaveDir == "" {
+func checkpointsSupported(cfg *config.Config, pp, tp int) error {
+	if cfg == nil || cfg.Checkpoint.SaveDir == "" {
 		return nil // Initialize reports a bad config
 	}
 	switch {

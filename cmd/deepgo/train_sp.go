@@ -10,11 +10,10 @@ import (
 	"github.com/deepgo-ml/deepgo/nn"
 )
 
-// spSize is the config's sequence_parallel_size (1 when absent or
-// unreadable: Initialize reports a bad config).
-func spSize(cfgPath string) int {
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
+// spSize is the config's sequence_parallel_size (1 when absent or nil:
+// a config that did not load: Initialize reports it).
+func spSize(cfg *config.Config) int {
+	if cfg == nil {
 		return 1
 	}
 	return max(1, cfg.SequenceParallelSize)

@@ -9,11 +9,10 @@ import (
 	"github.com/deepgo-ml/deepgo/nn"
 )
 
-// tpSize is the config's tensor_model_parallel_size (1 when absent or
-// unreadable: Initialize reports a bad config).
-func tpSize(cfgPath string) int {
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
+// tpSize is the config's tensor_model_parallel_size (1 when absent or nil:
+// a config that did not load: Initialize reports it).
+func tpSize(cfg *config.Config) int {
+	if cfg == nil {
 		return 1
 	}
 	return max(1, cfg.TensorModelParallelSize)
