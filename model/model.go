@@ -55,6 +55,59 @@ type TPLayout struct {
 	Split bool
 	// Dim is the split dimension when Split is true.
 	Dim int
+	// Parts is the number of equal blocks the split dimension holds, each
+	// split over the ranks on its own (a fused q, k, v weight has 3, its
+	// rank's shard being its rows of q, then of k, then of v); 0 means 1.
+	Parts int
+}
+
+// Runs calls f for every contiguous run of elements of rank's shard (of
+// n) of a parameter of full shape full, row-major: where the run starts
+// in the full tensor, where in the shard, and its length. The shard is
+// itself row-major with full[Dim] replaced by full[Dim]/n. A replicated
+// layout (or n 1) is one run covering the whole tensor.
+func (l TPLayout) Runs(full []int, rank, n int, f func(fullOff, localOff, length int)) {
+	total := 1
+	for _, d := range full {
+		total *= d
+	}
+	if !l.Split || n <= 1 {
+		f(0, 0, total)
+		return
+	}
+	outer, inner := 1, 1 // elements before and after dimension Dim
+	for _, d := range full[:l.Dim] {
+		outer *= d
+	}
+	for _, d := range full[l.Dim+1:] {
+		inner *= d
+	}
+	parts := max(l.Parts, 1)
+	per := full[l.Dim] / parts // one block along Dim
+	mine := per / n            // this rank's share of a block
+	local := 0
+	for o := range outer {
+		for j := range parts {
+			f((o*full[l.Dim]+j*per+rank*mine)*inner, local, mine*inner)
+			local += mine * inner
+		}
+	}
+}
+
+// Check reports an error unless a parameter of full shape full splits
+// over n ranks as l says: Dim a dimension of it, full[Dim] a multiple of
+// Parts×n.
+func (l TPLayout) Check(full []int, n int) error {
+	if !l.Split || n <= 1 {
+		return nil
+	}
+	if l.Dim < 0 || l.Dim >= len(full) || l.Parts < 0 {
+		return fmt.Errorf("tensor-parallel layout dim %d, parts %d: shape %v has no such dimension", l.Dim, l.Parts, full)
+	}
+	if p := max(l.Parts, 1); full[l.Dim]%(p*n) != 0 {
+		return fmt.Errorf("tensor-parallel layout: dimension %d of shape %v (%d) does not split into %d part(s) over %d ranks", l.Dim, full, full[l.Dim], p, n)
+	}
+	return nil
 }
 
 // Param is one named parameter of a Module.

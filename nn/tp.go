@@ -60,13 +60,11 @@ func (s *tpState) free() {
 	}
 }
 
-// shard says how a parameter is cut from the full one: along dim 0 in
-// parts equal groups of rows (c_attn's q, k and v), each group split over
-// the ranks, or along dim 1 (columns).
+// shard says how a parameter is cut from the full one (of shape full), as
+// model.TPLayout.Runs places it.
 type shard struct {
-	full  []int
-	dim   int
-	parts int
+	full   []int
+	layout model.TPLayout
 }
 
 // allReduce sums the first n elements of t over the group; a nil group
@@ -120,11 +118,11 @@ func (g *GPT) shardTP() {
 	st := &tpState{c: c, shards: map[*model.Param]shard{}}
 	g.tp = st
 	cut := func(p *model.Param, dim, parts int) {
-		st.shards[p] = shard{full: p.Shape, dim: dim, parts: parts}
+		p.Parallel = model.TPLayout{Split: true, Dim: dim, Parts: parts}
+		st.shards[p] = shard{full: p.Shape, layout: p.Parallel}
 		sh := append([]int(nil), p.Shape...)
 		sh[dim] /= n
 		p.Shape = sh
-		p.Parallel = model.TPLayout{Split: true, Dim: dim}
 	}
 	col := func(l *Linear, parts int) {
 		cut(l.W, 0, parts)
@@ -169,23 +167,7 @@ func (s shard) cutFull(dst, full []float32, rank, n int) {
 // each calls f for every contiguous run of the shard: its offset in the
 // full tensor, in the shard, and its length.
 func (s shard) each(rank, n int, f func(fullOff, localOff, len int)) {
-	rows := s.full[0]
-	cols := 1
-	for _, d := range s.full[1:] {
-		cols *= d
-	}
-	if s.dim == 1 {
-		w := cols / n
-		for r := 0; r < rows; r++ {
-			f(r*cols+rank*w, r*w, w)
-		}
-		return
-	}
-	per := rows / s.parts
-	mine := per / n
-	for j := 0; j < s.parts; j++ {
-		f((j*per+rank*mine)*cols, j*mine*cols, mine*cols)
-	}
+	s.layout.Runs(s.full, rank, n, f)
 }
 
 // Unshard all-gathers local (parameter name -> this rank's values, as
