@@ -7,6 +7,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/checkpoint/safetensors"
 	"github.com/deepgo-ml/deepgo/checkpoint/vfs"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -34,7 +35,7 @@ func (c *Checkpoint) Consolidate(ctx context.Context, fsys vfs.FS, out string) (
 		}
 	}()
 	for _, p := range refs {
-		t, err := c.readFloat32(ctx, p)
+		t, err := c.ReadParam(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -67,28 +68,54 @@ func (c *Checkpoint) Consolidate(ctx context.Context, fsys vfs.FS, out string) (
 	return syncDir(fsys, filepath.Dir(out))
 }
 
-// readFloat32 assembles parameter p as a new float32 tensor.
-func (c *Checkpoint) readFloat32(ctx context.Context, p ParamRef) (*tensor.Tensor, error) {
-	g := c.index[p.Source]
-	dt, _ := safetensors.ParseDType(g.DType)
-	raw, err := tensor.Empty(dt, int(p.Numel()))
-	if err != nil {
-		return nil, err
-	}
-	defer raw.Free()
-	if err := c.ReadRange(ctx, p.Source, p.Offset, raw); err != nil {
-		return nil, fmt.Errorf("checkpoint: parameter %q: %w", p.Name, err)
-	}
+// ReadParam assembles parameter p (a ParamRef of the manifest, or one
+// WithSources made from it) as a new float32 tensor of its full shape,
+// converting from the saved dtype: a parameter saved as tensor-parallel
+// shards is put back together from every shard, whatever degree saved
+// it. The caller frees the tensor.
+func (c *Checkpoint) ReadParam(ctx context.Context, p ParamRef) (*tensor.Tensor, error) {
 	out, err := tensor.Empty(tensor.Float32, p.Shape...)
 	if err != nil {
 		return nil, err
 	}
-	dst, _ := out.Float32s()
-	if err := toFloat32(dst, raw); err != nil {
-		out.Free()
-		return nil, fmt.Errorf("checkpoint: parameter %q: %w", p.Name, err)
+	full, _ := out.Float32s()
+	pieces := p.Pieces()
+	n := len(pieces)
+	var l model.TPLayout
+	if p.Split != nil {
+		l = p.Split.Layout()
+	}
+	part := make([]float32, p.Numel()/int64(n))
+	for r, piece := range pieces {
+		if err := c.readPiece(ctx, piece, part); err != nil {
+			out.Free()
+			return nil, fmt.Errorf("checkpoint: parameter %q: %w", p.Name, err)
+		}
+		l.Runs(p.Shape, r, n, func(fo, lo, length int) { copy(full[fo:fo+length], part[lo:lo+length]) })
 	}
 	return out, nil
+}
+
+// readPiece reads len(dst) elements of piece's source from its offset,
+// converted to float32.
+func (c *Checkpoint) readPiece(ctx context.Context, piece ShardRef, dst []float32) error {
+	g, ok := c.index[piece.Source]
+	if !ok {
+		return fmt.Errorf("no tensor %q in the checkpoint", piece.Source)
+	}
+	dt, err := safetensors.ParseDType(g.DType)
+	if err != nil {
+		return fmt.Errorf("tensor %q: %w", piece.Source, err)
+	}
+	raw, err := tensor.Empty(dt, len(dst))
+	if err != nil {
+		return err
+	}
+	defer raw.Free()
+	if err := c.ReadRange(ctx, piece.Source, piece.Offset, raw); err != nil {
+		return err
+	}
+	return toFloat32(dst, raw)
 }
 
 // toFloat32 converts src (any dtype) elementwise into dst.

@@ -137,15 +137,39 @@ func (m *Manifest) Validate() error {
 		return err
 	}
 	for _, p := range m.Params {
-		g, ok := idx[p.Source]
+		if err := validParam(p, idx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validParam checks that p's shape is sane, its split (if any) fits that
+// shape, and each of its pieces lies inside its source tensor.
+func validParam(p ParamRef, idx map[string]*Global) error {
+	if !numelFits(p.Shape) {
+		return fmt.Errorf("param %q: shape %v: want dimensions >= 0 and at most 2^63-1 elements", p.Name, p.Shape)
+	}
+	numel := p.Numel()
+	if s := p.Split; s != nil {
+		if p.Source != "" || p.Offset != 0 {
+			return fmt.Errorf("param %q: source %q, offset %d given with tp_split (its shards place it)", p.Name, p.Source, p.Offset)
+		}
+		if len(s.Shards) == 0 {
+			return fmt.Errorf("param %q: tp_split has no shards", p.Name)
+		}
+		if err := s.Layout().Check(p.Shape, len(s.Shards)); err != nil {
+			return fmt.Errorf("param %q: %w", p.Name, err)
+		}
+		numel /= int64(len(s.Shards))
+	}
+	for _, r := range p.Pieces() {
+		g, ok := idx[r.Source]
 		if !ok {
-			return fmt.Errorf("param %q: source tensor %q is not in the checkpoint", p.Name, p.Source)
+			return fmt.Errorf("param %q: source tensor %q is not in the checkpoint", p.Name, r.Source)
 		}
-		if !numelFits(p.Shape) {
-			return fmt.Errorf("param %q: shape %v: want dimensions >= 0 and at most 2^63-1 elements", p.Name, p.Shape)
-		}
-		if p.Offset < 0 || p.Offset > g.Numel || p.Numel() > g.Numel-p.Offset {
-			return fmt.Errorf("param %q: elements [%d, %d) outside %q of %d elements", p.Name, p.Offset, p.Offset+p.Numel(), p.Source, g.Numel)
+		if r.Offset < 0 || r.Offset > g.Numel || numel > g.Numel-r.Offset {
+			return fmt.Errorf("param %q: elements [%d, %d) outside %q of %d elements", p.Name, r.Offset, r.Offset+numel, r.Source, g.Numel)
 		}
 	}
 	return nil

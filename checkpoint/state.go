@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -59,12 +61,65 @@ type Shard struct {
 }
 
 // ParamRef places one model parameter: elements [Offset, Offset+numel)
-// of the saved tensor Source, viewed with Shape.
+// of the saved tensor Source, viewed with Shape. A parameter saved as
+// tensor-parallel shards has Split instead of Source and Offset.
 type ParamRef struct {
 	Name   string `json:"name"`
 	Shape  []int  `json:"shape"`
+	Source string `json:"source,omitempty"`
+	Offset int64  `json:"offset"`
+	// Split, when set, says the parameter (of the full shape Shape) was
+	// saved as one shard per tensor-parallel rank, cut as Layout says.
+	Split *TPSplit `json:"tp_split,omitempty"`
+}
+
+// TPSplit places a parameter's tensor-parallel shards, like Megatron's
+// mp_rank_XX files: shard r (of len(Shards)) is elements [Offset,
+// Offset+numel/len(Shards)) of tensor Source, laid out as
+// model.TPLayout.Runs gives for rank r.
+type TPSplit struct {
+	Dim    int        `json:"dim"`
+	Parts  int        `json:"parts,omitempty"`
+	Shards []ShardRef `json:"shards"`
+}
+
+// ShardRef is where one tensor-parallel shard of a parameter lies.
+type ShardRef struct {
 	Source string `json:"source"`
 	Offset int64  `json:"offset"`
+}
+
+// Layout is the split as a model.TPLayout.
+func (s *TPSplit) Layout() model.TPLayout {
+	return model.TPLayout{Split: true, Dim: s.Dim, Parts: s.Parts}
+}
+
+// Pieces lists where the parameter's values lie: its shards in rank
+// order, or its one Source.
+func (p ParamRef) Pieces() []ShardRef {
+	if p.Split == nil {
+		return []ShardRef{{Source: p.Source, Offset: p.Offset}}
+	}
+	return p.Split.Shards
+}
+
+// WithSources is p with each piece's source renamed by rename (an
+// optimizer state laid out like the master weights, say).
+func (p ParamRef) WithSources(rename func(string) (string, error)) (ParamRef, error) {
+	var err error
+	if p.Split == nil {
+		p.Source, err = rename(p.Source)
+		return p, err
+	}
+	s := *p.Split
+	s.Shards = slices.Clone(s.Shards)
+	for i := range s.Shards {
+		if s.Shards[i].Source, err = rename(s.Shards[i].Source); err != nil {
+			return p, err
+		}
+	}
+	p.Split = &s
+	return p, nil
 }
 
 // Numel is the product of Shape.
