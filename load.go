@@ -94,16 +94,18 @@ func (p *loadPlan) free() {
 // and counters, less what opts leaves out. On any error every rank's
 // engine is unchanged and the error names the file or item at fault.
 // Finally the replicated parameters are compared across ranks
-// (checkpoint.VerifyReplicated).
+// (checkpoint.VerifyReplicated), and under tensor parallelism the
+// parameters TP replicates across the TP group.
+//
+// Under tensor parallelism every rank reads its own shard of each split
+// parameter, assembled from the checkpoint's shards whatever TP degree
+// saved it (a checkpoint without TP included) and cut at this engine's.
 //
 // Checkpoints written before parameter names became model-wide (when the
 // engine prefixed each with its module's name) load too.
 func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error) {
 	ctx = e.devCtx(ctx)
 	if err := e.atBoundary("Load"); err != nil {
-		return LoadResult{}, err
-	}
-	if err := e.tpCheckpoint("Load"); err != nil {
 		return LoadResult{}, err
 	}
 	werr := e.WaitSave()
@@ -126,7 +128,7 @@ func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadRe
 	if plan != nil {
 		ptag = plan.res.Tag
 	}
-	if err = e.agree(ctx, "Load", err); err == nil {
+	if err = e.agreeTP(ctx, "Load", err); err == nil {
 		err = checkpoint.AgreeTag(ctx, e.c, ptag)
 	}
 	if err != nil {
@@ -164,6 +166,9 @@ func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadRe
 	if err := checkpoint.VerifyReplicated(ctx, e.c, rep); err != nil {
 		return LoadResult{}, fmt.Errorf("deepgo: Load: after restoring %s: %w", plan.res.Tag, err)
 	}
+	if err := e.verifyTPReplicated(ctx); err != nil {
+		return LoadResult{}, fmt.Errorf("deepgo: Load: after restoring %s: %w", plan.res.Tag, err)
+	}
 	return plan.res, nil
 }
 
@@ -187,6 +192,7 @@ func (e *Engine) checkpointNames(m int, p *model.Param, legacy bool) []string {
 // or (found false, NonStrict) the engine's current values.
 type slotRef struct {
 	ref   checkpoint.ParamRef
+	p     *model.Param
 	name  string
 	found bool
 }
@@ -210,7 +216,7 @@ func (e *Engine) matchParams(ck *checkpoint.Checkpoint, ec engineCheckpoint, opt
 			var sr slotRef
 			for _, n := range e.checkpointNames(m, p, ec.ParamNames == "") {
 				if r, ok := refs[n]; ok {
-					sr = slotRef{ref: r, name: p.Name, found: true}
+					sr = slotRef{ref: r, p: p, name: p.Name, found: true}
 					break
 				}
 			}
@@ -225,11 +231,18 @@ func (e *Engine) matchParams(ck *checkpoint.Checkpoint, ec engineCheckpoint, opt
 					return nil, fmt.Errorf("deepgo: Load: %s: checkpoint parameter %q matches both %q and %q", where, sr.ref.Name, other, p.Name)
 				}
 				claimed[sr.ref.Name] = p.Name
-				if !slices.Equal(sr.ref.Shape, p.Shape) {
-					return nil, fmt.Errorf("deepgo: Load: %s: parameter %q has shape %v in the checkpoint, %v in the model", where, p.Name, sr.ref.Shape, p.Shape)
+				if full := e.fullShape(p); !slices.Equal(sr.ref.Shape, full) {
+					return nil, fmt.Errorf("deepgo: Load: %s: parameter %q has shape %v in the checkpoint, %v in the model", where, p.Name, sr.ref.Shape, full)
 				}
-				if g, ok := ck.Lookup(sr.ref.Source); !ok || g.DType != "F32" {
-					return nil, fmt.Errorf("deepgo: Load: %s: parameter %q: source %q is not a float32 tensor of the checkpoint", where, p.Name, sr.ref.Source)
+				if _, n := e.tpDegree(); n > 1 && p.Parallel.Split {
+					if err := p.Parallel.Check(sr.ref.Shape, n); err != nil {
+						return nil, fmt.Errorf("deepgo: Load: parameter %q: %w", p.Name, err)
+					}
+				}
+				for _, pc := range sr.ref.Pieces() {
+					if g, ok := ck.Lookup(pc.Source); !ok || g.DType != "F32" {
+						return nil, fmt.Errorf("deepgo: Load: %s: parameter %q: source %q is not a float32 tensor of the checkpoint", where, p.Name, pc.Source)
+					}
 				}
 			}
 			w := lay.Where[m][j]
@@ -284,7 +297,7 @@ func (e *Engine) prepareLoad(ctx context.Context, dir string, opts LoadOptions) 
 	// read fills, for every unit, this rank's owned range from the
 	// parameters' ranges of the tensors source(ref) names, or for a
 	// parameter the checkpoint lacks from current(u) (nil: zeros).
-	read := func(source func(checkpoint.ParamRef) (string, error), current func(u int) *tensor.Tensor) ([]*tensor.Tensor, error) {
+	read := func(source func(checkpoint.ParamRef) (checkpoint.ParamRef, error), current func(u int) *tensor.Tensor) ([]*tensor.Tensor, error) {
 		out := make([]*tensor.Tensor, 0, len(lay.Units))
 		fail := func(err error) ([]*tensor.Tensor, error) {
 			for _, t := range out {
@@ -319,14 +332,14 @@ func (e *Engine) prepareLoad(ctx context.Context, dir string, opts LoadOptions) 
 				if err != nil {
 					return fail(err)
 				}
-				if err := ck.ReadRange(ctx, src, sr.ref.Offset+int64(a-s.Offset), dst); err != nil {
+				if err := e.readSlot(ctx, ck, src, sr.p, a-s.Offset, dst); err != nil {
 					return fail(fmt.Errorf("deepgo: Load: parameter %q: %w", sr.name, err))
 				}
 			}
 		}
 		return out, nil
 	}
-	if plan.masters, err = read(func(r checkpoint.ParamRef) (string, error) { return r.Source, nil }, z.Master); err != nil {
+	if plan.masters, err = read(func(r checkpoint.ParamRef) (checkpoint.ParamRef, error) { return r, nil }, z.Master); err != nil {
 		return nil, err
 	}
 	r := e.c.Rank()
@@ -369,7 +382,7 @@ func (e *Engine) prepareLoad(ctx context.Context, dir string, opts LoadOptions) 
 // readOptimizerState reads the optimizer's state tensors into plan.state
 // (an empty map when the checkpoint was saved before the first step).
 func (e *Engine) readOptimizerState(ck *checkpoint.Checkpoint, plan *loadPlan,
-	read func(func(checkpoint.ParamRef) (string, error), func(int) *tensor.Tensor) ([]*tensor.Tensor, error)) error {
+	read func(func(checkpoint.ParamRef) (checkpoint.ParamRef, error), func(int) *tensor.Tensor) ([]*tensor.Tensor, error)) error {
 	ec, z := plan.ec, e.z
 	plan.state = map[string][]*tensor.Tensor{}
 	if len(ec.OptimizerState) == 0 {
@@ -381,12 +394,14 @@ func (e *Engine) readOptimizerState(ck *checkpoint.Checkpoint, plan *loadPlan,
 	}
 	current, _ := z.OptimizerState()
 	for _, s := range want {
-		ts, err := read(func(r checkpoint.ParamRef) (string, error) {
-			name, ok := stateSource(s, r.Source)
-			if g, found := ck.Lookup(name); !ok || !found || g.DType != "F32" {
-				return "", fmt.Errorf("deepgo: Load: %s: parameter %q: no float32 optimizer state %q", ck.Path, r.Name, name)
-			}
-			return name, nil
+		ts, err := read(func(r checkpoint.ParamRef) (checkpoint.ParamRef, error) {
+			return r.WithSources(func(src string) (string, error) {
+				name, ok := stateSource(s, src)
+				if g, found := ck.Lookup(name); !ok || !found || g.DType != "F32" {
+					return "", fmt.Errorf("deepgo: Load: %s: parameter %q: no float32 optimizer state %q", ck.Path, r.Name, name)
+				}
+				return name, nil
+			})
 		}, func(u int) *tensor.Tensor {
 			if current[s] == nil {
 				return nil

@@ -110,9 +110,6 @@ func (e *Engine) checkpointState(op, dir string, so SaveOptions) (checkpoint.Opt
 	if err := e.atBoundary(op); err != nil {
 		return o, nil, err
 	}
-	if err := e.tpCheckpoint(op); err != nil {
-		return o, nil, err
-	}
 	if dir != "" {
 		o.Dir = dir
 	}
@@ -196,20 +193,25 @@ func (e *Engine) checkpointState(op, dir string, so SaveOptions) (checkpoint.Opt
 // ZeRO partition (or gathered on rank 0 with checkpoint.zero_checkpoint
 // false), loss scaler, LR schedule, counters, the resolved config, and
 // opts.ClientState, this rank's own state. Parameters are named by
-// model.Param.Name. It updates dir/latest and keeps
+// model.Param.Name. Under tensor parallelism it keeps each TP rank's
+// shards (see tp_checkpoint.go), and the client state saved is TP rank
+// 0's. It updates dir/latest and keeps
 // checkpoint.keep_n_most_recent checkpoints. It is a collective over the
-// data-parallel group, atomic and durable (see checkpoint.Save), and must
+// data-parallel group (and the TP group), atomic and durable (see checkpoint.Save), and must
 // be called between optimizer steps. A background save in flight
 // (SaveAsync) is waited for first.
 func (e *Engine) Save(ctx context.Context, dir string, opts SaveOptions) error {
 	ctx = e.devCtx(ctx)
 	o, st, err := e.checkpointState("Save", dir, opts)
 	defer e.releaseStaged()
-	if err := e.agree(ctx, "Save", err); err != nil { // no rank enters the save alone
+	if err := e.agreeTP(ctx, "Save", err); err != nil { // no rank enters the save alone
 		return err
 	}
 	if err := e.WaitSave(); err != nil {
 		return err
+	}
+	if _, n := e.tpDegree(); n > 1 {
+		return e.tpSave(ctx, o, st)
 	}
 	if _, err := checkpoint.Save(ctx, o, st); err != nil {
 		return fmt.Errorf("deepgo: Save: %w", err)
@@ -225,6 +227,9 @@ func (e *Engine) Save(ctx context.Context, dir string, opts SaveOptions) error {
 func (e *Engine) SaveAsync(ctx context.Context, dir string, opts SaveOptions) error {
 	ctx = e.devCtx(ctx)
 	o, st, err := e.checkpointState("SaveAsync", dir, opts)
+	if err == nil {
+		err = e.tpAsync()
+	}
 	defer e.releaseStaged()                                // the saver copies what it writes before Save returns
 	if err := e.agree(ctx, "SaveAsync", err); err != nil { // no rank enters the save alone
 		return err

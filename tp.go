@@ -107,12 +107,12 @@ func (e *Engine) globalNorm(ctx context.Context) (float64, error) {
 	return math.Sqrt(sum), nil
 }
 
-// tpCheckpoint refuses checkpoints under TP: each TP rank holds different
-// shards under the same parameter names, which the checkpoint layout (one
-// file set per data-parallel group) cannot tell apart yet.
-func (e *Engine) tpCheckpoint(op string) error {
-	if e.tp != nil && e.tp.Size() > 1 {
-		return fmt.Errorf("deepgo: %s with tensor_model_parallel_size %d: not supported yet (TP shards in checkpoints)", op, e.tp.Size())
+// tpAsync refuses background saves under TP: Save collects the TP
+// shards on TP rank 0 and agrees on the outcome over the TP group, which
+// the background saver, on a group of its own, does not span.
+func (e *Engine) tpAsync() error {
+	if _, n := e.tpDegree(); n > 1 {
+		return fmt.Errorf("deepgo: SaveAsync with tensor_model_parallel_size %d: not supported yet (use Save)", n)
 	}
 	return nil
 }

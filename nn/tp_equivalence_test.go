@@ -298,32 +298,3 @@ func trainSteps(ctx context.Context, tr deepgo.Trainer, losses []float64, record
 	}
 	return tr.Parameters(ctx)
 }
-
-// Checkpoints at TP > 1 are refused until they keep the shards apart.
-func TestGPTTensorParallelCheckpointRefused(t *testing.T) {
-	dir := t.TempDir()
-	err := local.Run(context.Background(), 2, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, c comm.Comm) error {
-		cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "tensor_model_parallel_size": 2, "optimizer": {"type": "Adam", "params": {"lr": 0.001}}}`))
-		if err != nil {
-			return err
-		}
-		gc := tpGPT(32)
-		gc.TP = nn.TP{Comm: c}
-		g, err := nn.NewReadyGPT(gc, nil, 1)
-		if err != nil {
-			return err
-		}
-		defer g.Free()
-		tr, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithTensorParallel(c))
-		if err != nil {
-			return err
-		}
-		defer tr.Close()
-		e := tr.(*deepgo.Engine)
-		assert.ErrorContains(t, e.Save(ctx, dir, deepgo.SaveOptions{}), "Save with tensor_model_parallel_size 2: not supported yet")
-		_, err = e.Load(ctx, dir, deepgo.LoadOptions{})
-		assert.ErrorContains(t, err, "Load with tensor_model_parallel_size 2: not supported yet")
-		return nil
-	})
-	require.NoError(t, err)
-}
