@@ -34,7 +34,6 @@ func TestTrainPipeline51(t *testing.T) {
 func TestTrainRefusesUnsavableCheckpoints(t *testing.T) {
 	for _, c := range []struct{ extra, want string }{
 		{`"pipeline_model_parallel_size": 2`, "checkpoint.save_dir with 2 pipeline stages: not supported yet"},
-		{`"tensor_model_parallel_size": 2`, "checkpoint.save_dir with tensor_model_parallel_size 2: not supported yet"},
 	} {
 		cfg := filepath.Join(t.TempDir(), "ds.json")
 		require.NoError(t, os.WriteFile(cfg, []byte(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, `+c.extra+`,

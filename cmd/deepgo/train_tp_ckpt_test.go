@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// tpCheckpointConfig writes the config of the TP resume test: the small
+// GPT (4 heads, so TP 1, 2 and 4 all split it) at tp, a checkpoint into
+// save every 6 steps, resuming from load when it is set.
+func tpCheckpointConfig(t *testing.T, dir string, tp int, save, load string) string {
+	t.Helper()
+	loadKey := ""
+	if load != "" {
+		loadKey = fmt.Sprintf(`"load_path": %q, `, load)
+	}
+	p := filepath.Join(dir, fmt.Sprintf("tp%d-%s.json", tp, filepath.Base(save)))
+	js := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 4, "steps_per_print": 6, "gradient_clipping": 1.0,
+		"tensor_model_parallel_size": %d, "zero_optimization": {"stage": 1},
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+		"checkpoint": {%s"save_dir": %q}}`, tp, loadKey, save)
+	require.NoError(t, os.WriteFile(p, []byte(js), 0o644))
+	return p
+}
+
+// `deepgo train` with tensor_model_parallel_size saves its checkpoints and
+// resumes from them at another TP degree (the config's): a run at TP 2
+// stopped after step 6 and resumed at TP 1, 2 and 4 ends where the
+// uninterrupted TP 2 run ends: exactly at TP 2, to 1e-5 relative (float32
+// summation order, as TestTrainTensorParallel allows) at the others.
+func TestTrainTensorParallelResumesAtOtherDegrees(t *testing.T) {
+	if testing.Short() {
+		t.Skip("several training runs")
+	}
+	dir := t.TempDir()
+	args := trainerArgs{microBatch: 4, lr: 0.003}
+	whole, err := train(tpCheckpointConfig(t, dir, 2, filepath.Join(dir, "whole"), ""), "", "small", 1, 12, args, io.Discard, io.Discard)
+	require.NoError(t, err)
+	part := filepath.Join(dir, "part")
+	_, err = train(tpCheckpointConfig(t, dir, 2, part, ""), "", "small", 1, 6, args, io.Discard, io.Discard)
+	require.NoError(t, err)
+	for _, tp := range []int{2, 1, 4} {
+		var out strings.Builder
+		resumed, err := train(tpCheckpointConfig(t, dir, tp, filepath.Join(dir, fmt.Sprint("resumed", tp)), part), "", "small", 1, 12, args, &out, io.Discard)
+		require.NoError(t, err, "resuming at TP %d", tp)
+		assert.Contains(t, out.String(), "resumed at step 6 from "+part, "TP %d", tp)
+		assert.Equal(t, tp, resumed.Ranks, "ranks at TP %d", tp)
+		rel := math.Abs(resumed.FinalLoss-whole.FinalLoss) / whole.FinalLoss
+		t.Logf("TP 2 → %d: final loss %.9g, uninterrupted %.9g (rel %.3g)", tp, resumed.FinalLoss, whole.FinalLoss, rel)
+		if tp == 2 {
+			assert.Equal(t, whole.FinalLoss, resumed.FinalLoss, "resumed at the saving degree")
+		}
+		assert.LessOrEqual(t, rel, 1e-5, "final loss resumed at TP %d", tp)
+		_, err = os.Stat(filepath.Join(dir, fmt.Sprint("resumed", tp), "global_step12"))
+		assert.NoError(t, err, "the run resumed at TP %d saves", tp)
+	}
+}
