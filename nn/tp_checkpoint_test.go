@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -241,4 +242,35 @@ func TestGPTTensorParallelSaveAsyncRefused(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// A TP checkpoint's parameters read back whole (checkpoint.ReadParam, what
+// Consolidate exports) equal the run's unsharded parameters bit for bit,
+// the fused q/k/v weights included, and Consolidate writes them.
+func TestGPTTensorParallelCheckpointConsolidates(t *testing.T) {
+	mk, err := data.NewMarkov(32, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
+	dir := t.TempDir()
+	_, params, err := tpSegment{r: tpRun{tp: 2, dp: 2, stage: 2}, save: dir, steps: 4, saveAt: 4}.run(t, corpus)
+	require.NoError(t, err)
+	ck, err := checkpoint.Open(nil, dir, "")
+	require.NoError(t, err)
+	defer ck.Close()
+	assert.Equal(t, 2, ck.Manifest.Topology["model"])
+	require.Len(t, ck.Manifest.Params, len(params))
+	split := 0
+	for _, p := range ck.Manifest.Params {
+		if p.Split != nil {
+			split++
+		}
+		full, err := ck.ReadParam(context.Background(), p)
+		require.NoError(t, err)
+		v, _ := full.Float32s()
+		require.True(t, slices.Equal(params[p.Name], v), "%s differs from the run's unsharded value", p.Name)
+		full.Free()
+	}
+	t.Logf("%d parameters, %d of them TP shards", len(params), split)
+	assert.Positive(t, split)
+	require.NoError(t, ck.Consolidate(context.Background(), nil, filepath.Join(t.TempDir(), "model.safetensors")))
 }
