@@ -39,3 +39,22 @@ func TestTensorParallelOverflowAgreement(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// Each TP rank's copy of a saved tensor gets its own name, one that still
+// maps from a master unit to its optimizer state (stateSource).
+func TestTPTensorName(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		t    int
+		want string
+	}{
+		{"fp32/unit3", 0, "fp32/mp_rank_00/unit3"},
+		{"fp32/unit0", 11, "fp32/mp_rank_11/unit0"},
+		{"optim/exp_avg/unit3", 1, "optim/exp_avg/mp_rank_01/unit3"},
+	} {
+		require.Equal(t, c.want, tpTensorName(c.name, c.t))
+	}
+	st, ok := stateSource("exp_avg", tpTensorName(masterName(3), 1))
+	require.True(t, ok)
+	require.Equal(t, tpTensorName("optim/exp_avg/unit3", 1), st)
+}

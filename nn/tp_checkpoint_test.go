@@ -81,8 +81,7 @@ func (s tpSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string
 		batch := func(off int) func(int) model.TokenBatch {
 			return func(step int) model.TokenBatch { return eqBatch(corpus, s.first+off+step, r.dp, dc.Rank()) }
 		}
-		ps, err := trainSteps(ctx, e, losses[:s.saveAt], c.Rank() == 0, batch(0))
-		if err != nil {
+		if _, err := trainSteps(ctx, e, losses[:s.saveAt], c.Rank() == 0, batch(0)); err != nil {
 			return err
 		}
 		if s.save != "" {
@@ -90,7 +89,8 @@ func (s tpSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string
 				return err
 			}
 		}
-		if ps, err = trainSteps(ctx, e, losses[s.saveAt:], c.Rank() == 0, batch(s.saveAt)); err != nil {
+		ps, err := trainSteps(ctx, e, losses[s.saveAt:], c.Rank() == 0, batch(s.saveAt))
+		if err != nil {
 			return err
 		}
 		full, err := g.Unshard(ctx, ps)
