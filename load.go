@@ -131,6 +131,7 @@ func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadRe
 	if err = e.agreeTP(ctx, "Load", err); err == nil {
 		err = checkpoint.AgreeTag(ctx, e.c, ptag)
 	}
+	err = e.tpAgreeTag(ctx, ptag, err)
 	if err != nil {
 		plan.free()
 		return LoadResult{}, err

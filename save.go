@@ -195,10 +195,10 @@ func (e *Engine) checkpointState(op, dir string, so SaveOptions) (checkpoint.Opt
 // opts.ClientState, this rank's own state. Parameters are named by
 // model.Param.Name. Under tensor parallelism it keeps each TP rank's
 // shards (see tp_checkpoint.go), and the client state saved is TP rank
-// 0's. It updates dir/latest and keeps
-// checkpoint.keep_n_most_recent checkpoints. It is a collective over the
-// data-parallel group (and the TP group), atomic and durable (see checkpoint.Save), and must
-// be called between optimizer steps. A background save in flight
+// 0's. It updates dir/latest and keeps checkpoint.keep_n_most_recent
+// checkpoints. It is a collective over the data-parallel group (and the
+// TP group), atomic and durable (see checkpoint.Save), and must be called
+// between optimizer steps. A background save in flight
 // (SaveAsync) is waited for first.
 func (e *Engine) Save(ctx context.Context, dir string, opts SaveOptions) error {
 	ctx = e.devCtx(ctx)

@@ -69,6 +69,23 @@ func (e *Engine) agreeTP(ctx context.Context, op string, err error) error {
 	return err
 }
 
+// tpAgreeTag extends Load's tag check (err: this rank's data group's
+// verdict) to the TP group, so that no TP rank restores another
+// checkpoint than the rest, and spreads any failure to every rank: every
+// TP group meets every data group. A collective over both groups.
+func (e *Engine) tpAgreeTag(ctx context.Context, tag string, err error) error {
+	if _, n := e.tpDegree(); n == 1 {
+		return err
+	}
+	if aerr := comm.Agree(ctx, e.tp, "Load (tensor-parallel group)", err); err == nil && aerr != nil {
+		err = fmt.Errorf("deepgo: %w", aerr)
+	}
+	if err == nil { // the whole TP group or none of it gets here
+		err = checkpoint.AgreeTag(ctx, e.tp, tag)
+	}
+	return e.agreeTP(ctx, "Load", err)
+}
+
 // tpCollect turns every TP rank's st into TP rank 0's, which holds every
 // TP rank's tensors under tpTensorName and the manifest's parameter map
 // over them. The other ranks send theirs and keep st as it is (they do

@@ -197,7 +197,8 @@ func TestGPTTensorParallelCheckpointNeedsOptimizerState(t *testing.T) {
 // After Load, the parameters TP replicates must be the same on every TP
 // rank: TP ranks that loaded different checkpoints (the same tag in two
 // directories) fail on every rank, naming the first differing replicated
-// parameter and the TP rank.
+// parameter and the TP rank. TP ranks that found different tags fail the
+// tag check.
 func TestGPTTensorParallelLoadReplicatedMismatch(t *testing.T) {
 	mk, err := data.NewMarkov(32, 1, 2, 3)
 	require.NoError(t, err)
@@ -213,9 +214,20 @@ func TestGPTTensorParallelLoadReplicatedMismatch(t *testing.T) {
 	require.Error(t, err)
 	var me *checkpoint.ReplicaMismatchError
 	require.True(t, errors.As(err, &me), "%v", err)
+	t.Logf("same tag, different values: %v", err)
 	assert.Equal(t, []int{1}, me.Ranks)
 	assert.Equal(t, "transformer.wpe.weight", me.Tensor)
 	assert.ErrorContains(t, err, "over the tensor-parallel group")
+
+	// different tags: refused by the tag check, before anything changes
+	c := t.TempDir()
+	_, _, err = tpSegment{r: r, save: c, steps: 3, saveAt: 3}.run(t, corpus)
+	require.NoError(t, err)
+	_, _, err = tpSegment{r: r, first: 4, loadDir: func(rank int) string { return []string{a, c}[rank] }}.run(t, corpus)
+	var mm *comm.MismatchError
+	require.True(t, errors.As(err, &mm), "%v", err)
+	t.Logf("different tags: %v", err)
+	assert.ErrorContains(t, err, "global_step3")
 }
 
 // Background saves under TP are refused (Save is the supported way).
