@@ -29,6 +29,12 @@
 // new rank reading its own range (see Partition). Whole tensors (Shard
 // nil) are saved by one rank, usually rank 0.
 //
+// Tensor-parallel shards. A parameter split by tensor parallelism is
+// placed by its full shape and one piece per TP rank (ParamRef.Split, cut
+// as model.TPLayout.Runs says); ReadParam and Consolidate put the full
+// tensor back together, from which a loader cuts the shards of any other
+// TP degree.
+//
 // Guarantees. Save writes into .tmp.<tag>, syncs every file, writes the
 // manifest last, syncs, renames the directory into place, syncs the
 // parent, replaces latest atomically, and only then rotates out old

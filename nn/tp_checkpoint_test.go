@@ -26,11 +26,12 @@ import (
 // steps first, first+1, ..., saving to save (unless "") after saveAt of
 // them, and returns rank 0's losses and parameters unsharded over its TP
 // group. loadDir, when set, gives each world rank its own directory to
-// load from.
+// load from; opts are Load's options.
 type tpSegment struct {
 	r                    tpRun
 	from, save           string
 	loadDir              func(rank int) string
+	opts                 deepgo.LoadOptions
 	first, steps, saveAt int
 }
 
@@ -71,7 +72,7 @@ func (s tpSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string
 			from = s.loadDir(c.Rank())
 		}
 		if from != "" {
-			if _, err := e.Load(ctx, from, deepgo.LoadOptions{}); err != nil {
+			if _, err := e.Load(ctx, from, s.opts); err != nil {
 				return err
 			}
 			if e.GlobalSteps() != s.first {
@@ -155,39 +156,7 @@ func TestGPTTensorParallelCheckpointNeedsOptimizerState(t *testing.T) {
 	_, ref, err := tpSegment{r: r, save: dir, steps: 6, saveAt: 3}.run(t, corpus)
 	require.NoError(t, err)
 	// the same start, the optimizer state left out
-	var fresh map[string][]float32
-	err = local.Run(context.Background(), 2, local.Options{Timeout: 60 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
-		cfg, err := config.Parse([]byte(fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_clipping": 1.0, "tensor_model_parallel_size": 2,
-			"zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}},
-			"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10, "warmup_max_lr": %g}}}`, eqB, eqLR, eqWD, eqLR)))
-		if err != nil {
-			return err
-		}
-		gc := tpGPT(corpus.Vocab)
-		gc.TP = nn.TP{Comm: c}
-		g, err := nn.NewReadyGPT(gc, nil, eqSeed+1)
-		if err != nil {
-			return err
-		}
-		defer g.Free()
-		tr, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithTensorParallel(c))
-		if err != nil {
-			return err
-		}
-		defer tr.Close()
-		if _, err := tr.(*deepgo.Engine).Load(ctx, dir, deepgo.LoadOptions{SkipOptimizerStates: true}); err != nil {
-			return err
-		}
-		ps, err := trainSteps(ctx, tr, make([]float64, 3), false, func(step int) model.TokenBatch { return eqBatch(corpus, 3+step, 1, 0) })
-		if err != nil {
-			return err
-		}
-		full, err := g.Unshard(ctx, ps)
-		if c.Rank() == 0 {
-			fresh = full
-		}
-		return err
-	})
+	_, fresh, err := tpSegment{r: r, from: dir, opts: deepgo.LoadOptions{SkipOptimizerStates: true}, first: 3, steps: 3}.run(t, corpus)
 	require.NoError(t, err)
 	d := relNorm(flatParams(ref), flatParams(fresh))
 	t.Logf("without the optimizer state: param rel %.3g", d)
