@@ -3,14 +3,12 @@ package deepgo
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
-	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
@@ -315,13 +313,5 @@ func (e *Engine) releaseStaged() {
 // every rank succeeded at op; a rank that failed gets its own error, the
 // others a *comm.RankError read "deepgo: Save failed on rank 1: ...".
 func (e *Engine) agree(ctx context.Context, op string, err error) error {
-	aerr := comm.Agree(ctx, e.c, op, err)
-	var re *comm.RankError
-	if err != nil && errors.As(aerr, &re) {
-		return err // this rank's own failure reads best unwrapped
-	}
-	if aerr != nil {
-		return fmt.Errorf("deepgo: %w", aerr)
-	}
-	return nil
+	return agreeOn(ctx, e.c, op, err)
 }
