@@ -38,9 +38,11 @@ import (
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/comm"
-	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
+
+// pipeLoad prefixes the pipeline engine's load errors.
+const pipeLoad = "deepgo: pipeline engine: Load"
 
 // tiedCopyKey is the checkpoint key of a stage's copy of tied weight name
 // held by module mod.
@@ -146,16 +148,7 @@ func (e *PipeEngine) pipeCheckpointState(op, dir string, so SaveOptions) (checkp
 			}
 		}
 	}
-	ec := engineCheckpoint{
-		GlobalSteps: e.globalSteps, SkippedSteps: e.skippedSteps, MicroSteps: e.globalSteps * e.batch.GradAccum,
-		GlobalSamples:  int64(e.globalSteps) * int64(e.batch.TrainBatchSize),
-		OptimizerGroup: zc.GroupName, OptimizerSteps: steps, OptimizerType: z.Base().Kind().String(), OptimizerState: names,
-		ModelDType: zc.ModelDType.String(), Scaler: e.scaler.State(), ParamNames: paramNamesModel,
-	}
-	if e.lrs != nil {
-		ss := e.lrs.State()
-		ec.Schedule = &ss
-	}
+	ec := newEngineCheckpoint(z, names, steps, e.scaler, e.lrs, e.globalSteps, e.skippedSteps, e.globalSteps*e.batch.GradAccum, e.batch)
 	if err := st.SetMeta(metaEngine, ec); err != nil {
 		return o, nil, err
 	}
@@ -206,49 +199,18 @@ type pipeSlot struct {
 // and the ranks or stages (the engine then holds the checkpoint's values).
 func (e *PipeEngine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error) {
 	ctx = e.devCtx(ctx)
-	if dir == "" {
-		ck := e.cfg.Checkpoint
-		dir = ck.SaveDir
-		if ck.LoadPath != nil && *ck.LoadPath != "" {
-			dir = *ck.LoadPath
-		}
+	var pre error
+	if opts.NonStrict {
+		pre = errors.New("deepgo: pipeline engine: Load: NonStrict: not supported yet (a pipeline loads every parameter)")
 	}
-	var plan *loadPlan
-	var err error
-	switch {
-	case opts.NonStrict:
-		err = errors.New("deepgo: pipeline engine: Load: NonStrict: not supported yet (a pipeline loads every parameter)")
-	case dir == "":
-		err = errors.New("deepgo: pipeline engine: Load: no directory given and neither checkpoint.load_path nor save_dir is set")
-	default:
-		plan, err = e.preparePipeLoad(ctx, dir, opts)
-	}
-	ptag := ""
-	if plan != nil {
-		ptag = plan.res.Tag
-	}
-	if err = agreeOn(ctx, e.world, "Load", err); err == nil {
-		err = checkpoint.AgreeTag(ctx, e.world, ptag)
-	}
+	plan, err := runLoad(ctx, e.world, e.cfg, e.z, dir, pipeLoad, pre, func(dir string) (*loadPlan, error) {
+		return e.preparePipeLoad(ctx, dir, opts)
+	})
 	if err != nil {
-		plan.free()
 		return LoadResult{}, err
 	}
 	defer plan.free()
-	if plan.state != nil {
-		if err := e.z.RestoreOptimizerState(plan.state, plan.ec.OptimizerSteps); err != nil {
-			return LoadResult{}, fmt.Errorf("deepgo: pipeline engine: Load: %w", err)
-		}
-	}
-	if err := e.z.RestoreMaster(ctx, plan.masters); err != nil {
-		return LoadResult{}, fmt.Errorf("deepgo: pipeline engine: Load: %w", err)
-	}
-	if plan.scaler != nil {
-		e.scaler = plan.scaler
-	}
-	if plan.sched != nil {
-		e.lrs = plan.sched
-	}
+	plan.install(&e.scaler, &e.lrs)
 	if !opts.ModuleOnly {
 		e.globalSteps, e.skippedSteps = plan.ec.GlobalSteps, plan.ec.SkippedSteps
 	}
@@ -266,13 +228,12 @@ func (e *PipeEngine) Load(ctx context.Context, dir string, opts LoadOptions) (Lo
 // preparePipeLoad reads and checks everything Load needs, touching
 // nothing.
 func (e *PipeEngine) preparePipeLoad(ctx context.Context, dir string, opts LoadOptions) (plan *loadPlan, err error) {
-	ck, err := checkpoint.Open(nil, dir, opts.Tag)
+	ck, p, err := openPlan(dir, opts, pipeLoad)
 	if err != nil {
-		return nil, fmt.Errorf("deepgo: pipeline engine: Load: %w", err)
+		return nil, err
 	}
 	defer ck.Close()
 	where := ck.Path
-	p := &loadPlan{res: LoadResult{Tag: ck.Tag, Path: ck.Path}}
 	plan = p
 	defer func() {
 		if err != nil {
@@ -280,18 +241,7 @@ func (e *PipeEngine) preparePipeLoad(ctx context.Context, dir string, opts LoadO
 			plan = nil
 		}
 	}()
-	raw, ok := ck.Meta(0, metaEngine)
-	if !ok {
-		return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: not an engine checkpoint (no %q state)", where, metaEngine)
-	}
-	if err := json.Unmarshal(raw, &p.ec); err != nil {
-		return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: %s: %w", where, metaEngine, err)
-	}
-	ec := p.ec
-	if ec.GlobalSteps < 0 || ec.SkippedSteps < 0 || ec.SkippedSteps > ec.GlobalSteps || ec.OptimizerSteps < 0 {
-		return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: counters global_steps %d, skipped_steps %d, optimizer_steps %d are inconsistent", where, ec.GlobalSteps, ec.SkippedSteps, ec.OptimizerSteps)
-	}
-	if ec.ParamNames != paramNamesModel {
+	if p.ec.ParamNames != paramNamesModel {
 		return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: parameters named by module (a checkpoint older than model-wide names): not supported by the pipeline engine; load it into the data-parallel Engine and save again", where)
 	}
 	slots, err := e.matchPipeParams(ck)
@@ -301,40 +251,10 @@ func (e *PipeEngine) preparePipeLoad(ctx context.Context, dir string, opts LoadO
 	if p.masters, err = e.readSlots(ctx, ck, slots, func(s pipeSlot) (string, error) { return s.source, nil }); err != nil {
 		return nil, err
 	}
-	r := e.world.Rank()
-	if r >= ck.Manifest.World {
-		r = 0
-	}
-	if c, ok := ck.Meta(r, metaClient); ok {
-		p.res.ClientState = slices.Clone(c)
-	}
-	if opts.ModuleOnly {
-		return p, nil
-	}
-	if !opts.SkipOptimizerStates {
-		if err := e.readPipeOptimizerState(ctx, ck, p, slots); err != nil {
-			return nil, err
-		}
-		if p.scaler, err = newScaler(e.cfg, e.z.Config().Stage); err != nil {
-			return nil, err
-		}
-		if ec.Scaler.Dynamic == p.scaler.Dynamic() {
-			if err := p.scaler.SetState(ec.Scaler); err != nil {
-				return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: loss scaler: %w", where, err)
-			}
-		}
-	}
-	if e.lrs != nil && !opts.SkipLRSchedulerStates {
-		if p.sched, err = optim.NewSchedule(e.cfg.Scheduler.Type, e.cfg.Scheduler.Params, []float64{e.opt.Defaults().LR}); err != nil {
-			return nil, fmt.Errorf("deepgo: pipeline engine: Load: %w", err)
-		}
-		if ec.Schedule != nil {
-			if err := p.sched.SetState(*ec.Schedule); err != nil {
-				return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: lr_scheduler: %w", where, err)
-			}
-		}
-	}
-	return p, nil
+	err = planSmallState(ck, p, e.world.Rank(), e.cfg, e.z, e.lrs != nil, e.opt.Defaults().LR, opts, pipeLoad, func() error {
+		return e.readPipeOptimizerState(ctx, ck, p, slots)
+	})
+	return p, err
 }
 
 // matchPipeParams checks the checkpoint's parameter map against the whole
@@ -403,67 +323,30 @@ func (e *PipeEngine) matchPipeParams(ck *checkpoint.Checkpoint) ([][]pipeSlot, e
 // readSlots reads, for every unit, this rank's owned range from the
 // tensors source names for each parameter (at the parameter's offset).
 func (e *PipeEngine) readSlots(ctx context.Context, ck *checkpoint.Checkpoint, slots [][]pipeSlot, source func(pipeSlot) (string, error)) ([]*tensor.Tensor, error) {
-	lay := e.z.Layout()
-	out := make([]*tensor.Tensor, 0, len(lay.Units))
-	fail := func(err error) ([]*tensor.Tensor, error) {
-		for _, t := range out {
-			t.Free()
-		}
-		return nil, err
-	}
-	for u, unit := range lay.Units {
-		lo, n := e.z.Own(u)
-		t, err := tensor.Empty(tensor.Float32, n)
+	return readOwned(e.z, func(u, i int, dst *tensor.Tensor, off, _ int) error {
+		sl := slots[u][i]
+		src, err := source(sl)
 		if err != nil {
-			return fail(err)
+			return err
 		}
-		out = append(out, t)
-		v, err := t.Float32s()
-		if err != nil {
-			return fail(err)
+		if err := ck.ReadRange(ctx, src, sl.offset+int64(off), dst); err != nil {
+			return fmt.Errorf("%s: parameter %q: %w", pipeLoad, sl.name, err)
 		}
-		clear(v) // padding
-		for i, s := range unit.Slots {
-			a, b := max(lo, s.Offset), min(lo+n, s.Offset+s.Numel)
-			if a >= b {
-				continue
-			}
-			dst, err := t.Slice(a-lo, b-a)
-			if err != nil {
-				return fail(err)
-			}
-			sl := slots[u][i]
-			src, err := source(sl)
-			if err != nil {
-				return fail(err)
-			}
-			if err := ck.ReadRange(ctx, src, sl.offset+int64(a-s.Offset), dst); err != nil {
-				return fail(fmt.Errorf("deepgo: pipeline engine: Load: parameter %q: %w", sl.name, err))
-			}
-		}
-	}
-	return out, nil
+		return nil
+	})
 }
 
 // readPipeOptimizerState reads the optimizer's state tensors into
 // plan.state (empty when the checkpoint was saved before the first step).
 func (e *PipeEngine) readPipeOptimizerState(ctx context.Context, ck *checkpoint.Checkpoint, plan *loadPlan, slots [][]pipeSlot) error {
-	ec, z := plan.ec, e.z
 	plan.state = map[string][]*tensor.Tensor{}
-	if len(ec.OptimizerState) == 0 {
-		return nil
-	}
-	want := slices.Sorted(slices.Values(z.Base().StateNames()))
-	if got := slices.Sorted(slices.Values(ec.OptimizerState)); !slices.Equal(got, want) {
-		return fmt.Errorf("deepgo: pipeline engine: Load: %s: optimizer state %v (%s), this engine's optimizer (%s) keeps %v", ck.Path, got, ec.OptimizerType, z.Base().Kind(), want)
+	want, err := stateNames(ck, plan.ec, e.z, pipeLoad)
+	if err != nil {
+		return err
 	}
 	for _, s := range want {
 		ts, err := e.readSlots(ctx, ck, slots, func(sl pipeSlot) (string, error) {
-			name, ok := stateSource(s, sl.source)
-			if g, found := ck.Lookup(name); !ok || !found || g.DType != "F32" {
-				return "", fmt.Errorf("deepgo: pipeline engine: Load: %s: parameter %q: no float32 optimizer state %q", ck.Path, sl.name, name)
-			}
-			return name, nil
+			return stateTensor(ck, s, sl.source, sl.name, pipeLoad)
 		})
 		if err != nil {
 			return err

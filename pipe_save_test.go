@@ -14,7 +14,6 @@ import (
 	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
-	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
@@ -51,66 +50,60 @@ func (p *pipeCkptRun) run(t *testing.T) error {
 	world := p.pp * p.dp
 	p.losses = make([][]float64, world)
 	var mu sync.Mutex
+	asIs := func(g *nn.GPT) model.Model { return g }
 	return local.Run(context.Background(), world, local.Options{Timeout: 20 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
-		cfg, err := config.Parse([]byte(p.config()))
+		return withPipeGPT(ctx, c, p.config(), asIs, func(tr deepgo.Trainer) error {
+			return p.rank(ctx, c, tr, corpus, &mu)
+		})
+	})
+}
+
+// rank is one rank's part of run.
+func (p *pipeCkptRun) rank(ctx context.Context, c comm.Comm, tr deepgo.Trainer, corpus *data.Tokens, mu *sync.Mutex) error {
+	if p.load != "" {
+		_, err := tr.Load(ctx, p.load, deepgo.LoadOptions{})
+		if p.wantLoadErr != nil {
+			return p.wantLoadErr(c.Rank(), err)
+		}
 		if err != nil {
 			return err
 		}
-		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}, nil, 1)
-		if err != nil {
-			return err
-		}
-		defer g.Free()
-		tr, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithComm(c))
-		if err != nil {
-			return err
-		}
-		defer tr.Close()
-		if p.load != "" {
-			_, err := tr.Load(ctx, p.load, deepgo.LoadOptions{})
-			if p.wantLoadErr != nil {
-				return p.wantLoadErr(c.Rank(), err)
-			}
-			if err != nil {
-				return err
-			}
-			if tr.GlobalSteps() != p.from {
-				return fmt.Errorf("rank %d: loaded global steps %d, want %d", c.Rank(), tr.GlobalSteps(), p.from)
-			}
-			ps, err := tr.Parameters(ctx)
-			if err != nil {
-				return err
-			}
-			if c.Rank() == 0 {
-				p.paramsAtLoaded = ps
-			}
-		}
-		d := c.Rank() % p.dp // the data coordinate: every stage of a pipe reads the same batches
-		for step := p.from; step < p.to; step++ {
-			mbs := make([]model.MicroBatch, 4)
-			for i := range mbs {
-				k := ((step*p.dp+d)*4 + i) * 2
-				mbs[i] = corpus.MakeBatch([]int{k, k + 1}, 8).MicroBatch()
-			}
-			loss, err := tr.TrainBatch(ctx, mbs)
-			if err != nil {
-				return err
-			}
-			mu.Lock()
-			p.losses[c.Rank()] = append(p.losses[c.Rank()], loss)
-			mu.Unlock()
-			if step+1 == p.from+2 && p.save != "" { // save after two steps of this run
-				if err := tr.Save(ctx, p.save, deepgo.SaveOptions{}); err != nil {
-					return err
-				}
-			}
+		if tr.GlobalSteps() != p.from {
+			return fmt.Errorf("rank %d: loaded global steps %d, want %d", c.Rank(), tr.GlobalSteps(), p.from)
 		}
 		ps, err := tr.Parameters(ctx)
-		if c.Rank() == 0 {
-			p.params = ps
+		if err != nil {
+			return err
 		}
-		return err
-	})
+		if c.Rank() == 0 {
+			p.paramsAtLoaded = ps
+		}
+	}
+	d := c.Rank() % p.dp // the data coordinate: every stage of a pipe reads the same batches
+	for step := p.from; step < p.to; step++ {
+		mbs := make([]model.MicroBatch, 4)
+		for i := range mbs {
+			k := ((step*p.dp+d)*4 + i) * 2
+			mbs[i] = corpus.MakeBatch([]int{k, k + 1}, 8).MicroBatch()
+		}
+		loss, err := tr.TrainBatch(ctx, mbs)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		p.losses[c.Rank()] = append(p.losses[c.Rank()], loss)
+		mu.Unlock()
+		if step+1 == p.from+2 && p.save != "" { // save after two steps of this run
+			if err := tr.Save(ctx, p.save, deepgo.SaveOptions{}); err != nil {
+				return err
+			}
+		}
+	}
+	ps, err := tr.Parameters(ctx)
+	if c.Rank() == 0 {
+		p.params = ps
+	}
+	return err
 }
 
 // TestPipelineCheckpointResume: a pipeline (2 stages × 2 data-parallel

@@ -169,16 +169,7 @@ func (e *Engine) checkpointState(op, dir string, so SaveOptions) (checkpoint.Opt
 				Source: masterName(w.Unit), Offset: int64(lay.Units[w.Unit].Slots[w.Slot].Offset)})
 		}
 	}
-	ec := engineCheckpoint{
-		GlobalSteps: e.globalSteps, SkippedSteps: e.skippedSteps, MicroSteps: e.microSteps,
-		GlobalSamples:  int64(e.globalSteps) * int64(e.batch.TrainBatchSize),
-		OptimizerGroup: zc.GroupName, OptimizerSteps: steps, OptimizerType: z.Base().Kind().String(), OptimizerState: names,
-		ModelDType: zc.ModelDType.String(), Scaler: e.scaler.State(), ParamNames: paramNamesModel,
-	}
-	if e.sched != nil {
-		ss := e.sched.State()
-		ec.Schedule = &ss
-	}
+	ec := newEngineCheckpoint(z, names, steps, e.scaler, e.sched, e.globalSteps, e.skippedSteps, e.microSteps, e.batch)
 	if err := st.SetMeta(metaEngine, ec); err != nil {
 		return o, nil, err
 	}
