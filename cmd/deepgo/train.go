@@ -109,7 +109,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	shape, _ := config.Load(cfgPath)
 	pp, virtual := pipeShape(shape)
 	tp := tpSize(shape)
-	if err := checkpointsSupported(shape, pp, tp); err != nil {
+	if err := checkpointsSupported(shape, tp); err != nil {
 		return nil, err
 	}
 	if tp > 1 && pp > 1 {

@@ -28,16 +28,13 @@ func pipeShape(cfg *config.Config) (pp, virtual int) {
 }
 
 // checkpointsSupported refuses checkpoint.save_dir before any step when the
-// engine cannot save it (pipeline stages, tensor parallelism), rather than
-// at the first save after steps_per_print steps of work.
-func checkpointsSupported(cfg *config.Config, pp, tp int) error {
+// engine cannot save it (tensor parallelism), rather than at the first save
+// after steps_per_print steps of work. Pipeline stages save and resume.
+func checkpointsSupported(cfg *config.Config, tp int) error {
 	if cfg == nil || cfg.Checkpoint.SaveDir == "" {
 		return nil // Initialize reports a bad config
 	}
-	switch {
-	case pp > 1:
-		return fmt.Errorf("checkpoint.save_dir with %d pipeline stages: not supported yet (the pipeline engine cannot save); remove save_dir to train without checkpoints", pp)
-	case tp > 1:
+	if tp > 1 {
 		return fmt.Errorf("checkpoint.save_dir with tensor_model_parallel_size %d: not supported yet (tensor-parallel shards are not saved); remove save_dir to train without checkpoints", tp)
 	}
 	return nil
