@@ -376,7 +376,7 @@ func (e *PipeEngine) verifyIdentical(ctx context.Context) error {
 	}
 	var errs []error
 	if err := checkpoint.VerifyReplicated(ctx, e.data, rep); err != nil {
-		errs = append(errs, fmt.Errorf("pipeline stage %d, data-parallel ranks %v (world ranks): %w", e.stage, e.dataWorldRanks(), err))
+		errs = append(errs, fmt.Errorf("pipeline stage %d, whose data-parallel ranks are world ranks %v: %w", e.stage, e.dataWorldRanks(), err))
 	}
 	if len(e.tied) == 0 {
 		return errors.Join(errs...)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,7 @@ import (
 type pipeCkptRun struct {
 	pp, dp, zero   int
 	load, save     string
+	rankLoad       map[int]string // a rank's own copy of load
 	from, to       int
 	wantLoadErr    func(rank int, err error) error // Load must fail; nil: must succeed
 	losses         [][]float64                     // [rank][step]
@@ -61,7 +63,11 @@ func (p *pipeCkptRun) run(t *testing.T) error {
 // rank is one rank's part of run.
 func (p *pipeCkptRun) rank(ctx context.Context, c comm.Comm, tr deepgo.Trainer, corpus *data.Tokens, mu *sync.Mutex) error {
 	if p.load != "" {
-		_, err := tr.Load(ctx, p.load, deepgo.LoadOptions{})
+		from := p.load
+		if d, ok := p.rankLoad[c.Rank()]; ok {
+			from = d
+		}
+		_, err := tr.Load(ctx, from, deepgo.LoadOptions{})
 		if p.wantLoadErr != nil {
 			return p.wantLoadErr(c.Rank(), err)
 		}
@@ -110,8 +116,9 @@ func (p *pipeCkptRun) rank(ctx context.Context, c comm.Comm, tr deepgo.Trainer, 
 // ranks, ZeRO stage 0 and 1, AdamW with a warmup schedule) saved after 2
 // steps and resumed by fresh engines of a fresh world trains the next 2
 // steps with bit-identical losses and ends with bit-identical parameters;
-// the same checkpoint loads into 4 stages × 1 rank with the same
-// parameters.
+// the same checkpoint loads into 4 stages × 1 rank and into the
+// data-parallel Engine with the same parameters, and the Engine's
+// checkpoint into 2 stages.
 func TestPipelineCheckpointResume(t *testing.T) {
 	t.Parallel()
 	for _, z := range []int{0, 1} {
@@ -134,6 +141,19 @@ func TestPipelineCheckpointResume(t *testing.T) {
 			saved := &pipeCkptRun{pp: 2, dp: 2, zero: z, load: dir, from: 2, to: 2}
 			require.NoError(t, saved.run(t))
 			require.NoError(t, bitEqual(saved.paramsAtLoaded, deep.paramsAtLoaded), "4 stages load the 2-stage checkpoint's parameters")
+
+			// the data-parallel Engine loads the pipeline's checkpoint, and
+			// a pipeline loads the Engine's
+			flat := &pipeCkptRun{pp: 1, dp: 2, zero: z, load: dir, from: 2, to: 3}
+			require.NoError(t, flat.run(t))
+			require.NoError(t, bitEqual(saved.paramsAtLoaded, flat.paramsAtLoaded), "the Engine loads the 2-stage checkpoint's parameters")
+			edir := t.TempDir()
+			require.NoError(t, (&pipeCkptRun{pp: 1, dp: 2, zero: z, save: edir, from: 0, to: 2}).run(t))
+			eng := &pipeCkptRun{pp: 1, dp: 2, zero: z, load: edir, from: 2, to: 2}
+			require.NoError(t, eng.run(t))
+			piped := &pipeCkptRun{pp: 2, dp: 1, zero: z, load: edir, from: 2, to: 3}
+			require.NoError(t, piped.run(t))
+			require.NoError(t, bitEqual(eng.paramsAtLoaded, piped.paramsAtLoaded), "2 stages load the Engine's checkpoint's parameters")
 		})
 	}
 }
@@ -177,5 +197,44 @@ func TestPipelineCheckpointTiedMismatch(t *testing.T) {
 		t.Logf("rank %d: %v", rank, err)
 		return nil
 	}}
+	require.NoError(t, res.run(t))
+}
+
+// TestPipelineCheckpointReplicaMismatch: under ZeRO stage 0 both
+// data-parallel ranks of stage 0 hold its parameters whole; when rank 1
+// resumes from its own copy of the checkpoint (node-local disks) in which
+// one element of a stage-0 parameter was altered and the manifest
+// resealed, Load fails on every rank, naming the parameter, the stage's
+// data-parallel group and the rank that differs.
+func TestPipelineCheckpointReplicaMismatch(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, (&pipeCkptRun{pp: 2, dp: 2, zero: 0, save: dir, from: 0, to: 2}).run(t))
+	local := t.TempDir()
+	require.NoError(t, os.CopyFS(local, os.DirFS(dir)))
+	tag := checkpoint.DefaultTag(2)
+	ck, err := checkpoint.Open(nil, local, tag)
+	require.NoError(t, err)
+	var piece checkpoint.Piece
+	var param string
+	for _, n := range ck.Names() {
+		g, _ := ck.Lookup(n)
+		if strings.HasPrefix(n, "fp32/") && !strings.Contains(n, "wte") && g.Pieces[0].Rank < 2 { // a stage-0 parameter
+			piece, param = g.Pieces[0], strings.TrimPrefix(n, "fp32/")
+			break
+		}
+	}
+	ck.Close()
+	require.NotEmpty(t, param, "a parameter of stage 0")
+	alterTensor(t, local, tag, piece.File, piece.Tensor, 0, 0.25)
+
+	want := fmt.Sprintf("pipeline stage 0, whose data-parallel ranks are world ranks [0 1]: checkpoint: replicated tensor %q differs from rank 0's on rank(s) 1", param)
+	res := &pipeCkptRun{pp: 2, dp: 2, zero: 0, load: dir, rankLoad: map[int]string{1: local}, from: 2, to: 2,
+		wantLoadErr: func(rank int, err error) error {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				return fmt.Errorf("rank %d: Load returned %v, want an error saying %q", rank, err, want)
+			}
+			return nil
+		}}
 	require.NoError(t, res.run(t))
 }
