@@ -232,3 +232,18 @@ func newEngineCheckpoint(z *zero.Optimizer, names []string, steps int64, scaler 
 	}
 	return ec
 }
+
+// agreeOn is comm.Agree in the engine's words: every rank gets nil only if
+// every rank of c succeeded at op; a rank that failed gets its own error,
+// the others a *comm.RankError read "deepgo: Save failed on rank 1: ...".
+func agreeOn(ctx context.Context, c comm.Comm, op string, err error) error {
+	aerr := comm.Agree(ctx, c, op, err)
+	var re *comm.RankError
+	if err != nil && errors.As(aerr, &re) {
+		return err // this rank's own failure reads best unwrapped
+	}
+	if aerr != nil {
+		return fmt.Errorf("deepgo: %w", aerr)
+	}
+	return nil
+}
