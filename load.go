@@ -3,7 +3,6 @@ package deepgo
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -108,49 +107,19 @@ func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadRe
 	if err := e.atBoundary("Load"); err != nil {
 		return LoadResult{}, err
 	}
-	werr := e.WaitSave()
-	if dir == "" {
-		ck := e.cfg.Checkpoint
-		dir = ck.SaveDir
-		if ck.LoadPath != nil && *ck.LoadPath != "" {
-			dir = *ck.LoadPath
+	plan, err := runLoad(ctx, e.cfg, e.z, dir, "deepgo: Load", e.WaitSave(), func(dir string) (*loadPlan, error) {
+		return e.prepareLoad(ctx, dir, opts)
+	}, func(err error, tag string) error {
+		if err = e.agreeTP(ctx, "Load", err); err == nil {
+			err = checkpoint.AgreeTag(ctx, e.c, tag)
 		}
-	}
-	var plan *loadPlan
-	err := werr
-	if err == nil && dir == "" {
-		err = errors.New("deepgo: Load: no directory given and neither checkpoint.load_path nor save_dir is set")
-	}
-	if err == nil {
-		plan, err = e.prepareLoad(ctx, dir, opts)
-	}
-	ptag := ""
-	if plan != nil {
-		ptag = plan.res.Tag
-	}
-	if err = e.agreeTP(ctx, "Load", err); err == nil {
-		err = checkpoint.AgreeTag(ctx, e.c, ptag)
-	}
-	err = e.tpAgreeTag(ctx, ptag, err)
+		return e.tpAgreeTag(ctx, tag, err)
+	})
 	if err != nil {
-		plan.free()
 		return LoadResult{}, err
 	}
 	defer plan.free()
-	if plan.state != nil {
-		if err := e.z.RestoreOptimizerState(plan.state, plan.ec.OptimizerSteps); err != nil {
-			return LoadResult{}, fmt.Errorf("deepgo: Load: %w", err)
-		}
-	}
-	if err := e.z.RestoreMaster(ctx, plan.masters); err != nil {
-		return LoadResult{}, fmt.Errorf("deepgo: Load: %w", err)
-	}
-	if plan.scaler != nil {
-		e.scaler = plan.scaler
-	}
-	if plan.sched != nil {
-		e.sched = plan.sched
-	}
+	plan.install(&e.scaler, &e.sched)
 	if !opts.ModuleOnly {
 		e.globalSteps, e.skippedSteps = plan.ec.GlobalSteps, plan.ec.SkippedSteps
 		e.microSteps = e.globalSteps * e.batch.GradAccum
@@ -264,13 +233,11 @@ func (e *Engine) matchParams(ck *checkpoint.Checkpoint, ec engineCheckpoint, opt
 
 // prepareLoad reads and checks everything Load needs, touching nothing.
 func (e *Engine) prepareLoad(ctx context.Context, dir string, opts LoadOptions) (plan *loadPlan, err error) {
-	ck, err := checkpoint.Open(nil, dir, opts.Tag)
+	ck, p, err := openPlan(dir, opts, "deepgo: Load")
 	if err != nil {
-		return nil, fmt.Errorf("deepgo: Load: %w", err)
+		return nil, err
 	}
 	defer ck.Close()
-	where := ck.Path
-	p := &loadPlan{res: LoadResult{Tag: ck.Tag, Path: ck.Path}}
 	plan = p
 	defer func() {
 		if err != nil {
@@ -278,106 +245,41 @@ func (e *Engine) prepareLoad(ctx context.Context, dir string, opts LoadOptions) 
 			plan = nil
 		}
 	}()
-	raw, ok := ck.Meta(0, metaEngine)
-	if !ok {
-		return nil, fmt.Errorf("deepgo: Load: %s: not an engine checkpoint (no %q state)", where, metaEngine)
-	}
-	if err := json.Unmarshal(raw, &plan.ec); err != nil {
-		return nil, fmt.Errorf("deepgo: Load: %s: %s: %w", where, metaEngine, err)
-	}
 	ec := plan.ec
-	if ec.GlobalSteps < 0 || ec.SkippedSteps < 0 || ec.SkippedSteps > ec.GlobalSteps || ec.OptimizerSteps < 0 {
-		return nil, fmt.Errorf("deepgo: Load: %s: counters global_steps %d, skipped_steps %d, optimizer_steps %d are inconsistent", where, ec.GlobalSteps, ec.SkippedSteps, ec.OptimizerSteps)
-	}
 	bySlot, err := e.matchParams(ck, ec, opts, &plan.res)
 	if err != nil {
 		return nil, err
 	}
 	z := e.z
-	lay := z.Layout()
 	// read fills, for every unit, this rank's owned range from the
 	// parameters' ranges of the tensors source(ref) names, or for a
 	// parameter the checkpoint lacks from current(u) (nil: zeros).
 	read := func(source func(checkpoint.ParamRef) (checkpoint.ParamRef, error), current func(u int) *tensor.Tensor) ([]*tensor.Tensor, error) {
-		out := make([]*tensor.Tensor, 0, len(lay.Units))
-		fail := func(err error) ([]*tensor.Tensor, error) {
-			for _, t := range out {
-				t.Free()
+		return readOwned(z, func(u, i int, dst *tensor.Tensor, off, at int) error {
+			sr := bySlot[u][i]
+			if !sr.found {
+				if err := keep(e.be, dst, current(u), at); err != nil {
+					return fmt.Errorf("deepgo: Load: parameter %q: %w", sr.name, err)
+				}
+				return nil
 			}
-			return nil, err
-		}
-		for u, unit := range lay.Units {
-			lo, n := z.Own(u)
-			t, err := tensor.Empty(tensor.Float32, n)
+			src, err := source(sr.ref)
 			if err != nil {
-				return fail(err)
+				return err
 			}
-			out = append(out, t)
-			for i, s := range unit.Slots {
-				a, b := max(lo, s.Offset), min(lo+n, s.Offset+s.Numel)
-				if a >= b {
-					continue
-				}
-				dst, err := t.Slice(a-lo, b-a)
-				if err != nil {
-					return fail(err)
-				}
-				sr := bySlot[u][i]
-				if !sr.found {
-					if err := keep(e.be, dst, current(u), a-lo); err != nil {
-						return fail(fmt.Errorf("deepgo: Load: parameter %q: %w", sr.name, err))
-					}
-					continue
-				}
-				src, err := source(sr.ref)
-				if err != nil {
-					return fail(err)
-				}
-				if err := e.readSlot(ctx, ck, src, sr.p, a-s.Offset, dst); err != nil {
-					return fail(fmt.Errorf("deepgo: Load: parameter %q: %w", sr.name, err))
-				}
+			if err := e.readSlot(ctx, ck, src, sr.p, off, dst); err != nil {
+				return fmt.Errorf("deepgo: Load: parameter %q: %w", sr.name, err)
 			}
-		}
-		return out, nil
+			return nil
+		})
 	}
 	if plan.masters, err = read(func(r checkpoint.ParamRef) (checkpoint.ParamRef, error) { return r, nil }, z.Master); err != nil {
 		return nil, err
 	}
-	r := e.c.Rank()
-	if r >= ck.Manifest.World {
-		r = 0
-	}
-	if c, ok := ck.Meta(r, metaClient); ok {
-		plan.res.ClientState = slices.Clone(c)
-	}
-	if opts.ModuleOnly {
-		return plan, nil
-	}
-	if !opts.SkipOptimizerStates {
-		if err := e.readOptimizerState(ck, plan, read); err != nil {
-			return nil, err
-		}
-		// Loss scaler: restored into a fresh one.
-		if plan.scaler, err = newScaler(e.cfg, z.Config().Stage); err != nil {
-			return nil, err
-		}
-		if ec.Scaler.Dynamic == plan.scaler.Dynamic() {
-			if err := plan.scaler.SetState(ec.Scaler); err != nil {
-				return nil, fmt.Errorf("deepgo: Load: %s: loss scaler: %w", where, err)
-			}
-		}
-	}
-	if e.sched != nil && !opts.SkipLRSchedulerStates {
-		if plan.sched, err = optim.NewSchedule(e.cfg.Scheduler.Type, e.cfg.Scheduler.Params, []float64{e.opt.Defaults().LR}); err != nil {
-			return nil, fmt.Errorf("deepgo: Load: %w", err)
-		}
-		if ec.Schedule != nil {
-			if err := plan.sched.SetState(*ec.Schedule); err != nil {
-				return nil, fmt.Errorf("deepgo: Load: %s: lr_scheduler: %w", where, err)
-			}
-		}
-	}
-	return plan, nil
+	err = planSmallState(ck, plan, e.c.Rank(), e.cfg, z, e.sched != nil, e.opt.Defaults().LR, opts, "deepgo: Load", func() error {
+		return e.readOptimizerState(ck, plan, read)
+	})
+	return plan, err
 }
 
 // readOptimizerState reads the optimizer's state tensors into plan.state
@@ -386,22 +288,15 @@ func (e *Engine) readOptimizerState(ck *checkpoint.Checkpoint, plan *loadPlan,
 	read func(func(checkpoint.ParamRef) (checkpoint.ParamRef, error), func(int) *tensor.Tensor) ([]*tensor.Tensor, error)) error {
 	ec, z := plan.ec, e.z
 	plan.state = map[string][]*tensor.Tensor{}
-	if len(ec.OptimizerState) == 0 {
-		return nil
-	}
-	want := slices.Sorted(slices.Values(z.Base().StateNames()))
-	if got := slices.Sorted(slices.Values(ec.OptimizerState)); !slices.Equal(got, want) {
-		return fmt.Errorf("deepgo: Load: %s: optimizer state %v (%s), this engine's optimizer (%s) keeps %v", ck.Path, got, ec.OptimizerType, z.Base().Kind(), want)
+	want, err := stateNames(ck, ec, z, "deepgo: Load")
+	if err != nil {
+		return err
 	}
 	current, _ := z.OptimizerState()
 	for _, s := range want {
 		ts, err := read(func(r checkpoint.ParamRef) (checkpoint.ParamRef, error) {
 			return r.WithSources(func(src string) (string, error) {
-				name, ok := stateSource(s, src)
-				if g, found := ck.Lookup(name); !ok || !found || g.DType != "F32" {
-					return "", fmt.Errorf("deepgo: Load: %s: parameter %q: no float32 optimizer state %q", ck.Path, r.Name, name)
-				}
-				return name, nil
+				return stateTensor(ck, s, src, r.Name, "deepgo: Load")
 			})
 		}, func(u int) *tensor.Tensor {
 			if current[s] == nil {

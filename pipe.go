@@ -80,10 +80,11 @@ var _ Trainer = (*PipeEngine)(nil)
 // whether this stage is the owner (the lowest one), whose copy counts in
 // the gradient norm.
 type tiedParam struct {
-	name  string
-	m, p  int
-	group comm.Comm
-	owner bool
+	name   string
+	m, p   int
+	group  comm.Comm
+	stages []int // the stages holding it, in group rank order
+	owner  bool
 }
 
 // PipelineStages is the number of pipeline stages cfg asks for:
@@ -374,7 +375,7 @@ func (e *PipeEngine) tieWeights(ctx context.Context) (func(m, p int) *tensor.Ten
 		}
 		e.closers = append(e.closers, g)
 		mp := where[name]
-		e.tied = append(e.tied, tiedParam{name: name, m: mp[0], p: mp[1], group: g, owner: holders[name][0] == e.stage})
+		e.tied = append(e.tied, tiedParam{name: name, m: mp[0], p: mp[1], group: g, stages: holders[name], owner: holders[name][0] == e.stage})
 		src := e.params[mp[0]][mp[1]].Data
 		cp, err := e.be.Empty(src.DType(), src.Shape()...)
 		if err != nil {

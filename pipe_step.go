@@ -7,7 +7,6 @@ package deepgo
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -140,16 +139,6 @@ func (e *PipeEngine) Backward(context.Context) error { return errTrainBatchOnly(
 
 // Step is not supported: use TrainBatch.
 func (e *PipeEngine) Step(context.Context) error { return errTrainBatchOnly("Step") }
-
-// Save is not supported yet.
-func (e *PipeEngine) Save(context.Context, string, SaveOptions) error {
-	return errors.New("deepgo: pipeline engine: Save: not supported yet (pipeline checkpoints store one file per layer; not written yet)")
-}
-
-// Load is not supported yet.
-func (e *PipeEngine) Load(context.Context, string, LoadOptions) (LoadResult, error) {
-	return LoadResult{}, errors.New("deepgo: pipeline engine: Load: not supported yet")
-}
 
 // Parameters gathers the whole model's fp32 parameters keyed by name on
 // every rank (a collective over all ranks); a tied weight comes from its

@@ -3,14 +3,12 @@ package deepgo
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
-	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
@@ -168,16 +166,7 @@ func (e *Engine) checkpointState(op, dir string, so SaveOptions) (checkpoint.Opt
 				Source: masterName(w.Unit), Offset: int64(lay.Units[w.Unit].Slots[w.Slot].Offset)})
 		}
 	}
-	ec := engineCheckpoint{
-		GlobalSteps: e.globalSteps, SkippedSteps: e.skippedSteps, MicroSteps: e.microSteps,
-		GlobalSamples:  int64(e.globalSteps) * int64(e.batch.TrainBatchSize),
-		OptimizerGroup: zc.GroupName, OptimizerSteps: steps, OptimizerType: z.Base().Kind().String(), OptimizerState: names,
-		ModelDType: zc.ModelDType.String(), Scaler: e.scaler.State(), ParamNames: paramNamesModel,
-	}
-	if e.sched != nil {
-		ss := e.sched.State()
-		ec.Schedule = &ss
-	}
+	ec := newEngineCheckpoint(z, names, steps, e.scaler, e.sched, e.globalSteps, e.skippedSteps, e.microSteps, e.batch)
 	if err := st.SetMeta(metaEngine, ec); err != nil {
 		return o, nil, err
 	}
@@ -320,13 +309,5 @@ func (e *Engine) releaseStaged() {
 // every rank succeeded at op; a rank that failed gets its own error, the
 // others a *comm.RankError read "deepgo: Save failed on rank 1: ...".
 func (e *Engine) agree(ctx context.Context, op string, err error) error {
-	aerr := comm.Agree(ctx, e.c, op, err)
-	var re *comm.RankError
-	if err != nil && errors.As(aerr, &re) {
-		return err // this rank's own failure reads best unwrapped
-	}
-	if aerr != nil {
-		return fmt.Errorf("deepgo: %w", aerr)
-	}
-	return nil
+	return agreeOn(ctx, e.c, op, err)
 }

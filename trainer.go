@@ -12,8 +12,8 @@ import (
 // Trainer is one rank's training engine, what Initialize returns: the
 // data-parallel engine (*Engine), or the pipeline engine (*PipeEngine) when
 // the config asks for pipeline stages, which runs whole batches only
-// (TrainBatch; its Forward, Backward, Step, Save and Load say they are not
-// supported). A trainer loop needs only these methods; the concrete type
+// (TrainBatch; its Forward, Backward and Step say they are not supported)
+// and saves and loads checkpoints of the whole pipeline. A trainer loop needs only these methods; the concrete type
 // offers more (a type assertion to *Engine reaches the ZeRO internals, the
 // loss scaler and the step counters; to *PipeEngine the stage, the
 // partition and the measured bubble).
@@ -34,7 +34,8 @@ type Trainer interface {
 	// Step ends a micro-step; at a gradient-accumulation boundary it steps
 	// the optimizer.
 	Step(ctx context.Context) error
-	// Save writes a checkpoint (a collective; see Engine.Save).
+	// Save writes a checkpoint (a collective; see Engine.Save and
+	// PipeEngine.Save).
 	Save(ctx context.Context, dir string, opts SaveOptions) error
 	// Load restores a checkpoint (a collective; see Engine.Load) and says
 	// which one, with this rank's client state.

@@ -27,20 +27,6 @@ func pipeShape(cfg *config.Config) (pp, virtual int) {
 	return pp, max(1, cfg.PipelineSchedule.VirtualStages)
 }
 
-// checkpointsSupported refuses checkpoint.save_dir before any step when the
-// engine cannot save it (pipeline stages), rather than at the first save
-// after steps_per_print steps of work. Tensor parallelism saves its shards
-// and resumes at any degree.
-func checkpointsSupported(cfg *config.Config, pp int) error {
-	if cfg == nil || cfg.Checkpoint.SaveDir == "" {
-		return nil // Initialize reports a bad config
-	}
-	if pp > 1 {
-		return fmt.Errorf("checkpoint.save_dir with %d pipeline stages: not supported yet (the pipeline engine cannot save); remove save_dir to train without checkpoints", pp)
-	}
-	return nil
-}
-
 // pipeLayers is the GPT depth for a pipeline of pp stages of virtual
 // chunks each: the model's own, or one block per virtual stage when that
 // is more, so that partitioning leaves no virtual stage without a module.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,19 +30,33 @@ func TestTrainPipeline51(t *testing.T) {
 	assert.Less(t, res.FinalLoss, 2.4, "the loss did not fall\n%s", out.String())
 }
 
-// A config that asks for checkpoints the engine cannot write is refused
-// before the first step, naming the key and the reason.
-func TestTrainRefusesUnsavableCheckpoints(t *testing.T) {
-	for _, c := range []struct{ extra, want string }{
-		{`"pipeline_model_parallel_size": 2`, "checkpoint.save_dir with 2 pipeline stages: not supported yet"},
-	} {
-		cfg := filepath.Join(t.TempDir(), "ds.json")
-		require.NoError(t, os.WriteFile(cfg, []byte(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, `+c.extra+`,
-			"zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
-			"checkpoint": {"save_dir": "`+t.TempDir()+`"}}`), 0o644))
-		var out, errb bytes.Buffer
-		require.NotZero(t, run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "4"}, &out, &errb))
-		assert.Contains(t, errb.String(), c.want)
-		assert.NotContains(t, out.String(), "step ", "refused before any step")
+// With pipeline stages (2 stages × 2 data-parallel ranks, ZeRO-1) a run
+// stopped at step 10 and started again resumes from the latest checkpoint
+// and ends exactly where an uninterrupted run ends.
+func TestTrainPipelineResumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("several training runs")
 	}
+	dir := t.TempDir()
+	cfg := func(save string) string {
+		p := save + ".json"
+		require.NoError(t, os.WriteFile(p, []byte(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+			"pipeline_model_parallel_size": 2, "steps_per_print": 5, "zero_optimization": {"stage": 1},
+			"optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+			"checkpoint": {"save_dir": "`+save+`", "keep_n_most_recent": 2}}`), 0o644))
+		return p
+	}
+	args := trainerArgs{microBatch: 2, lr: 0.01}
+	whole, err := train(cfg(filepath.Join(dir, "a")), "", "tiny", 2, 20, args, io.Discard, io.Discard)
+	require.NoError(t, err)
+	b := cfg(filepath.Join(dir, "b"))
+	_, err = train(b, "", "tiny", 2, 10, args, io.Discard, io.Discard)
+	require.NoError(t, err)
+	var out strings.Builder
+	resumed, err := train(b, "", "tiny", 2, 20, args, &out, io.Discard)
+	require.NoError(t, err)
+	assert.Contains(t, out.String(), "resumed at step 10 from", "the second run resumes")
+	assert.Equal(t, whole.FinalLoss, resumed.FinalLoss, "final loss after resuming vs uninterrupted")
+	ents, _ := os.ReadDir(filepath.Join(dir, "b"))
+	assert.Len(t, ents, 3, "save_dir: want two checkpoints and latest")
 }

@@ -1,0 +1,200 @@
+package deepgo
+
+// The pipeline engine's Load: each stage reads its parameters by name
+// (the layout is in pipe_save.go) within the load frame it shares with
+// the data-parallel Engine (ckpt_load.go).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/deepgo-ml/deepgo/checkpoint"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// pipeLoad prefixes the pipeline engine's load errors.
+const pipeLoad = "deepgo: pipeline engine: Load"
+
+// pipeSlot is where one of the stage's parameters is read from.
+type pipeSlot struct {
+	name   string // the parameter's name
+	source string // its fp32 tensor in the checkpoint
+	offset int64  // where it starts there
+}
+
+// Load restores the pipeline from a checkpoint of dir ("": the config's
+// checkpoint.load_path, else save_dir), like Engine.Load: every rank reads
+// its ZeRO partition of its stage's parameters and their optimizer state
+// by parameter name (so the checkpoint may come from another pipeline
+// degree, data-parallel size or ZeRO stage, or from the data-parallel
+// Engine), every file read verified; only when every rank of the pipeline
+// has succeeded does any rank change its engine. opts.NonStrict is not
+// supported. Finally the parameters meant to be identical are compared by
+// digest: each stage's replicated parameters across its data-parallel
+// ranks, and each tied weight's copies across the stages holding it; a
+// difference fails Load on every rank with an error naming the parameter
+// and the ranks or stages (the engine then holds the checkpoint's values).
+func (e *PipeEngine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error) {
+	ctx = e.devCtx(ctx)
+	var pre error
+	if opts.NonStrict {
+		pre = errors.New("deepgo: pipeline engine: Load: NonStrict: not supported yet (a pipeline loads every parameter)")
+	}
+	plan, err := runLoad(ctx, e.cfg, e.z, dir, pipeLoad, pre, func(dir string) (*loadPlan, error) {
+		return e.preparePipeLoad(ctx, dir, opts)
+	}, agreeLoad(ctx, e.world))
+	if err != nil {
+		return LoadResult{}, err
+	}
+	defer plan.free()
+	plan.install(&e.scaler, &e.lrs)
+	if !opts.ModuleOnly {
+		e.globalSteps, e.skippedSteps = plan.ec.GlobalSteps, plan.ec.SkippedSteps
+	}
+	e.gradNorm = 0
+	for m := range e.params {
+		e.bind(m)
+	}
+	err = e.verifyIdentical(ctx)
+	if err = agreeOn(ctx, e.world, "Load", err); err != nil {
+		return LoadResult{}, fmt.Errorf("deepgo: pipeline engine: Load: after restoring %s: %w", plan.res.Tag, err)
+	}
+	return plan.res, nil
+}
+
+// preparePipeLoad reads and checks everything Load needs, touching
+// nothing.
+func (e *PipeEngine) preparePipeLoad(ctx context.Context, dir string, opts LoadOptions) (plan *loadPlan, err error) {
+	ck, p, err := openPlan(dir, opts, pipeLoad)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	where := ck.Path
+	plan = p
+	defer func() {
+		if err != nil {
+			p.free()
+			plan = nil
+		}
+	}()
+	if p.ec.ParamNames != paramNamesModel {
+		return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: parameters named by module (a checkpoint older than model-wide names): not supported by the pipeline engine; load it into the data-parallel Engine and save again", where)
+	}
+	slots, err := e.matchPipeParams(ck)
+	if err != nil {
+		return nil, err
+	}
+	if p.masters, err = e.readSlots(ctx, ck, slots, func(s pipeSlot) (string, error) { return s.source, nil }); err != nil {
+		return nil, err
+	}
+	err = planSmallState(ck, p, e.world.Rank(), e.cfg, e.z, e.lrs != nil, e.opt.Defaults().LR, opts, pipeLoad, func() error {
+		return e.readPipeOptimizerState(ctx, ck, p, slots)
+	})
+	return p, err
+}
+
+// matchPipeParams checks the checkpoint's parameter map against the whole
+// model's (names and shapes, strictly) and places each of the stage's
+// parameters, [unit][slot]: a tied copy in its own module's tensor when
+// the checkpoint has it, else in the parameter's.
+func (e *PipeEngine) matchPipeParams(ck *checkpoint.Checkpoint) ([][]pipeSlot, error) {
+	where := ck.Path
+	refs := map[string]checkpoint.ParamRef{}
+	for _, r := range ck.Manifest.Params {
+		refs[r.Name] = r
+	}
+	want := e.modelParams()
+	var missing, unexpected []string
+	for _, w := range want {
+		r, ok := refs[w.Name]
+		if !ok {
+			missing = append(missing, w.Name)
+			continue
+		}
+		if !slices.Equal(r.Shape, w.Shape) {
+			return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: parameter %q has shape %v in the checkpoint, %v in the model", where, w.Name, r.Shape, w.Shape)
+		}
+	}
+	for n := range refs {
+		if !slices.ContainsFunc(want, func(w checkpoint.ParamRef) bool { return w.Name == n }) {
+			unexpected = append(unexpected, n)
+		}
+	}
+	slices.Sort(unexpected)
+	switch {
+	case len(missing) > 0:
+		return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: the checkpoint lacks parameters of the model: %s", where, strings.Join(missing, ", "))
+	case len(unexpected) > 0:
+		return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: the checkpoint has parameters the model lacks: %s", where, strings.Join(unexpected, ", "))
+	}
+	keys := e.ckptKeys()
+	lay := e.z.Layout()
+	slots := make([][]pipeSlot, len(lay.Units))
+	for u, unit := range lay.Units {
+		slots[u] = make([]pipeSlot, len(unit.Slots))
+		for i, s := range unit.Slots {
+			p := e.params[s.Module][s.Param]
+			r, ok := refs[p.Name]
+			if !ok {
+				return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: the checkpoint has no parameter %q", where, p.Name)
+			}
+			if r.Split != nil {
+				return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: parameter %q was saved as %d tensor-parallel shards: not supported yet (a pipeline loads checkpoints saved without tensor parallelism; load it into an Engine at any TP degree)", where, p.Name, len(r.Split.Shards))
+			}
+			sl := pipeSlot{name: p.Name, source: r.Source, offset: r.Offset}
+			if k := keys[s.Module][s.Param]; k != p.Name {
+				if g, ok := ck.Lookup(masterPrefix + k); ok {
+					if g.Numel != int64(s.Numel) {
+						return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: tied copy %q has %d elements, parameter %q %d", where, masterPrefix+k, g.Numel, p.Name, s.Numel)
+					}
+					sl = pipeSlot{name: k, source: masterPrefix + k}
+				}
+			}
+			if g, ok := ck.Lookup(sl.source); !ok || g.DType != "F32" {
+				return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: parameter %q: source %q is not a float32 tensor of the checkpoint", where, sl.name, sl.source)
+			}
+			slots[u][i] = sl
+		}
+	}
+	return slots, nil
+}
+
+// readSlots reads, for every unit, this rank's owned range from the
+// tensors source names for each parameter (at the parameter's offset).
+func (e *PipeEngine) readSlots(ctx context.Context, ck *checkpoint.Checkpoint, slots [][]pipeSlot, source func(pipeSlot) (string, error)) ([]*tensor.Tensor, error) {
+	return readOwned(e.z, func(u, i int, dst *tensor.Tensor, off, _ int) error {
+		sl := slots[u][i]
+		src, err := source(sl)
+		if err != nil {
+			return err
+		}
+		if err := ck.ReadRange(ctx, src, sl.offset+int64(off), dst); err != nil {
+			return fmt.Errorf("%s: parameter %q: %w", pipeLoad, sl.name, err)
+		}
+		return nil
+	})
+}
+
+// readPipeOptimizerState reads the optimizer's state tensors into
+// plan.state (empty when the checkpoint was saved before the first step).
+func (e *PipeEngine) readPipeOptimizerState(ctx context.Context, ck *checkpoint.Checkpoint, plan *loadPlan, slots [][]pipeSlot) error {
+	plan.state = map[string][]*tensor.Tensor{}
+	want, err := stateNames(ck, plan.ec, e.z, pipeLoad)
+	if err != nil {
+		return err
+	}
+	for _, s := range want {
+		ts, err := e.readSlots(ctx, ck, slots, func(sl pipeSlot) (string, error) {
+			return stateTensor(ck, s, sl.source, sl.name, pipeLoad)
+		})
+		if err != nil {
+			return err
+		}
+		plan.state[s] = ts
+	}
+	return nil
+}

@@ -1,0 +1,172 @@
+package deepgo
+
+// Pipeline checkpoints. PipeEngine.Save writes package checkpoint's layout
+// (checkpoint/doc.go) over every rank of the pipe × data grid, keyed by
+// parameter name rather than by ZeRO unit, so that what a stage holds
+// does not depend on how the model was cut:
+//
+//	fp32/<param>                 the parameter's fp32 master weights, flat,
+//	                             sharded over the stage's data-parallel
+//	                             ranks as its ZeRO partition is
+//	optim/<state>/<param>        the optimizer's state <state>, laid out
+//	                             like fp32/<param> (after the first step)
+//	fp32/<param>@<module>        a stage's own copy of a weight tied across
+//	optim/<state>/<param>@<module>  stages (GPT's wte in its head module),
+//	                             under the module holding it
+//
+// This is DeepSpeed's one-file-per-layer idea in the checkpoint's one
+// namespace: the manifest's parameter map lists every parameter once
+// (Source fp32/<param>, offset 0), so Consolidate exports the model, and
+// a stage finds its parameters by name whatever the pipeline degree,
+// data-parallel size or ZeRO stage (0 or 1) of the run that saved them;
+// the data-parallel Engine loads such a checkpoint too, and a pipeline
+// loads the Engine's. A tied copy is read from its own module's tensors
+// when the checkpoint has them, else from the parameter's; each copy is
+// stored separately so that a resume can compare them.
+//
+// Small state is the data-parallel engine's (deepgo.engine, client_state),
+// with the topology {"pipe": pp, "data": dp, "model": 1}.
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/deepgo-ml/deepgo/checkpoint"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// tiedCopyKey is the checkpoint key of a stage's copy of tied weight name
+// held by module mod.
+func tiedCopyKey(name, mod string) string { return name + "@" + mod }
+
+// ckptKeys are the checkpoint keys of the stage's parameters, [module][param]:
+// the parameter's name, or for a copy of a tied weight (a non-owner
+// stage's, or a second holder on the same stage) name@module.
+func (e *PipeEngine) ckptKeys() [][]string {
+	seen := map[string]bool{}
+	keys := make([][]string, len(e.params))
+	for m, ps := range e.params {
+		keys[m] = make([]string, len(ps))
+		for j, p := range ps {
+			keys[m][j] = p.Name
+			if seen[p.Name] || e.isTiedCopy(m, j) {
+				keys[m][j] = tiedCopyKey(p.Name, e.mods[m].Name())
+			}
+			seen[p.Name] = true
+		}
+	}
+	return keys
+}
+
+// modelParams lists every parameter of the whole model once, in module
+// order, as the manifest's parameter map: each in fp32/<name> at offset 0.
+func (e *PipeEngine) modelParams() []checkpoint.ParamRef {
+	var out []checkpoint.ParamRef
+	seen := map[string]bool{}
+	for _, m := range e.net.Modules() {
+		for _, p := range m.Params() {
+			if seen[p.Name] {
+				continue
+			}
+			seen[p.Name] = true
+			out = append(out, checkpoint.ParamRef{Name: p.Name, Shape: slices.Clone(p.Shape), Source: masterPrefix + p.Name})
+		}
+	}
+	return out
+}
+
+// pipeCheckpointState builds this rank's checkpoint.State: the pieces of
+// each of the stage's parameters this data-parallel rank saves (chunk r of
+// each unit's padded flat, as Engine.Save cuts them), per parameter.
+func (e *PipeEngine) pipeCheckpointState(op, dir string, so SaveOptions) (checkpoint.Options, *checkpoint.State, error) {
+	o := checkpoint.OptionsFromConfig(e.cfg.Checkpoint)
+	if dir != "" {
+		o.Dir = dir
+	}
+	o.Tag, o.Comm = so.Tag, e.world
+	switch {
+	case o.Dir == "":
+		return o, nil, fmt.Errorf("deepgo: pipeline engine: %s: no directory given and checkpoint.save_dir is not set", op)
+	case o.Gathered:
+		return o, nil, fmt.Errorf("deepgo: pipeline engine: %s: checkpoint.zero_checkpoint false: not supported with pipeline stages (the stages save their parameters' shards; allowed true)", op)
+	case so.ClientState != nil && !json.Valid(so.ClientState):
+		return o, nil, fmt.Errorf("deepgo: pipeline engine: %s: client state is not valid JSON", op)
+	}
+	cfgJSON, err := e.cfg.JSON()
+	if err != nil {
+		return o, nil, fmt.Errorf("deepgo: pipeline engine: %s: config: %w", op, err)
+	}
+	z := e.z
+	zc, lay := z.Config(), z.Layout()
+	dp, r := e.data.Size(), e.data.Rank()
+	state, steps := z.OptimizerState()
+	names := slices.Sorted(maps.Keys(state))
+	st := &checkpoint.State{
+		Step:      int64(e.globalSteps),
+		ZeroStage: zc.Stage,
+		Topology:  map[string]int{"data": dp, "pipe": e.stages, "model": 1},
+		Config:    cfgJSON,
+		Params:    e.modelParams(),
+	}
+	keys := e.ckptKeys()
+	// pieces adds, for every parameter of unit u, the part of this rank's
+	// chunk that falls in it, from full (the rank's owned range of u).
+	pieces := func(full *tensor.Tensor, u int, prefix, file string) error {
+		unit := lay.Units[u]
+		n := unit.Numel / dp
+		lo, _ := z.Own(u)
+		for _, s := range unit.Slots {
+			a, b := max(r*n, s.Offset), min(r*n+n, s.Offset+s.Numel)
+			if a >= b {
+				continue
+			}
+			v, err := full.Slice(a-lo, b-a)
+			if err != nil {
+				return err
+			}
+			st.Tensors = append(st.Tensors, checkpoint.Entry{Name: prefix + keys[s.Module][s.Param], File: file, Data: v,
+				Shard: &checkpoint.Shard{Numel: int64(s.Numel), Offset: int64(a - s.Offset)}})
+		}
+		return nil
+	}
+	for u := range lay.Units {
+		if err := pieces(z.Master(u), u, masterPrefix, "model"); err != nil {
+			return o, nil, fmt.Errorf("deepgo: pipeline engine: %s: %w", op, err)
+		}
+		for _, s := range names {
+			if err := pieces(state[s][u], u, statePrefix+s+"/", "optim"); err != nil {
+				return o, nil, fmt.Errorf("deepgo: pipeline engine: %s: %w", op, err)
+			}
+		}
+	}
+	ec := newEngineCheckpoint(z, names, steps, e.scaler, e.lrs, e.globalSteps, e.skippedSteps, e.globalSteps*e.batch.GradAccum, e.batch)
+	if err := st.SetMeta(metaEngine, ec); err != nil {
+		return o, nil, err
+	}
+	if so.ClientState != nil {
+		st.Meta[metaClient] = slices.Clone(so.ClientState)
+	}
+	return o, st, nil
+}
+
+// Save writes a checkpoint of the whole pipeline under dir ("": the
+// config's checkpoint.save_dir) with opts.Tag ("": global_step<N>): every
+// stage's parameters' fp32 master weights and optimizer state, keyed by
+// parameter name (see the layout above), each tied weight's copies
+// separately, the loss scaler, LR schedule and counters, the resolved
+// config and opts.ClientState (this rank's). It is a collective over every
+// rank of the pipeline, atomic and durable (checkpoint.Save), and updates
+// dir/latest and keeps checkpoint.keep_n_most_recent checkpoints.
+func (e *PipeEngine) Save(ctx context.Context, dir string, opts SaveOptions) error {
+	ctx = e.devCtx(ctx)
+	o, st, err := e.pipeCheckpointState("Save", dir, opts)
+	if err := agreeOn(ctx, e.world, "Save", err); err != nil { // no rank enters the save alone
+		return err
+	}
+	if _, err := checkpoint.Save(ctx, o, st); err != nil {
+		return fmt.Errorf("deepgo: pipeline engine: Save: %w", err)
+	}
+	return nil
+}

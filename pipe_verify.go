@@ -1,0 +1,91 @@
+package deepgo
+
+// After a pipeline load the ranks compare, by digest, what must be
+// identical: replicas across data-parallel ranks, tied copies across
+// stages.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo/checkpoint"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// verifyIdentical compares by digest what must be identical after a
+// load: the stage's replicated parameters (and, under ZeRO stage 0 with
+// fp16/bf16 weights, its fp32 masters) across its data-parallel ranks,
+// then each tied weight's fp32 values across the stages holding it. Every
+// comparison runs on every rank whatever the others found, so that no
+// group is left waiting; the errors are joined.
+func (e *PipeEngine) verifyIdentical(ctx context.Context) error {
+	keys := e.ckptKeys()
+	idx, ts := e.z.ReplicatedParams()
+	rep := make([]checkpoint.Named, 0, len(ts))
+	for i, t := range ts {
+		rep = append(rep, checkpoint.Named{Name: keys[idx[i][0]][idx[i][1]], Tensor: t})
+	}
+	if e.z.Config().Stage == 0 && e.z.Config().ModelDType != tensor.Float32 {
+		for u := range e.z.Layout().Units {
+			rep = append(rep, checkpoint.Named{Name: masterName(u), Tensor: e.z.Master(u)})
+		}
+	}
+	var errs []error
+	if err := checkpoint.VerifyReplicated(ctx, e.data, rep); err != nil {
+		errs = append(errs, fmt.Errorf("pipeline stage %d, whose data-parallel ranks are world ranks %v: %w", e.stage, e.dataWorldRanks(), err))
+	}
+	if len(e.tied) == 0 {
+		return errors.Join(errs...)
+	}
+	all, err := e.z.GatherMaster(ctx)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, t := range e.tied {
+		v, err := tensor.FromFloat32(all[t.m][t.p])
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		err = checkpoint.VerifyReplicated(ctx, t.group, []checkpoint.Named{{Name: t.name, Tensor: v}})
+		v.Free()
+		var me *checkpoint.ReplicaMismatchError
+		if errors.As(err, &me) {
+			bad := make([]int, len(me.Ranks))
+			for i, r := range me.Ranks {
+				bad[i] = t.stages[r]
+			}
+			err = &TiedMismatchError{Param: t.name, Stages: bad, Owner: t.stages[0]}
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dataWorldRanks are the world ranks of this stage's data-parallel group.
+func (e *PipeEngine) dataWorldRanks() []int {
+	out := make([]int, e.data.Size())
+	for d := range out {
+		out[d], _ = e.grid.Rank(e.stage, d) // in range: the grid made the group
+	}
+	return out
+}
+
+// TiedMismatchError says that the copies of a weight tied across pipeline
+// stages differ after a load.
+type TiedMismatchError struct {
+	// Param is the tied weight's name.
+	Param string
+	// Stages are the stages whose copy differs from the owner's.
+	Stages []int
+	// Owner is the lowest stage holding the weight, whose copy is the
+	// reference.
+	Owner int
+}
+
+// Error names the weight and the stages.
+func (e *TiedMismatchError) Error() string {
+	return fmt.Sprintf("tied weight %q: the copy on pipeline stage(s) %v differs from stage %d's", e.Param, e.Stages, e.Owner)
+}
