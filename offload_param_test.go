@@ -191,3 +191,31 @@ func TestOffloadParamOnSimIsExact(t *testing.T) {
 		}
 	}
 }
+
+// A checkpoint does not depend on offload_param: saved with the partitions
+// in swap files (fp32 and bf16) and loaded into engines without offload,
+// and the other way round, training resumes bit-identically to an
+// uninterrupted run (Load writes the restored partitions back to the
+// store).
+func TestOffloadParamCheckpointResume(t *testing.T) {
+	for _, prec := range []string{"", "bf16"} {
+		plain := run{stage: 3, world: 2, gas: 2, precision: prec, steps: ckptSteps}
+		ref, err := train(t, plain)
+		require.NoError(t, err)
+		swapped := plain
+		swapped.zeroExtra = `, "stage3_param_persistence_threshold": 20, "offload_param": {"device": "nvme", "nvme_path": "` + t.TempDir() + `", "buffer_count": 1, "buffer_size": 1024, "max_in_cpu": 0}`
+		for _, c := range []struct {
+			name          string
+			saver, loader run
+		}{{"nvme->none", swapped, plain}, {"none->nvme", plain, swapped}, {"nvme->nvme", swapped, swapped}} {
+			t.Run(plain.String()+"/"+c.name, func(t *testing.T) {
+				dir := t.TempDir()
+				_, _, err := segment{r: c.saver, save: dir, from: 0, to: ckptAt}.train(t)
+				require.NoError(t, err)
+				got, _, err := segment{r: c.loader, load: dir, from: ckptAt, to: ckptSteps}.train(t)
+				require.NoError(t, err)
+				require.NoError(t, bitEqual(ref.params, got))
+			})
+		}
+	}
+}
