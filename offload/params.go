@@ -179,9 +179,14 @@ func alignUp(n int64) int64 { return (n + aio.Align - 1) &^ (aio.Align - 1) }
 // Dir is the swap folder ("" when every partition is kept in host memory).
 func (s *ParamSwapper) Dir() string { return s.dir }
 
-// Buffers is buffer_count: how many swapped partitions can be acquired at
-// once (0 when nothing is swapped).
-func (s *ParamSwapper) Buffers() int { return len(s.bufs) }
+// Buffers is how many partitions can surely be acquired at once:
+// buffer_count, or every partition when none is swapped.
+func (s *ParamSwapper) Buffers() int {
+	if len(s.bufs) == 0 {
+		return len(s.parts)
+	}
+	return len(s.bufs)
+}
 
 func (s *ParamSwapper) part(u int) (*paramPart, error) {
 	if u < 0 || u >= len(s.parts) {

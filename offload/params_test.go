@@ -109,7 +109,7 @@ func TestParamSwapperAllInCPU(t *testing.T) {
 	require.NoError(t, s.Write(context.Background(), 1, fillWith(3)))
 	requireHolds(t, s, 1, 20, 3)
 	assert.Equal(t, "", s.Dir())
-	assert.Equal(t, 0, s.Buffers())
+	assert.Equal(t, 2, s.Buffers(), "nothing swapped: every partition can be held")
 	left, err := os.ReadDir(path)
 	require.NoError(t, err)
 	assert.Empty(t, left)
