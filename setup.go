@@ -456,7 +456,7 @@ func paramOffloadNote(op *config.Offload, dev tensor.Device) string {
 	if op.Device == "cpu" {
 		return "zero_optimization.offload_param.device=cpu: this rank's parameter partitions live in host memory" + to
 	}
-	return fmt.Sprintf("zero_optimization.offload_param.device=nvme: this rank's parameter partitions live in a swap file under nvme_path, read before their all-gather (the next modules' read ahead) into buffer_count=%d buffers of at most buffer_size=%d elements; the first max_in_cpu=%d elements stay in host memory%s", op.BufferCount, op.BufferSize, op.MaxInCPU, to)
+	return fmt.Sprintf("zero_optimization.offload_param.device=nvme: this rank's parameter partitions live in a swap file under nvme_path, read before their all-gather (the next modules' read ahead) into buffer_count=%d buffers of at most buffer_size=%d elements; partitions stay in host memory instead while their running total is within max_in_cpu=%d elements%s", op.BufferCount, op.BufferSize, op.MaxInCPU, to)
 }
 
 // hostStep reports whether offload_optimizer moves the optimizer step to
