@@ -190,6 +190,11 @@ func (z *Optimizer) writeBack(ctx context.Context) error {
 	if z.pstore == nil {
 		return nil
 	}
+	for len(z.held) > 0 { // a store refuses to overwrite a partition a gather still reads
+		if err := z.waitGather(z.held[0]); err != nil {
+			return err
+		}
+	}
 	for u := range z.lay.Units {
 		src := z.master[u]
 		if z.copies[u] != nil {
