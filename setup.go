@@ -141,6 +141,7 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	initial := func(m, p int) *tensor.Tensor { return e.params[m][p].Data }
 	zc := zeroConfig(cfg, dts)
 	zc.HostOffload = e.hostBE
+	zc.ParamStore = paramStore(cfg, e.be.Device(), e.c.Rank())
 	if e.z, err = zero.New(ctx, zc, e.c, e.be, e.opt, specs, initial); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
@@ -324,6 +325,35 @@ func nvmeStore(cfg *config.Config, be backend.Backend, rank int) (optim.StateSto
 	return s, nil
 }
 
+// paramStore is where offload_param keeps stage 3's parameter partitions
+// (nil: in the backend's memory, as without it): device "nvme" in swap
+// files under rank's folder of nvme_path, device "cpu" on a device backend
+// in host memory. At other stages the config loader warns that the key is
+// ignored, and on the CPU backend device "cpu" is what already happens.
+func paramStore(cfg *config.Config, dev tensor.Device, rank int) zero.NewParamStore {
+	z := cfg.ZeroOptimization
+	op := z.OffloadParam
+	switch {
+	case op == nil || z.Stage != 3:
+		return nil
+	case op.Device == "cpu" && !dev.IsCPU():
+		return zero.HostParams
+	case op.Device == "nvme":
+		return func(dt tensor.DType, names []string, sizes []int) (zero.ParamStore, error) {
+			o, err := offload.ParamSwapOptionsFromConfig(cfg, rank)
+			if err != nil {
+				return nil, err
+			}
+			s, err := offload.NewParamSwapper(o, dt, names, sizes)
+			if err != nil {
+				return nil, err
+			}
+			return s, nil // a nil *ParamSwapper must not become a non-nil ParamStore
+		}
+	}
+	return nil
+}
+
 // zeroConfig translates the zero_optimization section and the gradient
 // keys into the ZeRO optimizer's configuration.
 func zeroConfig(cfg *config.Config, d dtypes) zero.Config {
@@ -371,8 +401,6 @@ func unsupported(cfg *config.Config) error {
 		return fmt.Errorf("deepgo.Initialize: %s: not supported yet", key)
 	}
 	switch {
-	case z.OffloadParam != nil && z.OffloadParam.Device == "nvme":
-		return ns("zero_optimization.offload_param.device=nvme")
 	case z.ZeroQuantizedWeights || z.ZeroQuantizedGradients || z.ZeroQuantizedNontrainableWeights:
 		return ns("zero_optimization.zero_quantized_* (ZeRO++)")
 	case z.ZeroHPZPartitionSize > 1:
@@ -413,7 +441,22 @@ func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
 	if z.OffloadParam != nil && z.OffloadParam.Device == "cpu" && dev.IsCPU() {
 		notes = append(notes, "zero_optimization.offload_param.device=cpu: on the CPU backend parameter partitions already live in host memory; nothing moves")
 	}
+	if op := z.OffloadParam; op != nil && z.Stage == 3 && (op.Device == "nvme" || op.Device == "cpu" && !dev.IsCPU()) {
+		notes = append(notes, paramOffloadNote(op, dev))
+	}
 	return notes
+}
+
+// paramOffloadNote says where offload_param keeps the parameter partitions.
+func paramOffloadNote(op *config.Offload, dev tensor.Device) string {
+	to := ""
+	if !dev.IsCPU() {
+		to = "; each is copied to " + dev.String() + " before its all-gather" + pinNote(dev)
+	}
+	if op.Device == "cpu" {
+		return "zero_optimization.offload_param.device=cpu: this rank's parameter partitions live in host memory" + to
+	}
+	return fmt.Sprintf("zero_optimization.offload_param.device=nvme: this rank's parameter partitions live in a swap file under nvme_path, read before their all-gather (the next modules' read ahead) into buffer_count=%d buffers of at most buffer_size=%d elements; partitions stay in host memory instead while their running total is within max_in_cpu=%d elements%s", op.BufferCount, op.BufferSize, op.MaxInCPU, to)
 }
 
 // hostStep reports whether offload_optimizer moves the optimizer step to

@@ -1,5 +1,7 @@
 package zero
 
+import "slices"
+
 // CoordinatorConfig holds the stage-3 knobs of zero_optimization, in
 // elements.
 type CoordinatorConfig struct {
@@ -180,4 +182,20 @@ func (c *Coordinator) ReleaseAll() Actions {
 		}
 	}
 	return a
+}
+
+// Upcoming lists up to k modules of the trace after the current position
+// that are not gathered nor being gathered, in trace order (none while
+// recording): the ones whose partitions a parameter store reads ahead.
+func (c *Coordinator) Upcoming(k int) []int {
+	if c.mode != TraceComplete {
+		return nil
+	}
+	var out []int
+	for j := c.pos; j < len(c.trace) && len(out) < k; j++ {
+		if n := c.trace[j]; !c.Available(n) && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }

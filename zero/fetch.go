@@ -36,37 +36,46 @@ func (z *Optimizer) fetch(ctx context.Context, m int) error {
 		return err
 	}
 	u := z.unitOf[m]
-	if w := z.gwork[u]; w != nil {
-		t0 := time.Now()
-		err := wait(w)
-		z.timers.Comm += time.Since(t0)
-		z.gwork[u] = nil
-		if err != nil {
-			return fmt.Errorf("zero: stage 3: gathering module %q: %w", z.mods[m].Name, err)
-		}
+	t0 := time.Now()
+	err := z.waitGather(u)
+	z.timers.Comm += time.Since(t0)
+	if err != nil {
+		return fmt.Errorf("zero: stage 3: gathering module %q: %w", z.mods[m].Name, err)
+	}
+	if err := z.prefetchParams(ctx); err != nil {
+		return err
 	}
 	return z.bind(m, z.data[m], z.full)
 }
 
 func (z *Optimizer) execute(ctx context.Context, a Actions) error {
+	if z.pstore != nil && len(a.Gather) > 1 {
+		for _, m := range a.Gather[1:] { // read ahead what the gathers below take in turn
+			if err := z.pstore.Prefetch(ctx, z.unitOf[m]); err != nil {
+				return err
+			}
+		}
+	}
 	for _, m := range a.Gather {
 		u := z.unitOf[m]
+		src, done, err := z.gatherSource(ctx, u)
+		if err != nil {
+			return fmt.Errorf("zero: stage 3: module %q: %w", z.mods[m].Name, err)
+		}
 		buf, err := z.gathered.get(z.cfg.ModelDType, z.lay.Units[u].Numel)
 		if err != nil {
+			done()
 			return err
 		}
 		z.full[u] = buf
 		t0 := time.Now()
-		z.gwork[u] = z.c.AllGatherAsync(ctx, buf, z.shard[u])
+		z.gwork[u], z.gsrc[u] = z.c.AllGatherAsync(ctx, buf, src), done
 		z.timers.Comm += time.Since(t0)
 	}
 	for _, m := range a.Release {
 		u := z.unitOf[m]
-		if w := z.gwork[u]; w != nil {
-			if err := wait(w); err != nil {
-				return err
-			}
-			z.gwork[u] = nil
+		if err := z.waitGather(u); err != nil {
+			return err
 		}
 		z.gathered.put(z.full[u])
 		z.full[u] = nil

@@ -46,7 +46,7 @@ func (z *Optimizer) allocOffload(u, n int, ownParam *tensor.Tensor) error {
 	if z.hostGrad[u], err = z.acct.alloc(z.cfg.HostOffload, CatGrads, z.cfg.AccumDType, n); err != nil {
 		return err
 	}
-	z.upload[u] = ownParam
+	z.upload[u] = ownParam // nil with a ParamStore
 	if z.cfg.ModelDType != tensor.Float32 {
 		// booked with the master: the host side of the weights, not a resident parameter
 		if z.copies[u], err = z.acct.alloc(z.cfg.HostOffload, CatMaster, z.cfg.ModelDType, n); err != nil {
@@ -132,6 +132,9 @@ func (z *Optimizer) download(sg *subGroup, g []*tensor.Tensor) ([]*tensor.Tensor
 // uploadParts copies the updated weights of parts (the model-dtype host
 // copies, or the fp32 masters of an fp32 model) to their device ranges.
 func (z *Optimizer) uploadParts(parts []subPart) error {
+	if z.pstore != nil {
+		return nil // the partitions live in the store: writeBack stores them after the step
+	}
 	src := z.copies
 	if z.cfg.ModelDType == tensor.Float32 {
 		src = z.master

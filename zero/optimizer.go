@@ -58,6 +58,10 @@ type Config struct {
 	// base optimizer's state (its StateStore must be host memory) live in
 	// host memory; the base optimizer must run on this backend.
 	HostOffload backend.Backend
+	// ParamStore, when set (stage 3 only), makes the store the owned
+	// parameter partitions live in instead of the backend's memory:
+	// offload_param (paramstore.go).
+	ParamStore NewParamStore
 }
 
 // Timers accumulate where the Optimizer spent wall time.
@@ -70,8 +74,14 @@ type Timers struct {
 // Memory is the per-rank byte count by category.
 type Memory struct {
 	// Params are the resident model parameters by dtype: the full flat
-	// buffer for stages 0-2, the owned shard for stage 3.
+	// buffer for stages 0-2, the owned shard for stage 3 (with a
+	// ParamStore, wherever the store keeps it).
 	Params map[tensor.DType]int64
+	// ParamStoreHost is the host memory a ParamStore (offload_param) holds
+	// now (in HostBytes): partitions kept in host memory and swap buffers;
+	// ParamStoreHostPeak its high-water mark; ParamsOnDisk the partition
+	// bytes in swap files.
+	ParamStoreHost, ParamStoreHostPeak, ParamsOnDisk int64
 	// Master is the fp32 master copy (0 when the model is fp32, whose
 	// optimizer updates the parameters in place). With Config.HostOffload
 	// it is in host memory, fp32 models included, and holds for half
@@ -176,6 +186,11 @@ type Optimizer struct {
 	hostGrad []*tensor.Tensor // HostOffload: the owned gradient chunk in host memory
 	upload   []*tensor.Tensor // HostOffload: the device range of each unit's updated weights
 
+	pstore ParamStore // stage 3 partitions outside the backend (offload_param); shard is then nil
+	gsrc   []func()   // stage 3: gives a pending gather's source back once it is waited for
+	held   []int      // units whose pending gather reads a store buffer, oldest first
+	stored int64      // bytes of the partitions the store holds
+
 	timers Timers
 }
 
@@ -222,6 +237,10 @@ func New(ctx context.Context, cfg Config, c comm.Comm, be backend.Backend, base 
 	// two largest modules stay cached: gathers reuse warm buffers (bounded like DeepSpeed's fixed fetch buffers)
 	z.gathered = newPool(be, z.acct, CatGathered, 2*int64(largest)*int64(cfg.ModelDType.Size()))
 	z.direct = cfg.Stage <= 1 && cfg.AccumDType == cfg.ModelDType
+	if err := z.openParamStore(); err != nil {
+		z.Close()
+		return nil, err
+	}
 	if err := z.alloc(); err != nil {
 		z.Close()
 		return nil, err
@@ -251,6 +270,7 @@ func (z *Optimizer) alloc() error {
 	z.shard = make([]*tensor.Tensor, nu)
 	z.full = make([]*tensor.Tensor, nu)
 	z.gwork = make([]comm.Work, nu)
+	z.gsrc = make([]func(), nu)
 	z.master = make([]*tensor.Tensor, nu)
 	z.copies = make([]*tensor.Tensor, nu)
 	z.acc = make([]*tensor.Tensor, nu)
@@ -264,7 +284,9 @@ func (z *Optimizer) alloc() error {
 	for u, unit := range z.lay.Units {
 		lo, n := z.own(u)
 		var ownParam *tensor.Tensor
-		if z.cfg.Stage == 3 {
+		if z.pstore != nil {
+			z.stored += int64(n * z.cfg.ModelDType.Size()) // the store's memory: reported by Memory, not booked
+		} else if z.cfg.Stage == 3 {
 			if z.shard[u], err = z.acct.alloc(z.be, CatParams, z.cfg.ModelDType, n); err != nil {
 				return err
 			}
@@ -285,11 +307,11 @@ func (z *Optimizer) alloc() error {
 			if err := z.allocOffload(u, n, ownParam); err != nil {
 				return err
 			}
-		case half:
+		case half || z.pstore != nil:
 			if z.master[u], err = z.acct.alloc(z.be, CatMaster, tensor.Float32, n); err != nil {
 				return err
 			}
-			z.copies[u] = ownParam
+			z.copies[u] = ownParam // nil with a store: writeBack casts the master
 		default:
 			z.master[u] = ownParam
 		}
@@ -409,10 +431,13 @@ func (z *Optimizer) init(ctx context.Context, initial func(m, p int) *tensor.Ten
 				if err := z.be.Copy(z.master[u], own); err != nil {
 					return err
 				}
-			case z.cfg.ModelDType != tensor.Float32:
+			case z.cfg.ModelDType != tensor.Float32 || z.pstore != nil:
 				if err := z.be.Cast([]*tensor.Tensor{z.master[u]}, []*tensor.Tensor{own}); err != nil {
 					return err
 				}
+			}
+			if z.pstore != nil {
+				return z.pstore.Write(ctx, u, func(dst *tensor.Tensor) error { return z.toHostDType(dst, own) })
 			}
 			if z.cfg.Stage == 3 {
 				return z.be.Cast([]*tensor.Tensor{z.shard[u]}, []*tensor.Tensor{own})

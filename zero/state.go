@@ -26,20 +26,23 @@ func (z *Optimizer) Memory() Memory {
 		}
 	}
 	z.stateMemory(&m)
+	if z.pstore != nil {
+		m.ParamStoreHost, m.ParamStoreHostPeak, m.ParamsOnDisk = z.pstore.SwapUsage()
+		m.Params[z.cfg.ModelDType] += z.stored
+		m.HostBytes += m.ParamStoreHost
+	}
 	m.Device = z.be.Device()
 	m.HostBytes += a.host
 	m.DeviceBytes += a.device
-	m.Peak = a.totalMax + m.OptimizerState - m.OptimizerStateOnDisk + m.SwapBuffersPeak
+	m.Peak = a.totalMax + m.OptimizerState - m.OptimizerStateOnDisk + m.SwapBuffersPeak + m.ParamStoreHostPeak
 	return m
 }
 
 // Close frees every buffer. The base optimizer is not closed.
 func (z *Optimizer) Close() error {
 	var errs []error
-	for _, w := range z.gwork {
-		if w != nil {
-			errs = append(errs, w.Wait(context.Background()))
-		}
+	for u := range z.gwork {
+		errs = append(errs, z.waitGather(u))
 	}
 	for _, p := range z.pending {
 		errs = append(errs, wait(p.work))
@@ -50,7 +53,7 @@ func (z *Optimizer) Close() error {
 		z.acct.free(CatParams, z.param[u])
 		z.acct.free(CatParams, z.shard[u])
 		z.acct.free(CatGathered, z.full[u])
-		if z.cfg.ModelDType != tensor.Float32 || z.offloaded() {
+		if z.cfg.ModelDType != tensor.Float32 || z.offloaded() || z.pstore != nil {
 			z.acct.free(CatMaster, z.master[u])
 		}
 		z.acct.free(CatGrads, z.acc[u])
@@ -60,6 +63,10 @@ func (z *Optimizer) Close() error {
 	z.buckets.close()
 	z.gathered.close()
 	z.freeStateCache()
+	if z.pstore != nil {
+		errs = append(errs, z.pstore.Close())
+		z.pstore = nil
+	}
 	return errors.Join(errs...)
 }
 
@@ -183,7 +190,7 @@ func (z *Optimizer) RestoreMaster(ctx context.Context, masters []*tensor.Tensor)
 		if err := z.be.Copy(z.master[u], masters[u]); err != nil {
 			return fmt.Errorf("zero: restore: unit %d: %w", u, err)
 		}
-		if z.cfg.ModelDType != tensor.Float32 {
+		if z.copies[u] != nil {
 			if err := z.stepBackend().Cast([]*tensor.Tensor{z.copies[u]}, []*tensor.Tensor{z.master[u]}); err != nil {
 				return fmt.Errorf("zero: restore: unit %d: %w", u, err)
 			}
@@ -193,6 +200,9 @@ func (z *Optimizer) RestoreMaster(ctx context.Context, masters []*tensor.Tensor)
 		if err := z.uploadParts(z.allParts()); err != nil {
 			return fmt.Errorf("zero: restore: %w", err)
 		}
+	}
+	if err := z.writeBack(ctx); err != nil {
+		return fmt.Errorf("zero: restore: %w", err)
 	}
 	if err := z.ZeroGrad(); err != nil {
 		return err

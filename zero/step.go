@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm"
@@ -103,6 +104,9 @@ func (z *Optimizer) Step(ctx context.Context, lr, gradScale float64) error {
 	if err := z.ZeroGrad(); err != nil {
 		return err
 	}
+	if err := z.writeBack(ctx); err != nil {
+		return err
+	}
 	switch z.cfg.Stage {
 	case 1, 2:
 		for u := range z.lay.Units {
@@ -140,9 +144,15 @@ func (z *Optimizer) gatherPersistent(ctx context.Context) error {
 			}
 			z.full[u] = buf
 		}
+		src, done, err := z.gatherSource(ctx, u)
+		if err != nil {
+			return fmt.Errorf("zero: stage 3: persistent module %q: %w", z.mods[m].Name, err)
+		}
 		t0 := time.Now()
-		err := z.c.AllGather(ctx, z.full[u], z.shard[u])
+		err = z.c.AllGather(ctx, z.full[u], src)
 		z.timers.Comm += time.Since(t0)
+		z.held = slices.DeleteFunc(z.held, func(h int) bool { return h == u })
+		done()
 		if err != nil {
 			return fmt.Errorf("zero: stage 3: gathering persistent module %q: %w", z.mods[m].Name, err)
 		}

@@ -128,7 +128,7 @@ func (z *Optimizer) planSteps() error {
 		if sg.params, err = views(parts, z.master); err != nil {
 			return err
 		}
-		if z.cfg.ModelDType != tensor.Float32 {
+		if z.cfg.ModelDType != tensor.Float32 && z.copies[parts[0].unit] != nil {
 			if sg.copies, err = views(parts, z.copies); err != nil {
 				return err
 			}
