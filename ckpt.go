@@ -39,7 +39,7 @@ type ckptRun struct {
 	// next segment's input but kept partitioned or on the host: whole on
 	// the device only while the next segment runs forward (or restored
 	// for its recompute).
-	edge [2]tensor.Arena
+	edge  [2]tensor.Arena
 	store // the kept boundaries
 
 	spans []span
