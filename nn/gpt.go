@@ -230,6 +230,15 @@ type gptState struct {
 	dwteHead   *tensor.Tensor // [V, C]: the head's share of the tied wte gradient
 	recomputed time.Duration
 	gradOut    model.Activation
+	// engine is true when an engine checkpoints the model's segments
+	// (model.CheckpointingFrom): every block then allocates its
+	// activations and output from the call's arena, for the engine to
+	// free or keep, and in, bacts, headIn are what the last forward of
+	// each block and of the head ran on.
+	engine bool
+	in     []*tensor.Tensor
+	bacts  []*BlockActivations
+	headIn *tensor.Tensor
 }
 
 // checkpointed reports how many leading blocks are checkpointed.
@@ -244,19 +253,36 @@ func (g *GPT) checkpointed() int {
 	return ck.NumberCheckpoints
 }
 
-func (g *GPT) alloc(be backend.Backend, b, t int) error {
+// private is how many leading blocks the GPT checkpoints itself: none
+// when an engine does.
+func (g *GPT) private() int {
+	if g.st != nil && g.st.engine {
+		return 0
+	}
+	return g.checkpointed()
+}
+
+func (g *GPT) alloc(be backend.Backend, b, t int) error { return g.allocFor(be, b, t, false) }
+
+// allocFor sizes the activation memory; engine: an engine checkpoints
+// (gptState.engine).
+func (g *GPT) allocFor(be backend.Backend, b, t int, engine bool) error {
 	dev := be.Device()
-	if g.st != nil && g.st.b == b && g.st.t == t && g.st.dev == dev {
+	if g.st != nil && g.st.b == b && g.st.t == t && g.st.dev == dev && g.st.engine == engine {
 		return nil
 	}
 	g.freeActivations()
-	s := &gptState{b: b, t: t, dev: dev}
+	s := &gptState{b: b, t: t, dev: dev, engine: engine}
 	if !dev.IsCPU() {
 		s.acts.SetAlloc(be.Empty)
 		s.scr.SetAlloc(be.Empty)
 	}
 	n, c, L := b*t, g.Config.Width, g.Config.Layers
 	k := g.checkpointed()
+	if engine {
+		k = 0
+		s.in, s.bacts = make([]*tensor.Tensor, L), make([]*BlockActivations, L)
+	}
 	fail := func(err error) error { s.acts.Reset(); s.scr.Reset(); return err }
 	var err error
 	if s.tokens, err = s.acts.Int32(b, t); err != nil {
@@ -280,7 +306,12 @@ func (g *GPT) alloc(be backend.Backend, b, t int) error {
 		}
 	}
 	for l := range s.resid {
-		// resid[l] is the input of module l+1 and the output of module l
+		// resid[l] is the input of module l+1 and the output of module l;
+		// under an engine's checkpointing the blocks' outputs are the
+		// engine's
+		if engine && l > 0 {
+			break
+		}
 		if s.resid[l] == nil && (g.inPart(l) || g.inPart(l+1)) {
 			if s.resid[l], err = s.acts.Float32(n, c); err != nil {
 				return fail(err)
@@ -290,7 +321,7 @@ func (g *GPT) alloc(be backend.Backend, b, t int) error {
 	s.blockActs = make([]*BlockActivations, L)
 	recompute := false
 	for l, blk := range g.Blocks {
-		if !g.inPart(l + 1) {
+		if !g.inPart(l+1) || engine {
 			continue
 		}
 		if l < k {
@@ -365,10 +396,29 @@ func (g *GPT) ActivationStats() ActivationStats {
 }
 
 func (g *GPT) actsFor(l int) *BlockActivations {
+	if g.st.engine {
+		return g.st.bacts[l]
+	}
 	if l < g.checkpointed() {
 		return g.st.recompute
 	}
 	return g.st.blockActs[l]
+}
+
+// CheckpointSegments marks the checkpointed blocks (Checkpointing) as one
+// segment each, for an engine that checkpoints (model.Checkpointed); a
+// pipeline part marks none: the pipeline engine checkpoints through
+// CheckpointEvery.
+func (g *GPT) CheckpointSegments() []model.Segment {
+	if g.hi != 0 {
+		return nil
+	}
+	segs := make([]model.Segment, g.checkpointed())
+	for l := range segs {
+		name := fmt.Sprintf("transformer.h.%d", l)
+		segs[l] = model.Segment{First: name, Last: name}
+	}
+	return segs
 }
 
 // Forward runs the model on inputs[B*T] (token ids, row-major [B, T]) and
