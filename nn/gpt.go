@@ -93,18 +93,17 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 		if ck.NumberCheckpoints < 0 {
 			return nil, fmt.Errorf("nn.NewGPT: number_checkpoints %d: must be >= 0", ck.NumberCheckpoints)
 		}
-		if ck.PartitionActivations {
-			if cfg.TP.size() > 1 {
-				g.notes = append(g.notes, "activation_checkpointing.partition_activations has no effect yet: each tensor-parallel rank keeps its checkpointed inputs whole")
-			} else {
-				g.notes = append(g.notes, "activation_checkpointing.partition_activations has no effect: there is no tensor-parallel group to partition over")
+		// an engine (deepgo.Initialize) checkpoints the blocks and applies
+		// these itself (its Notes say where they do nothing); only a
+		// pipeline part's private recompute ignores them
+		for _, k := range []struct {
+			on   bool
+			name string
+		}{{ck.PartitionActivations, "partition_activations"}, {ck.CPUCheckpointing, "cpu_checkpointing"},
+			{ck.SynchronizeCheckpointBoundary, "synchronize_checkpoint_boundary"}} {
+			if k.on {
+				g.notes = append(g.notes, "activation_checkpointing."+k.name+": applied by the data-parallel engine; a pipeline part's checkpointed blocks keep their inputs whole in their own memory")
 			}
-		}
-		if ck.CPUCheckpointing {
-			g.notes = append(g.notes, "activation_checkpointing.cpu_checkpointing: saved inputs are in host memory already on the CPU backend")
-		}
-		if ck.SynchronizeCheckpointBoundary {
-			g.notes = append(g.notes, "activation_checkpointing.synchronize_checkpoint_boundary: CPU kernels are synchronous, nothing to synchronise")
 		}
 	}
 	return g, nil
