@@ -47,7 +47,8 @@ type ckptRun struct {
 	last  map[int]int // hi-1 -> span index
 	kept  []kept      // per span: its input as kept for backward
 
-	stats CheckpointStats
+	stats        CheckpointStats
+	monRecompute time.Duration // stats.Recompute at the last monitor record
 }
 
 // CheckpointStats is what activation checkpointing kept and cost on this

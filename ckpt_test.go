@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/monitor"
+	"github.com/deepgo-ml/deepgo/rundir"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -226,6 +229,7 @@ type ckVariant struct {
 	steps      int
 	wantHost   bool
 	partitions int
+	extra      string // more top-level config keys, each with a leading comma
 }
 
 type ckResult struct {
@@ -240,7 +244,7 @@ func (v ckVariant) config() string {
 		"zero_optimization": {"stage": %d, "reduce_bucket_size": 200, "stage3_param_persistence_threshold": 10},
 		"tensor_model_parallel_size": %d,
 		"activation_checkpointing": {%s},
-		"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}}`, v.stage, max(1, v.tp), v.section)
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}%s}`, v.stage, max(1, v.tp), v.section, v.extra)
 }
 
 // ckTrain trains ckNet under v and returns rank 0's losses, parameters
@@ -393,4 +397,43 @@ func (o opaqueOut) Forward(ctx context.Context, in model.Activation) (model.Acti
 		return nil, err
 	}
 	return wrapped{out.(*tensor.Tensor)}, nil
+}
+
+// With profile, the monitor records each step's recompute time and kept
+// bytes (here cpu_checkpointing's, in host memory, on the simulated device).
+func TestActivationCheckpointingMonitor(t *testing.T) {
+	out := t.TempDir()
+	v := ckVariant{name: "profile", segments: true, dev: "sim", steps: 3,
+		section: `"partition_activations": true, "cpu_checkpointing": true, "profile": true`,
+		extra:   fmt.Sprintf(`, "csv_monitor": {"enabled": true, "output_path": %q, "job_name": "job"}`, out)}
+	got := ckTrain(t, v)
+	run, err := rundir.Read(filepath.Join(out, "job"))
+	require.NoError(t, err)
+	host := run.Series[monitor.TagCkptHost]
+	require.NotNil(t, host)
+	assert.Equal(t, []float64{1024, 1024, 1024}, host.Values)
+	assert.Equal(t, int64(1024), got.stats.SavedHostBytes)
+	saved := run.Series[monitor.TagCkptSaved]
+	require.NotNil(t, saved)
+	assert.Equal(t, []float64{0, 0, 0}, saved.Values)
+	rec := run.Series[monitor.TagCkptRecompute]
+	require.NotNil(t, rec)
+	for _, ms := range rec.Values {
+		assert.Positive(t, ms)
+	}
+}
+
+// Where a key cannot act (no TP group, the CPU backend), the engine says
+// so in its Notes.
+func TestActivationCheckpointingNotes(t *testing.T) {
+	v := ckVariant{section: `"partition_activations": true, "cpu_checkpointing": true, "synchronize_checkpoint_boundary": true`}
+	cfg, err := config.Parse([]byte(v.config()))
+	require.NoError(t, err)
+	e, err := initEngine(context.Background(), cfg, newCkNet(5, true, ckSizes...))
+	require.NoError(t, err)
+	defer e.Close()
+	notes := fmt.Sprint(e.Notes())
+	for _, w := range []string{"partition_activations: no tensor-parallel group", "cpu_checkpointing: the CPU backend", "synchronize_checkpoint_boundary: CPU kernels"} {
+		assert.Contains(t, notes, w)
+	}
 }
