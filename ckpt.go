@@ -49,6 +49,7 @@ type ckptRun struct {
 
 	stats        CheckpointStats
 	monRecompute time.Duration // stats.Recompute at the last monitor record
+	peakSaved    int64         // the most boundary bytes a forward kept
 }
 
 // CheckpointStats is what activation checkpointing kept and cost on this
@@ -364,4 +365,18 @@ func (c *ckptRun) endForward() {
 			c.stats.SavedBytes += k.bytes()
 		}
 	}
+	c.peakSaved = max(c.peakSaved, c.stats.SavedBytes+c.stats.SavedHostBytes)
+}
+
+// ActivationBytes bounds the activation memory the engine held for the
+// modules at once so far: the micro-step arena's peak, plus, with
+// activation checkpointing, the most boundary bytes a forward kept and the
+// scratch peak of a segment. Memory a model keeps itself (nn.GPT's
+// ActivationStats) is not included.
+func (e *Engine) ActivationBytes() int64 {
+	n := e.arena.Peak()
+	if e.ck != nil {
+		n += e.ck.peakSaved + e.ck.stats.ScratchPeak
+	}
+	return n
 }

@@ -147,7 +147,9 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 		if err := e.ck.plan(e.model, mods); err != nil {
 			return 0, err
 		}
-		mctx = model.WithCheckpointing(mctx)
+		if len(e.ck.spans) > 0 {
+			mctx = model.WithCheckpointing(mctx)
+		}
 	}
 	e.z.BeginMicroStep(seq)
 	if e.profiling() {
@@ -196,7 +198,9 @@ func (e *Engine) Backward(ctx context.Context) error {
 	mctx := e.moduleCtx(ctx)
 	if e.ck != nil {
 		defer e.ck.reset()
-		mctx = model.WithCheckpointing(mctx)
+		if len(e.ck.spans) > 0 {
+			mctx = model.WithCheckpointing(mctx)
+		}
 	}
 	for i := len(e.seq) - 1; i >= 0; {
 		var err error

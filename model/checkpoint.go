@@ -45,7 +45,9 @@ type Segment struct {
 type checkpointKey struct{}
 
 // WithCheckpointing returns a copy of ctx telling the modules that the
-// engine running them checkpoints the model's segments (Checkpointed). A
+// engine running them checkpoints the model's segments (Checkpointed):
+// an engine passes it to every module and loss call of a micro-step with
+// at least one checkpointed segment. A
 // model that keeps activation memory of its own (nn.GPT) then allocates
 // what its segments keep from the context's arena instead, so that the
 // engine can free it.
