@@ -118,6 +118,7 @@ func benchCkpt(c ckptCase, p params, cfg nn.GPTConfig, in, tg []int32) (ckptResu
 		e := t.(*deepgo.Engine)
 		var ds []time.Duration
 		var act int64
+		var last float64
 		var st deepgo.CheckpointStats
 		for s := 0; s <= p.steps; s++ {
 			t0 := time.Now()
@@ -136,9 +137,10 @@ func benchCkpt(c ckptCase, p params, cfg nn.GPTConfig, in, tg []int32) (ckptResu
 			if s > 0 {
 				ds = append(ds, time.Since(t0))
 			}
-			res.Loss = loss
+			last = loss
 		}
 		if rank == 0 {
+			res.Loss = last
 			slices.Sort(ds)
 			res.StepSeconds = ds[len(ds)/2].Seconds()
 			res.ActivationBytes = act + st.SavedBytes
