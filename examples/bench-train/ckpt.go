@@ -129,9 +129,11 @@ func benchCkpt(c ckptCase, p params, cfg nn.GPTConfig, in, tg []int32) (ckptResu
 			m := e.Memory()
 			act = m.Arena + g.ActivationStats().Bytes
 			st = e.CheckpointStats()
-			if err := e.Backward(ctx); err == nil && be != nil {
-				err = be.Synchronize(ctx)
-			} else if err != nil {
+			err = e.Backward(ctx)
+			if err == nil && be != nil {
+				err = be.Synchronize(ctx) // the sim's queued backward
+			}
+			if err != nil {
 				return err
 			}
 			if s > 0 {
