@@ -437,3 +437,47 @@ func TestActivationCheckpointingNotes(t *testing.T) {
 		assert.Contains(t, notes, w)
 	}
 }
+
+// badSegments is ckNet with the segments a test gives.
+type badSegments struct {
+	*ckNet
+	segs []model.Segment
+}
+
+func (b badSegments) CheckpointSegments() []model.Segment { return b.segs }
+
+// Segments that do not map onto the forward's modules are refused, naming
+// the segment and what is wrong.
+func TestActivationCheckpointingBadSegments(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		segs []model.Segment
+		want string
+	}{
+		{"unknown module", []model.Segment{{First: "fc1", Last: "nope"}}, `checkpoint segment 0 ("fc1" to "nope"): a module it names is not in this forward's modules`},
+		{"reversed", []model.Segment{{First: "act1", Last: "fc1"}}, `checkpoint segment 0 ("act1" to "fc1"): its last module runs before its first`},
+		{"overlap", []model.Segment{{First: "fc1", Last: "fc2"}, {First: "fc2", Last: "act2"}}, `checkpoint segment 1 ("fc2" to "act2") overlaps or precedes the segment before it`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(ckVariant{}.config()))
+			require.NoError(t, err)
+			e, err := initEngine(context.Background(), cfg, badSegments{newCkNet(5, true, ckSizes...), c.segs})
+			require.NoError(t, err)
+			defer e.Close()
+			_, err = e.Forward(context.Background(), ckData(0, 8))
+			require.ErrorContains(t, err, c.want)
+		})
+	}
+}
+
+// contiguous_memory_optimization sizes its buffer at the forward's first
+// boundary; a later boundary of another size is refused.
+func TestActivationCheckpointingContiguousSizes(t *testing.T) {
+	cfg, err := config.Parse([]byte(ckVariant{section: `"partition_activations": true, "contiguous_memory_optimization": true, "number_checkpoints": 3`}.config()))
+	require.NoError(t, err)
+	e, err := initEngine(context.Background(), cfg, newCkNet(5, true, 6, 4, 16, 16, 3))
+	require.NoError(t, err)
+	defer e.Close()
+	_, err = e.Forward(context.Background(), ckData(0, 8))
+	require.ErrorContains(t, err, "activation_checkpointing.contiguous_memory_optimization: a boundary of 128 float32 elements does not fit")
+}
