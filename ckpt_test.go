@@ -481,3 +481,18 @@ func TestActivationCheckpointingContiguousSizes(t *testing.T) {
 	_, err = e.Forward(context.Background(), ckData(0, 8))
 	require.ErrorContains(t, err, "activation_checkpointing.contiguous_memory_optimization: a boundary of 128 float32 elements does not fit")
 }
+
+// Under bf16 the recomputed forward runs on the same half weights, so
+// checkpointing still changes no bits.
+func TestActivationCheckpointingBF16(t *testing.T) {
+	for _, dev := range []string{"", "sim"} {
+		for _, stage := range []int{0, 3} {
+			bf16 := `, "bf16": {"enabled": true}`
+			base := ckTrain(t, ckVariant{name: "bf16 none", dev: dev, stage: stage, steps: 3, extra: bf16})
+			got := ckTrain(t, ckVariant{name: "bf16 ckpt", segments: true, dev: dev, stage: stage, steps: 3, extra: bf16,
+				section: `"partition_activations": true, "cpu_checkpointing": true`})
+			assert.Equal(t, base.losses, got.losses, "%s stage %d", devName(dev), stage)
+			assert.Equal(t, base.params, got.params, "%s stage %d", devName(dev), stage)
+		}
+	}
+}
