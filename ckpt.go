@@ -78,10 +78,14 @@ type CheckpointStats struct {
 
 // SegmentProfile is one checkpointed segment's cost (profile: true).
 type SegmentProfile struct {
+	// First and Last name the segment's modules (model.Segment).
 	First, Last string
-	Forward     time.Duration
-	Recompute   time.Duration
-	SavedBytes  int64 // device and host
+	// Forward and Recompute are the segment's forward and recomputed
+	// forward times in the last micro-step.
+	Forward, Recompute time.Duration
+	// SavedBytes is what the engine kept of the segment's input, on the
+	// device or the host (0 when kept by reference).
+	SavedBytes int64
 }
 
 // newCkpt sets checkpointing up when net declares segments.
