@@ -51,6 +51,7 @@ type Engine struct {
 	gradOut  model.Activation
 	forwards int
 	arena    tensor.Arena // one micro-step's activations and loss gradient
+	ck       *ckptRun     // activation checkpointing (ckpt.go), nil when the model declares no segments
 
 	microSteps   int
 	globalSteps  int
@@ -140,35 +141,36 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 	e.seq, e.gradOut = nil, nil
 	e.arena.Reset()
 	e.arena.Open()
+	mctx := e.moduleCtx(ctx)
+	if e.ck != nil {
+		e.ck.reset()
+		if err := e.ck.plan(e.model, mods); err != nil {
+			return 0, err
+		}
+		if len(e.ck.spans) > 0 {
+			mctx = model.WithCheckpointing(mctx)
+		}
+	}
 	e.z.BeginMicroStep(seq)
 	if e.profiling() {
 		e.beginFlops(mb)
 		defer func() { e.flops.open = false }()
 	}
 	act := mb.Input
-	mctx := e.moduleCtx(ctx)
-	for _, m := range seq {
-		if err := e.z.PreForward(ctx, m); err != nil {
-			return 0, err
-		}
-		e.bind(m)
-		t0 := time.Now()
-		out, err := e.mods[m].Forward(mctx, act)
-		err = e.timerSync(ctx, err)
-		d := time.Since(t0)
-		e.timers.Forward += d
-		if e.flops != nil && e.flops.open {
-			e.flops.lat[e.mods[m].Name()] += d
+	for i := 0; i < len(seq); {
+		var err error
+		if s, ok := e.ck.startsAt(i); ok {
+			act, err = e.forwardSegment(ctx, mctx, seq, s, act)
+			i = e.ck.spans[s].hi
+		} else {
+			act, err = e.forwardModule(ctx, mctx, seq[i], act)
+			i++
 		}
 		if err != nil {
-			return 0, fmt.Errorf("deepgo: forward of module %q: %w", e.mods[m].Name(), err)
-		}
-		act = out
-		if err := e.z.PostForward(ctx, m); err != nil {
 			return 0, err
 		}
-		e.bind(m)
 	}
+	e.ck.endForward()
 	scale := e.scaler.Scale() / float64(e.batch.GradAccum)
 	t0 := time.Now()
 	loss, g, err := e.model.Loss(mctx, act, mb.Target, scale)
@@ -194,27 +196,71 @@ func (e *Engine) Backward(ctx context.Context) error {
 	defer e.arena.Close()
 	g := e.gradOut
 	mctx := e.moduleCtx(ctx)
-	for i := len(e.seq) - 1; i >= 0; i-- {
-		m := e.seq[i]
-		if err := e.z.PreBackward(ctx, m); err != nil {
-			return err
+	if e.ck != nil {
+		defer e.ck.reset()
+		if len(e.ck.spans) > 0 {
+			mctx = model.WithCheckpointing(mctx)
 		}
-		e.bind(m)
-		t0 := time.Now()
-		gin, err := e.mods[m].Backward(mctx, g)
-		err = e.timerSync(ctx, err)
-		e.timers.Backward += time.Since(t0)
+	}
+	for i := len(e.seq) - 1; i >= 0; {
+		var err error
+		if s, ok := e.ck.endsAt(i); ok {
+			g, err = e.backwardSegment(ctx, mctx, e.seq, s, g)
+			i = e.ck.spans[s].lo - 1
+		} else {
+			g, err = e.backwardModule(ctx, mctx, e.seq[i], g)
+			i--
+		}
 		if err != nil {
-			return fmt.Errorf("deepgo: backward of module %q: %w", e.mods[m].Name(), err)
-		}
-		g = gin
-		if err := e.z.PostBackward(ctx, m); err != nil {
 			return err
 		}
-		e.bind(m)
 	}
 	e.seq, e.gradOut = nil, nil
 	return e.z.EndBackward(ctx)
+}
+
+// forwardModule runs module m's forward between the ZeRO hooks.
+func (e *Engine) forwardModule(ctx, mctx context.Context, m int, act model.Activation) (model.Activation, error) {
+	if err := e.z.PreForward(ctx, m); err != nil {
+		return nil, err
+	}
+	e.bind(m)
+	t0 := time.Now()
+	out, err := e.mods[m].Forward(mctx, act)
+	err = e.timerSync(ctx, err)
+	d := time.Since(t0)
+	e.timers.Forward += d
+	if e.flops != nil && e.flops.open {
+		e.flops.lat[e.mods[m].Name()] += d
+	}
+	if err != nil {
+		return nil, fmt.Errorf("deepgo: forward of module %q: %w", e.mods[m].Name(), err)
+	}
+	if err := e.z.PostForward(ctx, m); err != nil {
+		return nil, err
+	}
+	e.bind(m)
+	return out, nil
+}
+
+// backwardModule runs module m's backward between the ZeRO hooks.
+func (e *Engine) backwardModule(ctx, mctx context.Context, m int, g model.Activation) (model.Activation, error) {
+	if err := e.z.PreBackward(ctx, m); err != nil {
+		return nil, err
+	}
+	e.bind(m)
+	t0 := time.Now()
+	gin, err := e.mods[m].Backward(mctx, g)
+	err = e.timerSync(ctx, err)
+	e.timers.Backward += time.Since(t0)
+	if err != nil {
+		return nil, fmt.Errorf("deepgo: backward of module %q: %w", e.mods[m].Name(), err)
+	}
+	if err := e.z.PostBackward(ctx, m); err != nil {
+		return nil, err
+	}
+	e.bind(m)
+	return gin, nil
 }
 
 // Step ends a micro-step. At a gradient-accumulation boundary it checks
@@ -367,6 +413,15 @@ func (e *Engine) Memory() zero.Memory {
 	} else {
 		m.DeviceBytes += m.Arena
 	}
+	if e.ck != nil {
+		dev, host := e.ck.bytes()
+		if m.Device.IsCPU() {
+			host += dev
+			dev = 0
+		}
+		m.HostBytes += host
+		m.DeviceBytes += dev
+	}
 	return m
 }
 
@@ -389,6 +444,10 @@ func (e *Engine) Timers() Timers {
 func (e *Engine) Close() error {
 	errs := []error{e.closeMonitor()}
 	e.arena.Close()
+	if e.ck != nil {
+		e.ck.reset()
+		e.ck.close()
+	}
 	if e.saver != nil {
 		errs = append(errs, e.saver.Close())
 		e.saver = nil

@@ -109,6 +109,11 @@ func (e *Engine) observe(ctx context.Context, loss float64, took time.Duration, 
 		SkippedSteps: e.skippedSteps, Overflow: !e.stepApplied, GradNorm: e.gradNorm,
 		Timers:   monitor.Timers{Forward: t.Forward, Backward: t.Backward, Comm: t.Comm, Reduce: t.Reduce, Optimizer: t.Optimizer, Step: t.Step},
 		StepTime: took, Tokens: tokens * int64(e.c.Size()), HostBytes: mem.HostBytes, DeviceBytes: mem.DeviceBytes, PeakBytes: mem.Peak}
+	if e.ck != nil && e.ck.cfg.Profile {
+		st := e.ck.stats
+		r.Checkpoint = &monitor.Checkpoint{Recompute: st.Recompute - e.ck.monRecompute, SavedBytes: st.SavedBytes, SavedHostBytes: st.SavedHostBytes}
+		e.ck.monRecompute = st.Recompute
+	}
 	if e.gpu != nil && (r.Step == 1 || r.Step%e.mon.PrintEvery() == 0) {
 		// NVML reads cost tens of microseconds: once per print interval
 		if ss, err := e.gpu.Sample(); err == nil && len(ss) == 1 {

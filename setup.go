@@ -93,6 +93,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		e.arena.SetAlloc(e.be.Empty)
 	}
 	e.notes = append(offloadNotes(cfg, e.be.Device()), sequenceParallelNotes(cfg)...)
+	var ckNotes []string
+	e.ck, ckNotes = newCkpt(cfg, net, e.be, e.tp)
+	e.notes = append(e.notes, ckNotes...)
 	batch, err := cfg.Resolve(n, 1, 1, max(1, cfg.SequenceParallelSize))
 	if err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)

@@ -17,7 +17,9 @@
 //   - deepgo's, always: Train/deepgo/{grad_norm, skipped_steps, overflow,
 //     tokens_per_s, step_time_ms, comm_time_ms, optimizer_time_ms,
 //     memory_host_bytes, memory_device_bytes, memory_peak_bytes, rss_bytes},
-//     and nonfinite_params at the check interval only.
+//     and nonfinite_params at the check interval only; with
+//     activation_checkpointing.profile, checkpoint_recompute_ms,
+//     checkpoint_saved_bytes and checkpoint_saved_host_bytes.
 //   - With GPU telemetry in the Record: Train/GPU/{memory_used_bytes,
 //     memory_total_bytes, utilization_pct, power_w, temperature_c}.
 //

@@ -46,6 +46,9 @@ const (
 	TagMemoryPeak        = rundir.TagMemoryPeak
 	TagRSS               = rundir.TagRSS
 	TagNonfinite         = rundir.TagNonfiniteParams
+	TagCkptRecompute     = rundir.TagCheckpointRecomputeMS
+	TagCkptSaved         = rundir.TagCheckpointSavedBytes
+	TagCkptHost          = rundir.TagCheckpointHostBytes
 	TagGPUMemoryUsed     = rundir.TagGPUMemoryUsed
 	TagGPUMemoryTotal    = rundir.TagGPUMemoryTotal
 	TagGPUUtilization    = rundir.TagGPUUtilization
@@ -93,6 +96,12 @@ func events(r Record, dt Timers, rss int64, breakdown bool, nonfinite *bool) []E
 		Event{Tag: TagRSS, Value: float64(rss), Int: true})
 	if nonfinite != nil {
 		ev = append(ev, Event{Tag: TagNonfinite, Value: b2f(*nonfinite), Int: true})
+	}
+	if c := r.Checkpoint; c != nil {
+		ev = append(ev,
+			Event{Tag: TagCkptRecompute, Value: ms(float64(c.Recompute))},
+			Event{Tag: TagCkptSaved, Value: float64(c.SavedBytes), Int: true},
+			Event{Tag: TagCkptHost, Value: float64(c.SavedHostBytes), Int: true})
 	}
 	if g := r.GPU; g != nil {
 		ev = append(ev,

@@ -52,4 +52,16 @@ type Record struct {
 	HostBytes, DeviceBytes, PeakBytes int64
 	// GPU is the device's telemetry, nil where there is none.
 	GPU *GPU
+	// Checkpoint is activation checkpointing's cost this step, with
+	// activation_checkpointing.profile; nil otherwise.
+	Checkpoint *Checkpoint
+}
+
+// Checkpoint is one step's activation checkpointing cost on this rank.
+type Checkpoint struct {
+	// Recompute is the time spent recomputing checkpointed forwards.
+	Recompute time.Duration
+	// SavedBytes and SavedHostBytes are the boundary activations the last
+	// micro-step kept on the device and in host memory.
+	SavedBytes, SavedHostBytes int64
 }

@@ -93,18 +93,17 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 		if ck.NumberCheckpoints < 0 {
 			return nil, fmt.Errorf("nn.NewGPT: number_checkpoints %d: must be >= 0", ck.NumberCheckpoints)
 		}
-		if ck.PartitionActivations {
-			if cfg.TP.size() > 1 {
-				g.notes = append(g.notes, "activation_checkpointing.partition_activations has no effect yet: each tensor-parallel rank keeps its checkpointed inputs whole")
-			} else {
-				g.notes = append(g.notes, "activation_checkpointing.partition_activations has no effect: there is no tensor-parallel group to partition over")
+		// an engine (deepgo.Initialize) checkpoints the blocks and applies
+		// these itself (its Notes say where they do nothing); only a
+		// pipeline part's private recompute ignores them
+		for _, k := range []struct {
+			on   bool
+			name string
+		}{{ck.PartitionActivations, "partition_activations"}, {ck.CPUCheckpointing, "cpu_checkpointing"},
+			{ck.SynchronizeCheckpointBoundary, "synchronize_checkpoint_boundary"}} {
+			if k.on {
+				g.notes = append(g.notes, "activation_checkpointing."+k.name+": applied by the data-parallel engine; a pipeline part's checkpointed blocks keep their inputs whole in their own memory")
 			}
-		}
-		if ck.CPUCheckpointing {
-			g.notes = append(g.notes, "activation_checkpointing.cpu_checkpointing: saved inputs are in host memory already on the CPU backend")
-		}
-		if ck.SynchronizeCheckpointBoundary {
-			g.notes = append(g.notes, "activation_checkpointing.synchronize_checkpoint_boundary: CPU kernels are synchronous, nothing to synchronise")
 		}
 	}
 	return g, nil
@@ -230,6 +229,15 @@ type gptState struct {
 	dwteHead   *tensor.Tensor // [V, C]: the head's share of the tied wte gradient
 	recomputed time.Duration
 	gradOut    model.Activation
+	// engine is true when an engine checkpoints the model's segments
+	// (model.CheckpointingFrom): every block then allocates its
+	// activations and output from the call's arena, for the engine to
+	// free or keep, and in, bacts, headIn are what the last forward of
+	// each block and of the head ran on.
+	engine bool
+	in     []*tensor.Tensor
+	bacts  []*BlockActivations
+	headIn *tensor.Tensor
 }
 
 // checkpointed reports how many leading blocks are checkpointed.
@@ -244,19 +252,36 @@ func (g *GPT) checkpointed() int {
 	return ck.NumberCheckpoints
 }
 
-func (g *GPT) alloc(be backend.Backend, b, t int) error {
+// private is how many leading blocks the GPT checkpoints itself: none
+// when an engine does.
+func (g *GPT) private() int {
+	if g.st != nil && g.st.engine {
+		return 0
+	}
+	return g.checkpointed()
+}
+
+func (g *GPT) alloc(be backend.Backend, b, t int) error { return g.allocFor(be, b, t, false) }
+
+// allocFor sizes the activation memory; engine: an engine checkpoints
+// (gptState.engine).
+func (g *GPT) allocFor(be backend.Backend, b, t int, engine bool) error {
 	dev := be.Device()
-	if g.st != nil && g.st.b == b && g.st.t == t && g.st.dev == dev {
+	if g.st != nil && g.st.b == b && g.st.t == t && g.st.dev == dev && g.st.engine == engine {
 		return nil
 	}
 	g.freeActivations()
-	s := &gptState{b: b, t: t, dev: dev}
+	s := &gptState{b: b, t: t, dev: dev, engine: engine}
 	if !dev.IsCPU() {
 		s.acts.SetAlloc(be.Empty)
 		s.scr.SetAlloc(be.Empty)
 	}
 	n, c, L := b*t, g.Config.Width, g.Config.Layers
 	k := g.checkpointed()
+	if engine {
+		k = 0
+		s.in, s.bacts = make([]*tensor.Tensor, L), make([]*BlockActivations, L)
+	}
 	fail := func(err error) error { s.acts.Reset(); s.scr.Reset(); return err }
 	var err error
 	if s.tokens, err = s.acts.Int32(b, t); err != nil {
@@ -280,7 +305,12 @@ func (g *GPT) alloc(be backend.Backend, b, t int) error {
 		}
 	}
 	for l := range s.resid {
-		// resid[l] is the input of module l+1 and the output of module l
+		// resid[l] is the input of module l+1 and the output of module l;
+		// under an engine's checkpointing the blocks' outputs are the
+		// engine's
+		if engine && l > 0 {
+			break
+		}
 		if s.resid[l] == nil && (g.inPart(l) || g.inPart(l+1)) {
 			if s.resid[l], err = s.acts.Float32(n, c); err != nil {
 				return fail(err)
@@ -290,7 +320,7 @@ func (g *GPT) alloc(be backend.Backend, b, t int) error {
 	s.blockActs = make([]*BlockActivations, L)
 	recompute := false
 	for l, blk := range g.Blocks {
-		if !g.inPart(l + 1) {
+		if !g.inPart(l+1) || engine {
 			continue
 		}
 		if l < k {
@@ -365,10 +395,29 @@ func (g *GPT) ActivationStats() ActivationStats {
 }
 
 func (g *GPT) actsFor(l int) *BlockActivations {
+	if g.st.engine {
+		return g.st.bacts[l]
+	}
 	if l < g.checkpointed() {
 		return g.st.recompute
 	}
 	return g.st.blockActs[l]
+}
+
+// CheckpointSegments marks the checkpointed blocks (Checkpointing) as one
+// segment each, for an engine that checkpoints (model.Checkpointed); a
+// pipeline part marks none: the pipeline engine checkpoints through
+// CheckpointEvery.
+func (g *GPT) CheckpointSegments() []model.Segment {
+	if g.hi != 0 {
+		return nil
+	}
+	segs := make([]model.Segment, g.checkpointed())
+	for l := range segs {
+		name := fmt.Sprintf("transformer.h.%d", l)
+		segs[l] = model.Segment{First: name, Last: name}
+	}
+	return segs
 }
 
 // Forward runs the model on inputs[B*T] (token ids, row-major [B, T]) and

@@ -200,7 +200,7 @@ func TestGPTNotes(t *testing.T) {
 		Checkpointing: Checkpointing{Enabled: true, PartitionActivations: true, CPUCheckpointing: true}})
 	require.NoError(t, err)
 	notes := strings.Join(g.Notes(), "\n")
-	for _, w := range []string{"partition_activations has no effect", "cpu_checkpointing"} {
+	for _, w := range []string{"partition_activations: applied by the data-parallel engine", "cpu_checkpointing: applied"} {
 		assert.Contains(t, notes, w)
 	}
 }

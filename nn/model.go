@@ -30,7 +30,10 @@ import (
 // and add into half gradients with one rounding per element; the tied
 // wte's two uses are summed in float32 and added into its gradient once.
 
-var _ model.Model = (*GPT)(nil)
+var (
+	_ model.Model        = (*GPT)(nil)
+	_ model.Checkpointed = (*GPT)(nil)
+)
 
 // UseBackend sets the backend the modules compute on when their context
 // carries none. An engine's does (deepgo.Initialize passes its backend to
@@ -126,7 +129,7 @@ func (m embedModule) Forward(ctx context.Context, in model.Activation) (model.Ac
 	if len(b.Inputs) != b.B*b.T || len(b.Targets) != b.B*b.T {
 		return nil, fmt.Errorf("nn.GPT.Forward: %d inputs and %d targets for %d x %d tokens", len(b.Inputs), len(b.Targets), b.B, b.T)
 	}
-	if err := g.alloc(be, b.B, b.T); err != nil {
+	if err := g.allocFor(be, b.B, b.T, model.CheckpointingFrom(ctx) && g.hi == 0); err != nil {
 		return nil, err
 	}
 	s := g.st
@@ -214,6 +217,9 @@ func (m blockModule) Forward(ctx context.Context, in model.Activation) (model.Ac
 	if err != nil {
 		return nil, err
 	}
+	if s.engine {
+		return g.engineBlockForward(ctx, k, m.l, x)
+	}
 	if x != s.resid[m.l] {
 		return nil, fmt.Errorf("nn.GPT: block %d got an input that is not the previous module's output", m.l)
 	}
@@ -221,6 +227,42 @@ func (m blockModule) Forward(ctx context.Context, in model.Activation) (model.Ac
 		return nil, err
 	}
 	return s.resid[m.l+1], nil
+}
+
+// engineBlockForward runs block l with its activations and output from
+// the call's arena: the engine frees a checkpointed block's right after
+// its forward and recomputes them before its backward.
+func (g *GPT) engineBlockForward(ctx context.Context, k backend.NN, l int, x *tensor.Tensor) (model.Activation, error) {
+	s := g.st
+	a, ok := tensor.ArenaFromContext(ctx)
+	if !ok {
+		return nil, fmt.Errorf("nn.GPT: block %d: the engine checkpoints, but the call carries no arena", l)
+	}
+	n, c := s.b*s.t, g.Config.Width
+	if x.Numel() != n*c {
+		return nil, fmt.Errorf("nn.GPT: block %d: input %v, want %d x %d", l, x.Shape(), n, c)
+	}
+	acts, err := g.Blocks[l].NewActivations(a, s.b, s.t)
+	if err != nil {
+		return nil, err
+	}
+	out, err := a.Float32(n, c)
+	if err != nil {
+		return nil, err
+	}
+	s.in[l], s.bacts[l] = x, acts
+	if err := g.Blocks[l].Forward(k, out, x, acts, s.scratch, s.b, s.t); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// blockInput is what block l's last forward ran on.
+func (g *GPT) blockInput(l int) *tensor.Tensor {
+	if g.st.engine {
+		return g.st.in[l]
+	}
+	return g.st.resid[l]
 }
 
 // Backward runs block l's backward (recomputing it first when it is
@@ -237,7 +279,7 @@ func (m blockModule) Backward(ctx context.Context, gout model.Activation) (model
 		return nil, err
 	}
 	blk, acts := g.Blocks[m.l], g.actsFor(m.l)
-	if m.l < g.checkpointed() {
+	if m.l < g.private() {
 		// recompute the block's internals from its saved input; the
 		// output lands where it was (same values) and is not read again
 		t0 := time.Now()
@@ -255,7 +297,7 @@ func (m blockModule) Backward(ctx context.Context, gout model.Activation) (model
 	if err := zero(k, din); err != nil {
 		return nil, err
 	}
-	if err := blk.Backward(k, din, dout, s.resid[m.l], acts, s.scratch, s.b, s.t); err != nil {
+	if err := blk.Backward(k, din, dout, g.blockInput(m.l), acts, s.scratch, s.b, s.t); err != nil {
 		return nil, err
 	}
 	return din, nil
@@ -307,6 +349,7 @@ func (m headModule) Forward(ctx context.Context, in model.Activation) (model.Act
 	if err != nil {
 		return nil, err
 	}
+	s.headIn = x
 	if err := g.LNF.Forward(k, s.lnf, s.lnfMean, s.lnfRstd, x, n); err != nil {
 		return nil, err
 	}
@@ -349,7 +392,7 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 	if err := zero(k, s.dA); err != nil {
 		return nil, err
 	}
-	if err := g.LNF.Backward(k, s.dA, s.dB, s.resid[g.Config.Layers], s.lnfMean, s.lnfRstd, n); err != nil {
+	if err := g.LNF.Backward(k, s.dA, s.dB, s.headIn, s.lnfMean, s.lnfRstd, n); err != nil {
 		return nil, err
 	}
 	if m.tied {

@@ -11,35 +11,40 @@ const InfoFile = "deepgo_run.json"
 // flops profiler); deepgo adds Train/deepgo and, where a GPU driver answers,
 // Train/GPU. Every value is per optimizer step; steps are global and 1-based.
 const (
-	TagLoss              = "Train/Samples/train_loss"
-	TagLR                = "Train/Samples/lr"
-	TagLossScale         = "Train/Samples/loss_scale"
-	TagForwardMS         = "Train/Samples/elapsed_time_ms_forward"
-	TagBackwardMS        = "Train/Samples/elapsed_time_ms_backward"
-	TagBackwardInnerMS   = "Train/Samples/elapsed_time_ms_backward_inner"
-	TagBackwardReduceMS  = "Train/Samples/elapsed_time_ms_backward_allreduce"
-	TagStepMS            = "Train/Samples/elapsed_time_ms_step"
-	TagGradNorm          = "Train/deepgo/grad_norm"
-	TagSkippedSteps      = "Train/deepgo/skipped_steps"
-	TagOverflow          = "Train/deepgo/overflow"
-	TagTokensPerS        = "Train/deepgo/tokens_per_s"
-	TagStepTimeMS        = "Train/deepgo/step_time_ms"
-	TagCommTimeMS        = "Train/deepgo/comm_time_ms"
-	TagOptimizerTimeMS   = "Train/deepgo/optimizer_time_ms"
-	TagMemoryHost        = "Train/deepgo/memory_host_bytes"
-	TagMemoryDevice      = "Train/deepgo/memory_device_bytes"
-	TagMemoryPeak        = "Train/deepgo/memory_peak_bytes"
-	TagRSS               = "Train/deepgo/rss_bytes"
-	TagNonfiniteParams   = "Train/deepgo/nonfinite_params"
-	TagGPUMemoryUsed     = "Train/GPU/memory_used_bytes"
-	TagGPUMemoryTotal    = "Train/GPU/memory_total_bytes"
-	TagGPUUtilization    = "Train/GPU/utilization_pct"
-	TagGPUPower          = "Train/GPU/power_w"
-	TagGPUTemperature    = "Train/GPU/temperature_c"
-	csvExt               = ".csv"
-	csvStepHeader        = "step"
-	tagSeparator         = "/"
-	fileNameTagSeparator = "_"
+	TagLoss             = "Train/Samples/train_loss"
+	TagLR               = "Train/Samples/lr"
+	TagLossScale        = "Train/Samples/loss_scale"
+	TagForwardMS        = "Train/Samples/elapsed_time_ms_forward"
+	TagBackwardMS       = "Train/Samples/elapsed_time_ms_backward"
+	TagBackwardInnerMS  = "Train/Samples/elapsed_time_ms_backward_inner"
+	TagBackwardReduceMS = "Train/Samples/elapsed_time_ms_backward_allreduce"
+	TagStepMS           = "Train/Samples/elapsed_time_ms_step"
+	TagGradNorm         = "Train/deepgo/grad_norm"
+	TagSkippedSteps     = "Train/deepgo/skipped_steps"
+	TagOverflow         = "Train/deepgo/overflow"
+	TagTokensPerS       = "Train/deepgo/tokens_per_s"
+	TagStepTimeMS       = "Train/deepgo/step_time_ms"
+	TagCommTimeMS       = "Train/deepgo/comm_time_ms"
+	TagOptimizerTimeMS  = "Train/deepgo/optimizer_time_ms"
+	TagMemoryHost       = "Train/deepgo/memory_host_bytes"
+	TagMemoryDevice     = "Train/deepgo/memory_device_bytes"
+	TagMemoryPeak       = "Train/deepgo/memory_peak_bytes"
+	TagRSS              = "Train/deepgo/rss_bytes"
+	TagNonfiniteParams  = "Train/deepgo/nonfinite_params"
+	// With activation_checkpointing.profile: the step's recompute time and
+	// the boundary bytes kept on the device and in host memory.
+	TagCheckpointRecomputeMS = "Train/deepgo/checkpoint_recompute_ms"
+	TagCheckpointSavedBytes  = "Train/deepgo/checkpoint_saved_bytes"
+	TagCheckpointHostBytes   = "Train/deepgo/checkpoint_saved_host_bytes"
+	TagGPUMemoryUsed         = "Train/GPU/memory_used_bytes"
+	TagGPUMemoryTotal        = "Train/GPU/memory_total_bytes"
+	TagGPUUtilization        = "Train/GPU/utilization_pct"
+	TagGPUPower              = "Train/GPU/power_w"
+	TagGPUTemperature        = "Train/GPU/temperature_c"
+	csvExt                   = ".csv"
+	csvStepHeader            = "step"
+	tagSeparator             = "/"
+	fileNameTagSeparator     = "_"
 )
 
 // Tags lists every tag of the contract, so that a file name (which loses the
@@ -50,6 +55,7 @@ var Tags = []string{
 	TagTokensPerS, TagStepTimeMS, TagCommTimeMS, TagOptimizerTimeMS, TagMemoryHost,
 	TagMemoryDevice, TagMemoryPeak, TagRSS, TagNonfiniteParams, TagGPUMemoryUsed,
 	TagGPUMemoryTotal, TagGPUUtilization, TagGPUPower, TagGPUTemperature,
+	TagCheckpointRecomputeMS, TagCheckpointSavedBytes, TagCheckpointHostBytes,
 }
 
 // FileName is the CSV file name DeepSpeed's csv_monitor gives a tag: "/" and

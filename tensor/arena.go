@@ -141,3 +141,20 @@ func ArenaFromContext(ctx context.Context) (*Arena, bool) {
 	a, ok := ctx.Value(arenaKey{}).(*Arena)
 	return a, ok && a != nil
 }
+
+// Holds reports whether t (or the storage t views) is one of the arena's
+// live buffers: an engine that resets an arena early uses it to tell a
+// module's output it must copy out from memory the module owns.
+func (a *Arena) Holds(t *Tensor) bool {
+	if t == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, b := range a.bufs {
+		if b.Storage() == t.Storage() {
+			return true
+		}
+	}
+	return false
+}

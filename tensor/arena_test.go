@@ -96,3 +96,24 @@ func TestArenaContext(t *testing.T) {
 	assert.True(t, ok, "ArenaFromContext of an arena's context")
 	assert.Same(t, a, got, "ArenaFromContext")
 }
+
+func TestArenaHolds(t *testing.T) {
+	var a Arena
+	defer a.Reset()
+	x, err := a.Float32(4, 2)
+	require.NoError(t, err)
+	own, err := Empty(Float32, 8)
+	require.NoError(t, err)
+	defer own.Free()
+	view, err := x.Slice(2, 4)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name string
+		t    *Tensor
+		want bool
+	}{{"buffer", x, true}, {"view of a buffer", view, true}, {"other memory", own, false}, {"nil", nil, false}} {
+		assert.Equal(t, c.want, a.Holds(c.t), c.name)
+	}
+	a.Reset()
+	assert.False(t, a.Holds(x), "after Reset")
+}

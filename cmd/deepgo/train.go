@@ -302,7 +302,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			}
 			mem := e.Memory().ModelStates() + gpt.ActivationStats().Bytes + gpt.ActivationStats().ScratchBytes
 			if pe, ok := e.(interface{ ActivationBytes() int64 }); ok {
-				mem += pe.ActivationBytes() // a pipeline's activations live in its stage parts
+				mem += pe.ActivationBytes() // what the engine holds: a pipeline's stage parts, the data-parallel engine's arena and checkpoints
 			}
 			mu.Lock()
 			res.PeakMemory[rank] = max(res.PeakMemory[rank], mem)

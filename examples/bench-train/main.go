@@ -5,6 +5,11 @@
 //
 //	go run ./examples/bench-train [-device cpu|sim|cuda] [-steps 3] [-batch 4] [-seq 128]
 //	    [-layers 6 -heads 6 -width 384 -vocab 4096] [-threads N] [-peer [-rounds 3]]
+//	go run ./examples/bench-train -mode checkpointing [-steps 3] [model flags]
+//
+// -mode checkpointing (ckpt.go) instead runs the GPT through the engine
+// and reports activation bytes per rank and step time of the
+// activation_checkpointing variants, as ratios to no checkpointing.
 //
 // On the CPU (the default) it runs 1 and 2 threads; the peak is an OpenBLAS
 // sgemm of a large square matrix on the same pool, and a configuration's
@@ -103,6 +108,7 @@ type params struct {
 	peakN             int
 	peer              bool
 	rounds            int
+	mode              string
 }
 
 func main() {
@@ -126,6 +132,7 @@ func execute(args []string, w io.Writer) error {
 	fs.IntVar(&p.threads, "threads", 0, "sim: C threads of the simulated device and of its peak sgemm (0: GOMAXPROCS); ignored elsewhere")
 	fs.BoolVar(&p.peer, "peer", false, "cpu: also time the same GPT in PyTorch eager (scripts/install-peers.sh installs it), interleaved with ours")
 	fs.IntVar(&p.rounds, "rounds", 3, "-peer: interleaved rounds (medians are reported)")
+	fs.StringVar(&p.mode, "mode", "gpt", "gpt: the GPT's own Forward and Backward (MFU); checkpointing: the engine's activation checkpointing variants as ratios (-device is ignored: CPU at TP 2 and sim)")
 	fs.IntVar(&p.peakN, "peak-n", 0, "side of the square sgemm of the peak (0: 1536 on cpu and sim, 8192 on cuda)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -165,6 +172,16 @@ func execute(args []string, w io.Writer) error {
 	in, tg := make([]int32, B*T), make([]int32, B*T)
 	for i := range in {
 		in[i], tg[i] = int32(r.IntN(cfg.Vocab)), int32(r.IntN(cfg.Vocab))
+	}
+	switch p.mode {
+	case "gpt":
+	case "checkpointing":
+		if err := runCheckpointing(p, cfg, in, tg, out); err != nil {
+			return err
+		}
+		return json.NewEncoder(w).Encode(out)
+	default:
+		return fmt.Errorf("-mode %q: allowed gpt, checkpointing", p.mode)
 	}
 	if !dev.IsCPU() {
 		if p.peer {

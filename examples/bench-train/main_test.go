@@ -113,3 +113,30 @@ func TestPeerArgs(t *testing.T) {
 	assert.ErrorContains(t, execute(append(append([]string(nil), tiny...), "-device", "sim", "-peer"), &bytes.Buffer{}), `-peer with -device "sim"`)
 	assert.ErrorContains(t, execute(append(append([]string(nil), tiny...), "-rounds", "0"), &bytes.Buffer{}), "-rounds = 0")
 }
+
+// TestCheckpointingMode: -mode checkpointing reports every variant with
+// the same loss as its baseline (recomputation changes no bits), fewer
+// activation bytes with checkpointing, half the kept boundary bytes per
+// rank with partition_activations at TP 2, and cpu_checkpointing's all in
+// host memory.
+func TestCheckpointingMode(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, execute(append(append([]string(nil), tiny...), "-layers", "2", "-mode", "checkpointing"), &out))
+	var r struct {
+		Runs []ckptResult `json:"checkpointing"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &r), "%s", out.String())
+	require.Len(t, r.Runs, 6)
+	for i, c := range r.Runs {
+		base := r.Runs[i/3*3]
+		assert.Equal(t, base.Loss, c.Loss, c.Name)
+		assert.Positive(t, c.StepSeconds, c.Name)
+		if c.Name != "none" {
+			assert.Less(t, c.BytesRatio, 1.0, c.Name)
+		}
+	}
+	assert.Equal(t, r.Runs[1].SavedBytes/2, r.Runs[2].SavedBytes, "partition_activations at TP 2")
+	assert.Zero(t, r.Runs[5].SavedBytes)
+	assert.Equal(t, r.Runs[4].SavedBytes, r.Runs[5].HostBytes, "cpu_checkpointing")
+	assert.ErrorContains(t, execute(append(append([]string(nil), tiny...), "-mode", "x"), &bytes.Buffer{}), `-mode "x"`)
+}
