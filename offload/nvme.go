@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/deepgo-ml/deepgo/aio"
 	"github.com/deepgo-ml/deepgo/config"
@@ -65,7 +66,8 @@ type NVMeStore struct {
 	reads    map[int]*aio.Request
 	writes   map[int]*aio.Request
 	lookup   *aio.Buffer
-	peak     int64 // high-water mark of the buffers' bytes
+	peak     int64         // high-water mark of the buffers' bytes
+	waited   time.Duration // blocked on swap I/O (IOStats)
 }
 
 // swapGroup is one sub-group's file and state layout: names × params
@@ -264,7 +266,10 @@ func (s *NVMeStore) wait(m map[int]*aio.Request, group int) error {
 		return nil
 	}
 	delete(m, group)
-	return r.Wait(context.Background())
+	t0 := time.Now()
+	err := r.Wait(context.Background())
+	s.waited += time.Since(t0)
+	return err
 }
 
 // drain waits for every read and write in flight; prefetched state is

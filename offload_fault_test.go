@@ -1,0 +1,172 @@
+package deepgo_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/aio"
+	"github.com/deepgo-ml/deepgo/checkpoint"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
+	"github.com/deepgo-ml/deepgo/offload"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// swapFault is what goes wrong with the optimizer's swap files after the
+// checkpoint: armed on rank's store (its engine or its files) before the
+// step that is to fail.
+type swapFault struct {
+	name string
+	arm  func(t *testing.T, s *offload.NVMeStore) error
+	// want is the cause the failing step's error wraps; nil: the step
+	// succeeds (a fault the engine recovers from)
+	want error
+	// where is text the error must name (the file, the offset)
+	where string
+}
+
+// injected arms f on the store's I/O engine.
+func injected(f aio.Fault) func(*testing.T, *offload.NVMeStore) error {
+	return func(_ *testing.T, s *offload.NVMeStore) error { return s.Engine().InjectFault(f) }
+}
+
+// onFile changes the swap file of sub-group 2 under the running store.
+func onFile(change func(path string) error) func(*testing.T, *offload.NVMeStore) error {
+	return func(t *testing.T, s *offload.NVMeStore) error {
+		path := filepath.Join(s.Dir(), "group2.swp")
+		_, err := os.Stat(path)
+		require.NoError(t, err, "the swap file to break")
+		return change(path)
+	}
+}
+
+// nvmeRun is the fault tests' training: stage 2 (or 3) with the optimizer
+// state swapped through dir, in sub-groups of 4999 elements.
+func nvmeRun(stage int, dev, dir string) run {
+	return run{stage: stage, world: 1, gas: 1, steps: ckptSteps, dev: dev, sizes: []int{64, 256, 256, 16},
+		zeroExtra: `, "stage3_param_persistence_threshold": 20, "sub_group_size": 4999` +
+			`, "offload_optimizer": {"device": "nvme", "nvme_path": "` + dir + `", "buffer_count": 2, "pipeline_read": true, "pipeline_write": true}`}
+}
+
+// A full or failing disk under NVMe optimizer offload stops training with a
+// clear error and loses nothing else. Each fault hits the step after a
+// checkpoint (step ckptAt): ENOSPC on a swap write, EIO on a swap read, a
+// read that comes back empty (the end of the file) and a swap file deleted
+// or truncated under the run each make TrainBatch return an error that
+// wraps the cause and names the swap file (and the offset for I/O errors),
+// without hanging; a short read is resumed and changes nothing. Then the
+// checkpoint still verifies, and fresh engines loading it train on to
+// parameters bit-identical to an uninterrupted run's. CPU backend
+// and the simulated device (where the step runs on the host).
+func TestOffloadNVMeFaults(t *testing.T) {
+	faults := []swapFault{
+		{name: "enospc on write", arm: injected(aio.Fault{Kind: aio.FaultErrno, Errno: syscall.ENOSPC, Op: aio.FaultWrite, At: 2}),
+			want: syscall.ENOSPC, where: "write "},
+		{name: "eio on read", arm: injected(aio.Fault{Kind: aio.FaultErrno, Errno: syscall.EIO, Op: aio.FaultRead, At: 1}),
+			want: syscall.EIO, where: "read "},
+		{name: "read meets end of file", arm: injected(aio.Fault{Kind: aio.FaultEOF, Op: aio.FaultRead, At: 3}),
+			want: io.ErrUnexpectedEOF, where: "read "},
+		{name: "short read resumed", arm: injected(aio.Fault{Kind: aio.FaultShort, Op: aio.FaultRead, At: 0})},
+		{name: "swap file deleted", arm: onFile(os.Remove), want: fs.ErrNotExist, where: "swap file removed"},
+		{name: "swap file truncated", arm: onFile(func(p string) error { return os.Truncate(p, 4096) }),
+			want: io.ErrUnexpectedEOF, where: "read "},
+	}
+	for _, dev := range []string{"", "sim"} {
+		ref, err := train(t, nvmeRun(2, dev, t.TempDir()))
+		require.NoError(t, err)
+		for _, f := range faults {
+			t.Run(devName(dev)+"/"+f.name, func(t *testing.T) {
+				ckdir := t.TempDir()
+				r := nvmeRun(2, dev, t.TempDir())
+				stepErr, resumed, err := faultThenResume(t, r, ckdir, f)
+				require.NoError(t, err)
+				if f.want == nil {
+					require.NoError(t, stepErr, "the step after %s", f.name)
+					assert.Positive(t, resumed, "short transfers the engine resumed")
+				} else {
+					require.Error(t, stepErr, "the step after %s", f.name)
+					t.Logf("%s: %v", f.name, stepErr)
+					require.ErrorIs(t, stepErr, f.want)
+					assert.Contains(t, stepErr.Error(), ".swp", "the error names the swap file")
+					assert.Contains(t, stepErr.Error(), f.where)
+					var ae *aio.Error
+					if errors.As(stepErr, &ae) {
+						assert.Contains(t, stepErr.Error(), fmt.Sprintf("at offset %d", ae.Offset))
+					}
+				}
+
+				verdicts, err := checkpoint.VerifyAll(context.Background(), nil, ckdir)
+				require.NoError(t, err)
+				require.Len(t, verdicts, 1, "checkpoints under %s", ckdir)
+				require.NoError(t, verdicts[0].Err, "the checkpoint saved before the fault")
+				got, _, err := segment{r: nvmeRun(2, dev, t.TempDir()), load: ckdir, from: ckptAt, to: ckptSteps}.train(t)
+				require.NoError(t, err, "resuming from the checkpoint")
+				require.NoError(t, bitEqual(ref.params, got), "resumed against uninterrupted")
+			})
+		}
+	}
+}
+
+// faultThenResume trains r to ckptAt, saves to ckdir, arms f and runs the
+// next step. It returns that step's error, the short transfers the store's
+// engine resumed, and err for anything else going wrong (a hang included:
+// the run must end within a minute).
+func faultThenResume(t *testing.T, r run, ckdir string, f swapFault) (stepErr error, resumed int64, err error) {
+	t.Helper()
+	sizes := r.layers()
+	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	done := make(chan error, 1)
+	go func() {
+		done <- worldFor(r.dev)(context.Background(), r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+			cfg, err := config.Parse([]byte(r.config()))
+			if err != nil {
+				return err
+			}
+			so, err := offload.NVMeOptionsFromConfig(cfg, c.Rank())
+			if err != nil {
+				return err
+			}
+			store, err := offload.NewNVMeStore(so)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), append(opts, deepgo.WithStateStore(store))...)
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			for s := range ckptAt {
+				if _, err := e.TrainBatch(ctx, data.RankBatch(s, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
+					return err
+				}
+			}
+			if err := e.Save(ctx, ckdir, deepgo.SaveOptions{}); err != nil {
+				return err
+			}
+			if err := f.arm(t, store); err != nil {
+				return err
+			}
+			_, stepErr = e.TrainBatch(ctx, data.RankBatch(ckptAt, globalBatch, r.world, c.Rank(), r.gas))
+			resumed = store.Engine().Stats().Resumed
+			return nil
+		})
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		err = fmt.Errorf("%s: the run did not end within a minute", f.name)
+	}
+	return stepErr, resumed, err
+}
