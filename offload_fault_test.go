@@ -124,43 +124,25 @@ func TestOffloadNVMeFaults(t *testing.T) {
 // the run must end within a minute).
 func faultThenResume(t *testing.T, r run, ckdir string, f swapFault) (stepErr error, resumed int64, err error) {
 	t.Helper()
-	sizes := r.layers()
-	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	done := make(chan error, 1)
 	go func() {
 		done <- worldFor(r.dev)(context.Background(), r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
-			cfg, err := config.Parse([]byte(r.config()))
-			if err != nil {
-				return err
-			}
-			so, err := offload.NVMeOptionsFromConfig(cfg, c.Rank())
-			if err != nil {
-				return err
-			}
-			store, err := offload.NewNVMeStore(so)
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), append(opts, deepgo.WithStateStore(store))...)
-			if err != nil {
-				return err
-			}
-			defer e.Close()
-			for s := range ckptAt {
-				if _, err := e.TrainBatch(ctx, data.RankBatch(s, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
+			return nvmeEngine(ctx, r, c, opts, func(e *deepgo.Engine, store *offload.NVMeStore, data *testmodel.Dataset) error {
+				for s := range ckptAt {
+					if _, err := e.TrainBatch(ctx, data.RankBatch(s, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
+						return err
+					}
+				}
+				if err := e.Save(ctx, ckdir, deepgo.SaveOptions{}); err != nil {
 					return err
 				}
-			}
-			if err := e.Save(ctx, ckdir, deepgo.SaveOptions{}); err != nil {
-				return err
-			}
-			if err := f.arm(t, store); err != nil {
-				return err
-			}
-			_, stepErr = e.TrainBatch(ctx, data.RankBatch(ckptAt, globalBatch, r.world, c.Rank(), r.gas))
-			resumed = store.Engine().Stats().Resumed
-			return nil
+				if err := f.arm(t, store); err != nil {
+					return err
+				}
+				_, stepErr = e.TrainBatch(ctx, data.RankBatch(ckptAt, globalBatch, r.world, c.Rank(), r.gas))
+				resumed = store.Engine().Stats().Resumed
+				return nil
+			})
 		})
 	}()
 	select {
@@ -169,4 +151,82 @@ func faultThenResume(t *testing.T, r run, ckdir string, f swapFault) (stepErr er
 		err = fmt.Errorf("%s: the run did not end within a minute", f.name)
 	}
 	return stepErr, resumed, err
+}
+
+// A swap read that fails while a checkpoint is being saved fails the save
+// with the cause: the state of that sub-group is not written as zeros.
+// The checkpoint before it still verifies, and the failed one is not taken
+// for the latest.
+func TestOffloadNVMeSaveFault(t *testing.T) {
+	for _, f := range []swapFault{
+		{name: "eio on read", arm: injected(aio.Fault{Kind: aio.FaultErrno, Errno: syscall.EIO, Op: aio.FaultRead, At: 2}), want: syscall.EIO},
+		{name: "swap file truncated", arm: onFile(func(p string) error { return os.Truncate(p, 4096) }), want: io.ErrUnexpectedEOF},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			r := nvmeRun(2, "", t.TempDir())
+			ckdir := t.TempDir()
+			var saveErr error
+			err := worldFor(r.dev)(context.Background(), r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+				return nvmeEngine(ctx, r, c, opts, func(e *deepgo.Engine, store *offload.NVMeStore, data *testmodel.Dataset) error {
+					for s := range ckptAt {
+						if _, err := e.TrainBatch(ctx, data.RankBatch(s, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
+							return err
+						}
+						if s == 0 {
+							if err := e.Save(ctx, ckdir, deepgo.SaveOptions{}); err != nil {
+								return err
+							}
+						}
+					}
+					if err := f.arm(t, store); err != nil {
+						return err
+					}
+					saveErr = e.Save(ctx, ckdir, deepgo.SaveOptions{})
+					return nil
+				})
+			})
+			require.NoError(t, err)
+			require.Error(t, saveErr, "Save with a failing swap read")
+			t.Logf("%v", saveErr)
+			require.ErrorIs(t, saveErr, f.want)
+			assert.Contains(t, saveErr.Error(), ".swp")
+			all, err := checkpoint.VerifyAll(context.Background(), nil, ckdir)
+			require.NoError(t, err)
+			var good []string
+			for _, v := range all {
+				if v.Err == nil {
+					good = append(good, v.Tag)
+				}
+			}
+			assert.Equal(t, []string{checkpoint.DefaultTag(1)}, good, "checkpoints that verify")
+			latest, err := checkpoint.ReadLatest(nil, ckdir)
+			require.NoError(t, err)
+			assert.Equal(t, checkpoint.DefaultTag(1), latest, "latest")
+		})
+	}
+}
+
+// nvmeEngine builds rank c's engine for r with an NVMe store of the test's
+// own (so faults can be armed on it) and calls fn; the engine, and with it
+// the store, is closed after.
+func nvmeEngine(ctx context.Context, r run, c comm.Comm, opts []deepgo.Option, fn func(e *deepgo.Engine, store *offload.NVMeStore, data *testmodel.Dataset) error) error {
+	cfg, err := config.Parse([]byte(r.config()))
+	if err != nil {
+		return err
+	}
+	so, err := offload.NVMeOptionsFromConfig(cfg, c.Rank())
+	if err != nil {
+		return err
+	}
+	store, err := offload.NewNVMeStore(so)
+	if err != nil {
+		return err
+	}
+	sizes := r.layers()
+	e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), append(opts, deepgo.WithStateStore(store))...)
+	if err != nil {
+		return errors.Join(err, store.Close())
+	}
+	defer e.Close()
+	return fn(e, store, testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1]))
 }

@@ -84,6 +84,16 @@ type swapGroup struct {
 
 func (g *swapGroup) bytes() int { return len(g.names) * g.numel * 4 }
 
+// present checks that the swap file still has its name: an open file
+// outlives it, so a swap file removed under the run would read back what
+// was written until the next start, and then be gone.
+func (g *swapGroup) present() error {
+	if _, err := os.Stat(g.file.Path()); err != nil {
+		return fmt.Errorf("offload: sub-group %q: swap file removed while training: %w", g.name, err)
+	}
+	return nil
+}
+
 // NewNVMeStore opens the engine and an empty swap folder; a folder a crashed
 // run left behind is removed first.
 func NewNVMeStore(o NVMeOptions) (*NVMeStore, error) {
@@ -239,10 +249,8 @@ func (s *NVMeStore) run(actions []Action) error {
 				clear(buf.Bytes()[:g.bytes()])
 				continue
 			}
-			// an open file outlives its name: a swap file removed under
-			// the run would go unnoticed until the next start
-			if _, err := os.Stat(g.file.Path()); err != nil {
-				return fmt.Errorf("offload: sub-group %q: swap file removed while training: %w", g.name, err)
+			if err := g.present(); err != nil {
+				return err
 			}
 			s.reads[a.Group], err = g.file.ReadAt(buf, g.bytes(), 0)
 		case WaitRead:
@@ -365,33 +373,39 @@ func views(g *swapGroup, buf *aio.Buffer) (map[string][]*tensor.Tensor, error) {
 	return out, nil
 }
 
-// Lookup implements optim.StateStore: the held group's state, or the
-// group's file read into a buffer of the store's (valid until the next
-// Lookup, Acquire or Close); nil for a group never stepped.
+// Lookup implements optim.StateStore: ReadState without its error (nil
+// for a group never stepped and for one whose file cannot be read; callers
+// that must tell the two apart use ReadState).
 func (s *NVMeStore) Lookup(group string) map[string][]*tensor.Tensor {
+	st, _ := s.ReadState(group)
+	return st
+}
+
+// ReadState is the held group's state, or the group's file read into a
+// buffer of the store's (valid until the next ReadState, Lookup, Acquire
+// or Close); nil and no error for a group never stepped. An I/O error, a
+// removed swap file among them, is returned naming the file.
+func (s *NVMeStore) ReadState(group string) (map[string][]*tensor.Tensor, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g := s.groups[group]
 	if g == nil || !g.written && s.held != g {
-		return nil
+		return nil, nil
 	}
 	if s.held == g {
 		buf := 0
 		if s.planned {
 			buf = s.plan.BufferOf[g.idx]
 		}
-		st, _ := views(g, s.bufs[buf])
-		return st
+		return views(g, s.bufs[buf])
 	}
-	// the interface has no error: a failed read yields nil, as for a group
-	// without state; the next Acquire reports the engine's error
-	if s.held == nil && s.drain() != nil {
-		return nil
-	}
-	if w := s.writes[g.idx]; w != nil {
-		if w.Wait(context.Background()) != nil {
-			return nil
+	if s.held == nil {
+		if err := s.drain(); err != nil {
+			return nil, err
 		}
+	}
+	if err := s.wait(s.writes, g.idx); err != nil {
+		return nil, fmt.Errorf("offload: sub-group %q: %w", g.name, err)
 	}
 	if s.lookup == nil || s.lookup.Cap() < g.bytes() {
 		if s.lookup != nil {
@@ -399,17 +413,22 @@ func (s *NVMeStore) Lookup(group string) map[string][]*tensor.Tensor {
 		}
 		b, err := s.eng.NewBuffer(g.bytes())
 		if err != nil {
-			return nil
+			return nil, fmt.Errorf("offload: sub-group %q: %w", g.name, err)
 		}
 		s.lookup = b
 		s.notePeak()
 	}
-	r, err := g.file.ReadAt(s.lookup, g.bytes(), 0)
-	if err != nil || r.Wait(context.Background()) != nil {
-		return nil
+	if err := g.present(); err != nil {
+		return nil, err
 	}
-	st, _ := views(g, s.lookup)
-	return st
+	r, err := g.file.ReadAt(s.lookup, g.bytes(), 0)
+	if err == nil {
+		err = r.Wait(context.Background())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("offload: sub-group %q: %w", g.name, err)
+	}
+	return views(g, s.lookup)
 }
 
 // Close implements optim.StateStore: waits for I/O in flight, frees the
