@@ -34,7 +34,14 @@ type swapFault struct {
 	want error
 	// where is text the error must name (the file, the offset)
 	where string
+	// early arms the fault a step sooner (before the save's last step)
+	early bool
 }
+
+// lastWrite is the index among a step's swap writes of the last one in
+// nvmeRun's runs (18 sub-groups): pipeline_write carries it past the end of
+// the step, so its failure surfaces at the next step or save.
+const lastWrite = 17
 
 // injected arms f on the store's I/O engine.
 func injected(f aio.Fault) func(*testing.T, *offload.NVMeStore) error {
@@ -61,9 +68,11 @@ func nvmeRun(stage int, dev, dir string) run {
 
 // A full or failing disk under NVMe optimizer offload stops training with a
 // clear error and loses nothing else. Each fault hits the step after a
-// checkpoint (step ckptAt): ENOSPC on a swap write, EIO on a swap read, a
-// read that comes back empty (the end of the file) and a swap file deleted
-// or truncated under the run each make TrainBatch return an error that
+// checkpoint (step ckptAt): ENOSPC on a swap write (one inside the step,
+// and the step's last, which pipeline_write carries past its end so the
+// next step reports it), EIO on a swap read, a read that comes back empty
+// (the end of the file) and a swap file deleted or truncated under the
+// run each make TrainBatch (of one of the next two steps) return an error that
 // wraps the cause and names the swap file (and the offset for I/O errors),
 // without hanging; a short read is resumed and changes nothing. Then the
 // checkpoint still verifies, and fresh engines loading it train on to
@@ -77,6 +86,8 @@ func TestOffloadNVMeFaults(t *testing.T) {
 			want: syscall.EIO, where: "read "},
 		{name: "read meets end of file", arm: injected(aio.Fault{Kind: aio.FaultEOF, Op: aio.FaultRead, At: 3}),
 			want: io.ErrUnexpectedEOF, where: "read "},
+		{name: "enospc on a write carried past the step", arm: injected(aio.Fault{Kind: aio.FaultErrno, Errno: syscall.ENOSPC, Op: aio.FaultWrite, At: lastWrite}),
+			want: syscall.ENOSPC, where: "write "},
 		{name: "short read resumed", arm: injected(aio.Fault{Kind: aio.FaultShort, Op: aio.FaultRead, At: 0})},
 		{name: "swap file deleted", arm: onFile(os.Remove), want: fs.ErrNotExist, where: "swap file removed"},
 		{name: "swap file truncated", arm: onFile(func(p string) error { return os.Truncate(p, 4096) }),
@@ -119,7 +130,7 @@ func TestOffloadNVMeFaults(t *testing.T) {
 }
 
 // faultThenResume trains r to ckptAt, saves to ckdir, arms f and runs the
-// next step. It returns that step's error, the short transfers the store's
+// next two steps. It returns the first error of those, the short transfers the store's
 // engine resumed, and err for anything else going wrong (a hang included:
 // the run must end within a minute).
 func faultThenResume(t *testing.T, r run, ckdir string, f swapFault) (stepErr error, resumed int64, err error) {
@@ -139,7 +150,9 @@ func faultThenResume(t *testing.T, r run, ckdir string, f swapFault) (stepErr er
 				if err := f.arm(t, store); err != nil {
 					return err
 				}
-				_, stepErr = e.TrainBatch(ctx, data.RankBatch(ckptAt, globalBatch, r.world, c.Rank(), r.gas))
+				for s := ckptAt; s < ckptAt+2 && stepErr == nil; s++ {
+					_, stepErr = e.TrainBatch(ctx, data.RankBatch(s, globalBatch, r.world, c.Rank(), r.gas))
+				}
 				resumed = store.Engine().Stats().Resumed
 				return nil
 			})
@@ -154,13 +167,23 @@ func faultThenResume(t *testing.T, r run, ckdir string, f swapFault) (stepErr er
 }
 
 // A swap read that fails while a checkpoint is being saved fails the save
-// with the cause: the state of that sub-group is not written as zeros.
+// with the cause: the state of that sub-group is not written as zeros. So
+// does a write the last step carried past its end and that failed.
 // The checkpoint before it still verifies, and the failed one is not taken
 // for the latest.
 func TestOffloadNVMeSaveFault(t *testing.T) {
 	for _, f := range []swapFault{
 		{name: "eio on read", arm: injected(aio.Fault{Kind: aio.FaultErrno, Errno: syscall.EIO, Op: aio.FaultRead, At: 2}), want: syscall.EIO},
 		{name: "swap file truncated", arm: onFile(func(p string) error { return os.Truncate(p, 4096) }), want: io.ErrUnexpectedEOF},
+		{name: "enospc on a write carried past the step", want: syscall.ENOSPC, early: true,
+			arm: func(t *testing.T, s *offload.NVMeStore) error {
+				// between steps ReadState waits for the I/O the last step
+				// carried, so At counts from the next step's first write
+				if _, err := s.ReadState("zero/sub0"); err != nil {
+					return err
+				}
+				return injected(aio.Fault{Kind: aio.FaultErrno, Errno: syscall.ENOSPC, Op: aio.FaultWrite, At: lastWrite})(t, s)
+			}},
 	} {
 		t.Run(f.name, func(t *testing.T) {
 			r := nvmeRun(2, "", t.TempDir())
@@ -169,6 +192,11 @@ func TestOffloadNVMeSaveFault(t *testing.T) {
 			err := worldFor(r.dev)(context.Background(), r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
 				return nvmeEngine(ctx, r, c, opts, func(e *deepgo.Engine, store *offload.NVMeStore, data *testmodel.Dataset) error {
 					for s := range ckptAt {
+						if s == ckptAt-1 && f.early {
+							if err := f.arm(t, store); err != nil {
+								return err
+							}
+						}
 						if _, err := e.TrainBatch(ctx, data.RankBatch(s, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
 							return err
 						}
@@ -178,8 +206,10 @@ func TestOffloadNVMeSaveFault(t *testing.T) {
 							}
 						}
 					}
-					if err := f.arm(t, store); err != nil {
-						return err
+					if !f.early {
+						if err := f.arm(t, store); err != nil {
+							return err
+						}
 					}
 					saveErr = e.Save(ctx, ckdir, deepgo.SaveOptions{})
 					return nil

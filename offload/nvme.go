@@ -68,6 +68,11 @@ type NVMeStore struct {
 	lookup   *aio.Buffer
 	peak     int64         // high-water mark of the buffers' bytes
 	waited   time.Duration // blocked on swap I/O (IOStats)
+	wbuf     map[int]int   // the buffer each write in s.writes is from
+	carry    *carried      // I/O carried past the last step's end (carry.go)
+	// prefetched: s.reads (once carry is joined) holds the next planned
+	// step's first reads
+	prefetched bool
 }
 
 // swapGroup is one sub-group's file and state layout: names × params
@@ -116,7 +121,7 @@ func NewNVMeStore(o NVMeOptions) (*NVMeStore, error) {
 		return nil, err
 	}
 	return &NVMeStore{eng: eng, dir: dir, popt: o.Plan, groups: map[string]*swapGroup{}, cursor: -1,
-		reads: map[int]*aio.Request{}, writes: map[int]*aio.Request{}}, nil
+		reads: map[int]*aio.Request{}, writes: map[int]*aio.Request{}, wbuf: map[int]int{}}, nil
 }
 
 // Dir is the store's swap folder.
@@ -183,8 +188,14 @@ func (s *NVMeStore) Acquire(group string, names []string, params []*tensor.Tenso
 		}
 	}
 	if g.idx == 0 && s.cursor != 0 {
-		// a new step; one that ended part way left I/O to finish first
-		if err := s.drain(); err != nil {
+		// a new step: the last one's carried I/O joins the plan; one that
+		// ended part way left I/O to finish first
+		if s.prefetched {
+			s.prefetched = false
+			if err := s.join(); err != nil {
+				return nil, s.abort(err)
+			}
+		} else if err := s.drain(); err != nil {
 			return nil, err
 		}
 		s.cursor = 0
@@ -227,7 +238,11 @@ func (s *NVMeStore) Release(group string) error {
 	if !s.planned {
 		return s.run([]Action{{IssueWrite, g.idx, 0}, {WaitWrite, g.idx, 0}})
 	}
-	if err := s.run(s.plan.After[g.idx]); err != nil {
+	run := s.run
+	if g.idx == len(s.plan.After)-1 {
+		run = s.endStep
+	}
+	if err := run(s.plan.After[g.idx]); err != nil {
 		return s.abort(err)
 	}
 	s.cursor++
@@ -245,6 +260,12 @@ func (s *NVMeStore) run(actions []Action) error {
 		var err error
 		switch a.Kind {
 		case IssueRead:
+			if s.reads[a.Group] != nil {
+				continue // prefetched behind the last step's end
+			}
+			if err := s.waitCarried(a.Group, a.Buffer); err != nil {
+				return err
+			}
 			if !g.written {
 				clear(buf.Bytes()[:g.bytes()])
 				continue
@@ -257,6 +278,7 @@ func (s *NVMeStore) run(actions []Action) error {
 			err = s.wait(s.reads, a.Group)
 		case IssueWrite:
 			s.writes[a.Group], err = g.file.WriteAt(buf, g.bytes(), 0)
+			s.wbuf[a.Group] = a.Buffer
 			g.written = true
 		case WaitWrite:
 			err = s.wait(s.writes, a.Group)
@@ -283,7 +305,8 @@ func (s *NVMeStore) wait(m map[int]*aio.Request, group int) error {
 // drain waits for every read and write in flight; prefetched state is
 // dropped (its file still holds it).
 func (s *NVMeStore) drain() error {
-	var errs []error
+	errs := []error{s.join()}
+	s.prefetched = false
 	for _, m := range []map[int]*aio.Request{s.reads, s.writes} {
 		for g := range m {
 			if err := s.wait(m, g); err != nil {
