@@ -129,6 +129,9 @@ func (c *contender) offloadRow(d diskRow) offloadRow {
 		ReadMB: float64(c.io.ReadBytes) / n / 1e6, WriteMB: float64(c.io.WriteBytes) / n / 1e6,
 		IOMS: ms(c.io.Busy) / n, WaitMS: ms(c.io.Waited) / n, Hidden: c.io.Hidden(),
 		SwapBuffers: m.SwapBuffers, StateOnDisk: m.OptimizerStateOnDisk, StepAllMS: c.steps}
+	if m.OptimizerState > 0 {
+		r.BufferShare = float64(m.SwapBuffers) / float64(m.OptimizerState)
+	}
 	if d.ReadGBps > 0 && d.WriteGBps > 0 {
 		r.IOFloorMS = r.ReadMB/d.ReadGBps + r.WriteMB/d.WriteGBps // MB / (GB/s) = ms
 	}

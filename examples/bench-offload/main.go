@@ -7,7 +7,10 @@
 // reports the swap bytes read and written per step, the wall time the
 // swap I/O was in flight (io_ms), the part of it the step waited on it
 // (wait_ms), and the share hidden behind compute, 1 - wait/io (target >=
-// 0.7). The disk's limit is measured in the same run: the aio engine
+// 0.7; the optimizer step itself hides little when the disk is slower
+// than Adam on the CPU, and what runs under forward and backward is
+// bounded by the swap buffers, so swap_buffers_of_state is reported
+// too). The disk's limit is measured in the same run: the aio engine
 // (same settings as the swapper) writing and reading a file of the state's
 // size in -dir, one request each.
 //
@@ -45,6 +48,7 @@ type offloadRow struct {
 	Hidden      float64   `json:"io_hidden_share"`
 	IOFloorMS   float64   `json:"io_floor_ms_per_step"`
 	SwapBuffers int64     `json:"swap_buffer_bytes"`
+	BufferShare float64   `json:"swap_buffers_of_state"`
 	StateOnDisk int64     `json:"state_bytes_on_disk"`
 	StepAllMS   []float64 `json:"step_ms_all"`
 }
