@@ -23,6 +23,7 @@ type contender struct {
 	steps []float64 // ms of each timed step
 	optim time.Duration
 	io    offload.IOStats // over the timed steps
+	last  offload.IOStats // at the end of the last timed step
 	timed int
 }
 
@@ -92,9 +93,8 @@ func (c *contender) run(steps int, warm bool) error {
 	}
 	for range steps {
 		b := c.batch()
-		var io0 offload.IOStats
-		if c.store != nil {
-			io0 = c.store.IOStats()
+		if c.store != nil && c.timed == 0 {
+			c.last = c.store.IOStats()
 		}
 		opt0 := c.e.Timers().Optimizer
 		t0 := time.Now()
@@ -104,7 +104,11 @@ func (c *contender) run(steps int, warm bool) error {
 		c.steps = append(c.steps, float64(time.Since(t0).Microseconds())/1e3)
 		c.optim += c.e.Timers().Optimizer - opt0
 		if c.store != nil {
-			d := c.store.IOStats().Sub(io0)
+			// from the end of the last timed step: the reads prefetched
+			// after it, while the other contender ran, count too
+			now := c.store.IOStats()
+			d := now.Sub(c.last)
+			c.last = now
 			c.io.ReadBytes += d.ReadBytes
 			c.io.WriteBytes += d.WriteBytes
 			c.io.Busy += d.Busy
