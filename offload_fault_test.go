@@ -139,12 +139,7 @@ func faultThenResume(t *testing.T, r run, ckdir string, f swapFault) (stepErr er
 	go func() {
 		done <- worldFor(r.dev)(context.Background(), r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
 			return nvmeEngine(ctx, r, c, opts, func(e *deepgo.Engine, store *offload.NVMeStore, data *testmodel.Dataset) error {
-				for s := range ckptAt {
-					if _, err := e.TrainBatch(ctx, data.RankBatch(s, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
-						return err
-					}
-				}
-				if err := e.Save(ctx, ckdir, deepgo.SaveOptions{}); err != nil {
+				if err := trainAndSave(ctx, e, data, r, c.Rank(), ckdir); err != nil {
 					return err
 				}
 				if err := f.arm(t, store); err != nil {
@@ -259,4 +254,60 @@ func nvmeEngine(ctx context.Context, r run, c comm.Comm, opts []deepgo.Option, f
 	}
 	defer e.Close()
 	return fn(e, store, testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1]))
+}
+
+// With two ranks and the disk failing under one of them, that rank's step
+// error ends the run: the other rank returns too (the world is aborted, no
+// hang), the error wraps ENOSPC, and both resume bit-identically from the
+// checkpoint saved before.
+func TestOffloadNVMeFaultOneRank(t *testing.T) {
+	r := nvmeRun(2, "", t.TempDir()).withWorld(2)
+	ref, err := train(t, nvmeRun(2, "", t.TempDir()).withWorld(2))
+	require.NoError(t, err)
+	ckdir := t.TempDir()
+	start := time.Now()
+	err = worldFor(r.dev)(context.Background(), r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+		return nvmeEngine(ctx, r, c, opts, func(e *deepgo.Engine, store *offload.NVMeStore, data *testmodel.Dataset) error {
+			if err := trainAndSave(ctx, e, data, r, c.Rank(), ckdir); err != nil {
+				return err
+			}
+			if c.Rank() == 0 {
+				if err := store.Engine().InjectFault(aio.Fault{Kind: aio.FaultErrno, Errno: syscall.ENOSPC, Op: aio.FaultWrite, At: 2}); err != nil {
+					return err
+				}
+			}
+			for s := ckptAt; s < ckptSteps; s++ {
+				if _, err := e.TrainBatch(ctx, data.RankBatch(s, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	t.Logf("after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	assert.Less(t, time.Since(start), 20*time.Second, "the run ends well before the world's 30 s operation timeout")
+	verdicts, err := checkpoint.VerifyAll(context.Background(), nil, ckdir)
+	require.NoError(t, err)
+	require.Len(t, verdicts, 1)
+	require.NoError(t, verdicts[0].Err)
+	got, _, err := segment{r: nvmeRun(2, "", t.TempDir()).withWorld(2), load: ckdir, from: ckptAt, to: ckptSteps}.train(t)
+	require.NoError(t, err)
+	require.NoError(t, bitEqual(ref.params, got))
+}
+
+// withWorld is r on n ranks.
+func (r run) withWorld(n int) run {
+	r.world = n
+	return r
+}
+
+// trainAndSave trains rank's engine to step ckptAt and saves to ckdir.
+func trainAndSave(ctx context.Context, e *deepgo.Engine, data *testmodel.Dataset, r run, rank int, ckdir string) error {
+	for s := range ckptAt {
+		if _, err := e.TrainBatch(ctx, data.RankBatch(s, globalBatch, r.world, rank, r.gas)); err != nil {
+			return err
+		}
+	}
+	return e.Save(ctx, ckdir, deepgo.SaveOptions{})
 }
