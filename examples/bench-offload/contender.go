@@ -66,7 +66,7 @@ func newContender(o options, nvmePath string) (*contender, error) {
 	var ok bool
 	if c.e, ok = t.(*deepgo.Engine); !ok {
 		t.Close()
-		return nil, fmt.Errorf("Initialize returned %T, want *deepgo.Engine", t)
+		return nil, fmt.Errorf("deepgo.Initialize returned %T, want *deepgo.Engine", t)
 	}
 	return c, nil
 }
