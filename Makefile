@@ -5,7 +5,7 @@ GOFLAGS ?=
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := liburing-dev libopenblas-dev libopenmpi-dev openmpi-bin libgloo-dev cmake ninja-build
 
-.PHONY: all build deps test test-gloo test-go test-c test-c-asan test-go-asan sanitize lint vet staticcheck bench demo selftest cuda-deps cuda-toolchain cuda gpu-check clean
+.PHONY: all build deps test test-gloo test-go test-c test-c-asan test-go-asan sanitize lint vet staticcheck bench bench-offload demo selftest cuda-deps cuda-toolchain cuda gpu-check clean
 
 all: build
 
@@ -95,6 +95,12 @@ sanitize: test-c-asan test-go-asan
 
 bench:
 	$(GO) run ./examples/bench-kernels
+
+## bench-offload: step time with NVMe optimizer offload against in-memory and
+## the share of swap I/O hidden (JSON); BENCH_DIR is a folder on the disk to measure
+BENCH_DIR ?= /tmp
+bench-offload:
+	$(GO) run ./examples/bench-offload -dir $(BENCH_DIR)
 
 selftest:
 	$(GO) run ./cmd/deepgo selftest

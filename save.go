@@ -126,7 +126,10 @@ func (e *Engine) checkpointState(op, dir string, so SaveOptions) (checkpoint.Opt
 	zc := z.Config()
 	lay := z.Layout()
 	world, rank := e.c.Size(), e.c.Rank()
-	state, steps := z.OptimizerState()
+	state, steps, err := z.ReadOptimizerState()
+	if err != nil {
+		return o, nil, fmt.Errorf("deepgo: %s: optimizer state: %w", op, err)
+	}
 	names := slices.Sorted(maps.Keys(state))
 	st := &checkpoint.State{
 		Step:      int64(e.globalSteps),

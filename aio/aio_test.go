@@ -313,3 +313,43 @@ func TestFromConfig(t *testing.T) {
 	o := FromConfig(c.AIO)
 	assert.Equal(t, Options{BlockSize: 131072, QueueDepth: 16, Threads: 2, SingleSubmit: true}, o)
 }
+
+// A fault armed on a running engine counts from then, only the transfers
+// of its op: a write fault skips the reads before it, a read fault the
+// writes, and Fault{} disarms. The byte counters and busy time follow the
+// requests submitted.
+func TestInjectFaultAtRunTime(t *testing.T) {
+	const n = 2 * testBlock
+	for _, b := range backends {
+		t.Run(b.String(), func(t *testing.T) {
+			e, dir := open(t, b, Options{QueueDepth: 1, Threads: 1})
+			path := filepath.Join(dir, "armed")
+			f, err := e.OpenFile(path, os.O_RDWR|os.O_CREATE)
+			require.NoError(t, err)
+			buf := randomBuffer(t, e, n, 5)
+			wait := waitFor(t)
+			require.NoError(t, wait(f.WriteAt(buf, n, 0)))
+
+			require.NoError(t, e.InjectFault(Fault{Kind: FaultErrno, Errno: syscall.ENOSPC, Op: FaultWrite, At: 1}))
+			require.NoError(t, wait(f.ReadAt(buf, n, 0)), "a read while a write fault is armed")
+			err = wait(f.WriteAt(buf, n, 0))
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			assert.Contains(t, err.Error(), fmt.Sprintf("write %s at offset %d", path, testBlock))
+
+			require.NoError(t, e.InjectFault(Fault{Kind: FaultErrno, Errno: syscall.EIO, Op: FaultRead}))
+			require.NoError(t, wait(f.WriteAt(buf, n, 0)), "a write while a read fault is armed")
+			require.ErrorIs(t, wait(f.ReadAt(buf, n, 0)), syscall.EIO)
+
+			require.NoError(t, e.InjectFault(Fault{}))
+			require.NoError(t, wait(f.ReadAt(buf, n, 0)), "after disarming")
+
+			st := e.Stats()
+			assert.Equal(t, int64(3*n), st.ReadBytes, "ReadBytes")
+			assert.Equal(t, int64(3*n), st.WriteBytes, "WriteBytes")
+			assert.Positive(t, st.Busy, "Busy")
+
+			require.ErrorContains(t, e.InjectFault(Fault{Kind: FaultErrno, Op: FaultRead}), "without an errno")
+			require.ErrorContains(t, e.InjectFault(Fault{Kind: FaultShort, Op: 7}), "fault op 7")
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/csrc"
@@ -56,13 +57,27 @@ const (
 	FaultEOF FaultKind = FaultKind(csrc.AIOFaultEOF)
 )
 
-// Fault replaces the At-th raw transfer result (0-based, over the engine's
-// life, retries included) for tests. With one thread and QueueDepth 1 the
-// At-th result is the At-th block.
+// FaultOp is the transfers a Fault counts.
+type FaultOp int
+
+// Fault ops.
+const (
+	// FaultAnyOp counts reads and writes.
+	FaultAnyOp FaultOp = FaultOp(csrc.AIOOpAny)
+	// FaultRead counts reads only.
+	FaultRead FaultOp = FaultOp(csrc.AIOOpRead)
+	// FaultWrite counts writes only.
+	FaultWrite FaultOp = FaultOp(csrc.AIOOpWrite)
+)
+
+// Fault replaces the At-th raw transfer result of Op (0-based, over the
+// engine's life or since InjectFault, retries included) for tests. With
+// one thread and QueueDepth 1 the At-th result is the At-th block.
 type Fault struct {
 	Kind  FaultKind
 	Errno syscall.Errno
 	At    int64
+	Op    FaultOp
 }
 
 // Options configure an engine; FromConfig fills them from the aio section.
@@ -97,6 +112,11 @@ func FromConfig(c config.AIO) Options {
 type Stats struct {
 	Pieces, Retries, Resumed, Fixed int64
 	Backend                         Backend
+	// ReadBytes and WriteBytes are the bytes of the requests submitted
+	// (padded as moved); Busy is the wall time during which at least one
+	// request was submitted and not yet finished.
+	ReadBytes, WriteBytes int64
+	Busy                  time.Duration
 }
 
 // ErrClosed is returned for work submitted to a closed engine.
@@ -112,6 +132,10 @@ type Engine struct {
 	closed  bool
 	pending map[int64]*Request
 	reaped  chan struct{}
+	// under mu: I/O counters (Stats)
+	readBytes, writeBytes int64
+	busy                  time.Duration
+	busySince             time.Time
 }
 
 func (o Options) check() error {
@@ -124,10 +148,18 @@ func (o Options) check() error {
 		return fmt.Errorf("aio: intra_op_parallelism %d: want 1..256", o.Threads)
 	case o.Backend < BackendAuto || o.Backend > BackendThreads:
 		return fmt.Errorf("aio: backend %d: want auto, io_uring or threads", int(o.Backend))
-	case o.Fault.Kind < FaultNone || o.Fault.Kind > FaultEOF || o.Fault.At < 0:
-		return fmt.Errorf("aio: fault %+v: want a known kind at a non-negative index", o.Fault)
-	case o.Fault.Kind == FaultErrno && o.Fault.Errno == 0:
+	}
+	return o.Fault.check()
+}
+
+func (f Fault) check() error {
+	switch {
+	case f.Kind < FaultNone || f.Kind > FaultEOF || f.At < 0:
+		return fmt.Errorf("aio: fault %+v: want a known kind at a non-negative index", f)
+	case f.Kind == FaultErrno && f.Errno == 0:
 		return errors.New("aio: fault kind errno without an errno")
+	case f.Op < FaultAnyOp || f.Op > FaultWrite:
+		return fmt.Errorf("aio: fault op %d: want any, read or write", int(f.Op))
 	}
 	return nil
 }
@@ -161,6 +193,7 @@ func Open(o Options) (*Engine, error) {
 		BlockSize: int64(o.BlockSize), QueueDepth: o.QueueDepth, ThreadCount: o.Threads,
 		SingleSubmit: o.SingleSubmit, OverlapEvents: o.OverlapEvents, Backend: csrc.AIOBackend(o.Backend),
 		Inject: csrc.AIOFault(o.Fault.Kind), InjectErrno: int(o.Fault.Errno), InjectAt: o.Fault.At,
+		InjectOp: csrc.AIOOp(o.Fault.Op),
 	})
 	if errors.Is(err, csrc.Unsupported) {
 		return nil, fmt.Errorf("aio: not supported: the kernel refuses io_uring here (old kernel or seccomp); use backend auto or threads: %w", err)
@@ -174,13 +207,32 @@ func Open(o Options) (*Engine, error) {
 	return e, nil
 }
 
+// InjectFault arms f on the running engine, for tests: its At counts from
+// now. Fault{} disarms.
+func (e *Engine) InjectFault(f Fault) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	if err := e.c.Inject(csrc.AIOFault(f.Kind), int(f.Errno), csrc.AIOOp(f.Op), f.At); err != nil {
+		return fmt.Errorf("aio: inject %+v: %w", f, err)
+	}
+	return nil
+}
+
 // Backend reports the back end in use (never BackendAuto).
 func (e *Engine) Backend() Backend { return e.backend }
 
 // Stats reports the engine's counters.
 func (e *Engine) Stats() Stats {
 	s := e.c.Stats()
-	return Stats{Pieces: s.Pieces, Retries: s.Retries, Resumed: s.Resumed, Fixed: s.Fixed, Backend: Backend(s.Backend)}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	busy := e.busy
+	if len(e.pending) > 0 {
+		busy += time.Since(e.busySince)
+	}
+	return Stats{Pieces: s.Pieces, Retries: s.Retries, Resumed: s.Resumed, Fixed: s.Fixed, Backend: Backend(s.Backend),
+		ReadBytes: e.readBytes, WriteBytes: e.writeBytes, Busy: busy}
 }
 
 // reap hands each finished request to its waiters: one blocking C call per
@@ -200,6 +252,9 @@ func (e *Engine) reap() {
 			if req != nil {
 				req.finish(r)
 			}
+		}
+		if len(e.pending) == 0 {
+			e.busy += time.Since(e.busySince)
 		}
 		e.mu.Unlock()
 	}

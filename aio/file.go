@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/deepgo-ml/deepgo/csrc"
 )
@@ -131,6 +132,14 @@ func (f *File) submit(op string, b *Buffer, n int, off int64) (*Request, error) 
 		b.inflight.Add(-1)
 		return nil, fmt.Errorf("aio: %s %s at offset %d: %w", op, f.path, off, err)
 	}
+	if len(e.pending) == 0 {
+		e.busySince = time.Now()
+	}
 	e.pending[id] = r
+	if op == "write" {
+		e.writeBytes += int64(size)
+	} else {
+		e.readBytes += int64(size)
+	}
 	return r, nil
 }

@@ -28,6 +28,8 @@ static dg_status check_config(const dg_aio_config *c)
 		return DG_ERR_INVALID;
 	if (c->inject == DG_AIO_FAULT_ERRNO && c->inject_errno <= 0)
 		return DG_ERR_INVALID;
+	if (c->inject_op < DG_AIO_OP_ANY || c->inject_op > DG_AIO_OP_WRITE)
+		return DG_ERR_INVALID;
 	return DG_OK;
 }
 
@@ -170,6 +172,29 @@ dg_status dg_aio_get_stats(dg_aio *a, dg_aio_stats *out)
 		return DG_ERR_INVALID;
 	pthread_mutex_lock(&a->mu);
 	*out = a->stats;
+	pthread_mutex_unlock(&a->mu);
+	return DG_OK;
+}
+
+dg_status dg_aio_inject(dg_aio *a, dg_aio_fault kind, int err, dg_aio_op op, int64_t at)
+{
+	if (a == NULL)
+		return DG_ERR_INVALID;
+	pthread_mutex_lock(&a->mu);
+	dg_aio_config c = a->cfg;
+	c.inject = kind;
+	c.inject_errno = err;
+	c.inject_op = op;
+	c.inject_at = at;
+	if (check_config(&c) != DG_OK) {
+		pthread_mutex_unlock(&a->mu);
+		return DG_ERR_INVALID;
+	}
+	a->cfg.inject = kind;
+	a->cfg.inject_errno = err;
+	a->cfg.inject_op = op;
+	a->cfg.inject_at = at;
+	a->results_seen = 0;
 	pthread_mutex_unlock(&a->mu);
 	return DG_OK;
 }
@@ -434,6 +459,9 @@ int aio_has_work(const dg_aio *a) { return a->pend_head != NULL; }
 
 int64_t aio_inject(dg_aio *a, const aio_io *io, int64_t res)
 {
+	dg_aio_op op = io->r->write ? DG_AIO_OP_WRITE : DG_AIO_OP_READ;
+	if (a->cfg.inject_op != DG_AIO_OP_ANY && a->cfg.inject_op != op)
+		return res;
 	int64_t seen = a->results_seen++;
 	if (a->cfg.inject == DG_AIO_FAULT_NONE || seen != a->cfg.inject_at)
 		return res;

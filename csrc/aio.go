@@ -36,6 +36,16 @@ const (
 	AIOFaultEOF   AIOFault = C.DG_AIO_FAULT_EOF
 )
 
+// AIOOp is a dg_aio_op value: which transfers a fault counts.
+type AIOOp int
+
+// Transfers, equal to deepgo.h's dg_aio_op values.
+const (
+	AIOOpAny   AIOOp = C.DG_AIO_OP_ANY
+	AIOOpRead  AIOOp = C.DG_AIO_OP_READ
+	AIOOpWrite AIOOp = C.DG_AIO_OP_WRITE
+)
+
 // File flags of AIO.FileOpen, equal to deepgo.h's DG_AIO_* flags.
 const (
 	AIOWrite    = C.DG_AIO_WRITE
@@ -56,6 +66,7 @@ type AIOConfig struct {
 	Backend                     AIOBackend
 	Inject                      AIOFault
 	InjectErrno                 int
+	InjectOp                    AIOOp
 }
 
 // AIOResult is dg_aio_result: one finished request.
@@ -83,6 +94,7 @@ func AIOOpen(cfg AIOConfig) (*AIO, error) {
 		thread_count: C.int(cfg.ThreadCount), single_submit: cbool(cfg.SingleSubmit),
 		overlap_events: cbool(cfg.OverlapEvents), backend: C.dg_aio_backend(cfg.Backend),
 		inject: C.dg_aio_fault(cfg.Inject), inject_errno: C.int(cfg.InjectErrno), inject_at: C.int64_t(cfg.InjectAt),
+		inject_op: C.dg_aio_op(cfg.InjectOp),
 	}
 	var a *C.dg_aio
 	if err := check("dg_aio_open", C.dg_aio_open(&c, &a)); err != nil {
@@ -103,6 +115,11 @@ func (a *AIO) Stats() AIOStats {
 	C.dg_aio_get_stats(a.c, &s)
 	return AIOStats{Pieces: int64(s.pieces), Retries: int64(s.retries), Resumed: int64(s.resumed),
 		Fixed: int64(s.fixed), Backend: AIOBackend(s.backend)}
+}
+
+// Inject arms a fault on the running engine (dg_aio_inject; tests only).
+func (a *AIO) Inject(kind AIOFault, errno int, op AIOOp, at int64) error {
+	return check("dg_aio_inject", C.dg_aio_inject(a.c, C.dg_aio_fault(kind), C.int(errno), C.dg_aio_op(op), C.int64_t(at)))
 }
 
 // FileOpen opens and registers path; errno is set on IOError.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/deepgo-ml/deepgo/aio"
 	"github.com/deepgo-ml/deepgo/config"
@@ -65,7 +66,13 @@ type NVMeStore struct {
 	reads    map[int]*aio.Request
 	writes   map[int]*aio.Request
 	lookup   *aio.Buffer
-	peak     int64 // high-water mark of the buffers' bytes
+	peak     int64         // high-water mark of the buffers' bytes
+	waited   time.Duration // blocked on swap I/O (IOStats)
+	wbuf     map[int]int   // the buffer each write in s.writes is from
+	carry    *carried      // I/O carried past the last step's end (carry.go)
+	// prefetched: s.reads (once carry is joined) holds the next planned
+	// step's first reads
+	prefetched bool
 }
 
 // swapGroup is one sub-group's file and state layout: names × params
@@ -81,6 +88,16 @@ type swapGroup struct {
 }
 
 func (g *swapGroup) bytes() int { return len(g.names) * g.numel * 4 }
+
+// present checks that the swap file still has its name: an open file
+// outlives it, so a swap file removed under the run would read back what
+// was written until the next start, and then be gone.
+func (g *swapGroup) present() error {
+	if _, err := os.Stat(g.file.Path()); err != nil {
+		return fmt.Errorf("offload: sub-group %q: swap file removed while training: %w", g.name, err)
+	}
+	return nil
+}
 
 // NewNVMeStore opens the engine and an empty swap folder; a folder a crashed
 // run left behind is removed first.
@@ -104,7 +121,7 @@ func NewNVMeStore(o NVMeOptions) (*NVMeStore, error) {
 		return nil, err
 	}
 	return &NVMeStore{eng: eng, dir: dir, popt: o.Plan, groups: map[string]*swapGroup{}, cursor: -1,
-		reads: map[int]*aio.Request{}, writes: map[int]*aio.Request{}}, nil
+		reads: map[int]*aio.Request{}, writes: map[int]*aio.Request{}, wbuf: map[int]int{}}, nil
 }
 
 // Dir is the store's swap folder.
@@ -171,8 +188,14 @@ func (s *NVMeStore) Acquire(group string, names []string, params []*tensor.Tenso
 		}
 	}
 	if g.idx == 0 && s.cursor != 0 {
-		// a new step; one that ended part way left I/O to finish first
-		if err := s.drain(); err != nil {
+		// a new step: the last one's carried I/O joins the plan; one that
+		// ended part way left I/O to finish first
+		if s.prefetched {
+			s.prefetched = false
+			if err := s.join(); err != nil {
+				return nil, s.abort(err)
+			}
+		} else if err := s.drain(); err != nil {
 			return nil, err
 		}
 		s.cursor = 0
@@ -215,7 +238,11 @@ func (s *NVMeStore) Release(group string) error {
 	if !s.planned {
 		return s.run([]Action{{IssueWrite, g.idx, 0}, {WaitWrite, g.idx, 0}})
 	}
-	if err := s.run(s.plan.After[g.idx]); err != nil {
+	run := s.run
+	if g.idx == len(s.plan.After)-1 {
+		run = s.endStep
+	}
+	if err := run(s.plan.After[g.idx]); err != nil {
 		return s.abort(err)
 	}
 	s.cursor++
@@ -233,20 +260,25 @@ func (s *NVMeStore) run(actions []Action) error {
 		var err error
 		switch a.Kind {
 		case IssueRead:
+			if s.reads[a.Group] != nil {
+				continue // prefetched behind the last step's end
+			}
+			if err := s.waitCarried(a.Group, a.Buffer); err != nil {
+				return err
+			}
 			if !g.written {
 				clear(buf.Bytes()[:g.bytes()])
 				continue
 			}
-			// an open file outlives its name: a swap file removed under
-			// the run would go unnoticed until the next start
-			if _, err := os.Stat(g.file.Path()); err != nil {
-				return fmt.Errorf("offload: sub-group %q: swap file removed while training: %w", g.name, err)
+			if err := g.present(); err != nil {
+				return err
 			}
 			s.reads[a.Group], err = g.file.ReadAt(buf, g.bytes(), 0)
 		case WaitRead:
 			err = s.wait(s.reads, a.Group)
 		case IssueWrite:
 			s.writes[a.Group], err = g.file.WriteAt(buf, g.bytes(), 0)
+			s.wbuf[a.Group] = a.Buffer
 			g.written = true
 		case WaitWrite:
 			err = s.wait(s.writes, a.Group)
@@ -264,13 +296,17 @@ func (s *NVMeStore) wait(m map[int]*aio.Request, group int) error {
 		return nil
 	}
 	delete(m, group)
-	return r.Wait(context.Background())
+	t0 := time.Now()
+	err := r.Wait(context.Background())
+	s.waited += time.Since(t0)
+	return err
 }
 
 // drain waits for every read and write in flight; prefetched state is
 // dropped (its file still holds it).
 func (s *NVMeStore) drain() error {
-	var errs []error
+	errs := []error{s.join()}
+	s.prefetched = false
 	for _, m := range []map[int]*aio.Request{s.reads, s.writes} {
 		for g := range m {
 			if err := s.wait(m, g); err != nil {
@@ -360,33 +396,39 @@ func views(g *swapGroup, buf *aio.Buffer) (map[string][]*tensor.Tensor, error) {
 	return out, nil
 }
 
-// Lookup implements optim.StateStore: the held group's state, or the
-// group's file read into a buffer of the store's (valid until the next
-// Lookup, Acquire or Close); nil for a group never stepped.
+// Lookup implements optim.StateStore: ReadState without its error (nil
+// for a group never stepped and for one whose file cannot be read; callers
+// that must tell the two apart use ReadState).
 func (s *NVMeStore) Lookup(group string) map[string][]*tensor.Tensor {
+	st, _ := s.ReadState(group)
+	return st
+}
+
+// ReadState is the held group's state, or the group's file read into a
+// buffer of the store's (valid until the next ReadState, Lookup, Acquire
+// or Close); nil and no error for a group never stepped. An I/O error, a
+// removed swap file among them, is returned naming the file.
+func (s *NVMeStore) ReadState(group string) (map[string][]*tensor.Tensor, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g := s.groups[group]
 	if g == nil || !g.written && s.held != g {
-		return nil
+		return nil, nil
 	}
 	if s.held == g {
 		buf := 0
 		if s.planned {
 			buf = s.plan.BufferOf[g.idx]
 		}
-		st, _ := views(g, s.bufs[buf])
-		return st
+		return views(g, s.bufs[buf])
 	}
-	// the interface has no error: a failed read yields nil, as for a group
-	// without state; the next Acquire reports the engine's error
-	if s.held == nil && s.drain() != nil {
-		return nil
-	}
-	if w := s.writes[g.idx]; w != nil {
-		if w.Wait(context.Background()) != nil {
-			return nil
+	if s.held == nil {
+		if err := s.drain(); err != nil {
+			return nil, err
 		}
+	}
+	if err := s.wait(s.writes, g.idx); err != nil {
+		return nil, fmt.Errorf("offload: sub-group %q: %w", g.name, err)
 	}
 	if s.lookup == nil || s.lookup.Cap() < g.bytes() {
 		if s.lookup != nil {
@@ -394,17 +436,22 @@ func (s *NVMeStore) Lookup(group string) map[string][]*tensor.Tensor {
 		}
 		b, err := s.eng.NewBuffer(g.bytes())
 		if err != nil {
-			return nil
+			return nil, fmt.Errorf("offload: sub-group %q: %w", g.name, err)
 		}
 		s.lookup = b
 		s.notePeak()
 	}
-	r, err := g.file.ReadAt(s.lookup, g.bytes(), 0)
-	if err != nil || r.Wait(context.Background()) != nil {
-		return nil
+	if err := g.present(); err != nil {
+		return nil, err
 	}
-	st, _ := views(g, s.lookup)
-	return st
+	r, err := g.file.ReadAt(s.lookup, g.bytes(), 0)
+	if err == nil {
+		err = r.Wait(context.Background())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("offload: sub-group %q: %w", g.name, err)
+	}
+	return views(g, s.lookup)
 }
 
 // Close implements optim.StateStore: waits for I/O in flight, frees the

@@ -1,5 +1,7 @@
 package zero
 
+import "fmt"
+
 // EstimateZero2 is DeepSpeed's estimate_zero2_model_states_mem_needs
 // (runtime/zero/stage_1_and_2.py): bytes per CPU (host) and per GPU for
 // params, gradients and optimizer states of a model of totalParams with
@@ -94,4 +96,55 @@ func PlannedModelStates(l *Layout, stage, modelBytes, accumBytes, stateSlots int
 		b += shard * 4
 	}
 	return b + shard*4*int64(stateSlots)
+}
+
+// Placement is a rank's bytes by where they live: host memory, device
+// memory, and swap files (NVMe offload).
+type Placement struct{ Host, Device, Disk int64 }
+
+// PlannedPlacement splits PlannedModelStates by where this package keeps
+// each part on a device backend with offload_optimizer.device offload:
+//
+//	none: everything on the device
+//	cpu:  params and gradient buffers on the device; on the host the fp32
+//	      master, the gradient chunk the step reads (accumBytes), the
+//	      model-dtype weights it writes (half models) and the state
+//	nvme: as cpu, but the state is on disk and the host holds buffers
+//	      swap buffers of the largest sub-group's state (subGroupSize
+//	      elements, or the whole shard), each padded to 4096 bytes
+//
+// (On the CPU backend Host is the sum and Device 0.)
+func PlannedPlacement(l *Layout, stage, modelBytes, accumBytes, stateSlots int, offload string, subGroupSize, buffers int) (Placement, error) {
+	full := int64(l.Numel())
+	shard := int64(l.ShardNumel())
+	if stage == 0 {
+		shard = full
+	}
+	params, grads := full*int64(modelBytes), shard*int64(accumBytes)
+	if stage == 3 {
+		params = shard * int64(modelBytes)
+	}
+	if stage <= 1 {
+		grads = full * int64(accumBytes)
+	}
+	state := shard * 4 * int64(stateSlots)
+	host := shard * 4 // the fp32 master, with offload
+	if modelBytes != 4 {
+		host += shard * int64(modelBytes)
+	}
+	host += shard * int64(accumBytes)
+	switch offload {
+	case "none":
+		return Placement{Device: PlannedModelStates(l, stage, modelBytes, accumBytes, stateSlots)}, nil
+	case "cpu":
+		return Placement{Host: host + state, Device: params + grads}, nil
+	case "nvme":
+		if buffers < 1 || subGroupSize < 1 {
+			return Placement{}, fmt.Errorf("zero: nvme estimate: buffer_count %d and sub_group_size %d: want >= 1", buffers, subGroupSize)
+		}
+		buf := min(int64(subGroupSize), shard) * 4 * int64(stateSlots)
+		buf = (buf + 4095) &^ 4095
+		return Placement{Host: host + int64(buffers)*buf, Device: params + grads, Disk: state}, nil
+	}
+	return Placement{}, fmt.Errorf("zero: offload %q: allowed none, cpu, nvme", offload)
 }

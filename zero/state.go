@@ -138,17 +138,27 @@ func (z *Optimizer) Base() optim.Optimizer { return z.base }
 // before the first step), and the group's step count. With several
 // sub-groups the tensors are a host copy assembled from them, valid until
 // the next Step, OptimizerState or Close; a failure to assemble it is
-// reported as no state (nil), like a store's failed Lookup.
+// reported as no state (nil), like a store's failed Lookup. Checkpoints
+// use ReadOptimizerState, which reports it.
 func (z *Optimizer) OptimizerState() (map[string][]*tensor.Tensor, int64) {
+	st, steps, _ := z.ReadOptimizerState()
+	return st, steps
+}
+
+// ReadOptimizerState is OptimizerState with the error of reading the
+// state (a swap file that cannot be read): nil state and no error mean
+// there is none yet.
+func (z *Optimizer) ReadOptimizerState() (map[string][]*tensor.Tensor, int64, error) {
 	if len(z.subs) > 1 {
 		st, err := z.assembleState()
 		if err != nil {
 			z.freeStateCache()
-			st = nil
+			return nil, z.base.Steps(z.subs[0].name), err
 		}
-		return st, z.base.Steps(z.subs[0].name)
+		return st, z.base.Steps(z.subs[0].name), nil
 	}
-	return z.base.State(z.cfg.GroupName), z.base.Steps(z.cfg.GroupName)
+	st, err := z.readState(z.cfg.GroupName)
+	return st, z.base.Steps(z.cfg.GroupName), err
 }
 
 // ReplicatedParams lists the working-precision parameters that are

@@ -182,7 +182,10 @@ func (z *Optimizer) assembleState() (map[string][]*tensor.Tensor, error) {
 	z.freeStateCache()
 	var out map[string][]*tensor.Tensor
 	for _, sg := range z.subs {
-		st := z.base.State(sg.name)
+		st, err := z.readState(sg.name)
+		if err != nil {
+			return nil, fmt.Errorf("zero: state of sub-group %q: %w", sg.name, err)
+		}
 		if st == nil {
 			continue
 		}
@@ -263,6 +266,23 @@ func (z *Optimizer) restoreSubGroups(state map[string][]*tensor.Tensor, steps in
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// StateReader is implemented by optimizer-state stores whose reads can
+// fail (offload.NVMeStore reads swap files): ReadState is Lookup with the
+// error Lookup's signature drops, so that a checkpoint never takes a
+// sub-group it could not read for one without state.
+type StateReader interface {
+	ReadState(group string) (map[string][]*tensor.Tensor, error)
+}
+
+// readState is the base optimizer's state of group, through the store's
+// ReadState where it has one.
+func (z *Optimizer) readState(group string) (map[string][]*tensor.Tensor, error) {
+	if sr, ok := optim.StoreOf(z.base).(StateReader); ok {
+		return sr.ReadState(group)
+	}
+	return z.base.State(group), nil
 }
 
 // SwapUsage is implemented by optimizer-state stores that keep the state

@@ -415,8 +415,10 @@ typedef enum dg_aio_backend { DG_AIO_AUTO = 0, DG_AIO_URING = 1, DG_AIO_THREADS 
  * engine sees (0-based, counted over the engine's life, retries included)
  * is replaced. ERRNO reports -inject_errno; SHORT reports half the piece
  * (rounded down to 4096; pieces of 4096 bytes are left alone), which the
- * engine must resume; EOF reports 0 bytes. */
+ * engine must resume; EOF reports 0 bytes. inject_op narrows the count to
+ * reads or writes; dg_aio_inject arms a fault on a running engine. */
 typedef enum dg_aio_fault { DG_AIO_FAULT_NONE = 0, DG_AIO_FAULT_ERRNO = 1, DG_AIO_FAULT_SHORT = 2, DG_AIO_FAULT_EOF = 3 } dg_aio_fault;
+typedef enum dg_aio_op { DG_AIO_OP_ANY = 0, DG_AIO_OP_READ = 1, DG_AIO_OP_WRITE = 2 } dg_aio_op;
 
 typedef struct dg_aio_config {
 	int64_t block_size;    /* bytes per piece; a multiple of 4096 */
@@ -428,6 +430,7 @@ typedef struct dg_aio_config {
 	dg_aio_fault inject;   /* tests only */
 	int inject_errno;
 	int64_t inject_at;
+	dg_aio_op inject_op;   /* the transfers inject_at counts */
 } dg_aio_config;
 
 /* dg_aio_result.err when a read found the end of the file before its end */
@@ -461,6 +464,10 @@ void dg_aio_shutdown(dg_aio *a);
 /* dg_aio_destroy shuts down, closes the files and frees the engine. */
 void dg_aio_destroy(dg_aio *a);
 dg_status dg_aio_get_stats(dg_aio *a, dg_aio_stats *out);
+/* dg_aio_inject (tests only) replaces the fault of the config: the at-th raw
+ * result of an op transfer from now on (the count restarts) is replaced as
+ * kind says; DG_AIO_FAULT_NONE disarms. DG_ERR_INVALID as dg_aio_open. */
+dg_status dg_aio_inject(dg_aio *a, dg_aio_fault kind, int err, dg_aio_op op, int64_t at);
 
 #define DG_AIO_WRITE 1  /* open for writing too */
 #define DG_AIO_CREATE 2 /* create when missing */

@@ -1,7 +1,8 @@
 /* test_aio.c — the asynchronous I/O engine on both back ends: round trips
  * longer than a block and not a multiple of it, many requests at once,
  * registered buffers, and every injected fault (ENOSPC, EIO, EINTR, short
- * transfer, end of file) ending as the right result at the right offset. */
+ * transfer, end of file) ending as the right result at the right offset,
+ * armed at open or on a running engine for reads or writes only. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -252,6 +253,32 @@ static void faults(dg_aio_backend b)
 	dg_free(r);
 }
 
+/* a fault armed at run time counts only its op's results from then on */
+static void armed(dg_aio_backend b)
+{
+	const int64_t n = 2 * BS;
+	char *w = NULL;
+	CHECK_OK(dg_alloc((size_t)n, 4096, (void **)&w));
+	fill(w, n, 7);
+	dg_aio_config c = config(b, 1, 1);
+	int f;
+	dg_aio *a = open_engine(&c, "armed", &f);
+	if (a != NULL) {
+		CHECK(run1(a, f, 1, w, n, 0).status == DG_OK);
+		CHECK_OK(dg_aio_inject(a, DG_AIO_FAULT_ERRNO, ENOSPC, DG_AIO_OP_WRITE, 1));
+		CHECK(run1(a, f, 0, w, n, 0).status == DG_OK); /* reads do not count */
+		dg_aio_result r = run1(a, f, 1, w, n, 0);
+		CHECK(r.status == DG_ERR_IO && r.err == ENOSPC && r.err_offset == BS);
+		CHECK_OK(dg_aio_inject(a, DG_AIO_FAULT_NONE, 0, DG_AIO_OP_ANY, 0));
+		CHECK(run1(a, f, 1, w, n, 0).status == DG_OK);
+		CHECK(dg_aio_inject(a, DG_AIO_FAULT_ERRNO, 0, DG_AIO_OP_READ, 0) == DG_ERR_INVALID);
+		CHECK(dg_aio_inject(a, DG_AIO_FAULT_EOF, 0, (dg_aio_op)5, 0) == DG_ERR_INVALID);
+		CHECK(dg_aio_inject(NULL, DG_AIO_FAULT_NONE, 0, DG_AIO_OP_ANY, 0) == DG_ERR_INVALID);
+		dg_aio_destroy(a);
+	}
+	dg_free(w);
+}
+
 static void bad_configs(void)
 {
 	dg_aio *a = NULL;
@@ -310,6 +337,7 @@ int main(void)
 		round_trip(b, 8, 2, 1, 0, 1);
 		many(b);
 		faults(b);
+		armed(b);
 	}
 	char cmd[600];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
