@@ -41,29 +41,46 @@ static inline size_t tile_floats(const att_job *j)
 	return (size_t)(DG_NN_ATT_TILE * (keys < j->t ? keys : j->t));
 }
 
+/* row_max: the largest of x[0..n), -inf when none is larger, in 8 lanes so
+ * that it vectorises; a max does not depend on the order it is taken in */
+static DG_VECTORISE float row_max(const float *x, int64_t n)
+{
+	float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int l = 0; l < 8; l++)
+			m[l] = x[i + l] > m[l] ? x[i + l] : m[l];
+	for (; i < n; i++)
+		m[0] = x[i] > m[0] ? x[i] : m[0];
+	float mx = m[0];
+	for (int l = 1; l < 8; l++)
+		mx = m[l] > mx ? m[l] : mx;
+	return mx;
+}
+
 /* softmax_rows turns the scaled scores s[m x nk] of queries q0.. (keys
  * kbeg..) into weights in place, zero where a query does not look, and
  * saves each query's row in att */
-static void softmax_rows(const att_job *j, float *s, float *att, int64_t q0, int64_t m, int64_t kbeg, int64_t nk)
+static DG_VECTORISE void softmax_rows(const att_job *j, float *s, float *att, int64_t q0, int64_t m, int64_t kbeg,
+				      int64_t nk)
 {
 	for (int64_t r = 0; r < m; r++) {
-		int64_t q = q0 + r, k0 = dg_nn_first_key(q, j->window);
-		float *row = s + r * nk - kbeg; /* row[k] for k in kbeg..kbeg+nk */
-		float mx = -INFINITY;
-		for (int64_t k = k0; k <= q; k++)
-			mx = row[k] > mx ? row[k] : mx;
-		float sum = 0.0f;
-		for (int64_t k = k0; k <= q; k++) {
-			float e = dg_nn_softmax_exp(row[k], mx);
-			row[k] = e;
+		int64_t q = q0 + r, k0 = dg_nn_first_key(q, j->window), n = q - k0 + 1;
+		float *row = s + r * nk, *x = row + (k0 - kbeg); /* x[i]: key k0 + i */
+		float mx = row_max(x, n), sum = 0.0f;
+		for (int64_t i = 0; i < n; i++) {
+			float e = dg_nn_softmax_exp(x[i], mx);
+			x[i] = e;
 			sum += e;
 		}
 		float inv = 1.0f / sum;
-		for (int64_t k = kbeg; k < kbeg + nk; k++)
-			row[k] = k >= k0 && k <= q ? row[k] * inv : 0.0f;
-		float *a = att + (q - q0) * j->span - k0; /* a[k]: slot k - k0 */
-		for (int64_t k = k0; k < k0 + j->span; k++)
-			a[k] = k <= q ? row[k] : 0.0f;
+		for (int64_t i = 0; i < n; i++)
+			x[i] *= inv;
+		memset(row, 0, (size_t)(k0 - kbeg) * sizeof(float));
+		memset(x + n, 0, (size_t)(nk - (k0 - kbeg) - n) * sizeof(float));
+		float *a = att + r * j->span; /* slot k - k0 */
+		memcpy(a, x, (size_t)n * sizeof(float));
+		memset(a + n, 0, (size_t)(j->span - n) * sizeof(float));
 	}
 }
 
@@ -116,19 +133,34 @@ dg_status dg_nn_attention_forward(dg_ctx *ctx, float *out, float *att, const flo
 /* dscore_rows turns dp = dout . v (the weights' gradient, m x nk) into the
  * scores' gradient in place, from the saved weights p (same layout, zero
  * where a query does not look) */
-static void dscore_rows(const att_job *j, float *dp, const float *p, int64_t q0, int64_t m, int64_t kbeg,
-			int64_t nk)
+static DG_VECTORISE void dscore_rows(const att_job *j, float *dp, const float *p, int64_t q0, int64_t m,
+				     int64_t kbeg, int64_t nk)
 {
 	const float scale = dg_nn_att_scale(j->hs);
 	for (int64_t r = 0; r < m; r++) {
-		int64_t q = q0 + r, k0 = dg_nn_first_key(q, j->window);
-		float *d = dp + r * nk - kbeg;
-		const float *a = p + r * nk - kbeg;
+		int64_t q = q0 + r, k0 = dg_nn_first_key(q, j->window), n = q - k0 + 1;
+		float *d = dp + r * nk, *dx = d + (k0 - kbeg);
+		const float *a = p + r * nk + (k0 - kbeg);
 		float dot = 0.0f;
-		for (int64_t k = k0; k <= q; k++)
-			dot += a[k] * d[k];
-		for (int64_t k = kbeg; k < kbeg + nk; k++)
-			d[k] = k >= k0 && k <= q ? dg_nn_att_dscore(a[k], d[k], dot, scale) : 0.0f;
+		for (int64_t i = 0; i < n; i++)
+			dot += a[i] * dx[i];
+		for (int64_t i = 0; i < n; i++)
+			dx[i] = dg_nn_att_dscore(a[i], dx[i], dot, scale);
+		memset(d, 0, (size_t)(k0 - kbeg) * sizeof(float));
+		memset(dx + n, 0, (size_t)(nk - (k0 - kbeg) - n) * sizeof(float));
+	}
+}
+
+/* load_rows copies the saved weights of queries q0..q0+m into p (m x nk,
+ * keys kbeg..), zero where a query does not look */
+static void load_rows(const att_job *j, float *p, const float *att, int64_t q0, int64_t m, int64_t kbeg, int64_t nk)
+{
+	for (int64_t r = 0; r < m; r++) {
+		int64_t q = q0 + r, k0 = dg_nn_first_key(q, j->window), n = q - k0 + 1;
+		float *row = p + r * nk;
+		memset(row, 0, (size_t)(k0 - kbeg) * sizeof(float));
+		memcpy(row + (k0 - kbeg), att + r * j->span, (size_t)n * sizeof(float));
+		memset(row + (k0 - kbeg) + n, 0, (size_t)(nk - (k0 - kbeg) - n) * sizeof(float));
 	}
 }
 
@@ -153,13 +185,7 @@ static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 		for (int64_t q0 = 0; q0 < T; q0 += DG_NN_ATT_TILE) {
 			int64_t q1 = q0 + DG_NN_ATT_TILE < T ? q0 + DG_NN_ATT_TILE : T, m = q1 - q0, kbeg;
 			int64_t nk = keys_of(j, q0, q1, &kbeg);
-			for (int64_t r = 0; r < m; r++) {
-				int64_t q = q0 + r, k0 = dg_nn_first_key(q, j->window);
-				const float *a = j->catt + (u * T + q) * j->span - k0;
-				float *row = p + r * nk - kbeg;
-				for (int64_t k = kbeg; k < kbeg + nk; k++)
-					row[k] = k >= k0 && k <= q ? a[k] : 0.0f;
-			}
+			load_rows(j, p, j->catt + (u * T + q0) * j->span, q0, m, kbeg, nk);
 			const float *d = j->dout + (b * T + q0) * C + h * HS;
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)nk, (int)HS, 1.0f, d, (int)C,
 				    base + kbeg * C3 + 2 * C, (int)C3, 0.0f, dp, (int)nk);
