@@ -110,17 +110,23 @@ static void att_fwd_task(void *v, int64_t lo, int64_t hi)
 	dg_scratch_free(j->ctx, s, bytes);
 }
 
-/* att_args: what both directions check; sgemm takes int dimensions */
-static int att_args(int64_t b, int64_t t, int64_t nh, int64_t hs)
+/* att_args: what both directions check; sgemm takes int dimensions (the
+ * keys of a tile, at most t, and the row stride 3*nh*hs) */
+static dg_status att_args(int64_t b, int64_t t, int64_t nh, int64_t hs)
 {
-	return b < 0 || t < 0 || nh <= 0 || hs <= 0 || t > INT32_MAX || nh > INT32_MAX / 3 / hs;
+	if (b < 0 || t < 0 || nh <= 0 || hs <= 0)
+		return DG_ERR_INVALID;
+	return t > INT32_MAX || nh > INT32_MAX / 3 / hs ? DG_ERR_SIZE : DG_OK;
 }
 
 dg_status dg_nn_attention_forward(dg_ctx *ctx, float *out, float *att, const float *qkv, int64_t b, int64_t t,
 				  int64_t nh, int64_t hs, int64_t window)
 {
-	if (ctx == NULL || out == NULL || att == NULL || qkv == NULL || att_args(b, t, nh, hs))
+	if (ctx == NULL || out == NULL || att == NULL || qkv == NULL)
 		return DG_ERR_INVALID;
+	dg_status st = att_args(b, t, nh, hs);
+	if (st != DG_OK)
+		return st;
 	dg_blas_init();
 	int64_t span = dg_nn_att_span(t, window);
 	att_job j = {.ctx = ctx, .out = out, .att = att, .qkv = qkv, .t = t, .nh = nh, .hs = hs, .window = window,
@@ -205,8 +211,11 @@ static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 dg_status dg_nn_attention_backward(dg_ctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *att,
 				   int64_t b, int64_t t, int64_t nh, int64_t hs, int64_t window)
 {
-	if (ctx == NULL || dqkv == NULL || dout == NULL || qkv == NULL || att == NULL || att_args(b, t, nh, hs))
+	if (ctx == NULL || dqkv == NULL || dout == NULL || qkv == NULL || att == NULL)
 		return DG_ERR_INVALID;
+	dg_status st = att_args(b, t, nh, hs);
+	if (st != DG_OK)
+		return st;
 	dg_blas_init();
 	int64_t span = dg_nn_att_span(t, window);
 	att_job j = {.ctx = ctx,
