@@ -7,9 +7,11 @@
  *
  * The saved softmax weights are rows of span = min(W, T) floats
  * (dg_nn_att_span), key k of query q at slot k - first_key(q), so memory and
- * work both grow as T*W; without a window the rows are T long, slot k. The
- * tiles depend on T and the window alone, not on the thread count, so the
- * results do not either. */
+ * work both grow as T*W; without a window the rows are T long, slot k. They
+ * are the layer's saved activation (deepgo.h), so they stay: the backward
+ * reads them back one tile at a time rather than recomputing them from a
+ * row's max and sum as flash attention does. The tiles depend on T and the
+ * window alone, not on the thread count, so the results do not either. */
 #include <cblas.h>
 
 #include "nn_internal.h"
