@@ -20,6 +20,11 @@
  * per query for nothing, and a smaller tile makes sgemm calls too thin. */
 #define DG_NN_ATT_TILE ((int64_t)32)
 
+/* Scratch up to this many floats (32 KiB) lives on the task's stack: at
+ * T <= 128 both directions take no allocation per call; longer sequences
+ * take one dg_scratch_alloc per task. */
+#define DG_NN_ATT_STACK_FLOATS ((size_t)8192)
+
 typedef struct att_job {
 	dg_ctx *ctx;
 	float *out, *att, *dqkv;
@@ -41,6 +46,25 @@ static inline size_t tile_floats(const att_job *j)
 {
 	int64_t keys = j->span + DG_NN_ATT_TILE - 1;
 	return (size_t)(DG_NN_ATT_TILE * (keys < j->t ? keys : j->t));
+}
+
+/* tile_scratch: n floats for a task, from stack (DG_NN_ATT_STACK_FLOATS of
+ * them) when they fit, else allocated (free with tile_scratch_free); NULL,
+ * recorded in j, when out of memory */
+static float *tile_scratch(att_job *j, float *stack, size_t n)
+{
+	if (n <= DG_NN_ATT_STACK_FLOATS)
+		return stack;
+	float *p = dg_scratch_alloc(j->ctx, n * sizeof(float));
+	if (p == NULL)
+		dg_nn_failed(&j->failed);
+	return p;
+}
+
+static void tile_scratch_free(att_job *j, float *p, const float *stack, size_t n)
+{
+	if (p != stack)
+		dg_scratch_free(j->ctx, p, n * sizeof(float));
 }
 
 /* row_max: the largest of x[0..n), -inf when none is larger, in 8 lanes so
@@ -92,12 +116,11 @@ static void att_fwd_task(void *v, int64_t lo, int64_t hi)
 	att_job *j = v;
 	const int64_t T = j->t, NH = j->nh, HS = j->hs, C = NH * HS, C3 = 3 * C;
 	const int64_t tiles = (T + DG_NN_ATT_TILE - 1) / DG_NN_ATT_TILE;
-	size_t bytes = tile_floats(j) * sizeof(float);
-	float *s = dg_scratch_alloc(j->ctx, bytes);
-	if (s == NULL) {
-		dg_nn_failed(&j->failed);
+	float stack[DG_NN_ATT_STACK_FLOATS];
+	size_t n = tile_floats(j);
+	float *s = tile_scratch(j, stack, n);
+	if (s == NULL)
 		return;
-	}
 	for (int64_t u = lo; u < hi; u++) {
 		int64_t bh = u / tiles, q0 = (u % tiles) * DG_NN_ATT_TILE, h = bh % NH, b = bh / NH;
 		int64_t q1 = q0 + DG_NN_ATT_TILE < T ? q0 + DG_NN_ATT_TILE : T, m = q1 - q0, kbeg;
@@ -109,7 +132,7 @@ static void att_fwd_task(void *v, int64_t lo, int64_t hi)
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)HS, (int)nk, 1.0f, s, (int)nk,
 			    base + kbeg * C3 + 2 * C, (int)C3, 0.0f, j->out + (b * T + q0) * C + h * HS, (int)C);
 	}
-	dg_scratch_free(j->ctx, s, bytes);
+	tile_scratch_free(j, s, stack, n);
 }
 
 /* att_args: what both directions check; sgemm takes int dimensions (the
@@ -180,12 +203,12 @@ static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 {
 	att_job *j = v;
 	const int64_t T = j->t, NH = j->nh, HS = j->hs, C = NH * HS, C3 = 3 * C;
-	size_t n = tile_floats(j), bytes = 2 * n * sizeof(float);
-	float *p = dg_scratch_alloc(j->ctx, bytes), *dp = p + n;
-	if (p == NULL) {
-		dg_nn_failed(&j->failed);
+	float stack[DG_NN_ATT_STACK_FLOATS];
+	size_t n = tile_floats(j);
+	float *p = tile_scratch(j, stack, 2 * n);
+	if (p == NULL)
 		return;
-	}
+	float *dp = p + n;
 	for (int64_t u = lo; u < hi; u++) {
 		int64_t h = u % NH, b = u / NH;
 		const float *base = j->qkv + b * T * C3 + h * HS;
@@ -207,7 +230,7 @@ static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 				    d, (int)C, 1.0f, dbase + kbeg * C3 + 2 * C, (int)C3);
 		}
 	}
-	dg_scratch_free(j->ctx, p, bytes);
+	tile_scratch_free(j, p, stack, 2 * n);
 }
 
 dg_status dg_nn_attention_backward(dg_ctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *att,

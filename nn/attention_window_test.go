@@ -59,6 +59,9 @@ func TestAttentionWindow(t *testing.T) {
 		// most one tile can see, 32 + W - 1
 		{1, 70, 2, 8, 0},
 		{2, 100, 2, 4, 40},
+		// past 32 KiB of tile scratch, which then comes from the heap
+		{1, 300, 1, 4, 0},
+		{1, 300, 1, 4, 260},
 	} {
 		t.Run(fmt.Sprintf("B%d_T%d_NH%d_HS%d_W%d", tc.B, tc.T, tc.NH, tc.HS, tc.W), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(i), 9))
