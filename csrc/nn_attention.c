@@ -1,128 +1,250 @@
 /* nn_attention.c — causal multi-head self-attention with an optional
- * sliding window, llm.c's loop form: one (batch, head, query) row of scores
- * at a time. The saved softmax weights are rows of span = min(W, T) floats
+ * sliding window, flash-attention's tiling on OpenBLAS sgemm: a tile of
+ * DG_NN_ATT_TILE queries of one (batch, head) meets the keys any of them
+ * sees in one score product, so a thread's working set is a tile x keys
+ * block, never a head's T x T scores, and the products run at sgemm's rate
+ * instead of one scalar dot product per (query, key).
+ *
+ * The saved softmax weights are rows of span = min(W, T) floats
  * (dg_nn_att_span), key k of query q at slot k - first_key(q), so memory and
- * work both grow as T*W; without a window the rows are T long, slot k. */
+ * work both grow as T*W; without a window the rows are T long, slot k. They
+ * are the layer's saved activation (deepgo.h), so they stay: the backward
+ * reads them back one tile at a time rather than recomputing them from a
+ * row's max and sum as flash attention does. The tiles depend on T and the
+ * window alone, not on the thread count, so the results do not either. */
+#include <cblas.h>
+
 #include "nn_internal.h"
 
+/* Queries per tile: the diagonal tile computes (tile - 1) / 2 masked scores
+ * per query for nothing, and a smaller tile makes sgemm calls too thin. */
+#define DG_NN_ATT_TILE ((int64_t)32)
+
+/* Scratch up to this many floats (32 KiB) lives on the task's stack: at
+ * T <= 128 both directions take no allocation per call; longer sequences
+ * take one dg_scratch_alloc per task. */
+#define DG_NN_ATT_STACK_FLOATS ((size_t)8192)
+
 typedef struct att_job {
+	dg_ctx *ctx;
 	float *out, *att, *dqkv;
 	const float *qkv, *catt, *dout;
 	int64_t t, nh, hs, window, span;
+	int failed;
 } att_job;
 
-/* unit u = (b*NH + h)*T + q */
-static void att_fwd_task(void *v, int64_t lo, int64_t hi)
+/* keys_of: the tile [q0, q1)'s keys [*kbeg, q1), the union of its queries'. */
+static inline int64_t keys_of(const att_job *j, int64_t q0, int64_t q1, int64_t *kbeg)
 {
-	const att_job *j = v;
-	const int64_t T = j->t, NH = j->nh, HS = j->hs, C = NH * HS, C3 = 3 * C;
-	const float scale = dg_nn_att_scale(HS);
-	for (int64_t u = lo; u < hi; u++) {
-		int64_t q = u % T, h = (u / T) % NH, b = u / (T * NH);
-		const float *base = j->qkv + b * T * C3;
-		const float *qv = base + q * C3 + h * HS;
-		int64_t k0 = dg_nn_first_key(q, j->window);
-		float *row = j->att + u * j->span - k0; /* row[k] for k in k0..q */
-		float mx = -INFINITY;
-		for (int64_t k = k0; k <= q; k++) {
-			const float *kv = base + k * C3 + C + h * HS;
-			float s = 0.0f;
-			for (int64_t i = 0; i < HS; i++)
-				s += qv[i] * kv[i];
-			s *= scale;
-			row[k] = s;
-			if (s > mx)
-				mx = s;
-		}
-		float sum = 0.0f;
-		for (int64_t k = k0; k <= q; k++) {
-			float e = dg_nn_softmax_exp(row[k], mx);
-			row[k] = e;
+	*kbeg = dg_nn_first_key(q0, j->window);
+	return q1 - *kbeg;
+}
+
+/* tile_floats: one tile x keys block: a tile sees at most span + tile - 1
+ * keys (a window's worth before its first query, plus the tile) */
+static inline size_t tile_floats(const att_job *j)
+{
+	int64_t keys = j->span + DG_NN_ATT_TILE - 1;
+	return (size_t)(DG_NN_ATT_TILE * (keys < j->t ? keys : j->t));
+}
+
+/* tile_scratch: n floats for a task, from stack (DG_NN_ATT_STACK_FLOATS of
+ * them) when they fit, else allocated (free with tile_scratch_free); NULL,
+ * recorded in j, when out of memory */
+static float *tile_scratch(att_job *j, float *stack, size_t n)
+{
+	if (n <= DG_NN_ATT_STACK_FLOATS)
+		return stack;
+	float *p = dg_scratch_alloc(j->ctx, n * sizeof(float));
+	if (p == NULL)
+		dg_nn_failed(&j->failed);
+	return p;
+}
+
+static void tile_scratch_free(att_job *j, float *p, const float *stack, size_t n)
+{
+	if (p != stack)
+		dg_scratch_free(j->ctx, p, n * sizeof(float));
+}
+
+/* row_max: the largest of x[0..n), -inf when none is larger, in 8 lanes so
+ * that it vectorises; a max does not depend on the order it is taken in */
+static DG_VECTORISE float row_max(const float *x, int64_t n)
+{
+	float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int l = 0; l < 8; l++)
+			m[l] = x[i + l] > m[l] ? x[i + l] : m[l];
+	for (; i < n; i++)
+		m[0] = x[i] > m[0] ? x[i] : m[0];
+	float mx = m[0];
+	for (int l = 1; l < 8; l++)
+		mx = m[l] > mx ? m[l] : mx;
+	return mx;
+}
+
+/* softmax_rows turns the scaled scores s[m x nk] of queries q0.. (keys
+ * kbeg..) into weights in place, zero where a query does not look, and
+ * saves each query's row in att */
+static DG_VECTORISE void softmax_rows(const att_job *j, float *s, float *att, int64_t q0, int64_t m, int64_t kbeg,
+				      int64_t nk)
+{
+	for (int64_t r = 0; r < m; r++) {
+		int64_t q = q0 + r, k0 = dg_nn_first_key(q, j->window), n = q - k0 + 1;
+		float *row = s + r * nk, *x = row + (k0 - kbeg); /* x[i]: key k0 + i */
+		float mx = row_max(x, n), sum = 0.0f;
+		for (int64_t i = 0; i < n; i++) {
+			float e = dg_nn_softmax_exp(x[i], mx);
+			x[i] = e;
 			sum += e;
 		}
 		float inv = 1.0f / sum;
-		for (int64_t k = k0; k < k0 + j->span; k++)
-			row[k] = k <= q ? row[k] * inv : 0.0f;
-		float *o = j->out + (b * T + q) * C + h * HS;
-		for (int64_t i = 0; i < HS; i++)
-			o[i] = 0.0f;
-		for (int64_t k = k0; k <= q; k++) {
-			const float *vv = base + k * C3 + 2 * C + h * HS;
-			float a = row[k];
-			for (int64_t i = 0; i < HS; i++)
-				o[i] += a * vv[i];
-		}
+		for (int64_t i = 0; i < n; i++)
+			x[i] *= inv;
+		memset(row, 0, (size_t)(k0 - kbeg) * sizeof(float));
+		memset(x + n, 0, (size_t)(nk - (k0 - kbeg) - n) * sizeof(float));
+		float *a = att + r * j->span; /* slot k - k0 */
+		memcpy(a, x, (size_t)n * sizeof(float));
+		memset(a + n, 0, (size_t)(j->span - n) * sizeof(float));
 	}
+}
+
+/* unit u = (b*NH + h) * tiles + tile */
+static void att_fwd_task(void *v, int64_t lo, int64_t hi)
+{
+	att_job *j = v;
+	const int64_t T = j->t, NH = j->nh, HS = j->hs, C = NH * HS, C3 = 3 * C;
+	const int64_t tiles = (T + DG_NN_ATT_TILE - 1) / DG_NN_ATT_TILE;
+	float stack[DG_NN_ATT_STACK_FLOATS];
+	size_t n = tile_floats(j);
+	float *s = tile_scratch(j, stack, n);
+	if (s == NULL)
+		return;
+	for (int64_t u = lo; u < hi; u++) {
+		int64_t bh = u / tiles, q0 = (u % tiles) * DG_NN_ATT_TILE, h = bh % NH, b = bh / NH;
+		int64_t q1 = q0 + DG_NN_ATT_TILE < T ? q0 + DG_NN_ATT_TILE : T, m = q1 - q0, kbeg;
+		int64_t nk = keys_of(j, q0, q1, &kbeg);
+		const float *base = j->qkv + b * T * C3 + h * HS;
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)nk, (int)HS, dg_nn_att_scale(HS),
+			    base + q0 * C3, (int)C3, base + kbeg * C3 + C, (int)C3, 0.0f, s, (int)nk);
+		softmax_rows(j, s, j->att + (bh * T + q0) * j->span, q0, m, kbeg, nk);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)HS, (int)nk, 1.0f, s, (int)nk,
+			    base + kbeg * C3 + 2 * C, (int)C3, 0.0f, j->out + (b * T + q0) * C + h * HS, (int)C);
+	}
+	tile_scratch_free(j, s, stack, n);
+}
+
+/* att_args: what both directions check; sgemm takes int dimensions (the
+ * keys of a tile, at most t, and the row stride 3*nh*hs) */
+static dg_status att_args(int64_t b, int64_t t, int64_t nh, int64_t hs)
+{
+	if (b < 0 || t < 0 || nh <= 0 || hs <= 0)
+		return DG_ERR_INVALID;
+	return t > INT32_MAX || nh > INT32_MAX / 3 / hs ? DG_ERR_SIZE : DG_OK;
 }
 
 dg_status dg_nn_attention_forward(dg_ctx *ctx, float *out, float *att, const float *qkv, int64_t b, int64_t t,
 				  int64_t nh, int64_t hs, int64_t window)
 {
-	if (ctx == NULL || out == NULL || att == NULL || qkv == NULL || b < 0 || t < 0 || nh <= 0 || hs <= 0)
+	if (ctx == NULL || out == NULL || att == NULL || qkv == NULL)
 		return DG_ERR_INVALID;
+	dg_status st = att_args(b, t, nh, hs);
+	if (st != DG_OK)
+		return st;
+	dg_blas_init();
 	int64_t span = dg_nn_att_span(t, window);
-	att_job j = {.out = out, .att = att, .qkv = qkv, .t = t, .nh = nh, .hs = hs, .window = window, .span = span};
-	int64_t units = b * nh * t;
-	dg_parallel_for(ctx, units, 1, units * span * hs * 2, att_fwd_task, &j);
-	return DG_OK;
+	att_job j = {.ctx = ctx, .out = out, .att = att, .qkv = qkv, .t = t, .nh = nh, .hs = hs, .window = window,
+		     .span = span};
+	int64_t units = b * nh * ((t + DG_NN_ATT_TILE - 1) / DG_NN_ATT_TILE);
+	dg_parallel_for(ctx, units, 1, b * nh * t * span * hs * 2, att_fwd_task, &j);
+	return j.failed ? DG_ERR_NOMEM : DG_OK;
+}
+
+/* dscore_rows turns dp = dout . v (the weights' gradient, m x nk) into the
+ * scores' gradient in place, from the saved weights p (same layout, zero
+ * where a query does not look) */
+static DG_VECTORISE void dscore_rows(const att_job *j, float *dp, const float *p, int64_t q0, int64_t m,
+				     int64_t kbeg, int64_t nk)
+{
+	const float scale = dg_nn_att_scale(j->hs);
+	for (int64_t r = 0; r < m; r++) {
+		int64_t q = q0 + r, k0 = dg_nn_first_key(q, j->window), n = q - k0 + 1;
+		float *d = dp + r * nk, *dx = d + (k0 - kbeg);
+		const float *a = p + r * nk + (k0 - kbeg);
+		float dot = 0.0f;
+		for (int64_t i = 0; i < n; i++)
+			dot += a[i] * dx[i];
+		for (int64_t i = 0; i < n; i++)
+			dx[i] = dg_nn_att_dscore(a[i], dx[i], dot, scale);
+		memset(d, 0, (size_t)(k0 - kbeg) * sizeof(float));
+		memset(dx + n, 0, (size_t)(nk - (k0 - kbeg) - n) * sizeof(float));
+	}
+}
+
+/* load_rows copies the saved weights of queries q0..q0+m into p (m x nk,
+ * keys kbeg..), zero where a query does not look */
+static void load_rows(const att_job *j, float *p, const float *att, int64_t q0, int64_t m, int64_t kbeg, int64_t nk)
+{
+	for (int64_t r = 0; r < m; r++) {
+		int64_t q = q0 + r, k0 = dg_nn_first_key(q, j->window), n = q - k0 + 1;
+		float *row = p + r * nk;
+		memset(row, 0, (size_t)(k0 - kbeg) * sizeof(float));
+		memcpy(row + (k0 - kbeg), att + r * j->span, (size_t)n * sizeof(float));
+		memset(row + (k0 - kbeg) + n, 0, (size_t)(nk - (k0 - kbeg) - n) * sizeof(float));
+	}
 }
 
 /* unit u = b*NH + h: a thread owns one head of one sequence, so the key and
- * value gradients, summed over queries, never race. datt is not stored: it
- * is recomputed (a dot product) in the second pass instead of needing a
- * T-long scratch row per thread. */
+ * value gradients, summed over query tiles, never race. Each tile reads its
+ * weights back from att into a tile x keys block p, and dp (dout . v, then
+ * the scores' gradient) is a second one. */
 static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 {
-	const att_job *j = v;
+	att_job *j = v;
 	const int64_t T = j->t, NH = j->nh, HS = j->hs, C = NH * HS, C3 = 3 * C;
-	const float scale = dg_nn_att_scale(HS);
+	float stack[DG_NN_ATT_STACK_FLOATS];
+	size_t n = tile_floats(j);
+	float *p = tile_scratch(j, stack, 2 * n);
+	if (p == NULL)
+		return;
+	float *dp = p + n;
 	for (int64_t u = lo; u < hi; u++) {
 		int64_t h = u % NH, b = u / NH;
-		const float *base = j->qkv + b * T * C3;
-		float *dbase = j->dqkv + b * T * C3;
-		for (int64_t q = 0; q < T; q++) {
-			int64_t k0 = dg_nn_first_key(q, j->window);
-			const float *row = j->catt + (u * T + q) * j->span - k0;
-			const float *d = j->dout + (b * T + q) * C + h * HS;
-			/* pass 1: sum_k att[k] * datt[k], datt[k] = dout . v_k */
-			float dot = 0.0f;
-			for (int64_t k = k0; k <= q; k++) {
-				const float *vv = base + k * C3 + 2 * C + h * HS;
-				float da = 0.0f;
-				for (int64_t i = 0; i < HS; i++)
-					da += d[i] * vv[i];
-				dot += row[k] * da;
-			}
-			const float *qv = base + q * C3 + h * HS;
-			float *dq = dbase + q * C3 + h * HS;
-			for (int64_t k = k0; k <= q; k++) {
-				const float *kv = base + k * C3 + C + h * HS;
-				const float *vv = base + k * C3 + 2 * C + h * HS;
-				float *dk = dbase + k * C3 + C + h * HS;
-				float *dv = dbase + k * C3 + 2 * C + h * HS;
-				float da = 0.0f;
-				for (int64_t i = 0; i < HS; i++)
-					da += d[i] * vv[i];
-				/* softmax backward, then the 1/sqrt(HS) scale */
-				float ds = dg_nn_att_dscore(row[k], da, dot, scale);
-				for (int64_t i = 0; i < HS; i++) {
-					dq[i] += ds * kv[i];
-					dk[i] += ds * qv[i];
-					dv[i] += row[k] * d[i];
-				}
-			}
+		const float *base = j->qkv + b * T * C3 + h * HS;
+		float *dbase = j->dqkv + b * T * C3 + h * HS;
+		for (int64_t q0 = 0; q0 < T; q0 += DG_NN_ATT_TILE) {
+			int64_t q1 = q0 + DG_NN_ATT_TILE < T ? q0 + DG_NN_ATT_TILE : T, m = q1 - q0, kbeg;
+			int64_t nk = keys_of(j, q0, q1, &kbeg);
+			load_rows(j, p, j->catt + (u * T + q0) * j->span, q0, m, kbeg, nk);
+			const float *d = j->dout + (b * T + q0) * C + h * HS;
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)nk, (int)HS, 1.0f, d, (int)C,
+				    base + kbeg * C3 + 2 * C, (int)C3, 0.0f, dp, (int)nk);
+			dscore_rows(j, dp, p, q0, m, kbeg, nk);
+			/* dq += ds k, dk += ds^T q, dv += p^T dout */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)HS, (int)nk, 1.0f, dp,
+				    (int)nk, base + kbeg * C3 + C, (int)C3, 1.0f, dbase + q0 * C3, (int)C3);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)HS, (int)m, 1.0f, dp,
+				    (int)nk, base + q0 * C3, (int)C3, 1.0f, dbase + kbeg * C3 + C, (int)C3);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)HS, (int)m, 1.0f, p, (int)nk,
+				    d, (int)C, 1.0f, dbase + kbeg * C3 + 2 * C, (int)C3);
 		}
 	}
+	tile_scratch_free(j, p, stack, 2 * n);
 }
 
 dg_status dg_nn_attention_backward(dg_ctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *att,
 				   int64_t b, int64_t t, int64_t nh, int64_t hs, int64_t window)
 {
-	if (ctx == NULL || dqkv == NULL || dout == NULL || qkv == NULL || att == NULL || b < 0 || t < 0 || nh <= 0 ||
-	    hs <= 0)
+	if (ctx == NULL || dqkv == NULL || dout == NULL || qkv == NULL || att == NULL)
 		return DG_ERR_INVALID;
+	dg_status st = att_args(b, t, nh, hs);
+	if (st != DG_OK)
+		return st;
+	dg_blas_init();
 	int64_t span = dg_nn_att_span(t, window);
-	att_job j = {.dqkv = dqkv,
+	att_job j = {.ctx = ctx,
+		     .dqkv = dqkv,
 		     .dout = dout,
 		     .qkv = qkv,
 		     .catt = att,
@@ -133,5 +255,5 @@ dg_status dg_nn_attention_backward(dg_ctx *ctx, float *dqkv, const float *dout, 
 		     .span = span};
 	int64_t units = b * nh;
 	dg_parallel_for(ctx, units, 1, units * t * span * hs * 4, att_bwd_task, &j);
-	return DG_OK;
+	return j.failed ? DG_ERR_NOMEM : DG_OK;
 }

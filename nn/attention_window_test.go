@@ -43,7 +43,8 @@ func runAttention(t *testing.T, a Attention, B, T int, qkv, dout, dq0 []float64)
 // (forward weights and output, and the accumulated backward), the
 // reference's backward against finite differences of its forward, and the
 // saved weights exactly B*NH*T*min(W, T) floats: W = 1 (each query sees
-// only itself), W < T, W = T and W > T, one and several heads.
+// only itself), W < T, W = T and W > T, one and several heads, one and
+// several query tiles.
 func TestAttentionWindow(t *testing.T) {
 	for i, tc := range []struct{ B, T, NH, HS, W int }{
 		{1, 7, 2, 3, 1},
@@ -53,6 +54,14 @@ func TestAttentionWindow(t *testing.T) {
 		{2, 8, 1, 4, 8},
 		{1, 6, 2, 3, 11},
 		{1, 12, 4, 2, 0},
+		// several 32-query tiles (csrc/nn_attention.c), the last one
+		// short; with W = 40 a tile's keys start past 0 and reach the
+		// most one tile can see, 32 + W - 1
+		{1, 70, 2, 8, 0},
+		{2, 100, 2, 4, 40},
+		// past 32 KiB of tile scratch, which then comes from the heap
+		{1, 300, 1, 4, 0},
+		{1, 300, 1, 4, 260},
 	} {
 		t.Run(fmt.Sprintf("B%d_T%d_NH%d_HS%d_W%d", tc.B, tc.T, tc.NH, tc.HS, tc.W), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(i), 9))

@@ -368,7 +368,9 @@ dg_status dg_nn_encoder_backward_mixed(dg_ctx *ctx, dg_dtype gt, void *dwte, voi
  * of 0..q); its weight for key k is att[b,h,q,k-k0], and slots past q-k0 are
  * 0. Without a window (or window >= T) that is the full T x T layout, k at
  * slot k; with one, memory and work grow as T*W. Scores are scaled by
- * 1/sqrt(HS). */
+ * 1/sqrt(HS). Both directions run on sgemm over tiles of queries, so T and
+ * 3*NH*HS past INT32_MAX are DG_ERR_SIZE; a tile's scratch (a few tiles x
+ * keys floats per thread) that cannot be allocated is DG_ERR_NOMEM. */
 dg_status dg_nn_attention_forward(dg_ctx *ctx, float *out, float *att, const float *qkv, int64_t b, int64_t t,
 				  int64_t nh, int64_t hs, int64_t window);
 /* dg_nn_attention_backward: dqkv += d(out)/d(qkv)^T dout, from the saved att. */

@@ -285,6 +285,11 @@ static void test_attention(dg_ctx *ctx, uint64_t *s, int64_t window)
 	CHECK(maxrel(att, ratt, B * NH * T * S) < TOL);
 	CHECK_OK(dg_nn_attention_backward(ctx, dqkv, dout, qkv, att, B, T, NH, HS, window));
 	CHECK(maxrel(dqkv, rdqkv, B * T * 3 * C) < TOL);
+	/* sgemm takes int sizes: a token row of 3*NH*HS floats past INT32_MAX
+	 * is refused before anything is read */
+	CHECK(dg_nn_attention_forward(ctx, out, att, qkv, 1, 1, (int64_t)1 << 30, 2, window) == DG_ERR_SIZE);
+	CHECK(dg_nn_attention_backward(ctx, dqkv, dout, qkv, att, 1, 1, (int64_t)1 << 30, 2, window) == DG_ERR_SIZE);
+	CHECK(dg_nn_attention_forward(ctx, out, att, qkv, 1, 1, 0, 2, window) == DG_ERR_INVALID);
 	free(qkv), free(dout), free(out), free(att), free(dqkv), free(rout), free(ratt), free(rdqkv);
 }
 
