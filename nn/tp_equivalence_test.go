@@ -24,15 +24,20 @@ func tpGPT(vocab int) nn.GPTConfig {
 }
 
 // tpRun is one tensor × data parallel layout; prec is extra config
-// (a precision section), ckpt turns on activation checkpointing.
+// (a precision section), ckpt turns on activation checkpointing, seq
+// Megatron's sequence parallelism (TP.SequenceParallel).
 type tpRun struct {
 	tp, dp, stage int
 	prec          string
-	ckpt          bool
+	ckpt, seq     bool
 }
 
 func (r tpRun) String() string {
-	return fmt.Sprintf("tp%d-dp%d-zero%d-ckpt%v", r.tp, r.dp, r.stage, r.ckpt)
+	s := fmt.Sprintf("tp%d-dp%d-zero%d-ckpt%v", r.tp, r.dp, r.stage, r.ckpt)
+	if r.seq {
+		s += "-megatronsp"
+	}
+	return s
 }
 
 // tpCurve trains tpGPT with the engine over r.tp × r.dp in-process ranks
@@ -57,7 +62,7 @@ func tpCurve(t *testing.T, r tpRun, steps int, clip float64, corpus *data.Tokens
 			return err
 		}
 		gc := tpGPT(corpus.Vocab)
-		gc.TP = nn.TP{Comm: tc}
+		gc.TP = nn.TP{Comm: tc, SequenceParallel: r.seq}
 		gc.Checkpointing.Enabled = r.ckpt
 		g, err := nn.NewReadyGPT(gc, nil, eqSeed)
 		if err != nil {
@@ -151,7 +156,8 @@ func TestGPTTensorParallelHalf(t *testing.T) {
 
 // One forward and backward of the sharded GPT, without an engine, gives
 // the unsharded loss on every rank and gradients whose unsharded
-// concatenation is the unsharded model's.
+// concatenation is the unsharded model's; with Megatron's sequence
+// parallelism too (8 sequences: the sequence-shard permutation matters).
 func TestGPTTensorParallelGradients(t *testing.T) {
 	mk, err := data.NewMarkov(32, 1, 2, 3)
 	require.NoError(t, err)
@@ -168,10 +174,14 @@ func TestGPTTensorParallelGradients(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, ref.Backward(nil))
 	want := flatParams(grads(ref))
-	for _, tp := range []int{2, 4} {
+	for _, tc := range []struct {
+		tp  int
+		seq bool
+	}{{2, false}, {4, false}, {2, true}, {4, true}} {
+		tp := tc.tp
 		err := local.Run(context.Background(), tp, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 			cfg := tpGPT(32)
-			cfg.TP = nn.TP{Comm: c}
+			cfg.TP = nn.TP{Comm: c, SequenceParallel: tc.seq}
 			g, err := nn.NewReadyGPT(cfg, c.(interface{ Backend() backend.Backend }).Backend(), eqSeed)
 			if err != nil {
 				return err
@@ -200,7 +210,7 @@ func TestGPTTensorParallelGradients(t *testing.T) {
 			}
 			return nil
 		})
-		require.NoError(t, err, "tp %d", tp)
+		require.NoError(t, err, "tp %d seq %v", tp, tc.seq)
 	}
 }
 
