@@ -127,7 +127,9 @@ func TestGPTTensorParallelEquivalence(t *testing.T) {
 
 // Under fp16 with a loss scale that overflows at first, the TP ranks
 // agree on every overflow (each sees only its shards' gradients): TP 2 and
-// 4 skip the same steps as one rank, and TP 2 × DP 2 the same as DP 2
+// 4, with and without Megatron's sequence parallelism (whose LayerNorm
+// gradients are summed in float32 and rounded into the fp16 gradient
+// once), skip the same steps as one rank, and TP 2 × DP 2 the same as DP 2
 // alone (data parallelism by itself changes which steps overflow: each
 // rank's half-batch gradient is scaled in fp16 before the average), and
 // they follow its losses to half-precision rounding (measured: 8e-8).
@@ -145,11 +147,13 @@ func TestGPTTensorParallelHalf(t *testing.T) {
 			tps = tps[:1]
 		}
 		for _, tp := range tps {
-			r := tpRun{tp: tp, dp: dp, stage: dp, prec: prec}
-			got, _, skip := tpCurve(t, r, steps, 1.0, corpus)
-			t.Logf("%v: skipped %d (TP 1: %d), loss rel %.3g", r, skip, wantSkip, maxLossRel(want, got))
-			assert.Equal(t, wantSkip, skip, "%v: skipped steps", r)
-			assert.LessOrEqual(t, maxLossRel(want, got), 5e-5, "%v: losses vs TP 1", r)
+			for _, seq := range []bool{false, true} {
+				r := tpRun{tp: tp, dp: dp, stage: dp, prec: prec, seq: seq}
+				got, _, skip := tpCurve(t, r, steps, 1.0, corpus)
+				t.Logf("%v: skipped %d (TP 1: %d), loss rel %.3g", r, skip, wantSkip, maxLossRel(want, got))
+				assert.Equal(t, wantSkip, skip, "%v: skipped steps", r)
+				assert.LessOrEqual(t, maxLossRel(want, got), 5e-5, "%v: losses vs TP 1", r)
+			}
 		}
 	}
 }
