@@ -47,8 +47,8 @@ func tpCurve(t *testing.T, r tpRun, steps int, clip float64, corpus *data.Tokens
 	t.Helper()
 	cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": 1,
 		"gradient_clipping": %g, "zero_optimization": {"stage": %d, "reduce_bucket_size": 500},
-		"tensor_model_parallel_size": %d, %s
-		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`, eqB/r.dp, clip, r.stage, r.tp, r.prec, eqLR, eqWD)
+		"tensor_model_parallel_size": %d, "megatron_sequence_parallel": %v, %s
+		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`, eqB/r.dp, clip, r.stage, r.tp, r.seq, r.prec, eqLR, eqWD)
 	losses := make([]float64, steps)
 	var params map[string][]float32
 	skipped := 0
@@ -219,8 +219,9 @@ func TestGPTTensorParallelGradients(t *testing.T) {
 }
 
 // Sizes that do not split over the TP degree are refused naming both, as
-// are TP with ZeRO-3 and with pipeline stages (not supported yet), and a
-// config whose tensor_model_parallel_size disagrees with the group.
+// are TP with ZeRO-3 and with pipeline stages (not supported yet), a
+// config whose tensor_model_parallel_size disagrees with the group, and a
+// model built otherwise than megatron_sequence_parallel says.
 func TestGPTTensorParallelErrors(t *testing.T) {
 	for _, tc := range []struct {
 		heads, width, vocab, tp int
@@ -263,6 +264,7 @@ func TestGPTTensorParallelErrors(t *testing.T) {
 		{`"tensor_model_parallel_size": 1`, -2, "transformer.wte.weight is a tensor-parallel shard (dim 0)"},
 		{`"tensor_model_parallel_size": 4`, 2, "tensor_model_parallel_size 4, but WithTensorParallel's group has 2 ranks"},
 		{`"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2`, 2, "with pipeline stages (TP x PP)"},
+		{`"tensor_model_parallel_size": 2, "megatron_sequence_parallel": true`, 2, "megatron_sequence_parallel is true, but the model was built with nn.TP.SequenceParallel false"},
 	} {
 		n := max(tc.tp, 2)
 		err := local.Run(context.Background(), n, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, c comm.Comm) error {

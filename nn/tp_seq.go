@@ -32,6 +32,11 @@ import (
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
+// MegatronSequenceParallel reports whether the model splits its residual
+// stream along the sequence over its TP group (TP.SequenceParallel): the
+// engine checks it against megatron_sequence_parallel.
+func (g *GPT) MegatronSequenceParallel() bool { return g.tp.seqOn() }
+
 // seqOn reports whether the residual stream is split along the sequence.
 func (s *tpState) seqOn() bool { return s != nil && s.seq }
 
