@@ -161,7 +161,9 @@ func TestGPTTensorParallelHalf(t *testing.T) {
 // One forward and backward of the sharded GPT, without an engine, gives
 // the unsharded loss on every rank and gradients whose unsharded
 // concatenation is the unsharded model's; with Megatron's sequence
-// parallelism too (8 sequences: the sequence-shard permutation matters).
+// parallelism too (8 sequences: the sequence-shard permutation matters),
+// also when the model recomputes its checkpointed blocks itself (their
+// collectives run again in backward).
 func TestGPTTensorParallelGradients(t *testing.T) {
 	mk, err := data.NewMarkov(32, 1, 2, 3)
 	require.NoError(t, err)
@@ -179,13 +181,14 @@ func TestGPTTensorParallelGradients(t *testing.T) {
 	require.NoError(t, ref.Backward(nil))
 	want := flatParams(grads(ref))
 	for _, tc := range []struct {
-		tp  int
-		seq bool
-	}{{2, false}, {4, false}, {2, true}, {4, true}} {
+		tp        int
+		seq, ckpt bool
+	}{{2, false, false}, {4, false, false}, {2, true, false}, {4, true, false}, {4, true, true}} {
 		tp := tc.tp
 		err := local.Run(context.Background(), tp, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 			cfg := tpGPT(32)
 			cfg.TP = nn.TP{Comm: c, SequenceParallel: tc.seq}
+			cfg.Checkpointing.Enabled = tc.ckpt
 			g, err := nn.NewReadyGPT(cfg, c.(interface{ Backend() backend.Backend }).Backend(), eqSeed)
 			if err != nil {
 				return err
@@ -214,7 +217,7 @@ func TestGPTTensorParallelGradients(t *testing.T) {
 			}
 			return nil
 		})
-		require.NoError(t, err, "tp %d seq %v", tp, tc.seq)
+		require.NoError(t, err, "tp %d seq %v ckpt %v", tp, tc.seq, tc.ckpt)
 	}
 }
 
