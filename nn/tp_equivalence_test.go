@@ -170,12 +170,7 @@ func TestGPTTensorParallelGradients(t *testing.T) {
 	corpus := &data.Tokens{IDs: mk.Generate(2000, 4), Vocab: 32}
 	b := eqBatch(corpus, 0, 1, 0)
 	grads := func(g *nn.GPT) map[string][]float32 { return gradsOf(t, g) }
-	be, err := backend.NewCPU(1)
-	require.NoError(t, err)
-	defer be.Close()
-	ref, err := nn.NewReadyGPT(tpGPT(32), be, eqSeed)
-	require.NoError(t, err)
-	defer ref.Free()
+	ref := unshardedGPT(t)
 	wantLoss, err := ref.Forward(nil, b.Inputs, b.Targets, b.B, b.T)
 	require.NoError(t, err)
 	require.NoError(t, ref.Backward(nil))

@@ -155,12 +155,7 @@ func TestGPTMegatronSequenceParallelAccumulates(t *testing.T) {
 		}
 		return nil
 	}
-	be, err := backend.NewCPU(1)
-	require.NoError(t, err)
-	defer be.Close()
-	ref, err := nn.NewReadyGPT(tpGPT(32), be, eqSeed)
-	require.NoError(t, err)
-	defer ref.Free()
+	ref := unshardedGPT(t)
 	require.NoError(t, twice(ref))
 	want := flatParams(gradsOf(t, ref))
 	err = local.Run(context.Background(), 2, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
@@ -184,4 +179,16 @@ func TestGPTMegatronSequenceParallelAccumulates(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// unshardedGPT is tpGPT(32) on one rank's CPU backend, freed with the test.
+func unshardedGPT(t *testing.T) *nn.GPT {
+	t.Helper()
+	be, err := backend.NewCPU(1)
+	require.NoError(t, err)
+	t.Cleanup(func() { be.Close() })
+	ref, err := nn.NewReadyGPT(tpGPT(32), be, eqSeed)
+	require.NoError(t, err)
+	t.Cleanup(ref.Free)
+	return ref
 }
