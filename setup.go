@@ -41,7 +41,7 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	if err := checkSP(cfg, net, o); err != nil {
 		return nil, err
 	}
-	if err := checkTP(cfg, o); err != nil {
+	if err := checkTP(cfg, net, o); err != nil {
 		return nil, err
 	}
 	if e.c == nil {

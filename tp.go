@@ -13,6 +13,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -44,9 +45,11 @@ func TensorParallelGroups(ctx context.Context, world comm.Comm, tp int) (data, m
 	return data, model, nil
 }
 
-// checkTP validates the tensor-parallel setup against cfg and returns the
-// checks unsupported makes on the rest of it.
-func checkTP(cfg *config.Config, o options) error {
+// checkTP validates the tensor-parallel setup against cfg, and a model
+// that says whether it splits its sequences Megatron's way against
+// megatron_sequence_parallel, and returns the checks unsupported makes on
+// the rest of it.
+func checkTP(cfg *config.Config, net model.Model, o options) error {
 	tp := max(1, cfg.TensorModelParallelSize)
 	switch {
 	case o.tp == nil && tp > 1:
@@ -57,6 +60,9 @@ func checkTP(cfg *config.Config, o options) error {
 		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d with zero_optimization.stage %d: not supported yet (TP runs with ZeRO stages 0-2)", tp, cfg.ZeroOptimization.Stage)
 	case tp > 1 && o.device != nil && !o.device.IsCPU():
 		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d on %v: not supported yet (TP runs on the CPU backend)", tp, *o.device)
+	}
+	if m, ok := net.(interface{ MegatronSequenceParallel() bool }); ok && tp > 1 && m.MegatronSequenceParallel() != cfg.MegatronSequenceParallel {
+		return fmt.Errorf("deepgo.Initialize: megatron_sequence_parallel is %v, but the model was built with nn.TP.SequenceParallel %v: build it as the config says", cfg.MegatronSequenceParallel, m.MegatronSequenceParallel())
 	}
 	rest := *cfg
 	rest.TensorModelParallelSize = 1

@@ -78,6 +78,14 @@
 //     stages. Together with sequence_parallel_size they must divide the world
 //     size; the rest is data parallelism. Pipeline stages > 1 with ZeRO stage 2
 //     or 3 is an error, as DeepSpeed's PipelineEngine refuses it.
+//   - megatron_sequence_parallel (default false): Megatron's sequence
+//     parallelism inside TP (its --sequence-parallel flag; DeepSpeed configs
+//     have no key for it, and deepgo's sequence_parallel section is
+//     Ulysses'): the LayerNorms and the residual stream between blocks are
+//     split along the sequence over the tensor_model_parallel_size ranks,
+//     all-gather and reduce-scatter replacing TP's all-reduces. The sequence
+//     length must be divisible by tensor_model_parallel_size; with
+//     tensor_model_parallel_size 1 it is a warning (nothing to split).
 //   - pipeline_schedule: "1F1B" (default; DeepSpeed's TrainSchedule), "GPipe"
 //     (all forwards, then all backwards) or "Interleaved" (Megatron's virtual
 //     pipeline), written as a string or as {"type": "Interleaved",

@@ -88,6 +88,7 @@ var fieldDocs = map[string]map[string]string{
 		"gradient_allreduce_op":                "gradient_allreduce_op is \"mean\" (average) or \"sum\".",
 		"gradient_clipping":                    "gradient_clipping is the global gradient-norm clip (0 disables).",
 		"gradient_predivide_factor":            "gradient_predivide_factor divides gradients by this before the all-reduce and the rest after.",
+		"megatron_sequence_parallel":           "megatron_sequence_parallel splits the LayerNorm regions along the sequence inside TP (deepgo key; Megatron's --sequence-parallel).",
 		"memory_breakdown":                     "memory_breakdown enables memory reports.",
 		"optimizer":                            "optimizer is the optimizer section; nil when absent (client optimizer).",
 		"pipeline":                             "pipeline is the pipeline section (PipelineEngine options).",

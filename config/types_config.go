@@ -91,6 +91,8 @@ type Config struct {
 	SequenceParallelSize int `json:"sequence_parallel_size" ds:"def=1;min=1"`
 	// TensorModelParallelSize is the tensor-parallel degree (deepgo key; Megatron's name).
 	TensorModelParallelSize int `json:"tensor_model_parallel_size" ds:"def=1;min=1;deepgo"`
+	// MegatronSequenceParallel splits the LayerNorm regions along the sequence inside TP (deepgo key; Megatron's --sequence-parallel).
+	MegatronSequenceParallel bool `json:"megatron_sequence_parallel" ds:"def=false;deepgo"`
 	// PipelineModelParallelSize is the number of pipeline stages (deepgo key; Megatron's name).
 	PipelineModelParallelSize int `json:"pipeline_model_parallel_size" ds:"def=1;min=1;deepgo"`
 	// PipelineSchedule selects the pipeline schedule (deepgo key).

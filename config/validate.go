@@ -92,6 +92,10 @@ func (l *loader) crossCheck(c *Config) {
 	if c.Elasticity.Enabled {
 		l.fail("elasticity.enabled", true, "false (elastic training is recognised but not supported by deepgo)", "")
 	}
+	if c.MegatronSequenceParallel && c.TensorModelParallelSize <= 1 {
+		// Megatron disables it the same way, with a warning
+		l.warn("megatron_sequence_parallel", "tensor_model_parallel_size is 1, so there is no TP group to split the sequence over; set tensor_model_parallel_size > 1")
+	}
 	if c.SequenceParallel.Enabled && c.SequenceParallelSize <= 1 {
 		l.warn("sequence_parallel.enabled", "sequence_parallel_size is 1, so no sequence sharding happens; set sequence_parallel_size > 1")
 	}

@@ -82,6 +82,7 @@ type BlockActivations struct {
 // NewActivations allocates one block's activations for b x t tokens.
 func (k *Block) NewActivations(a *Arena, b, t int) (*BlockActivations, error) {
 	n, c := b*t, k.Width
+	r := k.tp.rows(n) // the LayerNorms' rows: a sequence shard under Megatron SP
 	var s BlockActivations
 	var err error
 	// attention sees whole sequences: t·sp tokens under sequence parallelism
@@ -90,9 +91,9 @@ func (k *Block) NewActivations(a *Arena, b, t int) (*BlockActivations, error) {
 		p     **tensor.Tensor
 		shape []int
 	}{
-		{&s.LN1, []int{n, c}}, {&s.LN1Mean, []int{n}}, {&s.LN1Rstd, []int{n}}, {&s.QKV, []int{n, k.QKV.Out}},
-		{&s.Att, []int{b, k.Attn.Heads, tt, k.Attn.Span(tt)}}, {&s.AttY, []int{n, k.Proj.In}}, {&s.Res2, []int{n, c}},
-		{&s.LN2, []int{n, c}}, {&s.LN2Mean, []int{n}}, {&s.LN2Rstd, []int{n}}, {&s.FC, []int{n, k.FC.Out}}, {&s.FCAct, []int{n, k.FC.Out}},
+		{&s.LN1, []int{n, c}}, {&s.LN1Mean, []int{r}}, {&s.LN1Rstd, []int{r}}, {&s.QKV, []int{n, k.QKV.Out}},
+		{&s.Att, []int{b, k.Attn.Heads, tt, k.Attn.Span(tt)}}, {&s.AttY, []int{n, k.Proj.In}}, {&s.Res2, []int{r, c}},
+		{&s.LN2, []int{n, c}}, {&s.LN2Mean, []int{r}}, {&s.LN2Rstd, []int{r}}, {&s.FC, []int{n, k.FC.Out}}, {&s.FCAct, []int{n, k.FC.Out}},
 	} {
 		if *f.p, err = a.Float32(f.shape...); err != nil {
 			return nil, err
@@ -116,6 +117,10 @@ type BlockScratch struct {
 	// Heads and DQKVHeads are attention's output (or its gradient) and
 	// dqkv in head shards under sequence parallelism; nil without.
 	Heads, DQKVHeads *tensor.Tensor
+	// SeqLocal [N/tp, C] is a LayerNorm's output or a reduce-scattered
+	// sum on this rank's sequence shard under Megatron sequence
+	// parallelism (tp_seq.go); nil without.
+	SeqLocal *tensor.Tensor
 }
 
 // NewScratch allocates a block scratch for b x t tokens.
@@ -123,6 +128,11 @@ func (k *Block) NewScratch(a *Arena, b, t int) (*BlockScratch, error) {
 	n, c := b*t, k.Width
 	var s BlockScratch
 	var err error
+	if k.tp.seqOn() {
+		if s.SeqLocal, err = a.Float32(k.tp.rows(n), c); err != nil {
+			return nil, err
+		}
+	}
 	for _, f := range []struct {
 		p *(*tensor.Tensor)
 		w int
@@ -144,6 +154,9 @@ func (k *Block) NewScratch(a *Arena, b, t int) (*BlockScratch, error) {
 
 // Forward computes out[N, C] from in[N, C] (N = b*t) on be, filling acts.
 func (k *Block) Forward(be backend.NN, out, in *tensor.Tensor, acts *BlockActivations, s *BlockScratch, b, t int) error {
+	if k.tp.seqOn() {
+		return k.seqForward(be, out, in, acts, s, b, t)
+	}
 	n, dev := b*t, be.Device()
 	if err := needF32("Block.Forward", dev, "out", out, n*k.Width, "in", in, n*k.Width); err != nil {
 		return err
@@ -176,6 +189,9 @@ func (k *Block) Forward(be backend.NN, out, in *tensor.Tensor, acts *BlockActiva
 // Backward accumulates din[N, C] += d(out)/d(in)^T dout and every
 // parameter gradient on be, from the activations Forward left in acts.
 func (k *Block) Backward(be backend.NN, din, dout, in *tensor.Tensor, acts *BlockActivations, s *BlockScratch, b, t int) error {
+	if k.tp.seqOn() {
+		return k.seqBackward(be, din, dout, in, acts, s, b, t)
+	}
 	n, c, dev := b*t, k.Width, be.Device()
 	if err := needF32("Block.Backward", dev, "din", din, n*c, "dout", dout, n*c, "in", in, n*c); err != nil {
 		return err

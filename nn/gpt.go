@@ -277,6 +277,9 @@ func (g *GPT) allocFor(be backend.Backend, b, t int, engine bool) error {
 		s.scr.SetAlloc(be.Empty)
 	}
 	n, c, L := b*t, g.Config.Width, g.Config.Layers
+	// rn: the residual stream's rows here (a shard of them under Megatron
+	// sequence parallelism)
+	rn := g.tp.rows(n)
 	k := g.checkpointed()
 	if engine {
 		k = 0
@@ -312,7 +315,7 @@ func (g *GPT) allocFor(be backend.Backend, b, t int, engine bool) error {
 			break
 		}
 		if s.resid[l] == nil && (g.inPart(l) || g.inPart(l+1)) {
-			if s.resid[l], err = s.acts.Float32(n, c); err != nil {
+			if s.resid[l], err = s.acts.Float32(rn, c); err != nil {
 				return fail(err)
 			}
 		}
@@ -325,7 +328,7 @@ func (g *GPT) allocFor(be backend.Backend, b, t int, engine bool) error {
 		}
 		if l < k {
 			recompute = true
-			s.saved += int64(n * c * 4)
+			s.saved += int64(rn * c * 4)
 			continue
 		}
 		if s.blockActs[l], err = blk.NewActivations(&s.acts, b, t); err != nil {
@@ -342,7 +345,7 @@ func (g *GPT) allocFor(be backend.Backend, b, t int, engine bool) error {
 		a     *Arena
 		shape []int
 	}
-	bufs := []buf{{&s.dA, &s.scr, []int{n, c}}, {&s.dB, &s.scr, []int{n, c}}}
+	bufs := []buf{{&s.dA, &s.scr, []int{rn, c}}, {&s.dB, &s.scr, []int{rn, c}}}
 	if head := L + 1; g.inPart(head) {
 		bufs = append(bufs, buf{&s.lnf, &s.acts, []int{n, c}}, buf{&s.lnfMean, &s.acts, []int{n}}, buf{&s.lnfRstd, &s.acts, []int{n}},
 			buf{&s.probs, &s.acts, []int{n, g.Embed.Vocab}}, buf{&s.losses, &s.acts, []int{n}}, buf{&s.dlosses, &s.scr, []int{n}})
@@ -391,7 +394,7 @@ func (g *GPT) ActivationStats() ActivationStats {
 		return ActivationStats{Checkpointed: g.checkpointed()}
 	}
 	return ActivationStats{Bytes: g.st.acts.Bytes(), Allocs: g.st.acts.Allocs(), SavedInputBytes: g.st.saved,
-		ScratchBytes: g.st.scr.Bytes() + g.sp.bufferBytes(), Checkpointed: g.checkpointed(), Recompute: g.st.recomputed}
+		ScratchBytes: g.st.scr.Bytes() + g.sp.bufferBytes() + g.tp.bufferBytes(), Checkpointed: g.checkpointed(), Recompute: g.st.recomputed}
 }
 
 func (g *GPT) actsFor(l int) *BlockActivations {

@@ -126,6 +126,9 @@ func (m embedModule) Forward(ctx context.Context, in model.Activation) (model.Ac
 	if n := g.sp.size(); b.T*n > g.Config.SeqLen {
 		return nil, fmt.Errorf("nn.GPT.Forward: sequence shards of %d tokens on %d sequence-parallel ranks: sequences of %d tokens, need at most %d (seq_len)", b.T, n, b.T*n, g.Config.SeqLen)
 	}
+	if err := g.tp.checkSeqLen(b.T); err != nil {
+		return nil, err
+	}
 	if len(b.Inputs) != b.B*b.T || len(b.Targets) != b.B*b.T {
 		return nil, fmt.Errorf("nn.GPT.Forward: %d inputs and %d targets for %d x %d tokens", len(b.Inputs), len(b.Targets), b.B, b.T)
 	}
@@ -238,7 +241,7 @@ func (g *GPT) engineBlockForward(ctx context.Context, k backend.NN, l int, x *te
 	if !ok {
 		return nil, fmt.Errorf("nn.GPT: block %d: the engine checkpoints, but the call carries no arena", l)
 	}
-	n, c := s.b*s.t, g.Config.Width
+	n, c := g.tp.rows(s.b*s.t), g.Config.Width
 	if x.Numel() != n*c {
 		return nil, fmt.Errorf("nn.GPT: block %d: input %v, want %d x %d", l, x.Shape(), n, c)
 	}
@@ -344,6 +347,9 @@ func (m headModule) Forward(ctx context.Context, in model.Activation) (model.Act
 	if err != nil {
 		return nil, err
 	}
+	if g.tp.seqOn() {
+		return g.seqHeadForward(k, x)
+	}
 	n := s.b * s.t
 	wte, err := g.headWeight("GPT.Forward", k.Device())
 	if err != nil {
@@ -373,6 +379,9 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 	dlogits, err := asTensor("logits gradient", gout)
 	if err != nil {
 		return nil, err
+	}
+	if g.tp.seqOn() && !m.tied { // TP has no pipeline parts (checkTP)
+		return g.seqHeadBackward(k, dlogits)
 	}
 	n := s.b * s.t
 	wte, err := g.headWeight("GPT.Backward", k.Device())

@@ -29,6 +29,11 @@ type TP struct {
 	// Comm is the group of ranks that share each layer: this rank's
 	// shard is Comm.Rank() of Comm.Size().
 	Comm comm.Comm
+	// SequenceParallel is Megatron's sequence parallelism (its
+	// --sequence-parallel; deepgo's megatron_sequence_parallel key): the
+	// residual stream and the LayerNorms are split along the sequence
+	// over the group (see tp_seq.go). It needs a group of 2 or more ranks.
+	SequenceParallel bool
 }
 
 // size is the TP degree, 1 without a group.
@@ -50,14 +55,47 @@ type tpState struct {
 	// which rows' tokens it holds (see tpTokens)
 	tokens *tensor.Tensor
 	held   []bool
+	// seq is TP.SequenceParallel; seqBuf and lnGrad are its host buffers:
+	// the collectives' permutation and a LayerNorm's gradient sum
+	seq            bool
+	seqBuf, lnGrad *tensor.Tensor
 }
 
 // free releases the remapped token buffer.
 func (s *tpState) free() {
-	if s != nil && s.tokens != nil {
-		s.tokens.Free()
-		s.tokens, s.held = nil, nil
+	if s == nil {
+		return
 	}
+	for _, t := range []**tensor.Tensor{&s.tokens, &s.seqBuf, &s.lnGrad} {
+		if *t != nil {
+			(*t).Free()
+			*t = nil
+		}
+	}
+	s.held = nil
+}
+
+// bufferBytes is the size of the sequence-parallel host buffers (scratch:
+// used only inside one module call).
+func (s *tpState) bufferBytes() int64 {
+	if s == nil {
+		return 0
+	}
+	var n int64
+	for _, t := range []*tensor.Tensor{s.seqBuf, s.lnGrad} {
+		if t != nil {
+			n += int64(t.Numel()) * 4
+		}
+	}
+	return n
+}
+
+// context is the module call's context (Background outside one).
+func (s *tpState) context() context.Context {
+	if s.ctx == nil {
+		return context.Background()
+	}
+	return s.ctx
 }
 
 // shard says how a parameter is cut from the full one (of shape full), as
@@ -77,11 +115,7 @@ func (s *tpState) allReduce(t *tensor.Tensor, n int, op comm.ReduceOp) error {
 	if err != nil {
 		return err
 	}
-	ctx := s.ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	if err := s.c.AllReduce(ctx, v, op); err != nil {
+	if err := s.c.AllReduce(s.context(), v, op); err != nil {
 		return fmt.Errorf("nn: tensor-parallel all-reduce: %w", err)
 	}
 	return nil
@@ -91,6 +125,9 @@ func (s *tpState) allReduce(t *tensor.Tensor, n int, op comm.ReduceOp) error {
 func checkTP(cfg GPTConfig) error {
 	n := cfg.TP.size()
 	if n == 1 {
+		if cfg.TP.SequenceParallel {
+			return fmt.Errorf("nn.NewGPT: sequence parallelism (TP.SequenceParallel) with tensor_model_parallel_size 1: it splits the sequence over the TP ranks, so it needs 2 or more")
+		}
 		return nil
 	}
 	for _, d := range []struct {
@@ -115,7 +152,7 @@ func (g *GPT) shardTP() {
 		return
 	}
 	n := c.Size()
-	st := &tpState{c: c, shards: map[*model.Param]shard{}}
+	st := &tpState{c: c, shards: map[*model.Param]shard{}, seq: g.Config.TP.SequenceParallel}
 	g.tp = st
 	cut := func(p *model.Param, dim, parts int) {
 		p.Parallel = model.TPLayout{Split: true, Dim: dim, Parts: parts}

@@ -24,15 +24,20 @@ func tpGPT(vocab int) nn.GPTConfig {
 }
 
 // tpRun is one tensor × data parallel layout; prec is extra config
-// (a precision section), ckpt turns on activation checkpointing.
+// (a precision section), ckpt turns on activation checkpointing, seq
+// Megatron's sequence parallelism (TP.SequenceParallel).
 type tpRun struct {
 	tp, dp, stage int
 	prec          string
-	ckpt          bool
+	ckpt, seq     bool
 }
 
 func (r tpRun) String() string {
-	return fmt.Sprintf("tp%d-dp%d-zero%d-ckpt%v", r.tp, r.dp, r.stage, r.ckpt)
+	s := fmt.Sprintf("tp%d-dp%d-zero%d-ckpt%v", r.tp, r.dp, r.stage, r.ckpt)
+	if r.seq {
+		s += "-megatronsp"
+	}
+	return s
 }
 
 // tpCurve trains tpGPT with the engine over r.tp × r.dp in-process ranks
@@ -42,8 +47,8 @@ func tpCurve(t *testing.T, r tpRun, steps int, clip float64, corpus *data.Tokens
 	t.Helper()
 	cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": 1,
 		"gradient_clipping": %g, "zero_optimization": {"stage": %d, "reduce_bucket_size": 500},
-		"tensor_model_parallel_size": %d, %s
-		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`, eqB/r.dp, clip, r.stage, r.tp, r.prec, eqLR, eqWD)
+		"tensor_model_parallel_size": %d, "megatron_sequence_parallel": %v, %s
+		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`, eqB/r.dp, clip, r.stage, r.tp, r.seq, r.prec, eqLR, eqWD)
 	losses := make([]float64, steps)
 	var params map[string][]float32
 	skipped := 0
@@ -57,7 +62,7 @@ func tpCurve(t *testing.T, r tpRun, steps int, clip float64, corpus *data.Tokens
 			return err
 		}
 		gc := tpGPT(corpus.Vocab)
-		gc.TP = nn.TP{Comm: tc}
+		gc.TP = nn.TP{Comm: tc, SequenceParallel: r.seq}
 		gc.Checkpointing.Enabled = r.ckpt
 		g, err := nn.NewReadyGPT(gc, nil, eqSeed)
 		if err != nil {
@@ -122,7 +127,9 @@ func TestGPTTensorParallelEquivalence(t *testing.T) {
 
 // Under fp16 with a loss scale that overflows at first, the TP ranks
 // agree on every overflow (each sees only its shards' gradients): TP 2 and
-// 4 skip the same steps as one rank, and TP 2 × DP 2 the same as DP 2
+// 4, with and without Megatron's sequence parallelism (whose LayerNorm
+// gradients are summed in float32 and rounded into the fp16 gradient
+// once), skip the same steps as one rank, and TP 2 × DP 2 the same as DP 2
 // alone (data parallelism by itself changes which steps overflow: each
 // rank's half-batch gradient is scaled in fp16 before the average), and
 // they follow its losses to half-precision rounding (measured: 8e-8).
@@ -140,38 +147,43 @@ func TestGPTTensorParallelHalf(t *testing.T) {
 			tps = tps[:1]
 		}
 		for _, tp := range tps {
-			r := tpRun{tp: tp, dp: dp, stage: dp, prec: prec}
-			got, _, skip := tpCurve(t, r, steps, 1.0, corpus)
-			t.Logf("%v: skipped %d (TP 1: %d), loss rel %.3g", r, skip, wantSkip, maxLossRel(want, got))
-			assert.Equal(t, wantSkip, skip, "%v: skipped steps", r)
-			assert.LessOrEqual(t, maxLossRel(want, got), 5e-5, "%v: losses vs TP 1", r)
+			for _, seq := range []bool{false, true} {
+				r := tpRun{tp: tp, dp: dp, stage: dp, prec: prec, seq: seq}
+				got, _, skip := tpCurve(t, r, steps, 1.0, corpus)
+				t.Logf("%v: skipped %d (TP 1: %d), loss rel %.3g", r, skip, wantSkip, maxLossRel(want, got))
+				assert.Equal(t, wantSkip, skip, "%v: skipped steps", r)
+				assert.LessOrEqual(t, maxLossRel(want, got), 5e-5, "%v: losses vs TP 1", r)
+			}
 		}
 	}
 }
 
 // One forward and backward of the sharded GPT, without an engine, gives
 // the unsharded loss on every rank and gradients whose unsharded
-// concatenation is the unsharded model's.
+// concatenation is the unsharded model's; with Megatron's sequence
+// parallelism too (8 sequences: the sequence-shard permutation matters),
+// also when the model recomputes its checkpointed blocks itself (their
+// collectives run again in backward).
 func TestGPTTensorParallelGradients(t *testing.T) {
 	mk, err := data.NewMarkov(32, 1, 2, 3)
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(2000, 4), Vocab: 32}
 	b := eqBatch(corpus, 0, 1, 0)
 	grads := func(g *nn.GPT) map[string][]float32 { return gradsOf(t, g) }
-	be, err := backend.NewCPU(1)
-	require.NoError(t, err)
-	defer be.Close()
-	ref, err := nn.NewReadyGPT(tpGPT(32), be, eqSeed)
-	require.NoError(t, err)
-	defer ref.Free()
+	ref := unshardedGPT(t)
 	wantLoss, err := ref.Forward(nil, b.Inputs, b.Targets, b.B, b.T)
 	require.NoError(t, err)
 	require.NoError(t, ref.Backward(nil))
 	want := flatParams(grads(ref))
-	for _, tp := range []int{2, 4} {
+	for _, tc := range []struct {
+		tp        int
+		seq, ckpt bool
+	}{{2, false, false}, {4, false, false}, {2, true, false}, {4, true, false}, {4, true, true}} {
+		tp := tc.tp
 		err := local.Run(context.Background(), tp, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 			cfg := tpGPT(32)
-			cfg.TP = nn.TP{Comm: c}
+			cfg.TP = nn.TP{Comm: c, SequenceParallel: tc.seq}
+			cfg.Checkpointing.Enabled = tc.ckpt
 			g, err := nn.NewReadyGPT(cfg, c.(interface{ Backend() backend.Backend }).Backend(), eqSeed)
 			if err != nil {
 				return err
@@ -200,13 +212,14 @@ func TestGPTTensorParallelGradients(t *testing.T) {
 			}
 			return nil
 		})
-		require.NoError(t, err, "tp %d", tp)
+		require.NoError(t, err, "tp %d seq %v ckpt %v", tp, tc.seq, tc.ckpt)
 	}
 }
 
 // Sizes that do not split over the TP degree are refused naming both, as
-// are TP with ZeRO-3 and with pipeline stages (not supported yet), and a
-// config whose tensor_model_parallel_size disagrees with the group.
+// are TP with ZeRO-3 and with pipeline stages (not supported yet), a
+// config whose tensor_model_parallel_size disagrees with the group, and a
+// model built otherwise than megatron_sequence_parallel says.
 func TestGPTTensorParallelErrors(t *testing.T) {
 	for _, tc := range []struct {
 		heads, width, vocab, tp int
@@ -249,6 +262,7 @@ func TestGPTTensorParallelErrors(t *testing.T) {
 		{`"tensor_model_parallel_size": 1`, -2, "transformer.wte.weight is a tensor-parallel shard (dim 0)"},
 		{`"tensor_model_parallel_size": 4`, 2, "tensor_model_parallel_size 4, but WithTensorParallel's group has 2 ranks"},
 		{`"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2`, 2, "with pipeline stages (TP x PP)"},
+		{`"tensor_model_parallel_size": 2, "megatron_sequence_parallel": true`, 2, "megatron_sequence_parallel is true, but the model was built with nn.TP.SequenceParallel false"},
 	} {
 		n := max(tc.tp, 2)
 		err := local.Run(context.Background(), n, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, c comm.Comm) error {

@@ -76,12 +76,19 @@ func (g *GPT) tpEmbedForward(k backend.NN, out *tensor.Tensor, ids []int32, b, t
 	if err := checkParams("Embedding.Forward", k.Device(), false, e.Params(), []int{e.Vocab, e.Width}, []int{e.MaxSeq, e.Width}); err != nil {
 		return err
 	}
-	if err := k.EncoderForward(out, g.tp.tokens, e.Tok.Data, e.Pos.Data, b, t, e.Width, e.Vocab); err != nil {
+	sum := out
+	if g.tp.seqOn() {
+		sum = g.st.scratch.Proj // [N, C]; out is this rank's sequence shard
+	}
+	if err := k.EncoderForward(sum, g.tp.tokens, e.Tok.Data, e.Pos.Data, b, t, e.Width, e.Vocab); err != nil {
 		return fmt.Errorf("nn.Embedding.Forward: %w", err)
 	}
 	// the holder of a token contributes its row and the position row
-	if err := g.clearRows(out); err != nil {
+	if err := g.clearRows(sum); err != nil {
 		return err
+	}
+	if g.tp.seqOn() {
+		return g.tp.scatterSeq(out, sum, b, t, e.Width)
 	}
 	return g.tp.allReduce(out, b*t*e.Width, comm.Sum)
 }
@@ -93,6 +100,15 @@ func (g *GPT) tpEmbedBackward(k backend.NN, dtok, dout, spare *tensor.Tensor, b,
 	e := g.Embed
 	if err := checkParams("Embedding.Backward", k.Device(), true, e.Params(), []int{e.Vocab, e.Width}, []int{e.MaxSeq, e.Width}); err != nil {
 		return err
+	}
+	if g.tp.seqOn() {
+		// dout is this rank's sequence shard: every rank gathers the whole
+		// gradient, so wpe's stays the same on every rank
+		full := g.st.scratch.Proj
+		if err := g.tp.gatherSeq(full, dout, b, t, e.Width); err != nil {
+			return err
+		}
+		dout, spare = full, g.st.scratch.DLN
 	}
 	if err := k.EncoderBackward(nil, e.Pos.Grad, dout, g.tp.tokens, b, t, e.Width, e.Vocab); err != nil {
 		return fmt.Errorf("nn.Embedding.Backward: %w", err)

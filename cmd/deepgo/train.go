@@ -195,6 +195,8 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			return err
 		}
 		g.TP = tpg
+		// megatron_sequence_parallel with TP 1 is config.Load's warning
+		g.TP.SequenceParallel = tp > 1 && cfg.MegatronSequenceParallel
 		spg, err := spRank(ctx, c, sp)
 		if err != nil {
 			return err
@@ -245,6 +247,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			}
 			if tp > 1 {
 				fmt.Fprintf(stdout, "tensor parallel: %d ranks x %d data-parallel ranks (the params above are one rank's shards)\n", tp, ranks)
+				if g.TP.SequenceParallel {
+					fmt.Fprintf(stdout, "megatron sequence parallel: the residual stream and LayerNorms split along the sequence, %d tokens of each per rank\n", T/tp)
+				}
 			}
 			if sp > 1 {
 				fmt.Fprintf(stdout, "sequence parallel (Ulysses): %d ranks x %d data-parallel ranks, %d tokens of each sequence per rank\n", sp, ranks, T/sp)
