@@ -90,12 +90,19 @@ type SegmentProfile struct {
 
 // newCkpt sets checkpointing up when net declares segments.
 func newCkpt(cfg *config.Config, net model.Model, be backend.Backend, tp comm.Comm) (*ckptRun, []string) {
-	if _, ok := net.(model.Checkpointed); !ok {
-		return nil, nil
-	}
 	ac := cfg.ActivationCheckpointing
-	c := &ckptRun{cfg: ac, be: be}
+	cp, ok := net.(model.Checkpointed)
 	var notes []string
+	if ac != (config.ActivationCheckpointing{}) && (!ok || len(cp.CheckpointSegments()) == 0) {
+		notes = append(notes, fmt.Sprintf("activation_checkpointing: the model (%T) declares no checkpoint segments (model.Checkpointed), so nothing is recomputed and the section has no effect", net))
+	}
+	if !ok {
+		return nil, notes
+	}
+	c := &ckptRun{cfg: ac, be: be}
+	if ac.CPUCheckpointing && !ac.PartitionActivations {
+		notes = append(notes, "activation_checkpointing.cpu_checkpointing has no effect without partition_activations (as in DeepSpeed): boundaries stay on the device")
+	}
 	if ac.PartitionActivations && tp != nil && tp.Size() > 1 {
 		c.tp = tp
 	} else if ac.PartitionActivations {

@@ -423,18 +423,30 @@ func TestActivationCheckpointingMonitor(t *testing.T) {
 	}
 }
 
-// Where a key cannot act (no TP group, the CPU backend), the engine says
-// so in its Notes.
+// Where a key cannot act (no TP group, the CPU backend, cpu_checkpointing
+// without partitioning, a model without segments), the engine says so in
+// its Notes.
 func TestActivationCheckpointingNotes(t *testing.T) {
-	v := ckVariant{section: `"partition_activations": true, "cpu_checkpointing": true, "synchronize_checkpoint_boundary": true`}
-	cfg, err := config.Parse([]byte(v.config()))
-	require.NoError(t, err)
-	e, err := initEngine(context.Background(), cfg, newCkNet(5, true, ckSizes...))
-	require.NoError(t, err)
-	defer e.Close()
-	notes := fmt.Sprint(e.Notes())
-	for _, w := range []string{"partition_activations: no tensor-parallel group", "cpu_checkpointing: the CPU backend", "synchronize_checkpoint_boundary: CPU kernels"} {
-		assert.Contains(t, notes, w)
+	for _, c := range []struct {
+		section string
+		segs    bool
+		want    []string
+	}{
+		{`"partition_activations": true, "cpu_checkpointing": true, "synchronize_checkpoint_boundary": true`, true,
+			[]string{"partition_activations: no tensor-parallel group", "cpu_checkpointing: the CPU backend", "synchronize_checkpoint_boundary: CPU kernels"}},
+		{`"cpu_checkpointing": true`, true, []string{"cpu_checkpointing has no effect without partition_activations"}},
+		{`"number_checkpoints": 2`, false, []string{"declares no checkpoint segments (model.Checkpointed), so nothing is recomputed"}},
+	} {
+		v := ckVariant{section: c.section}
+		cfg, err := config.Parse([]byte(v.config()))
+		require.NoError(t, err)
+		e, err := initEngine(context.Background(), cfg, newCkNet(5, c.segs, ckSizes...))
+		require.NoError(t, err)
+		notes := fmt.Sprint(e.Notes())
+		require.NoError(t, e.Close())
+		for _, w := range c.want {
+			assert.Contains(t, notes, w, c.section)
+		}
 	}
 }
 
