@@ -13,6 +13,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -130,13 +131,19 @@ func (e *Engine) reportRank() int {
 // checkShards refuses a model sharded for TP (a Split parameter) without
 // the TP group: its norm and overflow would be this rank's shards' alone.
 func (e *Engine) checkShards() error {
-	if e.tp != nil {
-		return nil
+	if p := firstShard(e.params); e.tp == nil && p != nil {
+		return fmt.Errorf("deepgo.Initialize: parameter %s is a tensor-parallel shard (dim %d): set tensor_model_parallel_size and pass WithTensorParallel with the group the model is sharded over", p.Name, p.Parallel.Dim)
 	}
-	for _, ps := range e.params {
+	return nil
+}
+
+// firstShard is the first tensor-parallel shard (a Split parameter) among
+// params, nil when there is none.
+func firstShard(params [][]*model.Param) *model.Param {
+	for _, ps := range params {
 		for _, p := range ps {
 			if p.Parallel.Split {
-				return fmt.Errorf("deepgo.Initialize: parameter %s is a tensor-parallel shard (dim %d): set tensor_model_parallel_size and pass WithTensorParallel with the group the model is sharded over", p.Name, p.Parallel.Dim)
+				return p
 			}
 		}
 	}

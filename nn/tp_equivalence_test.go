@@ -205,8 +205,9 @@ func TestGPTTensorParallelGradients(t *testing.T) {
 }
 
 // Sizes that do not split over the TP degree are refused naming both, as
-// are TP with ZeRO-3 and with pipeline stages (not supported yet), and a
-// config whose tensor_model_parallel_size disagrees with the group.
+// is TP with ZeRO-3 (not supported yet), and a config whose
+// tensor_model_parallel_size disagrees with the group (TP with pipeline
+// stages: tp_pipe_equivalence_test.go).
 func TestGPTTensorParallelErrors(t *testing.T) {
 	for _, tc := range []struct {
 		heads, width, vocab, tp int
@@ -227,18 +228,6 @@ func TestGPTTensorParallelErrors(t *testing.T) {
 		})
 		require.NoError(t, err)
 	}
-	err := local.Run(context.Background(), 2, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, c comm.Comm) error {
-		cfg := tpGPT(32)
-		cfg.TP = nn.TP{Comm: c}
-		g, err := nn.NewGPT(cfg)
-		if err != nil {
-			return err
-		}
-		_, err = g.NewPart(0, 2)
-		assert.ErrorContains(t, err, "tensor_model_parallel_size 2 with pipeline parts: not supported yet")
-		return nil
-	})
-	require.NoError(t, err)
 	for _, tc := range []struct {
 		extra string
 		tp    int
@@ -248,7 +237,6 @@ func TestGPTTensorParallelErrors(t *testing.T) {
 		{`"tensor_model_parallel_size": 2`, 0, "pass WithTensorParallel"},
 		{`"tensor_model_parallel_size": 1`, -2, "transformer.wte.weight is a tensor-parallel shard (dim 0)"},
 		{`"tensor_model_parallel_size": 4`, 2, "tensor_model_parallel_size 4, but WithTensorParallel's group has 2 ranks"},
-		{`"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2`, 2, "with pipeline stages (TP x PP)"},
 	} {
 		n := max(tc.tp, 2)
 		err := local.Run(context.Background(), n, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, c comm.Comm) error {
