@@ -26,8 +26,10 @@ import (
 // PipeEngine trains one rank of a pipeline-parallel run: stage Stage() of
 // a pipeline of Stages() stages, in a data-parallel group of the ranks
 // holding the same stage (DeepSpeed's PipelineEngine on the pipe × data
-// grid, pipe outermost). It executes the instruction streams of package
-// pipeline (1F1B, GPipe or interleaved), keeps the stage's parameters in a
+// grid, pipe outermost; with WithTensorParallel the pipe × data × model
+// grid, each stage's layers sharded over its TP group, see pipe_tp.go).
+// It executes the instruction streams of package pipeline (1F1B, GPipe or
+// interleaved), keeps the stage's parameters in a
 // ZeRO stage 0-1 optimizer over its data-parallel group, sums the
 // gradients of weights tied across stages (the GPT's embedding and head),
 // agrees on fp16/bf16 overflow across all stages and clips by the global
@@ -118,9 +120,7 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if !ok {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d: not supported for this model (%T): a pipeline needs a model.Pipelined (nn.GPT is one)", pp, net)
 	}
-	rest := *cfg
-	rest.TensorModelParallelSize = 1 // pipeGrid's
-	if err := unsupported(&rest); err != nil {
+	if err := unsupported(cfg); err != nil {
 		return nil, err
 	}
 	if z := cfg.ZeroOptimization.Stage; z > 1 {
