@@ -2,7 +2,7 @@ package deepgo
 
 // Megatron tensor parallelism in the data-parallel engine: the model's
 // layers are sharded over a TP group (nn.GPTConfig.TP) and do their own
-// collectives; the engine runs ZeRO 0-2 in the data-parallel group of the
+// collectives; the engine runs ZeRO 0-3 in the data-parallel group of the
 // ranks holding the same shards, and makes the step agree over TP: one
 // overflow verdict, and the gradient norm of the whole (unsharded) model.
 
@@ -54,8 +54,6 @@ func checkTP(cfg *config.Config, o options) error {
 		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d: pass WithTensorParallel (the group the model is sharded over; see TensorParallelGroups)", tp)
 	case o.tp != nil && o.tp.Size() != tp:
 		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d, but WithTensorParallel's group has %d ranks", tp, o.tp.Size())
-	case tp > 1 && cfg.ZeroOptimization.Stage >= 3:
-		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d with zero_optimization.stage %d: not supported yet (TP runs with ZeRO stages 0-2)", tp, cfg.ZeroOptimization.Stage)
 	case tp > 1 && o.device != nil && !o.device.IsCPU():
 		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d on %v: not supported yet (TP runs on the CPU backend)", tp, *o.device)
 	}

@@ -90,7 +90,7 @@ func tpCurve(t *testing.T, r tpRun, steps int, clip float64, corpus *data.Tokens
 }
 
 // The GPT sharded Megatron-style over 2 and 4 tensor-parallel ranks, alone
-// and with 2 data-parallel ranks at ZeRO 0-2, follows the plain
+// and with 2 data-parallel ranks at ZeRO 0-3, follows the plain
 // single-process loop: losses to 1e-6 relative and the unsharded
 // parameters to 3e-6 norm-wise after the steps (the data-parallel
 // equivalence test's tolerances: only float32 summation order differs,
@@ -104,7 +104,8 @@ func TestGPTTensorParallelEquivalence(t *testing.T) {
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
 	runs := []tpRun{{tp: 2, dp: 1}, {tp: 4, dp: 1, stage: 1}, {tp: 2, dp: 2}, {tp: 2, dp: 2, stage: 1},
-		{tp: 2, dp: 2, stage: 2}, {tp: 4, dp: 1, stage: 2}, {tp: 2, dp: 2, stage: 1, ckpt: true}}
+		{tp: 2, dp: 2, stage: 2}, {tp: 4, dp: 1, stage: 2}, {tp: 2, dp: 2, stage: 1, ckpt: true},
+		{tp: 2, dp: 2, stage: 3}, {tp: 2, dp: 1, stage: 3}, {tp: 2, dp: 2, stage: 3, ckpt: true}}
 	for _, clip := range []float64{1.0, mixedClip} {
 		plainLoss, plainParams, clipped := plainGPT(t, tpGPT(corpus.Vocab), eqSeed, steps, clip, func(step int) model.TokenBatch {
 			return eqBatch(corpus, step, 1, 0)
@@ -122,8 +123,8 @@ func TestGPTTensorParallelEquivalence(t *testing.T) {
 
 // Under fp16 with a loss scale that overflows at first, the TP ranks
 // agree on every overflow (each sees only its shards' gradients): TP 2 and
-// 4 skip the same steps as one rank, and TP 2 × DP 2 the same as DP 2
-// alone (data parallelism by itself changes which steps overflow: each
+// 4 skip the same steps as one rank, and TP 2 × DP 2 (ZeRO 2 and 3) the
+// same as DP 2 alone (data parallelism by itself changes which steps overflow: each
 // rank's half-batch gradient is scaled in fp16 before the average), and
 // they follow its losses to half-precision rounding (measured: 8e-8).
 func TestGPTTensorParallelHalf(t *testing.T) {
@@ -135,12 +136,11 @@ func TestGPTTensorParallelHalf(t *testing.T) {
 	for _, dp := range []int{1, 2} {
 		want, _, wantSkip := tpCurve(t, tpRun{tp: 1, dp: dp, stage: dp, prec: prec}, steps, 1.0, corpus)
 		require.NotZero(t, wantSkip, "dp %d: TP 1 skipped no step: the test needs overflows", dp)
-		tps := []int{2, 4}
+		runs := []tpRun{{tp: 2, dp: dp, stage: dp, prec: prec}, {tp: 4, dp: dp, stage: dp, prec: prec}}
 		if dp == 2 {
-			tps = tps[:1]
+			runs[1] = tpRun{tp: 2, dp: dp, stage: 3, prec: prec} // ZeRO-3's fp16 parameters sharded over the data ranks
 		}
-		for _, tp := range tps {
-			r := tpRun{tp: tp, dp: dp, stage: dp, prec: prec}
+		for _, r := range runs {
 			got, _, skip := tpCurve(t, r, steps, 1.0, corpus)
 			t.Logf("%v: skipped %d (TP 1: %d), loss rel %.3g", r, skip, wantSkip, maxLossRel(want, got))
 			assert.Equal(t, wantSkip, skip, "%v: skipped steps", r)
@@ -205,7 +205,7 @@ func TestGPTTensorParallelGradients(t *testing.T) {
 }
 
 // Sizes that do not split over the TP degree are refused naming both, as
-// is TP with ZeRO-3 (not supported yet), and a config whose
+// are a missing TP group, a sharded model without one, and a config whose
 // tensor_model_parallel_size disagrees with the group (TP with pipeline
 // stages: tp_pipe_equivalence_test.go).
 func TestGPTTensorParallelErrors(t *testing.T) {
@@ -233,7 +233,6 @@ func TestGPTTensorParallelErrors(t *testing.T) {
 		tp    int
 		want  string
 	}{
-		{`"zero_optimization": {"stage": 3}, "tensor_model_parallel_size": 2`, 2, "zero_optimization.stage 3: not supported yet"},
 		{`"tensor_model_parallel_size": 2`, 0, "pass WithTensorParallel"},
 		{`"tensor_model_parallel_size": 1`, -2, "transformer.wte.weight is a tensor-parallel shard (dim 0)"},
 		{`"tensor_model_parallel_size": 4`, 2, "tensor_model_parallel_size 4, but WithTensorParallel's group has 2 ranks"},
