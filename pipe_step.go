@@ -150,7 +150,8 @@ func (e *PipeEngine) Step(context.Context) error { return errTrainBatchOnly("Ste
 
 // Parameters gathers the whole model's fp32 parameters keyed by name on
 // every rank (a collective over all ranks); a tied weight comes from its
-// owner stage.
+// owner stage. Under tensor parallelism they are this TP rank's shards
+// (nn.GPT.Unshard gathers them).
 func (e *PipeEngine) Parameters(ctx context.Context) (map[string][]float32, error) {
 	ctx = e.devCtx(ctx)
 	all, err := e.z.GatherMaster(ctx)

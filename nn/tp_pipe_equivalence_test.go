@@ -22,6 +22,7 @@ type tppRun struct {
 	tp, pp, dp, stage, micro int
 	sched                    string
 	virtual                  int
+	prec                     string // a precision section and its comma, or ""
 }
 
 func (r tppRun) String() string {
@@ -30,11 +31,11 @@ func (r tppRun) String() string {
 
 func (r tppRun) config(clip float64) string {
 	return fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": %d,
-		"gradient_clipping": %g, "zero_optimization": {"stage": %d},
+		"gradient_clipping": %g, "zero_optimization": {"stage": %d}, %s
 		"tensor_model_parallel_size": %d, "pipeline_model_parallel_size": %d,
 		"pipeline_schedule": {"type": %q, "virtual_stages": %d}, "pipeline": {"partition": "uniform"},
 		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`,
-		pipeB/r.dp/r.micro, r.micro, clip, r.stage, r.tp, r.pp, r.sched, r.virtual, eqLR, eqWD)
+		pipeB/r.dp/r.micro, r.micro, clip, r.stage, r.prec, r.tp, r.pp, r.sched, r.virtual, eqLR, eqWD)
 }
 
 // runTPP runs fn on each of r's ranks with a pipeline engine over tpGPT
@@ -139,6 +140,44 @@ func TestGPTTensorPipelineEquivalence(t *testing.T) {
 			require.NotNil(t, tied[0], "stage 0 holds no wte shard")
 			assert.Equal(t, tied[0], tied[1], "the stages' copies of the wte shard differ")
 		})
+	}
+}
+
+// Under fp16 with a loss scale that overflows at first, TP 2 × PP 2 skips
+// the same steps as PP 2 alone, with 1 and 2 data ranks, and follows its
+// losses to half-precision rounding (measured: 1.3e-7). These overflows
+// reach every TP shard at once, so the test shows the loss scaler running
+// on the 3-D grid, not that one TP rank's overflow alone reaches the
+// others (the engine gathers the verdict over the whole world for that).
+func TestGPTTensorPipelineHalf(t *testing.T) {
+	const steps = 8
+	mk, err := data.NewMarkov(32, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
+	prec := `"fp16": {"enabled": true, "initial_scale_power": 20, "loss_scale_window": 2, "hysteresis": 1},`
+	for _, dp := range []int{1, 2} {
+		train := func(tp int) ([]float64, int) {
+			r := tppRun{tp: tp, pp: 2, dp: dp, stage: 1, micro: 2, sched: "1F1B", virtual: 1, prec: prec}
+			losses := make([]float64, steps)
+			skipped := 0
+			err := runTPP(r, 1.0, corpus.Vocab, func(ctx context.Context, c comm.Comm, d int, _ *nn.GPT, pe *deepgo.PipeEngine) error {
+				if err := trainMicro(ctx, pe, corpus, losses, c.Rank() == 0, r.dp, d, r.micro); err != nil {
+					return err
+				}
+				if c.Rank() == 0 {
+					skipped = pe.SkippedSteps()
+				}
+				return nil
+			})
+			require.NoError(t, err, "%v", r)
+			return losses, skipped
+		}
+		want, wantSkip := train(1)
+		require.NotZero(t, wantSkip, "dp %d: PP 2 skipped no step: the test needs overflows", dp)
+		got, skip := train(2)
+		t.Logf("dp %d: TP 2 x PP 2 skipped %d (PP 2: %d), loss rel %.3g", dp, skip, wantSkip, maxLossRel(want, got))
+		assert.Equal(t, wantSkip, skip, "dp %d: skipped steps", dp)
+		assert.LessOrEqual(t, maxLossRel(want, got), 5e-5, "dp %d: losses vs PP 2", dp)
 	}
 }
 
