@@ -142,11 +142,18 @@ func TestGPTTensorParallelHalf(t *testing.T) {
 		}
 		for _, r := range runs {
 			got, _, skip := tpCurve(t, r, steps, 1.0, corpus)
-			t.Logf("%v: skipped %d (TP 1: %d), loss rel %.3g", r, skip, wantSkip, maxLossRel(want, got))
-			assert.Equal(t, wantSkip, skip, "%v: skipped steps", r)
-			assert.LessOrEqual(t, maxLossRel(want, got), 5e-5, "%v: losses vs TP 1", r)
+			assertSkipsLike(t, fmt.Sprintf("%v vs TP 1", r), want, got, wantSkip, skip)
 		}
 	}
+}
+
+// assertSkipsLike asserts that an fp16 run skipped the reference's number
+// of steps and followed its losses to half-precision rounding (5e-5).
+func assertSkipsLike(t *testing.T, name string, want, got []float64, wantSkip, skip int) {
+	t.Helper()
+	t.Logf("%s: skipped %d (reference %d), loss rel %.3g", name, skip, wantSkip, maxLossRel(want, got))
+	assert.Equal(t, wantSkip, skip, "%s: skipped steps", name)
+	assert.LessOrEqual(t, maxLossRel(want, got), 5e-5, "%s: losses", name)
 }
 
 // One forward and backward of the sharded GPT, without an engine, gives

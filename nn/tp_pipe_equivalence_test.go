@@ -175,9 +175,7 @@ func TestGPTTensorPipelineHalf(t *testing.T) {
 		want, wantSkip := train(1)
 		require.NotZero(t, wantSkip, "dp %d: PP 2 skipped no step: the test needs overflows", dp)
 		got, skip := train(2)
-		t.Logf("dp %d: TP 2 x PP 2 skipped %d (PP 2: %d), loss rel %.3g", dp, skip, wantSkip, maxLossRel(want, got))
-		assert.Equal(t, wantSkip, skip, "dp %d: skipped steps", dp)
-		assert.LessOrEqual(t, maxLossRel(want, got), 5e-5, "dp %d: losses vs PP 2", dp)
+		assertSkipsLike(t, fmt.Sprintf("dp %d: TP 2 x PP 2 vs PP 2", dp), want, got, wantSkip, skip)
 	}
 }
 
