@@ -26,8 +26,10 @@ import (
 // PipeEngine trains one rank of a pipeline-parallel run: stage Stage() of
 // a pipeline of Stages() stages, in a data-parallel group of the ranks
 // holding the same stage (DeepSpeed's PipelineEngine on the pipe × data
-// grid, pipe outermost). It executes the instruction streams of package
-// pipeline (1F1B, GPipe or interleaved), keeps the stage's parameters in a
+// grid, pipe outermost; with WithTensorParallel the pipe × data × model
+// grid, each stage's layers sharded over its TP group, see pipe_tp.go).
+// It executes the instruction streams of package pipeline (1F1B, GPipe or
+// interleaved), keeps the stage's parameters in a
 // ZeRO stage 0-1 optimizer over its data-parallel group, sums the
 // gradients of weights tied across stages (the GPT's embedding and head),
 // agrees on fp16/bf16 overflow across all stages and clips by the global
@@ -37,9 +39,10 @@ type PipeEngine struct {
 	net   model.Pipelined
 	be    backend.Backend
 	ownBE bool      // be was made here: Close closes it
-	world comm.Comm // pipe × data
-	pipe  comm.Comm // this data coordinate's stages, group rank = stage
+	world comm.Comm // pipe × data (× model under TP)
+	pipe  comm.Comm // this data (and model) coordinate's stages, group rank = stage
 	data  comm.Comm // this stage's data-parallel group
+	tp    comm.Comm // WithTensorParallel's group (pipe_tp.go), nil without TP
 	grid  *comm.Grid
 
 	stage, stages, virtual int
@@ -139,10 +142,13 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		}
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d needs a world of pp × data-parallel ranks (WithComm), got %d ranks", pp, size)
 	}
+	if o.tp != nil && o.device != nil && !o.device.IsCPU() {
+		return nil, fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d on %v: not supported yet (TP runs on the CPU backend)", o.tp.Size(), *o.device)
+	}
 	if o.device != nil && !o.device.IsCPU() {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d on device %v: not supported yet (the pipeline engine computes on the CPU)", pp, *o.device)
 	}
-	e := &PipeEngine{cfg: cfg, net: pm, world: o.comm, be: o.backend, opt: o.opt, clip: cfg.GradientClipping,
+	e := &PipeEngine{cfg: cfg, net: pm, world: o.comm, tp: o.tp, be: o.backend, opt: o.opt, clip: cfg.GradientClipping,
 		stages: pp, virtual: max(1, cfg.PipelineSchedule.VirtualStages), schedType: cfg.PipelineSchedule.Type}
 	defer func() {
 		if err != nil {
@@ -168,8 +174,7 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d on backend %s (%v): not supported yet (the pipeline engine computes on the CPU)", pp, e.be.Name(), e.be.Device())
 	}
 	e.notes = pipeNotes(cfg, e.be.Device())
-	dp := o.comm.Size() / pp
-	if e.grid, err = comm.PipeDataGrid(pp, dp); err != nil {
+	if e.grid, err = pipeGrid(ctx, cfg, pp, o); err != nil {
 		return nil, err
 	}
 	if e.pipe, err = e.grid.Group(ctx, o.comm, comm.AxisPipe); err != nil {
@@ -181,7 +186,7 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	}
 	e.closers = append(e.closers, e.data)
 	e.stage = e.grid.CoordOf(o.comm.Rank(), comm.AxisPipe)
-	if e.batch, err = cfg.Resolve(o.comm.Size(), 1, pp, 1); err != nil {
+	if e.batch, err = cfg.Resolve(o.comm.Size(), e.tpSize(), pp, 1); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
 	if e.sched, err = pipeline.NewTraining(e.schedType, e.virtual, e.batch.GradAccum, pp, e.stage); err != nil {
@@ -189,6 +194,9 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	}
 	e.steps = e.sched.Steps()
 	if err := e.split(pm); err != nil {
+		return nil, err
+	}
+	if err := e.checkPipeShards(); err != nil {
 		return nil, err
 	}
 	if err := e.setupOptimizer(ctx, o); err != nil {

@@ -43,6 +43,9 @@ func (e *PipeEngine) Load(ctx context.Context, dir string, opts LoadOptions) (Lo
 	if opts.NonStrict {
 		pre = errors.New("deepgo: pipeline engine: Load: NonStrict: not supported yet (a pipeline loads every parameter)")
 	}
+	if err := e.errPipeTP("Load"); err != nil {
+		pre = err
+	}
 	plan, err := runLoad(ctx, e.cfg, e.z, dir, pipeLoad, pre, func(dir string) (*loadPlan, error) {
 		return e.preparePipeLoad(ctx, dir, opts)
 	}, agreeLoad(ctx, e.world))

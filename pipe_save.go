@@ -86,6 +86,9 @@ func (e *PipeEngine) pipeCheckpointState(op, dir string, so SaveOptions) (checkp
 		o.Dir = dir
 	}
 	o.Tag, o.Comm = so.Tag, e.world
+	if err := e.errPipeTP(op); err != nil {
+		return o, nil, err
+	}
 	switch {
 	case o.Dir == "":
 		return o, nil, fmt.Errorf("deepgo: pipeline engine: %s: no directory given and checkpoint.save_dir is not set", op)

@@ -80,13 +80,17 @@ func (e *PipeEngine) step(ctx context.Context) error {
 }
 
 // anyStage is true on every rank when it is true on any stage (the data
-// ranks of a stage agree already).
+// ranks of a stage agree already) or, under TP, on any TP rank.
 func (e *PipeEngine) anyStage(ctx context.Context, v bool) (bool, error) {
 	var x int64
 	if v {
 		x = 1
 	}
-	vals, err := comm.AllGatherInt64s(ctx, e.pipe, []int64{x})
+	over := e.pipe
+	if e.tp != nil {
+		over = e.world // each TP rank checked only its shards
+	}
+	vals, err := comm.AllGatherInt64s(ctx, over, []int64{x})
 	if err != nil {
 		return false, fmt.Errorf("agreeing on overflow over the stages: %w", err)
 	}
@@ -95,7 +99,8 @@ func (e *PipeEngine) anyStage(ctx context.Context, v bool) (bool, error) {
 
 // globalNorm is the L2 norm of the (loss-scaled) reduced gradients of the
 // whole model: every stage's share, a tied weight counted once (on its
-// owner), each data-parallel shard once, summed in world-rank order.
+// owner), each data-parallel shard once, under TP each TP shard once and
+// the replicated parameters once (pipe_tp.go), summed in world-rank order.
 func (e *PipeEngine) globalNorm(ctx context.Context) (float64, error) {
 	skip := func(m, p int) bool {
 		for _, t := range e.tied {
@@ -106,6 +111,9 @@ func (e *PipeEngine) globalNorm(ctx context.Context) (float64, error) {
 		return false
 	}
 	ss, err := e.z.OwnedSumSquares(skip)
+	if e.tp != nil {
+		ss, err = e.tpShardNorm(skip)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -142,7 +150,8 @@ func (e *PipeEngine) Step(context.Context) error { return errTrainBatchOnly("Ste
 
 // Parameters gathers the whole model's fp32 parameters keyed by name on
 // every rank (a collective over all ranks); a tied weight comes from its
-// owner stage.
+// owner stage. Under tensor parallelism they are this TP rank's shards
+// (nn.GPT.Unshard gathers them).
 func (e *PipeEngine) Parameters(ctx context.Context) (map[string][]float32, error) {
 	ctx = e.devCtx(ctx)
 	all, err := e.z.GatherMaster(ctx)

@@ -8,8 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
+	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -66,11 +68,13 @@ func (e *PipeEngine) verifyIdentical(ctx context.Context) error {
 
 // dataWorldRanks are the world ranks of this stage's data-parallel group.
 func (e *PipeEngine) dataWorldRanks() []int {
-	out := make([]int, e.data.Size())
-	for d := range out {
-		out[d], _ = e.grid.Rank(e.stage, d) // in range: the grid made the group
+	groups, _ := e.grid.Groups(comm.AxisData) // the grid has the axis
+	for _, g := range groups {
+		if slices.Contains(g, e.world.Rank()) {
+			return g
+		}
 	}
-	return out
+	return nil
 }
 
 // TiedMismatchError says that the copies of a weight tied across pipeline

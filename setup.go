@@ -410,8 +410,6 @@ func unsupported(cfg *config.Config) error {
 		return ns("zero_optimization.zero_hpz_partition_size > 1 (ZeRO++ hpZ)")
 	case z.MicsShardSize > 0:
 		return ns("zero_optimization.mics_shard_size (MiCS)")
-	case cfg.TensorModelParallelSize > 1:
-		return ns("tensor_model_parallel_size > 1 with pipeline stages (TP x PP)")
 	case cfg.SequenceParallelSize > 1:
 		return ns("sequence_parallel_size > 1 with pipeline stages (SP x PP)")
 	case cfg.AMP.Enabled():

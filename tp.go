@@ -2,7 +2,7 @@ package deepgo
 
 // Megatron tensor parallelism in the data-parallel engine: the model's
 // layers are sharded over a TP group (nn.GPTConfig.TP) and do their own
-// collectives; the engine runs ZeRO 0-2 in the data-parallel group of the
+// collectives; the engine runs ZeRO 0-3 in the data-parallel group of the
 // ranks holding the same shards, and makes the step agree over TP: one
 // overflow verdict, and the gradient norm of the whole (unsharded) model.
 
@@ -56,8 +56,6 @@ func checkTP(cfg *config.Config, net model.Model, o options) error {
 		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d: pass WithTensorParallel (the group the model is sharded over; see TensorParallelGroups)", tp)
 	case o.tp != nil && o.tp.Size() != tp:
 		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d, but WithTensorParallel's group has %d ranks", tp, o.tp.Size())
-	case tp > 1 && cfg.ZeroOptimization.Stage >= 3:
-		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d with zero_optimization.stage %d: not supported yet (TP runs with ZeRO stages 0-2)", tp, cfg.ZeroOptimization.Stage)
 	case tp > 1 && o.device != nil && !o.device.IsCPU():
 		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d on %v: not supported yet (TP runs on the CPU backend)", tp, *o.device)
 	}
@@ -136,13 +134,19 @@ func (e *Engine) reportRank() int {
 // checkShards refuses a model sharded for TP (a Split parameter) without
 // the TP group: its norm and overflow would be this rank's shards' alone.
 func (e *Engine) checkShards() error {
-	if e.tp != nil {
-		return nil
+	if p := firstShard(e.params); e.tp == nil && p != nil {
+		return fmt.Errorf("deepgo.Initialize: parameter %s is a tensor-parallel shard (dim %d): set tensor_model_parallel_size and pass WithTensorParallel with the group the model is sharded over", p.Name, p.Parallel.Dim)
 	}
-	for _, ps := range e.params {
+	return nil
+}
+
+// firstShard is the first tensor-parallel shard (a Split parameter) among
+// params, nil when there is none.
+func firstShard(params [][]*model.Param) *model.Param {
+	for _, ps := range params {
 		for _, p := range ps {
 			if p.Parallel.Split {
-				return fmt.Errorf("deepgo.Initialize: parameter %s is a tensor-parallel shard (dim %d): set tensor_model_parallel_size and pass WithTensorParallel with the group the model is sharded over", p.Name, p.Parallel.Dim)
+				return p
 			}
 		}
 	}

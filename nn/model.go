@@ -70,6 +70,9 @@ func (g *GPT) compute(ctx context.Context) (backend.Backend, backend.NN, error) 
 			return nil, nil, fmt.Errorf("nn.GPT: tensor parallelism on %v: %w yet (the CPU backend only)", be.Device(), backend.ErrUnsupported)
 		}
 		g.tp.ctx = ctx
+		if len(g.Blocks) > 0 && g.Blocks[0].tp != nil {
+			g.Blocks[0].tp.ctx = ctx // a pipeline part's blocks share the whole model's TP state
+		}
 	}
 	if ok && g.sp != nil {
 		if !be.Device().IsCPU() {
@@ -175,6 +178,13 @@ func (m embedModule) Backward(ctx context.Context, gout model.Activation) (model
 	if !g.inPart(g.Config.Layers + 1) {
 		// a pipeline part without the head: the head's share arrives with
 		// the stages' tied-gradient reduction
+		if g.tp != nil {
+			spare := s.dA
+			if d == s.dA {
+				spare = s.dB
+			}
+			return nil, g.tpEmbedBackward(k, g.Embed.Tok.Grad, d, spare, s.b, s.t)
+		}
 		return nil, g.Embed.Backward(k, d, s.tokens, s.b, s.t)
 	}
 	if g.tp != nil {

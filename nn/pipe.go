@@ -41,11 +41,15 @@ func (g *GPT) inPart(i int) bool { return g.hi == 0 || (i >= g.lo && i < g.hi) }
 // not the embedding declares the tied wte as a parameter of its head
 // module: the pipeline engine keeps the stage's copy of it and sums its
 // gradient with the embedding stage's.
+//
+// Under tensor parallelism (GPTConfig.TP) the part holds this rank's
+// shards and runs the layers' TP collectives over the model's group; the
+// residual stream it receives and sends is replicated over that group, so
+// each TP rank of a stage exchanges it with the same TP rank of the next,
+// and the head stage's tied wte is its vocabulary shard, summed with the
+// embedding stage's shard of the same TP rank.
 func (g *GPT) NewPart(start, stop int) (model.Part, error) {
 	n := g.Config.Layers + 2
-	if g.tp != nil {
-		return nil, fmt.Errorf("nn.GPT.NewPart: tensor_model_parallel_size %d with pipeline parts: not supported yet", g.tp.c.Size())
-	}
 	if g.sp != nil {
 		return nil, fmt.Errorf("nn.GPT.NewPart: sequence_parallel_size %d with pipeline parts: not supported yet", g.sp.size())
 	}
@@ -53,6 +57,11 @@ func (g *GPT) NewPart(start, stop int) (model.Part, error) {
 		return nil, fmt.Errorf("nn.GPT.NewPart: modules [%d, %d): want 0 <= start < stop <= %d", start, stop, n)
 	}
 	r := &GPT{Config: g.Config, Embed: g.Embed, Blocks: g.Blocks, LNF: g.LNF, Xent: g.Xent, be: g.be, lo: start, hi: stop}
+	if g.tp != nil {
+		// the part's own token remap: parts of one stage hold different
+		// micro-batches between their forward and backward
+		r.tp = &tpState{c: g.tp.c, shards: g.tp.shards}
+	}
 	for i := start; i < stop; i++ {
 		switch {
 		case i == 0:

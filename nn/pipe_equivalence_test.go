@@ -89,6 +89,39 @@ func runGPT(n int, cfgJSON string, vocab int, fn func(ctx context.Context, c com
 	})
 }
 
+// pipeReference is the pipeline tests' corpus and the plain loop's run
+// of the GPT cfg(vocab) on its global batches (see plainGPT).
+func pipeReference(t *testing.T, cfg func(vocab int) nn.GPTConfig, seed uint64, steps int, clip float64) (*data.Tokens, []float64, map[string][]float32, int) {
+	t.Helper()
+	mk, err := data.NewMarkov(32, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
+	loss, params, clipped := plainGPT(t, cfg(corpus.Vocab), seed, steps, clip, func(step int) model.TokenBatch {
+		return pipeMicro(corpus, step, 1, 0, 1, 0)
+	})
+	return corpus, loss, params, clipped
+}
+
+// trainMicro runs one TrainBatch of micro pipeMicro micro-batches of data
+// rank d of dp per element of losses, recording the losses when record is
+// set.
+func trainMicro(ctx context.Context, tr deepgo.Trainer, corpus *data.Tokens, losses []float64, record bool, dp, d, micro int) error {
+	for step := range losses {
+		mbs := make([]model.MicroBatch, micro)
+		for i := range mbs {
+			mbs[i] = pipeMicro(corpus, step, dp, d, micro, i).MicroBatch()
+		}
+		loss, err := tr.TrainBatch(ctx, mbs)
+		if err != nil {
+			return err
+		}
+		if record {
+			losses[step] = loss
+		}
+	}
+	return nil
+}
+
 // pipeCurve trains the GPT with the pipeline engine over pp × dp
 // in-process ranks and returns rank 0's losses, the gathered parameters,
 // and each stage's copies of the tied weights (rank of data coordinate 0).
@@ -100,18 +133,8 @@ func pipeCurve(t *testing.T, r pipeRun, steps int, clip float64, corpus *data.To
 	err := runPipe(r, clip, corpus.Vocab, func(ctx context.Context, c comm.Comm, pe *deepgo.PipeEngine) error {
 		tr := deepgo.Trainer(pe)
 		d := c.Rank() % r.dp // the grid is pipe × data, data fastest
-		for step := range steps {
-			mbs := make([]model.MicroBatch, r.micro)
-			for i := range mbs {
-				mbs[i] = pipeMicro(corpus, step, r.dp, d, r.micro, i).MicroBatch()
-			}
-			loss, err := tr.TrainBatch(ctx, mbs)
-			if err != nil {
-				return err
-			}
-			if c.Rank() == 0 {
-				losses[step] = loss
-			}
+		if err := trainMicro(ctx, tr, corpus, losses, c.Rank() == 0, r.dp, d, r.micro); err != nil {
+			return err
 		}
 		ps, err := tr.Parameters(ctx)
 		if err != nil {
@@ -142,12 +165,7 @@ func pipeCurve(t *testing.T, r pipeRun, steps int, clip float64, corpus *data.To
 // copies of the tied wte stay bit-identical.
 func TestGPTPipelineEquivalence(t *testing.T) {
 	const steps, clip, lossTol, paramTol = 3, 1.0, 1e-6, 3e-6
-	mk, err := data.NewMarkov(32, 1, 2, 3)
-	require.NoError(t, err)
-	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
-	plainLoss, plainParams, _ := plainGPT(t, pipeGPT(corpus.Vocab), pipeSeed, steps, clip, func(step int) model.TokenBatch {
-		return pipeMicro(corpus, step, 1, 0, 1, 0)
-	})
+	corpus, plainLoss, plainParams, _ := pipeReference(t, pipeGPT, pipeSeed, steps, clip)
 	want := flatParams(plainParams)
 	var runs []pipeRun
 	for _, pp := range []int{2, 4} {
@@ -235,18 +253,8 @@ func TestGPTPipelineHalf(t *testing.T) {
 			tied := make([]map[string][]float32, pp)
 			err := runGPT(pp*dp, cfg(pp, dp), corpus.Vocab, func(ctx context.Context, c comm.Comm, tr deepgo.Trainer) error {
 				d := c.Rank() % dp
-				for step := range steps {
-					mbs := make([]model.MicroBatch, micro)
-					for i := range mbs {
-						mbs[i] = pipeMicro(corpus, step, dp, d, micro, i).MicroBatch()
-					}
-					loss, err := tr.TrainBatch(ctx, mbs)
-					if err != nil {
-						return err
-					}
-					if c.Rank() == 0 {
-						losses[step] = loss
-					}
+				if err := trainMicro(ctx, tr, corpus, losses, c.Rank() == 0, dp, d, micro); err != nil {
+					return err
 				}
 				if pe, ok := tr.(*deepgo.PipeEngine); ok {
 					tc, err := pe.TiedCopies(ctx) // a collective over the stage's data ranks

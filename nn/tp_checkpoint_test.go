@@ -122,12 +122,12 @@ func TestGPTTensorParallelCheckpointReshard(t *testing.T) {
 	mk, err := data.NewMarkov(32, 1, 2, 3)
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
-	for _, saved := range []tpRun{{tp: 2, dp: 1, stage: 1}, {tp: 2, dp: 2, stage: 2}, {tp: 1, dp: 1}} {
+	for _, saved := range []tpRun{{tp: 2, dp: 1, stage: 1}, {tp: 2, dp: 2, stage: 2}, {tp: 1, dp: 1}, {tp: 2, dp: 2, stage: 3}} {
 		dir := t.TempDir()
 		all, refParams, err := tpSegment{r: saved, save: dir, steps: n + m, saveAt: n}.run(t, corpus)
 		require.NoError(t, err, "saving at %v", saved)
 		refLoss, want := all[n:], flatParams(refParams)
-		loads := []tpRun{{tp: 1, dp: 1}, {tp: 2, dp: 1, stage: 2}, {tp: 4, dp: 1, stage: 1}, {tp: 2, dp: 2, stage: 1}, saved}
+		loads := []tpRun{{tp: 1, dp: 1}, {tp: 2, dp: 1, stage: 2}, {tp: 4, dp: 1, stage: 1}, {tp: 2, dp: 2, stage: 1}, {tp: 2, dp: 2, stage: 3}, saved}
 		for _, r := range loads {
 			t.Run(fmt.Sprintf("saved-%v/load-%v", saved, r), func(t *testing.T) {
 				loss, params, err := tpSegment{r: r, from: dir, first: n, steps: m}.run(t, corpus)

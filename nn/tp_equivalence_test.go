@@ -95,7 +95,7 @@ func tpCurve(t *testing.T, r tpRun, steps int, clip float64, corpus *data.Tokens
 }
 
 // The GPT sharded Megatron-style over 2 and 4 tensor-parallel ranks, alone
-// and with 2 data-parallel ranks at ZeRO 0-2, follows the plain
+// and with 2 data-parallel ranks at ZeRO 0-3, follows the plain
 // single-process loop: losses to 1e-6 relative and the unsharded
 // parameters to 3e-6 norm-wise after the steps (the data-parallel
 // equivalence test's tolerances: only float32 summation order differs,
@@ -109,7 +109,8 @@ func TestGPTTensorParallelEquivalence(t *testing.T) {
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
 	runs := []tpRun{{tp: 2, dp: 1}, {tp: 4, dp: 1, stage: 1}, {tp: 2, dp: 2}, {tp: 2, dp: 2, stage: 1},
-		{tp: 2, dp: 2, stage: 2}, {tp: 4, dp: 1, stage: 2}, {tp: 2, dp: 2, stage: 1, ckpt: true}}
+		{tp: 2, dp: 2, stage: 2}, {tp: 4, dp: 1, stage: 2}, {tp: 2, dp: 2, stage: 1, ckpt: true},
+		{tp: 2, dp: 2, stage: 3}, {tp: 2, dp: 1, stage: 3}, {tp: 2, dp: 2, stage: 3, ckpt: true}}
 	for _, clip := range []float64{1.0, mixedClip} {
 		plainLoss, plainParams, clipped := plainGPT(t, tpGPT(corpus.Vocab), eqSeed, steps, clip, func(step int) model.TokenBatch {
 			return eqBatch(corpus, step, 1, 0)
@@ -129,8 +130,8 @@ func TestGPTTensorParallelEquivalence(t *testing.T) {
 // agree on every overflow (each sees only its shards' gradients): TP 2 and
 // 4, with and without Megatron's sequence parallelism (whose LayerNorm
 // gradients are summed in float32 and rounded into the fp16 gradient
-// once), skip the same steps as one rank, and TP 2 × DP 2 the same as DP 2
-// alone (data parallelism by itself changes which steps overflow: each
+// once), skip the same steps as one rank, and TP 2 × DP 2 (ZeRO 2 and 3)
+// the same as DP 2 alone (data parallelism by itself changes which steps overflow: each
 // rank's half-batch gradient is scaled in fp16 before the average), and
 // they follow its losses to half-precision rounding (measured: 8e-8).
 func TestGPTTensorParallelHalf(t *testing.T) {
@@ -142,20 +143,27 @@ func TestGPTTensorParallelHalf(t *testing.T) {
 	for _, dp := range []int{1, 2} {
 		want, _, wantSkip := tpCurve(t, tpRun{tp: 1, dp: dp, stage: dp, prec: prec}, steps, 1.0, corpus)
 		require.NotZero(t, wantSkip, "dp %d: TP 1 skipped no step: the test needs overflows", dp)
-		tps := []int{2, 4}
+		runs := []tpRun{{tp: 2, dp: dp, stage: dp, prec: prec}, {tp: 4, dp: dp, stage: dp, prec: prec}}
 		if dp == 2 {
-			tps = tps[:1]
+			runs[1] = tpRun{tp: 2, dp: dp, stage: 3, prec: prec} // ZeRO-3's fp16 parameters sharded over the data ranks
 		}
-		for _, tp := range tps {
+		for _, r := range runs {
 			for _, seq := range []bool{false, true} {
-				r := tpRun{tp: tp, dp: dp, stage: dp, prec: prec, seq: seq}
+				r.seq = seq
 				got, _, skip := tpCurve(t, r, steps, 1.0, corpus)
-				t.Logf("%v: skipped %d (TP 1: %d), loss rel %.3g", r, skip, wantSkip, maxLossRel(want, got))
-				assert.Equal(t, wantSkip, skip, "%v: skipped steps", r)
-				assert.LessOrEqual(t, maxLossRel(want, got), 5e-5, "%v: losses vs TP 1", r)
+				assertSkipsLike(t, fmt.Sprintf("%v vs TP 1", r), want, got, wantSkip, skip)
 			}
 		}
 	}
+}
+
+// assertSkipsLike asserts that an fp16 run skipped the reference's number
+// of steps and followed its losses to half-precision rounding (5e-5).
+func assertSkipsLike(t *testing.T, name string, want, got []float64, wantSkip, skip int) {
+	t.Helper()
+	t.Logf("%s: skipped %d (reference %d), loss rel %.3g", name, skip, wantSkip, maxLossRel(want, got))
+	assert.Equal(t, wantSkip, skip, "%s: skipped steps", name)
+	assert.LessOrEqual(t, maxLossRel(want, got), 5e-5, "%s: losses", name)
 }
 
 // One forward and backward of the sharded GPT, without an engine, gives
@@ -217,9 +225,10 @@ func TestGPTTensorParallelGradients(t *testing.T) {
 }
 
 // Sizes that do not split over the TP degree are refused naming both, as
-// are TP with ZeRO-3 and with pipeline stages (not supported yet), a
-// config whose tensor_model_parallel_size disagrees with the group, and a
-// model built otherwise than megatron_sequence_parallel says.
+// are a missing TP group, a sharded model without one, a config whose
+// tensor_model_parallel_size disagrees with the group, and a model built
+// otherwise than megatron_sequence_parallel says (TP with pipeline stages:
+// tp_pipe_equivalence_test.go).
 func TestGPTTensorParallelErrors(t *testing.T) {
 	for _, tc := range []struct {
 		heads, width, vocab, tp int
@@ -240,28 +249,14 @@ func TestGPTTensorParallelErrors(t *testing.T) {
 		})
 		require.NoError(t, err)
 	}
-	err := local.Run(context.Background(), 2, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, c comm.Comm) error {
-		cfg := tpGPT(32)
-		cfg.TP = nn.TP{Comm: c}
-		g, err := nn.NewGPT(cfg)
-		if err != nil {
-			return err
-		}
-		_, err = g.NewPart(0, 2)
-		assert.ErrorContains(t, err, "tensor_model_parallel_size 2 with pipeline parts: not supported yet")
-		return nil
-	})
-	require.NoError(t, err)
 	for _, tc := range []struct {
 		extra string
 		tp    int
 		want  string
 	}{
-		{`"zero_optimization": {"stage": 3}, "tensor_model_parallel_size": 2`, 2, "zero_optimization.stage 3: not supported yet"},
 		{`"tensor_model_parallel_size": 2`, 0, "pass WithTensorParallel"},
 		{`"tensor_model_parallel_size": 1`, -2, "transformer.wte.weight is a tensor-parallel shard (dim 0)"},
 		{`"tensor_model_parallel_size": 4`, 2, "tensor_model_parallel_size 4, but WithTensorParallel's group has 2 ranks"},
-		{`"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2`, 2, "with pipeline stages (TP x PP)"},
 		{`"tensor_model_parallel_size": 2, "megatron_sequence_parallel": true`, 2, "megatron_sequence_parallel is true, but the model was built with nn.TP.SequenceParallel false"},
 	} {
 		n := max(tc.tp, 2)

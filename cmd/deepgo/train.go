@@ -109,8 +109,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	shape, _ := config.Load(cfgPath)
 	pp, virtual := pipeShape(shape)
 	tp := tpSize(shape)
-	if tp > 1 && pp > 1 {
-		return nil, fmt.Errorf("tensor_model_parallel_size %d with %d pipeline stages: not supported yet", tp, pp)
+	if tp > 1 && pp > 1 && resumeDir(shape) != "" {
+		// refused before any step runs rather than at the first save
+		return nil, fmt.Errorf("checkpoint.save_dir/load_path %q with tensor_model_parallel_size %d and %d pipeline stages: not supported yet (pipeline checkpoints hold whole parameters, a TP stage holds shards)", resumeDir(shape), tp, pp)
 	}
 	sp := spSize(shape)
 	if sp > 1 && (tp > 1 || pp > 1) {
@@ -190,7 +191,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		}
 		// sequence_parallel.attention_window_size is the model's attention window
 		g.AttentionWindow = cfg.SequenceParallel.AttentionWindowSize
-		dc, tpg, tpOpts, err := tpRank(ctx, c, tp)
+		tpg, tpOpts, err := tpRank(ctx, c, tp, pp)
 		if err != nil {
 			return err
 		}
@@ -255,10 +256,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 				fmt.Fprintf(stdout, "sequence parallel (Ulysses): %d ranks x %d data-parallel ranks, %d tokens of each sequence per rank\n", sp, ranks, T/sp)
 			}
 		}
-		dr, dn := dataRank(rank, c.Size(), pp)
-		if tp > 1 {
-			dr, dn = dc.Rank(), dc.Size()
-		}
+		dr, dn := dataRank(rank, c.Size(), pp, tp)
 		if spg != nil {
 			dr, dn = spg.dr, spg.dn // every SP rank is handed its data rank's micro-batches
 		}

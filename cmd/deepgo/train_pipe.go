@@ -38,11 +38,12 @@ func pipeLayers(layers, pp, virtual int) int {
 }
 
 // dataRank is world rank's data-parallel rank and the data-parallel size
-// on the pipe × data grid (data fastest), for the sampler: every stage of a
-// pipe draws the same windows.
-func dataRank(rank, world, pp int) (r, n int) {
-	n = world / pp
-	return rank % n, n
+// on the pipe × data × model grid (model fastest, pipe outermost; the
+// layout of both engines), for the sampler: every stage of a pipe and
+// every TP rank draws the same windows.
+func dataRank(rank, world, pp, tp int) (r, n int) {
+	n = world / (pp * tp)
+	return (rank / tp) % n, n
 }
 
 // pipeBanner says how the run is split: stages, data-parallel ranks per

@@ -18,17 +18,26 @@ func tpSize(cfg *config.Config) int {
 	return max(1, cfg.TensorModelParallelSize)
 }
 
-// tpRank splits world c into its data-parallel and tensor-parallel groups
-// (deepgo.TensorParallelGroups) for tp > 1: the model shards itself over
-// the TP group, and the engine options replace the world with the data
-// group. With tp 1 it returns c, no TP group and no options.
-func tpRank(ctx context.Context, c comm.Comm, tp int) (data comm.Comm, group nn.TP, opts []deepgo.Option, err error) {
-	if tp <= 1 {
-		return c, nn.TP{}, nil, nil
+// tpRank makes world c's tensor-parallel group for tp > 1, which the
+// model shards itself over, and the engine options: without pipeline
+// stages the data-parallel engine runs over the data group of
+// deepgo.TensorParallelGroups; with pp stages the pipeline engine takes
+// the whole world (pipe × data × model, deepgo.PipeTensorParallelGroup).
+// With tp 1 it returns no TP group and no options.
+func tpRank(ctx context.Context, c comm.Comm, tp, pp int) (group nn.TP, opts []deepgo.Option, err error) {
+	switch {
+	case tp <= 1:
+		return nn.TP{}, nil, nil
+	case pp > 1:
+		tc, err := deepgo.PipeTensorParallelGroup(ctx, c, pp, tp)
+		if err != nil {
+			return nn.TP{}, nil, err
+		}
+		return nn.TP{Comm: tc}, []deepgo.Option{deepgo.WithTensorParallel(tc)}, nil
 	}
 	dc, tc, err := deepgo.TensorParallelGroups(ctx, c, tp)
 	if err != nil {
-		return nil, nn.TP{}, nil, err
+		return nn.TP{}, nil, err
 	}
-	return dc, nn.TP{Comm: tc}, []deepgo.Option{deepgo.WithComm(dc), deepgo.WithTensorParallel(tc)}, nil
+	return nn.TP{Comm: tc}, []deepgo.Option{deepgo.WithComm(dc), deepgo.WithTensorParallel(tc)}, nil
 }

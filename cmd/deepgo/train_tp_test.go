@@ -16,13 +16,13 @@ import (
 
 // trainParallel runs deepgo train for 40 steps of the tiny model on a
 // batch of 16 (8 per rank) with key set to n, and returns its result and
-// standard output.
-func trainParallel(t *testing.T, dir, key string, n int) (trainResult, string) {
+// standard output; extra is more config keys (each followed by a comma).
+func trainParallel(t *testing.T, dir, key string, n int, extra ...string) (trainResult, string) {
 	t.Helper()
-	cfg := filepath.Join(dir, fmt.Sprintf("%s-%d.json", key, n))
+	cfg := filepath.Join(dir, fmt.Sprintf("%s-%d-%d.json", key, n, len(extra)))
 	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8,
-		%q: %d, "gradient_clipping": 1.0, "zero_optimization": {"stage": 1},
-		"optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}`, key, n)), 0o644))
+		%q: %d, "gradient_clipping": 1.0, "zero_optimization": {"stage": 1}, %s
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}`, key, n, strings.Join(extra, " "))), 0o644))
 	var out, errb bytes.Buffer
 	code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "40"}, &out, &errb)
 	require.Zero(t, code, errb.String())
@@ -34,8 +34,10 @@ func trainParallel(t *testing.T, dir, key string, n int) (trainResult, string) {
 
 // `deepgo train` reads tensor_model_parallel_size: TP 2 over 2
 // data-parallel ranks runs 4 in-process ranks, says so, holds less per
-// rank, and ends at TP 1's final loss (to float32 summation order); TP
-// with pipeline stages is refused.
+// rank, and ends at TP 1's final loss (to float32 summation order); with
+// pipeline_model_parallel_size 2 too it runs the 3-D grid's 8 ranks,
+// holding less per rank than PP 2 alone, to PP 2's final loss; with a
+// checkpoint directory it is refused before the first step.
 func TestTrainTensorParallel(t *testing.T) {
 	dir := t.TempDir()
 	res := map[int]trainResult{}
@@ -51,10 +53,25 @@ func TestTrainTensorParallel(t *testing.T) {
 	assert.Less(t, res[2].PeakMemory[0], res[1].PeakMemory[0], "memory per rank at TP 2 vs 1")
 	assert.LessOrEqual(t, math.Abs(res[2].FinalLoss-res[1].FinalLoss)/res[1].FinalLoss, 1e-5, "final loss TP 2 %v vs TP 1 %v", res[2].FinalLoss, res[1].FinalLoss)
 
-	cfg := filepath.Join(dir, "tppp.json")
+	// TP 2 × PP 2 × 2 data-parallel ranks: 8 ranks on the same batches,
+	// ending at PP 2's final loss (the pipeline's GPT has a block per
+	// stage, one more than the tiny model's)
+	pp, _ := trainParallel(t, dir, "pipeline_model_parallel_size", 2)
+	r, out := trainParallel(t, dir, "tensor_model_parallel_size", 2, `"pipeline_model_parallel_size": 2,`)
+	assert.Equal(t, 8, r.Ranks)
+	assert.Contains(t, out, "pipeline: 2 stages x 2 data-parallel ranks")
+	assert.Contains(t, out, "tensor parallel: 2 ranks x 2 data-parallel ranks")
+	assert.Less(t, r.PeakMemory[0], pp.PeakMemory[0], "memory per rank at TP 2 x PP 2 vs PP 2")
+	t.Logf("final loss TP 2 x PP 2 %v, PP 2 %v", r.FinalLoss, pp.FinalLoss)
+	assert.LessOrEqual(t, math.Abs(r.FinalLoss-pp.FinalLoss)/pp.FinalLoss, 1e-5, "final loss TP 2 x PP 2 %v vs PP 2 %v", r.FinalLoss, pp.FinalLoss)
+
+	// with checkpoints it is refused before the first step
+	cfg := filepath.Join(dir, "tppp-ckpt.json")
 	require.NoError(t, os.WriteFile(cfg, []byte(`{"train_micro_batch_size_per_gpu": 8, "tensor_model_parallel_size": 2,
-		"pipeline_model_parallel_size": 2, "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}`), 0o644))
-	var out, errb bytes.Buffer
-	assert.NotZero(t, run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "2"}, &out, &errb))
-	assert.Contains(t, errb.String(), "tensor_model_parallel_size 2 with 2 pipeline stages: not supported yet")
+		"pipeline_model_parallel_size": 2, "checkpoint": {"save_dir": "`+filepath.Join(dir, "ck")+`"},
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}`), 0o644))
+	var out2, errb bytes.Buffer
+	assert.NotZero(t, run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "2"}, &out2, &errb))
+	assert.Contains(t, errb.String(), "with tensor_model_parallel_size 2 and 2 pipeline stages: not supported yet")
+	assert.NotContains(t, out2.String(), "step 1 ")
 }
