@@ -2,6 +2,7 @@ package nn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/deepgo-ml/deepgo/model"
@@ -52,6 +53,9 @@ func (g *GPT) NewPart(start, stop int) (model.Part, error) {
 	n := g.Config.Layers + 2
 	if g.sp != nil {
 		return nil, fmt.Errorf("nn.GPT.NewPart: sequence_parallel_size %d with pipeline parts: not supported yet", g.sp.size())
+	}
+	if g.Config.TP.SequenceParallel {
+		return nil, errors.New("nn.GPT.NewPart: Megatron sequence parallelism (megatron_sequence_parallel) with pipeline parts: not supported yet (stages exchange the replicated residual stream)")
 	}
 	if start < 0 || stop > n || start >= stop {
 		return nil, fmt.Errorf("nn.GPT.NewPart: modules [%d, %d): want 0 <= start < stop <= %d", start, stop, n)

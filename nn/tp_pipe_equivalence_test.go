@@ -258,3 +258,24 @@ func TestGPTTensorPipelineRefusals(t *testing.T) {
 		require.ErrorContains(t, err, tc.want)
 	}
 }
+
+// A GPT with Megatron sequence parallelism refuses pipeline parts by name:
+// its stages would exchange a sequence-sharded residual stream.
+func TestGPTMegatronSequenceParallelRefusesParts(t *testing.T) {
+	err := local.Run(context.Background(), 2, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, c comm.Comm) error {
+		gc := tpGPT(32)
+		gc.TP = nn.TP{Comm: c, SequenceParallel: true}
+		g, err := nn.NewGPT(gc)
+		if err != nil {
+			return err
+		}
+		defer g.Free()
+		if _, err := g.NewPart(0, 2); err == nil {
+			return fmt.Errorf("NewPart with Megatron sequence parallelism: want an error")
+		} else if !assert.Contains(t, err.Error(), "megatron_sequence_parallel) with pipeline parts: not supported yet") {
+			return err
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}
