@@ -133,9 +133,10 @@ dg_status dg_cuda_malloc(int device, size_t bytes, void **out, int *cuerr)
 	return DG_OK;
 }
 
-dg_status dg_cuda_host_alloc(size_t bytes, void **out, int *cuerr)
+dg_status dg_cuda_host_alloc(int device, size_t bytes, void **out, int *cuerr)
 {
 	void *p = NULL;
+	DG_CU(cuerr, cudaSetDevice(device));
 	/* a 0-byte tensor still gets a distinct pointer, as the C allocator's */
 	DG_CU(cuerr, cudaHostAlloc(&p, bytes > 0 ? bytes : 1, cudaHostAllocPortable));
 	memset(p, 0, bytes > 0 ? bytes : 1);

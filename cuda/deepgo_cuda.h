@@ -66,10 +66,10 @@ dg_status dg_cuda_free(int device, void *p, int *cuerr);
 dg_status dg_cuda_memcpy(int device, void *dst, const void *src, size_t bytes, int *cuerr);
 
 /* dg_cuda_host_alloc allocates bytes (>= 0) of zeroed page-locked host
- * memory (cudaHostAlloc, portable: every device's DMA engine reads it in
- * stream order); dg_cuda_host_free releases it (cudaFreeHost: only once
- * the copies using it are known complete). */
-dg_status dg_cuda_host_alloc(size_t bytes, void **out, int *cuerr);
+ * memory, device current (cudaHostAlloc, portable: every device's DMA
+ * engine reads it in stream order); dg_cuda_host_free releases it
+ * (cudaFreeHost: only once the copies using it are known complete). */
+dg_status dg_cuda_host_alloc(int device, size_t bytes, void **out, int *cuerr);
 dg_status dg_cuda_host_free(void *p, int *cuerr);
 
 /* Streams are created blocking (they synchronize with the legacy default

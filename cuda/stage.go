@@ -37,7 +37,7 @@ func (b *Backend) HostEmpty(dt tensor.DType, shape ...int) (*tensor.Tensor, erro
 	nbytes := n * dt.Size()
 	var p unsafe.Pointer
 	var cuerr C.int
-	if err := callErr("HostEmpty", C.dg_cuda_host_alloc(C.size_t(nbytes), &p, &cuerr), cuerr); err != nil {
+	if err := callErr("HostEmpty", C.dg_cuda_host_alloc(C.int(b.dev), C.size_t(nbytes), &p, &cuerr), cuerr); err != nil {
 		return nil, err
 	}
 	st := tensor.WrapStorage(p, nbytes, tensor.CPU, func(p unsafe.Pointer) {
