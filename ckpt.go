@@ -39,7 +39,10 @@ type ckptRun struct {
 	// next segment's input but kept partitioned or on the host: whole on
 	// the device only while the next segment runs forward (or restored
 	// for its recompute).
-	edge  [2]tensor.Arena
+	edge [2]tensor.Arena
+	// pre holds host-kept inputs prefetched to the device in backward:
+	// segment s's in pre[s%2], alive through its recompute and backward.
+	pre   [2]tensor.Arena
 	store // the kept boundaries
 
 	spans []span
@@ -71,6 +74,15 @@ type CheckpointStats struct {
 	ScratchPeak int64 `json:"scratch_peak_bytes"`
 	// Recompute is the cumulative time of the recomputed forwards.
 	Recompute time.Duration `json:"recompute_ns"`
+	// AsyncCopies counts, cumulatively, the boundary copies between device
+	// and host memory (cpu_checkpointing) started without waiting: one
+	// down per kept boundary in forward, one up per prefetch in backward.
+	// CopiesInFlight is how many of them had not finished when the engine,
+	// having issued the segment they overlap (the next segment's forward,
+	// the current segment's recompute and backward), came to wait for
+	// them. On the CPU backend both are 0.
+	AsyncCopies    int64 `json:"async_copies"`
+	CopiesInFlight int64 `json:"copies_in_flight"`
 	// Profile is per segment (profile: true): forward and recompute time
 	// and kept bytes of the last micro-step.
 	Profile []SegmentProfile `json:"profile,omitempty"`
@@ -113,6 +125,9 @@ func newCkpt(cfg *config.Config, net model.Model, be backend.Backend, tp comm.Co
 			notes = append(notes, "activation_checkpointing.cpu_checkpointing: the CPU backend's boundaries are in host memory already")
 		} else {
 			c.host = true
+			c.hostSaved.SetAlloc(func(dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
+				return backend.HostEmpty(be, dt, shape...)
+			})
 		}
 	}
 	if ac.SynchronizeCheckpointBoundary && be.Device().IsCPU() {
@@ -122,6 +137,7 @@ func newCkpt(cfg *config.Config, net model.Model, be backend.Backend, tp comm.Co
 		for i := range c.scratch {
 			c.scratch[i].SetAlloc(be.Empty)
 			c.edge[i].SetAlloc(be.Empty)
+			c.pre[i].SetAlloc(be.Empty)
 		}
 		if !c.host {
 			c.saved.SetAlloc(be.Empty)
@@ -174,9 +190,11 @@ func (c *ckptRun) plan(net model.Model, mods []model.Module) error {
 // reset frees everything of the micro-step (its Backward is over, or a
 // new Forward replaces one never followed by Backward).
 func (c *ckptRun) reset() {
+	c.drain()
 	for i := range c.scratch {
 		c.scratch[i].Reset()
 		c.edge[i].Reset()
+		c.pre[i].Reset()
 	}
 	c.store.reset()
 	clear(c.kept)
@@ -185,7 +203,7 @@ func (c *ckptRun) reset() {
 // bytes is the checkpointing memory alive now: device and host.
 func (c *ckptRun) bytes() (dev, host int64) {
 	for i := range c.scratch {
-		dev += c.scratch[i].Bytes() + c.edge[i].Bytes()
+		dev += c.scratch[i].Bytes() + c.edge[i].Bytes() + c.pre[i].Bytes()
 	}
 	d, h := c.store.bytes()
 	return dev + d, host + h
@@ -229,7 +247,11 @@ func (e *Engine) forwardSegment(ctx, mctx context.Context, seq []int, s int, in 
 	c.notePeak(a)
 	out, err := e.carry(ctx, seq, s, act, a)
 	a.Reset()
-	// the input was only needed whole for this forward
+	// the input was only needed whole for this forward, and for its copy
+	// to the host, which this forward overlapped
+	if werr := c.settle(ctx, s); err == nil && werr != nil {
+		err = fmt.Errorf("deepgo: copying a checkpoint boundary to host memory: %w", werr)
+	}
 	c.edge[s%2].Reset()
 	if err == nil {
 		err = c.sync(ctx)
@@ -292,6 +314,10 @@ func (e *Engine) backwardSegment(ctx, mctx context.Context, seq []int, s int, g 
 	t0 := time.Now()
 	in, err := c.restore(ctx, s, a)
 	if err != nil {
+		return nil, err
+	}
+	// the segment before comes back from the host while this one runs
+	if err := c.prefetch(s - 1); err != nil {
 		return nil, err
 	}
 	sctx := tensor.WithArena(mctx, a)

@@ -6,11 +6,19 @@ package deepgo
 // host memory (cpu_checkpointing, copied back before the recompute);
 // each in its own buffer or in one buffer sized from number_checkpoints
 // (contiguous_memory_optimization).
+//
+// Host copies (cpu_checkpointing) live in the backend's fastest host
+// memory (backend.HostEmpty: page-locked on CUDA) and move with
+// backend.CopyAsync: a boundary goes down while the next segment runs
+// forward (it is waited for before that segment's whole input is freed),
+// and in backward segment s-1's comes back up while segment s recomputes
+// and runs backward.
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -22,6 +30,11 @@ type kept struct {
 	shape []int            // the whole input's
 	part  bool             // data is this rank's share of ceil(numel/tp)
 	host  bool             // data is in host memory
+
+	// copying is the host copy in flight: data going down in forward, or
+	// coming back up into dev in backward.
+	copying backend.Copying
+	dev     *tensor.Tensor // host data's device copy (in a pre arena)
 }
 
 func (k kept) bytes() int64 {
@@ -93,9 +106,12 @@ func (c *ckptRun) slot(dt tensor.DType, n int) (*tensor.Tensor, error) {
 			c.buf = nil
 		}
 		var err error
-		if c.host || c.be.Device().IsCPU() {
+		switch {
+		case c.host:
+			c.buf, err = backend.HostEmpty(c.be, dt, n*count)
+		case c.be.Device().IsCPU():
 			c.buf, err = tensor.Empty(dt, n*count)
-		} else {
+		default:
 			c.buf, err = c.be.Empty(dt, n*count)
 		}
 		if err != nil {
@@ -158,11 +174,71 @@ func (c *ckptRun) keep(ctx context.Context, next int, t *tensor.Tensor) (kept, *
 			return kept{}, nil, err
 		}
 	}
-	if err := c.be.Copy(dst, src); err != nil {
+	if k.host {
+		// the next segment's forward runs while it goes down
+		k.copying, err = backend.CopyAsync(c.be, dst, src)
+		c.stats.AsyncCopies++
+	} else {
+		err = c.be.Copy(dst, src)
+	}
+	if err != nil {
 		return kept{}, nil, fmt.Errorf("deepgo: keeping a checkpoint boundary: %w", err)
 	}
 	k.data = share // padded to per elements: the all-gather's unit
 	return k, whole, nil
+}
+
+// settle waits for segment s's host copy in flight, if any, counting it
+// when it had not finished by the time the engine came to wait: the work
+// issued meanwhile overlapped it.
+func (c *ckptRun) settle(ctx context.Context, s int) error {
+	k := &c.kept[s]
+	if k.copying == nil {
+		return nil
+	}
+	if !k.copying.Done() {
+		c.stats.CopiesInFlight++
+	}
+	err := k.copying.Wait(ctx)
+	k.copying = nil
+	return err
+}
+
+// drain waits for every host copy in flight (a forward or backward that
+// failed half-way left them) before their buffers go.
+func (c *ckptRun) drain() {
+	for i := range c.kept {
+		if k := &c.kept[i]; k.copying != nil {
+			_ = k.copying.Wait(context.Background()) // the buffers go whatever its error
+			k.copying = nil
+		}
+	}
+}
+
+// prefetch starts copying segment s's host-kept input back to the device,
+// into pre[s%2]: in backward that arena last held segment s+2's input,
+// whose backward is over.
+func (c *ckptRun) prefetch(s int) error {
+	if s < 0 || s >= len(c.kept) {
+		return nil
+	}
+	k := &c.kept[s]
+	if !k.host || k.data == nil || k.copying != nil || k.dev != nil {
+		return nil
+	}
+	a := &c.pre[s%2]
+	a.Reset()
+	dev, err := a.Empty(k.data.DType(), k.data.Numel())
+	if err != nil {
+		return err
+	}
+	cp, err := backend.CopyAsync(c.be, dev, k.data)
+	if err != nil {
+		return fmt.Errorf("deepgo: prefetching a checkpoint boundary from host memory: %w", err)
+	}
+	k.dev, k.copying = dev, cp
+	c.stats.AsyncCopies++
+	return nil
 }
 
 // restore makes segment s's input whole again on the device, in a.
@@ -176,14 +252,22 @@ func (c *ckptRun) restore(ctx context.Context, s int, a *tensor.Arena) (model.Ac
 	}
 	src := k.data
 	if k.host {
-		dev, err := a.Empty(src.DType(), src.Numel())
-		if err == nil {
-			err = c.be.Copy(dev, src)
+		if k.dev == nil {
+			// the first segment of backward: nothing ran to hide the copy
+			dev, err := a.Empty(src.DType(), src.Numel())
+			if err == nil {
+				err = c.be.Copy(dev, src)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("deepgo: copying a checkpoint boundary back from host memory: %w", err)
+			}
+			src = dev
+		} else {
+			if err := c.settle(ctx, s); err != nil {
+				return nil, fmt.Errorf("deepgo: copying a checkpoint boundary back from host memory: %w", err)
+			}
+			src = k.dev
 		}
-		if err != nil {
-			return nil, fmt.Errorf("deepgo: copying a checkpoint boundary back from host memory: %w", err)
-		}
-		src = dev
 	}
 	if !k.part {
 		return src.Reshape(k.shape...)

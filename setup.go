@@ -144,7 +144,8 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	initial := func(m, p int) *tensor.Tensor { return e.params[m][p].Data }
 	zc := zeroConfig(cfg, dts)
 	zc.HostOffload = e.hostBE
-	zc.ParamStore = paramStore(cfg, e.be.Device(), e.c.Rank())
+	zc.PinHost = e.hostBE != nil && cfg.ZeroOptimization.OffloadOptimizer.PinMemory
+	zc.ParamStore = paramStore(cfg, e.be, e.c.Rank())
 	if e.z, err = zero.New(ctx, zc, e.c, e.be, e.opt, specs, initial); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
@@ -333,12 +334,15 @@ func nvmeStore(cfg *config.Config, be backend.Backend, rank int) (optim.StateSto
 // files under rank's folder of nvme_path, device "cpu" on a device backend
 // in host memory. At other stages the config loader warns that the key is
 // ignored, and on the CPU backend device "cpu" is what already happens.
-func paramStore(cfg *config.Config, dev tensor.Device, rank int) zero.NewParamStore {
+func paramStore(cfg *config.Config, be backend.Backend, rank int) zero.NewParamStore {
+	dev := be.Device()
 	z := cfg.ZeroOptimization
 	op := z.OffloadParam
 	switch {
 	case op == nil || z.Stage != 3:
 		return nil
+	case op.Device == "cpu" && !dev.IsCPU() && op.PinMemory:
+		return zero.PinnedHostParams(be)
 	case op.Device == "cpu" && !dev.IsCPU():
 		return zero.HostParams
 	case op.Device == "nvme":
@@ -427,10 +431,10 @@ func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
 	z := cfg.ZeroOptimization
 	var notes []string
 	if z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "cpu" && dev.IsCPU() {
-		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: on the CPU backend the optimizer state already lives in host memory and the step runs on the CPU; nothing moves")
+		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: on the CPU backend the optimizer state already lives in host memory and the step runs on the CPU; nothing moves"+pinNote(dev, z.OffloadOptimizer.PinMemory))
 	}
 	if hostStep(cfg, dev) && z.OffloadOptimizer.Device == "cpu" {
-		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: the fp32 master weights, gradients for the step and optimizer state live in host memory and the step runs on the CPU; updated weights are copied to "+dev.String()+pinNote(dev))
+		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: the fp32 master weights, gradients for the step and optimizer state live in host memory and the step runs on the CPU; updated weights are copied to "+dev.String()+pinNote(dev, z.OffloadOptimizer.PinMemory))
 	}
 	if z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "nvme" {
 		where := ""
@@ -440,7 +444,7 @@ func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
 		notes = append(notes, fmt.Sprintf("zero_optimization.offload_optimizer.device=nvme: the optimizer state swaps through nvme_path with the aio engine, one sub-group of at most sub_group_size=%d elements at a time (buffer_count=%d of them in host memory)%s", z.SubGroupSize, z.OffloadOptimizer.BufferCount, where))
 	}
 	if z.OffloadParam != nil && z.OffloadParam.Device == "cpu" && dev.IsCPU() {
-		notes = append(notes, "zero_optimization.offload_param.device=cpu: on the CPU backend parameter partitions already live in host memory; nothing moves")
+		notes = append(notes, "zero_optimization.offload_param.device=cpu: on the CPU backend parameter partitions already live in host memory; nothing moves"+pinNote(dev, z.OffloadParam.PinMemory))
 	}
 	if op := z.OffloadParam; op != nil && z.Stage == 3 && (op.Device == "nvme" || op.Device == "cpu" && !dev.IsCPU()) {
 		notes = append(notes, paramOffloadNote(op, dev))
@@ -452,7 +456,10 @@ func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
 func paramOffloadNote(op *config.Offload, dev tensor.Device) string {
 	to := ""
 	if !dev.IsCPU() {
-		to = "; each is copied to " + dev.String() + " before its all-gather" + pinNote(dev)
+		to = "; each is copied to " + dev.String() + " before its all-gather"
+		if op.Device == "cpu" {
+			to += pinNote(dev, op.PinMemory)
+		}
 	}
 	if op.Device == "cpu" {
 		return "zero_optimization.offload_param.device=cpu: this rank's parameter partitions live in host memory" + to
@@ -469,14 +476,22 @@ func hostStep(cfg *config.Config, dev tensor.Device) bool {
 	return oo != nil && (oo.Device == "cpu" || oo.Device == "nvme") && !dev.IsCPU()
 }
 
-// pinNote says why pin_memory changes nothing on dev (it stays in
-// deepgo's no-effect list): host buffers are aligned C allocations, never
-// page-locked.
-func pinNote(dev tensor.Device) string {
-	if dev.Kind == tensor.KindCUDA {
-		return "; host buffers are not page-locked whatever pin_memory says (the CUDA backend's Copy stages through buffers of its own)"
+// pinNote says what pin_memory does for the host buffers copies to and
+// from dev cross with (CPU offload's gradient chunk and half weights,
+// offload_param's partitions): they come from dev's backend.HostEmpty,
+// page-locked on CUDA (Memory().Pinned counts them).
+func pinNote(dev tensor.Device, pin bool) string {
+	switch {
+	case dev.IsCPU():
+		return "; pin_memory changes nothing: no copies to a device"
+	case !pin && dev.Kind == tensor.KindCUDA:
+		return "; pin_memory false: the host buffers are pageable (the CUDA backend's Copy stages them)"
+	case !pin:
+		return "; pin_memory false: the host buffers are the C allocator's"
+	case dev.Kind == tensor.KindCUDA:
+		return "; pin_memory: the host buffers the copies use are page-locked (cudaHostAlloc) and copied by DMA in stream order"
 	}
-	return "; pin_memory changes nothing: there is nothing to pin on " + dev.String()
+	return "; pin_memory: the host buffers the copies use come from the " + dev.String() + " backend's HostEmpty (aligned host memory: nothing to page-lock on a simulated device)"
 }
 
 // sequenceParallelNotes says what the sequence_parallel section does here:

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"math"
 	"testing"
 
@@ -67,3 +68,35 @@ func TestCopyZeroBadArguments(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, [2]bool{false, true}, [2]bool{dh, sh})
 }
+
+// The CPU backend stages trivially: HostEmpty is aligned host memory and
+// CopyAsync has copied when it returns; the package functions fall back
+// to tensor.Empty and Copy for a backend without HostStager.
+func TestHostStagerCPU(t *testing.T) {
+	b := newCPU(t, 1)
+	for _, tc := range []struct {
+		name string
+		be   Backend
+	}{{"cpu", b}, {"plain backend", plain{b}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := HostEmpty(tc.be, tensor.Float32, 3)
+			require.NoError(t, err)
+			defer h.Free()
+			assert.True(t, h.Device().IsCPU())
+			assert.Zero(t, uintptr(h.Ptr())%tensor.HostAlign)
+			src := fill(t, tensor.Float32, []float32{1, 2, 3})
+			c, err := CopyAsync(tc.be, h, src)
+			require.NoError(t, err)
+			assert.True(t, c.Done())
+			require.NoError(t, c.Wait(context.Background()))
+			assert.Equal(t, []float32{1, 2, 3}, read(t, h))
+			_, err = CopyAsync(tc.be, h, mustEmpty(t, tensor.Float32, 2))
+			var ae *ArgError
+			require.ErrorAs(t, err, &ae)
+			assert.Equal(t, "dst", ae.Arg)
+		})
+	}
+}
+
+// plain hides the CPU backend's HostStager methods.
+type plain struct{ Backend }

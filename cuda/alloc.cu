@@ -133,6 +133,25 @@ dg_status dg_cuda_malloc(int device, size_t bytes, void **out, int *cuerr)
 	return DG_OK;
 }
 
+dg_status dg_cuda_host_alloc(int device, size_t bytes, void **out, int *cuerr)
+{
+	void *p = NULL;
+	DG_CU(cuerr, cudaSetDevice(device));
+	/* a 0-byte tensor still gets a distinct pointer, as the C allocator's */
+	DG_CU(cuerr, cudaHostAlloc(&p, bytes > 0 ? bytes : 1, cudaHostAllocPortable));
+	memset(p, 0, bytes > 0 ? bytes : 1);
+	*out = p;
+	return DG_OK;
+}
+
+dg_status dg_cuda_host_free(void *p, int *cuerr)
+{
+	if (p == NULL)
+		return DG_OK;
+	DG_CU(cuerr, cudaFreeHost(p));
+	return DG_OK;
+}
+
 dg_status dg_cuda_free(int device, void *p, int *cuerr)
 {
 	if (p == NULL)

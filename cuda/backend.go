@@ -31,6 +31,7 @@ type Backend struct {
 	stream *Stream
 	res    *tensor.Tensor // device results of SumSquares/NonFinite, grown on demand
 	stage  *tensor.Tensor // float32 views of the nn kernels' half weights and gradients (backend_nn.go)
+	copies *Stream        // CopyAsync's, made at the first (stage.go)
 }
 
 var (
@@ -354,9 +355,15 @@ func (b *Backend) Close() error {
 			*t = nil
 		}
 	}
+	var err error
+	if b.copies != nil {
+		// work still queued on it completes before its resources go
+		err = b.copies.Close()
+		b.copies = nil
+	}
 	C.dg_cuda_ctx_destroy(b.ctx)
 	b.ctx = nil
-	return nil
+	return err
 }
 
 // WrapComm makes c, a comm over host memory (in-process comm/local ranks

@@ -142,6 +142,39 @@ dg_status dg_cuda_copy(dg_cuda_ctx *ctx, void *dst, const void *src, size_t byte
 	return DG_OK;
 }
 
+/* The copy stream waits for ctx's stream through an event rather than the
+ * legacy default stream, so kernels issued on ctx's stream after the copy
+ * run alongside it. A pageable host side makes cudaMemcpyAsync staged or
+ * synchronous (CUDA Runtime API, "API synchronization behavior"): still
+ * correct, only not overlapped; HostEmpty's page-locked memory is what
+ * overlaps. */
+dg_status dg_cuda_copy_async(dg_cuda_ctx *ctx, void *stream, void *dst, const void *src, size_t bytes, void **done)
+{
+	DG_CU_ENTER(ctx);
+	*done = NULL;
+	if (bytes > 0 && (dst == NULL || src == NULL))
+		return dg_cu_invalid(ctx, DG_ERR_INVALID, "dg_cuda_copy_async", "NULL dst or src");
+	cudaStream_t s = (cudaStream_t)stream;
+	cudaEvent_t after, fin;
+	DG_CU_CTX(ctx, cudaEventCreateWithFlags(&after, cudaEventDisableTiming));
+	cudaError_t e = cudaEventRecord(after, ctx->stream);
+	if (e == cudaSuccess)
+		e = cudaStreamWaitEvent(s, after, 0);
+	/* released once the recorded work completes */
+	dg_cu_handled(cudaEventDestroy(after));
+	DG_CU_CTX(ctx, e);
+	DG_CU_CTX(ctx, cudaEventCreateWithFlags(&fin, cudaEventDisableTiming));
+	e = bytes > 0 ? cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s) : cudaSuccess;
+	if (e == cudaSuccess)
+		e = cudaEventRecord(fin, s);
+	if (e != cudaSuccess) {
+		dg_cu_handled(cudaEventDestroy(fin));
+		DG_CU_CTX(ctx, e);
+	}
+	*done = fin;
+	return DG_OK;
+}
+
 dg_status dg_cuda_zero(dg_cuda_ctx *ctx, void *const *xs, const size_t *bytes, int count)
 {
 	DG_CU_ENTER(ctx);

@@ -65,6 +65,13 @@ dg_status dg_cuda_free(int device, void *p, int *cuerr);
  * streams synchronize with. */
 dg_status dg_cuda_memcpy(int device, void *dst, const void *src, size_t bytes, int *cuerr);
 
+/* dg_cuda_host_alloc allocates bytes (>= 0) of zeroed page-locked host
+ * memory, device current (cudaHostAlloc, portable: every device's DMA
+ * engine reads it in stream order); dg_cuda_host_free releases it
+ * (cudaFreeHost: only once the copies using it are known complete). */
+dg_status dg_cuda_host_alloc(int device, size_t bytes, void **out, int *cuerr);
+dg_status dg_cuda_host_free(void *p, int *cuerr);
+
 /* Streams are created blocking (they synchronize with the legacy default
  * stream), so dg_cuda_malloc/memcpy need no extra ordering. */
 dg_status dg_cuda_stream_create(int device, void **out, int *cuerr);
@@ -140,6 +147,13 @@ dg_status dg_cuda_reduce_into(dg_cuda_ctx *ctx, dg_dtype t, dg_redop op, const v
  * for pinned host memory (DMA'd in stream order). With dst in host memory it
  * also waits for the copy, so the data is there when it returns. */
 dg_status dg_cuda_copy(dg_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
+/* dg_cuda_copy_async queues a copy of bytes (host and device memory in
+ * any direction) on stream, a stream of the context's device, after the
+ * work queued so far on ctx's stream (an event recorded there, waited for
+ * on stream), and sets *done to a new event recorded after the copy: the
+ * caller queries or synchronizes it, then destroys it. Neither side may be
+ * touched before *done completes. */
+dg_status dg_cuda_copy_async(dg_cuda_ctx *ctx, void *stream, void *dst, const void *src, size_t bytes, void **done);
 /* dg_cuda_zero clears bytes[i] bytes at DEVICE xs[i] for each i, queued on
  * ctx's stream (cudaMemsetAsync). */
 dg_status dg_cuda_zero(dg_cuda_ctx *ctx, void *const *xs, const size_t *bytes, int count);

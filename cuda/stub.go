@@ -72,6 +72,7 @@ var (
 	_ backend.Backend    = (*Backend)(nil)
 	_ backend.NN         = (*Backend)(nil)
 	_ optim.KernelSource = (*Backend)(nil)
+	_ backend.HostStager = (*Backend)(nil)
 )
 
 // NewBackend makes a backend on device dev with its own stream.
@@ -88,6 +89,16 @@ func (b *Backend) Stream() *Stream { return nil }
 
 // Empty allocates a zeroed device tensor.
 func (b *Backend) Empty(dt tensor.DType, shape ...int) (*tensor.Tensor, error) { return nil, ErrNoCUDA }
+
+// HostEmpty allocates a zeroed tensor in page-locked host memory.
+func (b *Backend) HostEmpty(dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
+	return nil, ErrNoCUDA
+}
+
+// CopyAsync starts a copy between host and device on the copy stream.
+func (b *Backend) CopyAsync(dst, src *tensor.Tensor) (backend.Copying, error) {
+	return nil, ErrNoCUDA
+}
 
 // Cast converts srcs[i] into dsts[i].
 func (b *Backend) Cast(dsts, srcs []*tensor.Tensor) error { return ErrNoCUDA }

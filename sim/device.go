@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/deepgo-ml/deepgo/backend"
@@ -23,6 +24,12 @@ type device struct {
 	err     error // sticky: the first kernel failure
 	closed  bool
 	frees   sync.WaitGroup
+
+	busy       atomic.Int64 // kernels running now, on any stream
+	copyMu     sync.Mutex
+	copies     *Stream      // CopyAsync's stream, made at the first
+	async      atomic.Int64 // CopyAsync calls
+	overlapped atomic.Int64 // of those, the ones that ran while a kernel did
 }
 
 func (d *device) newStream() (*Stream, error) {

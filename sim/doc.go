@@ -25,6 +25,12 @@
 //     and Backend.Synchronize make the host wait, honouring ctx.
 //   - Free is stream-ordered (cudaFreeAsync): the memory goes only after
 //     the work issued before the Free on every stream of the device ran.
+//   - CopyAsync (backend.HostStager) runs on a copy stream of its own,
+//     after the work issued so far, while the host and the compute stream
+//     go on. A host destination reads as NaN until the copy lands; a host
+//     source changed or a host destination written before it ran fails it
+//     with a sticky error. CopyStats counts the copies that ran while a
+//     kernel did.
 //
 // Delay mode: with Options.MaxDelay, or DEEPGO_SIM_DELAY set to a Go
 // duration ("200us") for the whole process, each kernel sleeps a random

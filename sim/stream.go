@@ -17,6 +17,7 @@ type task struct {
 	op     string       // kernel name, for a sticky error
 	run    func() error // nil: a marker that only closes mark
 	kernel bool         // delayed in delay mode; its error is sticky
+	copy   bool         // a CopyAsync: counts as overlapped if a kernel runs meanwhile
 	mark   chan struct{}
 	wait   <-chan struct{} // run after this closes (Stream.Wait)
 	done   chan error      // receives the device's error once run (a waited kernel)
@@ -87,6 +88,12 @@ func (s *Stream) run(t task) {
 	if t.wait != nil {
 		<-t.wait
 	}
+	// the delay is a kernel's running time, and a copy's transfer
+	busy := t.kernel && !t.copy
+	if busy {
+		s.d.busy.Add(1)
+	}
+	overlapped := t.copy && s.d.busy.Load() > 0
 	if t.kernel && s.d.opts.MaxDelay > 0 {
 		time.Sleep(time.Duration(s.rng.Int64N(int64(s.d.opts.MaxDelay))))
 	}
@@ -94,6 +101,12 @@ func (s *Stream) run(t task) {
 		if err := t.run(); err != nil && t.kernel {
 			s.d.fail(t.op, err)
 		}
+	}
+	if busy {
+		s.d.busy.Add(-1)
+	}
+	if t.copy && (overlapped || s.d.busy.Load() > 0) {
+		s.d.overlapped.Add(1)
 	}
 	if t.mark != nil {
 		close(t.mark)

@@ -17,9 +17,12 @@ package zero
 // final only at the boundary, and a blocking copy there would stall the
 // backward the reductions overlap.
 //
-// pin_memory: host buffers come from the C allocator (aligned, not
-// page-locked); on the CPU and simulated devices there is nothing to pin,
-// and the CUDA backend's Copy stages through its own buffers.
+// pin_memory (Config.PinHost): the buffers the copies cross with (the
+// gradient chunk, the half weights) come from the device backend's
+// HostEmpty, page-locked on CUDA, so its Copy runs them on its stream by
+// DMA instead of staging pageable memory; aligned host memory on the
+// simulated device. The master chunk and the optimizer state never cross
+// and stay in the host backend's memory.
 
 import (
 	"github.com/deepgo-ml/deepgo/backend"
@@ -43,17 +46,38 @@ func (z *Optimizer) stepBackend() backend.Backend {
 // (z.copies), remembering the device range they go to (ownParam).
 func (z *Optimizer) allocOffload(u, n int, ownParam *tensor.Tensor) error {
 	var err error
-	if z.hostGrad[u], err = z.acct.alloc(z.cfg.HostOffload, CatGrads, z.cfg.AccumDType, n); err != nil {
+	host := z.cfg.HostOffload
+	if z.cfg.PinHost {
+		host = pinnedHost{Backend: host, dev: z.be}
+	}
+	if z.hostGrad[u], err = z.acct.alloc(host, CatGrads, z.cfg.AccumDType, n); err != nil {
 		return err
 	}
 	z.upload[u] = ownParam // nil with a ParamStore
 	if z.cfg.ModelDType != tensor.Float32 {
 		// booked with the master: the host side of the weights, not a resident parameter
-		if z.copies[u], err = z.acct.alloc(z.cfg.HostOffload, CatMaster, z.cfg.ModelDType, n); err != nil {
+		if z.copies[u], err = z.acct.alloc(host, CatMaster, z.cfg.ModelDType, n); err != nil {
 			return err
 		}
 	}
+	if z.cfg.PinHost {
+		z.pinned += int64(z.hostGrad[u].Bytes())
+		if z.copies[u] != nil {
+			z.pinned += int64(z.copies[u].Bytes())
+		}
+	}
 	return nil
+}
+
+// pinnedHost is the host backend with the device backend's HostEmpty as
+// its allocator: what allocOffload allocates from with pin_memory.
+type pinnedHost struct {
+	backend.Backend
+	dev backend.Backend
+}
+
+func (p pinnedHost) Empty(dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
+	return backend.HostEmpty(p.dev, dt, shape...)
 }
 
 // freeOffload frees what allocOffload made.
@@ -67,6 +91,7 @@ func (z *Optimizer) freeOffload() {
 			z.acct.free(CatMaster, z.copies[u])
 		}
 	}
+	z.pinned = 0
 }
 
 // stepOffloaded steps the sub-groups on the host: sub-group i+1's

@@ -58,6 +58,11 @@ type Config struct {
 	// base optimizer's state (its StateStore must be host memory) live in
 	// host memory; the base optimizer must run on this backend.
 	HostOffload backend.Backend
+	// PinHost (offload_optimizer.pin_memory) makes HostOffload's buffers
+	// that cross to and from the device (the gradient chunk copied down,
+	// the half weights copied up) the device backend's HostEmpty memory:
+	// page-locked on CUDA.
+	PinHost bool
 	// ParamStore, when set (stage 3 only), makes the store the owned
 	// parameter partitions live in instead of the backend's memory:
 	// offload_param (paramstore.go).
@@ -116,6 +121,9 @@ type Memory struct {
 	// backend all of it is host memory.
 	Device                 tensor.Device
 	HostBytes, DeviceBytes int64
+	// Pinned is the part of HostBytes allocated by the device backend's
+	// HostEmpty for copies (pin_memory): page-locked on CUDA.
+	Pinned int64
 }
 
 // ParamBytes is the sum of Params.
@@ -184,6 +192,7 @@ type Optimizer struct {
 	stateCache map[string][]*tensor.Tensor // OptimizerState's assembled copy (several sub-groups)
 
 	hostGrad []*tensor.Tensor // HostOffload: the owned gradient chunk in host memory
+	pinned   int64            // bytes of hostGrad and copies from HostEmpty (PinHost)
 	upload   []*tensor.Tensor // HostOffload: the device range of each unit's updated weights
 
 	pstore ParamStore // stage 3 partitions outside the backend (offload_param); shard is then nil

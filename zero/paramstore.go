@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -51,16 +52,33 @@ type NewParamStore func(dt tensor.DType, names []string, sizes []int) (ParamStor
 // hostParams is a ParamStore in host memory: offload_param.device "cpu"
 // on a device backend.
 type hostParams struct {
-	parts []*tensor.Tensor
-	bytes int64
+	parts  []*tensor.Tensor
+	bytes  int64
+	pinned bool // parts from the device backend's HostEmpty
 }
 
 // HostParams is the NewParamStore of offload_param.device "cpu": every
-// partition in host memory.
-func HostParams(dt tensor.DType, _ []string, sizes []int) (ParamStore, error) {
-	h := &hostParams{parts: make([]*tensor.Tensor, len(sizes))}
+// partition in host memory from the C allocator.
+func HostParams(dt tensor.DType, names []string, sizes []int) (ParamStore, error) {
+	return newHostParams(tensor.Empty, false, dt, sizes)
+}
+
+// PinnedHostParams is HostParams with offload_param.pin_memory: the
+// partitions in dev's HostEmpty memory (page-locked on CUDA), which its
+// Copy moves to the device by DMA without staging.
+func PinnedHostParams(dev backend.Backend) NewParamStore {
+	return func(dt tensor.DType, _ []string, sizes []int) (ParamStore, error) {
+		alloc := func(dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
+			return backend.HostEmpty(dev, dt, shape...)
+		}
+		return newHostParams(alloc, true, dt, sizes)
+	}
+}
+
+func newHostParams(alloc func(tensor.DType, ...int) (*tensor.Tensor, error), pinned bool, dt tensor.DType, sizes []int) (ParamStore, error) {
+	h := &hostParams{parts: make([]*tensor.Tensor, len(sizes)), pinned: pinned}
 	for u, n := range sizes {
-		t, err := tensor.Empty(dt, n)
+		t, err := alloc(dt, n)
 		if err != nil {
 			_ = h.Close()
 			return nil, fmt.Errorf("zero: offload_param partition %d in host memory: %w", u, err)
@@ -69,6 +87,15 @@ func HostParams(dt tensor.DType, _ []string, sizes []int) (ParamStore, error) {
 		h.bytes += int64(t.Bytes())
 	}
 	return h, nil
+}
+
+// PinnedBytes is the host memory of the partitions that came from the
+// device backend's HostEmpty.
+func (h *hostParams) PinnedBytes() int64 {
+	if !h.pinned {
+		return 0
+	}
+	return h.bytes
 }
 
 func (h *hostParams) Write(_ context.Context, u int, fill func(dst *tensor.Tensor) error) error {

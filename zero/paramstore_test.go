@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,27 +38,40 @@ func TestCoordinatorUpcoming(t *testing.T) {
 	assert.Equal(t, []int{2}, c.Upcoming(1), "at most k")
 }
 
-// HostParams keeps every partition in host memory: what is written is
-// what is acquired, and its usage is the partitions' bytes.
+// HostParams and PinnedHostParams keep every partition in host memory:
+// what is written is what is acquired, and its usage is the partitions'
+// bytes, which the pinned store reports as pinned.
 func TestHostParams(t *testing.T) {
-	s, err := HostParams(tensor.BFloat16, []string{"a", "b"}, []int{3, 5})
+	cpu, err := backend.NewCPU(1)
 	require.NoError(t, err)
-	defer s.Close()
-	ctx := context.Background()
-	require.NoError(t, s.Write(ctx, 1, func(dst *tensor.Tensor) error {
-		v, err := dst.Uint16s()
-		for i := range v {
-			v[i] = uint16(7 + i)
-		}
-		return err
-	}))
-	got, err := s.Acquire(ctx, 1)
-	require.NoError(t, err)
-	v, err := got.Uint16s()
-	require.NoError(t, err)
-	assert.Equal(t, []uint16{7, 8, 9, 10, 11}, v)
-	s.Release(1)
-	resident, peak, disk := s.SwapUsage()
-	assert.Equal(t, [3]int64{16, 16, 0}, [3]int64{resident, peak, disk})
-	assert.Equal(t, 2, s.Buffers())
+	defer cpu.Close()
+	for _, tc := range []struct {
+		name   string
+		store  NewParamStore
+		pinned int64
+	}{{"HostParams", HostParams, 0}, {"PinnedHostParams", PinnedHostParams(cpu), 16}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := tc.store(tensor.BFloat16, []string{"a", "b"}, []int{3, 5})
+			require.NoError(t, err)
+			defer s.Close()
+			ctx := context.Background()
+			require.NoError(t, s.Write(ctx, 1, func(dst *tensor.Tensor) error {
+				v, err := dst.Uint16s()
+				for i := range v {
+					v[i] = uint16(7 + i)
+				}
+				return err
+			}))
+			got, err := s.Acquire(ctx, 1)
+			require.NoError(t, err)
+			v, err := got.Uint16s()
+			require.NoError(t, err)
+			assert.Equal(t, []uint16{7, 8, 9, 10, 11}, v)
+			s.Release(1)
+			resident, peak, disk := s.SwapUsage()
+			assert.Equal(t, [3]int64{16, 16, 0}, [3]int64{resident, peak, disk})
+			assert.Equal(t, 2, s.Buffers())
+			assert.Equal(t, tc.pinned, s.(interface{ PinnedBytes() int64 }).PinnedBytes())
+		})
+	}
 }

@@ -30,7 +30,11 @@ func (z *Optimizer) Memory() Memory {
 		m.ParamStoreHost, m.ParamStoreHostPeak, m.ParamsOnDisk = z.pstore.SwapUsage()
 		m.Params[z.cfg.ModelDType] += z.stored
 		m.HostBytes += m.ParamStoreHost
+		if p, ok := z.pstore.(interface{ PinnedBytes() int64 }); ok {
+			m.Pinned += p.PinnedBytes()
+		}
 	}
+	m.Pinned += z.pinned
 	m.Device = z.be.Device()
 	m.HostBytes += a.host
 	m.DeviceBytes += a.device

@@ -52,8 +52,6 @@ var noEffect = map[string]string{
 	"zero_optimization.legacy_stage1":                             "there is one stage-1 implementation",
 	"zero_optimization.round_robin_gradients":                     "gradients are partitioned by contiguous ranges",
 	"zero_optimization.leaf_module":                               "modules are never merged into leaves",
-	"zero_optimization.offload_param.pin_memory":                  "host buffers are not pinned",
-	"zero_optimization.offload_optimizer.pin_memory":              "host buffers are not pinned",
 	"zero_optimization.offload_optimizer.fast_init":               "only used by NVMe offload (not supported)",
 	"zero_optimization.offload_optimizer.super_offload":           "not implemented",
 	"zero_optimization.offload_optimizer.cpuadam_cores_perc":      "the optimizer uses the engine's thread pool",
