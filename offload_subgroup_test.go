@@ -9,6 +9,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
+	"github.com/deepgo-ml/deepgo/offload"
 	"github.com/deepgo-ml/deepgo/zero"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -219,7 +220,7 @@ func TestEstimateOffloadMatchesMemory(t *testing.T) {
 
 				lay, err := zero.PlanBuckets([]zero.ModuleSpec{{Name: "model", Params: []zero.ParamSpec{{Name: "flat", Shape: []int{numel}}}}}, world, 2, 0)
 				require.NoError(t, err)
-				want, err := zero.PlannedPlacement(lay, stage, 2, 2, 2, off, subGroup, buffers)
+				want, err := zero.PlannedPlacement(lay, stage, 2, 2, 2, off, subGroup, offload.PlanOptions{Buffers: buffers})
 				require.NoError(t, err)
 				t.Logf("estimate %+v, measured %+v", want, got)
 				for _, c := range []struct {

@@ -441,7 +441,7 @@ func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
 		if hostStep(cfg, dev) {
 			where = "; the fp32 master weights stay in host memory and the step runs on the CPU, as with device cpu"
 		}
-		notes = append(notes, fmt.Sprintf("zero_optimization.offload_optimizer.device=nvme: the optimizer state swaps through nvme_path with the aio engine, one sub-group of at most sub_group_size=%d elements at a time (buffer_count=%d of them in host memory)%s", z.SubGroupSize, z.OffloadOptimizer.BufferCount, where))
+		notes = append(notes, fmt.Sprintf("zero_optimization.offload_optimizer.device=nvme: the optimizer state swaps through nvme_path with the aio engine, one sub-group of at most sub_group_size=%d elements at a time (at most buffer_count=%d of them in host memory: a buffer is allocated when the swap plan first fills it)%s", z.SubGroupSize, z.OffloadOptimizer.BufferCount, where))
 	}
 	if z.OffloadParam != nil && z.OffloadParam.Device == "cpu" && dev.IsCPU() {
 		notes = append(notes, "zero_optimization.offload_param.device=cpu: on the CPU backend parameter partitions already live in host memory; nothing moves"+pinNote(dev, z.OffloadParam.PinMemory))

@@ -86,6 +86,9 @@ func (s *NVMeStore) prefetch() {
 		if !g.written {
 			continue // reads as zeros: run clears the buffer
 		}
+		if _, err := s.buffer(a.Buffer); err != nil {
+			continue // the step's own read allocates it and reports the error
+		}
 		j := job{a: a, g: g}
 		for grp, r := range s.writes {
 			if s.wbuf[grp] == a.Buffer || grp == a.Group {

@@ -216,7 +216,11 @@ func (s *NVMeStore) Acquire(group string, names []string, params []*tensor.Tenso
 			return nil, err
 		}
 	}
-	st, err := views(g, s.bufs[buf])
+	b, err := s.buffer(buf)
+	if err != nil {
+		return nil, err
+	}
+	st, err := views(g, b)
 	if err != nil {
 		return nil, err
 	}
@@ -256,8 +260,10 @@ func (s *NVMeStore) Release(group string) error {
 func (s *NVMeStore) run(actions []Action) error {
 	for _, a := range actions {
 		g := s.order[a.Group]
-		buf := s.bufs[a.Buffer]
-		var err error
+		buf, err := s.buffer(a.Buffer)
+		if err != nil {
+			return err
+		}
 		switch a.Kind {
 		case IssueRead:
 			if s.reads[a.Group] != nil {
@@ -324,28 +330,38 @@ func (s *NVMeStore) abort(err error) error {
 }
 
 // grow replaces the swap buffers by ones of at least n bytes; nothing is in
-// flight outside a planned step, and a planned step's groups all fit.
+// flight outside a planned step, and a planned step's groups all fit. The
+// buffers are allocated at first use (buffer), so that a run with fewer
+// sub-groups than buffer_count (sub_group_size's default of 1e9 makes one
+// per rank for most models) holds only the buffers its plan uses.
 func (s *NVMeStore) grow(n int) error {
 	if err := s.drain(); err != nil {
 		return err
 	}
 	s.cursor = -1
 	for _, b := range s.bufs {
-		if err := b.Free(); err != nil {
-			return err
+		if b != nil {
+			if err := b.Free(); err != nil {
+				return err
+			}
 		}
 	}
-	s.bufs = s.bufs[:0]
-	for range s.popt.Buffers {
-		b, err := s.eng.NewBuffer(n)
-		if err != nil {
-			return fmt.Errorf("offload: swap buffer of %d bytes: %w", n, err)
-		}
-		s.bufs = append(s.bufs, b)
-	}
+	s.bufs = make([]*aio.Buffer, s.popt.Buffers)
 	s.bufBytes = n
-	s.notePeak()
 	return nil
+}
+
+// buffer is swap buffer i, allocated on first use.
+func (s *NVMeStore) buffer(i int) (*aio.Buffer, error) {
+	if s.bufs[i] == nil {
+		b, err := s.eng.NewBuffer(s.bufBytes)
+		if err != nil {
+			return nil, fmt.Errorf("offload: swap buffer of %d bytes: %w", s.bufBytes, err)
+		}
+		s.bufs[i] = b
+		s.notePeak()
+	}
+	return s.bufs[i], nil
 }
 
 // resident is the host memory the buffers take now.
@@ -420,7 +436,11 @@ func (s *NVMeStore) ReadState(group string) (map[string][]*tensor.Tensor, error)
 		if s.planned {
 			buf = s.plan.BufferOf[g.idx]
 		}
-		return views(g, s.bufs[buf])
+		b, err := s.buffer(buf)
+		if err != nil {
+			return nil, err
+		}
+		return views(g, b)
 	}
 	if s.held == nil {
 		if err := s.drain(); err != nil {

@@ -120,3 +120,16 @@ func NewPlan(n int, o PlanOptions) (*Plan, error) {
 	}
 	return p, nil
 }
+
+// BuffersUsed is how many of the buffer_count buffers the plan ever
+// fills: NVMeStore allocates a buffer at its first use, so this is the
+// host memory in swap buffers (fewer than buffer_count when there are
+// fewer sub-groups, or when nothing is pipelined and one buffer serves
+// every sub-group in turn).
+func (p *Plan) BuffersUsed() int {
+	n := 0
+	for _, b := range p.BufferOf {
+		n = max(n, b+1)
+	}
+	return n
+}

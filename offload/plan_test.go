@@ -128,3 +128,31 @@ func TestPlanBadOptions(t *testing.T) {
 	_, err = NewPlan(-1, PlanOptions{Buffers: 2})
 	assert.ErrorContains(t, err, "-1 sub-groups")
 }
+
+// BuffersUsed is the host memory of swap buffers the store allocates:
+// without pipelining one buffer serves every sub-group in turn; never more
+// than buffer_count, nor than the sub-groups.
+func TestPlanBuffersUsed(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		o    PlanOptions
+		want int
+	}{
+		{1, PlanOptions{Buffers: 4}, 1},
+		{1, PlanOptions{Buffers: 4, PipelineRead: true, PipelineWrite: true}, 1},
+		{9, PlanOptions{Buffers: 4}, 1},
+		{9, PlanOptions{Buffers: 4, PipelineRead: true}, 2},
+		{9, PlanOptions{Buffers: 4, PipelineWrite: true}, 4},
+		{9, PlanOptions{Buffers: 4, PipelineRead: true, PipelineWrite: true}, 4},
+		{3, PlanOptions{Buffers: 8, PipelineRead: true, PipelineWrite: true}, 3},
+		{0, PlanOptions{Buffers: 4}, 0},
+	} {
+		p, err := NewPlan(c.n, c.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.BuffersUsed(); got != c.want {
+			t.Errorf("%d sub-groups, %+v: BuffersUsed %d, want %d", c.n, c.o, got, c.want)
+		}
+	}
+}

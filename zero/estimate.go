@@ -1,6 +1,10 @@
 package zero
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo/offload"
+)
 
 // EstimateZero2 is DeepSpeed's estimate_zero2_model_states_mem_needs
 // (runtime/zero/stage_1_and_2.py): bytes per CPU (host) and per GPU for
@@ -103,7 +107,7 @@ func PlannedModelStates(l *Layout, stage, modelBytes, accumBytes, stateSlots int
 type Placement struct{ Host, Device, Disk int64 }
 
 // PlannedPlacement splits PlannedModelStates by where this package keeps
-// each part on a device backend with offload_optimizer.device offload:
+// each part on a device backend with offload_optimizer.device where:
 //
 //	none: everything on the device
 //	cpu:  params and gradient buffers on the device; on the host the fp32
@@ -111,10 +115,12 @@ type Placement struct{ Host, Device, Disk int64 }
 //	      model-dtype weights it writes (half models) and the state
 //	nvme: as cpu, but the state is on disk and the host holds buffers
 //	      swap buffers of the largest sub-group's state (subGroupSize
-//	      elements, or the whole shard), each padded to 4096 bytes
+//	      elements, or the whole shard), each padded to 4096 bytes, as
+//	      many as the swap plan over the sub-groups fills (swap:
+//	      buffer_count, pipeline_read, pipeline_write)
 //
 // (On the CPU backend Host is the sum and Device 0.)
-func PlannedPlacement(l *Layout, stage, modelBytes, accumBytes, stateSlots int, offload string, subGroupSize, buffers int) (Placement, error) {
+func PlannedPlacement(l *Layout, stage, modelBytes, accumBytes, stateSlots int, where string, subGroupSize int, swap offload.PlanOptions) (Placement, error) {
 	full := int64(l.Numel())
 	shard := int64(l.ShardNumel())
 	if stage == 0 {
@@ -133,18 +139,24 @@ func PlannedPlacement(l *Layout, stage, modelBytes, accumBytes, stateSlots int, 
 		host += shard * int64(modelBytes)
 	}
 	host += shard * int64(accumBytes)
-	switch offload {
+	switch where {
 	case "none":
 		return Placement{Device: PlannedModelStates(l, stage, modelBytes, accumBytes, stateSlots)}, nil
 	case "cpu":
 		return Placement{Host: host + state, Device: params + grads}, nil
 	case "nvme":
-		if buffers < 1 || subGroupSize < 1 {
-			return Placement{}, fmt.Errorf("zero: nvme estimate: buffer_count %d and sub_group_size %d: want >= 1", buffers, subGroupSize)
+		if swap.Buffers < 1 || subGroupSize < 1 {
+			return Placement{}, fmt.Errorf("zero: nvme estimate: buffer_count %d and sub_group_size %d: want >= 1", swap.Buffers, subGroupSize)
 		}
-		buf := min(int64(subGroupSize), shard) * 4 * int64(stateSlots)
-		buf = (buf + 4095) &^ 4095
-		return Placement{Host: host + int64(buffers)*buf, Device: params + grads, Disk: state}, nil
+		group := max(min(int64(subGroupSize), shard), 1)
+		buf := (group*4*int64(stateSlots) + 4095) &^ 4095
+		// the store allocates a buffer at its first use: as many as the
+		// swap plan over the sub-groups fills
+		p, err := offload.NewPlan(int((shard+group-1)/group), swap)
+		if err != nil {
+			return Placement{}, fmt.Errorf("zero: nvme estimate: %w", err)
+		}
+		return Placement{Host: host + int64(p.BuffersUsed())*buf, Device: params + grads, Disk: state}, nil
 	}
-	return Placement{}, fmt.Errorf("zero: offload %q: allowed none, cpu, nvme", offload)
+	return Placement{}, fmt.Errorf("zero: offload %q: allowed none, cpu, nvme", where)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/deepgo-ml/deepgo/offload"
 	"github.com/deepgo-ml/deepgo/zero"
 )
 
@@ -16,6 +17,7 @@ func init() {
 const estimateUsage = `usage:
   deepgo estimate --params N --world W [--stage S] [--offload none|cpu|nvme]
                   [--sub-group-size N] [--buffer-count B]
+                  [--pipeline-read] [--pipeline-write]
                   [--gpus-per-node G] [--largest-layer L] [--buffer-factor F]
       prints what DeepSpeed's estimate_zero2_model_states_mem_needs (stages
       1-2) or estimate_zero3_model_states_mem_needs (stage 3) print for the
@@ -32,9 +34,11 @@ func runEstimate(args []string, stdout, stderr io.Writer) int {
 	params := fs.Float64("params", 0, "total model parameters (e.g. 1.3e9)")
 	world := fs.Int("world", 0, "data-parallel ranks (GPUs) in total")
 	stage := fs.Int("stage", 3, "ZeRO stage (0-3)")
-	offload := fs.String("offload", "none", "optimizer offload device: none, cpu or nvme")
+	where := fs.String("offload", "none", "optimizer offload device: none, cpu or nvme")
 	subGroup := fs.Int("sub-group-size", 1e9, "zero_optimization.sub_group_size (nvme: the swap buffers' size)")
 	buffers := fs.Int("buffer-count", 4, "offload_optimizer.buffer_count (nvme)")
+	pipeRead := fs.Bool("pipeline-read", false, "offload_optimizer.pipeline_read (nvme: reading ahead takes a second swap buffer)")
+	pipeWrite := fs.Bool("pipeline-write", false, "offload_optimizer.pipeline_write (nvme: writes running on hold their buffers)")
 	gpn := fs.Int("gpus-per-node", 0, "ranks per node (default: --world, one node)")
 	largest := fs.Float64("largest-layer", 0, "parameters of the largest module (stage 3; default params/10)")
 	factor := fs.Float64("buffer-factor", 1.5, "DeepSpeed's additional_buffer_factor")
@@ -51,8 +55,8 @@ func runEstimate(args []string, stdout, stderr io.Writer) int {
 	case *stage < 0 || *stage > 3:
 		fmt.Fprintf(stderr, "deepgo estimate: --stage %d: allowed 0, 1, 2, 3\n", *stage)
 		return 2
-	case *offload != "none" && *offload != "cpu" && *offload != "nvme":
-		fmt.Fprintf(stderr, "deepgo estimate: --offload %q: allowed none, cpu, nvme\n", *offload)
+	case *where != "none" && *where != "cpu" && *where != "nvme":
+		fmt.Fprintf(stderr, "deepgo estimate: --offload %q: allowed none, cpu, nvme\n", *where)
 		return 2
 	case *subGroup < 1:
 		fmt.Fprintf(stderr, "deepgo estimate: --sub-group-size %d: want >= 1\n", *subGroup)
@@ -141,14 +145,14 @@ func runEstimate(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprint(stdout, rows.String())
 	fmt.Fprintln(stdout, "  plus buffers: up to 2 gradient buckets of reduce_bucket_size (stages 2-3), and for stage 3")
 	fmt.Fprintf(stdout, "  the gathered modules (about stage3_max_live_parameters x 2 bytes; largest layer %.2fGB)\n", gb(2*L))
-	pl, err := zero.PlannedPlacement(lay, *stage, 2, 2, 2, *offload, *subGroup, *buffers)
+	pl, err := zero.PlannedPlacement(lay, *stage, 2, 2, 2, *where, *subGroup, offload.PlanOptions{Buffers: *buffers, PipelineRead: *pipeRead, PipelineWrite: *pipeWrite})
 	if err != nil {
 		fmt.Fprintln(stderr, "deepgo estimate:", err)
 		return 1
 	}
 	fmt.Fprintln(stdout)
-	fmt.Fprintf(stdout, "deepgo, stage %d, offload_optimizer=%s", *stage, *offload)
-	if *offload == "nvme" {
+	fmt.Fprintf(stdout, "deepgo, stage %d, offload_optimizer=%s", *stage, *where)
+	if *where == "nvme" {
 		fmt.Fprintf(stdout, " (sub_group_size %d, buffer_count %d)", *subGroup, *buffers)
 	}
 	fmt.Fprintln(stdout, ", model states per rank on a device backend (on the CPU backend host is the sum):")

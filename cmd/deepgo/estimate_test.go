@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/deepgo-ml/deepgo/offload"
 	"github.com/deepgo-ml/deepgo/zero"
 
 	"github.com/stretchr/testify/assert"
@@ -46,7 +47,7 @@ func TestEstimateOffload(t *testing.T) {
 			code := run([]string{"estimate", "--params", "1.3e9", "--world", "8", "--stage", "3", "--offload", off,
 				"--sub-group-size", "100000000", "--buffer-count", "4"}, &out, &errb)
 			require.Zero(t, code, errb.String())
-			want, err := zero.PlannedPlacement(lay, stage, 2, 2, 2, off, 1e8, 4)
+			want, err := zero.PlannedPlacement(lay, stage, 2, 2, 2, off, 1e8, offload.PlanOptions{Buffers: 4})
 			require.NoError(t, err)
 			assert.Contains(t, out.String(), "offload_optimizer="+off)
 			for name, b := range map[string]int64{"host": want.Host, "device": want.Device, "disk": want.Disk} {
