@@ -66,42 +66,16 @@ func (s tpSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string
 			return err
 		}
 		defer tr.Close()
-		e := tr.(*deepgo.Engine)
 		from := s.from
 		if s.loadDir != nil {
 			from = s.loadDir(c.Rank())
 		}
-		if from != "" {
-			if _, err := e.Load(ctx, from, s.opts); err != nil {
-				return err
-			}
-			if e.GlobalSteps() != s.first {
-				return fmt.Errorf("loaded at global step %d, want %d", e.GlobalSteps(), s.first)
-			}
-		}
-		batch := func(off int) func(int) model.TokenBatch {
-			return func(step int) model.TokenBatch { return eqBatch(corpus, s.first+off+step, r.dp, dc.Rank()) }
-		}
-		if _, err := trainSteps(ctx, e, losses[:s.saveAt], c.Rank() == 0, batch(0)); err != nil {
+		return resumeSegment(ctx, tr.(ckptTrainer), g, from, s.opts, s.first, s.save, s.saveAt, func(off int, losses []float64) error {
+			_, err := trainSteps(ctx, tr, losses, c.Rank() == 0, func(step int) model.TokenBatch {
+				return eqBatch(corpus, s.first+off+step, r.dp, dc.Rank())
+			})
 			return err
-		}
-		if s.save != "" {
-			if err := e.Save(ctx, s.save, deepgo.SaveOptions{}); err != nil {
-				return err
-			}
-		}
-		ps, err := trainSteps(ctx, e, losses[s.saveAt:], c.Rank() == 0, batch(s.saveAt))
-		if err != nil {
-			return err
-		}
-		full, err := g.Unshard(ctx, ps)
-		if err != nil {
-			return err
-		}
-		if c.Rank() == 0 {
-			params = full
-		}
-		return nil
+		}, losses, c.Rank() == 0, &params)
 	})
 	return losses, params, err
 }
@@ -118,7 +92,7 @@ func (s tpSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string
 // Resuming without the optimizer state (Adam's moments zero, step count
 // 0) is far off, so the comparison sees the moments resharded too.
 func TestGPTTensorParallelCheckpointReshard(t *testing.T) {
-	const n, m, lossTol, paramTol = 3, 3, 1e-6, 3e-6
+	const n, m = 3, 3
 	mk, err := data.NewMarkov(32, 1, 2, 3)
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
@@ -132,16 +106,71 @@ func TestGPTTensorParallelCheckpointReshard(t *testing.T) {
 			t.Run(fmt.Sprintf("saved-%v/load-%v", saved, r), func(t *testing.T) {
 				loss, params, err := tpSegment{r: r, from: dir, first: n, steps: m}.run(t, corpus)
 				require.NoError(t, err)
-				got := flatParams(params)
-				if r == saved {
-					require.Equal(t, refLoss, loss, "losses at the saving layout")
-					require.True(t, slices.Equal(want, got), "parameters at the saving layout differ")
-				}
-				t.Logf("losses %v (reference %v)", loss, refLoss)
-				requireFollowsPlain(t, fmt.Sprintf("%v → %v", saved, r), refLoss, loss, want, got, lossTol, paramTol)
+				requireResumedLike(t, fmt.Sprintf("%v → %v", saved, r), r == saved, refLoss, loss, want, params)
 			})
 		}
 	}
+}
+
+// ckptTrainer is what a checkpoint segment drives: the data-parallel
+// Engine or the pipeline engine.
+type ckptTrainer interface {
+	deepgo.Trainer
+	Save(ctx context.Context, dir string, opts deepgo.SaveOptions) error
+	Load(ctx context.Context, dir string, opts deepgo.LoadOptions) (deepgo.LoadResult, error)
+	GlobalSteps() int
+}
+
+// resumeSegment is one rank's part of a checkpoint segment: it loads from
+// (unless "") and checks the step count is first, trains (train(off,
+// losses) runs len(losses) steps from step first+off) saveAt steps, saves
+// to save (unless ""), trains the rest of losses, and returns the
+// parameters unsharded over g's TP group in *params when record is set.
+func resumeSegment(ctx context.Context, e ckptTrainer, g *nn.GPT, from string, opts deepgo.LoadOptions, first int, save string, saveAt int,
+	train func(off int, losses []float64) error, losses []float64, record bool, params *map[string][]float32) error {
+	if from != "" {
+		if _, err := e.Load(ctx, from, opts); err != nil {
+			return err
+		}
+		if e.GlobalSteps() != first {
+			return fmt.Errorf("loaded at global step %d, want %d", e.GlobalSteps(), first)
+		}
+	}
+	if err := train(0, losses[:saveAt]); err != nil {
+		return err
+	}
+	if save != "" {
+		if err := e.Save(ctx, save, deepgo.SaveOptions{}); err != nil {
+			return err
+		}
+	}
+	if err := train(saveAt, losses[saveAt:]); err != nil {
+		return err
+	}
+	ps, err := e.Parameters(ctx)
+	if err != nil {
+		return err
+	}
+	full, err := g.Unshard(ctx, ps)
+	if record {
+		*params = full
+	}
+	return err
+}
+
+// requireResumedLike checks a resumed run's losses and unsharded
+// parameters against the run that went on without stopping: bit-identical
+// when same (the saving layout), else to the equivalence tolerances (1e-6
+// relative losses, 3e-6 norm-wise parameters).
+func requireResumedLike(t *testing.T, name string, same bool, refLoss, loss []float64, want []float32, params map[string][]float32) {
+	t.Helper()
+	got := flatParams(params)
+	if same {
+		require.Equal(t, refLoss, loss, "losses at the saving layout")
+		require.True(t, slices.Equal(want, got), "parameters at the saving layout differ")
+	}
+	t.Logf("losses %v (reference %v)", loss, refLoss)
+	requireFollowsPlain(t, name, refLoss, loss, want, got, 1e-6, 3e-6)
 }
 
 // The comparison above would see a checkpoint that lost the optimizer
