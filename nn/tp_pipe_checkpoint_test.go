@@ -2,16 +2,19 @@ package nn_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,6 +28,7 @@ import (
 type tppSegment struct {
 	r                    tppRun
 	from, save           string
+	loadDir              func(rank int) string // each world rank's from, when set
 	first, steps, saveAt int
 }
 
@@ -62,7 +66,11 @@ func (s tppSegment) run(corpus *data.Tokens) ([]float64, map[string][]float32, e
 			return err
 		}
 		defer tr.Close()
-		return resumeSegment(ctx, tr.(ckptTrainer), g, s.from, deepgo.LoadOptions{}, s.first, s.save, s.saveAt, func(off int, losses []float64) error {
+		from := s.from
+		if s.loadDir != nil {
+			from = s.loadDir(c.Rank())
+		}
+		return resumeSegment(ctx, tr.(ckptTrainer), g, from, deepgo.LoadOptions{}, s.first, s.save, s.saveAt, func(off int, losses []float64) error {
 			return trainMicroFrom(ctx, tr, corpus, losses, c.Rank() == 0, r.dp, d, r.micro, s.first+off)
 		}, losses, c.Rank() == 0, &params)
 	})
@@ -70,7 +78,8 @@ func (s tppSegment) run(corpus *data.Tokens) ([]float64, map[string][]float32, e
 }
 
 // A 3-D checkpoint keeps the TP shards and loads at other layouts: saved
-// by TP 2 × PP 2 (× 1 and × 2 data ranks) after N steps, it is loaded by
+// by TP 2 × PP 2 (× 1 and × 2 data ranks), or by the Engine at TP 2, after
+// N steps, it is loaded by
 // fresh engines at TP 2 × PP 2, TP 1 × PP 2, TP 4 × PP 2, another data
 // world, and by the data-parallel Engine at TP 1 and 2, which train M more
 // steps. Their losses follow the run that went on without stopping to
@@ -86,7 +95,8 @@ func TestGPTTensorPipelineCheckpointReshard(t *testing.T) {
 	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
 	base := tppRun{tp: 2, pp: 2, dp: 1, stage: 1, micro: 2, sched: "1F1B", virtual: 1}
 	with := func(f func(*tppRun)) tppRun { r := base; f(&r); return r }
-	saves := []tppRun{base, with(func(r *tppRun) { r.dp = 2 })}
+	// the data-parallel Engine's TP checkpoints load into the pipeline too
+	saves := []tppRun{base, with(func(r *tppRun) { r.dp = 2 }), with(func(r *tppRun) { r.pp = 1; r.sched = "GPipe" })}
 	loads := []tppRun{
 		with(func(r *tppRun) { r.tp = 1 }),
 		with(func(r *tppRun) { r.tp = 4; r.stage = 0 }),
@@ -110,4 +120,38 @@ func TestGPTTensorPipelineCheckpointReshard(t *testing.T) {
 			})
 		}
 	}
+}
+
+// After a 3-D Load the parameters TP replicates must be the same on every
+// TP rank of a stage: TP ranks that loaded different checkpoints (the same
+// tag in two directories) fail on every rank, naming a replicated
+// parameter and the TP rank; stages that loaded different checkpoints fail
+// on the wte shard copies of the first and last stage (compared per TP
+// rank).
+func TestGPTTensorPipelineLoadReplicatedMismatch(t *testing.T) {
+	mk, err := data.NewMarkov(32, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
+	r := tppRun{tp: 2, pp: 2, dp: 1, stage: 1, micro: 2, sched: "1F1B", virtual: 1}
+	a, b := t.TempDir(), t.TempDir()
+	_, _, err = tppSegment{r: r, save: a, steps: 3, saveAt: 3}.run(corpus)
+	require.NoError(t, err)
+	_, _, err = tppSegment{r: r, save: b, first: 5, steps: 3, saveAt: 3}.run(corpus) // other batches
+	require.NoError(t, err)
+	// TP rank 1 of each stage (odd world ranks) reads b
+	_, _, err = tppSegment{r: r, first: 3, loadDir: func(rank int) string { return []string{a, b}[rank%2] }}.run(corpus)
+	var me *checkpoint.ReplicaMismatchError
+	require.True(t, errors.As(err, &me), "%v", err)
+	t.Logf("same tag, different values: %v", err)
+	assert.Equal(t, []int{1}, me.Ranks)
+	assert.ErrorContains(t, err, "over its tensor-parallel group")
+
+	// stage 1 (world ranks 2 and 3) reads b: its TP ranks agree, its wte
+	// shards differ from stage 0's
+	_, _, err = tppSegment{r: r, first: 3, loadDir: func(rank int) string { return []string{a, b}[rank/2] }}.run(corpus)
+	var tm *deepgo.TiedMismatchError
+	require.True(t, errors.As(err, &tm), "%v", err)
+	t.Logf("stages of different checkpoints: %v", err)
+	assert.Equal(t, "transformer.wte.weight", tm.Param)
+	assert.Equal(t, []int{1}, tm.Stages)
 }
