@@ -256,31 +256,64 @@ func TestGPTTensorParallelSaveAsyncRefused(t *testing.T) {
 
 // A TP checkpoint's parameters read back whole (checkpoint.ReadParam, what
 // Consolidate exports) equal the run's unsharded parameters bit for bit,
-// the fused q/k/v weights included, and Consolidate writes them.
+// the fused q/k/v weights included, and Consolidate writes them: the
+// data-parallel Engine's and the 3-D pipeline's (TP 2 × PP 2 × DP 2),
+// whose stages keep their wte shard copies under mp_rank_XX names too and
+// whose replicated parameters are saved once.
 func TestGPTTensorParallelCheckpointConsolidates(t *testing.T) {
 	mk, err := data.NewMarkov(32, 1, 2, 3)
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
-	dir := t.TempDir()
-	_, params, err := tpSegment{r: tpRun{tp: 2, dp: 2, stage: 2}, save: dir, steps: 4, saveAt: 4}.run(t, corpus)
-	require.NoError(t, err)
-	ck, err := checkpoint.Open(nil, dir, "")
-	require.NoError(t, err)
-	defer ck.Close()
-	assert.Equal(t, 2, ck.Manifest.Topology["model"])
-	require.Len(t, ck.Manifest.Params, len(params))
-	split := 0
-	for _, p := range ck.Manifest.Params {
-		if p.Split != nil {
-			split++
-		}
-		full, err := ck.ReadParam(context.Background(), p)
-		require.NoError(t, err)
-		v, _ := full.Float32s()
-		require.True(t, slices.Equal(params[p.Name], v), "%s differs from the run's unsharded value", p.Name)
-		full.Free()
+	for _, c := range []struct {
+		name string
+		pp   int
+		run  func(dir string) (map[string][]float32, error)
+	}{
+		{"engine", 1, func(dir string) (map[string][]float32, error) {
+			_, params, err := tpSegment{r: tpRun{tp: 2, dp: 2, stage: 2}, save: dir, steps: 4, saveAt: 4}.run(t, corpus)
+			return params, err
+		}},
+		{"pipeline", 2, func(dir string) (map[string][]float32, error) {
+			r := tppRun{tp: 2, pp: 2, dp: 2, stage: 1, micro: 2, sched: "1F1B", virtual: 1}
+			_, params, err := tppSegment{r: r, save: dir, steps: 4, saveAt: 4}.run(corpus)
+			return params, err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			params, err := c.run(dir)
+			require.NoError(t, err)
+			ck, err := checkpoint.Open(nil, dir, "")
+			require.NoError(t, err)
+			defer ck.Close()
+			assert.Equal(t, 2, ck.Manifest.Topology["model"])
+			assert.Equal(t, c.pp, ck.Manifest.Topology["pipe"])
+			require.Len(t, ck.Manifest.Params, len(params))
+			split := 0
+			for _, p := range ck.Manifest.Params {
+				if p.Split != nil {
+					split++
+				}
+				full, err := ck.ReadParam(context.Background(), p)
+				require.NoError(t, err)
+				v, _ := full.Float32s()
+				require.True(t, slices.Equal(params[p.Name], v), "%s differs from the run's unsharded value", p.Name)
+				full.Free()
+			}
+			t.Logf("%d parameters, %d of them TP shards", len(params), split)
+			assert.Positive(t, split)
+			if c.pp > 1 {
+				for _, tp := range []string{"00", "01"} {
+					_, ok := ck.Lookup("fp32/mp_rank_" + tp + "/transformer.wte.weight@transformer.ln_f")
+					assert.True(t, ok, "TP rank %s's copy of the wte shard on the last stage", tp)
+				}
+				// a replicated parameter is saved once, by TP rank 0
+				_, ok := ck.Lookup("fp32/transformer.wpe.weight")
+				assert.True(t, ok, "the replicated wpe")
+				_, ok = ck.Lookup("fp32/mp_rank_01/transformer.wpe.weight")
+				assert.False(t, ok, "TP rank 1 saved the replicated wpe")
+			}
+			require.NoError(t, ck.Consolidate(context.Background(), nil, filepath.Join(t.TempDir(), "model.safetensors")))
+		})
 	}
-	t.Logf("%d parameters, %d of them TP shards", len(params), split)
-	assert.Positive(t, split)
-	require.NoError(t, ck.Consolidate(context.Background(), nil, filepath.Join(t.TempDir(), "model.safetensors")))
 }
