@@ -28,16 +28,19 @@ type pipeSlot struct {
 
 // Load restores the pipeline from a checkpoint of dir ("": the config's
 // checkpoint.load_path, else save_dir), like Engine.Load: every rank reads
-// its ZeRO partition of its stage's parameters and their optimizer state
-// by parameter name (so the checkpoint may come from another pipeline
-// degree, data-parallel size or ZeRO stage, or from the data-parallel
-// Engine), every file read verified; only when every rank of the pipeline
-// has succeeded does any rank change its engine. opts.NonStrict is not
-// supported. Finally the parameters meant to be identical are compared by
-// digest: each stage's replicated parameters across its data-parallel
-// ranks, and each tied weight's copies across the stages holding it; a
-// difference fails Load on every rank with an error naming the parameter
-// and the ranks or stages (the engine then holds the checkpoint's values).
+// its ZeRO partition of its stage's parameters (its TP shards under tensor
+// parallelism, cut from each split parameter's full value) and their
+// optimizer state by parameter name (so the checkpoint may come from
+// another pipeline degree, TP degree, data-parallel size or ZeRO stage, or
+// from the data-parallel Engine), every file read verified; only when
+// every rank of the pipeline has succeeded does any rank change its
+// engine. opts.NonStrict is not supported. Finally the parameters meant to
+// be identical are compared by digest: each stage's replicated parameters
+// across its data-parallel ranks, those TP replicates across its TP
+// group, and each tied weight's copies (per TP rank) across the stages
+// holding it; a difference fails Load on every rank with an error naming
+// the parameter and the ranks or stages (the engine then holds the
+// checkpoint's values).
 func (e *PipeEngine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error) {
 	ctx = e.devCtx(ctx)
 	var pre error

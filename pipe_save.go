@@ -177,7 +177,8 @@ func (e *PipeEngine) pipeCheckpointState(op, dir string, so SaveOptions) (checkp
 // Save writes a checkpoint of the whole pipeline under dir ("": the
 // config's checkpoint.save_dir) with opts.Tag ("": global_step<N>): every
 // stage's parameters' fp32 master weights and optimizer state, keyed by
-// parameter name (see the layout above), each tied weight's copies
+// parameter name (see the layout above; under tensor parallelism each TP
+// rank's shards of the split parameters), each tied weight's copies
 // separately, the loss scaler, LR schedule and counters, the resolved
 // config and opts.ClientState (this rank's). It is a collective over every
 // rank of the pipeline, atomic and durable (checkpoint.Save), and updates
