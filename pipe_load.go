@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -20,31 +21,31 @@ const pipeLoad = "deepgo: pipeline engine: Load"
 
 // pipeSlot is where one of the stage's parameters is read from.
 type pipeSlot struct {
-	name   string // the parameter's name
-	source string // its fp32 tensor in the checkpoint
-	offset int64  // where it starts there
+	name string              // the parameter's name, or its tied copy's key
+	ref  checkpoint.ParamRef // its fp32 value in the checkpoint
+	p    *model.Param        // the stage's parameter (maybe a TP shard)
 }
 
 // Load restores the pipeline from a checkpoint of dir ("": the config's
 // checkpoint.load_path, else save_dir), like Engine.Load: every rank reads
-// its ZeRO partition of its stage's parameters and their optimizer state
-// by parameter name (so the checkpoint may come from another pipeline
-// degree, data-parallel size or ZeRO stage, or from the data-parallel
-// Engine), every file read verified; only when every rank of the pipeline
-// has succeeded does any rank change its engine. opts.NonStrict is not
-// supported. Finally the parameters meant to be identical are compared by
-// digest: each stage's replicated parameters across its data-parallel
-// ranks, and each tied weight's copies across the stages holding it; a
-// difference fails Load on every rank with an error naming the parameter
-// and the ranks or stages (the engine then holds the checkpoint's values).
+// its ZeRO partition of its stage's parameters (its TP shards under tensor
+// parallelism, cut from each split parameter's full value) and their
+// optimizer state by parameter name (so the checkpoint may come from
+// another pipeline degree, TP degree, data-parallel size or ZeRO stage, or
+// from the data-parallel Engine), every file read verified; only when
+// every rank of the pipeline has succeeded does any rank change its
+// engine. opts.NonStrict is not supported. Finally the parameters meant to
+// be identical are compared by digest: each stage's replicated parameters
+// across its data-parallel ranks, those TP replicates across its TP
+// group, and each tied weight's copies (per TP rank) across the stages
+// holding it; a difference fails Load on every rank with an error naming
+// the parameter and the ranks or stages (the engine then holds the
+// checkpoint's values).
 func (e *PipeEngine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error) {
 	ctx = e.devCtx(ctx)
 	var pre error
 	if opts.NonStrict {
 		pre = errors.New("deepgo: pipeline engine: Load: NonStrict: not supported yet (a pipeline loads every parameter)")
-	}
-	if err := e.errPipeTP("Load"); err != nil {
-		pre = err
 	}
 	plan, err := runLoad(ctx, e.cfg, e.z, dir, pipeLoad, pre, func(dir string) (*loadPlan, error) {
 		return e.preparePipeLoad(ctx, dir, opts)
@@ -91,7 +92,7 @@ func (e *PipeEngine) preparePipeLoad(ctx context.Context, dir string, opts LoadO
 	if err != nil {
 		return nil, err
 	}
-	if p.masters, err = e.readSlots(ctx, ck, slots, func(s pipeSlot) (string, error) { return s.source, nil }); err != nil {
+	if p.masters, err = e.readSlots(ctx, ck, slots, func(s pipeSlot) (checkpoint.ParamRef, error) { return s.ref, nil }); err != nil {
 		return nil, err
 	}
 	err = planSmallState(ck, p, e.world.Rank(), e.cfg, e.z, e.lrs != nil, e.opt.Defaults().LR, opts, pipeLoad, func() error {
@@ -145,20 +146,18 @@ func (e *PipeEngine) matchPipeParams(ck *checkpoint.Checkpoint) ([][]pipeSlot, e
 			if !ok {
 				return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: the checkpoint has no parameter %q", where, p.Name)
 			}
-			if r.Split != nil {
-				return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: parameter %q was saved as %d tensor-parallel shards: not supported yet (a pipeline loads checkpoints saved without tensor parallelism; load it into an Engine at any TP degree)", where, p.Name, len(r.Split.Shards))
-			}
-			sl := pipeSlot{name: p.Name, source: r.Source, offset: r.Offset}
+			sl := pipeSlot{name: p.Name, ref: r, p: p}
 			if k := keys[s.Module][s.Param]; k != p.Name {
-				if g, ok := ck.Lookup(masterPrefix + k); ok {
-					if g.Numel != int64(s.Numel) {
-						return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: tied copy %q has %d elements, parameter %q %d", where, masterPrefix+k, g.Numel, p.Name, s.Numel)
-					}
-					sl = pipeSlot{name: k, source: masterPrefix + k}
+				if c, ok, err := tiedCopyRef(ck, r, p.Name, k); err != nil {
+					return nil, err
+				} else if ok {
+					sl.name, sl.ref = k, c
 				}
 			}
-			if g, ok := ck.Lookup(sl.source); !ok || g.DType != "F32" {
-				return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: parameter %q: source %q is not a float32 tensor of the checkpoint", where, sl.name, sl.source)
+			for _, pc := range sl.ref.Pieces() {
+				if g, ok := ck.Lookup(pc.Source); !ok || g.DType != "F32" {
+					return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: parameter %q: source %q is not a float32 tensor of the checkpoint", where, sl.name, pc.Source)
+				}
 			}
 			slots[u][i] = sl
 		}
@@ -166,16 +165,48 @@ func (e *PipeEngine) matchPipeParams(ck *checkpoint.Checkpoint) ([][]pipeSlot, e
 	return slots, nil
 }
 
-// readSlots reads, for every unit, this rank's owned range from the
-// tensors source names for each parameter (at the parameter's offset).
-func (e *PipeEngine) readSlots(ctx context.Context, ck *checkpoint.Checkpoint, slots [][]pipeSlot, source func(pipeSlot) (string, error)) ([]*tensor.Tensor, error) {
+// tiedCopyRef is where the checkpoint holds the tied copy key of
+// parameter name (ref): ref with each piece's tensor renamed to the copy's
+// (fp32/wte → fp32/wte@head, fp32/mp_rank_01/wte → fp32/mp_rank_01/wte@head),
+// ok only if it has them all.
+func tiedCopyRef(ck *checkpoint.Checkpoint, ref checkpoint.ParamRef, name, key string) (checkpoint.ParamRef, bool, error) {
+	c, err := ref.WithSources(func(src string) (string, error) {
+		if !strings.HasSuffix(src, name) { // saved by unit (the Engine): no copies
+			return "", errNoCopy
+		}
+		return strings.TrimSuffix(src, name) + key, nil
+	})
+	if err != nil {
+		return ref, false, nil
+	}
+	pieces := c.Pieces()
+	for _, pc := range pieces {
+		g, ok := ck.Lookup(pc.Source)
+		if !ok {
+			return ref, false, nil
+		}
+		if want := c.Numel() / int64(len(pieces)); g.Numel != want {
+			return ref, false, fmt.Errorf("deepgo: pipeline engine: Load: %s: tied copy %q has %d elements, parameter %q's piece %d", ck.Path, pc.Source, g.Numel, name, want)
+		}
+	}
+	return c, true, nil
+}
+
+// errNoCopy says a checkpoint has no tied copies.
+var errNoCopy = errors.New("no tied copy")
+
+// readSlots reads, for every unit, this rank's owned range of each
+// parameter from where ref places it (a TP shard is cut from the
+// parameter's full value, see readTPSlot).
+func (e *PipeEngine) readSlots(ctx context.Context, ck *checkpoint.Checkpoint, slots [][]pipeSlot, ref func(pipeSlot) (checkpoint.ParamRef, error)) ([]*tensor.Tensor, error) {
+	rank, n := e.tpRank(), e.tpSize()
 	return readOwned(e.z, func(u, i int, dst *tensor.Tensor, off, _ int) error {
 		sl := slots[u][i]
-		src, err := source(sl)
+		r, err := ref(sl)
 		if err != nil {
 			return err
 		}
-		if err := ck.ReadRange(ctx, src, sl.offset+int64(off), dst); err != nil {
+		if err := readTPSlot(ctx, ck, r, sl.p, rank, n, off, dst); err != nil {
 			return fmt.Errorf("%s: parameter %q: %w", pipeLoad, sl.name, err)
 		}
 		return nil
@@ -191,8 +222,8 @@ func (e *PipeEngine) readPipeOptimizerState(ctx context.Context, ck *checkpoint.
 		return err
 	}
 	for _, s := range want {
-		ts, err := e.readSlots(ctx, ck, slots, func(sl pipeSlot) (string, error) {
-			return stateTensor(ck, s, sl.source, sl.name, pipeLoad)
+		ts, err := e.readSlots(ctx, ck, slots, func(sl pipeSlot) (checkpoint.ParamRef, error) {
+			return sl.ref.WithSources(func(src string) (string, error) { return stateTensor(ck, s, src, sl.name, pipeLoad) })
 		})
 		if err != nil {
 			return err

@@ -24,8 +24,16 @@ package deepgo
 // when the checkpoint has them, else from the parameter's; each copy is
 // stored separately so that a resume can compare them.
 //
+// Under tensor parallelism (3-D runs) each TP rank saves its shards of the
+// split parameters as fp32/mp_rank_XX/<param> (and optim/<state>/mp_rank_XX/
+// <param>, fp32/mp_rank_XX/<param>@<module>), the manifest placing them
+// as tp_checkpoint.go's do (checkpoint.ParamRef.Split), and TP rank 0
+// alone the replicated ones, named as without TP; Load reassembles a
+// split parameter from the shards of whatever degree saved it and cuts
+// its own, so a checkpoint loads at another TP degree too.
+//
 // Small state is the data-parallel engine's (deepgo.engine, client_state),
-// with the topology {"pipe": pp, "data": dp, "model": 1}.
+// with the topology {"pipe": pp, "data": dp, "model": tp}.
 import (
 	"context"
 	"encoding/json"
@@ -61,16 +69,23 @@ func (e *PipeEngine) ckptKeys() [][]string {
 }
 
 // modelParams lists every parameter of the whole model once, in module
-// order, as the manifest's parameter map: each in fp32/<name> at offset 0.
+// order, as the manifest's parameter map: each in fp32/<name> at offset 0,
+// of its full shape; under tensor parallelism a split one as the TP
+// shards fp32/mp_rank_XX/<name>, a replicated one as without TP.
 func (e *PipeEngine) modelParams() []checkpoint.ParamRef {
 	var out []checkpoint.ParamRef
 	seen := map[string]bool{}
+	n := e.tpSize()
 	for _, m := range e.net.Modules() {
 		for _, p := range m.Params() {
 			if seen[p.Name] {
 				continue
 			}
 			seen[p.Name] = true
+			if p.Parallel.Split && n > 1 {
+				out = append(out, tpSplitRef(p, n, func(t int) string { return tpTensorName(masterPrefix+p.Name, t) }, 0))
+				continue
+			}
 			out = append(out, checkpoint.ParamRef{Name: p.Name, Shape: slices.Clone(p.Shape), Source: masterPrefix + p.Name})
 		}
 	}
@@ -86,9 +101,6 @@ func (e *PipeEngine) pipeCheckpointState(op, dir string, so SaveOptions) (checkp
 		o.Dir = dir
 	}
 	o.Tag, o.Comm = so.Tag, e.world
-	if err := e.errPipeTP(op); err != nil {
-		return o, nil, err
-	}
 	switch {
 	case o.Dir == "":
 		return o, nil, fmt.Errorf("deepgo: pipeline engine: %s: no directory given and checkpoint.save_dir is not set", op)
@@ -109,27 +121,35 @@ func (e *PipeEngine) pipeCheckpointState(op, dir string, so SaveOptions) (checkp
 	st := &checkpoint.State{
 		Step:      int64(e.globalSteps),
 		ZeroStage: zc.Stage,
-		Topology:  map[string]int{"data": dp, "pipe": e.stages, "model": 1},
+		Topology:  map[string]int{"data": dp, "pipe": e.stages, "model": e.tpSize()},
 		Config:    cfgJSON,
 		Params:    e.modelParams(),
 	}
 	keys := e.ckptKeys()
+	tpRank, tpN := e.tpRank(), e.tpSize()
 	// pieces adds, for every parameter of unit u, the part of this rank's
 	// chunk that falls in it, from full (the rank's owned range of u).
+	// Under TP each TP rank saves its shards of the split parameters under
+	// its own names and TP rank 0 alone the replicated ones.
 	pieces := func(full *tensor.Tensor, u int, prefix, file string) error {
 		unit := lay.Units[u]
 		n := unit.Numel / dp
 		lo, _ := z.Own(u)
 		for _, s := range unit.Slots {
 			a, b := max(r*n, s.Offset), min(r*n+n, s.Offset+s.Numel)
-			if a >= b {
+			split := e.params[s.Module][s.Param].Parallel.Split && tpN > 1
+			if a >= b || !split && tpRank != 0 {
 				continue
 			}
 			v, err := full.Slice(a-lo, b-a)
 			if err != nil {
 				return err
 			}
-			st.Tensors = append(st.Tensors, checkpoint.Entry{Name: prefix + keys[s.Module][s.Param], File: file, Data: v,
+			name := prefix + keys[s.Module][s.Param]
+			if split {
+				name = tpTensorName(name, tpRank)
+			}
+			st.Tensors = append(st.Tensors, checkpoint.Entry{Name: name, File: file, Data: v,
 				Shard: &checkpoint.Shard{Numel: int64(s.Numel), Offset: int64(a - s.Offset)}})
 		}
 		return nil
@@ -157,7 +177,8 @@ func (e *PipeEngine) pipeCheckpointState(op, dir string, so SaveOptions) (checkp
 // Save writes a checkpoint of the whole pipeline under dir ("": the
 // config's checkpoint.save_dir) with opts.Tag ("": global_step<N>): every
 // stage's parameters' fp32 master weights and optimizer state, keyed by
-// parameter name (see the layout above), each tied weight's copies
+// parameter name (see the layout above; under tensor parallelism each TP
+// rank's shards of the split parameters), each tied weight's copies
 // separately, the loss scaler, LR schedule and counters, the resolved
 // config and opts.ClientState (this rank's). It is a collective over every
 // rank of the pipeline, atomic and durable (checkpoint.Save), and updates

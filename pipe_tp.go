@@ -112,10 +112,10 @@ func (e *PipeEngine) tpSize() int {
 	return e.tp.Size()
 }
 
-// errPipeTP refuses what the pipeline engine does not do with TP yet.
-func (e *PipeEngine) errPipeTP(op string) error {
-	if e.tpSize() == 1 {
-		return nil
+// tpRank is this rank's TP rank, 0 without tensor parallelism.
+func (e *PipeEngine) tpRank() int {
+	if e.tp == nil {
+		return 0
 	}
-	return fmt.Errorf("deepgo: pipeline engine: %s with tensor_model_parallel_size %d: not supported yet (pipeline checkpoints hold whole parameters; a TP stage holds shards)", op, e.tpSize())
+	return e.tp.Rank()
 }

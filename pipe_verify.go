@@ -18,7 +18,10 @@ import (
 // verifyIdentical compares by digest what must be identical after a
 // load: the stage's replicated parameters (and, under ZeRO stage 0 with
 // fp16/bf16 weights, its fp32 masters) across its data-parallel ranks,
-// then each tied weight's fp32 values across the stages holding it. Every
+// the parameters TP replicates across its TP group, then each tied
+// weight's fp32 values across the stages holding it (per TP rank: the
+// tied groups pair the same TP rank of each stage, so a split wte's
+// shards are compared shard by shard). Every
 // comparison runs on every rank whatever the others found, so that no
 // group is left waiting; the errors are joined.
 func (e *PipeEngine) verifyIdentical(ctx context.Context) error {
@@ -36,6 +39,18 @@ func (e *PipeEngine) verifyIdentical(ctx context.Context) error {
 	var errs []error
 	if err := checkpoint.VerifyReplicated(ctx, e.data, rep); err != nil {
 		errs = append(errs, fmt.Errorf("pipeline stage %d, whose data-parallel ranks are world ranks %v: %w", e.stage, e.dataWorldRanks(), err))
+	}
+	if e.tpSize() > 1 {
+		// the parameters TP replicates, across the stage's TP group
+		var tpRep []checkpoint.Named
+		for i := range ts {
+			if !e.params[idx[i][0]][idx[i][1]].Parallel.Split {
+				tpRep = append(tpRep, rep[i])
+			}
+		}
+		if err := checkpoint.VerifyReplicated(ctx, e.tp, tpRep); err != nil {
+			errs = append(errs, fmt.Errorf("pipeline stage %d, over its tensor-parallel group (ranks are TP ranks): %w", e.stage, err))
+		}
 	}
 	if len(e.tied) == 0 {
 		return errors.Join(errs...)

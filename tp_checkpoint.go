@@ -49,11 +49,27 @@ func tpTensorName(name string, t int) string {
 
 // fullShape is p's shape before tensor parallelism split it.
 func (e *Engine) fullShape(p *model.Param) []int {
+	_, n := e.tpDegree()
+	return tpFullShape(p, n)
+}
+
+// tpFullShape is p's shape before tensor parallelism over n ranks split it.
+func tpFullShape(p *model.Param, n int) []int {
 	s := slices.Clone(p.Shape)
-	if _, n := e.tpDegree(); p.Parallel.Split && n > 1 {
+	if p.Parallel.Split && n > 1 {
 		s[p.Parallel.Dim] *= n
 	}
 	return s
+}
+
+// tpSplitRef is the manifest entry of split parameter p saved as n TP
+// shards, shard t at offset off of tensor source(t).
+func tpSplitRef(p *model.Param, n int, source func(t int) string, off int64) checkpoint.ParamRef {
+	sp := &checkpoint.TPSplit{Dim: p.Parallel.Dim, Parts: p.Parallel.Parts}
+	for t := range n {
+		sp.Shards = append(sp.Shards, checkpoint.ShardRef{Source: source(t), Offset: off})
+	}
+	return checkpoint.ParamRef{Name: p.Name, Shape: tpFullShape(p, n), Split: sp}
 }
 
 // agreeTP is agree over the data-parallel group and then the TP group:
@@ -136,11 +152,7 @@ func (e *Engine) tpCollect(ctx context.Context, st *checkpoint.State) error {
 				params = append(params, ref)
 				continue
 			}
-			sp := &checkpoint.TPSplit{Dim: p.Parallel.Dim, Parts: p.Parallel.Parts}
-			for t := range n {
-				sp.Shards = append(sp.Shards, checkpoint.ShardRef{Source: tpTensorName(ref.Source, t), Offset: ref.Offset})
-			}
-			params = append(params, checkpoint.ParamRef{Name: ref.Name, Shape: e.fullShape(p), Split: sp})
+			params = append(params, tpSplitRef(p, n, func(t int) string { return tpTensorName(ref.Source, t) }, ref.Offset))
 		}
 	}
 	st.Params = params
@@ -167,12 +179,19 @@ func (e *Engine) tpSave(ctx context.Context, o checkpoint.Options, st *checkpoin
 }
 
 // readSlot fills dst with elements [off, off+dst.Numel()) of parameter
-// p's values (this rank's TP shard) from ref, a checkpoint's parameter
-// whose pieces are already named for the tensor read (masters or an
-// optimizer state). Without TP on either side it reads the range alone;
-// otherwise it assembles the full value and cuts this rank's shard.
+// p's values (this rank's TP shard) from ref (see readTPSlot).
 func (e *Engine) readSlot(ctx context.Context, ck *checkpoint.Checkpoint, ref checkpoint.ParamRef, p *model.Param, off int, dst *tensor.Tensor) error {
 	rank, n := e.tpDegree()
+	return readTPSlot(ctx, ck, ref, p, rank, n, off, dst)
+}
+
+// readTPSlot fills dst with elements [off, off+dst.Numel()) of parameter
+// p's values as TP rank rank of n holds them, from ref, a checkpoint's
+// parameter whose pieces are already named for the tensor read (masters
+// or an optimizer state). Without TP on either side it reads the range
+// alone; otherwise it assembles the full value from the shards of
+// whatever degree saved it and cuts this rank's shard.
+func readTPSlot(ctx context.Context, ck *checkpoint.Checkpoint, ref checkpoint.ParamRef, p *model.Param, rank, n, off int, dst *tensor.Tensor) error {
 	if ref.Split == nil && (!p.Parallel.Split || n == 1) {
 		return ck.ReadRange(ctx, ref.Source, ref.Offset+int64(off), dst)
 	}

@@ -106,10 +106,15 @@ func pipeReference(t *testing.T, cfg func(vocab int) nn.GPTConfig, seed uint64, 
 // rank d of dp per element of losses, recording the losses when record is
 // set.
 func trainMicro(ctx context.Context, tr deepgo.Trainer, corpus *data.Tokens, losses []float64, record bool, dp, d, micro int) error {
+	return trainMicroFrom(ctx, tr, corpus, losses, record, dp, d, micro, 0)
+}
+
+// trainMicroFrom is trainMicro on the batches of steps first, first+1, ...
+func trainMicroFrom(ctx context.Context, tr deepgo.Trainer, corpus *data.Tokens, losses []float64, record bool, dp, d, micro, first int) error {
 	for step := range losses {
 		mbs := make([]model.MicroBatch, micro)
 		for i := range mbs {
-			mbs[i] = pipeMicro(corpus, step, dp, d, micro, i).MicroBatch()
+			mbs[i] = pipeMicro(corpus, first+step, dp, d, micro, i).MicroBatch()
 		}
 		loss, err := tr.TrainBatch(ctx, mbs)
 		if err != nil {

@@ -66,42 +66,16 @@ func (s tpSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string
 			return err
 		}
 		defer tr.Close()
-		e := tr.(*deepgo.Engine)
 		from := s.from
 		if s.loadDir != nil {
 			from = s.loadDir(c.Rank())
 		}
-		if from != "" {
-			if _, err := e.Load(ctx, from, s.opts); err != nil {
-				return err
-			}
-			if e.GlobalSteps() != s.first {
-				return fmt.Errorf("loaded at global step %d, want %d", e.GlobalSteps(), s.first)
-			}
-		}
-		batch := func(off int) func(int) model.TokenBatch {
-			return func(step int) model.TokenBatch { return eqBatch(corpus, s.first+off+step, r.dp, dc.Rank()) }
-		}
-		if _, err := trainSteps(ctx, e, losses[:s.saveAt], c.Rank() == 0, batch(0)); err != nil {
+		return resumeSegment(ctx, tr.(ckptTrainer), g, from, s.opts, s.first, s.save, s.saveAt, func(off int, losses []float64) error {
+			_, err := trainSteps(ctx, tr, losses, c.Rank() == 0, func(step int) model.TokenBatch {
+				return eqBatch(corpus, s.first+off+step, r.dp, dc.Rank())
+			})
 			return err
-		}
-		if s.save != "" {
-			if err := e.Save(ctx, s.save, deepgo.SaveOptions{}); err != nil {
-				return err
-			}
-		}
-		ps, err := trainSteps(ctx, e, losses[s.saveAt:], c.Rank() == 0, batch(s.saveAt))
-		if err != nil {
-			return err
-		}
-		full, err := g.Unshard(ctx, ps)
-		if err != nil {
-			return err
-		}
-		if c.Rank() == 0 {
-			params = full
-		}
-		return nil
+		}, losses, c.Rank() == 0, &params)
 	})
 	return losses, params, err
 }
@@ -118,7 +92,7 @@ func (s tpSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string
 // Resuming without the optimizer state (Adam's moments zero, step count
 // 0) is far off, so the comparison sees the moments resharded too.
 func TestGPTTensorParallelCheckpointReshard(t *testing.T) {
-	const n, m, lossTol, paramTol = 3, 3, 1e-6, 3e-6
+	const n, m = 3, 3
 	mk, err := data.NewMarkov(32, 1, 2, 3)
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
@@ -132,16 +106,71 @@ func TestGPTTensorParallelCheckpointReshard(t *testing.T) {
 			t.Run(fmt.Sprintf("saved-%v/load-%v", saved, r), func(t *testing.T) {
 				loss, params, err := tpSegment{r: r, from: dir, first: n, steps: m}.run(t, corpus)
 				require.NoError(t, err)
-				got := flatParams(params)
-				if r == saved {
-					require.Equal(t, refLoss, loss, "losses at the saving layout")
-					require.True(t, slices.Equal(want, got), "parameters at the saving layout differ")
-				}
-				t.Logf("losses %v (reference %v)", loss, refLoss)
-				requireFollowsPlain(t, fmt.Sprintf("%v → %v", saved, r), refLoss, loss, want, got, lossTol, paramTol)
+				requireResumedLike(t, fmt.Sprintf("%v → %v", saved, r), r == saved, refLoss, loss, want, params)
 			})
 		}
 	}
+}
+
+// ckptTrainer is what a checkpoint segment drives: the data-parallel
+// Engine or the pipeline engine.
+type ckptTrainer interface {
+	deepgo.Trainer
+	Save(ctx context.Context, dir string, opts deepgo.SaveOptions) error
+	Load(ctx context.Context, dir string, opts deepgo.LoadOptions) (deepgo.LoadResult, error)
+	GlobalSteps() int
+}
+
+// resumeSegment is one rank's part of a checkpoint segment: it loads from
+// (unless "") and checks the step count is first, trains (train(off,
+// losses) runs len(losses) steps from step first+off) saveAt steps, saves
+// to save (unless ""), trains the rest of losses, and returns the
+// parameters unsharded over g's TP group in *params when record is set.
+func resumeSegment(ctx context.Context, e ckptTrainer, g *nn.GPT, from string, opts deepgo.LoadOptions, first int, save string, saveAt int,
+	train func(off int, losses []float64) error, losses []float64, record bool, params *map[string][]float32) error {
+	if from != "" {
+		if _, err := e.Load(ctx, from, opts); err != nil {
+			return err
+		}
+		if e.GlobalSteps() != first {
+			return fmt.Errorf("loaded at global step %d, want %d", e.GlobalSteps(), first)
+		}
+	}
+	if err := train(0, losses[:saveAt]); err != nil {
+		return err
+	}
+	if save != "" {
+		if err := e.Save(ctx, save, deepgo.SaveOptions{}); err != nil {
+			return err
+		}
+	}
+	if err := train(saveAt, losses[saveAt:]); err != nil {
+		return err
+	}
+	ps, err := e.Parameters(ctx)
+	if err != nil {
+		return err
+	}
+	full, err := g.Unshard(ctx, ps)
+	if record {
+		*params = full
+	}
+	return err
+}
+
+// requireResumedLike checks a resumed run's losses and unsharded
+// parameters against the run that went on without stopping: bit-identical
+// when same (the saving layout), else to the equivalence tolerances (1e-6
+// relative losses, 3e-6 norm-wise parameters).
+func requireResumedLike(t *testing.T, name string, same bool, refLoss, loss []float64, want []float32, params map[string][]float32) {
+	t.Helper()
+	got := flatParams(params)
+	if same {
+		require.Equal(t, refLoss, loss, "losses at the saving layout")
+		require.True(t, slices.Equal(want, got), "parameters at the saving layout differ")
+	}
+	t.Logf("losses %v (reference %v)", loss, refLoss)
+	requireFollowsPlain(t, name, refLoss, loss, want, got, 1e-6, 3e-6)
 }
 
 // The comparison above would see a checkpoint that lost the optimizer
@@ -227,31 +256,64 @@ func TestGPTTensorParallelSaveAsyncRefused(t *testing.T) {
 
 // A TP checkpoint's parameters read back whole (checkpoint.ReadParam, what
 // Consolidate exports) equal the run's unsharded parameters bit for bit,
-// the fused q/k/v weights included, and Consolidate writes them.
+// the fused q/k/v weights included, and Consolidate writes them: the
+// data-parallel Engine's and the 3-D pipeline's (TP 2 × PP 2 × DP 2),
+// whose stages keep their wte shard copies under mp_rank_XX names too and
+// whose replicated parameters are saved once.
 func TestGPTTensorParallelCheckpointConsolidates(t *testing.T) {
 	mk, err := data.NewMarkov(32, 1, 2, 3)
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
-	dir := t.TempDir()
-	_, params, err := tpSegment{r: tpRun{tp: 2, dp: 2, stage: 2}, save: dir, steps: 4, saveAt: 4}.run(t, corpus)
-	require.NoError(t, err)
-	ck, err := checkpoint.Open(nil, dir, "")
-	require.NoError(t, err)
-	defer ck.Close()
-	assert.Equal(t, 2, ck.Manifest.Topology["model"])
-	require.Len(t, ck.Manifest.Params, len(params))
-	split := 0
-	for _, p := range ck.Manifest.Params {
-		if p.Split != nil {
-			split++
-		}
-		full, err := ck.ReadParam(context.Background(), p)
-		require.NoError(t, err)
-		v, _ := full.Float32s()
-		require.True(t, slices.Equal(params[p.Name], v), "%s differs from the run's unsharded value", p.Name)
-		full.Free()
+	for _, c := range []struct {
+		name string
+		pp   int
+		run  func(dir string) (map[string][]float32, error)
+	}{
+		{"engine", 1, func(dir string) (map[string][]float32, error) {
+			_, params, err := tpSegment{r: tpRun{tp: 2, dp: 2, stage: 2}, save: dir, steps: 4, saveAt: 4}.run(t, corpus)
+			return params, err
+		}},
+		{"pipeline", 2, func(dir string) (map[string][]float32, error) {
+			r := tppRun{tp: 2, pp: 2, dp: 2, stage: 1, micro: 2, sched: "1F1B", virtual: 1}
+			_, params, err := tppSegment{r: r, save: dir, steps: 4, saveAt: 4}.run(corpus)
+			return params, err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			params, err := c.run(dir)
+			require.NoError(t, err)
+			ck, err := checkpoint.Open(nil, dir, "")
+			require.NoError(t, err)
+			defer ck.Close()
+			assert.Equal(t, 2, ck.Manifest.Topology["model"])
+			assert.Equal(t, c.pp, ck.Manifest.Topology["pipe"])
+			require.Len(t, ck.Manifest.Params, len(params))
+			split := 0
+			for _, p := range ck.Manifest.Params {
+				if p.Split != nil {
+					split++
+				}
+				full, err := ck.ReadParam(context.Background(), p)
+				require.NoError(t, err)
+				v, _ := full.Float32s()
+				require.True(t, slices.Equal(params[p.Name], v), "%s differs from the run's unsharded value", p.Name)
+				full.Free()
+			}
+			t.Logf("%d parameters, %d of them TP shards", len(params), split)
+			assert.Positive(t, split)
+			if c.pp > 1 {
+				for _, tp := range []string{"00", "01"} {
+					_, ok := ck.Lookup("fp32/mp_rank_" + tp + "/transformer.wte.weight@transformer.ln_f")
+					assert.True(t, ok, "TP rank %s's copy of the wte shard on the last stage", tp)
+				}
+				// a replicated parameter is saved once, by TP rank 0
+				_, ok := ck.Lookup("fp32/transformer.wpe.weight")
+				assert.True(t, ok, "the replicated wpe")
+				_, ok = ck.Lookup("fp32/mp_rank_01/transformer.wpe.weight")
+				assert.False(t, ok, "TP rank 1 saved the replicated wpe")
+			}
+			require.NoError(t, ck.Consolidate(context.Background(), nil, filepath.Join(t.TempDir(), "model.safetensors")))
+		})
 	}
-	t.Logf("%d parameters, %d of them TP shards", len(params), split)
-	assert.Positive(t, split)
-	require.NoError(t, ck.Consolidate(context.Background(), nil, filepath.Join(t.TempDir(), "model.safetensors")))
 }

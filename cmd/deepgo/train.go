@@ -109,10 +109,6 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	shape, _ := config.Load(cfgPath)
 	pp, virtual := pipeShape(shape)
 	tp := tpSize(shape)
-	if tp > 1 && pp > 1 && resumeDir(shape) != "" {
-		// refused before any step runs rather than at the first save
-		return nil, fmt.Errorf("checkpoint.save_dir/load_path %q with tensor_model_parallel_size %d and %d pipeline stages: not supported yet (pipeline checkpoints hold whole parameters, a TP stage holds shards)", resumeDir(shape), tp, pp)
-	}
 	sp := spSize(shape)
 	if sp > 1 && (tp > 1 || pp > 1) {
 		return nil, fmt.Errorf("sequence_parallel_size %d with tensor_model_parallel_size %d and %d pipeline stages: not supported yet (SP runs alone with data parallelism)", sp, tp, pp)
