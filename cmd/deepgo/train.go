@@ -151,6 +151,11 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	}
 	gcfg := mc.gpt
 	gcfg.Vocab = corpus.Vocab
+	if h, w := parallelHeads(gcfg.Heads, gcfg.Width, tp*sp); h != gcfg.Heads {
+		fmt.Fprintf(stderr, "note: --model %s: %d heads of width %d instead of %d of %d: tensor_model_parallel_size %d x sequence_parallel_size %d split the heads\n",
+			modelName, h, w/h, gcfg.Heads, gcfg.Width/gcfg.Heads, tp, sp)
+		gcfg.Heads, gcfg.Width = h, w
+	}
 	T := gcfg.SeqLen
 	if targs.device == "" {
 		targs.device = "cpu"

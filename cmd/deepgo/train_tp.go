@@ -41,3 +41,16 @@ func tpRank(ctx context.Context, c comm.Comm, tp, pp int) (group nn.TP, opts []d
 	}
 	return nn.TP{Comm: tc}, []deepgo.Option{deepgo.WithComm(dc), deepgo.WithTensorParallel(tc)}, nil
 }
+
+// parallelHeads is the built-in model's head count and width for n ranks
+// splitting its heads (TP, and Ulysses SP, each need heads divisible by
+// their degree): heads rounded up to a multiple of n, the width up to a
+// multiple of the heads, so that a user's config with a larger degree
+// than the model's heads trains instead of stopping at NewGPT.
+func parallelHeads(heads, width, n int) (int, int) {
+	if n <= 1 || heads%n == 0 {
+		return heads, width
+	}
+	h := (heads + n - 1) / n * n
+	return h, (width + h - 1) / h * h
+}

@@ -65,3 +65,19 @@ func TestTrainTensorParallel(t *testing.T) {
 	t.Logf("final loss TP 2 x PP 2 %v, PP 2 %v", r.FinalLoss, pp.FinalLoss)
 	assert.LessOrEqual(t, math.Abs(r.FinalLoss-pp.FinalLoss)/pp.FinalLoss, 1e-5, "final loss TP 2 x PP 2 %v vs PP 2 %v", r.FinalLoss, pp.FinalLoss)
 }
+
+// The built-in models grow their heads (and width) to what the config's
+// tensor or sequence parallel degree splits.
+func TestParallelHeads(t *testing.T) {
+	for _, c := range []struct{ heads, width, n, wantH, wantW int }{
+		{2, 32, 1, 2, 32},
+		{2, 32, 2, 2, 32},
+		{2, 32, 4, 4, 32},
+		{2, 32, 8, 8, 32},
+		{4, 64, 8, 8, 64},
+		{4, 64, 3, 6, 66},
+	} {
+		h, w := parallelHeads(c.heads, c.width, c.n)
+		assert.Equal(t, []int{c.wantH, c.wantW}, []int{h, w}, "heads %d width %d n %d", c.heads, c.width, c.n)
+	}
+}
