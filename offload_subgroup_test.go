@@ -191,11 +191,13 @@ func TestEstimateOffloadMatchesMemory(t *testing.T) {
 	const subGroup, buffers = 4999, 2
 	sizes := []int{63, 255, 255, 15} // odd: units pad to the world size
 	numel := 0
-	for _, mod := range testmodel.NewMLP(1, sizes...).Modules() {
+	counted := testmodel.NewMLP(1, sizes...)
+	for _, mod := range counted.Modules() {
 		for _, p := range mod.Params() {
 			numel += p.Data.Numel()
 		}
 	}
+	counted.FreeUndonated()
 	for _, stage := range []int{2, 3} {
 		for _, off := range []string{"none", "cpu", "nvme"} {
 			t.Run(fmt.Sprintf("stage%d/%s", stage, off), func(t *testing.T) {
