@@ -25,6 +25,9 @@ package zero
 // and stay in the host backend's memory.
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -94,64 +97,51 @@ func (z *Optimizer) freeOffload() {
 	z.pinned = 0
 }
 
-// stepOffloaded steps the sub-groups on the host: sub-group i+1's
-// gradients are copied down (a goroutine waiting on the device) while
-// sub-group i steps, and i's updated weights go up after its step. Every
-// download has ended when it returns.
-func (z *Optimizer) stepOffloaded(g []*tensor.Tensor, lr, gradScale float64) error {
-	type fetched struct {
-		grads []*tensor.Tensor
-		err   error
-	}
-	fetch := func(sg *subGroup) <-chan fetched {
-		ch := make(chan fetched, 1)
-		go func() {
-			grads, err := z.download(sg, g)
-			ch <- fetched{grads, err}
-		}()
-		return ch
-	}
-	next := fetch(z.subs[0])
-	for i, sg := range z.subs {
-		f := <-next
-		next = nil
-		if i+1 < len(z.subs) && f.err == nil {
-			next = fetch(z.subs[i+1])
+// stepOffloaded steps the sub-groups on the host. The units whose
+// gradients did not start down during backward (no boundary was set) start
+// now, all at once; each sub-group waits for the downloads it reads, steps,
+// and its updated weights go up while the next one waits and steps. Every
+// download has ended when it returns, on failure too.
+func (z *Optimizer) stepOffloaded(ctx context.Context, g []*tensor.Tensor, lr, gradScale float64) (err error) {
+	defer func() {
+		if serr := z.settleDownloads(ctx); err == nil {
+			err = serr
 		}
-		err := f.err
+	}()
+	for u := range g {
+		if z.down[u] == nil {
+			if err := z.startDownload(u, g[u]); err != nil {
+				return err
+			}
+		}
+	}
+	for _, sg := range z.subs {
+		grads, err := z.downloaded(ctx, sg)
 		if err == nil {
-			err = z.stepOne(sg, f.grads, lr, gradScale)
+			err = z.stepOne(sg, grads, lr, gradScale)
 		}
 		if err == nil {
 			err = z.uploadParts(sg.parts)
 		}
 		if err != nil {
-			if next != nil {
-				<-next
-			}
 			return z.subErr(sg, err)
 		}
 	}
 	return nil
 }
 
-// download copies the device gradients g of sg's parts into the host
-// gradient chunks, returning views of those.
-func (z *Optimizer) download(sg *subGroup, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	dst, err := views(sg.parts, z.hostGrad)
-	if err != nil {
-		return nil, err
-	}
-	src, err := views(sg.parts, g)
-	if err != nil {
-		return nil, err
-	}
-	for i := range dst {
-		if err := z.be.Copy(dst[i], src[i]); err != nil {
-			return nil, err
+// downloaded waits for the gradient downloads of sg's units and returns
+// views of sg's parts of the host chunks.
+func (z *Optimizer) downloaded(ctx context.Context, sg *subGroup) ([]*tensor.Tensor, error) {
+	for _, p := range sg.parts {
+		if z.down[p.unit] == nil {
+			continue // nothing owned
+		}
+		if err := z.down[p.unit].Wait(ctx); err != nil {
+			return nil, fmt.Errorf("zero: copying the gradients of bucket %d to the host: %w", p.unit, err)
 		}
 	}
-	return dst, nil
+	return views(sg.parts, z.hostGrad)
 }
 
 // uploadParts copies the updated weights of parts (the model-dtype host
