@@ -6,17 +6,26 @@ package zero
 // state live in host memory; the step runs on the host backend's fused CPU
 // kernels; the updated weights (model dtype) go back to the device.
 //
-// At Step the sub-groups go in order: each one's gradients are copied down,
-// it steps on the host, and its updated weights are copied up. The next
-// sub-group's download (a device-to-host Copy, which blocks its caller
-// until the data is there) runs on a goroutine while the host steps the
-// current one, and an upload returns once its source is staged, so it runs
-// on the device while the host steps the next sub-group (the backends are
-// safe for concurrent use). Gradients are copied down at the step rather
-// than per bucket during backward: with accumulation the reduced chunk is
-// final only at the boundary, and a blocking copy there would stall the
-// backward the reductions overlap.
+// Gradients go down per unit as they become final (gradcopy.go): in the
+// micro-step that ends with a step (SetAccumulationBoundary, from the
+// engine's IsGradientAccumulationBoundary) each unit's owned chunk starts
+// down with backend.CopyAsync, on the device's copy stream, right after the
+// reduction that finishes it: stages 2-3 as its reduce-scatter is folded
+// in during backward, stages 0-1 of one rank when backward ends, stages 0-1
+// of several ranks as the boundary reduction in Overflow does each unit.
+// Earlier micro-steps copy nothing: their chunks are not final. The
+// overflow check and the clip norm still read the device chunks, which
+// nothing writes until the step, so they see the bits the copies carry.
+// Without a boundary (the pipeline engine, whose tied-weight reduction
+// writes the chunks after backward) every unit starts down at Step.
 //
+// At Step the sub-groups go in order: each waits for the downloads of its
+// units, steps on the host, and its updated weights are copied up; an
+// upload returns once its source is staged, so it runs on the device while
+// the host steps the next sub-group (the backends are safe for concurrent
+// use). Every download has been waited for when Step, ZeroGrad (a skipped
+// step) or Close returns: the host chunks may not be touched before.
+
 // pin_memory (Config.PinHost): the buffers the copies cross with (the
 // gradient chunk, the half weights) come from the device backend's
 // HostEmpty, page-locked on CUDA, so its Copy runs them on its stream by
