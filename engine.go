@@ -152,6 +152,9 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 		}
 	}
 	e.z.BeginMicroStep(seq)
+	if err := e.z.SetAccumulationBoundary(e.IsGradientAccumulationBoundary()); err != nil {
+		return 0, err
+	}
 	if e.profiling() {
 		e.beginFlops(mb)
 		defer func() { e.flops.open = false }()

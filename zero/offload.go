@@ -6,17 +6,26 @@ package zero
 // state live in host memory; the step runs on the host backend's fused CPU
 // kernels; the updated weights (model dtype) go back to the device.
 //
-// At Step the sub-groups go in order: each one's gradients are copied down,
-// it steps on the host, and its updated weights are copied up. The next
-// sub-group's download (a device-to-host Copy, which blocks its caller
-// until the data is there) runs on a goroutine while the host steps the
-// current one, and an upload returns once its source is staged, so it runs
-// on the device while the host steps the next sub-group (the backends are
-// safe for concurrent use). Gradients are copied down at the step rather
-// than per bucket during backward: with accumulation the reduced chunk is
-// final only at the boundary, and a blocking copy there would stall the
-// backward the reductions overlap.
+// Gradients go down per unit as they become final (gradcopy.go): in the
+// micro-step that ends with a step (SetAccumulationBoundary, from the
+// engine's IsGradientAccumulationBoundary) each unit's owned chunk starts
+// down with backend.CopyAsync, on the device's copy stream, right after the
+// reduction that finishes it: stages 2-3 as its reduce-scatter is folded
+// in during backward, stages 0-1 of one rank when backward ends, stages 0-1
+// of several ranks as the boundary reduction in Overflow does each unit.
+// Earlier micro-steps copy nothing: their chunks are not final. The
+// overflow check and the clip norm still read the device chunks, which
+// nothing writes until the step, so they see the bits the copies carry.
+// Without a boundary (the pipeline engine, whose tied-weight reduction
+// writes the chunks after backward) every unit starts down at Step.
 //
+// At Step the sub-groups go in order: each waits for the downloads of its
+// units, steps on the host, and its updated weights are copied up; an
+// upload returns once its source is staged, so it runs on the device while
+// the host steps the next sub-group (the backends are safe for concurrent
+// use). Every download has been waited for when Step, ZeroGrad (a skipped
+// step) or Close returns: the host chunks may not be touched before.
+
 // pin_memory (Config.PinHost): the buffers the copies cross with (the
 // gradient chunk, the half weights) come from the device backend's
 // HostEmpty, page-locked on CUDA, so its Copy runs them on its stream by
@@ -25,6 +34,9 @@ package zero
 // and stay in the host backend's memory.
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -94,64 +106,51 @@ func (z *Optimizer) freeOffload() {
 	z.pinned = 0
 }
 
-// stepOffloaded steps the sub-groups on the host: sub-group i+1's
-// gradients are copied down (a goroutine waiting on the device) while
-// sub-group i steps, and i's updated weights go up after its step. Every
-// download has ended when it returns.
-func (z *Optimizer) stepOffloaded(g []*tensor.Tensor, lr, gradScale float64) error {
-	type fetched struct {
-		grads []*tensor.Tensor
-		err   error
-	}
-	fetch := func(sg *subGroup) <-chan fetched {
-		ch := make(chan fetched, 1)
-		go func() {
-			grads, err := z.download(sg, g)
-			ch <- fetched{grads, err}
-		}()
-		return ch
-	}
-	next := fetch(z.subs[0])
-	for i, sg := range z.subs {
-		f := <-next
-		next = nil
-		if i+1 < len(z.subs) && f.err == nil {
-			next = fetch(z.subs[i+1])
+// stepOffloaded steps the sub-groups on the host. The units whose
+// gradients did not start down during backward (no boundary was set) start
+// now, all at once; each sub-group waits for the downloads it reads, steps,
+// and its updated weights go up while the next one waits and steps. Every
+// download has ended when it returns, on failure too.
+func (z *Optimizer) stepOffloaded(ctx context.Context, g []*tensor.Tensor, lr, gradScale float64) (err error) {
+	defer func() {
+		if serr := z.settleDownloads(ctx); err == nil {
+			err = serr
 		}
-		err := f.err
+	}()
+	for u := range g {
+		if z.down[u] == nil {
+			if err := z.startDownload(u, g[u]); err != nil {
+				return err
+			}
+		}
+	}
+	for _, sg := range z.subs {
+		grads, err := z.downloaded(ctx, sg)
 		if err == nil {
-			err = z.stepOne(sg, f.grads, lr, gradScale)
+			err = z.stepOne(sg, grads, lr, gradScale)
 		}
 		if err == nil {
 			err = z.uploadParts(sg.parts)
 		}
 		if err != nil {
-			if next != nil {
-				<-next
-			}
 			return z.subErr(sg, err)
 		}
 	}
 	return nil
 }
 
-// download copies the device gradients g of sg's parts into the host
-// gradient chunks, returning views of those.
-func (z *Optimizer) download(sg *subGroup, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	dst, err := views(sg.parts, z.hostGrad)
-	if err != nil {
-		return nil, err
-	}
-	src, err := views(sg.parts, g)
-	if err != nil {
-		return nil, err
-	}
-	for i := range dst {
-		if err := z.be.Copy(dst[i], src[i]); err != nil {
-			return nil, err
+// downloaded waits for the gradient downloads of sg's units and returns
+// views of sg's parts of the host chunks.
+func (z *Optimizer) downloaded(ctx context.Context, sg *subGroup) ([]*tensor.Tensor, error) {
+	for _, p := range sg.parts {
+		if z.down[p.unit] == nil {
+			continue // nothing owned
+		}
+		if err := z.down[p.unit].Wait(ctx); err != nil {
+			return nil, fmt.Errorf("zero: copying the gradients of bucket %d to the host: %w", p.unit, err)
 		}
 	}
-	return dst, nil
+	return views(sg.parts, z.hostGrad)
 }
 
 // uploadParts copies the updated weights of parts (the model-dtype host

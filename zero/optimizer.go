@@ -191,9 +191,12 @@ type Optimizer struct {
 	subs       []*subGroup                 // the optimizer step calls over the shard
 	stateCache map[string][]*tensor.Tensor // OptimizerState's assembled copy (several sub-groups)
 
-	hostGrad []*tensor.Tensor // HostOffload: the owned gradient chunk in host memory
-	pinned   int64            // bytes of hostGrad and copies from HostEmpty (PinHost)
-	upload   []*tensor.Tensor // HostOffload: the device range of each unit's updated weights
+	hostGrad  []*tensor.Tensor  // HostOffload: the owned gradient chunk in host memory
+	pinned    int64             // bytes of hostGrad and copies from HostEmpty (PinHost)
+	upload    []*tensor.Tensor  // HostOffload: the device range of each unit's updated weights
+	down      []backend.Copying // HostOffload: each unit's gradient download in flight
+	downStats GradDownloads
+	boundary  bool // this micro-step ends with a step (SetAccumulationBoundary)
 
 	pstore ParamStore // stage 3 partitions outside the backend (offload_param); shard is then nil
 	gsrc   []func()   // stage 3: gives a pending gather's source back once it is waited for
@@ -287,6 +290,7 @@ func (z *Optimizer) alloc() error {
 	z.left = make([]int, nu)
 	z.touched = make([]bool, nu)
 	z.hostGrad = make([]*tensor.Tensor, nu)
+	z.down = make([]backend.Copying, nu)
 	z.upload = make([]*tensor.Tensor, nu)
 	half := z.cfg.ModelDType != tensor.Float32
 	var err error

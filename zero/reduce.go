@@ -97,7 +97,13 @@ func (z *Optimizer) complete(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return z.accumulate(z.acc[p.unit], chunk, z.post)
+	if err := z.settleDownload(ctx, p.unit); err != nil {
+		return err
+	}
+	if err := z.accumulate(z.acc[p.unit], chunk, z.post); err != nil {
+		return err
+	}
+	return z.earlyDownload(p.unit, z.acc[p.unit])
 }
 
 // recycle returns a finished reduction's buffers to the pool, on failure
@@ -139,6 +145,9 @@ func (z *Optimizer) EndBackward(ctx context.Context) error {
 		if err := z.complete(ctx); err != nil {
 			return err
 		}
+	}
+	if z.cfg.Stage <= 1 && z.world == 1 {
+		return z.earlyDownloadAll() // nothing reduces them at the boundary
 	}
 	return nil
 }
@@ -195,6 +204,9 @@ func (z *Optimizer) reduceBoundary(ctx context.Context) error {
 			if err := z.be.Scale([]*tensor.Tensor{aOwn}, z.post); err != nil {
 				return err
 			}
+		}
+		if err := z.earlyDownload(u, aOwn); err != nil {
+			return err
 		}
 	}
 	return nil

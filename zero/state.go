@@ -44,7 +44,7 @@ func (z *Optimizer) Memory() Memory {
 
 // Close frees every buffer. The base optimizer is not closed.
 func (z *Optimizer) Close() error {
-	var errs []error
+	errs := []error{z.settleDownloads(context.Background())}
 	for u := range z.gwork {
 		errs = append(errs, z.waitGather(u))
 	}

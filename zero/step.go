@@ -96,7 +96,7 @@ func (z *Optimizer) Step(ctx context.Context, lr, gradScale float64) error {
 		return err
 	}
 	t0 := time.Now()
-	err = z.stepSubGroups(g, lr, gradScale)
+	err = z.stepSubGroups(ctx, g, lr, gradScale)
 	z.timers.Optimizer += time.Since(t0)
 	if err != nil {
 		return fmt.Errorf("zero: optimizer step: %w", err)
@@ -165,5 +165,8 @@ func (z *Optimizer) gatherPersistent(ctx context.Context) error {
 
 // ZeroGrad clears the accumulated gradients (after a step or a skipped one).
 func (z *Optimizer) ZeroGrad() error {
+	if err := z.settleDownloads(context.Background()); err != nil {
+		return err
+	}
 	return z.be.Zero(z.acc)
 }

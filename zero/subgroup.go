@@ -24,6 +24,7 @@ package zero
 // sub_group_size.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -145,10 +146,10 @@ func (z *Optimizer) SubGroups() int { return len(z.subs) }
 // stepSubGroups runs the base optimizer over each sub-group in order with
 // the per-unit gradients g. A failure part way leaves the earlier
 // sub-groups updated.
-func (z *Optimizer) stepSubGroups(g []*tensor.Tensor, lr, gradScale float64) error {
+func (z *Optimizer) stepSubGroups(ctx context.Context, g []*tensor.Tensor, lr, gradScale float64) error {
 	z.freeStateCache()
 	if z.offloaded() {
-		return z.stepOffloaded(g, lr, gradScale)
+		return z.stepOffloaded(ctx, g, lr, gradScale)
 	}
 	for _, sg := range z.subs {
 		grads, err := views(sg.parts, g)
