@@ -207,7 +207,8 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 
 // pipeNotes says what the pipeline engine does with keys whose words
 // suggest more: the offload keys on the CPU, the monitors it does not feed
-// yet, and the partition method "best".
+// yet, the activation_checkpointing keys only the data-parallel engine
+// applies, and the partition method "best".
 func pipeNotes(cfg *config.Config, dev tensor.Device) []string {
 	notes := offloadNotes(cfg, dev)
 	for _, k := range []struct {
@@ -217,6 +218,17 @@ func pipeNotes(cfg *config.Config, dev tensor.Device) []string {
 		{"comms_logger", cfg.CommsLogger.Enabled}, {"flops_profiler", cfg.FlopsProfiler.Enabled}} {
 		if k.on {
 			notes = append(notes, k.key+": not fed by the pipeline engine yet (only the data-parallel engine reports to it); TrainBatch's loss and Timers are what a pipeline run reports")
+		}
+	}
+	ac := cfg.ActivationCheckpointing
+	for _, k := range []struct {
+		key string
+		on  bool
+	}{{"partition_activations", ac.PartitionActivations}, {"cpu_checkpointing", ac.CPUCheckpointing},
+		{"contiguous_memory_optimization", ac.ContiguousMemoryOptimization},
+		{"synchronize_checkpoint_boundary", ac.SynchronizeCheckpointBoundary}, {"profile", ac.Profile}} {
+		if k.on {
+			notes = append(notes, "activation_checkpointing."+k.key+": no effect with pipeline stages yet: a pipeline recomputes through the model's own checkpointing (pipeline.activation_checkpoint_interval), keeping each stage's boundaries whole on its device")
 		}
 	}
 	if m := cfg.Pipeline.Partition; m == "" || strings.EqualFold(m, "best") {
