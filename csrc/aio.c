@@ -476,11 +476,19 @@ int64_t aio_inject(dg_aio *a, const aio_io *io, int64_t res)
 	}
 }
 
-/* the first failure of a request wins; its pieces not yet claimed are dropped */
+/* a request reports its failure at the lowest offset: pieces in flight
+ * complete in any order (two blocks past the end of a file both read 0
+ * bytes), and the caller needs where the data stopped, the same every run.
+ * Its pieces not yet claimed are dropped at the first failure. */
 static void fail(dg_aio *a, aio_req *r, int err, int64_t off)
 {
-	if (r->res.status != DG_OK)
+	if (r->res.status != DG_OK) {
+		if (off < r->res.err_offset) {
+			r->res.err = err;
+			r->res.err_offset = off;
+		}
 		return;
+	}
 	r->res.status = DG_ERR_IO;
 	r->res.err = err;
 	r->res.err_offset = off;
