@@ -413,7 +413,14 @@ func (o *op) exchange() error {
 			}
 			return c.errorf(k, silent, fmt.Errorf("%w: %s: %w", f.sentinel(), how, f))
 		}
-		named, notes := o.resolve(missing)
+		// A peer missing here may be alive, one call behind and stuck on
+		// the rank that failed: say so before asking, and give its report
+		// the time to arrive.
+		window := min(reportWindow, c.w.timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), window)
+		o.mark(ctx) // best effort: the store may be gone
+		cancel()
+		named, notes := o.resolve(missing, window)
 		if notes != "" {
 			return c.errorf(k, named, fmt.Errorf("%w after %v: ranks %v never joined (%s): %w",
 				comm.ErrAborted, time.Since(started).Round(time.Millisecond), missing, notes, f))

@@ -64,9 +64,42 @@ func (o *op) storeGone(ranks []int) (r int, err error) {
 	return -1, nil
 }
 
-// resolve replaces each rank of ranks that broke its group earlier by the
-// ranks it blamed (it left for their fault), with a note saying so.
-func (o *op) resolve(ranks []int) ([]int, string) {
+// failedKey is the post-mortem key under which rank r reports call id.
+func (c *glooComm) failedKey(id string, r int) string {
+	return c.prefix + "/failed/" + id + "/" + strconv.Itoa(r)
+}
+
+// prevID names the collective before this one ("" for the first and for
+// Send and Recv, which are not in lockstep).
+func (o *op) prevID() string {
+	if !strings.HasPrefix(o.id, "c") || o.slot == 0 {
+		return ""
+	}
+	return "c" + strconv.FormatUint(o.slot-1, 10)
+}
+
+// mark reports this rank's failure under the call's key and under the
+// previous collective's: a rank that left that call (every peer's
+// descriptor arrived) is not to blame for a peer still stuck in it, and
+// the stuck peer's post-mortem counts it as reported instead of silent.
+func (o *op) mark(ctx context.Context) error {
+	c := o.c
+	if p := o.prevID(); p != "" {
+		if err := c.w.store.Set(ctx, c.failedKey(p, c.rank), []byte{1}); err != nil {
+			return err
+		}
+	}
+	return c.w.store.Set(ctx, c.failedKey(o.id, c.rank), []byte{1})
+}
+
+// resolve names the failure among ranks, the peers that did not join or
+// report this call. A peer that reported the previous collective is alive
+// and one call behind, stuck on someone else: it is dropped (its own
+// post-mortem names the culprit) unless every peer is. Each remaining peer
+// that broke its group earlier is replaced by the ranks it blamed. wait
+// bounds how long a behind peer's report may take to arrive. notes says
+// what was inferred.
+func (o *op) resolve(ranks []int, wait time.Duration) ([]int, string) {
 	c := o.c
 	if r, err := o.storeGone(ranks); err != nil {
 		// the reports live in the store: with it gone, its host is the
@@ -74,10 +107,27 @@ func (o *op) resolve(ranks []int) ([]int, string) {
 		// others would otherwise blame them all)
 		return []int{r}, fmt.Sprintf("the store (served by rank %d) is gone too: %v", r, err)
 	}
+	var notes []string
+	if p := o.prevID(); p != "" {
+		// sequential waits share one deadline: past it, Get only checks
+		ctx, cancel := context.WithTimeout(context.Background(), max(wait, 100*time.Millisecond))
+		var gone, behind []int
+		for _, r := range ranks {
+			if _, err := c.w.store.Get(ctx, c.failedKey(p, r)); err == nil {
+				behind = append(behind, r)
+			} else {
+				gone = append(gone, r)
+			}
+		}
+		cancel()
+		if len(behind) > 0 && len(gone) > 0 {
+			notes = append(notes, fmt.Sprintf("ranks %v are alive, still failing the previous call", behind))
+			ranks = gone
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	var out []int
-	var notes []string
 	for _, r := range ranks {
 		b, err := c.w.store.Get(ctx, c.breakKey(r))
 		var rep breakReport
@@ -109,13 +159,12 @@ func (o *op) postMortem() (silent []int, how string) {
 	window := max(o.left(), 0) + min(reportWindow, c.w.timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), window)
 	defer cancel()
-	key := c.prefix + "/failed/" + o.id + "/"
-	err := c.w.store.Set(ctx, key+strconv.Itoa(c.rank), []byte{1})
+	err := o.mark(ctx)
 	for _, p := range o.peers {
 		if err != nil {
 			break
 		}
-		if _, err1 := c.w.store.Get(ctx, key+strconv.Itoa(p)); err1 != nil {
+		if _, err1 := c.w.store.Get(ctx, c.failedKey(o.id, p)); err1 != nil {
 			silent = append(silent, p)
 		}
 	}
@@ -130,7 +179,7 @@ func (o *op) postMortem() (silent []int, how string) {
 	if len(silent) == 0 {
 		return nil, "every rank reported the failure"
 	}
-	named, notes := o.resolve(silent)
+	named, notes := o.resolve(silent, 0) // a behind peer reported before its own window ended
 	how = fmt.Sprintf("ranks %v did not report the failure within %v (process gone or stuck)", silent, window.Round(time.Millisecond))
 	if notes != "" {
 		how += " (" + notes + ")"
