@@ -362,3 +362,12 @@ func (x *Ctx) RoofRead(src unsafe.Pointer, bytes int) (uint64, error) {
 	err := check("dg_roof_read", C.dg_roof_read(x.c, src, C.int64_t(bytes), &s))
 	return uint64(s), err
 }
+
+// RoofUpdate does a fused optimizer step's memory traffic on n float32
+// elements without its math (p, m, v += s*g in place; 28 bytes per
+// element) on the pool: the roof optimizer benchmarks compare with. s = 0
+// leaves finite values unchanged, so it can run on a step's own buffers.
+func (x *Ctx) RoofUpdate(p, g, m, v unsafe.Pointer, n int, s float32) error {
+	return check("dg_roof_update", C.dg_roof_update(x.c, (*C.float)(p), (*C.float)(g), (*C.float)(m), (*C.float)(v),
+		C.int64_t(n), C.float(s)))
+}

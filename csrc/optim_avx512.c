@@ -13,6 +13,9 @@
 
 #define AI static inline __attribute__((always_inline)) DG_TARGET_AVX512
 
+/* one prefetch per 64-byte line of a stream, DG_OPTIM_PREFETCH bytes ahead */
+#define OPF(base, t, i) _mm_prefetch((const char *)(base) + (size_t)(i) * ESZ(t) + DG_OPTIM_PREFETCH, _MM_HINT_T0)
+
 AI __m512 bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
 AI __m256i bf16_narrow(__m512 v)
@@ -73,6 +76,12 @@ AI void adam_loop(dg_dtype pt, dg_dtype gt, dg_dtype ct, const dg_optim_coef *k,
 	const __m512 decay = SET(k->decay), step = SET(k->step_size);
 	for (int64_t i = 0; i < r->n; i += 16) {
 		__mmask16 m = lanes(r->n, i);
+		if (pt == DG_F32 || (i & 31) == 0)
+			OPF(r->p, pt, i);
+		if (gt == DG_F32 || (i & 31) == 0)
+			OPF(r->g, gt, i);
+		OPF(r->m, DG_F32, i);
+		OPF(r->v, DG_F32, i);
 		__m512 p = ld(pt, r->p, i, m), g = MUL(ld(gt, r->g, i, m), inv);
 		if (!k->adamw)
 			g = ADD(g, MUL(l2, p));

@@ -180,6 +180,10 @@ dg_status dg_roof_copy(dg_ctx *ctx, void *dst, const void *src, int64_t bytes);
 /* dg_roof_read sums src as 64-bit integers (bytes rounded down to 8) on the
  * pool and stores the sum so the loads cannot be optimised away. */
 dg_status dg_roof_read(dg_ctx *ctx, const void *src, int64_t bytes, uint64_t *sum);
+/* dg_roof_update does an optimizer step's memory traffic on n float32
+ * elements without its math: p, m and v each get s*g added in place (reads
+ * g, p, m, v; writes p, m, v: 28 bytes per element). */
+dg_status dg_roof_update(dg_ctx *ctx, float *p, const float *g, float *m, float *v, int64_t n, float s);
 
 /* ---- optimizers ----------------------------------------------------------
  * Fused multi-tensor optimizer steps: one call updates every tensor of a list
