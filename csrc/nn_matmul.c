@@ -1,5 +1,10 @@
-/* nn_matmul.c — the Linear layer's products on OpenBLAS sgemm, rows split
- * over the ctx pool (one single-threaded sgemm per part). Half-precision
+/* nn_matmul.c — the Linear layer's products on OpenBLAS sgemm, split over
+ * the ctx pool (one single-threaded sgemm per part). A float32 product
+ * C[M x N] = A[M x K] B[K x N] splits the larger of M and N: each part packs
+ * the whole of the other operand, so splitting M makes every thread pack
+ * all of B (K x N) and splitting N all of A (M x K); with M = 512 tokens and
+ * N = 1536 outputs the wrong choice packs three times the bytes per thread
+ * and two threads ran the step only 1.7x faster than one. Half-precision
  * weights are widened into float32 tiles that sgemm reads; half-precision
  * gradients get each call's float32 tile added with one rounding. */
 #include <cblas.h>
@@ -51,6 +56,27 @@ static void fwd_task(void *v, int64_t lo, int64_t hi)
 		return;
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(hi - lo), (int)j->oc, (int)j->c, 1.0f,
 		    j->inp + lo * j->c, (int)j->c, j->w, (int)j->c, beta, j->out + lo * j->oc, (int)j->oc);
+}
+
+/* out[:, lo:hi] = inp @ w[lo:hi, :]^T (+ bias[lo:hi]), float32 w: the
+ * split for outputs wider than the batch */
+static void fwd_col_task(void *v, int64_t lo, int64_t hi)
+{
+	const mm_job *j = v;
+	const float *bias = j->bias;
+	float beta = 0.0f;
+	if (bias != NULL) {
+		for (int64_t r = 0; r < j->n; r++)
+			memcpy(j->out + r * j->oc + lo, bias + lo, (size_t)(hi - lo) * sizeof(float));
+		beta = 1.0f;
+	} else if (j->c == 0) {
+		for (int64_t r = 0; r < j->n; r++)
+			memset(j->out + r * j->oc + lo, 0, (size_t)(hi - lo) * sizeof(float));
+	}
+	if (j->c == 0)
+		return;
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n, (int)(hi - lo), (int)j->c, 1.0f, j->inp,
+		    (int)j->c, (const float *)j->w + lo * j->c, (int)j->c, beta, j->out + lo, (int)j->oc);
 }
 
 /* over_weight_rows runs block over the weight rows [lo, hi) in blocks of at
@@ -114,7 +140,9 @@ dg_status dg_nn_matmul_forward_mixed(dg_ctx *ctx, float *out, const float *inp, 
 	dg_blas_init();
 	mm_job j = {.ctx = ctx, .out = out, .inp = inp, .wt = wt, .w = w, .bias = bias, .n = n, .c = c, .oc = oc,
 		    .rows = dg_nn_tile_rows(c)};
-	if (wt == DG_F32)
+	if (wt == DG_F32 && oc > n)
+		dg_parallel_for(ctx, oc, DG_NN_COL_GRAIN, n * c * oc, fwd_col_task, &j);
+	else if (wt == DG_F32)
 		dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * c * oc, fwd_task, &j);
 	else
 		dg_parallel_for(ctx, oc, DG_NN_ROW_GRAIN, n * c * oc, fwd_half_task, &j);
@@ -127,6 +155,15 @@ static void dinp_task(void *v, int64_t lo, int64_t hi)
 	const mm_job *j = v;
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(hi - lo), (int)j->c, (int)j->oc, 1.0f,
 		    j->dout + lo * j->oc, (int)j->oc, j->w, (int)j->c, 1.0f, j->dinp + lo * j->c, (int)j->c);
+}
+
+/* dinp[:, lo:hi] += dout @ w[:, lo:hi], float32 w: the split for inputs
+ * wider than the batch */
+static void dinp_col_task(void *v, int64_t lo, int64_t hi)
+{
+	const mm_job *j = v;
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->n, (int)(hi - lo), (int)j->oc, 1.0f, j->dout,
+		    (int)j->oc, (const float *)j->w + lo, (int)j->c, 1.0f, j->dinp + lo, (int)j->c);
 }
 
 /* dinp[:, lo:hi] += dout @ w[:, lo:hi], half w: the thread owns input
@@ -151,6 +188,27 @@ static void dinp_half_task(void *v, int64_t lo, int64_t hi)
 	dg_scratch_free(j->ctx, tile, bytes);
 }
 
+/* dw[:, lo:hi] += dout^T @ inp[:, lo:hi], float32 gradients: the split for
+ * weights with more input than output channels (dbias: dbias_task) */
+static void dw_col_task(void *v, int64_t lo, int64_t hi)
+{
+	const mm_job *j = v;
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)j->oc, (int)(hi - lo), (int)j->n, 1.0f, j->dout,
+		    (int)j->oc, j->inp + lo, (int)j->c, 1.0f, (float *)j->dw + lo, (int)j->c);
+}
+
+/* dbias[lo:hi] += column sums of dout, rows in order */
+static DG_VECTORISE void dbias_task(void *v, int64_t lo, int64_t hi)
+{
+	const mm_job *j = v;
+	float *dbias = j->dbias;
+	for (int64_t r = 0; r < j->n; r++) {
+		const float *d = j->dout + r * j->oc;
+		for (int64_t o = lo; o < hi; o++)
+			dbias[o] += d[o];
+	}
+}
+
 /* dw[lo:hi, :] += dout[:, lo:hi]^T @ inp, and dbias[lo:hi] += column sums,
  * float32 gradients */
 static DG_VECTORISE void dw_task(void *v, int64_t lo, int64_t hi)
@@ -160,14 +218,8 @@ static DG_VECTORISE void dw_task(void *v, int64_t lo, int64_t hi)
 	if (dw != NULL && j->c > 0)
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(hi - lo), (int)j->c, (int)j->n, 1.0f,
 			    j->dout + lo, (int)j->oc, j->inp, (int)j->c, 1.0f, dw + lo * j->c, (int)j->c);
-	if (dbias != NULL) {
-		/* rows in order, so the sum does not depend on the split */
-		for (int64_t r = 0; r < j->n; r++) {
-			const float *d = j->dout + r * j->oc;
-			for (int64_t o = lo; o < hi; o++)
-				dbias[o] += d[o];
-		}
-	}
+	if (dbias != NULL) /* rows in order, so the sum does not depend on the split */
+		dbias_task(v, lo, hi);
 }
 
 /* the same for half gradients: each block's float32 contribution is
@@ -217,12 +269,19 @@ dg_status dg_nn_matmul_backward_mixed(dg_ctx *ctx, float *dinp, dg_dtype gt, voi
 	mm_job j = {.ctx = ctx, .inp = inp, .wt = wt, .w = w, .gt = gt, .dout = dout, .dinp = dinp, .dw = dw,
 		    .dbias = dbias, .n = n, .c = c, .oc = oc, .rows = dg_nn_tile_rows(c)};
 	if (dinp != NULL && c > 0) {
-		if (wt == DG_F32)
+		if (wt == DG_F32 && c > n)
+			dg_parallel_for(ctx, c, DG_NN_COL_GRAIN, n * c * oc, dinp_col_task, &j);
+		else if (wt == DG_F32)
 			dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * c * oc, dinp_task, &j);
 		else
 			dg_parallel_for(ctx, c, DG_NN_COL_GRAIN, n * c * oc, dinp_half_task, &j);
 	}
-	if (dw != NULL || dbias != NULL)
+	if (gt == DG_F32 && dw != NULL && c > oc) {
+		dg_parallel_for(ctx, c, DG_NN_COL_GRAIN, n * c * oc, dw_col_task, &j);
+		if (dbias != NULL)
+			dg_parallel_for(ctx, oc, DG_NN_COL_GRAIN, n * oc, dbias_task, &j);
+	} else if (dw != NULL || dbias != NULL) {
 		dg_parallel_for(ctx, oc, DG_NN_ROW_GRAIN, n * (c + 1) * oc, gt == DG_F32 ? dw_task : dw_half_task, &j);
+	}
 	return j.failed ? DG_ERR_NOMEM : DG_OK;
 }
