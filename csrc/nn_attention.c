@@ -67,23 +67,6 @@ static void tile_scratch_free(att_job *j, float *p, const float *stack, size_t n
 		dg_scratch_free(j->ctx, p, n * sizeof(float));
 }
 
-/* row_max: the largest of x[0..n), -inf when none is larger, in 8 lanes so
- * that it vectorises; a max does not depend on the order it is taken in */
-static DG_VECTORISE float row_max(const float *x, int64_t n)
-{
-	float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-	int64_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		for (int l = 0; l < 8; l++)
-			m[l] = x[i + l] > m[l] ? x[i + l] : m[l];
-	for (; i < n; i++)
-		m[0] = x[i] > m[0] ? x[i] : m[0];
-	float mx = m[0];
-	for (int l = 1; l < 8; l++)
-		mx = m[l] > mx ? m[l] : mx;
-	return mx;
-}
-
 /* softmax_rows turns the scaled scores s[m x nk] of queries q0.. (keys
  * kbeg..) into weights in place, zero where a query does not look, and
  * saves each query's row in att */
@@ -93,12 +76,10 @@ static DG_VECTORISE void softmax_rows(const att_job *j, float *s, float *att, in
 	for (int64_t r = 0; r < m; r++) {
 		int64_t q = q0 + r, k0 = dg_nn_first_key(q, j->window), n = q - k0 + 1;
 		float *row = s + r * nk, *x = row + (k0 - kbeg); /* x[i]: key k0 + i */
-		float mx = row_max(x, n), sum = 0.0f;
-		for (int64_t i = 0; i < n; i++) {
-			float e = dg_nn_softmax_exp(x[i], mx);
-			x[i] = e;
-			sum += e;
-		}
+		float mx = dg_nn_row_max(x, n), sum = 0.0f;
+		dg_nn_softmax_exps(j->ctx->isa, x, x, n, mx);
+		for (int64_t i = 0; i < n; i++)
+			sum += x[i];
 		float inv = 1.0f / sum;
 		for (int64_t i = 0; i < n; i++)
 			x[i] *= inv;

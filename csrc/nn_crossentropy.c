@@ -7,6 +7,7 @@ typedef struct xent_job {
 	const float *logits, *cprobs, *dlosses;
 	const int32_t *targets;
 	int64_t v;
+	dg_isa isa;
 } xent_job;
 
 static int targets_ok(const int32_t *t, int64_t n, int64_t v)
@@ -28,18 +29,13 @@ static void xent_fwd_task(void *vj, int64_t lo, int64_t hi)
 		 * log-sum-exp form stays exact when the target's probability
 		 * underflows */
 		float xt = x[j->targets[r]];
-		float mx = -INFINITY;
-		for (int64_t i = 0; i < V; i++)
-			if (x[i] > mx)
-				mx = x[i];
+		float mx = dg_nn_row_max(x, V);
+		dg_nn_softmax_exps(j->isa, p, x, V, mx);
 		/* the normaliser in double: V is large, and float32 summation
 		 * error would show first in the loss */
 		double sum = 0.0;
-		for (int64_t i = 0; i < V; i++) {
-			float e = dg_nn_softmax_exp(x[i], mx);
-			p[i] = e;
-			sum += e;
-		}
+		for (int64_t i = 0; i < V; i++)
+			sum += p[i];
 		float inv = (float)(1.0 / sum);
 		for (int64_t i = 0; i < V; i++)
 			p[i] *= inv;
@@ -54,7 +50,7 @@ dg_status dg_nn_softmax_xent_forward(dg_ctx *ctx, float *probs, float *losses, c
 		return DG_ERR_INVALID;
 	if (!targets_ok(targets, n, v))
 		return DG_ERR_INVALID;
-	xent_job j = {.probs = probs, .losses = losses, .logits = logits, .targets = targets, .v = v};
+	xent_job j = {.probs = probs, .losses = losses, .logits = logits, .targets = targets, .v = v, .isa = ctx->isa};
 	dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * v * 4, xent_fwd_task, &j);
 	return DG_OK;
 }

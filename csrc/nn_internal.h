@@ -47,6 +47,15 @@ static inline void dg_nn_widen(const dg_kernels *k, dg_dtype t, const void *src,
 		k->cast(t, DG_F32, s, dst, n);
 }
 
+/* dg_nn_row_max is the largest of x[0..n), -inf when none is larger, taken
+ * in 8 lanes so that it vectorises (a max does not depend on the order it is
+ * taken in). */
+float dg_nn_row_max(const float *x, int64_t n);
+
+/* dg_nn_softmax_exps sets out[i] = dg_nn_softmax_exp(x[i], mx) for i < n
+ * (out may be x) with isa's vector loop: the same bits on every ISA. */
+void dg_nn_softmax_exps(dg_isa isa, float *out, const float *x, int64_t n, float mx);
+
 /* Loops over rows that read half parameters take the dtype as an argument,
  * are always inlined (DG_NN_INLINE) and are called through DG_NN_BY_DTYPE,
  * which passes the dtype as a constant: each dtype gets its own loop with the

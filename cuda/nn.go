@@ -26,9 +26,9 @@ import (
 // device tensors (float32; tokens and targets int32) instead of raw host
 // pointers. Backward methods accumulate into their gradients (a nil
 // gradient is skipped); SoftmaxXentBackward writes. Results match the CPU
-// kernels bit for bit except where CUDA's expf/tanhf/log or cuBLAS's
-// summation order differ from glibc's and OpenBLAS's (see nn_test.go for
-// the tolerances).
+// kernels bit for bit except where CUDA's log or cuBLAS's summation order
+// differ from glibc's and OpenBLAS's (tanh and exp are dg_nn_math.h's own
+// arithmetic on both sides; see nn_test.go for the tolerances).
 //
 // Methods return once the work is queued, except EncoderForward,
 // EncoderBackward and SoftmaxXent*, which wait for the stream to learn

@@ -3,8 +3,9 @@
  * self-attention with an optional sliding window, same layouts (qkv
  * [B,T,3*NH*HS], out [B,T,NH*HS], att [B,NH,T,S], S = dg_nn_att_span(T, W),
  * key k of query q at slot k - first_key(q), zeros past the query), same
- * element math (dg_nn_math.h) and every sum in the CPU's
- * order (nn.cuh), so only expf can make the bits differ.
+ * element math (dg_nn_math.h, the softmax's exponential included) and
+ * every sum in the CPU's order (nn.cuh): only cuBLAS's order in the score
+ * and output products can make the bits differ.
  *
  * Forward: one warp per (b, h, query): lanes take keys for the scores (each
  * lane a dot product over HS in order), the softmax sum is an ordered warp

@@ -2,8 +2,9 @@
  * nn_layers.cu — device twins of csrc/nn_layernorm.c, nn_gelu.c,
  * nn_encoder.c and nn_crossentropy.c. Same checks, layouts and rules
  * (backward passes accumulate, the cross-entropy backward writes); element
- * math from dg_nn_math.h; every sum in the CPU's order (nn.cuh), so only
- * tanhf/expf/log can make the bits differ (deepgo_cuda.h).
+ * math from dg_nn_math.h (its own tanh and exp); every sum in the CPU's
+ * order (nn.cuh), so only the loss's log can make the bits differ
+ * (deepgo_cuda.h).
  *
  * Parallel shapes (the CPU's summation order fixes what may run at once):
  *   row kernels (layernorm, softmax): one warp per row, ordered warp sums;

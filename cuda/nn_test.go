@@ -26,8 +26,8 @@ import (
 //   - maxErr <= 1e-5 * max|cpu| over the tensor: the matmul's out, dinp and
 //     dw (cuBLAS and OpenBLAS sum the K products in different orders: each
 //     result is within ~K float32 roundings of the other), the attention
-//     forward and the softmax probabilities (CUDA's expf is within 2 ulp,
-//     glibc's within 1, and the error passes through the normalising sum);
+//     forward and the softmax probabilities (kept from when the
+//     exponential was CUDA's expf vs glibc's; both are dg_nn_exp now);
 //   - |gpu - cpu| <= 1e-6 * (1 + |x|) (scaled by |dout| for the backward):
 //     GELU, whose tanhf differs by up to 2 ulp (CUDA) vs 1 (glibc), and the
 //     cancellation in 1 + tanh(u) for negative x turns that into an absolute

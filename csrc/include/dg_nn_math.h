@@ -7,11 +7,10 @@
  * did inline before this header existed (left to right, one rounding per
  * operation, no fused multiply-add: the C core is ISO C11, where GCC does
  * not contract, and nvcc builds with -fmad=false), so the two sides round
- * alike. What can still differ is the transcendental: expf is glibc's on
- * the CPU and CUDA's on the GPU (CUDA documents expf within 2 ulp; glibc's
- * is within 1), so the softmax weights may differ in the last bits. GELU's
- * tanh is a rational function written here (dg_nn_tanh), so everything else
- * here is bit-identical.
+ * alike. The transcendentals are written here too (dg_nn_tanh for GELU,
+ * dg_nn_exp for the softmax) rather than taken from glibc or CUDA's libm,
+ * whose tanhf and expf differ by an ulp or two and cost a call per element
+ * on the CPU; so everything here is bit-identical.
  */
 #ifndef DG_NN_MATH_H
 #define DG_NN_MATH_H
@@ -87,8 +86,45 @@ DG_HD float dg_nn_ln_dinp(float dnorm, float norm, float mean_dn, float mean_dn_
 	return (dnorm - mean_dn - norm * mean_dn_norm) * rstd;
 }
 
+/* dg_nn_exp: e^x in float32 arithmetic, for the softmax weights. x is
+ * split as n ln2 + r (n = x log2(e) rounded to nearest by adding 1.5 * 2^23,
+ * r = x - n ln2 in two exact steps, ln2 as 0.693359375 - 2.12194440e-4,
+ * the hi part 9 bits so n * hi is exact), e^r is Cephes's degree-7 minimax
+ * polynomial 1 + r + r^2 (p5(r)) on |r| <= ln2/2, and 2^n is built in the
+ * exponent bits. Within 2 ulp of exp on [-87.33, 88.72] (test_exp, every
+ * float); below -87.33, where e^x is under FLT_MIN, it is 0 (a softmax
+ * weight under 1e-38 of the largest); above 88.72, +Inf; NaN stays NaN.
+ * Plain arithmetic and selects, so the C loops vectorise it (glibc's expf is
+ * a call per element, most of a softmax's time) and, with no FMA, CUDA
+ * rounds it alike. */
+DG_HD float dg_nn_exp(float x)
+{
+	const float lo = -87.3365402f, hi = 88.7228317f, magic = 12582912.0f; /* 1.5 * 2^23 */
+	float c = x < lo ? lo : x;
+	c = c > hi ? hi : c;
+	float t = c * 1.44269504088896341f + magic;
+	float n = t - magic;
+	float r = c - n * 0.693359375f;
+	r = r - n * -2.12194440e-4f;
+	float p = 1.9875691500e-4f;
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * (r * r) + r + 1.0f;
+	/* t's bits are 0x4b400000 + n (n in [-126, 128]); 2^n is applied in
+	 * two halves so that n = 128 (e^x near FLT_MAX) still builds */
+	int32_t k = (int32_t)(dg_f32_bits(t) - 0x4b400000u), k1 = k / 2;
+	float s1 = dg_bits_f32((uint32_t)(k1 + 127) << 23), s2 = dg_bits_f32((uint32_t)(k - k1 + 127) << 23);
+	float e = p * s1 * s2;
+	e = x < lo ? 0.0f : e;
+	e = x > hi ? (float)INFINITY : e;
+	return x != x ? x : e;
+}
+
 /* dg_nn_softmax_exp: an unnormalised softmax weight exp(x - max). */
-DG_HD float dg_nn_softmax_exp(float x, float max) { return expf(x - max); }
+DG_HD float dg_nn_softmax_exp(float x, float max) { return dg_nn_exp(x - max); }
 
 /* dg_nn_att_scale: attention's score scale 1/sqrt(HS). */
 DG_HD float dg_nn_att_scale(int64_t hs) { return 1.0f / sqrtf((float)hs); }

@@ -1,6 +1,7 @@
 /* test_nn.c — the nn kernels against plain double-precision loops, on 1 and
  * 3 threads, plus the argument checks. Backward kernels are checked for
  * accumulation (+=) by starting from non-zero gradients. */
+#include <float.h>
 #include <math.h>
 
 #include "dg_nn_math.h"
@@ -36,9 +37,11 @@ static double *tod(const float *x, int64_t n)
 
 #define TOL 2e-5
 
-static void test_matmul(dg_ctx *ctx, uint64_t *s)
+/* Shapes pick each split: rows everywhere (37, 19, 23); outputs and inputs
+ * wider than the batch (20, 61, 300); and weights with more inputs than
+ * outputs too (24, 300, 50). */
+static void test_matmul(dg_ctx *ctx, uint64_t *s, int64_t n, int64_t c, int64_t oc)
 {
-	const int64_t n = 37, c = 19, oc = 23;
 	float *x = randv(s, n * c), *w = randv(s, oc * c), *b = randv(s, oc), *dout = randv(s, n * oc);
 	float *out = calloc((size_t)(n * oc), sizeof(float));
 	float *dx = randv(s, n * c), *dw = randv(s, oc * c), *db = randv(s, oc);
@@ -166,6 +169,34 @@ static void test_tanh(void)
 	CHECK(isnan(dg_nn_tanh(NAN)));
 	CHECK(dg_nn_tanh(0.0f) == 0.0f && signbit(dg_nn_tanh(-0.0f)));
 	CHECK(dg_nn_tanh(1e-30f) == 1e-30f);
+}
+
+/* dg_nn_exp within 1 ulp of exp wherever e^x is a normal float (a stride
+ * through every float; the whole range measured 0.99 ulp), 0 below, +Inf
+ * above, NaN kept */
+static void test_exp(void)
+{
+	double worst = 0;
+	for (uint64_t b = 0; b <= 0xffffffffu; b += 61) {
+		uint32_t u32 = (uint32_t)b;
+		float x;
+		memcpy(&x, &u32, sizeof x);
+		if (!(x >= -87.3365402f && x <= 88.7228317f))
+			continue;
+		double ref = exp((double)x);
+		float f = (float)ref;
+		if (f < FLT_MIN)
+			continue;
+		double e = fabs((double)dg_nn_exp(x) - ref) / (nextafterf(f, INFINITY) - f);
+		if (e > worst)
+			worst = e;
+	}
+	CHECK(worst < 1.0);
+	CHECK(dg_nn_exp(0.0f) == 1.0f && dg_nn_exp(-0.0f) == 1.0f);
+	CHECK(dg_nn_exp(-INFINITY) == 0.0f && dg_nn_exp(-88.0f) == 0.0f && dg_nn_exp(-1e30f) == 0.0f);
+	CHECK(dg_nn_exp(INFINITY) == INFINITY && dg_nn_exp(89.0f) == INFINITY);
+	CHECK(dg_nn_exp(88.72f) > 3.3e38f && dg_nn_exp(88.72f) < INFINITY);
+	CHECK(isnan(dg_nn_exp(NAN)) && isnan(dg_nn_softmax_exp(-INFINITY, -INFINITY)));
 }
 
 /* GELU's vector loops (one per ISA) give the scalar element math's bits,
@@ -316,6 +347,43 @@ static void test_attention_unbounded(dg_ctx *ctx, uint64_t *s)
 	free(qkv), free(dout), free(g0);
 }
 
+/* The softmax's vector exponentials (one loop per ISA) give the scalar
+ * element math's bits: the cross-entropy's probabilities equal the ones
+ * built here from dg_nn_softmax_exp, a double sum in order and one
+ * reciprocal, on logits spanning the flush-to-zero edge, Inf and NaN rows */
+static void test_softmax_isas(dg_ctx *ctx, uint64_t *s)
+{
+	const int64_t N = 4, V = 1031;
+	int32_t tg[4] = {0, 5, 1030, 7};
+	float *x = randv(s, N * V), *p = malloc(sizeof(float) * N * V), *want = malloc(sizeof(float) * N * V);
+	float *loss = malloc(sizeof(float) * N);
+	for (int64_t i = 0; i < N * V; i++)
+		x[i] *= 60; /* x - max down to -120: past -87.3, where weights flush to 0 */
+	x[V + 9] = -INFINITY;
+	x[2 * V + 3] = NAN;
+	for (int64_t r = 0; r < N; r++) {
+		const float *xr = x + r * V;
+		float mx = -INFINITY;
+		for (int64_t i = 0; i < V; i++)
+			mx = xr[i] > mx ? xr[i] : mx;
+		double sum = 0;
+		for (int64_t i = 0; i < V; i++)
+			sum += dg_nn_softmax_exp(xr[i], mx);
+		float inv = (float)(1.0 / sum);
+		for (int64_t i = 0; i < V; i++)
+			want[r * V + i] = dg_nn_softmax_exp(xr[i], mx) * inv;
+	}
+	dg_isa isas[3];
+	int nisa = test_isas(isas);
+	for (int k = 0; k < nisa; k++) {
+		CHECK_OK(dg_ctx_set_isa(ctx, isas[k]));
+		CHECK_OK(dg_nn_softmax_xent_forward(ctx, p, loss, x, tg, N, V));
+		CHECK(memcmp(p, want, sizeof(float) * N * V) == 0);
+	}
+	CHECK_OK(dg_ctx_set_isa(ctx, isas[nisa - 1]));
+	free(x), free(p), free(want), free(loss);
+}
+
 static void test_xent(dg_ctx *ctx, uint64_t *s)
 {
 	const int64_t N = 9, V = 50;
@@ -354,12 +422,15 @@ static void test_xent(dg_ctx *ctx, uint64_t *s)
 int main(void)
 {
 	test_tanh();
+	test_exp();
 	int threads[] = {1, 3};
 	for (int ti = 0; ti < 2; ti++) {
 		dg_ctx *ctx;
 		CHECK_OK(dg_ctx_create(threads[ti], &ctx));
 		uint64_t s = 42;
-		test_matmul(ctx, &s);
+		test_matmul(ctx, &s, 37, 19, 23);
+		test_matmul(ctx, &s, 20, 61, 300);
+		test_matmul(ctx, &s, 24, 300, 50);
 		test_layernorm(ctx, &s);
 		test_gelu_add(ctx, &s);
 		test_gelu_isas(ctx, &s);
@@ -370,6 +441,7 @@ int main(void)
 		test_attention(ctx, &s, INT64_MAX);
 		test_attention_unbounded(ctx, &s);
 		test_xent(ctx, &s);
+		test_softmax_isas(ctx, &s);
 		dg_ctx_destroy(ctx);
 	}
 	return test_done("test_nn");
