@@ -21,30 +21,57 @@ typedef struct ln_job {
  * this many on the stack */
 #define LN_DW_BLOCK 256
 
+/* Rows whose sums run side by side: each row's sum is still one chain in
+ * element order (the same bits as a row at a time), but a double add waits
+ * on the previous one, so one row alone ran at a quarter of the adder's
+ * rate; the GPT's rows (C = 384) spent most of LayerNorm there. */
+#define LN_ROWS 4
+
+/* mean and rstd of rows r0.. (g <= LN_ROWS of them), statistics in double:
+ * C is small, and it keeps the float32 result within an ulp or two of the
+ * float64 reference */
+static inline void ln_stats(const ln_job *j, int64_t r0, int g, float *mf, float *sf)
+{
+	const int64_t c = j->c;
+	const float *x[LN_ROWS];
+	double m[LN_ROWS], var[LN_ROWS];
+	for (int k = 0; k < LN_ROWS; k++) {
+		x[k] = j->inp + (r0 + (k < g ? k : 0)) * c;
+		m[k] = var[k] = 0.0;
+	}
+	for (int64_t i = 0; i < c; i++)
+		for (int k = 0; k < LN_ROWS; k++)
+			m[k] += x[k][i];
+	for (int k = 0; k < LN_ROWS; k++)
+		m[k] /= (double)c;
+	for (int64_t i = 0; i < c; i++)
+		for (int k = 0; k < LN_ROWS; k++) {
+			double d = x[k][i] - m[k];
+			var[k] += d * d;
+		}
+	for (int k = 0; k < g; k++) {
+		var[k] /= (double)c;
+		sf[k] = (float)(1.0 / sqrt(var[k] + (double)j->eps));
+		mf[k] = (float)m[k];
+	}
+}
+
 DG_NN_INLINE void ln_fwd_rows(const ln_job *j, int64_t lo, int64_t hi, dg_dtype wt)
 {
 	const int64_t c = j->c;
-	for (int64_t r = lo; r < hi; r++) {
-		const float *x = j->inp + r * c;
-		/* statistics in double: C is small, and it keeps the float32
-		 * result within an ulp or two of the float64 reference */
-		double m = 0.0;
-		for (int64_t i = 0; i < c; i++)
-			m += x[i];
-		m /= (double)c;
-		double var = 0.0;
-		for (int64_t i = 0; i < c; i++) {
-			double d = x[i] - m;
-			var += d * d;
+	for (int64_t r0 = lo; r0 < hi; r0 += LN_ROWS) {
+		const int g = hi - r0 < LN_ROWS ? (int)(hi - r0) : LN_ROWS;
+		float mf[LN_ROWS], sf[LN_ROWS];
+		ln_stats(j, r0, g, mf, sf);
+		for (int k = 0; k < g; k++) {
+			const int64_t r = r0 + k;
+			const float *x = j->inp + r * c;
+			float *o = j->out + r * c;
+			for (int64_t i = 0; i < c; i++)
+				o[i] = dg_nn_ln_out(x[i], mf[k], sf[k], dg_load_f(wt, j->w, i), dg_load_f(wt, j->b, i));
+			j->mean[r] = mf[k];
+			j->rstd[r] = sf[k];
 		}
-		var /= (double)c;
-		float s = (float)(1.0 / sqrt(var + (double)j->eps));
-		float mf = (float)m;
-		float *o = j->out + r * c;
-		for (int64_t i = 0; i < c; i++)
-			o[i] = dg_nn_ln_out(x[i], mf, s, dg_load_f(wt, j->w, i), dg_load_f(wt, j->b, i));
-		j->mean[r] = mf;
-		j->rstd[r] = s;
 	}
 }
 
@@ -78,23 +105,35 @@ dg_status dg_nn_layernorm_forward_mixed(dg_ctx *ctx, float *out, float *mean, fl
 DG_NN_INLINE void ln_dinp_rows(const ln_job *j, int64_t lo, int64_t hi, dg_dtype wt)
 {
 	const int64_t c = j->c;
-	for (int64_t r = lo; r < hi; r++) {
-		const float *x = j->inp + r * c, *d = j->dout + r * c;
-		float m = j->cmean[r], s = j->crstd[r];
-		float a = 0.0f, bsum = 0.0f;
-		for (int64_t i = 0; i < c; i++) {
-			float norm = dg_nn_ln_norm(x[i], m, s);
-			float dn = dg_load_f(wt, j->w, i) * d[i];
-			a += dn;
-			bsum += dn * norm;
+	for (int64_t r0 = lo; r0 < hi; r0 += LN_ROWS) {
+		const int g = hi - r0 < LN_ROWS ? (int)(hi - r0) : LN_ROWS;
+		const float *x[LN_ROWS], *d[LN_ROWS];
+		float m[LN_ROWS], s[LN_ROWS], a[LN_ROWS], bsum[LN_ROWS];
+		for (int k = 0; k < LN_ROWS; k++) {
+			int64_t r = r0 + (k < g ? k : 0); /* past g: row r0 again, unused */
+			x[k] = j->inp + r * c;
+			d[k] = j->dout + r * c;
+			m[k] = j->cmean[r];
+			s[k] = j->crstd[r];
+			a[k] = bsum[k] = 0.0f;
 		}
-		a /= (float)c;
-		bsum /= (float)c;
-		float *dx = j->dinp + r * c;
 		for (int64_t i = 0; i < c; i++) {
-			float norm = dg_nn_ln_norm(x[i], m, s);
-			float dn = dg_load_f(wt, j->w, i) * d[i];
-			dx[i] += dg_nn_ln_dinp(dn, norm, a, bsum, s);
+			float wi = dg_load_f(wt, j->w, i);
+			for (int k = 0; k < LN_ROWS; k++) {
+				float norm = dg_nn_ln_norm(x[k][i], m[k], s[k]);
+				float dn = wi * d[k][i];
+				a[k] += dn;
+				bsum[k] += dn * norm;
+			}
+		}
+		for (int k = 0; k < g; k++) {
+			float ak = a[k] / (float)c, bk = bsum[k] / (float)c;
+			float *dx = j->dinp + (r0 + k) * c;
+			for (int64_t i = 0; i < c; i++) {
+				float norm = dg_nn_ln_norm(x[k][i], m[k], s[k]);
+				float dn = dg_load_f(wt, j->w, i) * d[k][i];
+				dx[i] += dg_nn_ln_dinp(dn, norm, ak, bk, s[k]);
+			}
 		}
 	}
 }
