@@ -18,43 +18,28 @@ static int targets_ok(const int32_t *t, int64_t n, int64_t v)
 	return 1;
 }
 
-/* rows whose normalisers are summed side by side (as LayerNorm's, each
- * still one chain in order) */
-#define XENT_ROWS 4
-
 static void xent_fwd_task(void *vj, int64_t lo, int64_t hi)
 {
 	const xent_job *j = vj;
 	const int64_t V = j->v;
-	for (int64_t r0 = lo; r0 < hi; r0 += XENT_ROWS) {
-		const int g = hi - r0 < XENT_ROWS ? (int)(hi - r0) : XENT_ROWS;
-		float xt[XENT_ROWS], mx[XENT_ROWS];
-		const float *p[XENT_ROWS];
-		for (int k = 0; k < g; k++) {
-			const float *x = j->logits + (r0 + k) * V;
-			float *pk = j->probs + (r0 + k) * V;
-			/* read before p (which may alias x) is written: the loss
-			 * in log-sum-exp form stays exact when the target's
-			 * probability underflows */
-			xt[k] = x[j->targets[r0 + k]];
-			mx[k] = dg_nn_row_max(x, V);
-			dg_nn_softmax_exps(j->isa, pk, x, V, mx[k]);
-			p[k] = pk;
-		}
-		for (int k = g; k < XENT_ROWS; k++)
-			p[k] = p[0]; /* summed, unused */
+	for (int64_t r = lo; r < hi; r++) {
+		const float *x = j->logits + r * V;
+		float *p = j->probs + r * V;
+		/* read before p (which may alias x) is written: the loss in
+		 * log-sum-exp form stays exact when the target's probability
+		 * underflows */
+		float xt = x[j->targets[r]];
+		float mx = dg_nn_row_max(x, V);
+		dg_nn_softmax_exps(j->isa, p, x, V, mx);
 		/* the normaliser in double: V is large, and float32 summation
 		 * error would show first in the loss */
-		double sum[XENT_ROWS] = {0};
+		double sum = 0.0;
 		for (int64_t i = 0; i < V; i++)
-			for (int k = 0; k < XENT_ROWS; k++)
-				sum[k] += p[k][i];
-		for (int k = 0; k < g; k++) {
-			float inv = (float)(1.0 / sum[k]), *pk = j->probs + (r0 + k) * V;
-			for (int64_t i = 0; i < V; i++)
-				pk[i] *= inv;
-			j->losses[r0 + k] = (float)(log(sum[k]) - ((double)xt[k] - (double)mx[k]));
-		}
+			sum += p[i];
+		float inv = (float)(1.0 / sum);
+		for (int64_t i = 0; i < V; i++)
+			p[i] *= inv;
+		j->losses[r] = (float)(log(sum) - ((double)xt - (double)mx));
 	}
 }
 

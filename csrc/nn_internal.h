@@ -70,6 +70,18 @@ void dg_nn_softmax_exps(dg_isa isa, float *out, const float *x, int64_t n, float
 		}                                                                                                  \
 	} while (0)
 
+/* DG_UNROLL(n) asks for a loop of constant trip count n to be unrolled
+ * completely, so that per-row accumulator arrays become registers (GCC at
+ * -O2 leaves such loops rolled and the arrays on the stack). */
+#define DG_PRAGMA(x) _Pragma(#x)
+#if defined(__clang__)
+#define DG_UNROLL(n) DG_PRAGMA(unroll n)
+#elif defined(__GNUC__)
+#define DG_UNROLL(n) DG_PRAGMA(GCC unroll n)
+#else
+#define DG_UNROLL(n)
+#endif
+
 /* DG_VECTORISE marks an elementwise loop for GCC's vectoriser: cgo builds
  * at -O2, whose cost model leaves loops that need a runtime aliasing check
  * scalar. It never reorders a float sum (that needs -ffast-math), so the

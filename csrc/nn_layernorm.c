@@ -35,16 +35,20 @@ static inline void ln_stats(const ln_job *j, int64_t r0, int g, float *mf, float
 	const int64_t c = j->c;
 	const float *x[LN_ROWS];
 	double m[LN_ROWS], var[LN_ROWS];
+	DG_UNROLL(4)
 	for (int k = 0; k < LN_ROWS; k++) {
 		x[k] = j->inp + (r0 + (k < g ? k : 0)) * c;
 		m[k] = var[k] = 0.0;
 	}
 	for (int64_t i = 0; i < c; i++)
+		DG_UNROLL(4)
 		for (int k = 0; k < LN_ROWS; k++)
 			m[k] += x[k][i];
+	DG_UNROLL(4)
 	for (int k = 0; k < LN_ROWS; k++)
 		m[k] /= (double)c;
 	for (int64_t i = 0; i < c; i++)
+		DG_UNROLL(4)
 		for (int k = 0; k < LN_ROWS; k++) {
 			double d = x[k][i] - m[k];
 			var[k] += d * d;
@@ -75,7 +79,7 @@ DG_NN_INLINE void ln_fwd_rows(const ln_job *j, int64_t lo, int64_t hi, dg_dtype 
 	}
 }
 
-static void ln_fwd_task(void *v, int64_t lo, int64_t hi)
+static DG_VECTORISE void ln_fwd_task(void *v, int64_t lo, int64_t hi)
 {
 	const ln_job *j = v;
 	DG_NN_BY_DTYPE(j->wt, ln_fwd_rows, j, lo, hi);
@@ -109,6 +113,7 @@ DG_NN_INLINE void ln_dinp_rows(const ln_job *j, int64_t lo, int64_t hi, dg_dtype
 		const int g = hi - r0 < LN_ROWS ? (int)(hi - r0) : LN_ROWS;
 		const float *x[LN_ROWS], *d[LN_ROWS];
 		float m[LN_ROWS], s[LN_ROWS], a[LN_ROWS], bsum[LN_ROWS];
+		DG_UNROLL(4)
 		for (int k = 0; k < LN_ROWS; k++) {
 			int64_t r = r0 + (k < g ? k : 0); /* past g: row r0 again, unused */
 			x[k] = j->inp + r * c;
@@ -119,6 +124,7 @@ DG_NN_INLINE void ln_dinp_rows(const ln_job *j, int64_t lo, int64_t hi, dg_dtype
 		}
 		for (int64_t i = 0; i < c; i++) {
 			float wi = dg_load_f(wt, j->w, i);
+			DG_UNROLL(4)
 			for (int k = 0; k < LN_ROWS; k++) {
 				float norm = dg_nn_ln_norm(x[k][i], m[k], s[k]);
 				float dn = wi * d[k][i];
@@ -138,7 +144,7 @@ DG_NN_INLINE void ln_dinp_rows(const ln_job *j, int64_t lo, int64_t hi, dg_dtype
 	}
 }
 
-static void ln_dinp_task(void *v, int64_t lo, int64_t hi)
+static DG_VECTORISE void ln_dinp_task(void *v, int64_t lo, int64_t hi)
 {
 	const ln_job *j = v;
 	DG_NN_BY_DTYPE(j->wt, ln_dinp_rows, j, lo, hi);
