@@ -7,8 +7,9 @@
  *   - f16: VCVTPS2PH/VCVTPH2PS with an immediate round-to-nearest-even; they
  *     keep subnormals and quiet NaNs exactly as dg_f32_to_f16/dg_f16_to_f32
  *     (checked exhaustively by tests/test_cast.c);
- *   - bf16: integer ops implementing dg_f32_to_bf16's rule, not VCVTNEPS2BF16,
- *     which flushes denormal inputs;
+ *   - bf16: integer ops implementing dg_f32_to_bf16's rule; with AVX512_BF16
+ *     (dg_kernels_avx512bf16) VCVTNE2PS2BF16 for vectors without a subnormal,
+ *     which it would flush (every float32 pattern checked by tests/test_cast.c);
  *   - axpy: a separate multiply and add, never FMA.
  * Tails use masked loads and stores so short tensors stay on the vector path.
  */
@@ -25,6 +26,20 @@
 #define AI static inline __attribute__((always_inline)) T512
 
 AI __mmask16 tail_mask(int64_t r) { return (__mmask16)((1u << r) - 1u); }
+
+/* Streaming loops prefetch their input this many bytes ahead, one hint per
+ * 64-byte line: the hardware prefetcher alone leaves these loops waiting on
+ * memory between bursts of compute (measured with examples/bench-kernels). */
+#ifndef DG_PF
+#define DG_PF 4096
+#endif
+
+/* prefetch the lines DG_PF bytes past the `bytes` bytes at p */
+AI void pf_ahead(const void *p, size_t bytes)
+{
+	for (size_t o = 0; o < bytes; o += 64)
+		_mm_prefetch((const char *)p + DG_PF + o, _MM_HINT_T0);
+}
 
 AI __m256i bf16_narrow(__m512 v)
 {
@@ -85,6 +100,7 @@ AI void cast_loop(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
 {
 	int64_t i = 0;
 	for (; i + 64 <= n; i += 64) {
+		pf_ahead(CAT(s, src, i), src == DG_F32 ? 256 : 128);
 		__m512 a = load16(src, CAT(s, src, i)), b = load16(src, CAT(s, src, i + 16));
 		__m512 c = load16(src, CAT(s, src, i + 32)), e = load16(src, CAT(s, src, i + 48));
 		store16(dst, AT(d, dst, i), a);
@@ -112,7 +128,9 @@ AI void store16_nt(dg_dtype t, void *p, __m512 v)
 		_mm256_stream_si256((__m256i *)p, narrow16(t, v));
 }
 
-AI void cast_stream_loop(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
+/* casts the elements before the first 64-byte aligned destination element
+ * with the scalar oracle and returns how many that was */
+AI int64_t cast_stream_head(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
 {
 	size_t es = dst == DG_F32 ? 4u : 2u;
 	int64_t head = (int64_t)(((64u - ((uintptr_t)d & 63u)) & 63u) / es);
@@ -120,8 +138,14 @@ AI void cast_stream_loop(dg_dtype src, dg_dtype dst, const void *s, void *d, int
 		head = n; /* cannot align: all of it the ordinary way */
 	if (head > 0)
 		dg_kernels_scalar.cast(src, dst, s, d, head);
-	int64_t i = head;
+	return head;
+}
+
+AI void cast_stream_loop(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
+{
+	int64_t i = cast_stream_head(src, dst, s, d, n);
 	for (; i + 64 <= n; i += 64) {
+		pf_ahead(CAT(s, src, i), src == DG_F32 ? 256 : 128);
 		__m512 a = load16(src, CAT(s, src, i)), b = load16(src, CAT(s, src, i + 16));
 		__m512 c = load16(src, CAT(s, src, i + 32)), e = load16(src, CAT(s, src, i + 48));
 		store16_nt(dst, AT(d, dst, i), a);
@@ -261,6 +285,7 @@ AI double sumsq_loop(dg_dtype t, const void *x, int64_t n)
 	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
 	int64_t i = 0;
 	for (; i + 32 <= n; i += 32) {
+		pf_ahead(CAT(x, t, i), t == DG_F32 ? 128 : 64);
 		a0 = sq_add(load16(t, CAT(x, t, i)), a0, &a1);
 		a2 = sq_add(load16(t, CAT(x, t, i + 16)), a2, &a3);
 	}
@@ -292,6 +317,7 @@ AI double sumsq_half_loop(dg_dtype t, const void *x, int64_t n)
 	__m512i mx = _mm512_setzero_si512();
 	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
 	for (int64_t i = 0; i < n; i += 32) {
+		pf_ahead(p + 2 * i, 64);
 		__m512i v = n - i >= 32 ? _mm512_loadu_si512(p + 2 * i)
 					: _mm512_maskz_loadu_epi16((__mmask32)((1ull << (n - i)) - 1), p + 2 * i);
 		mx = _mm512_max_epu16(mx, _mm512_and_si512(v, mag));
@@ -432,6 +458,80 @@ T512 static void reduce_bcast_avx512(dg_dtype t, dg_redop op, const void *const 
 		BC_T(DG_BF16);
 #undef BC_T
 }
+
+/* ---- AVX512_BF16 casts ----------------------------------------------------
+ * VCVTNE2PS2BF16 rounds to nearest even and quiets a NaN as (x >> 16) | 0x40,
+ * as dg_f32_to_bf16 does, but reads subnormal inputs as zero. A pair of
+ * vectors holding a subnormal therefore takes bf16_narrow instead; that test
+ * (VFPCLASSPS) is cheaper than the integer rounding it replaces. */
+#define TBF DG_TARGET_AVX512BF16
+#define AIBF static inline __attribute__((always_inline)) TBF
+
+/* 32 bfloat16: lo's 16 then hi's 16 */
+AIBF __m512i bf16_narrow32(__m512 lo, __m512 hi)
+{
+	__mmask16 sub = _mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20); /* 0x20: denormal */
+	if (__builtin_expect(sub != 0, 0))
+		return _mm512_inserti64x4(_mm512_castsi256_si512(bf16_narrow(lo)), bf16_narrow(hi), 1);
+	return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* src (float32 or float16) -> bfloat16; nt: non-temporal stores to a 64-byte
+ * aligned d. The tail (and, for nt, the caller's head) is cast_loop's. */
+AIBF void cast_bf16_loop(dg_dtype src, const void *s, uint16_t *d, int64_t n, int nt)
+{
+	int64_t i = 0;
+	for (; i + 64 <= n; i += 64) {
+		pf_ahead(CAT(s, src, i), src == DG_F32 ? 256 : 128);
+		__m512i r0 = bf16_narrow32(load16(src, CAT(s, src, i)), load16(src, CAT(s, src, i + 16)));
+		__m512i r1 = bf16_narrow32(load16(src, CAT(s, src, i + 32)), load16(src, CAT(s, src, i + 48)));
+		if (nt) {
+			_mm512_stream_si512((__m512i *)(d + i), r0);
+			_mm512_stream_si512((__m512i *)(d + i + 32), r1);
+		} else {
+			_mm512_storeu_si512(d + i, r0);
+			_mm512_storeu_si512(d + i + 32, r1);
+		}
+	}
+	if (nt)
+		_mm_sfence();
+	if (i < n)
+		cast_loop(src, DG_BF16, CAT(s, src, i), d + i, n - i);
+}
+
+TBF static void cast_avx512bf16(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
+{
+	if (src == DG_F32 && dst == DG_BF16)
+		cast_bf16_loop(DG_F32, s, d, n, 0);
+	else if (src == DG_F16 && dst == DG_BF16)
+		cast_bf16_loop(DG_F16, s, d, n, 0);
+	else
+		cast_avx512(src, dst, s, d, n);
+}
+
+TBF static void cast_stream_avx512bf16(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
+{
+	if (dst != DG_BF16 || src == DG_BF16) {
+		cast_stream_avx512(src, dst, s, d, n);
+		return;
+	}
+	int64_t head = cast_stream_head(src, dst, s, d, n);
+	if (src == DG_F32)
+		cast_bf16_loop(DG_F32, CAT(s, src, head), (uint16_t *)d + head, n - head, 1);
+	else
+		cast_bf16_loop(DG_F16, CAT(s, src, head), (uint16_t *)d + head, n - head, 1);
+}
+
+const dg_kernels dg_kernels_avx512bf16 = {
+	.cast = cast_avx512bf16,
+	.scale = scale_avx512,
+	.axpy = axpy_avx512,
+	.sumsq_block = sumsq_avx512,
+	.nonfinite = nonfinite_avx512,
+	.reduce_bcast = reduce_bcast_avx512,
+	.cast_stream = cast_stream_avx512bf16,
+	.copy_stream = copy_stream_avx512,
+};
 
 const dg_kernels dg_kernels_avx512 = {
 	.cast = cast_avx512,
