@@ -305,22 +305,24 @@ AI double sumsq_loop(dg_dtype t, const void *x, int64_t n)
  * Order (fixed for this ISA): the half at position q (0..3) of each lane goes
  * to accumulator q; a short tail is a zero-padded masked load; then
  * (a0+a1)+(a2+a3) and a fixed lane tree. The trick maps Inf/NaN to finite
- * values, so a running max of |bits| spots them and such a block is summed
- * again by sumsq_loop, whose double arithmetic gives the Inf or NaN. */
+ * values: |Inf| becomes 2^16 (f16) or 2^128 (bf16), NaN more, every finite
+ * half less, so a sum at least that square (sums of non-negative terms only
+ * grow) may hold one; nonfinite then decides and such a block is summed
+ * again by sumsq_loop, whose double arithmetic gives the Inf or NaN. That
+ * costs nothing per element, unlike a running max of |bits|. */
+static int nonfinite_avx512(dg_dtype t, const void *x, int64_t n);
+
 AI double sumsq_half_loop(dg_dtype t, const void *x, int64_t n)
 {
 	const int sh = t == DG_F16 ? 42 : 45; /* half's exponent LSB -> double's bit 52 */
 	const __m512d up = _mm512_set1_pd(t == DG_F16 ? 0x1p1008 : 0x1p896);
 	const __m512i keep = _mm512_set1_epi64((int64_t)0x7fff << sh);
-	const __m512i mag = _mm512_set1_epi16(0x7fff);
 	const char *p = x;
-	__m512i mx = _mm512_setzero_si512();
 	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
 	for (int64_t i = 0; i < n; i += 32) {
 		pf_ahead(p + 2 * i, 64);
 		__m512i v = n - i >= 32 ? _mm512_loadu_si512(p + 2 * i)
 					: _mm512_maskz_loadu_epi16((__mmask32)((1ull << (n - i)) - 1), p + 2 * i);
-		mx = _mm512_max_epu16(mx, _mm512_and_si512(v, mag));
 		__m512d y0 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh), keep)), up);
 		__m512d y1 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh - 16), keep)), up);
 		__m512d y2 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh - 32), keep)), up);
@@ -330,9 +332,10 @@ AI double sumsq_half_loop(dg_dtype t, const void *x, int64_t n)
 		a2 = _mm512_fmadd_pd(y2, y2, a2);
 		a3 = _mm512_fmadd_pd(y3, y3, a3);
 	}
-	if (_mm512_cmpge_epu16_mask(mx, _mm512_set1_epi16((short)(t == DG_F16 ? 0x7c00 : 0x7f80))) != 0)
+	double sum = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+	if (sum >= (t == DG_F16 ? 0x1p32 : 0x1p256) && nonfinite_avx512(t, x, n))
 		return sumsq_loop(t, x, n);
-	return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+	return sum;
 }
 
 T512 static double sumsq_avx512(dg_dtype t, const void *x, int64_t n)
