@@ -43,6 +43,9 @@
 #define DG_HAVE_X86 1
 #define DG_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
 #define DG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma")))
+/* the AVX-512 set plus AVX512_BF16, for the few loops that use it */
+#define DG_TARGET_AVX512BF16                                                                                         \
+	__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma,avx512bf16")))
 #else
 #define DG_HAVE_X86 0
 #endif
@@ -83,6 +86,10 @@ extern const dg_kernels dg_kernels_scalar;
 #if DG_HAVE_X86
 extern const dg_kernels dg_kernels_avx2;
 extern const dg_kernels dg_kernels_avx512;
+/* dg_kernels_avx512 with casts to bfloat16 through VCVTNE2PS2BF16: the table
+ * of DG_ISA_AVX512 on CPUs that also have AVX512_BF16 (dg_cpu_has_avx512bf16) */
+extern const dg_kernels dg_kernels_avx512bf16;
+int dg_cpu_has_avx512bf16(void);
 #endif
 
 /* ---- pool ---------------------------------------------------------------- */

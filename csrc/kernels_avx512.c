@@ -7,8 +7,9 @@
  *   - f16: VCVTPS2PH/VCVTPH2PS with an immediate round-to-nearest-even; they
  *     keep subnormals and quiet NaNs exactly as dg_f32_to_f16/dg_f16_to_f32
  *     (checked exhaustively by tests/test_cast.c);
- *   - bf16: integer ops implementing dg_f32_to_bf16's rule, not VCVTNEPS2BF16,
- *     which flushes denormal inputs;
+ *   - bf16: integer ops implementing dg_f32_to_bf16's rule; with AVX512_BF16
+ *     (dg_kernels_avx512bf16) VCVTNE2PS2BF16 for vectors without a subnormal,
+ *     which it would flush (every float32 pattern checked by tests/test_cast.c);
  *   - axpy: a separate multiply and add, never FMA.
  * Tails use masked loads and stores so short tensors stay on the vector path.
  */
@@ -25,6 +26,38 @@
 #define AI static inline __attribute__((always_inline)) T512
 
 AI __mmask16 tail_mask(int64_t r) { return (__mmask16)((1u << r) - 1u); }
+
+/* Streaming loops prefetch their input this many bytes ahead into L1, one
+ * hint per 64-byte line, and DG_PF_FAR bytes ahead into L2 (T2): the
+ * hardware prefetcher alone leaves these loops waiting on memory between
+ * bursts of compute, and the far hint keeps more lines in flight than the
+ * near one alone (casts at 64 MiB, 1 thread: ~0.85 -> ~0.9-1.0 of memcpy;
+ * examples/bench-kernels, interleaved builds). */
+#ifndef DG_PF
+#define DG_PF 4096
+#endif
+#ifndef DG_PF_FAR
+#define DG_PF_FAR 32768
+#endif
+
+/* prefetch the lines DG_PF and DG_PF_FAR bytes past the `bytes` bytes at p */
+AI void pf_ahead(const void *p, size_t bytes)
+{
+	for (size_t o = 0; o < bytes; o += 64) {
+		_mm_prefetch((const char *)p + DG_PF + o, _MM_HINT_T0);
+		_mm_prefetch((const char *)p + DG_PF_FAR + o, _MM_HINT_T2);
+	}
+}
+
+/* The sum of squares of halves prefetches with PREFETCHNTA instead (into L1,
+ * not L2): at 64 MiB it then reaches its read roof (0.96-1.0 on 1 and 2
+ * threads against ~0.8 with T0 at any distance from 1 to 8 KiB). The other
+ * loops lose a third or more with NTA, so they keep T0. */
+#ifndef DG_PFN
+#define DG_PFN 4096
+#endif
+/* the line DG_PFN bytes past p, with PREFETCHNTA */
+AI void pf_ahead_nta(const void *p) { _mm_prefetch((const char *)p + DG_PFN, _MM_HINT_NTA); }
 
 AI __m256i bf16_narrow(__m512 v)
 {
@@ -85,6 +118,7 @@ AI void cast_loop(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
 {
 	int64_t i = 0;
 	for (; i + 64 <= n; i += 64) {
+		pf_ahead(CAT(s, src, i), src == DG_F32 ? 256 : 128);
 		__m512 a = load16(src, CAT(s, src, i)), b = load16(src, CAT(s, src, i + 16));
 		__m512 c = load16(src, CAT(s, src, i + 32)), e = load16(src, CAT(s, src, i + 48));
 		store16(dst, AT(d, dst, i), a);
@@ -112,7 +146,9 @@ AI void store16_nt(dg_dtype t, void *p, __m512 v)
 		_mm256_stream_si256((__m256i *)p, narrow16(t, v));
 }
 
-AI void cast_stream_loop(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
+/* casts the elements before the first 64-byte aligned destination element
+ * with the scalar oracle and returns how many that was */
+AI int64_t cast_stream_head(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
 {
 	size_t es = dst == DG_F32 ? 4u : 2u;
 	int64_t head = (int64_t)(((64u - ((uintptr_t)d & 63u)) & 63u) / es);
@@ -120,8 +156,14 @@ AI void cast_stream_loop(dg_dtype src, dg_dtype dst, const void *s, void *d, int
 		head = n; /* cannot align: all of it the ordinary way */
 	if (head > 0)
 		dg_kernels_scalar.cast(src, dst, s, d, head);
-	int64_t i = head;
+	return head;
+}
+
+AI void cast_stream_loop(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
+{
+	int64_t i = cast_stream_head(src, dst, s, d, n);
 	for (; i + 64 <= n; i += 64) {
+		pf_ahead(CAT(s, src, i), src == DG_F32 ? 256 : 128);
 		__m512 a = load16(src, CAT(s, src, i)), b = load16(src, CAT(s, src, i + 16));
 		__m512 c = load16(src, CAT(s, src, i + 32)), e = load16(src, CAT(s, src, i + 48));
 		store16_nt(dst, AT(d, dst, i), a);
@@ -261,6 +303,7 @@ AI double sumsq_loop(dg_dtype t, const void *x, int64_t n)
 	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
 	int64_t i = 0;
 	for (; i + 32 <= n; i += 32) {
+		pf_ahead(CAT(x, t, i), t == DG_F32 ? 128 : 64);
 		a0 = sq_add(load16(t, CAT(x, t, i)), a0, &a1);
 		a2 = sq_add(load16(t, CAT(x, t, i + 16)), a2, &a3);
 	}
@@ -280,21 +323,24 @@ AI double sumsq_loop(dg_dtype t, const void *x, int64_t n)
  * Order (fixed for this ISA): the half at position q (0..3) of each lane goes
  * to accumulator q; a short tail is a zero-padded masked load; then
  * (a0+a1)+(a2+a3) and a fixed lane tree. The trick maps Inf/NaN to finite
- * values, so a running max of |bits| spots them and such a block is summed
- * again by sumsq_loop, whose double arithmetic gives the Inf or NaN. */
+ * values: |Inf| becomes 2^16 (f16) or 2^128 (bf16), NaN more, every finite
+ * half less, so a sum at least that square (sums of non-negative terms only
+ * grow) may hold one; nonfinite then decides and such a block is summed
+ * again by sumsq_loop, whose double arithmetic gives the Inf or NaN. That
+ * costs nothing per element, unlike a running max of |bits|. */
+static int nonfinite_avx512(dg_dtype t, const void *x, int64_t n);
+
 AI double sumsq_half_loop(dg_dtype t, const void *x, int64_t n)
 {
 	const int sh = t == DG_F16 ? 42 : 45; /* half's exponent LSB -> double's bit 52 */
 	const __m512d up = _mm512_set1_pd(t == DG_F16 ? 0x1p1008 : 0x1p896);
 	const __m512i keep = _mm512_set1_epi64((int64_t)0x7fff << sh);
-	const __m512i mag = _mm512_set1_epi16(0x7fff);
 	const char *p = x;
-	__m512i mx = _mm512_setzero_si512();
 	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
 	for (int64_t i = 0; i < n; i += 32) {
+		pf_ahead_nta(p + 2 * i);
 		__m512i v = n - i >= 32 ? _mm512_loadu_si512(p + 2 * i)
 					: _mm512_maskz_loadu_epi16((__mmask32)((1ull << (n - i)) - 1), p + 2 * i);
-		mx = _mm512_max_epu16(mx, _mm512_and_si512(v, mag));
 		__m512d y0 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh), keep)), up);
 		__m512d y1 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh - 16), keep)), up);
 		__m512d y2 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh - 32), keep)), up);
@@ -304,9 +350,10 @@ AI double sumsq_half_loop(dg_dtype t, const void *x, int64_t n)
 		a2 = _mm512_fmadd_pd(y2, y2, a2);
 		a3 = _mm512_fmadd_pd(y3, y3, a3);
 	}
-	if (_mm512_cmpge_epu16_mask(mx, _mm512_set1_epi16((short)(t == DG_F16 ? 0x7c00 : 0x7f80))) != 0)
+	double sum = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+	if (sum >= (t == DG_F16 ? 0x1p32 : 0x1p256) && nonfinite_avx512(t, x, n))
 		return sumsq_loop(t, x, n);
-	return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+	return sum;
 }
 
 T512 static double sumsq_avx512(dg_dtype t, const void *x, int64_t n)
@@ -432,6 +479,80 @@ T512 static void reduce_bcast_avx512(dg_dtype t, dg_redop op, const void *const 
 		BC_T(DG_BF16);
 #undef BC_T
 }
+
+/* ---- AVX512_BF16 casts ----------------------------------------------------
+ * VCVTNE2PS2BF16 rounds to nearest even and quiets a NaN as (x >> 16) | 0x40,
+ * as dg_f32_to_bf16 does, but reads subnormal inputs as zero. A pair of
+ * vectors holding a subnormal therefore takes bf16_narrow instead; that test
+ * (VFPCLASSPS) is cheaper than the integer rounding it replaces. */
+#define TBF DG_TARGET_AVX512BF16
+#define AIBF static inline __attribute__((always_inline)) TBF
+
+/* 32 bfloat16: lo's 16 then hi's 16 */
+AIBF __m512i bf16_narrow32(__m512 lo, __m512 hi)
+{
+	__mmask16 sub = _mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20); /* 0x20: denormal */
+	if (__builtin_expect(sub != 0, 0))
+		return _mm512_inserti64x4(_mm512_castsi256_si512(bf16_narrow(lo)), bf16_narrow(hi), 1);
+	return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* src (float32 or float16) -> bfloat16; nt: non-temporal stores to a 64-byte
+ * aligned d. The tail (and, for nt, the caller's head) is cast_loop's. */
+AIBF void cast_bf16_loop(dg_dtype src, const void *s, uint16_t *d, int64_t n, int nt)
+{
+	int64_t i = 0;
+	for (; i + 64 <= n; i += 64) {
+		pf_ahead(CAT(s, src, i), src == DG_F32 ? 256 : 128);
+		__m512i r0 = bf16_narrow32(load16(src, CAT(s, src, i)), load16(src, CAT(s, src, i + 16)));
+		__m512i r1 = bf16_narrow32(load16(src, CAT(s, src, i + 32)), load16(src, CAT(s, src, i + 48)));
+		if (nt) {
+			_mm512_stream_si512((__m512i *)(d + i), r0);
+			_mm512_stream_si512((__m512i *)(d + i + 32), r1);
+		} else {
+			_mm512_storeu_si512(d + i, r0);
+			_mm512_storeu_si512(d + i + 32, r1);
+		}
+	}
+	if (nt)
+		_mm_sfence();
+	if (i < n)
+		cast_loop(src, DG_BF16, CAT(s, src, i), d + i, n - i);
+}
+
+TBF static void cast_avx512bf16(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
+{
+	if (src == DG_F32 && dst == DG_BF16)
+		cast_bf16_loop(DG_F32, s, d, n, 0);
+	else if (src == DG_F16 && dst == DG_BF16)
+		cast_bf16_loop(DG_F16, s, d, n, 0);
+	else
+		cast_avx512(src, dst, s, d, n);
+}
+
+TBF static void cast_stream_avx512bf16(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
+{
+	if (dst != DG_BF16 || src == DG_BF16) {
+		cast_stream_avx512(src, dst, s, d, n);
+		return;
+	}
+	int64_t head = cast_stream_head(src, dst, s, d, n);
+	if (src == DG_F32)
+		cast_bf16_loop(DG_F32, CAT(s, src, head), (uint16_t *)d + head, n - head, 1);
+	else
+		cast_bf16_loop(DG_F16, CAT(s, src, head), (uint16_t *)d + head, n - head, 1);
+}
+
+const dg_kernels dg_kernels_avx512bf16 = {
+	.cast = cast_avx512bf16,
+	.scale = scale_avx512,
+	.axpy = axpy_avx512,
+	.sumsq_block = sumsq_avx512,
+	.nonfinite = nonfinite_avx512,
+	.reduce_bcast = reduce_bcast_avx512,
+	.cast_stream = cast_stream_avx512bf16,
+	.copy_stream = copy_stream_avx512,
+};
 
 const dg_kernels dg_kernels_avx512 = {
 	.cast = cast_avx512,
