@@ -308,21 +308,16 @@ func bytesOf(t *tensor.Tensor) []byte {
 // Zero clears every byte of each xs[i].
 func (b *CPU) Zero(xs []*tensor.Tensor) error {
 	const op = "Zero"
-	bs := make([][]byte, len(xs))
+	ps, ns := make([]unsafe.Pointer, len(xs)), make([]int64, len(xs))
 	for i, x := range xs {
 		if err := CheckTensor(op, "xs", x, b.dev); err != nil {
 			// the index only when there is an error: Zero runs per gradient
 			// scratch and bucket, and formatting it each time shows
 			return CheckTensor(op, fmt.Sprintf("xs[%d]", i), x, b.dev)
 		}
-		bs[i] = bytesOf(x)
+		ps[i], ns[i] = x.Ptr(), int64(x.Bytes())
 	}
-	return b.Exec(op, false, func() error {
-		for _, r := range bs {
-			clear(r)
-		}
-		return nil
-	})
+	return b.Exec(op, false, func() error { return b.ctx.Zero(ps, ns) })
 }
 
 // Synchronize returns at once: CPU calls complete before returning. A

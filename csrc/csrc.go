@@ -26,6 +26,8 @@ package csrc
 #cgo nocallback dg_axpy_mixed
 #cgo noescape dg_sumsq
 #cgo nocallback dg_sumsq
+#cgo noescape dg_zero
+#cgo nocallback dg_zero
 #cgo noescape dg_nonfinite
 #cgo nocallback dg_nonfinite
 #cgo noescape dg_pack
@@ -321,6 +323,15 @@ func (x *Ctx) Pack(t DType, srcs []unsafe.Pointer, ns, offs []int64, flat unsafe
 		return err
 	}
 	return check("dg_pack", C.dg_pack(x.c, C.dg_dtype(t), ptrs(srcs), i64s(ns), i64s(offs), C.int(len(ns)), flat, C.int64_t(flatN)))
+}
+
+// Zero sets bytes[i] bytes at xs[i] to zero for every i, split over the
+// pool.
+func (x *Ctx) Zero(xs []unsafe.Pointer, bytes []int64) error {
+	if err := sameLen("dg_zero", len(xs), len(bytes)); err != nil {
+		return err
+	}
+	return check("dg_zero", C.dg_zero(x.c, ptrs(xs), i64s(bytes), C.int(len(xs))))
 }
 
 // Unpack copies flat at element offset offs[i] into dsts[i] (ns[i] elements).

@@ -131,6 +131,9 @@ dg_status dg_sumsq(dg_ctx *ctx, dg_dtype t, const void *const *xs, const int64_t
 /* dg_nonfinite sets *found to 1 if any element is Inf or NaN, else 0. */
 dg_status dg_nonfinite(dg_ctx *ctx, dg_dtype t, const void *const *xs, const int64_t *ns, int count, int *found);
 
+/* dg_zero sets bytes[i] bytes at xs[i] to zero for every i, on the pool. */
+dg_status dg_zero(dg_ctx *ctx, void *const *xs, const int64_t *bytes, int count);
+
 /* dg_pack copies srcs[i] (ns[i] elements) to flat + offs[i] elements; dg_unpack
  * is the reverse. Element size comes from t (any dtype). Regions must lie
  * within flat_n elements and must not overlap. */
