@@ -330,21 +330,50 @@ AI double sumsq_loop(dg_dtype t, const void *x, int64_t n)
  * costs nothing per element, unlike a running max of |bits|. */
 static int nonfinite_avx512(dg_dtype t, const void *x, int64_t n);
 
+/* The same |half| as the shift trick gives for position q (0..3) of each
+ * 64-bit lane, for a vector holding a subnormal half: the trick makes such
+ * a half a subnormal double, and the multiply that restores it takes a
+ * microcode assist (~70x slower with one half in 7 subnormal). Here those
+ * lanes are zeroed before the multiply and get mantissa * ulp instead, an
+ * exact integer conversion times a power of two: the same doubles, so the
+ * same sums. */
+AI __m512d half_sub_exact(__m512i v, int q, int sh, __m512i keep, __m512d up, __m512i lim, __m512d tiny)
+{
+	__m512i bits = _mm512_and_si512(_mm512_srli_epi64(v, (unsigned)(16 * q)), _mm512_set1_epi64(0x7fff));
+	__mmask8 sub = _mm512_cmp_epu64_mask(_mm512_sub_epi64(bits, _mm512_set1_epi64(1)), lim, _MM_CMPINT_LT);
+	__m512i w = q * 16 <= sh ? _mm512_slli_epi64(v, (unsigned)(sh - 16 * q)) : _mm512_srli_epi64(v, (unsigned)(16 * q - sh));
+	w = _mm512_mask_mov_epi64(_mm512_and_si512(w, keep), sub, _mm512_setzero_si512());
+	__m512d y = _mm512_mul_pd(_mm512_castsi512_pd(w), up);
+	return _mm512_mask_mul_pd(y, sub, _mm512_cvtepi64_pd(bits), tiny);
+}
+
 AI double sumsq_half_loop(dg_dtype t, const void *x, int64_t n)
 {
 	const int sh = t == DG_F16 ? 42 : 45; /* half's exponent LSB -> double's bit 52 */
 	const __m512d up = _mm512_set1_pd(t == DG_F16 ? 0x1p1008 : 0x1p896);
 	const __m512i keep = _mm512_set1_epi64((int64_t)0x7fff << sh);
+	const __m512i expo = _mm512_set1_epi16((short)(t == DG_F16 ? 0x7c00 : 0x7f80));
+	const __m512i mant = _mm512_set1_epi16((short)(t == DG_F16 ? 0x03ff : 0x007f));
+	const __m512i lim = _mm512_set1_epi64(t == DG_F16 ? 0x03ff : 0x007f); /* largest subnormal's bits */
+	const __m512d tiny = _mm512_set1_pd(t == DG_F16 ? 0x1p-24 : 0x1p-133); /* one subnormal ulp */
 	const char *p = x;
 	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
 	for (int64_t i = 0; i < n; i += 32) {
 		pf_ahead_nta(p + 2 * i);
 		__m512i v = n - i >= 32 ? _mm512_loadu_si512(p + 2 * i)
 					: _mm512_maskz_loadu_epi16((__mmask32)((1ull << (n - i)) - 1), p + 2 * i);
-		__m512d y0 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh), keep)), up);
-		__m512d y1 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh - 16), keep)), up);
-		__m512d y2 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh - 32), keep)), up);
-		__m512d y3 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_srli_epi64(v, 48 - sh), keep)), up);
+		__m512d y0, y1, y2, y3;
+		if (__builtin_expect(_mm512_mask_test_epi16_mask(_mm512_testn_epi16_mask(v, expo), v, mant) != 0, 0)) {
+			y0 = half_sub_exact(v, 0, sh, keep, up, lim, tiny);
+			y1 = half_sub_exact(v, 1, sh, keep, up, lim, tiny);
+			y2 = half_sub_exact(v, 2, sh, keep, up, lim, tiny);
+			y3 = half_sub_exact(v, 3, sh, keep, up, lim, tiny);
+		} else {
+			y0 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh), keep)), up);
+			y1 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh - 16), keep)), up);
+			y2 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(v, sh - 32), keep)), up);
+			y3 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_srli_epi64(v, 48 - sh), keep)), up);
+		}
 		a0 = _mm512_fmadd_pd(y0, y0, a0);
 		a1 = _mm512_fmadd_pd(y1, y1, a1);
 		a2 = _mm512_fmadd_pd(y2, y2, a2);
