@@ -45,6 +45,7 @@ import "C"
 
 import (
 	"fmt"
+	"time"
 	"unsafe"
 )
 
@@ -178,6 +179,14 @@ func (x *Ctx) Threads() int { return int(C.dg_ctx_threads(x.c)) }
 // SetThreads resizes the pool; no other call on x may be in flight.
 func (x *Ctx) SetThreads(n int) error {
 	return check("dg_ctx_set_threads", C.dg_ctx_set_threads(x.c, C.int(n)))
+}
+
+// SetSpin sets how long the pool's threads spin waiting for the next
+// parallel region before they sleep (0 to 1s; 0 sleeps at once). The
+// default spins 500us after a region that came within that time of the one
+// before, 5us otherwise. No other call on x may be in flight.
+func (x *Ctx) SetSpin(d time.Duration) error {
+	return check("dg_ctx_set_spin", C.dg_ctx_set_spin(x.c, C.int64_t(d.Nanoseconds())))
 }
 
 // ISA reports the instruction set the kernels dispatch to.

@@ -67,6 +67,7 @@ dg_status dg_ctx_create(int nthreads, dg_ctx **out)
 		free(c);
 		return DG_ERR_NOMEM;
 	}
+	c->spin_ns = -1;
 	c->isa = dg_cpu_best_isa();
 	c->k = kernels_for(c->isa);
 	dg_status st = dg_ctx_set_threads(c, nthreads);
@@ -99,10 +100,22 @@ dg_status dg_ctx_set_threads(dg_ctx *ctx, int nthreads)
 		dg_status st = dg_pool_create(nthreads, &p);
 		if (st != DG_OK)
 			return st;
+		if (ctx->spin_ns >= 0)
+			dg_pool_set_spin(p, ctx->spin_ns);
 	}
 	dg_pool_destroy(ctx->pool);
 	ctx->pool = p;
 	ctx->nthreads = nthreads;
+	return DG_OK;
+}
+
+dg_status dg_ctx_set_spin(dg_ctx *ctx, int64_t ns)
+{
+	if (ctx == NULL || ns < 0 || ns > 1000000000)
+		return DG_ERR_INVALID;
+	ctx->spin_ns = ns;
+	if (ctx->pool != NULL)
+		dg_pool_set_spin(ctx->pool, ns);
 	return DG_OK;
 }
 

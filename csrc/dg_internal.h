@@ -109,6 +109,9 @@ void dg_pool_release(dg_pool *p);
 /* dg_pool_run splits [0, n) at multiples of grain over the pool's threads and
  * returns when all parts are done; the caller must hold the pool. */
 void dg_pool_run(dg_pool *p, int64_t n, int64_t grain, dg_task_fn fn, void *arg);
+/* dg_pool_set_spin sets how long, in ns, the pool's threads spin before
+ * sleeping (see pool.c); 0 sleeps at once. */
+void dg_pool_set_spin(dg_pool *p, int64_t ns);
 
 struct dg_ctx {
 	int nthreads;
@@ -118,6 +121,7 @@ struct dg_ctx {
 	double *partials;        /* DG_PARTIALS doubles; used only while holding pool */
 	int64_t scratch_live;    /* bytes of dg_scratch_alloc memory not yet freed (atomic) */
 	int64_t scratch_peak;    /* the most scratch_live has been since reset (atomic) */
+	int64_t spin_ns;         /* dg_ctx_set_spin's value, -1 for the pool's default */
 };
 
 /* dg_scratch_alloc is malloc for a kernel's temporary buffers (the float32

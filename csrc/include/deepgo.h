@@ -74,6 +74,13 @@ void dg_ctx_destroy(dg_ctx *ctx);
  * ctx is in flight. */
 dg_status dg_ctx_set_threads(dg_ctx *ctx, int nthreads);
 int dg_ctx_threads(const dg_ctx *ctx);
+/* dg_ctx_set_spin sets how long, in nanoseconds (0 to 1e9), the pool's
+ * threads spin waiting for the next parallel region before they sleep; 0
+ * sleeps at once (for a pool sharing its cores with other busy threads).
+ * The default spins 500 us after a region that followed the previous one
+ * within that time, 5 us otherwise. Not to be called while another call on
+ * ctx is in flight. */
+dg_status dg_ctx_set_spin(dg_ctx *ctx, int64_t ns);
 /* dg_ctx_set_isa forces an instruction set (tests compare them); AUTO picks the
  * best the CPU supports. Asking for one the CPU lacks is DG_ERR_UNSUPPORTED. */
 dg_status dg_ctx_set_isa(dg_ctx *ctx, dg_isa isa);

@@ -29,6 +29,33 @@ static void *race(void *v)
 	return NULL;
 }
 
+/* race_with_spin runs two, then four, racers on one 2-thread ctx whose
+ * spin is spin ns (-1: the default) */
+static void race_with_spin(float *x, int64_t n, int64_t spin)
+{
+	dg_ctx *ctx = NULL;
+	const void *xs[1] = {x};
+	CHECK_OK(dg_ctx_create(1, &ctx));
+	if (spin >= 0)
+		CHECK_OK(dg_ctx_set_spin(ctx, spin));
+	CHECK_OK(dg_ctx_set_threads(ctx, 2));
+	double want;
+	CHECK_OK(dg_sumsq(ctx, DG_F32, xs, &n, 1, NULL, &want));
+	for (int nr = 2; nr <= 4; nr += 2) {
+		racer r[4];
+		pthread_t th[4];
+		for (int i = 0; i < nr; i++) {
+			r[i] = (racer){ctx, x, n, want, 0};
+			pthread_create(&th[i], NULL, race, &r[i]);
+		}
+		for (int i = 0; i < nr; i++) {
+			pthread_join(th[i], NULL);
+			CHECK(r[i].bad == 0);
+		}
+	}
+	dg_ctx_destroy(ctx);
+}
+
 int main(void)
 {
 	dg_ctx *ctx = NULL;
@@ -50,6 +77,11 @@ int main(void)
 	if (dg_cpu_best_isa() < DG_ISA_AVX512)
 		CHECK(dg_ctx_set_isa(ctx, DG_ISA_AVX512) == DG_ERR_UNSUPPORTED);
 	CHECK(dg_ctx_set_isa(NULL, DG_ISA_AUTO) == DG_ERR_INVALID);
+	CHECK(dg_ctx_set_spin(NULL, 0) == DG_ERR_INVALID);
+	CHECK(dg_ctx_set_spin(ctx, -1) == DG_ERR_INVALID);
+	CHECK(dg_ctx_set_spin(ctx, 1000000001) == DG_ERR_INVALID);
+	CHECK_OK(dg_ctx_set_spin(ctx, 1000000000));
+	CHECK_OK(dg_ctx_set_spin(ctx, 0));
 	dg_ctx_destroy(ctx);
 	dg_ctx_destroy(NULL);
 
@@ -83,29 +115,17 @@ int main(void)
 	CHECK(dg_dtype_size(DG_BOOL) == 1 && dg_dtype_size(DG_F64) == 8 && dg_dtype_size((dg_dtype)99) == 0);
 
 	/* two (then four) threads share one ctx: the loser of the pool runs
-	 * inline; answers are identical to a lone call */
-	CHECK_OK(dg_ctx_create(2, &ctx));
+	 * inline; answers are identical to a lone call, whether the pool's
+	 * threads sleep at once, spin by default, or spin long (set before the
+	 * pool is resized, which keeps it) */
 	int64_t n = 3 * 65536 + 5;
 	float *x = malloc((size_t)n * 4);
 	uint64_t seed = 9;
 	for (int64_t i = 0; i < n; i++)
 		x[i] = rng_float(&seed);
-	const void *xs[1] = {x};
-	double want;
-	CHECK_OK(dg_sumsq(ctx, DG_F32, xs, &n, 1, NULL, &want));
-	for (int nr = 2; nr <= 4; nr += 2) {
-		racer r[4];
-		pthread_t th[4];
-		for (int i = 0; i < nr; i++) {
-			r[i] = (racer){ctx, x, n, want, 0};
-			pthread_create(&th[i], NULL, race, &r[i]);
-		}
-		for (int i = 0; i < nr; i++) {
-			pthread_join(th[i], NULL);
-			CHECK(r[i].bad == 0);
-		}
-	}
-	dg_ctx_destroy(ctx);
+	const int64_t spins[] = {-1, 0, 2000000};
+	for (int sp = 0; sp < 3; sp++)
+		race_with_spin(x, n, spins[sp]);
 	free(x);
 	return test_done("test_ctx");
 }
