@@ -3,6 +3,11 @@
  * they run in row order whatever the thread count). Half-precision w and b
  * are widened element by element as they are read (they are [C] vectors,
  * read once per row from cache). */
+#if defined(__clang__)
+/* clang contracts a * b + c into an FMA by default, which the AVX2 and
+ * AVX-512 copies could use and the baseline cannot (see LN_LOOPS) */
+#pragma clang fp contract(off)
+#endif
 #include "nn_internal.h"
 
 typedef struct ln_job {
@@ -11,6 +16,7 @@ typedef struct ln_job {
 	const float *inp, *dout, *cmean, *crstd;
 	const void *w, *b;
 	dg_dtype wt, gt;
+	dg_isa isa;
 	const dg_kernels *k;
 	float eps;
 	int64_t c;
@@ -30,7 +36,7 @@ typedef struct ln_job {
 /* mean and rstd of rows r0.. (g <= LN_ROWS of them), statistics in double:
  * C is small, and it keeps the float32 result within an ulp or two of the
  * float64 reference */
-static inline void ln_stats(const ln_job *j, int64_t r0, int g, float *mf, float *sf)
+DG_NN_INLINE void ln_stats(const ln_job *j, int64_t r0, int g, float *mf, float *sf)
 {
 	const int64_t c = j->c;
 	const float *x[LN_ROWS];
@@ -79,30 +85,10 @@ DG_NN_INLINE void ln_fwd_rows(const ln_job *j, int64_t lo, int64_t hi, dg_dtype 
 	}
 }
 
-static DG_VECTORISE void ln_fwd_task(void *v, int64_t lo, int64_t hi)
+DG_NN_INLINE void ln_fwd_body(void *v, int64_t lo, int64_t hi)
 {
 	const ln_job *j = v;
 	DG_NN_BY_DTYPE(j->wt, ln_fwd_rows, j, lo, hi);
-}
-
-dg_status dg_nn_layernorm_forward(dg_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
-				  const float *w, const float *b, float eps, int64_t n, int64_t c)
-{
-	return dg_nn_layernorm_forward_mixed(ctx, out, mean, rstd, inp, DG_F32, w, b, eps, n, c);
-}
-
-dg_status dg_nn_layernorm_forward_mixed(dg_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
-					dg_dtype wt, const void *w, const void *b, float eps, int64_t n, int64_t c)
-{
-	if (ctx == NULL || out == NULL || mean == NULL || rstd == NULL || inp == NULL || w == NULL || b == NULL ||
-	    n < 0 || c <= 0 || !(eps >= 0.0f))
-		return DG_ERR_INVALID;
-	if (!dg_is_float(wt))
-		return DG_ERR_DTYPE;
-	ln_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .wt = wt, .eps = eps, .c = c,
-		    .n = n};
-	dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * c * 3, ln_fwd_task, &j);
-	return DG_OK;
 }
 
 /* dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w */
@@ -144,13 +130,13 @@ DG_NN_INLINE void ln_dinp_rows(const ln_job *j, int64_t lo, int64_t hi, dg_dtype
 	}
 }
 
-static DG_VECTORISE void ln_dinp_task(void *v, int64_t lo, int64_t hi)
+DG_NN_INLINE void ln_dinp_body(void *v, int64_t lo, int64_t hi)
 {
 	const ln_job *j = v;
 	DG_NN_BY_DTYPE(j->wt, ln_dinp_rows, j, lo, hi);
 }
 
-static DG_VECTORISE void ln_dw_task(void *v, int64_t lo, int64_t hi)
+DG_NN_INLINE void ln_dw_body(void *v, int64_t lo, int64_t hi)
 {
 	const ln_job *j = v;
 	const int64_t c = j->c;
@@ -169,7 +155,7 @@ static DG_VECTORISE void ln_dw_task(void *v, int64_t lo, int64_t hi)
 
 /* half gradients: the rows' sums, in row order, go into float32
  * accumulators first, then into the gradients with one rounding */
-static DG_VECTORISE void ln_dw_half_task(void *v, int64_t lo, int64_t hi)
+DG_NN_INLINE void ln_dw_half_body(void *v, int64_t lo, int64_t hi)
 {
 	const ln_job *j = v;
 	const int64_t c = j->c;
@@ -193,6 +179,62 @@ static DG_VECTORISE void ln_dw_half_task(void *v, int64_t lo, int64_t hi)
 	}
 }
 
+/* Each loop is compiled for the baseline and, with a target attribute, for
+ * AVX2 and AVX-512; the ctx's ISA picks one. Without them the elementwise
+ * passes ran 4 floats wide (cgo's -O2 targets baseline x86-64). Every
+ * element is the same sequence of IEEE float operations in each, sums in
+ * the same order (no reassociation, no FMA in ISO C11 mode), so the three
+ * give the same bits (test_layernorm_isas). */
+#define LN_LOOPS(sfx, target)                                                                                      \
+	static target DG_VECTORISE void ln_fwd_##sfx(void *v, int64_t lo, int64_t hi) { ln_fwd_body(v, lo, hi); }     \
+	static target DG_VECTORISE void ln_dinp_##sfx(void *v, int64_t lo, int64_t hi) { ln_dinp_body(v, lo, hi); }   \
+	static target DG_VECTORISE void ln_dw_##sfx(void *v, int64_t lo, int64_t hi) { ln_dw_body(v, lo, hi); }       \
+	static target DG_VECTORISE void ln_dw_half_##sfx(void *v, int64_t lo, int64_t hi) { ln_dw_half_body(v, lo, hi); }
+
+LN_LOOPS(scalar, )
+#if DG_HAVE_X86
+LN_LOOPS(avx2, DG_TARGET_AVX2)
+LN_LOOPS(avx512, DG_TARGET_AVX512)
+#define LN_TASK(name)                                                                                              \
+	static void name##_task(void *v, int64_t lo, int64_t hi)                                                   \
+	{                                                                                                          \
+		const dg_isa isa = ((const ln_job *)v)->isa;                                                       \
+		if (isa == DG_ISA_AVX512)                                                                          \
+			name##_avx512(v, lo, hi);                                                                  \
+		else if (isa == DG_ISA_AVX2)                                                                       \
+			name##_avx2(v, lo, hi);                                                                    \
+		else                                                                                               \
+			name##_scalar(v, lo, hi);                                                                  \
+	}
+#else
+#define LN_TASK(name)                                                                                              \
+	static void name##_task(void *v, int64_t lo, int64_t hi) { name##_scalar(v, lo, hi); }
+#endif
+LN_TASK(ln_fwd)
+LN_TASK(ln_dinp)
+LN_TASK(ln_dw)
+LN_TASK(ln_dw_half)
+
+dg_status dg_nn_layernorm_forward(dg_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
+				  const float *w, const float *b, float eps, int64_t n, int64_t c)
+{
+	return dg_nn_layernorm_forward_mixed(ctx, out, mean, rstd, inp, DG_F32, w, b, eps, n, c);
+}
+
+dg_status dg_nn_layernorm_forward_mixed(dg_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
+					dg_dtype wt, const void *w, const void *b, float eps, int64_t n, int64_t c)
+{
+	if (ctx == NULL || out == NULL || mean == NULL || rstd == NULL || inp == NULL || w == NULL || b == NULL ||
+	    n < 0 || c <= 0 || !(eps >= 0.0f))
+		return DG_ERR_INVALID;
+	if (!dg_is_float(wt))
+		return DG_ERR_DTYPE;
+	ln_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .wt = wt, .isa = ctx->isa,
+		    .eps = eps, .c = c, .n = n};
+	dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * c * 3, ln_fwd_task, &j);
+	return DG_OK;
+}
+
 dg_status dg_nn_layernorm_backward(dg_ctx *ctx, float *dinp, float *dw, float *db, const float *dout,
 				   const float *inp, const float *w, const float *mean, const float *rstd, int64_t n,
 				   int64_t c)
@@ -209,7 +251,7 @@ dg_status dg_nn_layernorm_backward_mixed(dg_ctx *ctx, float *dinp, dg_dtype gt, 
 		return DG_ERR_INVALID;
 	if (!dg_is_float(wt) || !dg_is_float(gt))
 		return DG_ERR_DTYPE;
-	ln_job j = {.dinp = dinp, .dw = dw, .db = db, .inp = inp, .w = w, .wt = wt, .gt = gt, .k = ctx->k,
+	ln_job j = {.dinp = dinp, .dw = dw, .db = db, .inp = inp, .w = w, .wt = wt, .gt = gt, .isa = ctx->isa, .k = ctx->k,
 		    .dout = dout, .cmean = mean, .crstd = rstd, .c = c, .n = n};
 	if (dinp != NULL)
 		dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * c * 4, ln_dinp_task, &j);

@@ -235,6 +235,55 @@ static void test_gelu_isas(dg_ctx *ctx, uint64_t *s)
 	free(x), free(dout), free(out), free(dx), free(dx0), free(in);
 }
 
+/* LayerNorm's loops (one per ISA) give the same bits on every ISA: outputs,
+ * statistics and all three gradients, float32 and bfloat16 parameters and
+ * gradients, over odd sizes (rows past a multiple of the row group, channels
+ * past a vector) */
+static void test_layernorm_isas(dg_ctx *ctx, uint64_t *s)
+{
+	const int64_t n = 37, c = 203, nc = n * c;
+	float *x = randv(s, nc), *dout = randv(s, nc), *dx0 = randv(s, nc), *w = randv(s, c), *b = randv(s, c);
+	float *g0 = randv(s, 2 * c);
+	uint16_t wh[2 * 203], gh0[2 * 203];
+	for (int64_t i = 0; i < c; i++) {
+		wh[i] = dg_f32_to_bf16(w[i]), wh[c + i] = dg_f32_to_bf16(b[i]);
+		gh0[i] = dg_f32_to_bf16(g0[i]), gh0[c + i] = dg_f32_to_bf16(g0[c + i]);
+	}
+	/* per ISA: out, mean, rstd, dx, then the gradients (float32 or bfloat16) */
+	const size_t fbytes = sizeof(float) * (size_t)(2 * nc + 2 * n + 2 * c);
+	unsigned char *got[3];
+	dg_isa isas[3];
+	int nisa = test_isas(isas);
+	for (int half = 0; half < 2; half++) {
+		const dg_dtype t = half ? DG_BF16 : DG_F32;
+		const void *wp = half ? (const void *)wh : w, *bp = half ? (const void *)(wh + c) : b;
+		for (int k = 0; k < nisa; k++) {
+			got[k] = calloc(1, fbytes);
+			float *out = (float *)got[k], *mean = out + nc, *rstd = mean + n, *dx = rstd + n;
+			void *g = dx + nc;
+			memcpy(dx, dx0, sizeof(float) * nc);
+			if (half)
+				memcpy(g, gh0, sizeof gh0);
+			else
+				memcpy(g, g0, sizeof(float) * 2 * c);
+			void *dw = g, *db = half ? (void *)((uint16_t *)g + c) : (void *)((float *)g + c);
+			CHECK_OK(dg_ctx_set_isa(ctx, isas[k]));
+			CHECK_OK(dg_nn_layernorm_forward_mixed(ctx, out, mean, rstd, x, t, wp, bp, 1e-5f, n, c));
+			CHECK_OK(dg_nn_layernorm_backward_mixed(ctx, dx, t, dw, db, dout, x, t, wp, mean, rstd, n, c));
+		}
+		for (int k = 1; k < nisa; k++) {
+			if (memcmp(got[0], got[k], fbytes) != 0)
+				fprintf(stderr, "layernorm %s differs from scalar (%s params)\n", isa_name(isas[k]),
+					half ? "bf16" : "f32");
+			CHECK(memcmp(got[0], got[k], fbytes) == 0);
+		}
+		for (int k = 0; k < nisa; k++)
+			free(got[k]);
+	}
+	CHECK_OK(dg_ctx_set_isa(ctx, DG_ISA_AUTO));
+	free(x), free(dout), free(dx0), free(w), free(b), free(g0);
+}
+
 static void test_encoder(dg_ctx *ctx, uint64_t *s)
 {
 	const int64_t B = 3, T = 5, C = 40, V = 7;
@@ -432,6 +481,7 @@ int main(void)
 		test_matmul(ctx, &s, 20, 61, 300);
 		test_matmul(ctx, &s, 24, 300, 50);
 		test_layernorm(ctx, &s);
+		test_layernorm_isas(ctx, &s);
 		test_gelu_add(ctx, &s);
 		test_gelu_isas(ctx, &s);
 		test_encoder(ctx, &s);
