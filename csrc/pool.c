@@ -7,12 +7,13 @@
  * on gen before sleeping on `wake`, and the owner runs part 0 itself and
  * waits for `pending` to drain the same way.
  *
- * How long to spin: a GPT step on two threads runs about 600 regions, with
- * tens to hundreds of microseconds of Go code between two of them. Spinning
- * 256 PAUSEs (~5 us here) let the worker fall asleep between most of them,
- * 1,300 futex calls a step, and the step ran 5-7% slower than with a spin
- * of 100-3000 us (medians of 10 interleaved pairs; no difference within
- * that range). A pool used now and then (a collective's reductions) should
+ * How long to spin: a GPT step (bench-train's, two threads) runs about 170
+ * regions; half the gaps between two of them are 10-100 us of Go code and
+ * none was over 500 us (a histogram of 2,200 gaps). Spinning 256 PAUSEs
+ * (~5 us here) let the worker fall asleep in most gaps (the process made
+ * ~1,300 futex calls a step, ~440 with a long spin) and the step ran 5-7%
+ * slower than with a spin of 100-3000 us (medians of 10 interleaved pairs;
+ * no difference within that range, nor 2 or 5 ms). A pool used now and then (a collective's reductions) should
  * not spin that long after each call, taking a core from the pool that is
  * computing: so a worker spins the long budget only when the pool's last
  * gap between regions was within it, and a few microseconds otherwise.
