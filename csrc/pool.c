@@ -18,6 +18,7 @@
  * computing: so a worker spins the long budget only when the pool's last
  * gap between regions was within it, and a few microseconds otherwise.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include <stdlib.h>
 #include <time.h>
 
