@@ -27,6 +27,7 @@ extern void gotoblas_dynamic_init(void) __attribute__((weak));
 extern void gotoblas_dynamic_quit(void) __attribute__((weak));
 extern char *openblas_get_corename(void) __attribute__((weak));
 extern char *openblas_get_config(void) __attribute__((weak));
+extern int blas_thread_shutdown_(void) __attribute__((weak));
 
 /* OpenBLAS x86-64 cores from least to most capable, as far as sgemm cares;
  * cores not listed (other architectures) rank -1 and are never replaced. */
@@ -126,6 +127,13 @@ static void setup(void)
 	 * a machine never oversubscribe it and a 1-thread ctx really runs on
 	 * one core: every pool thread runs its own single-threaded sgemm */
 	openblas_set_num_threads(1);
+	/* A pthreads OpenBLAS starts its own worker threads at load, and they
+	 * spin (sched_yield) for ~100 ms before sleeping: in that window one of
+	 * them shared a core with the pool and two-thread sgemms ran no faster
+	 * than one. With one thread per call they never get work; end them
+	 * (the library starts them again if anything asks it for threads). */
+	if (blas_thread_shutdown_ != NULL)
+		blas_thread_shutdown_();
 }
 
 void dg_blas_init(void) { pthread_once(&once, setup); }
