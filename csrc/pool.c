@@ -13,10 +13,11 @@
  * (~5 us here) let the worker fall asleep in most gaps (the process made
  * ~1,300 futex calls a step, ~440 with a long spin) and the step ran 5-7%
  * slower than with a spin of 100-3000 us (medians of 10 interleaved pairs;
- * no difference within that range, nor 2 or 5 ms). A pool used now and then (a collective's reductions) should
- * not spin that long after each call, taking a core from the pool that is
- * computing: so a worker spins the long budget only when the pool's last
- * gap between regions was within it, and a few microseconds otherwise.
+ * no difference within that range, nor 2 or 5 ms). A pool used now and
+ * then (a collective's reductions) should not spin that long after each
+ * call, taking a core from the pool that is computing: so a worker spins
+ * the long budget only when the pool's last gap between regions was within
+ * it, and a few microseconds otherwise.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include <stdlib.h>
