@@ -186,10 +186,22 @@ DG_NN_INLINE void ln_dw_half_body(void *v, int64_t lo, int64_t hi)
  * the same order (no reassociation, no FMA in ISO C11 mode), so the three
  * give the same bits (test_layernorm_isas). */
 #define LN_LOOPS(sfx, target)                                                                                      \
-	static target DG_VECTORISE void ln_fwd_##sfx(void *v, int64_t lo, int64_t hi) { ln_fwd_body(v, lo, hi); }     \
-	static target DG_VECTORISE void ln_dinp_##sfx(void *v, int64_t lo, int64_t hi) { ln_dinp_body(v, lo, hi); }   \
-	static target DG_VECTORISE void ln_dw_##sfx(void *v, int64_t lo, int64_t hi) { ln_dw_body(v, lo, hi); }       \
-	static target DG_VECTORISE void ln_dw_half_##sfx(void *v, int64_t lo, int64_t hi) { ln_dw_half_body(v, lo, hi); }
+	static target DG_VECTORISE void ln_fwd_##sfx(void *v, int64_t lo, int64_t hi)                              \
+	{                                                                                                          \
+		ln_fwd_body(v, lo, hi);                                                                            \
+	}                                                                                                          \
+	static target DG_VECTORISE void ln_dinp_##sfx(void *v, int64_t lo, int64_t hi)                             \
+	{                                                                                                          \
+		ln_dinp_body(v, lo, hi);                                                                           \
+	}                                                                                                          \
+	static target DG_VECTORISE void ln_dw_##sfx(void *v, int64_t lo, int64_t hi)                               \
+	{                                                                                                          \
+		ln_dw_body(v, lo, hi);                                                                             \
+	}                                                                                                          \
+	static target DG_VECTORISE void ln_dw_half_##sfx(void *v, int64_t lo, int64_t hi)                          \
+	{                                                                                                          \
+		ln_dw_half_body(v, lo, hi);                                                                        \
+	}
 
 LN_LOOPS(scalar, )
 #if DG_HAVE_X86
