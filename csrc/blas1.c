@@ -12,24 +12,21 @@ typedef struct blas_job {
 	int count;
 } blas_job;
 
+static int blas_run(const void *v, int i, int64_t off, int64_t len)
+{
+	const blas_job *j = v;
+	char *y = (char *)j->ys[i] + (size_t)off * j->es;
+	if (j->xs == NULL)
+		j->k->scale(j->t, y, len, j->alpha);
+	else
+		dg_axpy_mixed_run(j->k, j->xt, j->t, j->alpha, (const char *)j->xs[i] + (size_t)off * j->xes, y, len);
+	return 0;
+}
+
 static void blas_task(void *v, int64_t lo, int64_t hi)
 {
 	const blas_job *j = v;
-	int i;
-	int64_t off;
-	dg_list_seek(j->ns, j->count, lo, &i, &off);
-	for (int64_t left = hi - lo; left > 0; i++, off = 0) {
-		int64_t len = j->ns[i] - off < left ? j->ns[i] - off : left;
-		char *y = (char *)j->ys[i] + (size_t)off * j->es;
-		if (len > 0) {
-			if (j->xs == NULL)
-				j->k->scale(j->t, y, len, j->alpha);
-			else
-				dg_axpy_mixed_run(j->k, j->xt, j->t, j->alpha, (const char *)j->xs[i] + (size_t)off * j->xes, y,
-						  len);
-		}
-		left -= len;
-	}
+	dg_list_run(j->ns, j->count, lo, hi, blas_run, j);
 }
 
 dg_status dg_scale(dg_ctx *ctx, dg_dtype t, void *const *xs, const int64_t *ns, int count, float alpha)

@@ -17,24 +17,22 @@ typedef struct cast_job {
 
 static void plain_copy(void *d, const void *s, int64_t bytes) { memcpy(d, s, (size_t)bytes); }
 
+static int cast_run(const void *v, int i, int64_t off, int64_t len)
+{
+	const cast_job *j = v;
+	const char *s = (const char *)j->srcs[i] + (size_t)off * j->ss;
+	char *d = (char *)j->dsts[i] + (size_t)off * j->ds;
+	if (j->src == j->dst)
+		j->copy(d, s, len * (int64_t)j->ss);
+	else
+		j->cast(j->src, j->dst, s, d, len);
+	return 0;
+}
+
 static void cast_task(void *v, int64_t lo, int64_t hi)
 {
 	const cast_job *j = v;
-	int i;
-	int64_t off;
-	dg_list_seek(j->ns, j->count, lo, &i, &off);
-	for (int64_t left = hi - lo; left > 0; i++, off = 0) {
-		int64_t len = j->ns[i] - off < left ? j->ns[i] - off : left;
-		const char *s = (const char *)j->srcs[i] + (size_t)off * j->ss;
-		char *d = (char *)j->dsts[i] + (size_t)off * j->ds;
-		if (len > 0) {
-			if (j->src == j->dst)
-				j->copy(d, s, len * (int64_t)j->ss);
-			else
-				j->cast(j->src, j->dst, s, d, len);
-		}
-		left -= len;
-	}
+	dg_list_run(j->ns, j->count, lo, hi, cast_run, j);
 }
 
 dg_status dg_cast(dg_ctx *ctx, dg_dtype src, dg_dtype dst, const void *const *srcs, void *const *dsts,

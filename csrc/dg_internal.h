@@ -153,6 +153,28 @@ static inline void dg_list_seek(const int64_t *ns, int count, int64_t g, int *i,
 	*off = g;
 }
 
+/* dg_list_fn handles elements off .. off+len-1 of tensor i of a list (len
+ * > 0) and returns a flag the walk ORs together (0 when it has none). */
+typedef int (*dg_list_fn)(const void *arg, int i, int64_t off, int64_t len);
+
+/* dg_list_run walks the elements [lo, hi) of a list's concatenation (ns[i]
+ * elements in tensor i, lo < hi <= the total) as one fn call per non-empty
+ * run within a tensor: the walk every list kernel's task shares, whatever
+ * range the pool gave it. It returns the OR of fn's flags. */
+static inline int dg_list_run(const int64_t *ns, int count, int64_t lo, int64_t hi, dg_list_fn fn, const void *arg)
+{
+	int i, flags = 0;
+	int64_t off;
+	dg_list_seek(ns, count, lo, &i, &off);
+	for (int64_t left = hi - lo; left > 0; i++, off = 0) {
+		int64_t len = ns[i] - off < left ? ns[i] - off : left;
+		if (len > 0)
+			flags |= fn(arg, i, off, len);
+		left -= len;
+	}
+	return flags;
+}
+
 static inline int dg_is_float(dg_dtype t) { return t == DG_F32 || t == DG_F16 || t == DG_BF16; }
 
 /* dg_load_f widens element i of a floating array of dtype t; dg_store_f

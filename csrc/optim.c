@@ -93,27 +93,23 @@ static dg_optim_run make_run(const step_job *j, int i, int64_t off, int64_t n)
 	return r;
 }
 
+static int step_run(const void *arg, int i, int64_t off, int64_t n)
+{
+	const step_job *j = arg;
+	dg_optim_run r = make_run(j, i, off, n);
+	switch (j->hp->kind) {
+	case DG_OPTIM_ADAM: j->tab->adam(&j->k, j->t, &r); break;
+	case DG_OPTIM_SGD: j->tab->sgd(&j->k, j->t, &r); break;
+	case DG_OPTIM_LION: j->tab->lion(&j->k, j->t, &r); break;
+	case DG_OPTIM_LAMB: j->tab->lamb_apply(&j->k, j->t, &r); break;
+	}
+	return 0;
+}
+
 static void step_task(void *arg, int64_t lo, int64_t hi)
 {
 	const step_job *j = arg;
-	int i;
-	int64_t off;
-	dg_list_seek(j->l->ns, j->l->count, lo, &i, &off);
-	for (int64_t g = lo; g < hi; i++, off = 0) {
-		if (j->l->ns[i] == 0)
-			continue;
-		int64_t n = j->l->ns[i] - off;
-		if (n > hi - g)
-			n = hi - g;
-		dg_optim_run r = make_run(j, i, off, n);
-		switch (j->hp->kind) {
-		case DG_OPTIM_ADAM: j->tab->adam(&j->k, j->t, &r); break;
-		case DG_OPTIM_SGD: j->tab->sgd(&j->k, j->t, &r); break;
-		case DG_OPTIM_LION: j->tab->lion(&j->k, j->t, &r); break;
-		case DG_OPTIM_LAMB: j->tab->lamb_apply(&j->k, j->t, &r); break;
-		}
-		g += n;
-	}
+	dg_list_run(j->l->ns, j->l->count, lo, hi, step_run, j);
 }
 
 static void lamb_block_task(void *arg, int64_t lo, int64_t hi)
@@ -211,22 +207,16 @@ typedef struct unscale_job {
 	int found; /* set with an atomic OR by whichever thread sees a non-finite */
 } unscale_job;
 
+static int unscale_run(const void *arg, int i, int64_t off, int64_t n)
+{
+	const unscale_job *j = arg;
+	return j->tab->unscale(j->t, (char *)j->xs[i] + (size_t)off * esize(j->t), n, j->s);
+}
+
 static void unscale_task(void *arg, int64_t lo, int64_t hi)
 {
 	unscale_job *j = arg;
-	int i, bad = 0;
-	int64_t off;
-	dg_list_seek(j->ns, j->count, lo, &i, &off);
-	for (int64_t g = lo; g < hi; i++, off = 0) {
-		int64_t n = j->ns[i] - off;
-		if (n == 0)
-			continue;
-		if (n > hi - g)
-			n = hi - g;
-		bad |= j->tab->unscale(j->t, (char *)j->xs[i] + (size_t)off * esize(j->t), n, j->s);
-		g += n;
-	}
-	if (bad)
+	if (dg_list_run(j->ns, j->count, lo, hi, unscale_run, j))
 		__atomic_fetch_or(&j->found, 1, __ATOMIC_RELAXED);
 }
 

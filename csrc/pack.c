@@ -68,24 +68,22 @@ typedef struct pack_job {
 
 static void plain_copy(void *d, const void *s, int64_t bytes) { memcpy(d, s, (size_t)bytes); }
 
+static int pack_run(const void *v, int i, int64_t off, int64_t len)
+{
+	const pack_job *j = v;
+	char *t = (char *)j->tensors[i] + (size_t)off * j->es;
+	char *f = j->flat + (size_t)(j->offs[i] + off) * j->es;
+	if (j->unpack)
+		j->copy(t, f, len * (int64_t)j->es);
+	else
+		j->copy(f, t, len * (int64_t)j->es);
+	return 0;
+}
+
 static void pack_task(void *v, int64_t lo, int64_t hi)
 {
 	const pack_job *j = v;
-	int i;
-	int64_t off;
-	dg_list_seek(j->ns, j->count, lo, &i, &off);
-	for (int64_t left = hi - lo; left > 0; i++, off = 0) {
-		int64_t len = j->ns[i] - off < left ? j->ns[i] - off : left;
-		if (len > 0) {
-			char *t = (char *)j->tensors[i] + (size_t)off * j->es;
-			char *f = j->flat + (size_t)(j->offs[i] + off) * j->es;
-			if (j->unpack)
-				j->copy(t, f, len * (int64_t)j->es);
-			else
-				j->copy(f, t, len * (int64_t)j->es);
-		}
-		left -= len;
-	}
+	dg_list_run(j->ns, j->count, lo, hi, pack_run, j);
 }
 
 static dg_status pack_common(dg_ctx *ctx, dg_dtype t, const void *const *tensors, const int64_t *ns,

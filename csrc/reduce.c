@@ -113,19 +113,16 @@ typedef struct nonfinite_job {
 	int found; /* atomic */
 } nonfinite_job;
 
+static int nonfinite_run(const void *v, int i, int64_t off, int64_t len)
+{
+	const nonfinite_job *j = v;
+	return j->k->nonfinite(j->t, (const char *)j->xs[i] + (size_t)off * j->es, len);
+}
+
 static void nonfinite_task(void *v, int64_t lo, int64_t hi)
 {
 	nonfinite_job *j = v;
-	int i, found = 0;
-	int64_t off;
-	dg_list_seek(j->ns, j->count, lo, &i, &off);
-	for (int64_t left = hi - lo; left > 0; i++, off = 0) {
-		int64_t len = j->ns[i] - off < left ? j->ns[i] - off : left;
-		if (len > 0)
-			found |= j->k->nonfinite(j->t, (const char *)j->xs[i] + (size_t)off * j->es, len);
-		left -= len;
-	}
-	if (found)
+	if (dg_list_run(j->ns, j->count, lo, hi, nonfinite_run, j))
 		__atomic_store_n(&j->found, 1, __ATOMIC_RELAXED);
 }
 

@@ -13,18 +13,17 @@ typedef struct zero_job {
 	int count;
 } zero_job;
 
+static int zero_run(const void *v, int i, int64_t off, int64_t len)
+{
+	const zero_job *j = v;
+	memset((char *)j->xs[i] + off, 0, (size_t)len);
+	return 0;
+}
+
 static void zero_task(void *v, int64_t lo, int64_t hi)
 {
 	const zero_job *j = v;
-	int i;
-	int64_t off;
-	dg_list_seek(j->bytes, j->count, lo, &i, &off);
-	for (int64_t left = hi - lo; left > 0; i++, off = 0) {
-		int64_t len = j->bytes[i] - off < left ? j->bytes[i] - off : left;
-		if (len > 0)
-			memset((char *)j->xs[i] + off, 0, (size_t)len);
-		left -= len;
-	}
+	dg_list_run(j->bytes, j->count, lo, hi, zero_run, j);
 }
 
 dg_status dg_zero(dg_ctx *ctx, void *const *xs, const int64_t *bytes, int count)
