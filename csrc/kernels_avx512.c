@@ -52,12 +52,21 @@ AI void pf_ahead(const void *p, size_t bytes)
 /* The sum of squares of halves prefetches with PREFETCHNTA instead (into L1,
  * not L2): at 64 MiB it then reaches its read roof (0.96-1.0 on 1 and 2
  * threads against ~0.8 with T0 at any distance from 1 to 8 KiB). The other
- * loops lose a third or more with NTA, so they keep T0. */
+ * loops lose a third or more with NTA, so they keep T0. It adds the far T2
+ * hint: from DRAM (256 MiB) the near hint alone kept too few lines in flight
+ * for a loop of 18 vector uops a line (0.73-0.79 of the roof on 1 and 2
+ * threads; with the far hint 0.84-0.89; bench-kernels, 4 interleaved pairs).
+ * An input the L3 holds (64 MiB here) on 2 threads loses ~0.07 to the extra
+ * hint; gradients to be normed are rarely that small. */
 #ifndef DG_PFN
 #define DG_PFN 4096
 #endif
-/* the line DG_PFN bytes past p, with PREFETCHNTA */
-AI void pf_ahead_nta(const void *p) { _mm_prefetch((const char *)p + DG_PFN, _MM_HINT_NTA); }
+/* the line DG_PFN bytes past p with PREFETCHNTA, and DG_PF_FAR past it with T2 */
+AI void pf_ahead_nta(const void *p)
+{
+	_mm_prefetch((const char *)p + DG_PFN, _MM_HINT_NTA);
+	_mm_prefetch((const char *)p + DG_PF_FAR, _MM_HINT_T2);
+}
 
 AI __m256i bf16_narrow(__m512 v)
 {
