@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -256,24 +257,45 @@ func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
 				return nil, fmt.Errorf("%s roof: %w", c.name, err)
 			}
 		}
-		for _, c := range cases {
-			kd, rd, err := benchutil.Interleaved(reps, c.kf, c.rf)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", c.name, err)
+		// Each case is timed in two passes over the list, forward then
+		// backward, and keeps its best: the first case timed in a pass read
+		// 0.05-0.1 low whichever kernel it was (f32->bf16 and f32->f16
+		// swapped places and results), with or without more warming.
+		kd, rd, rr := make([]time.Duration, len(cases)), make([]time.Duration, len(cases)), make([]time.Duration, len(cases))
+		for i := range cases {
+			kd[i], rd[i], rr[i] = math.MaxInt64, math.MaxInt64, math.MaxInt64
+		}
+		for pass := 0; pass < 2; pass++ {
+			for j := range cases {
+				i := j
+				if pass == 1 {
+					i = len(cases) - 1 - j
+				}
+				c := cases[i]
+				k, r, err := benchutil.Interleaved(reps, c.kf, c.rf)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", c.name, err)
+				}
+				kd[i], rd[i] = min(kd[i], k), min(rd[i], r)
+				if c.src != nil {
+					_, r, err := benchutil.Interleaved(reps, c.kf, readRoof(c.src, in))
+					if err != nil {
+						return nil, fmt.Errorf("%s: %w", c.name, err)
+					}
+					rr[i] = min(rr[i], r)
+				}
 			}
+		}
+		for i, c := range cases {
 			rb := c.bytes
 			if c.rb > 0 {
 				rb = c.rb
 			}
-			k, r := benchutil.GBps(c.bytes, kd), benchutil.GBps(rb, rd)
+			k, r := benchutil.GBps(c.bytes, kd[i]), benchutil.GBps(rb, rd[i])
 			res := Result{Kernel: c.name, MiB: mib, Threads: th, Bytes: c.bytes, GBps: k, Roof: c.roof, RoofGBps: r, Ratio: k / r}
 			if c.src != nil {
-				_, rr, err := benchutil.Interleaved(reps, c.kf, readRoof(c.src, in))
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w", c.name, err)
-				}
-				res.ReadRoofGBps = benchutil.GBps(in, rr)
-				res.ReadRatio = benchutil.GBps(in, kd) / res.ReadRoofGBps
+				res.ReadRoofGBps = benchutil.GBps(in, rr[i])
+				res.ReadRatio = benchutil.GBps(in, kd[i]) / res.ReadRoofGBps
 			}
 			out = append(out, res)
 		}
