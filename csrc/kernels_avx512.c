@@ -294,7 +294,7 @@ T512 static void axpy_avx512(dg_dtype t, float alpha, const void *x, void *y, in
 		axpy_loop(DG_BF16, alpha, x, y, n);
 }
 
-/* Summation order of float32 (fixed for this ISA; halves: sumsq_half_loop and
+/* Summation order of float32 (fixed for this ISA; halves: sumsq_f16_loop and
  * sumsq_bf16_loop below): 32-element steps; the low and high
  * 8 floats of each 16 go to their own double accumulator (4 in all), squares
  * are exact in double so FMA equals multiply-then-add here; the masked tail
@@ -323,18 +323,17 @@ AI double sumsq_loop(dg_dtype t, const void *x, int64_t n)
 	return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
 }
 
-/* Float16 (bfloat16 takes sumsq_bf16_loop below, which is cheaper for it)
- * without conversion instructions (the converters are the bottleneck:
- * half->float->double is three of them per 16 elements). A 512-bit load holds
- * four halves per 64-bit lane; each is shifted and masked (sign dropped) into
+/* Float16 without conversion instructions (the converters are the
+ * bottleneck: half->float->double is three of them per 16 elements; bfloat16
+ * needs none, see sumsq_bf16_loop). A 512-bit load holds four halves per
+ * 64-bit lane; each is shifted and masked (sign dropped) into
  * the low exponent and high mantissa bits of a double, which makes it exactly
- * |x| * 2^-(1023-bias), subnormals and zero included; one multiply by the
+ * |x| * 2^-1008, subnormals and zero included; one multiply by the
  * power of two restores |x| exactly and an FMA adds the (exact) square.
  * Order (fixed for this ISA): the half at position q (0..3) of each lane goes
  * to accumulator q; a short tail is a zero-padded masked load; then
  * (a0+a1)+(a2+a3) and a fixed lane tree. The trick maps Inf/NaN to finite
- * values: |Inf| becomes 2^16 (f16) or 2^128 (bf16), NaN more, every finite
- * half less, so a sum at least that square (sums of non-negative terms only
+ * values: |Inf| becomes 2^16, NaN more, every finite half less, so a sum at least that square (sums of non-negative terms only
  * grow) may hold one; nonfinite then decides and such a block is summed
  * again by sumsq_loop, whose double arithmetic gives the Inf or NaN. That
  * costs nothing per element, unlike a running max of |bits|. */
@@ -363,15 +362,15 @@ AI __m512d half_sub_exact(__m512i v, int q, int sh, __m512i keep, __m512d up, __
 	return _mm512_mask_mul_pd(y, sub, _mm512_cvtepi64_pd(bits), tiny);
 }
 
-AI double sumsq_half_loop(dg_dtype t, const void *x, int64_t n)
+AI double sumsq_f16_loop(const void *x, int64_t n)
 {
-	const int sh = t == DG_F16 ? 42 : 45; /* half's exponent LSB -> double's bit 52 */
-	const __m512d up = _mm512_set1_pd(t == DG_F16 ? 0x1p1008 : 0x1p896);
+	const int sh = 42; /* float16's exponent LSB -> double's bit 52 */
+	const __m512d up = _mm512_set1_pd(0x1p1008);
 	const __m512i keep = _mm512_set1_epi64((int64_t)0x7fff << sh);
-	const __m512i expo = _mm512_set1_epi16((short)(t == DG_F16 ? 0x7c00 : 0x7f80));
-	const __m512i mant = _mm512_set1_epi16((short)(t == DG_F16 ? 0x03ff : 0x007f));
-	const __m512i lim = _mm512_set1_epi64(t == DG_F16 ? 0x03ff : 0x007f); /* largest subnormal's bits */
-	const __m512d tiny = _mm512_set1_pd(t == DG_F16 ? 0x1p-24 : 0x1p-133); /* one subnormal ulp */
+	const __m512i expo = _mm512_set1_epi16(0x7c00);
+	const __m512i mant = _mm512_set1_epi16(0x03ff);
+	const __m512i lim = _mm512_set1_epi64(0x03ff); /* largest subnormal's bits */
+	const __m512d tiny = _mm512_set1_pd(0x1p-24); /* one subnormal ulp */
 	const char *p = x;
 	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
 	for (int64_t i = 0; i < n; i += 32) {
@@ -395,8 +394,8 @@ AI double sumsq_half_loop(dg_dtype t, const void *x, int64_t n)
 		a3 = _mm512_fmadd_pd(y3, y3, a3);
 	}
 	double sum = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
-	if (sum >= (t == DG_F16 ? 0x1p32 : 0x1p256) && nonfinite_avx512(t, x, n))
-		return sumsq_loop(t, x, n);
+	if (sum >= 0x1p32 && nonfinite_avx512(DG_F16, x, n))
+		return sumsq_loop(DG_F16, x, n);
 	return sum;
 }
 
@@ -435,7 +434,7 @@ T512 static double sumsq_avx512(dg_dtype t, const void *x, int64_t n)
 	if (t == DG_F32)
 		return sumsq_loop(DG_F32, x, n);
 	if (t == DG_F16)
-		return sumsq_half_loop(DG_F16, x, n);
+		return sumsq_f16_loop(x, n);
 	return sumsq_bf16_loop(x, n);
 }
 
