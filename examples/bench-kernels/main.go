@@ -2,7 +2,9 @@
 // squares, inf/nan check, bucket pack) on 1 and 2 threads and prints one JSON
 // object. Each kernel stands next to a roof with the same access pattern
 // measured in the same run, interleaved with it: a threaded memcpy of the same
-// bytes for casts and packing, a threaded read-and-sum for the reductions. It
+// bytes for casts and packing, a threaded read-and-sum for the reductions.
+// Every case is timed in two passes over the list, forward then backward, and
+// keeps the best of each side's reps over both passes. It
 // also reports the cost of one cgo call and a 1- vs 2-thread compute probe.
 // A size is the kernel's input: "64 MiB" means 64 MiB of float32 for the f32
 // cases and 64 MiB of halves (twice the elements) for the bf16/f16 ones.
