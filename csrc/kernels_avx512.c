@@ -326,17 +326,18 @@ AI double sumsq_loop(dg_dtype t, const void *x, int64_t n)
 /* Float16 without conversion instructions (the converters are the
  * bottleneck: half->float->double is three of them per 16 elements; bfloat16
  * needs none, see sumsq_bf16_loop). A 512-bit load holds four halves per
- * 64-bit lane; each is shifted and masked (sign dropped) into
- * the low exponent and high mantissa bits of a double, which makes it exactly
- * |x| * 2^-1008, subnormals and zero included; one multiply by the
- * power of two restores |x| exactly and an FMA adds the (exact) square.
- * Order (fixed for this ISA): the half at position q (0..3) of each lane goes
- * to accumulator q; a short tail is a zero-padded masked load; then
+ * 64-bit lane; each is shifted and masked (sign dropped) into the low
+ * exponent and high mantissa bits of a double, which makes it exactly
+ * |x| * 2^-1008, subnormals and zero included; one multiply by the power of
+ * two restores |x| exactly and an FMA adds the (exact) square. Order (fixed
+ * for this ISA): the half at position q (0..3) of each lane goes to
+ * accumulator q; a short tail is a zero-padded masked load; then
  * (a0+a1)+(a2+a3) and a fixed lane tree. The trick maps Inf/NaN to finite
- * values: |Inf| becomes 2^16, NaN more, every finite half less, so a sum at least that square (sums of non-negative terms only
- * grow) may hold one; nonfinite then decides and such a block is summed
- * again by sumsq_loop, whose double arithmetic gives the Inf or NaN. That
- * costs nothing per element, unlike a running max of |bits|. */
+ * values: |Inf| becomes 2^16, NaN more, every finite half less, so a sum at
+ * least that square (sums of non-negative terms only grow) may hold one;
+ * nonfinite then decides and such a block is summed again by sumsq_loop,
+ * whose double arithmetic gives the Inf or NaN. That costs nothing per
+ * element, unlike a running max of |bits|. */
 static int nonfinite_avx512(dg_dtype t, const void *x, int64_t n);
 
 /* the 32 halves at p, or the first r of them zero-padded when r < 32 */
@@ -401,7 +402,7 @@ AI double sumsq_f16_loop(const void *x, int64_t n)
 
 /* bfloat16 is the top half of a float32, so a shift or a mask makes each
  * half of every 32-bit lane an exact float32 and VCVTPS2PD an exact double
- * (subnormals too, without the assists the shift trick below needs for
+ * (subnormals too, without the assists the shift trick above needs for
  * them; Inf and NaN square to Inf and NaN). That is 16 vector uops per 32
  * elements against the trick's 18 and its subnormal test: 22 against 18
  * GB/s in L1 on one thread, which matters where the input sits in the L3.
