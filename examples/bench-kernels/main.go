@@ -60,7 +60,7 @@ type Report struct {
 
 func main() {
 	mibs := flag.String("mib", "64,256", "input sizes in MiB, comma separated")
-	reps := flag.Int("reps", 7, "timed rounds per kernel (best is reported)")
+	reps := flag.Int("reps", 7, "timed rounds per kernel in each of the two passes (best is reported)")
 	flag.Parse()
 	if err := run(*mibs, *reps); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-kernels:", err)
