@@ -184,24 +184,18 @@ DG_NN_INLINE void ln_dw_half_body(void *v, int64_t lo, int64_t hi)
  * passes ran 4 floats wide (cgo's -O2 targets baseline x86-64). Every
  * element is the same sequence of IEEE float operations in each, sums in
  * the same order (no reassociation, no FMA in ISO C11 mode), so the three
- * give the same bits (test_layernorm_isas). */
-#define LN_LOOPS(sfx, target)                                                                                      \
-	static target DG_VECTORISE void ln_fwd_##sfx(void *v, int64_t lo, int64_t hi)                              \
+ * give the same bits (test_layernorm_isas). LN_LOOP stamps one pass's loop,
+ * name_sfx, around name_body for a target; LN_LOOPS all four. */
+#define LN_LOOP(name, sfx, target)                                                                                 \
+	static target DG_VECTORISE void name##_##sfx(void *v, int64_t lo, int64_t hi)                              \
 	{                                                                                                          \
-		ln_fwd_body(v, lo, hi);                                                                            \
-	}                                                                                                          \
-	static target DG_VECTORISE void ln_dinp_##sfx(void *v, int64_t lo, int64_t hi)                             \
-	{                                                                                                          \
-		ln_dinp_body(v, lo, hi);                                                                           \
-	}                                                                                                          \
-	static target DG_VECTORISE void ln_dw_##sfx(void *v, int64_t lo, int64_t hi)                               \
-	{                                                                                                          \
-		ln_dw_body(v, lo, hi);                                                                             \
-	}                                                                                                          \
-	static target DG_VECTORISE void ln_dw_half_##sfx(void *v, int64_t lo, int64_t hi)                          \
-	{                                                                                                          \
-		ln_dw_half_body(v, lo, hi);                                                                        \
+		name##_body(v, lo, hi);                                                                            \
 	}
+#define LN_LOOPS(sfx, target)                                                                                      \
+	LN_LOOP(ln_fwd, sfx, target)                                                                               \
+	LN_LOOP(ln_dinp, sfx, target)                                                                              \
+	LN_LOOP(ln_dw, sfx, target)                                                                                \
+	LN_LOOP(ln_dw_half, sfx, target)
 
 LN_LOOPS(scalar, )
 #if DG_HAVE_X86
