@@ -38,7 +38,9 @@ test-gloo:
 	  $(GO) test -race -count=1 -timeout 10m -tags gloo -run 'Launch' ./cmd/deepgo/; \
 	else echo "make test-gloo: no Gloo (/usr/include/gloo/allreduce.h); make deps installs libgloo-dev"; fi
 
-STATICCHECK_VERSION ?= 2026.2.2
+## STATICCHECK_VERSION: the module's semver tag (release 2026.2.2 is v0.8.2;
+## the proxy no longer answers a query by the release name)
+STATICCHECK_VERSION ?= 0.8.2
 STATICCHECK := $(shell go env GOPATH)/bin/staticcheck
 
 lint: vet staticcheck
@@ -47,8 +49,8 @@ lint: vet staticcheck
 
 ## staticcheck: installed from the Go module proxy at a pinned version
 staticcheck:
-	@$(STATICCHECK) -version 2>/dev/null | grep -q '$(STATICCHECK_VERSION)' || \
-	  $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@$(STATICCHECK) -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION))' || \
+	  $(GO) install honnef.co/go/tools/cmd/staticcheck@v$(STATICCHECK_VERSION)
 	$(STATICCHECK) ./...
 
 vet:
