@@ -27,61 +27,78 @@ typedef struct ln_job {
  * this many on the stack */
 #define LN_DW_BLOCK 256
 
-/* Rows whose sums run side by side: each row's sum is still one chain in
- * element order (the same bits as a row at a time), but a double add waits
- * on the previous one, so one row alone ran at a quarter of the adder's
- * rate; the GPT's rows (C = 384) spent most of LayerNorm there. */
-#define LN_ROWS 4
+/* A row's sums run in LN_LANES interleaved partial sums, element i into
+ * lane i % LN_LANES, then a fixed pairwise tree over the lanes: one
+ * chain per row in element order waited on the adder's latency, and the
+ * GPT's rows (C = 384) spent most of LayerNorm there. The order is fixed by
+ * C alone, and every ISA's copy runs it lane for lane (no reassociation),
+ * so the bits do not depend on the ISA or the thread count. */
+#define LN_LANES 16
 
-/* mean and rstd of rows r0.. (g <= LN_ROWS of them), statistics in double:
- * C is small, and it keeps the float32 result within an ulp or two of the
- * float64 reference */
-DG_NN_INLINE void ln_stats(const ln_job *j, int64_t r0, int g, float *mf, float *sf)
+/* A row's LN_LANES partial sums are one vector (GCC's vector extension:
+ * one zmm on AVX-512, two ymm on AVX2, four xmm on the baseline, the same
+ * lane arithmetic on each); lane_sum is the fixed pairwise tree over them. */
+typedef float lanes_f __attribute__((vector_size(LN_LANES * sizeof(float))));
+typedef double lanes_d __attribute__((vector_size(LN_LANES * sizeof(double))));
+
+/* (macros, not functions: a vector argument or result would change the
+ * baseline ABI, and the compiler warns about it even when inlined) */
+#define LOAD_LANES(v, p) memcpy(&(v), (p), sizeof(v))
+
+#define LN_LANE_SUM(name, vt, t)                                                                                   \
+	DG_NN_INLINE t name(const vt *v)                                                                           \
+	{                                                                                                          \
+		t a[LN_LANES];                                                                                     \
+		memcpy(a, v, sizeof a);                                                                            \
+		for (int w = LN_LANES / 2; w >= 1; w /= 2)                                                         \
+			for (int l = 0; l < w; l++)                                                                \
+				a[l] += a[l + w];                                                                  \
+		return a[0];                                                                                       \
+	}
+LN_LANE_SUM(lane_sum_f, lanes_f, float)
+LN_LANE_SUM(lane_sum_d, lanes_d, double)
+
+/* mean and rstd of row r, statistics in double: C is small, and it keeps the
+ * float32 result within an ulp or two of the float64 reference */
+DG_NN_INLINE void ln_stats(const ln_job *j, int64_t r, float *mf, float *sf)
 {
-	const int64_t c = j->c;
-	const float *x[LN_ROWS];
-	double m[LN_ROWS], var[LN_ROWS];
-	DG_UNROLL(4)
-	for (int k = 0; k < LN_ROWS; k++) {
-		x[k] = j->inp + (r0 + (k < g ? k : 0)) * c;
-		m[k] = var[k] = 0.0;
+	const int64_t c = j->c, cv = c - c % LN_LANES;
+	const float *x = j->inp + r * c;
+	lanes_d m = {0}, var = {0};
+	for (int64_t i0 = 0; i0 < cv; i0 += LN_LANES) {
+		lanes_f v;
+		LOAD_LANES(v, x + i0);
+		m += __builtin_convertvector(v, lanes_d);
 	}
-	for (int64_t i = 0; i < c; i++)
-		DG_UNROLL(4)
-		for (int k = 0; k < LN_ROWS; k++)
-			m[k] += x[k][i];
-	DG_UNROLL(4)
-	for (int k = 0; k < LN_ROWS; k++)
-		m[k] /= (double)c;
-	for (int64_t i = 0; i < c; i++)
-		DG_UNROLL(4)
-		for (int k = 0; k < LN_ROWS; k++) {
-			double d = x[k][i] - m[k];
-			var[k] += d * d;
-		}
-	for (int k = 0; k < g; k++) {
-		var[k] /= (double)c;
-		sf[k] = (float)(1.0 / sqrt(var[k] + (double)j->eps));
-		mf[k] = (float)m[k];
+	for (int64_t i = cv; i < c; i++)
+		m[i - cv] += x[i];
+	const double mean = lane_sum_d(&m) / (double)c;
+	for (int64_t i0 = 0; i0 < cv; i0 += LN_LANES) {
+		lanes_f v;
+		LOAD_LANES(v, x + i0);
+		lanes_d d = __builtin_convertvector(v, lanes_d) - mean;
+		var += d * d;
 	}
+	for (int64_t i = cv; i < c; i++) {
+		double d = x[i] - mean;
+		var[i - cv] += d * d;
+	}
+	*sf = (float)(1.0 / sqrt(lane_sum_d(&var) / (double)c + (double)j->eps));
+	*mf = (float)mean;
 }
 
 DG_NN_INLINE void ln_fwd_rows(const ln_job *j, int64_t lo, int64_t hi, dg_dtype wt)
 {
 	const int64_t c = j->c;
-	for (int64_t r0 = lo; r0 < hi; r0 += LN_ROWS) {
-		const int g = hi - r0 < LN_ROWS ? (int)(hi - r0) : LN_ROWS;
-		float mf[LN_ROWS], sf[LN_ROWS];
-		ln_stats(j, r0, g, mf, sf);
-		for (int k = 0; k < g; k++) {
-			const int64_t r = r0 + k;
-			const float *x = j->inp + r * c;
-			float *o = j->out + r * c;
-			for (int64_t i = 0; i < c; i++)
-				o[i] = dg_nn_ln_out(x[i], mf[k], sf[k], dg_load_f(wt, j->w, i), dg_load_f(wt, j->b, i));
-			j->mean[r] = mf[k];
-			j->rstd[r] = sf[k];
-		}
+	for (int64_t r = lo; r < hi; r++) {
+		float mf, sf;
+		ln_stats(j, r, &mf, &sf);
+		const float *x = j->inp + r * c;
+		float *o = j->out + r * c;
+		for (int64_t i = 0; i < c; i++)
+			o[i] = dg_nn_ln_out(x[i], mf, sf, dg_load_f(wt, j->w, i), dg_load_f(wt, j->b, i));
+		j->mean[r] = mf;
+		j->rstd[r] = sf;
 	}
 }
 
@@ -94,38 +111,34 @@ DG_NN_INLINE void ln_fwd_body(void *v, int64_t lo, int64_t hi)
 /* dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w */
 DG_NN_INLINE void ln_dinp_rows(const ln_job *j, int64_t lo, int64_t hi, dg_dtype wt)
 {
-	const int64_t c = j->c;
-	for (int64_t r0 = lo; r0 < hi; r0 += LN_ROWS) {
-		const int g = hi - r0 < LN_ROWS ? (int)(hi - r0) : LN_ROWS;
-		const float *x[LN_ROWS], *d[LN_ROWS];
-		float m[LN_ROWS], s[LN_ROWS], a[LN_ROWS], bsum[LN_ROWS];
-		DG_UNROLL(4)
-		for (int k = 0; k < LN_ROWS; k++) {
-			int64_t r = r0 + (k < g ? k : 0); /* past g: row r0 again, unused */
-			x[k] = j->inp + r * c;
-			d[k] = j->dout + r * c;
-			m[k] = j->cmean[r];
-			s[k] = j->crstd[r];
-			a[k] = bsum[k] = 0.0f;
+	const int64_t c = j->c, cv = c - c % LN_LANES;
+	for (int64_t r = lo; r < hi; r++) {
+		const float *x = j->inp + r * c, *d = j->dout + r * c;
+		const float m = j->cmean[r], s = j->crstd[r];
+		lanes_f a = {0}, b = {0};
+		for (int64_t i0 = 0; i0 < cv; i0 += LN_LANES) {
+			lanes_f w;
+			for (int l = 0; l < LN_LANES; l++)
+				w[l] = dg_load_f(wt, j->w, i0 + l);
+			lanes_f dv, xv;
+			LOAD_LANES(dv, d + i0);
+			LOAD_LANES(xv, x + i0);
+			lanes_f dn = w * dv, norm = (xv - m) * s;
+			a += dn;
+			b += dn * norm;
 		}
+		for (int64_t i = cv; i < c; i++) {
+			float norm = dg_nn_ln_norm(x[i], m, s);
+			float dn = dg_load_f(wt, j->w, i) * d[i];
+			a[i - cv] += dn;
+			b[i - cv] += dn * norm;
+		}
+		const float ak = lane_sum_f(&a) / (float)c, bk = lane_sum_f(&b) / (float)c;
+		float *dx = j->dinp + r * c;
 		for (int64_t i = 0; i < c; i++) {
-			float wi = dg_load_f(wt, j->w, i);
-			DG_UNROLL(4)
-			for (int k = 0; k < LN_ROWS; k++) {
-				float norm = dg_nn_ln_norm(x[k][i], m[k], s[k]);
-				float dn = wi * d[k][i];
-				a[k] += dn;
-				bsum[k] += dn * norm;
-			}
-		}
-		for (int k = 0; k < g; k++) {
-			float ak = a[k] / (float)c, bk = bsum[k] / (float)c;
-			float *dx = j->dinp + (r0 + k) * c;
-			for (int64_t i = 0; i < c; i++) {
-				float norm = dg_nn_ln_norm(x[k][i], m[k], s[k]);
-				float dn = dg_load_f(wt, j->w, i) * d[k][i];
-				dx[i] += dg_nn_ln_dinp(dn, norm, ak, bk, s[k]);
-			}
+			float norm = dg_nn_ln_norm(x[i], m, s);
+			float dn = dg_load_f(wt, j->w, i) * d[i];
+			dx[i] += dg_nn_ln_dinp(dn, norm, ak, bk, s);
 		}
 	}
 }
