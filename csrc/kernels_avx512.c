@@ -403,25 +403,34 @@ AI double sumsq_f16_loop(const void *x, int64_t n)
 /* bfloat16 is the top half of a float32, so a shift or a mask makes each
  * half of every 32-bit lane an exact float32 and VCVTPS2PD an exact double
  * (subnormals too, without the assists the shift trick above needs for
- * them; Inf and NaN square to Inf and NaN). That is 16 vector uops per 32
- * elements against the trick's 18 and its subnormal test: 22 against 18
- * GB/s in L1 on one thread, which matters where the input sits in the L3.
- * Order (fixed for this ISA): of each 32 elements, the even ones 0..14 go
- * to accumulator 0, even 16..30 to 1, odd 1..15 to 2, odd 17..31 to 3; a
- * short tail is a zero-padded masked load; then (a0+a1)+(a2+a3) and a fixed
- * lane tree. */
+ * them; Inf and NaN square to Inf and NaN). The two float32 vectors go
+ * through a stack slot and VCVTPS2PD reads its 8 floats from there: a store
+ * and a load run on their own ports, where taking the upper 8 out of a
+ * register (VEXTRACTF32X8) took one of the two 512-bit ports the converts
+ * and FMAs need. 14 vector uops per 32 elements, against 16 with the
+ * extracts and the trick's 18 and subnormal test: the loop is bound by
+ * those ports where the input sits in the L3 (the compiler barrier keeps
+ * the store and reload from being folded back into extracts). The same
+ * conversions and FMAs in the same order as with the extracts: the same
+ * bits. Order (fixed for this ISA): of each 32 elements, the even ones
+ * 0..14 go to accumulator 0, even 16..30 to 1, odd 1..15 to 2, odd 17..31
+ * to 3; a short tail is a zero-padded masked load; then (a0+a1)+(a2+a3)
+ * and a fixed lane tree. */
 AI double sumsq_bf16_loop(const void *x, int64_t n)
 {
 	const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
 	const char *p = x;
+	float slot[4][32] __attribute__((aligned(64))); /* round robin: a slot is rewritten 4 steps on */
 	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
 	for (int64_t i = 0; i < n; i += 32) {
 		pf_ahead_nta(p + 2 * i);
 		__m512i v = load32h(p + 2 * i, n - i);
-		__m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-		__m512 o = _mm512_castsi512_ps(_mm512_and_si512(v, hi));
-		__m512d y0 = _mm512_cvtps_pd(_mm512_castps512_ps256(e)), y1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1));
-		__m512d y2 = _mm512_cvtps_pd(_mm512_castps512_ps256(o)), y3 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(o, 1));
+		float *f = slot[(i >> 5) & 3];
+		_mm512_store_ps(f, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+		_mm512_store_ps(f + 16, _mm512_castsi512_ps(_mm512_and_si512(v, hi)));
+		__asm__ volatile("" ::: "memory");
+		__m512d y0 = _mm512_cvtps_pd(_mm256_load_ps(f)), y1 = _mm512_cvtps_pd(_mm256_load_ps(f + 8));
+		__m512d y2 = _mm512_cvtps_pd(_mm256_load_ps(f + 16)), y3 = _mm512_cvtps_pd(_mm256_load_ps(f + 24));
 		a0 = _mm512_fmadd_pd(y0, y0, a0);
 		a1 = _mm512_fmadd_pd(y1, y1, a1);
 		a2 = _mm512_fmadd_pd(y2, y2, a2);
