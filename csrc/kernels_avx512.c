@@ -420,12 +420,11 @@ AI double sumsq_bf16_loop(const void *x, int64_t n)
 {
 	const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
 	const char *p = x;
-	float slot[4][32] __attribute__((aligned(64))); /* round robin: a slot is rewritten 4 steps on */
+	float f[32] __attribute__((aligned(64)));
 	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
 	for (int64_t i = 0; i < n; i += 32) {
 		pf_ahead_nta(p + 2 * i);
 		__m512i v = load32h(p + 2 * i, n - i);
-		float *f = slot[(i >> 5) & 3];
 		_mm512_store_ps(f, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
 		_mm512_store_ps(f + 16, _mm512_castsi512_ps(_mm512_and_si512(v, hi)));
 		__asm__ volatile("" ::: "memory");

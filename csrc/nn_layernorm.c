@@ -117,13 +117,11 @@ DG_NN_INLINE void ln_dinp_rows(const ln_job *j, int64_t lo, int64_t hi, dg_dtype
 		const float m = j->cmean[r], s = j->crstd[r];
 		lanes_f a = {0}, b = {0};
 		for (int64_t i0 = 0; i0 < cv; i0 += LN_LANES) {
-			lanes_f w;
-			for (int l = 0; l < LN_LANES; l++)
-				w[l] = dg_load_f(wt, j->w, i0 + l);
-			lanes_f dv, xv;
-			LOAD_LANES(dv, d + i0);
-			LOAD_LANES(xv, x + i0);
-			lanes_f dn = w * dv, norm = (xv - m) * s;
+			lanes_f dn, norm;
+			for (int l = 0; l < LN_LANES; l++) {
+				norm[l] = dg_nn_ln_norm(x[i0 + l], m, s);
+				dn[l] = dg_load_f(wt, j->w, i0 + l) * d[i0 + l];
+			}
 			a += dn;
 			b += dn * norm;
 		}
