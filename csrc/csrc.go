@@ -205,6 +205,43 @@ func (x *Ctx) ScratchPeak(reset bool) (int64, error) {
 	return int64(peak), err
 }
 
+// PoolBalance is how evenly a context's thread pool was kept busy (see
+// Ctx.PoolBalance).
+type PoolBalance struct {
+	// Regions counts the parallel regions the pool ran.
+	Regions int64
+	// Busy is the threads' summed wall time in their parts of a region.
+	Busy time.Duration
+	// Idle is the threads' summed wait, within each region, for the
+	// region's slowest part.
+	Idle time.Duration
+}
+
+// IdleShare is Idle over Busy + Idle: the share of the pool's thread time
+// in regions spent waiting for a slower thread (0 when nothing ran).
+func (b PoolBalance) IdleShare() float64 {
+	if b.Busy+b.Idle <= 0 {
+		return 0
+	}
+	return b.Idle.Seconds() / (b.Busy + b.Idle).Seconds()
+}
+
+// PoolBalance reports, since x was created, resized or last reset, the
+// parallel regions its pool ran and how long threads waited in them for the
+// slowest part: a region splits equal work, so the wait is threads running
+// at unequal speeds (or work split unevenly). A one-thread context has no
+// pool and reports zeros. reset restarts the counts; not to be called while
+// another call on x is in flight.
+func (x *Ctx) PoolBalance(reset bool) (PoolBalance, error) {
+	var regions, busy, idle C.int64_t
+	r := C.int(0)
+	if reset {
+		r = 1
+	}
+	err := check("dg_ctx_pool_balance", C.dg_ctx_pool_balance(x.c, r, &regions, &busy, &idle))
+	return PoolBalance{Regions: int64(regions), Busy: time.Duration(busy), Idle: time.Duration(idle)}, err
+}
+
 // SetISA forces an instruction set (for tests and benchmarks).
 func (x *Ctx) SetISA(i ISA) error { return check("dg_ctx_set_isa", C.dg_ctx_set_isa(x.c, C.dg_isa(i))) }
 

@@ -55,3 +55,28 @@ func TestAxpyMixed(t *testing.T) {
 	_, err = x.ScratchPeak(true)
 	require.NoError(t, err)
 }
+
+// TestPoolBalance: a two-thread context counts each region that reached its
+// pool, with idle time bounded by the parts' time; reset zeroes the counts.
+func TestPoolBalance(t *testing.T) {
+	x, err := NewCtx(2)
+	require.NoError(t, err)
+	defer x.Close()
+	const n = 1 << 20
+	p, err := Alloc(4*n, 64)
+	require.NoError(t, err)
+	defer Free(p)
+	for i := 0; i < 3; i++ {
+		require.NoError(t, x.Scale(F32, []unsafe.Pointer{p}, []int64{n}, 0.5))
+	}
+	b, err := x.PoolBalance(true)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), b.Regions)
+	assert.Positive(t, b.Busy)
+	assert.LessOrEqual(t, b.Idle, b.Busy)
+	assert.True(t, b.IdleShare() >= 0 && b.IdleShare() <= 0.5, "idle share %v", b.IdleShare())
+	b, err = x.PoolBalance(false)
+	require.NoError(t, err)
+	assert.Equal(t, PoolBalance{}, b)
+	assert.Zero(t, b.IdleShare())
+}

@@ -173,6 +173,16 @@ void dg_scratch_free(dg_ctx *ctx, void *p, size_t bytes)
 	__atomic_sub_fetch(&ctx->scratch_live, (int64_t)bytes, __ATOMIC_RELAXED);
 }
 
+dg_status dg_ctx_pool_balance(dg_ctx *ctx, int reset, int64_t *regions, int64_t *busy_ns, int64_t *idle_ns)
+{
+	if (ctx == NULL || regions == NULL || busy_ns == NULL || idle_ns == NULL)
+		return DG_ERR_INVALID;
+	*regions = *busy_ns = *idle_ns = 0;
+	if (ctx->pool != NULL)
+		dg_pool_stats(ctx->pool, reset, regions, busy_ns, idle_ns);
+	return DG_OK;
+}
+
 dg_status dg_ctx_scratch_peak(dg_ctx *ctx, int reset, int64_t *peak_bytes)
 {
 	if (ctx == NULL || peak_bytes == NULL)

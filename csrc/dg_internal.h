@@ -112,6 +112,10 @@ void dg_pool_run(dg_pool *p, int64_t n, int64_t grain, dg_task_fn fn, void *arg)
 /* dg_pool_set_spin sets how long, in ns, the pool's threads spin before
  * sleeping (see pool.c); 0 sleeps at once. */
 void dg_pool_set_spin(dg_pool *p, int64_t ns);
+/* dg_pool_stats reports the pool's regions, the threads' summed part times
+ * and their summed waits for the slowest part of each region (see pool.c);
+ * reset != 0 restarts the counts. Not while a region runs. */
+void dg_pool_stats(dg_pool *p, int reset, int64_t *regions, int64_t *busy_ns, int64_t *idle_ns);
 
 struct dg_ctx {
 	int nthreads;

@@ -18,6 +18,11 @@
  * call, taking a core from the pool that is computing: so a worker spins
  * the long budget only when the pool's last gap between regions was within
  * it, and a few microseconds otherwise.
+ *
+ * Balance: every part's wall time is recorded, and per region the owner adds
+ * up how long each thread's part fell short of the slowest one
+ * (dg_pool_stats). Equal work over threads that run at unequal speeds (a
+ * shared machine's cores) shows up there and in no kernel's own time.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include <stdlib.h>
@@ -50,6 +55,9 @@ struct dg_pool {
 	int64_t spin_ns;  /* the long budget (atomic; dg_pool_set_spin) */
 	int64_t spin_now; /* this region's worker spin (atomic; set at publish) */
 	int64_t last_end; /* CLOCK_MONOTONIC ns when the last region ended; owner only */
+	int64_t *part_ns; /* nworkers + 1: the current region's part wall times */
+	/* balance counters (owner only; read with dg_pool_stats) */
+	int64_t st_regions, st_busy_ns, st_idle_ns;
 	pthread_t *threads;
 };
 
@@ -137,8 +145,11 @@ static void *worker_main(void *v)
 		if (id < nparts) {
 			int64_t lo, hi;
 			part_range(n, grain, nparts, id, &lo, &hi);
+			const int64_t t0 = mono_ns();
 			if (lo < hi)
 				fn(arg, lo, hi);
+			/* published by the release below, read after the owner's acquire */
+			p->part_ns[id] = mono_ns() - t0;
 			if (__atomic_sub_fetch(&p->pending, 1, __ATOMIC_ACQ_REL) == 0) {
 				pthread_mutex_lock(&p->mu);
 				pthread_cond_signal(&p->done);
@@ -170,7 +181,10 @@ dg_status dg_pool_create(int nthreads, dg_pool **out)
 	p->spin_ns = SPIN_NS_DEFAULT;
 	p->spin_now = SPIN_NS_SHORT;
 	p->threads = calloc((size_t)(p->nworkers > 0 ? p->nworkers : 1), sizeof(pthread_t));
-	if (p->threads == NULL) {
+	p->part_ns = calloc((size_t)nthreads, sizeof(int64_t));
+	if (p->threads == NULL || p->part_ns == NULL) {
+		free(p->threads);
+		free(p->part_ns);
 		free(p);
 		return DG_ERR_NOMEM;
 	}
@@ -205,6 +219,7 @@ void dg_pool_destroy(dg_pool *p)
 	pthread_mutex_destroy(&p->mu);
 	pthread_mutex_destroy(&p->run);
 	free(p->threads);
+	free(p->part_ns);
 	free(p);
 }
 
@@ -242,8 +257,10 @@ void dg_pool_run(dg_pool *p, int64_t n, int64_t grain, dg_task_fn fn, void *arg)
 
 	int64_t lo, hi;
 	part_range(n, grain, nparts, 0, &lo, &hi);
+	const int64_t t0 = mono_ns();
 	if (lo < hi)
 		fn(arg, lo, hi);
+	p->part_ns[0] = mono_ns() - t0;
 
 	spin_until(p, parts_done, 0, __atomic_load_n(&p->spin_ns, __ATOMIC_RELAXED));
 	if (__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) != 0) {
@@ -253,6 +270,23 @@ void dg_pool_run(dg_pool *p, int64_t n, int64_t grain, dg_task_fn fn, void *arg)
 		pthread_mutex_unlock(&p->mu);
 	}
 	p->last_end = mono_ns();
+	int64_t slowest = 0, sum = 0;
+	for (int i = 0; i < nparts; i++) {
+		sum += p->part_ns[i];
+		slowest = p->part_ns[i] > slowest ? p->part_ns[i] : slowest;
+	}
+	p->st_regions++;
+	p->st_busy_ns += sum;
+	p->st_idle_ns += slowest * nparts - sum;
+}
+
+void dg_pool_stats(dg_pool *p, int reset, int64_t *regions, int64_t *busy_ns, int64_t *idle_ns)
+{
+	*regions = p->st_regions;
+	*busy_ns = p->st_busy_ns;
+	*idle_ns = p->st_idle_ns;
+	if (reset)
+		p->st_regions = p->st_busy_ns = p->st_idle_ns = 0;
 }
 
 void dg_pool_set_spin(dg_pool *p, int64_t ns) { __atomic_store_n(&p->spin_ns, ns, __ATOMIC_RELAXED); }

@@ -94,6 +94,15 @@ dg_isa dg_cpu_best_isa(void);
  * caller checks that a half-precision weight is widened in bounded tiles,
  * never copied whole. */
 dg_status dg_ctx_scratch_peak(dg_ctx *ctx, int reset, int64_t *peak_bytes);
+/* dg_ctx_pool_balance reports, since ctx was created, resized or last
+ * reset, the parallel regions its pool ran (*regions), the threads' summed
+ * wall time in their parts (*busy_ns) and their summed wait, within each
+ * region, for its slowest part (*idle_ns); all zero for one thread. A
+ * region splits equal work, so idle time is threads running at unequal
+ * speeds (or work split unevenly): the share of the pool's time a dynamic
+ * split could win back. reset != 0 restarts the counts. Not to be called
+ * while another call on ctx is in flight. */
+dg_status dg_ctx_pool_balance(dg_ctx *ctx, int reset, int64_t *regions, int64_t *busy_ns, int64_t *idle_ns);
 
 /* ---- host memory --------------------------------------------------------- */
 

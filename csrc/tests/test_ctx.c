@@ -1,4 +1,5 @@
-/* test_ctx.c — contexts, the pool (inline when busy), dg_alloc, names. */
+/* test_ctx.c — contexts, the pool (inline when busy, its balance counts),
+ * dg_alloc, names. */
 #include <pthread.h>
 
 #include "test_util.h"
@@ -53,6 +54,31 @@ static void race_with_spin(float *x, int64_t n, int64_t spin)
 			CHECK(r[i].bad == 0);
 		}
 	}
+	dg_ctx_destroy(ctx);
+}
+
+/* check_balance: one thread has no pool and counts nothing; on two every
+ * region (here a sum of squares each) is counted, with its two parts' time
+ * in busy and idle no more than the parts' time; reset zeroes the counts */
+static void check_balance(float *x, int64_t n)
+{
+	dg_ctx *ctx = NULL;
+	const void *xs[1] = {x};
+	int64_t regions = -1, busy = -1, idle = -1;
+	double total;
+	CHECK_OK(dg_ctx_create(1, &ctx));
+	CHECK(dg_ctx_pool_balance(NULL, 0, &regions, &busy, &idle) == DG_ERR_INVALID);
+	CHECK(dg_ctx_pool_balance(ctx, 0, NULL, &busy, &idle) == DG_ERR_INVALID);
+	CHECK_OK(dg_sumsq(ctx, DG_F32, xs, &n, 1, NULL, &total));
+	CHECK_OK(dg_ctx_pool_balance(ctx, 0, &regions, &busy, &idle));
+	CHECK(regions == 0 && busy == 0 && idle == 0);
+	CHECK_OK(dg_ctx_set_threads(ctx, 2));
+	for (int i = 0; i < 5; i++)
+		CHECK_OK(dg_sumsq(ctx, DG_F32, xs, &n, 1, NULL, &total));
+	CHECK_OK(dg_ctx_pool_balance(ctx, 1, &regions, &busy, &idle));
+	CHECK(regions == 5 && busy > 0 && idle >= 0 && idle <= busy);
+	CHECK_OK(dg_ctx_pool_balance(ctx, 0, &regions, &busy, &idle));
+	CHECK(regions == 0 && busy == 0 && idle == 0);
 	dg_ctx_destroy(ctx);
 }
 
@@ -126,6 +152,7 @@ int main(void)
 	const int64_t spins[] = {-1, 0, 2000000};
 	for (int sp = 0; sp < 3; sp++)
 		race_with_spin(x, n, spins[sp]);
+	check_balance(x, n);
 	free(x);
 	return test_done("test_ctx");
 }
