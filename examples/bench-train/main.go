@@ -6,10 +6,18 @@
 //	go run ./examples/bench-train [-device cpu|sim|cuda] [-steps 3] [-batch 4] [-seq 128]
 //	    [-layers 6 -heads 6 -width 384 -vocab 4096] [-threads N] [-peer [-rounds 3]]
 //	go run ./examples/bench-train -mode checkpointing [-steps 3] [model flags]
+//	go run ./examples/bench-train -mode ops [-steps 3] [model flags] [-cpuprofile FILE]
 //
 // -mode checkpointing (ckpt.go) instead runs the GPT through the engine
 // and reports activation bytes per rank and step time of the
 // activation_checkpointing variants, as ratios to no checkpointing.
+//
+// -mode ops (ops.go) is the profile: each kernel's wall time per step on 1
+// and 2 threads, the time between kernels (Go code), and how long the
+// pool's threads waited for each other. -cpuprofile writes a pprof CPU
+// profile of any mode; the C kernels show there only as runtime.cgocall
+// (the calling thread) and the C libraries (the pool's threads), which is
+// why -mode ops times them by name.
 //
 // On the CPU (the default) it runs 1 and 2 threads; the peak is an OpenBLAS
 // sgemm of a large square matrix on the same pool, and a configuration's
@@ -38,6 +46,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/deepgo-ml/deepgo/backend"
@@ -109,6 +118,7 @@ type params struct {
 	peer              bool
 	rounds            int
 	mode              string
+	cpuprofile        string
 }
 
 func main() {
@@ -132,7 +142,8 @@ func execute(args []string, w io.Writer) error {
 	fs.IntVar(&p.threads, "threads", 0, "sim: C threads of the simulated device and of its peak sgemm (0: GOMAXPROCS); ignored elsewhere")
 	fs.BoolVar(&p.peer, "peer", false, "cpu: also time the same GPT in PyTorch eager (scripts/install-peers.sh installs it), interleaved with ours")
 	fs.IntVar(&p.rounds, "rounds", 3, "-peer: interleaved rounds (medians are reported)")
-	fs.StringVar(&p.mode, "mode", "gpt", "gpt: the GPT's own Forward and Backward (MFU); checkpointing: the engine's activation checkpointing variants as ratios (-device is ignored: CPU at TP 2 and sim)")
+	fs.StringVar(&p.mode, "mode", "gpt", "gpt: the GPT's own Forward and Backward (MFU); checkpointing: the engine's activation checkpointing variants as ratios (-device is ignored: CPU at TP 2 and sim); ops: each CPU kernel's time per step on 1 and 2 threads (-device is ignored)")
+	fs.StringVar(&p.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the run to this file")
 	fs.IntVar(&p.peakN, "peak-n", 0, "side of the square sgemm of the peak (0: 1536 on cpu and sim, 8192 on cuda)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -168,6 +179,17 @@ func execute(args []string, w io.Writer) error {
 		"flops_per_token": flopsPerToken,
 		"gomaxprocs":      runtime.GOMAXPROCS(0),
 	}
+	if p.cpuprofile != "" {
+		f, err := os.Create(p.cpuprofile)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("-cpuprofile %s: %w", p.cpuprofile, err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	r := rand.New(rand.NewPCG(1, 2))
 	in, tg := make([]int32, B*T), make([]int32, B*T)
 	for i := range in {
@@ -180,8 +202,13 @@ func execute(args []string, w io.Writer) error {
 			return err
 		}
 		return json.NewEncoder(w).Encode(out)
+	case "ops":
+		if err := runOps(p, cfg, in, tg, out); err != nil {
+			return err
+		}
+		return json.NewEncoder(w).Encode(out)
 	default:
-		return fmt.Errorf("-mode %q: allowed gpt, checkpointing", p.mode)
+		return fmt.Errorf("-mode %q: allowed gpt, checkpointing, ops", p.mode)
 	}
 	if !dev.IsCPU() {
 		if p.peer {
@@ -235,19 +262,11 @@ func bench(cfg nn.GPTConfig, threads, steps int, in, tg []int32, B, T int) (run,
 		return run{}, err
 	}
 	defer be.Close()
-	g, err := nn.NewGPT(cfg)
+	g, free, err := newModel(cfg)
 	if err != nil {
 		return run{}, err
 	}
-	pb, err := nn.NewParamBuffers(g)
-	if err != nil {
-		return run{}, err
-	}
-	defer pb.Free()
-	defer g.Free()
-	if err := g.Init(1); err != nil {
-		return run{}, err
-	}
+	defer free()
 	var loss float32
 	var total, cpu time.Duration
 	for s := 0; s <= steps; s++ {
@@ -267,6 +286,24 @@ func bench(cfg nn.GPTConfig, threads, steps int, in, tg []int32, B, T int) (run,
 	sec := total.Seconds() / float64(steps)
 	return run{Threads: threads, Checkpointing: cfg.Checkpointing.Enabled, TokensPerSec: float64(B*T) / sec, StepSeconds: sec,
 		ActivationBytes: st.Bytes, ScratchBytes: st.ScratchBytes, Loss: loss, Busy: cpu.Seconds() / total.Seconds()}, nil
+}
+
+// newModel builds cfg's GPT with its parameter buffers, initialised with
+// seed 1; free releases both.
+func newModel(cfg nn.GPTConfig) (g *nn.GPT, free func(), err error) {
+	if g, err = nn.NewGPT(cfg); err != nil {
+		return nil, nil, err
+	}
+	pb, err := nn.NewParamBuffers(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	free = func() { g.Free(); pb.Free() }
+	if err := g.Init(1); err != nil {
+		free()
+		return nil, nil, err
+	}
+	return g, free, nil
 }
 
 func fail(err error) {

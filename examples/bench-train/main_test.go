@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -139,4 +141,46 @@ func TestCheckpointingMode(t *testing.T) {
 	assert.Zero(t, r.Runs[5].SavedBytes)
 	assert.Equal(t, r.Runs[4].SavedBytes, r.Runs[5].HostBytes, "cpu_checkpointing")
 	assert.ErrorContains(t, execute(append(append([]string(nil), tiny...), "-mode", "x"), &bytes.Buffer{}), `-mode "x"`)
+}
+
+// TestOpsMode: -mode ops times each kernel by name on 1 and 2 threads: the
+// GPT's 4 Linears per block plus the head, forward and backward, once per
+// step; only the 2-thread run has a pool to count. -cpuprofile writes a
+// pprof profile.
+func TestOpsMode(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "cpu.pprof")
+	var out bytes.Buffer
+	require.NoError(t, execute(append(append([]string(nil), tiny...), "-mode", "ops", "-cpuprofile", prof), &out))
+	var r struct {
+		Runs []opsRun `json:"ops"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &r), "%s", out.String())
+	require.Len(t, r.Runs, 2)
+	for i, run := range r.Runs {
+		assert.Equal(t, i+1, run.Threads)
+		assert.Positive(t, run.TokensPerSec)
+		calls := map[string]float64{}
+		sum := run.Between
+		for _, o := range run.Ops {
+			calls[o.Op] = o.CallsPerStep
+			assert.Positive(t, o.MsPerStep, o.Op)
+			sum += o.Share
+		}
+		assert.InDelta(t, 1, sum, 1e-9, "kernel shares and the time between them")
+		assert.Equal(t, 5.0, calls["LinearForward"], "one block's 4 Linears and the head")
+		assert.Equal(t, 5.0, calls["LinearBackward"])
+		assert.Equal(t, 1.0, calls["AttentionForward"])
+		assert.Equal(t, 1.0, calls["SoftmaxXentForward"])
+		if run.Threads == 1 {
+			assert.Zero(t, run.PoolRegions)
+			assert.Zero(t, run.PoolIdleShare)
+		} else {
+			assert.Positive(t, run.PoolRegions)
+			assert.True(t, run.PoolIdleShare >= 0 && run.PoolIdleShare < 1, "idle share %v", run.PoolIdleShare)
+		}
+	}
+	st, err := os.Stat(prof)
+	require.NoError(t, err)
+	assert.Positive(t, st.Size())
+	assert.ErrorContains(t, execute(append(append([]string(nil), tiny...), "-cpuprofile", filepath.Join(prof, "x")), &bytes.Buffer{}), "-cpuprofile")
 }
