@@ -5,7 +5,7 @@ GOFLAGS ?=
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := liburing-dev libopenblas-dev libopenmpi-dev openmpi-bin libgloo-dev cmake ninja-build
 
-.PHONY: all build deps test test-gloo test-go test-c test-c-asan test-go-asan sanitize lint vet staticcheck bench bench-offload demo selftest cuda-deps cuda-toolchain cuda gpu-check clean
+.PHONY: all build deps test test-gloo test-go test-c test-c-asan test-go-asan sanitize lint vet staticcheck bench bench-offload demo selftest cuda-deps cuda-toolchain cuda gpu-check mkl test-mkl clean
 
 all: build
 
@@ -135,6 +135,16 @@ cuda-toolchain:
 cuda: cuda-deps cuda-toolchain
 	@for v in $(CUDA_VERSIONS); do DG_CUDA_VERSION=$$v bash scripts/build-cuda.sh || exit 1; done
 	@case " $(CUDA_VERSIONS) " in *" 13.0 "*) bash scripts/build-gpu-binaries.sh ;; esac
+
+## mkl: Intel MKL's runtime from PyPI's wheel into ~/.cache/deepgo/mkl
+## (DG_MKL_DIR); DEEPGO_BLAS=<the path it prints> runs the nn products on it
+mkl:
+	@bash scripts/install-mkl.sh
+
+## test-mkl: the packages whose results go through sgemm, on MKL
+test-mkl:
+	@lib=$$(bash scripts/install-mkl.sh) && \
+	DEEPGO_BLAS=$$lib DEEPGO_TEST_MKL=$$lib go test -count=1 ./csrc ./backend ./nn ./sim ./examples/bench-train
 
 ## gpu-check: on a GPU machine, compare every CUDA kernel with its CPU twin
 ## and run the cuda and nccl Go tests; fails ("no GPU") without one, and on

@@ -5,9 +5,17 @@ package csrc
 */
 import "C"
 
-// BLASInfo says which OpenBLAS runs the nn products and with which kernels
-// (see deepgo.h, "BLAS").
+// BLASEnv names the environment variable that chooses the BLAS of the nn
+// products: unset or "openblas" for OpenBLAS, "mkl" for Intel MKL's
+// libmkl_rt from the loader's search path, or the path of a libmkl_rt file
+// (`make mkl` fetches one into ./.mkl). See deepgo.h, "BLAS".
+const BLASEnv = "DEEPGO_BLAS"
+
+// BLASInfo says which BLAS runs the nn products and, for OpenBLAS, with
+// which kernels (see deepgo.h, "BLAS").
 type BLASInfo struct {
+	Library     string // "OpenBLAS", or MKL's version string
+	Error       string // why BLASEnv could not be honoured ("" when it was)
 	Config      string // openblas_get_config(): version, build options
 	LibraryCore string // the core OpenBLAS chose when it loaded
 	CPUCore     string // the best core this CPU supports ("" if unknown)
@@ -16,13 +24,16 @@ type BLASInfo struct {
 	Corrected   bool   // Core differs from LibraryCore
 }
 
-// BLAS checks OpenBLAS's core against the CPU once per process, reselecting
-// it when the library fell below what the CPU supports, and reports the
-// outcome. The nn products call it before their first sgemm.
+// BLAS loads the BLAS that BLASEnv asks for and checks OpenBLAS's core
+// against the CPU, once per process, reselecting it when the library fell
+// below what the CPU supports, and reports the outcome. The nn products
+// call it before their first sgemm.
 func BLAS() BLASInfo {
 	var in C.dg_blas_info
 	C.dg_blas_get_info(&in)
 	return BLASInfo{
+		Library:     C.GoString(&in.library[0]),
+		Error:       C.GoString(&in.error[0]),
 		Config:      C.GoString(&in.config[0]),
 		LibraryCore: C.GoString(&in.library_core[0]),
 		CPUCore:     C.GoString(&in.cpu_core[0]),

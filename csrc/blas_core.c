@@ -1,4 +1,6 @@
-/* blas_core.c — makes OpenBLAS run the kernels this CPU supports.
+/* blas_core.c — chooses the sgemm of the nn products (OpenBLAS, or Intel
+ * MKL loaded at run time when DEEPGO_BLAS asks: deepgo.h, "BLAS") and makes
+ * OpenBLAS run the kernels this CPU supports.
  *
  * A DYNAMIC_ARCH OpenBLAS picks its kernels (its "core") from the CPU's
  * family and model when it loads. A release older than the CPU does not
@@ -14,6 +16,7 @@
  * gpucheck stand-in) keeps the library's choice and says so. */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +24,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "deepgo.h"
+#include "dg_internal.h"
 
 extern void gotoblas_dynamic_init(void) __attribute__((weak));
 extern void gotoblas_dynamic_quit(void) __attribute__((weak));
@@ -74,6 +77,79 @@ static const char *cpu_core(void)
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static dg_blas_info info;
 
+/* ---- the sgemm in use ----
+ * OpenBLAS is linked; MKL is loaded at run time (like cuBLAS), so a build
+ * needs no MKL and the choice is the user's (DEEPGO_BLAS, deepgo.h). Both
+ * take the standard CBLAS enums and 32-bit ints (MKL's LP64 layer). */
+typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+			 const float *b, int ldb, float beta, float *c, int ldc);
+
+static void openblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+			   const float *b, int ldb, float beta, float *c, int ldc)
+{
+	cblas_sgemm((enum CBLAS_ORDER)order, (enum CBLAS_TRANSPOSE)ta, (enum CBLAS_TRANSPOSE)tb, m, n, k, alpha, a, lda,
+		    b, ldb, beta, c, ldc);
+}
+
+/* set once by setup, before any product (every caller runs dg_blas_init) */
+static sgemm_fn sgemm_impl = openblas_sgemm;
+
+void dg_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda, const float *b,
+	      int ldb, float beta, float *c, int ldc)
+{
+	sgemm_impl(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* MKL's service calls, by their mkl_service.h values */
+#define MKL_THREADING_SEQUENTIAL 1
+#define MKL_INTERFACE_LP64 0
+#define MKL_CBWR_AUTO 2
+#define MKL_CBWR_SUCCESS 0
+
+/* load_mkl opens want ("mkl": libmkl_rt from the loader's search path, else
+ * a file) and makes it the sgemm in use, sequential and reproducible; on
+ * failure it says why in info.error and OpenBLAS stays. */
+static void load_mkl(const char *want)
+{
+	static const char *const names[] = {"libmkl_rt.so.3", "libmkl_rt.so.2", "libmkl_rt.so"};
+	void *h = NULL;
+	const char *err = "";
+	if (strcasecmp(want, "mkl") == 0) {
+		for (size_t i = 0; h == NULL && i < sizeof names / sizeof names[0]; i++)
+			if ((h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL)) == NULL)
+				err = dlerror();
+	} else if ((h = dlopen(want, RTLD_NOW | RTLD_LOCAL)) == NULL) {
+		err = dlerror();
+	}
+	if (h == NULL) {
+		snprintf(info.error, sizeof info.error, "DEEPGO_BLAS=%s: cannot load MKL: %s", want, err ? err : "");
+		return;
+	}
+	/* the order matters: MKL fixes its layers at its first other call */
+	int (*interface)(int) = (int (*)(int))dlsym(h, "MKL_Set_Interface_Layer");
+	int (*threading)(int) = (int (*)(int))dlsym(h, "MKL_Set_Threading_Layer");
+	int (*cbwr)(int) = (int (*)(int))dlsym(h, "MKL_CBWR_Set");
+	void (*version)(char *, int) = (void (*)(char *, int))dlsym(h, "MKL_Get_Version_String");
+	sgemm_fn sgemm = (sgemm_fn)dlsym(h, "cblas_sgemm");
+	if (interface == NULL || threading == NULL || cbwr == NULL || version == NULL || sgemm == NULL) {
+		snprintf(info.error, sizeof info.error,
+			 "DEEPGO_BLAS=%s: not Intel MKL's runtime library (libmkl_rt): it lacks MKL_Set_Threading_Layer, "
+			 "MKL_CBWR_Set or cblas_sgemm",
+			 want);
+		dlclose(h);
+		return;
+	}
+	interface(MKL_INTERFACE_LP64);
+	if (threading(MKL_THREADING_SEQUENTIAL) != MKL_THREADING_SEQUENTIAL || cbwr(MKL_CBWR_AUTO) != MKL_CBWR_SUCCESS) {
+		snprintf(info.error, sizeof info.error,
+			 "DEEPGO_BLAS=%s: MKL refused its sequential threading layer or MKL_CBWR_AUTO", want);
+		return; /* MKL stays loaded: its layers may be half set */
+	}
+	version(info.library, (int)sizeof info.library);
+	info.library[sizeof info.library - 1] = '\0';
+	sgemm_impl = sgemm;
+}
+
 static void copy_name(char *dst, size_t n, const char *src)
 {
 	snprintf(dst, n, "%s", src ? src : "");
@@ -81,6 +157,10 @@ static void copy_name(char *dst, size_t n, const char *src)
 
 static void setup(void)
 {
+	copy_name(info.library, sizeof info.library, "OpenBLAS");
+	const char *blas = getenv("DEEPGO_BLAS");
+	if (blas != NULL && *blas != '\0' && strcasecmp(blas, "openblas") != 0)
+		load_mkl(blas);
 	copy_name(info.config, sizeof info.config, openblas_get_config ? openblas_get_config() : "OpenBLAS (no openblas_get_config)");
 	copy_name(info.library_core, sizeof info.library_core, openblas_get_corename ? openblas_get_corename() : "");
 	copy_name(info.cpu_core, sizeof info.cpu_core, cpu_core());
@@ -163,13 +243,13 @@ dg_status dg_blas_sgemm_seconds(int64_t n, int64_t reps, double *seconds)
 		a[i] = (float)(s >> 40) / (float)(1 << 24) - 0.5f;
 	}
 	/* one call to warm the caches and the library's buffers */
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b, (int)n, 0.0f, c,
-		    (int)n);
+	dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b, (int)n, 0.0f, c,
+		 (int)n);
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (int64_t r = 0; r < reps; r++)
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b, (int)n,
-			    0.0f, c, (int)n);
+		dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b, (int)n,
+			 0.0f, c, (int)n);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	free(a);
 	*seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);

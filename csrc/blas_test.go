@@ -1,11 +1,15 @@
 package csrc
 
 import (
+	"fmt"
+	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -72,4 +76,93 @@ func dropEmpty(env []string, name string) []string {
 		out = append(out, e)
 	}
 	return out
+}
+
+// TestBLASLibraryChoice runs DEEPGO_BLAS's choices in child processes: unset
+// and "openblas" keep OpenBLAS; a missing file and a library that is not
+// MKL are errors naming the variable, with OpenBLAS still in place; with
+// DEEPGO_TEST_MKL (the path of a libmkl_rt, as `make mkl` makes) MKL runs
+// the products and agrees with OpenBLAS to float32 rounding.
+func TestBLASLibraryChoice(t *testing.T) {
+	if os.Getenv("DG_BLAS_LIB_CHILD") != "" {
+		b := BLAS()
+		x, err := NewCtx(1)
+		require.NoError(t, err)
+		defer x.Close()
+		s, err := SGEMMSeconds(64, 1)
+		require.NoError(t, err)
+		require.Positive(t, s)
+		// the parent parses this line
+		fmt.Printf("LIB %q %q %s\n", b.Library, b.Error, sgemmProbe(t, x))
+		return
+	}
+	child := func(blas string) (library, errMsg, probe string) {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestBLASLibraryChoice$")
+		cmd.Env = append(os.Environ(), "DG_BLAS_LIB_CHILD=1", BLASEnv+"="+blas)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		_, line, ok := strings.Cut(string(out), "LIB ")
+		require.True(t, ok, "%s", out)
+		line, _, _ = strings.Cut(line, "\n")
+		_, err = fmt.Sscanf(line, "%q %q %s", &library, &errMsg, &probe)
+		require.NoError(t, err, "%s", line)
+		return library, errMsg, probe
+	}
+	lib, msg, ref := child("")
+	require.Equal(t, "OpenBLAS", lib)
+	require.Empty(t, msg)
+	lib, msg, probe := child("openblas")
+	require.Equal(t, "OpenBLAS", lib)
+	require.Empty(t, msg)
+	require.Equal(t, ref, probe, "the same library, the same bits")
+
+	missing := filepath.Join(t.TempDir(), "libmkl_rt.so.3")
+	lib, msg, probe = child(missing)
+	require.Equal(t, "OpenBLAS", lib, "a failed load leaves OpenBLAS")
+	require.Contains(t, msg, BLASEnv+"="+missing+": cannot load MKL")
+	require.Equal(t, ref, probe)
+	if runtime.GOOS == "linux" {
+		// a loadable library that is not MKL: libc exports no MKL service
+		_, msg, _ = child("libc.so.6")
+		require.Contains(t, msg, BLASEnv+"=libc.so.6: not Intel MKL's runtime library")
+	}
+	mkl := os.Getenv("DEEPGO_TEST_MKL")
+	if mkl == "" {
+		t.Skip("DEEPGO_TEST_MKL unset: the MKL path is not exercised (make mkl fetches it)")
+	}
+	lib, msg, probe = child(mkl)
+	require.Empty(t, msg)
+	require.Contains(t, lib, "Math Kernel Library")
+	var a, b [4]float32
+	_, err := fmt.Sscanf(strings.ReplaceAll(ref, ",", " "), "%g %g %g %g", &a[0], &a[1], &a[2], &a[3])
+	require.NoError(t, err)
+	_, err = fmt.Sscanf(strings.ReplaceAll(probe, ",", " "), "%g %g %g %g", &b[0], &b[1], &b[2], &b[3])
+	require.NoError(t, err)
+	for i := range a {
+		require.InDelta(t, a[i], b[i], 1e-4*(1+math.Abs(float64(a[i]))), "element %d", i)
+	}
+}
+
+// sgemmProbe runs a 96x80x72 Linear forward through the ctx (the nn path to
+// the BLAS) and prints four of its outputs, comma-separated.
+func sgemmProbe(t *testing.T, x *Ctx) string {
+	const n, c, oc = 96, 72, 80
+	mk := func(k int, f func(i int) float32) unsafe.Pointer {
+		p, err := Alloc(4*k, 64)
+		require.NoError(t, err)
+		s := unsafe.Slice((*float32)(p), k)
+		for i := range s {
+			s[i] = f(i)
+		}
+		return p
+	}
+	in := mk(n*c, func(i int) float32 { return float32(i%13)*0.1 - 0.6 })
+	w := mk(oc*c, func(i int) float32 { return float32(i%7)*0.05 - 0.15 })
+	out := mk(n*oc, func(int) float32 { return 0 })
+	defer Free(in)
+	defer Free(w)
+	defer Free(out)
+	require.NoError(t, x.MatmulForwardMixed(out, in, F32, w, nil, n, c, oc))
+	o := unsafe.Slice((*float32)(out), n*oc)
+	return fmt.Sprintf("%g,%g,%g,%g", o[0], o[777], o[n*oc/2], o[n*oc-1])
 }

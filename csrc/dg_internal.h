@@ -135,6 +135,12 @@ struct dg_ctx {
 void *dg_scratch_alloc(dg_ctx *ctx, size_t bytes);
 void dg_scratch_free(dg_ctx *ctx, void *p, size_t bytes);
 
+/* dg_sgemm is cblas_sgemm (CBLAS enum values as ints) on the BLAS in use:
+ * OpenBLAS or the MKL that DEEPGO_BLAS loaded (blas_core.c). Callers run
+ * dg_blas_init first. */
+void dg_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda, const float *b,
+	      int ldb, float beta, float *c, int ldc);
+
 /* dg_parallel_for runs fn over [0, n): inline when work (elements touched) is
  * small, the pool is absent or busy; otherwise split over the pool. */
 void dg_parallel_for(dg_ctx *ctx, int64_t n, int64_t grain, int64_t work, dg_task_fn fn, void *arg);

@@ -7,7 +7,7 @@ package csrc
 // (F32, F16 or BF16; see deepgo.h, "Mixed precision").
 
 /*
-#cgo LDFLAGS: -lopenblas
+#cgo LDFLAGS: -lopenblas -ldl
 #cgo noescape dg_nn_matmul_forward
 #cgo nocallback dg_nn_matmul_forward
 #cgo noescape dg_nn_matmul_backward

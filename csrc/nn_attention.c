@@ -107,11 +107,11 @@ static void att_fwd_task(void *v, int64_t lo, int64_t hi)
 		int64_t q1 = q0 + DG_NN_ATT_TILE < T ? q0 + DG_NN_ATT_TILE : T, m = q1 - q0, kbeg;
 		int64_t nk = keys_of(j, q0, q1, &kbeg);
 		const float *base = j->qkv + b * T * C3 + h * HS;
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)nk, (int)HS, dg_nn_att_scale(HS),
-			    base + q0 * C3, (int)C3, base + kbeg * C3 + C, (int)C3, 0.0f, s, (int)nk);
+		dg_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)nk, (int)HS, dg_nn_att_scale(HS),
+			 base + q0 * C3, (int)C3, base + kbeg * C3 + C, (int)C3, 0.0f, s, (int)nk);
 		softmax_rows(j, s, j->att + (bh * T + q0) * j->span, q0, m, kbeg, nk);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)HS, (int)nk, 1.0f, s, (int)nk,
-			    base + kbeg * C3 + 2 * C, (int)C3, 0.0f, j->out + (b * T + q0) * C + h * HS, (int)C);
+		dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)HS, (int)nk, 1.0f, s, (int)nk,
+			 base + kbeg * C3 + 2 * C, (int)C3, 0.0f, j->out + (b * T + q0) * C + h * HS, (int)C);
 	}
 	tile_scratch_free(j, s, stack, n);
 }
@@ -199,16 +199,16 @@ static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 			int64_t nk = keys_of(j, q0, q1, &kbeg);
 			load_rows(j, p, j->catt + (u * T + q0) * j->span, q0, m, kbeg, nk);
 			const float *d = j->dout + (b * T + q0) * C + h * HS;
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)nk, (int)HS, 1.0f, d, (int)C,
-				    base + kbeg * C3 + 2 * C, (int)C3, 0.0f, dp, (int)nk);
+			dg_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)nk, (int)HS, 1.0f, d, (int)C,
+				 base + kbeg * C3 + 2 * C, (int)C3, 0.0f, dp, (int)nk);
 			dscore_rows(j, dp, p, q0, m, kbeg, nk);
 			/* dq += ds k, dk += ds^T q, dv += p^T dout */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)HS, (int)nk, 1.0f, dp,
-				    (int)nk, base + kbeg * C3 + C, (int)C3, 1.0f, dbase + q0 * C3, (int)C3);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)HS, (int)m, 1.0f, dp,
-				    (int)nk, base + q0 * C3, (int)C3, 1.0f, dbase + kbeg * C3 + C, (int)C3);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)HS, (int)m, 1.0f, p, (int)nk,
-				    d, (int)C, 1.0f, dbase + kbeg * C3 + 2 * C, (int)C3);
+			dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)HS, (int)nk, 1.0f, dp,
+				 (int)nk, base + kbeg * C3 + C, (int)C3, 1.0f, dbase + q0 * C3, (int)C3);
+			dg_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)HS, (int)m, 1.0f, dp,
+				 (int)nk, base + q0 * C3, (int)C3, 1.0f, dbase + kbeg * C3 + C, (int)C3);
+			dg_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)HS, (int)m, 1.0f, p, (int)nk,
+				 d, (int)C, 1.0f, dbase + kbeg * C3 + 2 * C, (int)C3);
 		}
 	}
 	tile_scratch_free(j, p, stack, 2 * n);

@@ -1,4 +1,5 @@
-/* nn_matmul.c — the Linear layer's products on OpenBLAS sgemm, split over
+/* nn_matmul.c — the Linear layer's products on the BLAS's sgemm (OpenBLAS, or MKL
+ * when DEEPGO_BLAS asks: blas_core.c), split over
  * the ctx pool (one single-threaded sgemm per part). A float32 product
  * C[M x N] = A[M x K] B[K x N] splits the larger of M and N: each part packs
  * the whole of the other operand, so splitting M makes every thread pack
@@ -54,8 +55,8 @@ static void fwd_task(void *v, int64_t lo, int64_t hi)
 	}
 	if (j->c == 0) /* an empty sum; sgemm rejects leading dimensions of 0 */
 		return;
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(hi - lo), (int)j->oc, (int)j->c, 1.0f,
-		    j->inp + lo * j->c, (int)j->c, j->w, (int)j->c, beta, j->out + lo * j->oc, (int)j->oc);
+	dg_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(hi - lo), (int)j->oc, (int)j->c, 1.0f,
+		 j->inp + lo * j->c, (int)j->c, j->w, (int)j->c, beta, j->out + lo * j->oc, (int)j->oc);
 }
 
 /* out[:, lo:hi] = inp @ w[lo:hi, :]^T (+ bias[lo:hi]), float32 w: the
@@ -75,8 +76,8 @@ static void fwd_col_task(void *v, int64_t lo, int64_t hi)
 	}
 	if (j->c == 0)
 		return;
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n, (int)(hi - lo), (int)j->c, 1.0f, j->inp,
-		    (int)j->c, (const float *)j->w + lo * j->c, (int)j->c, beta, j->out + lo, (int)j->oc);
+	dg_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n, (int)(hi - lo), (int)j->c, 1.0f, j->inp,
+		 (int)j->c, (const float *)j->w + lo * j->c, (int)j->c, beta, j->out + lo, (int)j->oc);
 }
 
 /* over_weight_rows runs block over the weight rows [lo, hi) in blocks of at
@@ -114,8 +115,8 @@ static void fwd_half_block(mm_job *j, float *tile, float *btile, int64_t o0, int
 	if (c == 0)
 		return;
 	dg_nn_widen(j->ctx->k, j->wt, j->w, o0 * c, tile, m * c);
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n, (int)m, (int)c, 1.0f, j->inp, (int)c, tile,
-		    (int)c, beta, j->out + o0, (int)j->oc);
+	dg_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n, (int)m, (int)c, 1.0f, j->inp, (int)c, tile,
+		 (int)c, beta, j->out + o0, (int)j->oc);
 }
 
 static void fwd_half_task(void *v, int64_t lo, int64_t hi) { over_weight_rows(v, lo, hi, fwd_half_block); }
@@ -153,8 +154,8 @@ dg_status dg_nn_matmul_forward_mixed(dg_ctx *ctx, float *out, const float *inp, 
 static void dinp_task(void *v, int64_t lo, int64_t hi)
 {
 	const mm_job *j = v;
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(hi - lo), (int)j->c, (int)j->oc, 1.0f,
-		    j->dout + lo * j->oc, (int)j->oc, j->w, (int)j->c, 1.0f, j->dinp + lo * j->c, (int)j->c);
+	dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(hi - lo), (int)j->c, (int)j->oc, 1.0f,
+		 j->dout + lo * j->oc, (int)j->oc, j->w, (int)j->c, 1.0f, j->dinp + lo * j->c, (int)j->c);
 }
 
 /* dinp[:, lo:hi] += dout @ w[:, lo:hi], float32 w: the split for inputs
@@ -162,8 +163,8 @@ static void dinp_task(void *v, int64_t lo, int64_t hi)
 static void dinp_col_task(void *v, int64_t lo, int64_t hi)
 {
 	const mm_job *j = v;
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->n, (int)(hi - lo), (int)j->oc, 1.0f, j->dout,
-		    (int)j->oc, (const float *)j->w + lo, (int)j->c, 1.0f, j->dinp + lo, (int)j->c);
+	dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->n, (int)(hi - lo), (int)j->oc, 1.0f, j->dout,
+		 (int)j->oc, (const float *)j->w + lo, (int)j->c, 1.0f, j->dinp + lo, (int)j->c);
 }
 
 /* dinp[:, lo:hi] += dout @ w[:, lo:hi], half w: the thread owns input
@@ -182,8 +183,8 @@ static void dinp_half_task(void *v, int64_t lo, int64_t hi)
 		const int64_t m = min64(rows, j->oc - o0);
 		for (int64_t o = 0; o < m; o++)
 			dg_nn_widen(j->ctx->k, j->wt, j->w, (o0 + o) * j->c + lo, tile + o * width, width);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->n, (int)width, (int)m, 1.0f,
-			    j->dout + o0, (int)j->oc, tile, (int)width, 1.0f, j->dinp + lo, (int)j->c);
+		dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->n, (int)width, (int)m, 1.0f,
+			 j->dout + o0, (int)j->oc, tile, (int)width, 1.0f, j->dinp + lo, (int)j->c);
 	}
 	dg_scratch_free(j->ctx, tile, bytes);
 }
@@ -193,8 +194,8 @@ static void dinp_half_task(void *v, int64_t lo, int64_t hi)
 static void dw_col_task(void *v, int64_t lo, int64_t hi)
 {
 	const mm_job *j = v;
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)j->oc, (int)(hi - lo), (int)j->n, 1.0f, j->dout,
-		    (int)j->oc, j->inp + lo, (int)j->c, 1.0f, (float *)j->dw + lo, (int)j->c);
+	dg_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)j->oc, (int)(hi - lo), (int)j->n, 1.0f, j->dout,
+		 (int)j->oc, j->inp + lo, (int)j->c, 1.0f, (float *)j->dw + lo, (int)j->c);
 }
 
 /* dbias[lo:hi] += column sums of dout, rows in order */
@@ -216,8 +217,8 @@ static DG_VECTORISE void dw_task(void *v, int64_t lo, int64_t hi)
 	const mm_job *j = v;
 	float *dw = j->dw, *dbias = j->dbias;
 	if (dw != NULL && j->c > 0)
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(hi - lo), (int)j->c, (int)j->n, 1.0f,
-			    j->dout + lo, (int)j->oc, j->inp, (int)j->c, 1.0f, dw + lo * j->c, (int)j->c);
+		dg_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(hi - lo), (int)j->c, (int)j->n, 1.0f,
+			 j->dout + lo, (int)j->oc, j->inp, (int)j->c, 1.0f, dw + lo * j->c, (int)j->c);
 	if (dbias != NULL) /* rows in order, so the sum does not depend on the split */
 		dbias_task(v, lo, hi);
 }
@@ -228,8 +229,8 @@ static DG_VECTORISE void dw_half_block(mm_job *j, float *tile, float *btile, int
 {
 	const int64_t c = j->c;
 	if (j->dw != NULL && c > 0) {
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)c, (int)j->n, 1.0f, j->dout + o0,
-			    (int)j->oc, j->inp, (int)c, 0.0f, tile, (int)c);
+		dg_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)c, (int)j->n, 1.0f, j->dout + o0,
+			 (int)j->oc, j->inp, (int)c, 0.0f, tile, (int)c);
 		dg_nn_grad_add(j->ctx->k, j->gt, j->dw, o0 * c, tile, m * c);
 	}
 	if (j->dbias != NULL) {

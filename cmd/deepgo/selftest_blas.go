@@ -13,8 +13,12 @@ import (
 // rounds of an n×n×n product.
 func blasReport(w io.Writer, n int) error {
 	b := csrc.BLAS()
-	fmt.Fprintf(w, "BLAS: %s\n", b.Config)
-	fmt.Fprintf(w, "BLAS core: %s (library chose %q, CPU supports %q: %s)\n", b.Core, b.LibraryCore, b.CPUCore, b.Reason)
+	if b.Error != "" {
+		return fmt.Errorf("BLAS: %s", b.Error)
+	}
+	fmt.Fprintf(w, "BLAS: %s\n", b.Library)
+	fmt.Fprintf(w, "OpenBLAS: %s\n", b.Config)
+	fmt.Fprintf(w, "OpenBLAS core: %s (library chose %q, CPU supports %q: %s)\n", b.Core, b.LibraryCore, b.CPUCore, b.Reason)
 	if n <= 0 {
 		return nil
 	}

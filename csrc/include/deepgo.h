@@ -276,13 +276,25 @@ dg_status dg_unscale_check(dg_ctx *ctx, dg_dtype t, void *const *xs, const int64
 dg_status dg_adamw_naive_ref(const dg_optim_hparams *hp, float *p, const float *g, float *m, float *v, int64_t n);
 
 /* ---- BLAS ------------------------------------------------------------------
- * The nn products run on OpenBLAS. On first use the core OpenBLAS chose
- * (its kernel set) is checked against the CPU's features: when the library
- * fell back below what the CPU supports (a CPU newer than the library) it
- * is reselected, once, before any product runs. DEEPGO_BLAS_CORE=library
- * keeps the library's choice, =NAME forces an OpenBLAS core; a set
- * OPENBLAS_CORETYPE is left alone. */
+ * The nn products run on OpenBLAS, or on Intel MKL when DEEPGO_BLAS asks
+ * for it: DEEPGO_BLAS=mkl loads libmkl_rt (.so.3, .so.2, .so) from the
+ * loader's search path, DEEPGO_BLAS=/path/to/libmkl_rt.so.3 that file
+ * (`make mkl` fetches PyPI's wheel into ./.mkl); unset or "openblas" keeps
+ * OpenBLAS. MKL runs sequential (its threading layer set before its first
+ * call, the ctx pool being the only parallelism), LP64, and with
+ * conditional numerical reproducibility (MKL_CBWR_AUTO) so its results do
+ * not vary from run to run. A DEEPGO_BLAS that cannot be honoured is
+ * reported in dg_blas_info.error (the Go backend refuses to start), never
+ * silently replaced. Products differ from OpenBLAS's in the last bits.
+ *
+ * On first use the core OpenBLAS chose (its kernel set) is checked against
+ * the CPU's features: when the library fell back below what the CPU
+ * supports (a CPU newer than the library) it is reselected, once, before
+ * any product runs. DEEPGO_BLAS_CORE=library keeps the library's choice,
+ * =NAME forces an OpenBLAS core; a set OPENBLAS_CORETYPE is left alone. */
 typedef struct dg_blas_info {
+	char library[160];     /* the library that runs sgemm: "OpenBLAS" or MKL's version string */
+	char error[256];       /* why DEEPGO_BLAS could not be honoured ("" when it was) */
 	char config[256];      /* openblas_get_config() */
 	char library_core[32]; /* the core the library chose when it loaded */
 	char cpu_core[32];     /* the best core this CPU supports ("" if unknown) */
@@ -297,7 +309,7 @@ void dg_blas_init(void);
 /* dg_blas_get_info: the outcome of dg_blas_init (which it runs). */
 dg_status dg_blas_get_info(dg_blas_info *out);
 /* dg_blas_sgemm_seconds: time of reps single-threaded n x n x n sgemms on
- * random data, after one warm-up call (n <= 16384). */
+ * random data (on the library in use), after one warm-up call (n <= 16384). */
 dg_status dg_blas_sgemm_seconds(int64_t n, int64_t reps, double *seconds);
 
 /* ---- nn ops ---------------------------------------------------------------
@@ -307,9 +319,10 @@ dg_status dg_blas_sgemm_seconds(int64_t n, int64_t reps, double *seconds);
  * ctx pool. Every *_backward ACCUMULATES (+=) into the gradients it writes
  * (inputs and parameters alike), so a weight used twice (tied embedding)
  * sums both uses; a NULL gradient pointer skips that gradient. Matrix
- * products go through OpenBLAS sgemm kept single-threaded per call
- * (dg_blas_init, see BLAS above): the pool splits the rows and every
- * thread runs its own sgemm, so the ctx's thread count is the only knob. */
+ * products go through the BLAS's sgemm (OpenBLAS or MKL, see BLAS above)
+ * kept single-threaded per call (dg_blas_init): the pool splits the rows
+ * and every thread runs its own sgemm, so the ctx's thread count is the
+ * only knob. */
 
 /* dg_nn_matmul_forward: out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL). */
 dg_status dg_nn_matmul_forward(dg_ctx *ctx, float *out, const float *inp, const float *w, const float *bias,
