@@ -285,7 +285,9 @@ dg_status dg_adamw_naive_ref(const dg_optim_hparams *hp, float *p, const float *
  * conditional numerical reproducibility (MKL_CBWR_AUTO) so its results do
  * not vary from run to run. A DEEPGO_BLAS that cannot be honoured is
  * reported in dg_blas_info.error (the Go backend refuses to start), never
- * silently replaced. Products differ from OpenBLAS's in the last bits.
+ * silently replaced; but MKL itself ends the process when a library it
+ * loads beside libmkl_rt (its core, sequential layer, per-ISA kernels) is
+ * missing. Products differ from OpenBLAS's in the last bits.
  *
  * On first use the core OpenBLAS chose (its kernel set) is checked against
  * the CPU's features: when the library fell back below what the CPU
