@@ -144,7 +144,7 @@ mkl:
 ## test-mkl: the packages whose results go through sgemm, on MKL
 test-mkl:
 	@lib=$$(bash scripts/install-mkl.sh) && \
-	DEEPGO_BLAS=$$lib DEEPGO_TEST_MKL=$$lib go test -count=1 ./csrc ./backend ./nn ./sim ./examples/bench-train
+	DEEPGO_BLAS=$$lib DEEPGO_TEST_MKL=$$lib $(GO) test -count=1 ./csrc ./backend ./nn ./sim ./examples/bench-train
 
 ## gpu-check: on a GPU machine, compare every CUDA kernel with its CPU twin
 ## and run the cuda and nccl Go tests; fails ("no GPU") without one, and on

@@ -49,7 +49,7 @@ func NewCPU(threads int) (*CPU, error) {
 		return nil, fmt.Errorf("backend.NewCPU(%d threads): %w", threads, err)
 	}
 	if b := csrc.BLAS(); b.Error != "" {
-		return nil, fmt.Errorf("backend.NewCPU(%d threads): %s (allowed: unset or openblas, mkl, or the path of libmkl_rt)", threads, b.Error)
+		return nil, fmt.Errorf("backend.NewCPU(%d threads): %s", threads, b.Error)
 	}
 	c, err := csrc.NewCtx(threads)
 	if err != nil {

@@ -8,7 +8,8 @@ import "C"
 // BLASEnv names the environment variable that chooses the BLAS of the nn
 // products: unset or "openblas" for OpenBLAS, "mkl" for Intel MKL's
 // libmkl_rt from the loader's search path, or the path of a libmkl_rt file
-// (`make mkl` fetches one into ./.mkl). See deepgo.h, "BLAS".
+// (`make mkl` fetches one into ~/.cache/deepgo/mkl and prints its path).
+// See deepgo.h, "BLAS".
 const BLASEnv = "DEEPGO_BLAS"
 
 // BLASInfo says which BLAS runs the nn products and, for OpenBLAS, with

@@ -106,6 +106,8 @@ void dg_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const
 #define MKL_CBWR_AUTO 2
 #define MKL_CBWR_SUCCESS 0
 
+#define BLAS_ALLOWED "allowed: unset or openblas, mkl, or the path of libmkl_rt"
+
 /* load_mkl opens want ("mkl": libmkl_rt from the loader's search path, else
  * a file) and makes it the sgemm in use, sequential and reproducible; on
  * failure it says why in info.error and OpenBLAS stays. */
@@ -122,7 +124,8 @@ static void load_mkl(const char *want)
 		err = dlerror();
 	}
 	if (h == NULL) {
-		snprintf(info.error, sizeof info.error, "DEEPGO_BLAS=%s: cannot load MKL: %s", want, err ? err : "");
+		snprintf(info.error, sizeof info.error, "DEEPGO_BLAS=%s: cannot load MKL: %s (" BLAS_ALLOWED ")", want,
+			 err ? err : "");
 		return;
 	}
 	/* the order matters: MKL fixes its layers at its first other call */
@@ -134,7 +137,7 @@ static void load_mkl(const char *want)
 	if (interface == NULL || threading == NULL || cbwr == NULL || version == NULL || sgemm == NULL) {
 		snprintf(info.error, sizeof info.error,
 			 "DEEPGO_BLAS=%s: not Intel MKL's runtime library (libmkl_rt): it lacks MKL_Set_Threading_Layer, "
-			 "MKL_CBWR_Set or cblas_sgemm",
+			 "MKL_CBWR_Set or cblas_sgemm (" BLAS_ALLOWED ")",
 			 want);
 		dlclose(h);
 		return;

@@ -9,23 +9,22 @@
 # the path to give DEEPGO_BLAS. Skips the download when that version is
 # there already.
 set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$ROOT/scripts/cuda-wheels.sh" # prepare_dir: a folder is deleted only when this script made it
 VERSION="${DG_MKL_VERSION:-2026.2.1}"
 DIR="${DG_MKL_DIR:-$HOME/.cache/deepgo/mkl}"
 PYTHON="${DG_PYTHON:-python3}"
-STAMP="$DIR/.deepgo-mkl-$VERSION"
+STAMP="$DIR/.deepgo-mkl"                # holds the version installed
+PARTIAL="$DIR/.deepgo-mkl-installing"   # this script's folder, install unfinished
 LIB="$DIR/lib/libmkl_rt.so.3"
-if [[ -f "$STAMP" && -f "$LIB" ]]; then
+if [[ -f "$STAMP" && -f "$LIB" && "$(cat "$STAMP")" == "$VERSION" ]]; then
 	echo "$LIB"
 	exit 0
 fi
-if [[ -e "$DIR" && ! -e "$DIR/lib/libmkl_rt.so.3" && -n "$(ls -A "$DIR" 2>/dev/null)" ]]; then
-	echo "install-mkl: $DIR is not empty and holds no libmkl_rt.so.3: leaving it; point DG_MKL_DIR at a new folder" >&2
-	exit 1
-fi
+prepare_dir "$DIR" "$STAMP" "$PARTIAL" install-mkl DG_MKL_DIR
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --dest "$tmp" "mkl==$VERSION" >&2
-rm -rf "$DIR"
 mkdir -p "$DIR/lib"
 "$PYTHON" - "$tmp" "$DIR/lib" <<'PY'
 import glob, os, sys, zipfile
@@ -45,5 +44,6 @@ with zipfile.ZipFile(whl) as z:
 if keep:
     sys.exit("install-mkl: the wheel lacks " + ", ".join(sorted(keep)))
 PY
-: >"$STAMP"
+echo "$VERSION" >"$STAMP"
+rm -f "$PARTIAL"
 echo "$LIB"

@@ -17,6 +17,9 @@ func blasReport(w io.Writer, n int) error {
 		return fmt.Errorf("BLAS: %s", b.Error)
 	}
 	fmt.Fprintf(w, "BLAS: %s\n", b.Library)
+	if b.Library != "OpenBLAS" {
+		fmt.Fprintf(w, "(OpenBLAS is linked but not running the products: %s)\n", csrc.BLASEnv)
+	}
 	fmt.Fprintf(w, "OpenBLAS: %s\n", b.Config)
 	fmt.Fprintf(w, "OpenBLAS core: %s (library chose %q, CPU supports %q: %s)\n", b.Core, b.LibraryCore, b.CPUCore, b.Reason)
 	if n <= 0 {

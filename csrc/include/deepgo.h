@@ -279,7 +279,8 @@ dg_status dg_adamw_naive_ref(const dg_optim_hparams *hp, float *p, const float *
  * The nn products run on OpenBLAS, or on Intel MKL when DEEPGO_BLAS asks
  * for it: DEEPGO_BLAS=mkl loads libmkl_rt (.so.3, .so.2, .so) from the
  * loader's search path, DEEPGO_BLAS=/path/to/libmkl_rt.so.3 that file
- * (`make mkl` fetches PyPI's wheel into ./.mkl); unset or "openblas" keeps
+ * (`make mkl` unpacks PyPI's wheel into ~/.cache/deepgo/mkl and prints the
+ * path); unset or "openblas" keeps
  * OpenBLAS. MKL runs sequential (its threading layer set before its first
  * call, the ctx pool being the only parallelism), LP64, and with
  * conditional numerical reproducibility (MKL_CBWR_AUTO) so its results do

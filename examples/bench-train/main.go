@@ -19,8 +19,9 @@
 // (the calling thread) and the C libraries (the pool's threads), which is
 // why -mode ops times them by name.
 //
-// On the CPU (the default) it runs 1 and 2 threads; the peak is an OpenBLAS
-// sgemm of a large square matrix on the same pool, and a configuration's
+// On the CPU (the default) it runs 1 and 2 threads; the peak is an sgemm of
+// a large square matrix on the same pool and BLAS (OpenBLAS, or MKL under
+// DEEPGO_BLAS), and a configuration's
 // time is the mean of -steps after one warm-up. On a device (device.go)
 // parameters, gradients and activations live in device memory; see
 // benchDevice for what is timed and how.
@@ -296,6 +297,7 @@ func newModel(cfg nn.GPTConfig) (g *nn.GPT, free func(), err error) {
 	}
 	pb, err := nn.NewParamBuffers(g)
 	if err != nil {
+		g.Free()
 		return nil, nil, err
 	}
 	free = func() { g.Free(); pb.Free() }
