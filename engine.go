@@ -62,6 +62,11 @@ type Engine struct {
 	timers       Timers
 	notes        []string
 
+	phase   int   // phaseIdle, phaseForward or phaseBackward (guard.go)
+	broken  error // the failure that left a micro-step half done (fail)
+	closed  bool
+	claimed []*model.Param // Params this engine trains (guard.go's liveParams)
+
 	saver    *checkpoint.AsyncSaver // background saves (SaveAsync), closed by Close
 	saverDir string
 	staged   []func() // frees of host copies a checkpoint reads (hostCopy)
@@ -118,6 +123,12 @@ func (e *Engine) IsGradientAccumulationBoundary() bool {
 // Forward runs mb's input through the model's modules and returns the
 // loss of this micro-batch on this rank.
 func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, error) {
+	if err := e.usable(ctx, "Forward"); err != nil {
+		return 0, err
+	}
+	if e.phase == phaseBackward {
+		return 0, fmt.Errorf("deepgo: Forward: the last micro-step's Backward was not followed by Step: call Step after every Backward (its gradients would otherwise count twice in the next optimizer step)")
+	}
 	ctx = e.devCtx(ctx)
 	if s, ok := mb.Input.(model.Sized); ok && s.BatchSize() != e.batch.MicroBatch {
 		return 0, fmt.Errorf("deepgo: Forward: the micro-batch holds %d samples, train_micro_batch_size_per_gpu is %d: every rank's micro-batch must have that size", s.BatchSize(), e.batch.MicroBatch)
@@ -139,8 +150,19 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 	// A Forward not followed by Backward left dead buffers: a new one
 	// replaces it.
 	e.seq, e.gradOut = nil, nil
+	e.phase = phaseIdle
 	e.arena.Reset()
 	e.arena.Open()
+	loss, err := e.forward(ctx, mb, seq, mods)
+	if err != nil {
+		return 0, e.fail(err)
+	}
+	e.phase = phaseForward
+	return loss, nil
+}
+
+// forward runs Forward's passes once its arguments are checked.
+func (e *Engine) forward(ctx context.Context, mb model.MicroBatch, seq []int, mods []model.Module) (float64, error) {
 	mctx := e.moduleCtx(ctx)
 	if e.ck != nil {
 		e.ck.reset()
@@ -192,10 +214,22 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 // returns, everything the micro-step allocated from the context's arena is
 // freed.
 func (e *Engine) Backward(ctx context.Context) error {
+	if err := e.usable(ctx, "Backward"); err != nil {
+		return err
+	}
 	ctx = e.devCtx(ctx)
 	if e.seq == nil {
 		return errors.New("deepgo: Backward without a Forward")
 	}
+	if err := e.fail(e.backward(ctx)); err != nil {
+		return err
+	}
+	e.phase = phaseBackward
+	return nil
+}
+
+// backward runs Backward's passes once its state is checked.
+func (e *Engine) backward(ctx context.Context) error {
 	defer e.arena.Close()
 	g := e.gradOut
 	mctx := e.moduleCtx(ctx)
@@ -272,11 +306,31 @@ func (e *Engine) backwardModule(ctx, mctx context.Context, m int, g model.Activa
 // or clips by the global norm, steps the optimizer on this rank's shard,
 // gathers the updated parameters and advances the LR schedule.
 func (e *Engine) Step(ctx context.Context) error {
+	if err := e.usable(ctx, "Step"); err != nil {
+		return err
+	}
+	if e.phase != phaseBackward {
+		what := "no Forward"
+		if e.phase == phaseForward {
+			what = "a Forward but no Backward"
+		}
+		return fmt.Errorf("deepgo: Step: this micro-step had %s: each micro-step is Forward, Backward, Step (a Step alone would still count a step, move the LR schedule and apply weight decay)", what)
+	}
 	ctx = e.devCtx(ctx)
 	if !e.IsGradientAccumulationBoundary() {
 		e.microSteps++
+		e.phase = phaseIdle
 		return nil
 	}
+	if err := e.fail(e.boundaryStep(ctx)); err != nil {
+		return err
+	}
+	e.phase = phaseIdle
+	return nil
+}
+
+// boundaryStep is Step at a gradient-accumulation boundary.
+func (e *Engine) boundaryStep(ctx context.Context) error {
 	t0 := time.Now()
 	defer func() { e.timers.Step += time.Since(t0) }()
 	e.stepApplied = false
@@ -328,6 +382,12 @@ func (e *Engine) Step(ctx context.Context) error {
 // micro-batches and the data-parallel ranks (every rank gets the same
 // value). TrainBatch is the entry point a pipeline engine implements too.
 func (e *Engine) TrainBatch(ctx context.Context, data []model.MicroBatch) (float64, error) {
+	if err := e.usable(ctx, "TrainBatch"); err != nil {
+		return 0, err
+	}
+	if e.phase != phaseIdle {
+		return 0, fmt.Errorf("deepgo: TrainBatch: a micro-step begun with Forward is not finished: end it with Backward and Step first (TrainBatch runs whole micro-steps)")
+	}
 	ctx = e.devCtx(ctx)
 	if len(data) != e.batch.GradAccum {
 		return 0, fmt.Errorf("deepgo: TrainBatch: %d micro-batches, gradient_accumulation_steps is %d", len(data), e.batch.GradAccum)
@@ -352,7 +412,7 @@ func (e *Engine) TrainBatch(ctx context.Context, data []model.MicroBatch) (float
 	}
 	loss, err := e.allMean(ctx, sum/float64(len(data)))
 	if err != nil {
-		return 0, err
+		return 0, e.fail(err)
 	}
 	return loss, e.observe(ctx, loss, time.Since(t0), data)
 }
@@ -409,6 +469,9 @@ func (e *Engine) GradNorm() float64 { return e.gradNorm }
 // Memory reports this rank's bytes by category, the micro-step arena
 // included.
 func (e *Engine) Memory() zero.Memory {
+	if e.z == nil { // closed
+		return zero.Memory{}
+	}
 	m := e.z.Memory()
 	m.Arena, m.ArenaPeak = e.arena.Bytes(), e.arena.Peak()
 	if m.Device.IsCPU() {
@@ -437,6 +500,9 @@ func (e *Engine) ZeRO() *zero.Optimizer { return e.z }
 // Timers returns the cumulative time split.
 func (e *Engine) Timers() Timers {
 	t := e.timers
+	if e.z == nil { // closed
+		return t
+	}
 	zt := e.z.Timers()
 	t.Comm, t.Reduce, t.Optimizer = zt.Comm, zt.Reduce, zt.Optimizer
 	return t
@@ -445,6 +511,11 @@ func (e *Engine) Timers() Timers {
 // Close waits for a background save in flight (SaveAsync), then releases
 // the engine's buffers, and the optimizer, backend and world it created.
 func (e *Engine) Close() error {
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	e.release()
 	errs := []error{e.closeMonitor()}
 	e.arena.Close()
 	if e.ck != nil {
@@ -475,6 +546,9 @@ func (e *Engine) Close() error {
 // fp32 models) keyed by model.Param.Name. It is a collective: every rank must
 // call it.
 func (e *Engine) Parameters(ctx context.Context) (map[string][]float32, error) {
+	if err := e.usable(ctx, "Parameters"); err != nil {
+		return nil, err
+	}
 	ctx = e.devCtx(ctx)
 	all, err := e.z.GatherMaster(ctx)
 	if err != nil {

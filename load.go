@@ -103,6 +103,9 @@ func (p *loadPlan) free() {
 // Checkpoints written before parameter names became model-wide (when the
 // engine prefixed each with its module's name) load too.
 func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error) {
+	if err := e.usable(ctx, "Load"); err != nil {
+		return LoadResult{}, err
+	}
 	ctx = e.devCtx(ctx)
 	if err := e.atBoundary("Load"); err != nil {
 		return LoadResult{}, err

@@ -173,7 +173,7 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if !e.be.Device().IsCPU() {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d on backend %s (%v): not supported yet (the pipeline engine computes on the CPU)", pp, e.be.Name(), e.be.Device())
 	}
-	e.notes = pipeNotes(cfg, e.be.Device())
+	e.notes = append(configNotes(cfg, false, nil), pipeNotes(cfg, e.be.Device())...)
 	if e.grid, err = pipeGrid(ctx, cfg, pp, o); err != nil {
 		return nil, err
 	}

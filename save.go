@@ -95,8 +95,8 @@ type SaveOptions struct {
 // atBoundary reports an error unless the engine is between optimizer
 // steps (no forward pending, no partial accumulation).
 func (e *Engine) atBoundary(op string) error {
-	if e.seq != nil || e.microSteps%e.batch.GradAccum != 0 {
-		return fmt.Errorf("deepgo: %s: only between optimizer steps (micro step %d of %d, forward pending %v)", op, e.microSteps%e.batch.GradAccum, e.batch.GradAccum, e.seq != nil)
+	if e.phase != phaseIdle || e.microSteps%e.batch.GradAccum != 0 {
+		return fmt.Errorf("deepgo: %s: only between optimizer steps (micro step %d of %d, forward pending %v, backward not yet stepped %v)", op, e.microSteps%e.batch.GradAccum, e.batch.GradAccum, e.phase == phaseForward, e.phase == phaseBackward)
 	}
 	return nil
 }
@@ -193,6 +193,9 @@ func (e *Engine) checkpointState(op, dir string, so SaveOptions) (checkpoint.Opt
 // between optimizer steps. A background save in flight
 // (SaveAsync) is waited for first.
 func (e *Engine) Save(ctx context.Context, dir string, opts SaveOptions) error {
+	if err := e.usable(ctx, "Save"); err != nil {
+		return err
+	}
 	ctx = e.devCtx(ctx)
 	o, st, err := e.checkpointState("Save", dir, opts)
 	defer e.releaseStaged()
@@ -217,6 +220,9 @@ func (e *Engine) Save(ctx context.Context, dir string, opts SaveOptions) error {
 // returns that save's error if it failed. WaitSave, the next Save, Load
 // and Close wait for it. A collective, like Save.
 func (e *Engine) SaveAsync(ctx context.Context, dir string, opts SaveOptions) error {
+	if err := e.usable(ctx, "SaveAsync"); err != nil {
+		return err
+	}
 	ctx = e.devCtx(ctx)
 	o, st, err := e.checkpointState("SaveAsync", dir, opts)
 	if err == nil {

@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
@@ -92,7 +93,8 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	if dev := e.be.Device(); !dev.IsCPU() {
 		e.arena.SetAlloc(e.be.Empty)
 	}
-	e.notes = append(offloadNotes(cfg, e.be.Device()), sequenceParallelNotes(cfg)...)
+	e.notes = append(configNotes(cfg, o.log == nil, e.log), offloadNotes(cfg, e.be.Device())...)
+	e.notes = append(e.notes, sequenceParallelNotes(cfg)...)
 	var ckNotes []string
 	e.ck, ckNotes = newCkpt(cfg, net, e.be, e.tp)
 	e.notes = append(e.notes, ckNotes...)
@@ -243,6 +245,12 @@ func (e *Engine) declare(net model.Model) ([]zero.ModuleSpec, error) {
 				return nil, fmt.Errorf("deepgo.Initialize: parameter name %q is used twice (modules %q and %q): model.Param.Name is the model-wide name, as PyTorch's named_parameters gives it (e.g. %q)", p.Name, other, name, name+"."+p.Name)
 			}
 			owner[p.Name] = name
+			if err := e.claim(p); err != nil {
+				return nil, err
+			}
+			if p.Data != nil && p.Data.Dim() > 1 && !slices.Equal(p.Data.Shape(), p.Shape) {
+				return nil, fmt.Errorf("deepgo.Initialize: parameter %q: Data is %v but Shape says %v: give Data the declared shape (or a flat view of as many elements)", p.Name, p.Data.Shape(), p.Shape)
+			}
 			specs[i].Params[j] = zero.ParamSpec{Name: p.Name, Shape: p.Shape}
 		}
 	}
