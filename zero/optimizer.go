@@ -69,7 +69,13 @@ type Config struct {
 	ParamStore NewParamStore
 }
 
-// Timers accumulate where the Optimizer spent wall time.
+// Timers accumulate where the Optimizer spent wall time in training
+// steps (the micro-steps' hooks and the boundary Step), as DeepSpeed's
+// wall_clock_breakdown timers do: the collectives of New (the initial
+// broadcast and stage-3 persistent gather, which wait for the slowest rank
+// to arrive) and of RestoreMaster are not counted, so that the time a
+// monitor takes from the difference of two readings around a step is a
+// part of that step's wall time.
 type Timers struct {
 	Comm      time.Duration // issuing and waiting for collectives
 	Optimizer time.Duration // the fused optimizer step
@@ -265,6 +271,7 @@ func New(ctx context.Context, cfg Config, c comm.Comm, be backend.Backend, base 
 		z.Close()
 		return nil, err
 	}
+	z.timers = Timers{} // Initialize's collectives are no step's (see Timers)
 	return z, nil
 }
 

@@ -189,6 +189,9 @@ func (z *Optimizer) ReplicatedParams() (idx [][2]int, ts []*tensor.Tensor) {
 // collective. The arguments are checked before anything is written; a
 // failure of the re-gather itself leaves the parameters partly restored.
 func (z *Optimizer) RestoreMaster(ctx context.Context, masters []*tensor.Tensor) error {
+	// a restore between steps is no step: its re-gathers stay out of the
+	// timers (see Timers)
+	defer func(t Timers) { z.timers = t }(z.timers)
 	if len(masters) != len(z.lay.Units) {
 		return fmt.Errorf("zero: restore: %d master chunks for %d units", len(masters), len(z.lay.Units))
 	}

@@ -1,0 +1,141 @@
+package deepgo_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
+	"github.com/deepgo-ml/deepgo/monitor"
+	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// stepRecorder is a monitor.Writer keeping each step's events by tag.
+type stepRecorder struct {
+	mu    sync.Mutex
+	steps map[int]map[string]float64
+}
+
+func (r *stepRecorder) WriteEvents(step int, events []monitor.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.steps == nil {
+		r.steps = map[int]map[string]float64{}
+	}
+	m := map[string]float64{}
+	for _, ev := range events {
+		m[ev.Tag] = ev.Value
+	}
+	r.steps[step] = m
+	return nil
+}
+
+func (r *stepRecorder) Close() error { return nil }
+
+// The communication time the monitor reports for a step (comm_time_ms,
+// and the share the CommTargetPct warning checks) is a part of that step's
+// wall time (step_time_ms): collectives run outside TrainBatch, such as
+// the initial parameter broadcast in Initialize (which waits for the
+// slowest rank to arrive) or the re-gather of a checkpoint restore, are
+// not a step's communication.
+func TestMonitorCommShareWithinStep(t *testing.T) {
+	const delay = 150 * time.Millisecond // rank 1 arrives late by this much
+	for _, tc := range []struct {
+		name      string
+		stage     int
+		precision string
+		zeroExtra string
+		restore   bool // rank 1 late to a RestoreMaster between steps 1 and 2
+	}{
+		{name: "stage0/fp32", stage: 0},
+		{name: "stage1/fp16", stage: 1, precision: "fp16"},
+		{name: "stage2/fp16", stage: 2, precision: "fp16"},
+		{name: "stage3/fp16", stage: 3, precision: "fp16"},
+		{name: "stage1/fp16/restore", stage: 1, precision: "fp16", restore: true},
+		{name: "stage3/fp16/persistent", stage: 3, precision: "fp16", zeroExtra: `, "stage3_param_persistence_threshold": 100000`},
+		{name: "stage3/fp16/persistent/restore", stage: 3, precision: "fp16", zeroExtra: `, "stage3_param_persistence_threshold": 100000`, restore: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run{stage: tc.stage, world: 2, gas: 2, precision: tc.precision, zeroExtra: tc.zeroExtra, extra: `, "steps_per_print": 1`}
+			rec := &stepRecorder{}
+			const nsteps = 3
+			data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+			err := newWorld(context.Background(), r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+				cfg, err := config.Parse([]byte(r.config()))
+				if err != nil {
+					return err
+				}
+				if c.Rank() == 0 {
+					opts = append(opts, deepgo.WithMonitorOptions(monitor.WithWriter(rec)))
+				} else {
+					time.Sleep(delay)
+				}
+				e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), opts...)
+				if err != nil {
+					return err
+				}
+				defer e.Close()
+				for s := range nsteps {
+					if tc.restore && s == 1 {
+						if err := restoreMasters(ctx, e, c.Rank() == 1, delay); err != nil {
+							return err
+						}
+					}
+					if _, err := e.TrainBatch(ctx, data.RankBatch(s, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			require.NoError(t, err)
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			require.Len(t, rec.steps, nsteps)
+			for s := 1; s <= nsteps; s++ {
+				ev := rec.steps[s]
+				comm, wall := ev[monitor.TagCommTime], ev[monitor.TagStepTime]
+				require.Positive(t, wall, "step %d: %s", s, monitor.TagStepTime)
+				share := 100 * comm / wall
+				assert.LessOrEqual(t, comm, wall, "step %d: %s %.3f ms is more than the step's wall time %.3f ms (share %.1f%%)",
+					s, monitor.TagCommTime, comm, wall, share)
+				assert.GreaterOrEqual(t, comm, 0.0, "step %d: %s", s, monitor.TagCommTime)
+			}
+		})
+	}
+}
+
+// restoreMasters re-applies e's own fp32 master chunks through
+// RestoreMaster (what a checkpoint load does after reading them), rank
+// late sleeping first.
+func restoreMasters(ctx context.Context, e *deepgo.Engine, late bool, delay time.Duration) error {
+	z := e.ZeRO()
+	var masters []*tensor.Tensor
+	for u := range z.Layout().Units {
+		src, err := z.Master(u).Float32s()
+		if err != nil {
+			return err
+		}
+		dst, err := tensor.Empty(tensor.Float32, len(src))
+		if err != nil {
+			return err
+		}
+		defer dst.Free()
+		d, _ := dst.Float32s()
+		copy(d, src)
+		masters = append(masters, dst)
+	}
+	if late {
+		time.Sleep(delay)
+	}
+	if err := z.RestoreMaster(ctx, masters); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	return nil
+}
