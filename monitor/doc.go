@@ -2,7 +2,7 @@
 // DeepSpeed's csv_monitor files and tensorboard event files under
 // <output_path>/<job_name>/, a Prometheus /metrics endpoint, DeepSpeed's
 // wall_clock_breakdown lines, a NaN/Inf check of the parameters at an
-// interval, and the user's document's §6 targets (memory, communication
+// interval, and deepgo's health targets (memory, communication
 // share, update latency, finiteness) checked at every print.
 //
 // The loop builds a Monitor from its config.Config on every rank (only rank

@@ -110,10 +110,10 @@ func New(cfg *config.Config, rank int, opts ...Option) (*Monitor, error) {
 		breakdown:   cfg.WallClockBreakdown || cfg.FlopsProfiler.Enabled,
 		printEvery:  50,
 		finiteEvery: DefaultFiniteCheckEvery,
-		memory:      target{name: "memory in use", unit: "% of capacity", limit: MemoryTargetPct},
-		comm:        target{name: "communication share", unit: "% of step time", limit: CommTargetPct},
-		update:      target{name: "parameter update (boundary step) time", unit: " ms", limit: UpdateTargetMs},
-		finite:      target{name: "non-finite parameters (NaN/Inf found = 1)", limit: 1},
+		memory:      target{name: "memory in use", unit: "% of capacity", limit: MemoryTargetPct, constant: "MemoryTargetPct"},
+		comm:        target{name: "communication share", unit: "% of step time", limit: CommTargetPct, constant: "CommTargetPct"},
+		update:      target{name: "parameter update (boundary step) time", unit: " ms", limit: UpdateTargetMs, constant: "UpdateTargetMs"},
+		finite:      target{name: "non-finite parameters (NaN/Inf found = 1)", limit: 1, constant: "WithFiniteCheck"},
 	}
 	if cfg.StepsPerPrint != nil && *cfg.StepsPerPrint > 0 {
 		m.printEvery = *cfg.StepsPerPrint

@@ -143,9 +143,9 @@ func TestMonitorTargets(t *testing.T) {
 	w := m.Warnings()
 	require.Len(t, w, 5, "%q", w)
 	assert.Contains(t, w[0], "step 2: memory in use is")
-	assert.Contains(t, w[1], "step 2: communication share is 30% of step time, at or above the target 25% of step time")
+	assert.Contains(t, w[1], "step 2: communication share is 30% of step time, at or above deepgo's health target 25% of step time (monitor.CommTargetPct)")
 	assert.Contains(t, w[2], "step 6: non-finite parameters")
-	assert.Contains(t, w[3], "step 6: parameter update (boundary step) time is 6 ms, at or above the target 5 ms")
+	assert.Contains(t, w[3], "step 6: parameter update (boundary step) time is 6 ms, at or above deepgo's health target 5 ms (monitor.UpdateTargetMs)")
 	assert.Contains(t, w[4], "step 8: communication share is 30%")
 	assert.Equal(t, 5, strings.Count(log.String(), "warning: "))
 }

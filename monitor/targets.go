@@ -5,7 +5,8 @@ import (
 	"math"
 )
 
-// The user's document's §6 monitoring targets.
+// Health targets the monitor warns about once each time a metric crosses
+// them (the targets of the deployment guide deepgo was built from, §6).
 const (
 	// MemoryTargetPct: memory in use below 90% of capacity.
 	MemoryTargetPct = 90.0
@@ -31,6 +32,7 @@ func crossing(wasOver bool, value, limit float64) (over, warn bool) {
 // target is one §6 metric and whether it is over its limit now.
 type target struct {
 	name, unit string
+	constant   string // the exported constant holding the limit, for the warning
 	limit      float64
 	over       bool
 }
@@ -42,7 +44,7 @@ func (t *target) check(step int, value float64) string {
 	if !warn {
 		return ""
 	}
-	return fmt.Sprintf("step %d: %s is %.4g%s, at or above the target %.4g%s (the document's §6)", step, t.name, value, t.unit, t.limit, t.unit)
+	return fmt.Sprintf("step %d: %s is %.4g%s, at or above deepgo's health target %.4g%s (monitor.%s)", step, t.name, value, t.unit, t.limit, t.unit, t.constant)
 }
 
 // window accumulates the steps since the last print.
