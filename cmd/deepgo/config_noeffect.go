@@ -62,8 +62,6 @@ var noEffect = map[string]string{
 	"checkpoint.parallel_write":           "the writer layout is deepgo's own",
 	"checkpoint.checkpoint_serialization": "deepgo writes safetensors",
 	"checkpoint.writer":                   "the writer layout is deepgo's own",
-	"checkpoint.keep_n_most_recent":       "old checkpoints are not removed",
-	"checkpoint.num_checkpoints_to_keep":  "old checkpoints are not removed",
 
 	"pipeline.seed_layers":                            "layers are initialised by the model, not seeded per layer",
 	"pipeline.pipe_partitioned":                       "activations cross stages whole: there is no tensor-parallel group to split them over",
@@ -72,15 +70,22 @@ var noEffect = map[string]string{
 	"sequence_parallel.gradient_checkpointing_kwargs": "activation checkpointing takes no kwargs",
 }
 
-// noEffectKeys lists the keys cfg's document set that have no effect in
-// deepgo, each with why, sorted: the noEffect keys and the recognised
-// sections kept verbatim (Config.Other).
-func noEffectKeys(cfg *config.Config) []string {
-	var out []string
+// noEffectKey is one key of a config document that loads but has no
+// effect in deepgo, and why.
+type noEffectKey struct {
+	Key, Why string
+}
+
+// noEffectList lists the keys cfg's document set that have no effect in
+// deepgo, sorted by key: the noEffect keys and the recognised sections kept
+// verbatim (Config.Other). A key under one already listed (wandb.enabled
+// under wandb) is left out: the listed one covers it.
+func noEffectList(cfg *config.Config) []noEffectKey {
+	found := map[string]string{}
 	for p := range cfg.Explicit {
 		for k := p; k != ""; {
 			if why, ok := noEffect[k]; ok {
-				out = append(out, fmt.Sprintf("%s: %s", p, why))
+				found[p] = why
 				break
 			}
 			i := strings.LastIndexByte(k, '.')
@@ -91,9 +96,33 @@ func noEffectKeys(cfg *config.Config) []string {
 		}
 	}
 	for k := range cfg.Other {
-		out = append(out, fmt.Sprintf("%s: recognised DeepSpeed section, kept but not modelled", k))
+		found[k] = "recognised DeepSpeed section, kept but not modelled"
 	}
-	sort.Strings(out)
+	var out []noEffectKey
+	for p, why := range found {
+		covered := false
+		for k := p; !covered; {
+			i := strings.LastIndexByte(k, '.')
+			if i < 0 {
+				break
+			}
+			k = k[:i]
+			_, covered = found[k]
+		}
+		if !covered {
+			out = append(out, noEffectKey{Key: p, Why: why})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// noEffectKeys is noEffectList as "key: why" lines.
+func noEffectKeys(cfg *config.Config) []string {
+	var out []string
+	for _, k := range noEffectList(cfg) {
+		out = append(out, k.Key+": "+k.Why)
+	}
 	return out
 }
 
@@ -107,4 +136,50 @@ func printNoEffect(w io.Writer, cfg *config.Config) {
 	for _, k := range keys {
 		fmt.Fprintf(w, "  no effect: %s\n", k)
 	}
+}
+
+// trainNoEffectNotes are deepgo train's notes on cfg's keys without effect
+// ("<key>: no effect: <why>"), leaving out a key that one of said (the
+// notes and warnings train prints already) names: the engine's own note on
+// it says more.
+func trainNoEffectNotes(cfg *config.Config, said []string) []string {
+	var out []string
+	for _, k := range noEffectList(cfg) {
+		named := false
+		for _, s := range said {
+			if mentionsKey(s, k.Key) {
+				named = true
+				break
+			}
+		}
+		if !named {
+			out = append(out, k.Key+": no effect: "+k.Why)
+		}
+	}
+	return out
+}
+
+// mentionsKey reports whether s names the config key (or one of its
+// sub-keys) as a word of its own: wandb in "(wandb.enabled)", not in
+// "wandb_x".
+func mentionsKey(s, key string) bool {
+	for i := 0; ; {
+		j := strings.Index(s[i:], key)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(key)
+		before := j == 0 || !keyByte(s[j-1])
+		after := end == len(s) || !keyByte(s[end]) || s[end] == '.'
+		if before && after {
+			return true
+		}
+		i = j + 1
+	}
+}
+
+// keyByte reports whether b can be part of a config key path.
+func keyByte(b byte) bool {
+	return b == '_' || b == '.' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9'
 }

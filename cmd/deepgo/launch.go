@@ -78,6 +78,16 @@ func parseLaunchFlags(args []string, stderr io.Writer) (*launchFlags, error) {
 	if set["num_gpus"] && set["num_procs"] {
 		return nil, fmt.Errorf("--num_gpus and --num_procs are the same setting: give one")
 	}
+	switch {
+	case set["num_procs"] && *numProcs < 1:
+		return nil, fmt.Errorf("--num_procs %d: want >= 1 (processes per node)", *numProcs)
+	case o.NumSlots < 0:
+		return nil, fmt.Errorf("--num_gpus %d: want >= 0 (0: every slot; 1 without --hostfile)", o.NumSlots)
+	case o.NumNodes < 0:
+		return nil, fmt.Errorf("--num_nodes %d: want >= 0 (0: every host)", o.NumNodes)
+	case o.NodeRank < 0:
+		return nil, fmt.Errorf("--node_rank %d: want >= 0", o.NodeRank)
+	}
 	o.GPUs = !set["num_procs"]
 	if set["num_procs"] {
 		o.NumSlots = *numProcs

@@ -290,6 +290,11 @@ func TestLaunchBadFlags(t *testing.T) {
 		{[]string{"--hostfile", "/nonexistent", "--", "true"}, "--hostfile: open /nonexistent"},
 		{[]string{"--launcher", "torchrun", "--", "true"}, `--launcher "torchrun": want one of`},
 		{[]string{"--num_nodes", "2", "--master_port", "0", "--", "true"}, "--master_port 0 (a free port) only works"},
+		{[]string{"--num_procs", "-1", "--", "true"}, "--num_procs -1: want >= 1"},
+		{[]string{"--num_procs", "0", "--", "true"}, "--num_procs 0: want >= 1"},
+		{[]string{"--num_gpus", "-2", "--", "true"}, "--num_gpus -2: want >= 0"},
+		{[]string{"--num_nodes", "-1", "--", "true"}, "--num_nodes -1: want >= 0"},
+		{[]string{"--node_rank", "-1", "--", "true"}, "--node_rank -1: want >= 0"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(append([]string{"launch"}, tc.args...), &out, &errb)

@@ -32,6 +32,19 @@ func runSelftest(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	for _, c := range []struct {
+		name     string
+		v, least int
+	}{{"-n", *n, 1}, {"-threads", *threads, 0}, {"-sgemm", *gemm, 0}} {
+		if c.v < c.least {
+			fmt.Fprintf(stderr, "deepgo selftest: %s %d: must be at least %d\n", c.name, c.v, c.least)
+			return 2
+		}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "deepgo selftest: unexpected argument %q: selftest takes flags only\n", fs.Arg(0))
+		return 2
+	}
 	fmt.Fprintf(stdout, "deepgo selftest: %d elements, best ISA %v\n", *n, csrc.BestISA())
 	if err := blasReport(stdout, *gemm); err != nil {
 		fmt.Fprintln(stderr, "deepgo selftest:", err)

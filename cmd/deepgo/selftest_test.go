@@ -43,3 +43,12 @@ func TestSelftestCommand(t *testing.T) {
 	assert.Contains(t, out.String(), "all kernels PASS")
 	assert.NotContains(t, out.String(), "FAIL")
 }
+
+func TestSelftestBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"-n", "-5"}, {"-n", "0"}, {"-threads", "-1"}, {"-sgemm", "-3"}, {"extra"}} {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"selftest"}, args...), &out, &errb)
+		assert.Equal(t, 2, code, "%v: stderr %s", args, errb.String())
+		assert.Contains(t, errb.String(), "deepgo selftest: ", "%v", args)
+	}
+}

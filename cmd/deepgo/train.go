@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,8 +35,17 @@ var trainModels = map[string]struct {
 	"small": {nn.GPTConfig{Layers: 2, Heads: 4, Width: 64, SeqLen: 32}, 32, 3, 600},
 }
 
+// trainResult is deepgo train's JSON line (trainJSONHelp documents its
+// keys).
 type trainResult struct {
-	FinalLoss    float64   `json:"final_loss"`
+	// FinalLoss is the mean loss of the last FinalLossSteps steps: the
+	// last tenth of --steps (at least one), fewer when the run resumed
+	// inside that tenth.
+	FinalLoss      float64 `json:"final_loss"`
+	FinalLossSteps int     `json:"final_loss_steps"`
+	// SkippedSteps counts this run's optimizer steps skipped for fp16
+	// gradient overflow.
+	SkippedSteps int       `json:"skipped_steps"`
 	EntropyFloor *float64  `json:"entropy_floor,omitempty"`
 	Steps        int       `json:"steps"`
 	TokensPerSec float64   `json:"tokens_per_s"`
@@ -44,12 +54,50 @@ type trainResult struct {
 	Ranks        int       `json:"ranks"`
 	Device       string    `json:"device"` // cpu, sim or cuda: the kind every rank computes on
 	Losses       []float64 `json:"-"`
+	// NothingToTrain is set when the checkpoint resumed from is already
+	// at or past --steps: no step ran, and there is no result to report.
+	NothingToTrain bool `json:"-"`
 }
+
+// trainUsage is deepgo train's help, before its flags.
+const trainUsage = `usage: deepgo train --config FILE [flags]
+
+Trains a GPT on in-process ranks (or one rank per process under deepgo
+launch). Rank 0 prints the config's notes, "note: <key>: no effect: <why>"
+for each key that loads but does nothing in deepgo, a line every
+steps_per_print steps, "step N: gradient overflow, step skipped, loss scale
+A -> B" for each fp16 step skipped, then (synthetic corpus) "final loss
+(mean of the last K steps) L vs entropy floor F", and last one JSON line:
+` + trainJSONHelp + `
+With checkpoint.save_dir (or checkpoint.load_path) the run resumes from the
+latest checkpoint there (load_path may also name one checkpoint's folder,
+e.g. DIR/global_step5). When that checkpoint is already at or past --steps
+there is nothing to train: train says so and exits 0 without a JSON line.
+Arguments after the flags are an error (flags after them would be ignored).
+
+flags:
+`
+
+// trainJSONHelp documents the keys of deepgo train's JSON line.
+const trainJSONHelp = `  final_loss                  mean loss of the last final_loss_steps steps
+  final_loss_steps            the last tenth of --steps (at least 1), fewer
+                              when the run resumed inside that tenth
+  entropy_floor               the synthetic source's entropy, nats/token
+                              (absent with --data)
+  steps                       --steps: the step the run ends at
+  skipped_steps               this run's steps skipped for fp16 overflow
+  tokens_per_s                tokens trained per second by this run
+  wall_s                      seconds the run took
+  peak_memory_per_rank_bytes  each rank's peak model states + activations
+  ranks                       ranks in all (every parallel dimension)
+  device                      cpu, sim or cuda
+`
 
 // runTrain: deepgo train --config FILE [--data PATH] [--model small|tiny].
 func runTrain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, trainUsage); fs.PrintDefaults() }
 	cfgPath := fs.String("config", "", "DeepSpeed JSON config (required)")
 	dataPath := fs.String("data", "", "token data: .arrow, .parquet (column input_ids) or any other file as bytes; default: a synthetic Markov corpus")
 	modelName := fs.String("model", "small", "model size: small or tiny")
@@ -63,6 +111,13 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	nanEvery := fs.Int("nan-check-every", monitor.DefaultFiniteCheckEvery, "check the parameters for NaN/Inf every N optimizer steps")
 	backend := fs.String("dist-backend", "", "between the processes of a launched job (RANK/WORLD_SIZE, OMPI_* or SLURM_* set, no --ranks): gloo, mpi or nccl (default: DEEPGO_DIST_BACKEND, else nccl with --device cuda, gloo otherwise)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if err := checkTrainFlags(fs.Args(), *steps, *ranks, *micro); err != nil {
+		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 2
 	}
 	ranksGiven := false
@@ -88,12 +143,29 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 1
 	}
-	if job.rank() != 0 {
-		return 0 // rank 0 reports the job
+	if job.rank() != 0 || res.NothingToTrain {
+		return 0 // rank 0 reports the job; a run with no step has no result
 	}
 	b, _ := json.Marshal(res)
 	fmt.Fprintln(stdout, string(b))
 	return 0
+}
+
+// checkTrainFlags refuses what flag.Parse lets through: arguments left
+// after the flags (the flags after them were not parsed) and negative
+// counts.
+func checkTrainFlags(rest []string, steps, ranks, micro int) error {
+	switch {
+	case len(rest) > 0:
+		return fmt.Errorf("unexpected argument %q (all: %q): deepgo train takes flags only, and stops reading flags at the first other argument", rest[0], rest)
+	case steps < 0:
+		return fmt.Errorf("--steps %d: want >= 0 (0: the model's default)", steps)
+	case ranks < 0:
+		return fmt.Errorf("--ranks %d: want >= 0 (0: what the config's batch triad implies, else 2)", ranks)
+	case micro < 1:
+		return fmt.Errorf("--micro-batch %d: want >= 1", micro)
+	}
+	return nil
 }
 
 func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerArgs, stdout, stderr io.Writer) (*trainResult, error) {
@@ -101,7 +173,10 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	if !ok {
 		return nil, fmt.Errorf("--model %q: want small or tiny", modelName)
 	}
-	if steps <= 0 {
+	if steps < 0 || ranks < 0 {
+		return nil, fmt.Errorf("--steps %d, --ranks %d: want >= 0 (0: the default)", steps, ranks)
+	}
+	if steps == 0 {
 		steps = mc.steps
 	}
 	// the parallel shape, read once; a config that does not load gives the
@@ -239,13 +314,19 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		defer e.Close()
 		rank := c.Rank()
 		if rank == 0 {
-			for _, n := range append(append(autoNotes, gpt.Notes()...), e.Notes()...) {
+			notes := append(append(autoNotes, gpt.Notes()...), e.Notes()...)
+			said := append([]string(nil), notes...)
+			for _, w := range cfg.Warnings {
+				said = append(said, fmt.Sprint(w))
+			}
+			notes = append(notes, trainNoEffectNotes(cfg, said)...)
+			for _, n := range notes {
 				fmt.Fprintln(stdout, "note:", n)
 			}
 			fmt.Fprintf(stdout, "training GPT %d layers x %d wide, %d params, vocab %d, T %d, %d ranks, ZeRO stage %d, %d steps, on %s\n",
 				g.Layers, g.Width, nn.NumParams(gpt), g.Vocab, T, world, cfg.ZeroOptimization.Stage, steps, targs.job.devices(dev, world))
 			if pp > 1 {
-				fmt.Fprintln(stdout, pipeBanner(cfg, pp, ranks))
+				fmt.Fprintln(stdout, pipeBanner(cfg, pp, ranks, e.BatchSizes().GradAccum))
 			}
 			if tp > 1 {
 				fmt.Fprintf(stdout, "tensor parallel: %d ranks x %d data-parallel ranks (the params above are one rank's shards)\n", tp, ranks)
@@ -278,9 +359,25 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if rank == 0 && note != "" {
 			fmt.Fprintln(stdout, "note:", note)
 		}
+		if first > steps {
+			// every rank loaded the same checkpoint: none trains, none saves
+			if rank == 0 {
+				fmt.Fprintf(stdout, "nothing to train: the checkpoint in %s is at step %d, at or past --steps %d; give a larger --steps to train on\n", resumeDir(cfg), first-1, steps)
+				res.NothingToTrain = true
+			}
+			return nil
+		}
 		if rank == 0 && first > 1 {
 			fmt.Fprintf(stdout, "resumed at step %d from %s\n", first-1, resumeDir(cfg))
 		}
+		// the engine's count of skipped steps (a checkpoint restores it):
+		// each step that raises it overflowed
+		skipper, _ := e.(interface{ SkippedSteps() int })
+		skipped0 := 0
+		if skipper != nil {
+			skipped0 = skipper.SkippedSteps()
+		}
+		skipped := skipped0
 		var tail float64
 		var tailN int
 		bar := newProgress(stderr, steps)
@@ -295,9 +392,18 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 				}
 				mbs[i] = b.MicroBatch()
 			}
+			scale := e.LossScale()
 			loss, err := e.TrainBatch(ctx, mbs) // which feeds the engine's monitor
 			if err != nil {
 				return err
+			}
+			if skipper != nil && skipper.SkippedSteps() > skipped {
+				skipped = skipper.SkippedSteps()
+				if rank == 0 {
+					bar.clear()
+					fmt.Fprintf(stdout, "step %d: gradient overflow, step skipped, loss scale %s -> %s\n",
+						step, strconv.FormatFloat(scale, 'f', -1, 64), strconv.FormatFloat(e.LossScale(), 'f', -1, 64))
+				}
 			}
 			// the final loss is the mean of the last tenth of the steps (at least one)
 			if last := max(1, steps/10); step > steps-last {
@@ -335,6 +441,8 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			if tailN > 0 {
 				res.FinalLoss = tail / float64(tailN)
 			}
+			res.FinalLossSteps = tailN
+			res.SkippedSteps = skipped - skipped0
 			res.TokensPerSec = float64((steps-first+1)*B*gas*T*dn) / time.Since(t0).Seconds()
 		}
 		return nil
@@ -344,8 +452,11 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	}
 	res.WallSeconds = time.Since(start).Seconds()
 	res.EntropyFloor = floor
+	if res.NothingToTrain {
+		return res, nil
+	}
 	if floor != nil && targs.job.rank() == 0 {
-		fmt.Fprintf(stdout, "final loss %.4f vs entropy floor %.4f nats/token (%.1f%% above)\n", res.FinalLoss, *floor, 100*(res.FinalLoss / *floor - 1))
+		fmt.Fprintf(stdout, "final loss (mean of the last %d steps) %.4f vs entropy floor %.4f nats/token (%.1f%% above)\n", res.FinalLossSteps, res.FinalLoss, *floor, 100*(res.FinalLoss / *floor - 1))
 	}
 	return res, nil
 }

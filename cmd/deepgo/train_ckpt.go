@@ -33,6 +33,50 @@ func resumeDir(cfg *config.Config) string {
 	return cfg.Checkpoint.SaveDir
 }
 
+// resumeFrom is the checkpoint a run resumes from: the save directory
+// and the tag to load ("": the one its latest file names), or "", "" to
+// start fresh. Without checkpoint.load_path that is the latest checkpoint
+// of save_dir when there is one. checkpoint.load_path must name something
+// to load: a save directory with a latest file, or one checkpoint's folder
+// inside one (DIR/global_step5, the folder with its manifest.json); it may
+// be save_dir before the first save. Anything else is an error naming
+// checkpoint.load_path, where DeepSpeed would start fresh after a warning.
+func resumeFrom(cfg *config.Config) (dir, tag string, err error) {
+	lp := cfg.Checkpoint.LoadPath
+	if lp == nil || *lp == "" {
+		dir = cfg.Checkpoint.SaveDir
+		if dir == "" {
+			return "", "", nil
+		}
+		if _, err := os.Stat(filepath.Join(dir, "latest")); errors.Is(err, fs.ErrNotExist) {
+			return "", "", nil
+		}
+		return dir, "", nil
+	}
+	p := *lp
+	const want = "want a checkpoint save directory with a latest file (an earlier run's save_dir) or one checkpoint's folder inside it (e.g. DIR/global_step5, with its manifest.json)"
+	fi, err := os.Stat(p)
+	switch {
+	case err != nil && errors.Is(err, fs.ErrNotExist) && filepath.Clean(p) == filepath.Clean(cfg.Checkpoint.SaveDir):
+		return "", "", nil // save_dir, before the first save
+	case err != nil:
+		return "", "", fmt.Errorf("checkpoint.load_path %q: %w; %s", p, err, want)
+	case !fi.IsDir():
+		return "", "", fmt.Errorf("checkpoint.load_path %q: not a directory; %s", p, want)
+	}
+	if _, err := os.Stat(filepath.Join(p, "latest")); err == nil {
+		return p, "", nil
+	}
+	if _, err := os.Stat(filepath.Join(p, "manifest.json")); err == nil {
+		clean := filepath.Clean(p)
+		return filepath.Dir(clean), filepath.Base(clean), nil
+	}
+	if filepath.Clean(p) == filepath.Clean(cfg.Checkpoint.SaveDir) {
+		return "", "", nil // save_dir, before the first save
+	}
+	return "", "", fmt.Errorf("checkpoint.load_path %q: no latest file and no manifest.json in it: no checkpoint to resume from; %s", p, want)
+}
+
 // resumer resumes a run. The in-process ranks share one, so that when the
 // latest checkpoint will not load the save directory is verified once and
 // every rank takes the same decision from the same verdicts.
@@ -51,19 +95,19 @@ type resumer struct {
 	pointErr  error
 }
 
-// resume loads the latest checkpoint under resumeDir when there is one,
-// restores the sampler, and returns the first step still to run and, after
+// resume loads the checkpoint resumeFrom names when there is one (an
+// error when checkpoint.load_path names none), restores the sampler, and returns the first step still to run and, after
 // a fallback, a note saying what was skipped and what was loaded.
 func (rs *resumer) resume(ctx context.Context, cfg *config.Config, e deepgo.Trainer, s *data.DistributedSampler) (int, string, error) {
-	dir := resumeDir(cfg)
-	if dir == "" {
-		return 1, "", nil
-	}
-	if _, err := os.Stat(filepath.Join(dir, "latest")); errors.Is(err, fs.ErrNotExist) {
-		return 1, "", nil
+	dir, tag, err := resumeFrom(cfg)
+	if err != nil || dir == "" {
+		return 1, "", err
 	}
 	note := ""
-	res, err := e.Load(ctx, dir, deepgo.LoadOptions{})
+	res, err := e.Load(ctx, dir, deepgo.LoadOptions{Tag: tag})
+	if err != nil && tag != "" {
+		return 0, "", fmt.Errorf("checkpoint.load_path %q: %w", *cfg.Checkpoint.LoadPath, err)
+	}
 	if err != nil {
 		good, damaged, ferr := rs.fallbackTag(ctx, dir, err)
 		if ferr != nil {

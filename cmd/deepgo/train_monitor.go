@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strings"
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
@@ -30,15 +32,20 @@ type runMeta struct {
 	steps  int
 }
 
-// newTrainMonitor prints the config's warnings on rank 0 and writes
+// newTrainMonitor prints the config's warnings on rank 0 (those the
+// engine's notes do not carry already) and writes
 // deepgo_run.json into the engine monitor's run directories.
 func newTrainMonitor(cfg *config.Config, e deepgo.Trainer, rank int, meta runMeta, stdout io.Writer) (*trainMonitor, error) {
 	tm := &trainMonitor{e: e}
 	if rank != 0 {
 		return tm, nil
 	}
+	notes := e.Notes()
 	for _, w := range cfg.Warnings {
-		fmt.Fprintln(stdout, "warning:", w)
+		// an engine that makes the warnings notes (printed already) says it
+		if !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, fmt.Sprint(w)) }) {
+			fmt.Fprintln(stdout, "warning:", w)
+		}
 	}
 	em, ok := e.(interface{ Monitor() *monitor.Monitor })
 	if !ok || em.Monitor() == nil {

@@ -47,15 +47,9 @@ func dataRank(rank, world, pp, tp int) (r, n int) {
 }
 
 // pipeBanner says how the run is split: stages, data-parallel ranks per
-// stage, the schedule and its virtual stages.
-func pipeBanner(cfg *config.Config, pp, dp int) string {
+// stage, the schedule and its virtual stages, and gas, the resolved
+// gradient accumulation steps: the micro-batches of each step.
+func pipeBanner(cfg *config.Config, pp, dp, gas int) string {
 	return fmt.Sprintf("pipeline: %d stages x %d data-parallel ranks, schedule %s, %d virtual stages per stage, %d micro-batches per step",
-		pp, dp, cfg.PipelineSchedule.Type, max(1, cfg.PipelineSchedule.VirtualStages), derefOr(cfg.GradientAccumulationSteps, 1))
-}
-
-func derefOr(p *int, def int) int {
-	if p == nil {
-		return def
-	}
-	return *p
+		pp, dp, cfg.PipelineSchedule.Type, max(1, cfg.PipelineSchedule.VirtualStages), gas)
 }
