@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -86,12 +87,13 @@ func (j *procJob) runRanks(ranks int, cfgPath, modelName string, targs trainerAr
 	if err != nil {
 		return err
 	}
-	digest, err := resolvedDigest(cfgPath, modelName, targs)
+	resolved, err := resolvedJSON(cfgPath, modelName, targs)
 	if err != nil {
 		return err
 	}
+	sum := sha256.Sum256(resolved)
 	ctx := context.Background()
-	c, release, err := j.join(ctx, timeout, digest)
+	c, release, err := j.join(ctx, timeout, hex.EncodeToString(sum[:]), resolved)
 	if err != nil {
 		return err
 	}
@@ -110,7 +112,7 @@ func (j *procJob) runRanks(ranks int, cfgPath, modelName string, targs trainerAr
 // join makes this rank's communicator: it meets the other ranks, checks
 // they resolved the same config, and joins the backend's group. release
 // ends what joining opened (the store); call it after closing c.
-func (j *procJob) join(ctx context.Context, timeout time.Duration, digest string) (c comm.Comm, release func() error, err error) {
+func (j *procJob) join(ctx context.Context, timeout time.Duration, digest string, resolved []byte) (c comm.Comm, release func() error, err error) {
 	if j.backend == "mpi" {
 		return joinMPI(ctx, timeout, digest)
 	}
@@ -132,8 +134,12 @@ func (j *procJob) join(ctx context.Context, timeout time.Duration, digest string
 		}
 		return err
 	}
+	// the resolved values themselves, so that a mismatch can name them
+	if err := store.Set(jctx, fmt.Sprintf("deepgo-train/config-json/%d", j.env.Rank), resolved); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("rendezvous at %s: %w", j.env.StoreAddr(), err), release())
+	}
 	if err := comm.AgreeOnConfig(jctx, store, j.env.Rank, j.env.WorldSize, "deepgo-train/config", []byte(digest)); err != nil {
-		err = fmt.Errorf("the ranks resolved different configs (config, model, steps, device): %w", err)
+		err = fmt.Errorf("the ranks resolved different configs (config, model, steps, device)%s: %w", j.differences(jctx, store, resolved), err)
 		if errors.Is(err, comm.ErrMismatch) {
 			// Rank 0 serves the store: it must outlive every rank's reading
 			// of the hashes, or they would see its close, not the verdict.
@@ -169,13 +175,109 @@ func (j *procJob) readAll(ctx context.Context, store *comm.Store, key string) er
 	return store.Wait(ctx, keys...)
 }
 
+// differences names where this rank's resolved values differ from rank
+// 0's (", this rank vs rank 0: steps 6 vs 5"), or "" on rank 0 or when
+// rank 0's cannot be read.
+func (j *procJob) differences(ctx context.Context, store *comm.Store, mine []byte) string {
+	if j.env.Rank == 0 {
+		return ""
+	}
+	theirs, err := store.Get(ctx, "deepgo-train/config-json/0")
+	if err != nil {
+		return ""
+	}
+	d := jsonDiff(theirs, mine, 3)
+	if len(d) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", rank %d vs rank 0: %s", j.env.Rank, strings.Join(d, "; "))
+}
+
+// jsonDiff lists up to limit leaves whose values differ between two JSON
+// documents, as "path mine vs theirs" (a leaf only one side has shows
+// "absent" on the other), in path order.
+func jsonDiff(theirs, mine []byte, limit int) []string {
+	var a, b any
+	if json.Unmarshal(theirs, &a) != nil || json.Unmarshal(mine, &b) != nil {
+		return nil
+	}
+	fa, fb := map[string]string{}, map[string]string{}
+	flattenJSON("", a, fa)
+	flattenJSON("", b, fb)
+	paths := map[string]bool{}
+	for p := range fa {
+		paths[p] = true
+	}
+	for p := range fb {
+		paths[p] = true
+	}
+	sorted := make([]string, 0, len(paths))
+	for p := range paths {
+		sorted = append(sorted, p)
+	}
+	sort.Strings(sorted)
+	var out []string
+	for _, p := range sorted {
+		x, okA := fa[p]
+		y, okB := fb[p]
+		if okA && okB && x == y {
+			continue
+		}
+		if !okA {
+			x = "absent"
+		}
+		if !okB {
+			y = "absent"
+		}
+		if len(out) == limit {
+			out = append(out, "...")
+			break
+		}
+		out = append(out, fmt.Sprintf("%s %s vs %s", p, y, x))
+	}
+	return out
+}
+
+// flattenJSON records every leaf of v under its dotted path.
+func flattenJSON(path string, v any, out map[string]string) {
+	join := func(k string) string {
+		if path == "" {
+			return k
+		}
+		return path + "." + k
+	}
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			flattenJSON(join(k), x, out)
+		}
+	case []any:
+		for i, x := range t {
+			flattenJSON(fmt.Sprintf("%s[%d]", path, i), x, out)
+		}
+	default:
+		b, _ := json.Marshal(t)
+		out[path] = string(b)
+	}
+}
+
 // resolvedDigest is the SHA-256 of what every rank must resolve alike: the
 // config with the trainer's values filled in, the model, the steps and the
 // device kind.
 func resolvedDigest(cfgPath, modelName string, targs trainerArgs) (string, error) {
-	cfg, err := config.Load(cfgPath)
+	b, err := resolvedJSON(cfgPath, modelName, targs)
 	if err != nil {
 		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// resolvedJSON is what resolvedDigest hashes.
+func resolvedJSON(cfgPath, modelName string, targs trainerArgs) ([]byte, error) {
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return nil, err
 	}
 	fillTrainerAutos(cfg, targs)
 	b, err := json.Marshal(struct {
@@ -185,10 +287,9 @@ func resolvedDigest(cfgPath, modelName string, targs trainerArgs) (string, error
 		Device string         `json:"device"`
 	}{cfg, modelName, targs.steps, strings.SplitN(targs.device, ":", 2)[0]})
 	if err != nil {
-		return "", fmt.Errorf("resolved config: %w", err)
+		return nil, fmt.Errorf("resolved config: %w", err)
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
+	return b, nil
 }
 
 // devices names where the ranks compute, as rank 0 sees it: the in-process

@@ -71,12 +71,15 @@ func TestLaunchedJob(t *testing.T) {
 func TestJoinAgreesOnConfig(t *testing.T) {
 	port := freeTestPort(t)
 	join := func(digests []string) []error {
+		resolved := func(d string) []byte {
+			return []byte(`{"model":"tiny","steps":` + map[string]string{"aaaa": "5", "bbbb": "6"}[d] + `}`)
+		}
 		errs := make([]error, len(digests))
 		var wg sync.WaitGroup
 		for r, d := range digests {
 			wg.Go(func() {
 				j := &procJob{backend: "nccl", env: comm.Env{Rank: r, WorldSize: len(digests), LocalRank: r, LocalWorldSize: len(digests), MasterAddr: "127.0.0.1", MasterPort: port}}
-				c, release, err := j.join(context.Background(), 20*time.Second, d)
+				c, release, err := j.join(context.Background(), 20*time.Second, d, resolved(d))
 				if err == nil {
 					err = errors.Join(c.Close(), release())
 				}
@@ -91,6 +94,9 @@ func TestJoinAgreesOnConfig(t *testing.T) {
 		assert.ErrorIs(t, err, comm.ErrMismatch, "rank %d", r)
 		assert.ErrorContains(t, err, "the ranks resolved different configs")
 		assert.ErrorContains(t, err, "ranks [2]")
+		if r == 2 {
+			assert.ErrorContains(t, err, "rank 2 vs rank 0: steps 6 vs 5", "the odd rank names what differs")
+		}
 	}
 	port = freeTestPort(t)
 	for r, err := range join([]string{"aaaa", "aaaa"}) {
@@ -144,4 +150,24 @@ func TestLaunchTrainWithoutGloo(t *testing.T) {
 	_, _, stub := gloo.FromEnvOf(context.Background(), comm.Env{Rank: r, WorldSize: 2}, gloo.Options{})
 	assert.Contains(t, errs, "\n    deepgo train: rank "+m[1]+": "+stub.Error()+"\n")
 	assert.Contains(t, stub.Error(), "this build has no Gloo: install Debian's libgloo-dev")
+}
+
+func TestJSONDiff(t *testing.T) {
+	cases := []struct {
+		name, theirs, mine string
+		want               []string
+	}{
+		{"same", `{"a":1,"b":{"c":[1,2]}}`, `{"b":{"c":[1,2]},"a":1}`, nil},
+		{"leaf", `{"steps":5,"model":"tiny"}`, `{"steps":6,"model":"tiny"}`, []string{"steps 6 vs 5"}},
+		{"nested and absent", `{"config":{"zero":{"stage":2}}}`, `{"config":{"zero":{"stage":3,"x":true}}}`,
+			[]string{"config.zero.stage 3 vs 2", "config.zero.x true vs absent"}},
+		{"array", `{"b":[1,2]}`, `{"b":[1,3]}`, []string{"b[1] 3 vs 2"}},
+		{"limit", `{"a":1,"b":1,"c":1,"d":1}`, `{"a":2,"b":2,"c":2,"d":2}`, []string{"a 2 vs 1", "b 2 vs 1", "c 2 vs 1", "..."}},
+		{"not json", `{`, `{}`, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			assert.Equal(t, c.want, jsonDiff([]byte(c.theirs), []byte(c.mine), 3))
+		})
+	}
 }
