@@ -74,6 +74,7 @@ type PipeEngine struct {
 	idle         []float64 // per TrainBatch: the share of wall time this stage waited on its neighbours
 	notes        []string
 	closers      []comm.Comm
+	closed       bool // Close ran: every later call says so (openCheck)
 }
 
 var _ Trainer = (*PipeEngine)(nil)
@@ -430,6 +431,10 @@ func (e *PipeEngine) Partition() pipeline.Partition { return e.partition }
 
 // Close releases the stage's parts, optimizer and groups.
 func (e *PipeEngine) Close() error {
+	if e.closed {
+		return nil
+	}
+	e.closed = true
 	var errs []error
 	for c := range e.parts {
 		for b, p := range e.parts[c] {
@@ -472,4 +477,13 @@ func closeOptimizer(z **zero.Optimizer, opt *optim.Optimizer, own bool) error {
 		*opt = nil
 	}
 	return errors.Join(errs...)
+}
+
+// openCheck is the check at the top of every call that computes or
+// communicates: after Close the engine's buffers are gone.
+func (e *PipeEngine) openCheck(op string) error {
+	if e.closed {
+		return fmt.Errorf("deepgo: %s: the Trainer is closed", op)
+	}
+	return nil
 }

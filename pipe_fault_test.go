@@ -296,4 +296,22 @@ func TestPipelineEngineNotSupported(t *testing.T) {
 		})
 	})
 	require.NoError(t, err)
+	// after Close every call says so (it used to dereference freed state)
+	err = local.Run(context.Background(), 2, local.Options{Timeout: 10 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+		cfgJSON := `{"train_micro_batch_size_per_gpu": 1, "pipeline_model_parallel_size": 2,
+			"optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`
+		asIs := func(g *nn.GPT) model.Model { return g }
+		return withPipeGPT(ctx, c, cfgJSON, asIs, func(tr deepgo.Trainer) error {
+			require.NoError(t, tr.Close())
+			require.NoError(t, tr.Close(), "Close twice")
+			_, terr := tr.TrainBatch(ctx, []model.MicroBatch{{}})
+			_, perr := tr.Parameters(ctx)
+			for name, err := range map[string]error{"TrainBatch": terr, "Parameters": perr, "Save": tr.Save(ctx, t.TempDir(), deepgo.SaveOptions{})} {
+				assert.ErrorContains(t, err, name+": the Trainer is closed", "%s", name)
+			}
+			assert.NotPanics(t, func() { _, _ = tr.Memory(), tr.Timers() })
+			return nil
+		})
+	})
+	require.NoError(t, err)
 }

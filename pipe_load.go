@@ -42,6 +42,9 @@ type pipeSlot struct {
 // the parameter and the ranks or stages (the engine then holds the
 // checkpoint's values).
 func (e *PipeEngine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error) {
+	if err := e.openCheck("Load"); err != nil {
+		return LoadResult{}, err
+	}
 	ctx = e.devCtx(ctx)
 	var pre error
 	if opts.NonStrict {

@@ -100,6 +100,9 @@ func (e *PipeStageError) Unwrap() error { return e.Err }
 // shape). It returns the mean loss over the micro-batches and the
 // data-parallel ranks, the same on every rank.
 func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (float64, error) {
+	if err := e.openCheck("TrainBatch"); err != nil {
+		return 0, err
+	}
 	ctx = e.devCtx(ctx)
 	if err := e.agreeSchedule(ctx, len(data)); err != nil {
 		return 0, err

@@ -184,6 +184,9 @@ func (e *PipeEngine) pipeCheckpointState(op, dir string, so SaveOptions) (checkp
 // rank of the pipeline, atomic and durable (checkpoint.Save), and updates
 // dir/latest and keeps checkpoint.keep_n_most_recent checkpoints.
 func (e *PipeEngine) Save(ctx context.Context, dir string, opts SaveOptions) error {
+	if err := e.openCheck("Save"); err != nil {
+		return err
+	}
 	ctx = e.devCtx(ctx)
 	o, st, err := e.pipeCheckpointState("Save", dir, opts)
 	if err := agreeOn(ctx, e.world, "Save", err); err != nil { // no rank enters the save alone

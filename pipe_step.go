@@ -153,6 +153,9 @@ func (e *PipeEngine) Step(context.Context) error { return errTrainBatchOnly("Ste
 // owner stage. Under tensor parallelism they are this TP rank's shards
 // (nn.GPT.Unshard gathers them).
 func (e *PipeEngine) Parameters(ctx context.Context) (map[string][]float32, error) {
+	if err := e.openCheck("Parameters"); err != nil {
+		return nil, err
+	}
 	ctx = e.devCtx(ctx)
 	all, err := e.z.GatherMaster(ctx)
 	if err != nil {
@@ -244,6 +247,9 @@ func (e *PipeEngine) LossScale() float64 { return e.scaler.Scale() }
 // Memory reports this rank's model-state bytes (the stage's ZeRO buffers)
 // and, as Arena, the engine's arenas live and at their peak.
 func (e *PipeEngine) Memory() zero.Memory {
+	if e.z == nil { // closed
+		return zero.Memory{}
+	}
 	m := e.z.Memory()
 	for c := range e.bufs {
 		for b := range e.bufs[c] {
@@ -292,6 +298,9 @@ func (e *PipeEngine) IdleShares() []float64 { return slices.Clone(e.idle) }
 // Timers returns the cumulative time split.
 func (e *PipeEngine) Timers() Timers {
 	t := e.timers
+	if e.z == nil { // closed
+		return t
+	}
 	zt := e.z.Timers()
 	t.Comm += zt.Comm
 	t.Reduce, t.Optimizer = zt.Reduce, zt.Optimizer
