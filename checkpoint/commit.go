@@ -95,6 +95,23 @@ func ReadLatest(fsys vfs.FS, saveDir string) (string, error) {
 	return tag, nil
 }
 
+// latestTagMissing reports, wrapping fs.ErrNotExist, that the folder of
+// tag, which the latest file of saveDir names, is missing, listing the tag
+// folders present; nil when the folder is there.
+func latestTagMissing(fsys vfs.FS, saveDir, tag string) error {
+	_, err := fsys.Stat(filepath.Join(saveDir, tag))
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil // present, or another error that reading it will report
+	}
+	present := "none"
+	if tags, lerr := tagDirs(fsys, saveDir); lerr == nil && len(tags) > 0 {
+		slices.Sort(tags)
+		present = strings.Join(tags, ", ")
+	}
+	return fmt.Errorf("checkpoint: tag %q named by %s not found (tags present: %s): %w",
+		tag, filepath.Join(saveDir, latestName), present, fs.ErrNotExist)
+}
+
 // ReadManifest reads and verifies <saveDir>/<tag>/manifest.json: its
 // checksum, its structure, and that it belongs to tag.
 func ReadManifest(fsys vfs.FS, saveDir, tag string) (*Manifest, error) {

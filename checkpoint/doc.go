@@ -5,7 +5,8 @@
 // Layout of a save directory (checkpoint.save_dir):
 //
 //	<dir>/latest                  the newest durable tag, then its CRC-32C:
-//	                              "global_step10\ncrc32c=1a2b3c4d\n"
+//	                              "global_step10\ncrc32c=1a2b3c4d\n"; a
+//	                              DeepSpeed latest (the tag alone) is read too
 //	<dir>/<tag>/manifest.json     {"crc32c":"…","manifest":{…}}: tag, step,
 //	                              world, topology, ZeRO stage, config,
 //	                              parameter map, and per rank its files (size,

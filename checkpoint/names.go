@@ -46,10 +46,22 @@ func encodeLatest(tag string) []byte {
 	return fmt.Appendf(nil, "%s\ncrc32c=%s\n", tag, crcHex(crc32.Checksum([]byte(tag), castagnoli)))
 }
 
+// decodeLatest reads a latest file: deepgo's own ("<tag>\ncrc32c=<hex>\n",
+// the checksum verified) or DeepSpeed's (the tag alone, optionally
+// followed by one newline), which has no checksum: the manifest and data
+// checksums of the checkpoint it names still verify what is loaded. A
+// single-bit change of deepgo's format never reads as DeepSpeed's: the
+// second line's '=' is not a tag character.
 func decodeLatest(b []byte) (string, error) {
+	if one := strings.TrimSuffix(string(b), "\n"); !strings.Contains(one, "\n") {
+		if err := validTag(one); err != nil {
+			return "", fmt.Errorf("not a DeepSpeed latest file (one tag line) nor deepgo's \"<tag>\\ncrc32c=<hex>\\n\": %w", err)
+		}
+		return one, nil
+	}
 	lines := strings.Split(string(b), "\n")
 	if len(lines) != 3 || lines[2] != "" || !strings.HasPrefix(lines[1], "crc32c=") {
-		return "", fmt.Errorf("not \"<tag>\\ncrc32c=<hex>\\n\" (%d bytes)", len(b))
+		return "", fmt.Errorf("not \"<tag>\\ncrc32c=<hex>\\n\" (deepgo's) nor one tag line (DeepSpeed's) (%d bytes)", len(b))
 	}
 	tag := lines[0]
 	if err := validTag(tag); err != nil {

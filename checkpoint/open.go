@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -55,7 +56,8 @@ func Open(fsys vfs.FS, saveDir, tag string) (*Checkpoint, error) {
 	if fsys == nil {
 		fsys = vfs.OS
 	}
-	if tag == "" {
+	named := tag == "" // the tag latest names
+	if named {
 		t, err := ReadLatest(fsys, saveDir)
 		if err != nil {
 			return nil, err
@@ -66,6 +68,11 @@ func Open(fsys vfs.FS, saveDir, tag string) (*Checkpoint, error) {
 	}
 	m, err := ReadManifest(fsys, saveDir, tag)
 	if err != nil {
+		if named && errors.Is(err, fs.ErrNotExist) {
+			if merr := latestTagMissing(fsys, saveDir, tag); merr != nil {
+				return nil, merr
+			}
+		}
 		return nil, err
 	}
 	idx, _ := buildIndex(m) // Validate built it once already

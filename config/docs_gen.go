@@ -100,7 +100,7 @@ var fieldDocs = map[string]map[string]string{
 		"sequence_parallel":                    "sequence_parallel holds deepgo's sequence-parallel options (deepgo key).",
 		"sequence_parallel_size":               "sequence_parallel_size is the Ulysses sequence-parallel degree (DeepSpeed key).",
 		"sparse_gradients":                     "sparse_gradients enables CSR all-reduce for embedding gradients.",
-		"steps_per_print":                      "steps_per_print is the logging interval in optimizer steps; nil = never (DeepSpeed's default since 2024).",
+		"steps_per_print":                      "steps_per_print is the logging interval in optimizer steps; nil = every 50 steps in deepgo train (its step lines and checkpoints) and the monitor (DeepSpeed's default since 2024 is never).",
 		"tensor_model_parallel_size":           "tensor_model_parallel_size is the tensor-parallel degree (deepgo key; Megatron's name).",
 		"tensorboard":                          "tensorboard is the tensorboard monitor.",
 		"torch_autocast":                       "torch_autocast is the torch_autocast section.",

@@ -67,7 +67,7 @@ type Config struct {
 	MemoryBreakdown bool `json:"memory_breakdown" ds:"def=false"`
 	// DumpState prints the resolved engine state at start.
 	DumpState bool `json:"dump_state" ds:"def=false"`
-	// StepsPerPrint is the logging interval in optimizer steps; nil = never (DeepSpeed's default since 2024).
+	// StepsPerPrint is the logging interval in optimizer steps; nil = every 50 steps in deepgo train (its step lines and checkpoints) and the monitor (DeepSpeed's default since 2024 is never).
 	StepsPerPrint *int `json:"steps_per_print,omitempty" ds:"min=1"`
 	// CommunicationDataType is the gradient all-reduce dtype; nil = the model dtype.
 	CommunicationDataType *string `json:"communication_data_type,omitempty" ds:"enum=fp16|bf16|fp32;fold"`

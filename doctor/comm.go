@@ -17,7 +17,7 @@ const (
 func checkComm(in Input) (string, *Finding) {
 	c, ok := measureComm(in.Run)
 	if !ok {
-		return "not measured: the run has neither Train/deepgo/comm_time_ms with step_time_ms nor wall_clock_breakdown's times", nil
+		return NotMeasured + ": the run has neither Train/deepgo/comm_time_ms with step_time_ms nor wall_clock_breakdown's times", nil
 	}
 	share := c.comm / c.step
 	checked := fmt.Sprintf("%s of the step (target < %s)", pct(share), pct(CommTarget))

@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"strings"
+
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/rundir"
 )
@@ -62,14 +64,22 @@ type Rule struct {
 	Name string
 	// Check applies the rule.
 	Check func(Input) (checked string, f *Finding)
+	// Measures is true for a rule that reads the run's csv_monitor
+	// series; its line starts with NotMeasured when the run has none of
+	// those it reads. (The bubble rule reads only the config.)
+	Measures bool
 }
+
+// NotMeasured starts the line of a rule that found none of the series it
+// reads in the run.
+const NotMeasured = "not measured"
 
 // Rules are the §4.2 diagnoses, in the table's order.
 var Rules = []Rule{
-	{Name: ruleMemory, Check: checkMemory},
-	{Name: ruleComm, Check: checkComm},
-	{Name: ruleSpikes, Check: checkSpikes},
-	{Name: ruleOverflow, Check: checkOverflow},
+	{Name: ruleMemory, Check: checkMemory, Measures: true},
+	{Name: ruleComm, Check: checkComm, Measures: true},
+	{Name: ruleSpikes, Check: checkSpikes, Measures: true},
+	{Name: ruleOverflow, Check: checkOverflow, Measures: true},
 	{Name: ruleBubble, Check: checkBubble},
 }
 
@@ -87,6 +97,11 @@ type Report struct {
 	Checked []string
 	// Findings are the rules the run matches; empty for a healthy run.
 	Findings []Finding
+	// Measured counts the rules that measured something in the run's
+	// series (Rule.Measures, their line not NotMeasured). Zero means the
+	// run holds none of the series the rules read, so that no finding
+	// says nothing about its health.
+	Measured int
 }
 
 // Diagnose applies every rule to in.
@@ -95,6 +110,9 @@ func Diagnose(in Input) Report {
 	for _, rule := range Rules {
 		checked, f := rule.Check(in)
 		r.Checked = append(r.Checked, rule.Name+": "+checked)
+		if rule.Measures && !strings.HasPrefix(checked, NotMeasured) {
+			r.Measured++
+		}
 		if f != nil {
 			f.Rule = rule.Name
 			r.Findings = append(r.Findings, *f)

@@ -244,3 +244,28 @@ func TestNothingMeasured(t *testing.T) {
 		assert.Contains(t, c, "not ", "an empty run is not judged healthy silently: %q", c)
 	}
 }
+
+// TestMeasured: Report.Measured counts the rules that found series to
+// read; a run without csv_monitor series measures nothing, whatever the
+// config-only bubble rule says.
+func TestMeasured(t *testing.T) {
+	noSeries := func(run runfixture.Run) runfixture.Run { run.Values = nil; return run }
+	pipelined := noSeries(runfixture.Healthy())
+	pipelined.Info.Config = cfgJSON(t, func(c map[string]any) { c["pipeline_model_parallel_size"] = 4 })
+	for _, tc := range []struct {
+		name     string
+		run      runfixture.Run
+		measured int
+		findings []string
+	}{
+		{name: "healthy", run: runfixture.Healthy(), measured: 4},
+		{name: "no series", run: noSeries(runfixture.Healthy()), measured: 0},
+		{name: "no series, pipeline bubble", run: pipelined, measured: 0, findings: []string{"bubble"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := doctor.Diagnose(input(t, tc.run))
+			assert.Equal(t, tc.measured, rep.Measured, "checked: %q", rep.Checked)
+			assert.ElementsMatch(t, tc.findings, rules(rep.Findings))
+		})
+	}
+}

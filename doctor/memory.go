@@ -16,7 +16,7 @@ func checkMemory(in Input) (string, *Finding) {
 	capa, okC := capacity(in.Run)
 	switch {
 	case !okP:
-		return "not measured: no memory series in the run", nil
+		return NotMeasured + ": no memory series in the run", nil
 	case !okC:
 		return fmt.Sprintf("peak %s; no capacity (deepgo_run.json memory_capacity_bytes or %s) to compare with", gib(peak.value), "Train/GPU/memory_total_bytes"), nil
 	}

@@ -16,7 +16,7 @@ const maxListed = 5
 func checkSpikes(in Input) (string, *Finding) {
 	loss := in.Run.Get(rundir.TagLoss)
 	if loss == nil || loss.Len() == 0 {
-		return "not measured: no " + rundir.TagLoss, nil
+		return NotMeasured + ": no " + rundir.TagLoss, nil
 	}
 	spikes := lossSpikes(loss)
 	checked := fmt.Sprintf("%d loss spikes in %d steps (a spike: > %.1fx the median of up to %d steps before, or not finite)", len(spikes), loss.Len(), SpikeRatio, SpikeWindow)
@@ -76,7 +76,7 @@ func lrAdvice(cfg *config.Config, lr *rundir.Series, first int64) []Advice {
 func checkOverflow(in Input) (string, *Finding) {
 	steps, n, from, ok := overflowSteps(in.Run)
 	if !ok {
-		return "not measured: no " + rundir.TagOverflow + " or " + rundir.TagSkippedSteps, nil
+		return NotMeasured + ": no " + rundir.TagOverflow + " or " + rundir.TagSkippedSteps, nil
 	}
 	cal := calibration(steps)
 	after := steps[cal:]

@@ -5,10 +5,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -40,4 +42,73 @@ func TestCkptInspectConsolidate(t *testing.T) {
 	require.Equal(t, 1, code, "inspect of a damaged checkpoint\n%s", out.String())
 	require.Contains(t, out.String(), "checksum mismatch", "inspect of a damaged checkpoint")
 
+}
+
+// saveSteps saves a small checkpoint at each step into dir.
+func saveSteps(t *testing.T, dir string, steps ...int64) {
+	t.Helper()
+	for _, step := range steps {
+		w, err := tensor.FromFloat32([]float32{1, 2, 3, 4, 5, 6})
+		require.NoError(t, err)
+		st := &checkpoint.State{Step: step, Tensors: []checkpoint.Entry{{Name: "flat", Data: w, Shard: &checkpoint.Shard{Numel: 5}}},
+			Params: []checkpoint.ParamRef{{Name: "w", Shape: []int{2, 2}, Source: "flat", Offset: 1}}}
+		_, err = checkpoint.Save(context.Background(), checkpoint.Options{Dir: dir}, st)
+		w.Free()
+		require.NoError(t, err)
+	}
+}
+
+// flipLastByte flips a bit of the last byte of the first file matching glob.
+func flipLastByte(t *testing.T, glob string) {
+	t.Helper()
+	files, _ := filepath.Glob(glob)
+	require.NotEmpty(t, files, glob)
+	b, err := os.ReadFile(files[0])
+	require.NoError(t, err)
+	b[len(b)-1] ^= 1
+	require.NoError(t, os.WriteFile(files[0], b, 0o644))
+}
+
+// TestCkptInspectEveryTag: inspect verifies every checkpoint it lists, not
+// only the latest, and marks the damaged ones (a bad data file, a bad
+// manifest); it reads a DeepSpeed latest file and names a missing tag.
+func TestCkptInspectEveryTag(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, dir string)
+		code   int
+		want   []*regexp.Regexp // on stdout+stderr
+	}{
+		{name: "intact", damage: func(*testing.T, string) {}, code: 0,
+			want: []*regexp.Regexp{regexp.MustCompile(`(?m)^global_step1 .* ok\s*$`), regexp.MustCompile(`(?m)^global_step3 .* ok  <- latest`)}},
+		{name: "older data file", damage: func(t *testing.T, dir string) {
+			flipLastByte(t, filepath.Join(dir, "global_step1", "*.safetensors"))
+		}, code: 1, want: []*regexp.Regexp{regexp.MustCompile(`(?m)^global_step1 .* DAMAGED: .*checksum mismatch`), regexp.MustCompile(`(?m)^global_step2 .* ok\s*$`),
+			regexp.MustCompile(`1 checkpoint\(s\) damaged`)}},
+		{name: "older manifest", damage: func(t *testing.T, dir string) {
+			require.NoError(t, os.Truncate(filepath.Join(dir, "global_step2", "manifest.json"), 20))
+		}, code: 1, want: []*regexp.Regexp{regexp.MustCompile(`(?m)^global_step2 +- .*DAMAGED: .*manifest.json`)}},
+		{name: "latest data file", damage: func(t *testing.T, dir string) {
+			flipLastByte(t, filepath.Join(dir, "global_step3", "*.safetensors"))
+		}, code: 1, want: []*regexp.Regexp{regexp.MustCompile(`(?m)^global_step3 .* DAMAGED: 1 bad file\(s\), see below  <- latest`), regexp.MustCompile(`FAIL: .*checksum mismatch`)}},
+		{name: "DeepSpeed latest", damage: func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "latest"), []byte("global_step2"), 0o644))
+		}, code: 0, want: []*regexp.Regexp{regexp.MustCompile(`(?m)^global_step2 .* ok  <- latest`), regexp.MustCompile(`verifying global_step2:`)}},
+		{name: "latest names a missing tag", damage: func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "latest"), []byte("global_step10\n"), 0o644))
+		}, code: 1, want: []*regexp.Regexp{regexp.MustCompile(`tag "global_step10" named by .*latest not found \(tags present: global_step1, global_step2, global_step3\)`)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			saveSteps(t, dir, 1, 2, 3)
+			tc.damage(t, dir)
+			var out, errb bytes.Buffer
+			code := run([]string{"ckpt", "inspect", dir}, &out, &errb)
+			all := out.String() + errb.String()
+			assert.Equal(t, tc.code, code, all)
+			for _, w := range tc.want {
+				assert.Regexp(t, w, all)
+			}
+		})
+	}
 }

@@ -34,6 +34,10 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 	case "check":
 		return configCheck(args[1:], stdout, stderr)
 	case "explain":
+		if len(args) == 2 && isHelp(args[1]) {
+			fmt.Fprint(stdout, configUsage)
+			return 0
+		}
 		if len(args) != 2 {
 			fmt.Fprint(stderr, configUsage)
 			return 2
@@ -45,7 +49,7 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprint(stdout, s)
 		return 0
-	case "-h", "--help", "help":
+	case "-h", "--h", "-help", "--help", "help":
 		fmt.Fprint(stdout, configUsage)
 		return 0
 	}
@@ -56,6 +60,7 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 func configCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, configUsage); fs.PrintDefaults() }
 	world := fs.Int("world", 0, "total number of ranks (resolves the batch triad)")
 	strict := fs.Bool("strict", false, "unknown keys and unresolved \"auto\" are errors")
 	hidden := fs.Int("hidden", 0, "model hidden size (resolves \"auto\" ZeRO bucket sizes as HF does)")
@@ -63,7 +68,7 @@ func configCheck(args []string, stdout, stderr io.Writer) int {
 	var files []string
 	for rest := args; ; {
 		if err := fs.Parse(rest); err != nil {
-			return 2
+			return flagExit(err)
 		}
 		if fs.NArg() == 0 {
 			break

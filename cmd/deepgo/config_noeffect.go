@@ -23,7 +23,7 @@ var noEffect = map[string]string{
 	"dataloader_drop_last":                 "deepgo has no DeepSpeed dataloader",
 	"zero_allow_untested_optimizer":        "every deepgo optimizer works with ZeRO",
 	"zero_force_ds_cpu_optimizer":          "deepgo's optimizers are its own",
-	"seq_parallel_communication_data_type": "sequence parallelism above 1 is not supported",
+	"seq_parallel_communication_data_type": "the Ulysses all-to-alls always exchange fp32",
 	"torch_autocast":                       "no autocast: precision is fp16/bf16/fp32 for the whole model",
 	"wandb":                                "nothing is sent to W&B",
 	"comet":                                "nothing is sent to Comet",

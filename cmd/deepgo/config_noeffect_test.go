@@ -111,3 +111,25 @@ func TestConfigCheckNoEffect(t *testing.T) {
 	assert.NotContains(t, errb.String(), "no effect: wall_clock_breakdown")
 	assert.NotContains(t, errb.String(), "no effect: zero_optimization.reduce_bucket_size")
 }
+
+// TestNoEffectSeqParallelDType: the reason given for
+// seq_parallel_communication_data_type is the true one (Ulysses trains with
+// sequence_parallel_size above 1, its all-to-alls exchange fp32), not that
+// sequence parallelism is unsupported.
+func TestNoEffectSeqParallelDType(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+	}{
+		{"bf16 with sp 2", `{"train_micro_batch_size_per_gpu": 1, "sequence_parallel_size": 2, "seq_parallel_communication_data_type": "bf16"}`},
+		{"fp16 with sp 1", `{"train_micro_batch_size_per_gpu": 1, "seq_parallel_communication_data_type": "fp16"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "c.json")
+			require.NoError(t, os.WriteFile(p, []byte(tc.doc), 0o644))
+			var out, errb bytes.Buffer
+			require.Zero(t, run([]string{"config", "check", p}, &out, &errb), errb.String())
+			assert.Contains(t, errb.String(), "no effect: seq_parallel_communication_data_type: the Ulysses all-to-alls always exchange fp32")
+			assert.NotContains(t, errb.String(), "not supported")
+		})
+	}
+}

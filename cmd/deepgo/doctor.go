@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/doctor"
@@ -19,12 +20,17 @@ const doctorUsage = `usage:
       deepgo_run.json); --config overrides the config recorded there.
       Prints what each rule measured and every finding with the numbers
       that triggered it and what to change. Exit status 0 when the run is
-      healthy, 3 when there are findings, 1 or 2 on errors.
+      healthy, 3 when there are findings, 4 when nothing could be measured
+      (no csv_monitor series the rules read), 1 or 2 on errors.
 `
 
 // doctorFindings is the exit status when the run has findings, so that a
 // script can tell "sick" from "could not read".
 const doctorFindings = 3
+
+// doctorNothingMeasured is the exit status when the run has none of the
+// series the rules read (and no finding): its health is unknown, not good.
+const doctorNothingMeasured = 4
 
 // runDoctor implements "deepgo doctor".
 func runDoctor(args []string, stdout, stderr io.Writer) int {
@@ -43,6 +49,9 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	printDoctor(stdout, run, from, rep)
 	if len(rep.Findings) > 0 {
 		return doctorFindings
+	}
+	if rep.Measured == 0 {
+		return doctorNothingMeasured
 	}
 	return 0
 }
@@ -75,6 +84,15 @@ func doctorConfig(run *rundir.Run, path string) (*config.Config, string, error) 
 	return nil, "none (pass --config)", nil
 }
 
+// tensorboardNote says that dir's tensorboard event files are not read,
+// when it holds some; else "".
+func tensorboardNote(dir string) string {
+	if m, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*")); len(m) > 0 {
+		return " (its tensorboard event files are not read)"
+	}
+	return ""
+}
+
 func printDoctor(w io.Writer, run *rundir.Run, cfgFrom string, rep doctor.Report) {
 	fmt.Fprintf(w, "deepgo doctor: %s\n", run.Dir)
 	if in := run.Info; in != nil {
@@ -86,8 +104,14 @@ func printDoctor(w io.Writer, run *rundir.Run, cfgFrom string, rep doctor.Report
 	for _, c := range rep.Checked {
 		fmt.Fprintf(w, "  %s\n", c)
 	}
+	if rep.Measured == 0 {
+		fmt.Fprintf(w, "nothing measured: doctor reads csv_monitor files (<output_path>/<job_name>/*.csv) and %s has none of the series its rules read%s; enable csv_monitor in the config (\"csv_monitor\": {\"enabled\": true}) and run again\n",
+			run.Dir, tensorboardNote(run.Dir))
+	}
 	if len(rep.Findings) == 0 {
-		fmt.Fprintln(w, "no findings: the run meets every target checked")
+		if rep.Measured > 0 {
+			fmt.Fprintln(w, "no findings: the run meets every target checked")
+		}
 		return
 	}
 	for i, f := range rep.Findings {

@@ -88,3 +88,40 @@ func TestDoctorErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestDoctorNothingMeasured: a run without csv_monitor series (tensorboard
+// files only) is not called healthy: doctor says nothing was measured and
+// exits doctorNothingMeasured, or doctorFindings when the config alone
+// gives a finding.
+func TestDoctorNothingMeasured(t *testing.T) {
+	noSeries := runfixture.Healthy()
+	noSeries.Values = nil
+	pipelined := runfixture.Healthy()
+	pipelined.Values = nil
+	pipelined.Info.Config = []byte(`{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4, "pipeline_model_parallel_size": 4}`)
+	for _, tc := range []struct {
+		name        string
+		run         runfixture.Run
+		tensorboard bool
+		code        int
+		want        []string
+	}{
+		{name: "tensorboard only", run: noSeries, tensorboard: true, code: doctorNothingMeasured,
+			want: []string{"memory: not measured", "nothing measured: doctor reads csv_monitor files", "tensorboard event files are not read", "enable csv_monitor"}},
+		{name: "no series", run: noSeries, code: doctorNothingMeasured, want: []string{"nothing measured:"}},
+		{name: "no series, bubble finding", run: pipelined, code: doctorFindings, want: []string{"nothing measured:", "finding 1 [bubble]"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := writeRun(t, tc.run)
+			if tc.tensorboard {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, "events.out.tfevents.1700000000.host.1.0"), []byte{0}, 0o644))
+			}
+			var out, errb bytes.Buffer
+			assert.Equal(t, tc.code, run([]string{"doctor", dir}, &out, &errb), "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+			for _, w := range tc.want {
+				assert.Contains(t, out.String(), w)
+			}
+			assert.NotContains(t, out.String(), "no findings")
+		})
+	}
+}

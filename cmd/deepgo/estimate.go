@@ -43,7 +43,7 @@ func runEstimate(args []string, stdout, stderr io.Writer) int {
 	largest := fs.Float64("largest-layer", 0, "parameters of the largest module (stage 3; default params/10)")
 	factor := fs.Float64("buffer-factor", 1.5, "DeepSpeed's additional_buffer_factor")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	switch {
 	case *params < 1:

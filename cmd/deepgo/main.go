@@ -14,6 +14,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -37,6 +39,26 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.help)
 	}
+}
+
+// isHelp reports whether arg asks for a command's usage, as the flag
+// package reads -h and -help (with one dash or two).
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "--h", "-help", "--help":
+		return true
+	}
+	return false
+}
+
+// flagExit is a command's exit status after its flags failed to parse: 0
+// when -h or --help asked for the usage (the flag set printed it), 2 for a
+// usage error. Every command's -h exits 0, as deepgo -h does.
+func flagExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -18,11 +18,11 @@ func newRunFlags(name, usage string, stderr io.Writer) *flag.FlagSet {
 
 // readRunArg parses fs's flags and the one RUN_DIR argument and reads the
 // run. On failure it has said why and returns nil with the exit status:
-// 2 for usage, 1 for a run that cannot be read.
+// 2 for usage (0 for -h), 1 for a run that cannot be read.
 func readRunArg(fs *flag.FlagSet, args []string, stderr io.Writer) (*rundir.Run, int) {
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
-		return nil, 2
+		return nil, flagExit(err)
 	}
 	if len(pos) != 1 {
 		fs.Usage()

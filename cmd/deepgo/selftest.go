@@ -30,7 +30,7 @@ func runSelftest(args []string, stdout, stderr io.Writer) int {
 	threads := fs.Int("threads", 0, "threads (0: one per CPU)")
 	gemm := fs.Int("sgemm", 1024, "n of the n×n×n sgemm timed on one thread (0: skip)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	for _, c := range []struct {
 		name     string

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,6 +95,10 @@ const trainJSONHelp = `  final_loss                  mean loss of the last final
   device                      cpu, sim or cuda
 `
 
+// defaultStepsPerPrint is deepgo train's interval of step lines and
+// checkpoints when steps_per_print is unset (the monitor's default too).
+const defaultStepsPerPrint = 50
+
 // runTrain: deepgo train --config FILE [--data PATH] [--model small|tiny].
 func runTrain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
@@ -111,10 +117,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	nanEvery := fs.Int("nan-check-every", monitor.DefaultFiniteCheckEvery, "check the parameters for NaN/Inf every N optimizer steps")
 	backend := fs.String("dist-backend", "", "between the processes of a launched job (RANK/WORLD_SIZE, OMPI_* or SLURM_* set, no --ranks): gloo, mpi or nccl (default: DEEPGO_DIST_BACKEND, else nccl with --device cuda, gloo otherwise)")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+		return flagExit(err)
 	}
 	if err := checkTrainFlags(fs.Args(), *steps, *ranks, *micro); err != nil {
 		fmt.Fprintln(stderr, "deepgo train:", err)
@@ -134,7 +137,12 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "deepgo train: --config is required")
 		return 2
 	}
-	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job}, stdout, stderr)
+	progress := &trainProgress{}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	defer func() { signal.Stop(sig); close(sig) }()
+	go watchInterrupt(sig, progress, job.rank() == 0, stderr, os.Exit)
+	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress}, stdout, stderr)
 	if err != nil && job != nil {
 		fmt.Fprintf(stderr, "deepgo train: rank %d: %v\n", job.rank(), err)
 		return 1
@@ -298,7 +306,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if c.Rank() == 0 {
 			log = stdout
 		}
-		every := 50
+		every := defaultStepsPerPrint
 		if cfg.StepsPerPrint != nil && *cfg.StepsPerPrint > 0 {
 			every = *cfg.StepsPerPrint
 		}
@@ -370,6 +378,10 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if rank == 0 && first > 1 {
 			fmt.Fprintf(stdout, "resumed at step %d from %s\n", first-1, resumeDir(cfg))
 		}
+		if rank == 0 {
+			targs.progress.setSaveDir(cfg.Checkpoint.SaveDir)
+			targs.progress.setStep(first - 1)
+		}
 		// the engine's count of skipped steps (a checkpoint restores it):
 		// each step that raises it overflowed
 		skipper, _ := e.(interface{ SkippedSteps() int })
@@ -426,9 +438,17 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 				fmt.Fprintf(stdout, "step %d loss %.4f lr %.3g loss_scale %g tokens/s %.0f mem/rank %d\n", step, loss, e.LR(), e.LossScale(), tps, mem)
 			}
 			if cfg.Checkpoint.SaveDir != "" && (step%every == 0 || step == steps) {
-				if err := save(ctx, cfg, e, s); err != nil {
+				tag, err := save(ctx, cfg, e, s)
+				if err != nil {
 					return err
 				}
+				if rank == 0 {
+					bar.clear()
+					fmt.Fprintf(stdout, "saved checkpoint %s\n", filepath.Join(cfg.Checkpoint.SaveDir, tag))
+				}
+			}
+			if rank == 0 {
+				targs.progress.setStep(step)
 			}
 		}
 		if cs, ok := e.(interface{ CommsSummary(io.Writer) error }); ok && cfg.CommsLogger.Enabled && rank == 0 {

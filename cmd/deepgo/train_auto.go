@@ -15,11 +15,12 @@ type trainerArgs struct {
 	lr         float64
 	steps      int
 
-	resumeFallback bool     // --resume-fallback: not a config value, carried along
-	device         string   // --device
-	metricsAddr    string   // --metrics-addr
-	nanCheckEvery  int      // --nan-check-every
-	job            *procJob // the launched job this process is one rank of; nil: in-process ranks
+	resumeFallback bool           // --resume-fallback: not a config value, carried along
+	device         string         // --device
+	metricsAddr    string         // --metrics-addr
+	nanCheckEvery  int            // --nan-check-every
+	job            *procJob       // the launched job this process is one rank of; nil: in-process ranks
+	progress       *trainProgress // where rank 0 stands, for the interrupted line; nil: not recorded
 }
 
 // fillTrainerAutos fills what the config leaves to the trainer and returns

@@ -185,14 +185,15 @@ func (rs *resumer) fallbackTag(ctx context.Context, dir string, loadErr error) (
 }
 
 // save writes a checkpoint under checkpoint.save_dir (tag global_step<N>,
-// keep_n_most_recent rotation as configured).
-func save(ctx context.Context, cfg *config.Config, e deepgo.Trainer, s *data.DistributedSampler) error {
+// keep_n_most_recent rotation as configured) and returns its tag.
+func save(ctx context.Context, cfg *config.Config, e deepgo.Trainer, s *data.DistributedSampler) (string, error) {
 	client, err := json.Marshal(trainState{Sampler: s.Position()})
 	if err != nil {
-		return err
+		return "", err
 	}
-	if err := e.Save(ctx, cfg.Checkpoint.SaveDir, deepgo.SaveOptions{ClientState: client}); err != nil {
-		return fmt.Errorf("checkpoint to %s: %w", cfg.Checkpoint.SaveDir, err)
+	tag := checkpoint.DefaultTag(int64(e.GlobalSteps())) // the engine's default tag, named here to be reported
+	if err := e.Save(ctx, cfg.Checkpoint.SaveDir, deepgo.SaveOptions{Tag: tag, ClientState: client}); err != nil {
+		return "", fmt.Errorf("checkpoint to %s: %w", cfg.Checkpoint.SaveDir, err)
 	}
-	return nil
+	return tag, nil
 }
