@@ -64,6 +64,11 @@ func runEstimate(args []string, stdout, stderr io.Writer) int {
 	case *buffers < 1:
 		fmt.Fprintf(stderr, "deepgo estimate: --buffer-count %d: want >= 1\n", *buffers)
 		return 2
+	case *stage == 0 && *where != "none":
+		// the config reader warns and trains without offload: an estimate
+		// of the offloaded layout would describe a run that does not happen
+		fmt.Fprintf(stderr, "deepgo estimate: --offload %s with --stage 0: optimizer offload needs ZeRO stage 1, 2 or 3 (a config asking for it at stage 0 trains without it)\n", *where)
+		return 2
 	}
 	if *gpn == 0 {
 		*gpn = *world

@@ -58,7 +58,7 @@ func TestEstimateOffload(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range [][]string{{"--offload", "disk"}, {"--offload", "nvme", "--buffer-count", "0"}, {"--sub-group-size", "0"}} {
+	for _, bad := range [][]string{{"--offload", "disk"}, {"--offload", "nvme", "--buffer-count", "0"}, {"--sub-group-size", "0"}, {"--stage", "0", "--offload", "cpu"}} {
 		var out, errb bytes.Buffer
 		code := run(append([]string{"estimate", "--params", "1e6", "--world", "2"}, bad...), &out, &errb)
 		assert.Equal(t, 2, code, "%v: exit code", bad)
