@@ -120,6 +120,9 @@ func ReadParquet(path, column string) (*Tokens, error) {
 }
 
 func tokensOrErr(path, column string, ids []int32) (*Tokens, error) {
+	if len(ids) == 0 {
+		return nil, &ColumnError{Path: path, Column: column, Msg: "no tokens: the file has no rows or only empty ones"}
+	}
 	t, err := newTokens(ids, 0)
 	if err != nil {
 		return nil, &ColumnError{Path: path, Column: column, Msg: err.Error()}

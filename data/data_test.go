@@ -132,13 +132,13 @@ func TestSampler(t *testing.T) {
 	}
 	// a new epoch reshuffles; the same seed and epoch give the same order
 	a := ranks[0].Next(4)
-	assert.Equal(t, Position{Epoch: 1, Index: 4}, ranks[0].Position(), "position")
+	assert.Equal(t, Position{Epoch: 1, Index: 4, World: world}, ranks[0].Position(), "position")
 	b, _ := NewDistributedSampler(n, 0, world, 9, true)
 	require.NoError(t, b.SetPosition(Position{Epoch: 1}))
 	assert.Equal(t, a, b.Next(4), "epoch 1 from a fresh sampler")
 	// resume through JSON
 	js, _ := ranks[0].MarshalPosition()
-	assert.Equal(t, `{"epoch":1,"index":4}`, string(js), "JSON")
+	assert.Equal(t, `{"epoch":1,"index":4,"world":3}`, string(js), "JSON")
 	c, _ := NewDistributedSampler(n, 0, world, 9, true)
 	require.NoError(t, c.UnmarshalPosition(js))
 	got, want := c.Next(3), ranks[0].Next(3)
@@ -147,6 +147,56 @@ func TestSampler(t *testing.T) {
 		_, err := NewDistributedSampler(bad.n, bad.r, bad.w, 0, false)
 		assert.Error(t, err, "NewDistributedSampler(%v) accepted", bad)
 	}
+}
+
+// A position taken at one world size resumes at another without a sample
+// repeated or skipped: the ranks together had handed out the epoch's first
+// Index*World positions, whatever their number.
+func TestSamplerResumeOtherWorld(t *testing.T) {
+	const n, seed = 34, 5
+	drawn := func(world, perRank int) (map[int]int, Position) {
+		seen := map[int]int{}
+		var pos Position
+		for r := 0; r < world; r++ {
+			s, err := NewDistributedSampler(n, r, world, seed, true)
+			require.NoError(t, err)
+			for _, i := range s.Next(perRank) {
+				seen[i]++
+			}
+			pos = s.Position()
+		}
+		return seen, pos
+	}
+	for _, c := range []struct{ from, to, perRank int }{{2, 1, 4}, {1, 2, 4}, {2, 4, 4}, {4, 2, 3}, {2, 2, 5}} {
+		seen, pos := drawn(c.from, c.perRank)
+		rest := n/c.to - pos.Index*pos.World/c.to // what each new rank has left of the epoch
+		for r := 0; r < c.to; r++ {
+			s, err := NewDistributedSampler(n, r, c.to, seed, true)
+			require.NoError(t, err)
+			require.NoError(t, s.SetPosition(pos), "%+v", c)
+			for _, i := range s.Next(rest) {
+				seen[i]++
+			}
+			assert.Equal(t, 1, s.Position().Epoch-pos.Epoch+boolInt(s.Position().Index != 0), "%+v: still in the epoch", c)
+		}
+		for i, k := range seen {
+			assert.Equal(t, 1, k, "%+v: sample %d seen %d times", c, i, k)
+		}
+		assert.Len(t, seen, c.to*(n/c.to), "%+v: the epoch covered once", c)
+	}
+	s, err := NewDistributedSampler(n, 0, 4, seed, true)
+	require.NoError(t, err)
+	assert.ErrorContains(t, s.SetPosition(Position{Epoch: 0, Index: 3, World: 2}), "cannot continue without repeating or skipping", "6 samples over 4 ranks")
+	assert.ErrorContains(t, s.SetPosition(Position{Epoch: -1}), "epoch -1: must be >= 0")
+	assert.ErrorContains(t, s.UnmarshalPosition([]byte(`{"epok":3}`)), "unknown field")
+	assert.Panics(t, func() { s.Next(-1) })
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // TestMarkovEntropy: the empirical cross-entropy of the true transition
@@ -173,4 +223,31 @@ func TestMarkovEntropy(t *testing.T) {
 	}
 	_, err := NewMarkov(1, 3, 1, 0)
 	assert.Error(t, err, "bad Markov accepted")
+}
+
+// A window past the stream's end panics like an index expression; it used
+// to read zeros out of the slice's spare capacity.
+func TestWindowOutOfRange(t *testing.T) {
+	ids := make([]int32, 9, 64) // spare capacity, as an append leaves
+	for i := range ids {
+		ids[i] = int32(i + 1)
+	}
+	tk, err := newTokens(ids, 0)
+	require.NoError(t, err)
+	require.Equal(t, 2, tk.NumWindows(4))
+	in, tg := tk.Window(1, 4)
+	assert.Equal(t, []int32{5, 6, 7, 8}, in)
+	assert.Equal(t, []int32{6, 7, 8, 9}, tg)
+	assert.PanicsWithValue(t, "data.Tokens.Window(2, 4): window index out of range [0, 2) of a 9-token stream", func() { tk.Window(2, 4) })
+	assert.Panics(t, func() { tk.MakeBatch([]int{0, 2}, 4) })
+	assert.Panics(t, func() { tk.Window(-1, 4) })
+}
+
+// A file with no tokens is an error where it is read, not a sampler's
+// "0 samples" later.
+func TestNoTokens(t *testing.T) {
+	_, err := tokensOrErr("x.parquet", "input_ids", nil)
+	var ce *ColumnError
+	require.ErrorAs(t, err, &ce)
+	assert.ErrorContains(t, err, "no tokens")
 }

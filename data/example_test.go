@@ -16,6 +16,6 @@ func Example() {
 	fmt.Println(b.B, b.T, len(b.Inputs), s.Position())
 	fmt.Printf("entropy floor %.3f nats/token\n", m.EntropyRate())
 	// Output:
-	// 4 16 64 {0 4}
+	// 4 16 64 {0 4 2}
 	// entropy floor 1.106 nats/token
 }

@@ -4,14 +4,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 )
 
-// Position is where a sampler is in its sequence: the epoch and the number
-// of this rank's samples already handed out in it. A checkpoint saves it
-// as JSON ({"epoch":2,"index":40}) and SetPosition resumes from it.
+// Position is where a sampler is in its sequence: the epoch, the number
+// of this rank's samples already handed out in it, and the number of ranks
+// that drew them. A checkpoint saves it as JSON
+// ({"epoch":2,"index":40,"world":4}) and SetPosition resumes from it, at
+// the same or another world size.
 type Position struct {
 	Epoch int `json:"epoch"`
 	Index int `json:"index"`
+	// World is the data-parallel size the position was taken at; 0 (a
+	// position saved before it was recorded) means the sampler's own.
+	World int `json:"world,omitempty"`
 }
 
 // DistributedSampler splits sample indices [0, N) among data-parallel
@@ -44,25 +50,53 @@ func NewDistributedSampler(n, rank, world int, seed uint64, shuffle bool) (*Dist
 func (s *DistributedSampler) PerRank() int { return s.N / s.World }
 
 // Position is the current position.
-func (s *DistributedSampler) Position() Position { return s.pos }
+func (s *DistributedSampler) Position() Position {
+	p := s.pos
+	p.World = s.World
+	return p
+}
 
-// SetPosition resumes at p (from a checkpoint).
+// SetPosition resumes at p (from a checkpoint). A position taken at
+// another world size continues where the ranks together stopped: the
+// epoch's first Index*World positions were handed out, so each of this
+// sampler's ranks resumes at that count over its World, which must divide
+// it (a global batch the new world divides does), or samples would be
+// repeated or skipped.
 func (s *DistributedSampler) SetPosition(p Position) error {
-	if p.Epoch < 0 || p.Index < 0 || p.Index > s.PerRank() {
-		return fmt.Errorf("data.DistributedSampler.SetPosition: %+v: index must be in [0, %d]", p, s.PerRank())
+	const op = "data.DistributedSampler.SetPosition"
+	if p.Epoch < 0 {
+		return fmt.Errorf("%s: %+v: epoch %d: must be >= 0", op, p, p.Epoch)
 	}
-	s.pos = p
+	if p.World < 0 {
+		return fmt.Errorf("%s: %+v: world %d: must be >= 0 (0: this sampler's %d)", op, p, p.World, s.World)
+	}
+	if p.World != 0 && p.World != s.World {
+		if p.Index < 0 || p.Index > s.N/p.World {
+			return fmt.Errorf("%s: %+v: index must be in [0, %d] for %d samples over %d ranks", op, p, s.N/p.World, s.N, p.World)
+		}
+		drawn := p.Index * p.World
+		if drawn%s.World != 0 {
+			return fmt.Errorf("%s: %+v: the %d ranks had handed out %d samples of epoch %d, which %d ranks cannot continue without repeating or skipping some (resume at a world size dividing %d)", op, p, p.World, drawn, p.Epoch, s.World, drawn)
+		}
+		p.Index = drawn / s.World
+	}
+	if p.Index < 0 || p.Index > s.PerRank() {
+		return fmt.Errorf("%s: %+v: index must be in [0, %d]", op, p, s.PerRank())
+	}
+	s.pos = Position{Epoch: p.Epoch, Index: p.Index}
 	return nil
 }
 
 // MarshalPosition is the position as JSON, for a checkpoint.
-func (s *DistributedSampler) MarshalPosition() ([]byte, error) { return json.Marshal(s.pos) }
+func (s *DistributedSampler) MarshalPosition() ([]byte, error) { return json.Marshal(s.Position()) }
 
 // UnmarshalPosition resumes from JSON written by MarshalPosition.
 func (s *DistributedSampler) UnmarshalPosition(b []byte) error {
 	var p Position
-	if err := json.Unmarshal(b, &p); err != nil {
-		return fmt.Errorf("data.DistributedSampler: position: %w", err)
+	d := json.NewDecoder(strings.NewReader(string(b)))
+	d.DisallowUnknownFields() // a misspelt key would silently restart the epoch
+	if err := d.Decode(&p); err != nil {
+		return fmt.Errorf("data.DistributedSampler: position %s: %w (want {\"epoch\":E,\"index\":I,\"world\":W})", b, err)
 	}
 	return s.SetPosition(p)
 }
@@ -89,6 +123,9 @@ func (s *DistributedSampler) order(epoch int) []int {
 // Next returns this rank's next k sample indices, moving to the next epoch
 // (a new shuffle) when the current one runs out.
 func (s *DistributedSampler) Next(k int) []int {
+	if k < 0 {
+		panic(fmt.Sprintf("data.DistributedSampler.Next(%d): a negative count", k))
+	}
 	out := make([]int, 0, k)
 	for len(out) < k {
 		if s.pos.Index >= s.PerRank() {

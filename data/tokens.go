@@ -23,7 +23,9 @@ func newTokens(ids []int32, vocab int) (*Tokens, error) {
 			vocab = int(id) + 1
 		}
 	}
-	return &Tokens{IDs: ids, Vocab: vocab}, nil
+	// clipped: a window past the end must fail, not read the zeros an
+	// append left in the capacity
+	return &Tokens{IDs: ids[:len(ids):len(ids)], Vocab: vocab}, nil
 }
 
 // NumWindows is how many non-overlapping windows of t+1 tokens (t inputs
@@ -37,8 +39,12 @@ func (s *Tokens) NumWindows(t int) int {
 }
 
 // Window returns window i of length t: inputs ids[i*t : i*t+t] and targets
-// ids[i*t+1 : i*t+t+1] (slices of the stream: do not modify).
+// ids[i*t+1 : i*t+t+1] (slices of the stream: do not modify). Like an
+// index expression it panics when i is not in [0, NumWindows(t)).
 func (s *Tokens) Window(i, t int) (inputs, targets []int32) {
+	if n := s.NumWindows(t); i < 0 || i >= n {
+		panic(fmt.Sprintf("data.Tokens.Window(%d, %d): window index out of range [0, %d) of a %d-token stream", i, t, n, len(s.IDs)))
+	}
 	lo := i * t
 	return s.IDs[lo : lo+t], s.IDs[lo+1 : lo+t+1]
 }
