@@ -22,6 +22,10 @@ import (
 // rank's data-parallel group (TensorParallelGroups builds both from a
 // world). tp.Size() must equal tensor_model_parallel_size. The engine's
 // Parameters are then this rank's shards (nn.GPT.Unshard gathers them).
+// The ranks of one tensor-parallel group must pass the same micro-batches
+// (each computes its shard of the same tokens; the engine cannot compare
+// arbitrary inputs, so different data trains without an error), as in
+// Megatron, where the data loader is shared by the group.
 func WithTensorParallel(tp comm.Comm) Option { return func(o *options) { o.tp = tp } }
 
 // TensorParallelGroups lays world out as DeepSpeed and Megatron do

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 )
 
 // crossCheck applies the rules that involve more than one key.
@@ -59,6 +60,7 @@ func (l *loader) crossCheck(c *Config) {
 		l.fail("zero_optimization.stage", z.Stage, "0 or 1 with pipeline_model_parallel_size > 1",
 			"ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism (DeepSpeed's PipelineEngine refuses them)")
 	}
+	l.pipelineStages(c)
 	l.pipelineSchedule(c)
 	if c.Optimizer != nil {
 		switch c.Optimizer.Name() {
@@ -121,6 +123,27 @@ func (l *loader) crossCheck(c *Config) {
 	}
 	if l.o.world > 0 {
 		l.worldChecks(c)
+	}
+}
+
+// pipelineStages checks pipeline.stages: "auto" or a whole number of
+// stages, at least 1 (a quoted number or 0 used to pass and then mean no
+// pipeline without a word).
+func (l *loader) pipelineStages(c *Config) {
+	const p = "pipeline.stages"
+	const allowed = `"auto" or a whole number of stages >= 1`
+	switch v := c.Pipeline.Stages.(type) {
+	case nil:
+	case string:
+		if v != "auto" {
+			l.fail(p, v, allowed, "")
+		}
+	case float64:
+		if v < 1 || v != math.Trunc(v) {
+			l.fail(p, v, allowed, "")
+		}
+	default:
+		l.fail(p, v, allowed, "")
 	}
 }
 

@@ -24,9 +24,11 @@
 // accumulation over micro-batches is the caller zeroing the gradients only
 // at a boundary.
 //
-// Tensor parallelism is not implemented, but the layers are cut so that it
-// can be added around them: Linear knows its in/out features, so a column
-// or row shard is a Linear with Out/world or In/world features; attention
-// takes its heads as a parameter, so a head shard is an Attention with
-// Heads/world heads.
+// Tensor parallelism is Megatron's (GPTConfig.TP, tp.go): Linear knows
+// its in/out features, so a column or row shard is a Linear with Out/world
+// or In/world features; attention takes its heads as a parameter, so a
+// head shard is an Attention with Heads/world heads; the vocabulary is cut
+// across the ranks too (tp_vocab.go), and Megatron's sequence parallelism
+// is an option (tp_seq.go). The ranks of a tensor-parallel group must be
+// given the same micro-batches: each computes its shard of the same tokens.
 package nn
