@@ -52,6 +52,7 @@ func SwapDir(path string, rank int) string {
 type NVMeStore struct {
 	eng  *aio.Engine
 	dir  string
+	lock *swapLock // dir, for this run
 	popt PlanOptions
 
 	mu       sync.Mutex
@@ -109,18 +110,22 @@ func NewNVMeStore(o NVMeOptions) (*NVMeStore, error) {
 		return nil, errors.New("offload: nvme_path is empty")
 	}
 	dir := SwapDir(o.Path, o.Rank)
+	lock, err := lockSwapDir("nvme_path", o.Path, dir)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("offload: removing the swap folder of an earlier run: %w", err)
+		return nil, errors.Join(fmt.Errorf("offload: removing the swap folder of an earlier run: %w", err), lock.release())
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("offload: nvme_path %q: %w", o.Path, err)
+		return nil, errors.Join(fmt.Errorf("offload: nvme_path %q: %w", o.Path, err), lock.release())
 	}
 	eng, err := aio.Open(o.AIO)
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, errors.Join(err, lock.release())
 	}
-	return &NVMeStore{eng: eng, dir: dir, popt: o.Plan, groups: map[string]*swapGroup{}, cursor: -1,
+	return &NVMeStore{eng: eng, dir: dir, lock: lock, popt: o.Plan, groups: map[string]*swapGroup{}, cursor: -1,
 		reads: map[int]*aio.Request{}, writes: map[int]*aio.Request{}, wbuf: map[int]int{}}, nil
 }
 
@@ -486,7 +491,7 @@ func (s *NVMeStore) Close() error {
 		}
 	}
 	s.bufs, s.lookup = nil, nil
-	errs = append(errs, s.eng.Close(), os.RemoveAll(s.dir))
+	errs = append(errs, s.eng.Close(), os.RemoveAll(s.dir), s.lock.release())
 	s.groups, s.order, s.plan, s.held = map[string]*swapGroup{}, nil, nil, nil
 	return errors.Join(errs...)
 }

@@ -248,6 +248,31 @@ func TestNVMeBadOptions(t *testing.T) {
 	assert.ErrorContains(t, err, "buffer_count 0")
 	_, err = NewNVMeStore(NVMeOptions{Plan: PlanOptions{Buffers: 1}, AIO: testAIO()})
 	assert.ErrorContains(t, err, "nvme_path is empty")
+	file := filepath.Join(t.TempDir(), "a-file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	_, err = NewNVMeStore(NVMeOptions{Path: file, Plan: PlanOptions{Buffers: 1}, AIO: testAIO()})
+	assert.ErrorContains(t, err, "not a directory")
+}
+
+// A second live store on the same nvme_path and rank is refused: it would
+// have removed the first one's swap files under it. Once the first
+// closes, the path is free again (and a crashed run's lock dies with it).
+func TestNVMeSwapDirInUse(t *testing.T) {
+	path := t.TempDir()
+	o := NVMeOptions{Path: path, Rank: 1, Plan: PlanOptions{Buffers: 1}, AIO: testAIO()}
+	first, err := NewNVMeStore(o)
+	require.NoError(t, err)
+	_, err = NewNVMeStore(o)
+	require.ErrorContains(t, err, "in use by another live run")
+	_, err = os.Stat(first.Dir())
+	require.NoError(t, err, "the first store's folder survived the refused second")
+	require.NoError(t, first.Close())
+	second, err := NewNVMeStore(o)
+	require.NoError(t, err)
+	require.NoError(t, second.Close())
+	left, err := os.ReadDir(path)
+	require.NoError(t, err)
+	assert.Empty(t, left, "Close leaves nothing in nvme_path")
 }
 
 // TestStateLargerThanBuffers: twelve sub-groups whose state together is six

@@ -60,6 +60,7 @@ func ParamSwapDir(path string, rank int) string {
 type ParamSwapper struct {
 	eng   *aio.Engine
 	dir   string
+	lock  *swapLock // dir, for this run
 	file  *aio.File
 	dt    tensor.DType
 	parts []paramPart
@@ -147,14 +148,17 @@ func NewParamSwapper(o ParamSwapOptions, dt tensor.DType, names []string, sizes 
 		ok = true
 		return s, nil // everything fits max_in_cpu: no file, no engine
 	}
-	s.dir = ParamSwapDir(o.Path, o.Rank)
+	lock, err := lockSwapDir("offload_param.nvme_path", o.Path, ParamSwapDir(o.Path, o.Rank))
+	if err != nil {
+		return nil, err
+	}
+	s.dir, s.lock = ParamSwapDir(o.Path, o.Rank), lock
 	if err := os.RemoveAll(s.dir); err != nil {
 		return nil, fmt.Errorf("offload: removing the parameter swap folder of an earlier run: %w", err)
 	}
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("offload: offload_param.nvme_path %q: %w", o.Path, err)
 	}
-	var err error
 	if s.eng, err = aio.Open(o.AIO); err != nil {
 		return nil, err
 	}
@@ -442,5 +446,7 @@ func (s *ParamSwapper) Close() error {
 	if s.dir != "" {
 		errs = append(errs, os.RemoveAll(s.dir))
 	}
+	errs = append(errs, s.lock.release())
+	s.lock = nil
 	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package offload
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 
@@ -125,10 +126,16 @@ func TestParamSwapperBadOptions(t *testing.T) {
 		{"partition over buffer_size", ParamSwapOptions{BufferCount: 2, BufferSize: 100}, "not supported: partition b has 200 elements, more than zero_optimization.offload_param.buffer_size=100"},
 		{"no buffers", ParamSwapOptions{BufferCount: 0, BufferSize: 100}, "buffer_count 0"},
 		{"no path", ParamSwapOptions{BufferCount: 1, BufferSize: 1000}, "nvme_path is empty"},
+		{"path is a file", ParamSwapOptions{BufferCount: 1, BufferSize: 1000}, "offload_param.nvme_path"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := c.o
-			if c.name != "no path" {
+			switch c.name {
+			case "no path":
+			case "path is a file":
+				o.Path = filepath.Join(t.TempDir(), "f")
+				require.NoError(t, os.WriteFile(o.Path, nil, 0o644))
+			default:
 				o.Path = t.TempDir()
 			}
 			_, err := NewParamSwapper(o, tensor.Float32, []string{"a", "b"}, []int{50, 200})
