@@ -62,16 +62,17 @@ func checkSP(cfg *config.Config, net model.Model, o options) error {
 		n = o.comm.Size()
 	}
 	switch {
+	// what cannot run at all is said before what to pass to run it
+	case sp > 1 && cfg.TensorModelParallelSize > 1:
+		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d with tensor_model_parallel_size %d: not supported yet", sp, cfg.TensorModelParallelSize)
+	case sp > 1 && o.device != nil && !o.device.IsCPU():
+		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d on %v: not supported yet (SP runs on the CPU backend)", sp, *o.device)
 	case o.sp == nil && sp > 1:
 		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d: pass WithSequenceParallel (the group the model shards its sequences over) and WithComm the sequence-data-parallel group (see SequenceParallelGroups)", sp)
 	case o.sp != nil && o.sp.Size() != sp:
 		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d, but WithSequenceParallel's group has %d ranks", sp, o.sp.Size())
 	case sp > 1 && n%sp != 0:
 		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d does not divide the %d ranks of WithComm's group (the sequence-data-parallel group, dp x sp)", sp, n)
-	case sp > 1 && cfg.TensorModelParallelSize > 1:
-		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d with tensor_model_parallel_size %d: not supported yet", sp, cfg.TensorModelParallelSize)
-	case sp > 1 && o.device != nil && !o.device.IsCPU():
-		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d on %v: not supported yet (SP runs on the CPU backend)", sp, *o.device)
 	}
 	if m, ok := net.(interface{ SequenceParallelSize() int }); ok && m.SequenceParallelSize() != sp {
 		return fmt.Errorf("deepgo.Initialize: the model shards its sequences over %d ranks, sequence_parallel_size is %d: build it with the group WithSequenceParallel gets", m.SequenceParallelSize(), sp)

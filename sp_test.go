@@ -52,6 +52,8 @@ func TestSequenceParallelRefusals(t *testing.T) {
 	}{
 		{"group size", `"sequence_parallel_size": 4`, "sequence_parallel_size 4, but WithSequenceParallel's group has 2 ranks", false},
 		{"with tp", `"sequence_parallel_size": 2, "tensor_model_parallel_size": 2`, "sequence_parallel_size 2 with tensor_model_parallel_size 2: not supported yet", false},
+		// the combination is refused before the missing option is asked for
+		{"with tp, no group", `"sequence_parallel_size": 2, "tensor_model_parallel_size": 2`, "sequence_parallel_size 2 with tensor_model_parallel_size 2: not supported yet", true},
 		{"with pipeline", `"sequence_parallel_size": 2, "pipeline_model_parallel_size": 2`, "sequence_parallel_size > 1 with pipeline stages", false},
 		{"model sharded", `"sequence_parallel_size": 1`, "the model shards its sequences over 2 ranks, sequence_parallel_size is 1", true},
 	}
