@@ -385,8 +385,8 @@ func (e *Engine) TrainBatch(ctx context.Context, data []model.MicroBatch) (float
 	if err := e.usable(ctx, "TrainBatch"); err != nil {
 		return 0, err
 	}
-	if e.phase != phaseIdle {
-		return 0, fmt.Errorf("deepgo: TrainBatch: a micro-step begun with Forward is not finished: end it with Backward and Step first (TrainBatch runs whole micro-steps)")
+	if e.phase == phaseBackward {
+		return 0, fmt.Errorf("deepgo: TrainBatch: the last micro-step's Backward was not followed by Step: call Step first (its gradients would otherwise count in this step)")
 	}
 	ctx = e.devCtx(ctx)
 	if len(data) != e.batch.GradAccum {
@@ -397,17 +397,20 @@ func (e *Engine) TrainBatch(ctx context.Context, data []model.MicroBatch) (float
 	}
 	t0 := time.Now()
 	var sum float64
-	for _, mb := range data {
+	for i, mb := range data {
 		l, err := e.Forward(ctx, mb)
 		if err != nil {
+			if i > 0 { // earlier micro-batches' gradients are accumulated
+				return 0, e.fail(err)
+			}
 			return 0, err
 		}
 		sum += l
 		if err := e.Backward(ctx); err != nil {
-			return 0, err
+			return 0, e.fail(err)
 		}
 		if err := e.Step(ctx); err != nil {
-			return 0, err
+			return 0, e.fail(err)
 		}
 	}
 	loss, err := e.allMean(ctx, sum/float64(len(data)))
@@ -492,7 +495,12 @@ func (e *Engine) Memory() zero.Memory {
 }
 
 // Stage3Stats reports the stage-3 gather/prefetch/release counters.
-func (e *Engine) Stage3Stats() zero.CoordinatorStats { return e.z.Stage3Stats() }
+func (e *Engine) Stage3Stats() zero.CoordinatorStats {
+	if e.z == nil { // closed
+		return zero.CoordinatorStats{}
+	}
+	return e.z.Stage3Stats()
+}
 
 // ZeRO exposes the ZeRO optimizer (layout, trace, timers).
 func (e *Engine) ZeRO() *zero.Optimizer { return e.z }

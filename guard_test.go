@@ -61,7 +61,7 @@ func TestMicroStepOrder(t *testing.T) {
 			}
 			_, err := e.TrainBatch(ctx, []model.MicroBatch{mb})
 			return err
-		}, "not finished"},
+		}, "Backward was not followed by Step"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -117,6 +117,37 @@ func TestFailedMicroStepStops(t *testing.T) {
 	require.ErrorContains(t, e.Save(ctx, t.TempDir(), deepgo.SaveOptions{}), "failed part way")
 }
 
+// An evaluation Forward (no Backward) before TrainBatch is replaced by
+// TrainBatch's own, as a second Forward replaces the first.
+func TestEvalForwardThenTrainBatch(t *testing.T) {
+	ctx := context.Background()
+	e, _, data := guardEngine(t, 2, "")
+	_, err := e.Forward(ctx, data.Micro(1, globalBatch, 0, globalBatch))
+	require.NoError(t, err)
+	_, err = e.TrainBatch(ctx, []model.MicroBatch{data.Micro(0, globalBatch, 0, globalBatch)})
+	require.NoError(t, err)
+	assert.Equal(t, 1, e.GlobalSteps())
+}
+
+// A TrainBatch that fails on a later micro-batch has accumulated the
+// earlier ones' gradients: the engine says so from then on.
+func TestTrainBatchFailsMidAccumulation(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := config.Parse([]byte(run{stage: 2, world: 1, gas: 2}.config()))
+	require.NoError(t, err)
+	e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...))
+	require.NoError(t, err)
+	defer e.Close()
+	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	good := data.Micro(0, globalBatch, 0, globalBatch/2)
+	bad := data.Micro(0, globalBatch, globalBatch/2, globalBatch/4) // Forward refuses its size before it starts
+	_, err = e.TrainBatch(ctx, []model.MicroBatch{good, bad})
+	require.Error(t, err)
+	_, err = e.TrainBatch(ctx, []model.MicroBatch{good, good})
+	require.ErrorContains(t, err, "Close it and resume from a checkpoint")
+	assert.NotPanics(t, func() { _ = e.Stage3Stats() })
+}
+
 // After Close every call says so; nothing panics, and Close is idempotent.
 func TestUseAfterClose(t *testing.T) {
 	ctx := context.Background()
@@ -128,7 +159,7 @@ func TestUseAfterClose(t *testing.T) {
 	_, err = e.Parameters(ctx)
 	require.ErrorContains(t, err, "closed")
 	require.ErrorContains(t, e.Step(ctx), "closed")
-	assert.NotPanics(t, func() { _ = e.Memory(); _ = e.Timers() })
+	assert.NotPanics(t, func() { _ = e.Memory(); _ = e.Timers(); _ = e.Stage3Stats() })
 }
 
 // One model object given to two ranks would have both write its Params.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -174,7 +175,10 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if !e.be.Device().IsCPU() {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d on backend %s (%v): not supported yet (the pipeline engine computes on the CPU)", pp, e.be.Name(), e.be.Device())
 	}
-	e.notes = append(configNotes(cfg, false, nil), pipeNotes(cfg, e.be.Device())...)
+	// without WithLog the world's rank 0 logs the config's warnings, as the
+	// data-parallel engine does
+	logWarnings := o.log == nil && o.comm != nil && o.comm.Rank() == 0
+	e.notes = append(configNotes(cfg, logWarnings, os.Stderr), pipeNotes(cfg, e.be.Device())...)
 	if e.grid, err = pipeGrid(ctx, cfg, pp, o); err != nil {
 		return nil, err
 	}

@@ -193,10 +193,15 @@ func TestPipelineStages(t *testing.T) {
 		{`{"pipeline": {"stages": "auto"}, "pipeline_model_parallel_size": 2}`, 2, ""},
 		{`{"pipeline": {"stages": 2}, "pipeline_model_parallel_size": 2}`, 2, ""},
 		{`{"pipeline": {"stages": 2}, "pipeline_model_parallel_size": 4}`, 0, "pipeline.stages 2 and pipeline_model_parallel_size 4"},
-		{`{"pipeline": {"stages": 2.5}}`, 0, "pipeline.stages 2.5"},
+		{`{"pipeline": {"stages": 2.5}}`, 0, "pipeline.stages"}, // the config reader refuses it
+		{`{"pipeline": {"stages": "3"}}`, 0, "pipeline.stages"},
 	}
 	for _, c := range cases {
 		cfg, err := config.Parse([]byte(c.doc))
+		if c.wantErr == "pipeline.stages" {
+			assert.ErrorContains(t, err, `pipeline.stages`, c.doc)
+			continue
+		}
 		require.NoError(t, err, c.doc)
 		got, err := deepgo.PipelineStages(cfg)
 		if c.wantErr != "" {
