@@ -92,7 +92,38 @@ func ReadLatest(fsys vfs.FS, saveDir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: %s: %w", name, err)
 	}
+	if !strings.Contains(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if err := newestBare(fsys, saveDir, tag); err != nil {
+			return "", fmt.Errorf("checkpoint: %s: %w", name, err)
+		}
+	}
 	return tag, nil
+}
+
+// newestBare accepts a bare tag (DeepSpeed's latest, no checksum) only if
+// no other checkpoint in saveDir holds a later step: a deepgo latest file
+// cut short after its tag's first digits reads as a valid bare tag
+// ("global_step1" from "global_step10\ncrc32c=..."), and must not resume an
+// older checkpoint without a word. Tags whose manifest cannot be read are
+// left for Open and VerifyAll to report.
+func newestBare(fsys vfs.FS, saveDir, tag string) error {
+	m, err := ReadManifest(fsys, saveDir, tag)
+	if err != nil {
+		return nil // Open reports a missing or damaged tag
+	}
+	tags, err := tagDirs(fsys, saveDir)
+	if err != nil {
+		return err
+	}
+	for _, t := range tags {
+		if t == tag {
+			continue
+		}
+		if o, err := ReadManifest(fsys, saveDir, t); err == nil && o.Step > m.Step {
+			return fmt.Errorf("names %q without a checksum (DeepSpeed's format), but %q holds a later step (%d > %d): a deepgo latest file cut short reads like this; to resume an older checkpoint on purpose, name its folder (deepgo train: checkpoint.load_path %s) or write deepgo's form \"<tag>\\ncrc32c=<hex>\\n\" (SetLatest)", tag, t, o.Step, m.Step, filepath.Join(saveDir, tag))
+		}
+	}
+	return nil
 }
 
 // latestTagMissing reports, wrapping fs.ErrNotExist, that the folder of

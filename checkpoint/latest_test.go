@@ -56,3 +56,20 @@ func TestDeepSpeedLatest(t *testing.T) {
 		})
 	}
 }
+
+// A deepgo latest file cut short after "global_step1" of "global_step10"
+// reads as a bare tag; it must not resume step 1 while step 10 is there.
+func TestTruncatedLatestNotOlder(t *testing.T) {
+	dir := t.TempDir()
+	saveWorld(t, dir, 2, 1, Options{})
+	saveWorld(t, dir, 2, 10, Options{})
+	full := encodeLatest("global_step10")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, latestName), full[:12], 0o644))
+	_, err := ReadLatest(nil, dir)
+	require.ErrorContains(t, err, `"global_step10" holds a later step (10 > 1)`)
+	// the same bare tag naming the newest checkpoint is DeepSpeed's latest
+	require.NoError(t, os.WriteFile(filepath.Join(dir, latestName), []byte("global_step10"), 0o644))
+	tag, err := ReadLatest(nil, dir)
+	require.NoError(t, err)
+	require.Equal(t, "global_step10", tag)
+}

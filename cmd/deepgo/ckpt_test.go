@@ -92,8 +92,13 @@ func TestCkptInspectEveryTag(t *testing.T) {
 			flipLastByte(t, filepath.Join(dir, "global_step3", "*.safetensors"))
 		}, code: 1, want: []*regexp.Regexp{regexp.MustCompile(`(?m)^global_step3 .* DAMAGED: 1 bad file\(s\), see below  <- latest`), regexp.MustCompile(`FAIL: .*checksum mismatch`)}},
 		{name: "DeepSpeed latest", damage: func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "latest"), []byte("global_step3"), 0o644))
+		}, code: 0, want: []*regexp.Regexp{regexp.MustCompile(`(?m)^global_step3 .* ok  <- latest`), regexp.MustCompile(`verifying global_step3:`)}},
+		// a bare tag older than another checkpoint reads like a cut-short
+		// deepgo latest file ("global_step1" of "global_step10..."): refused
+		{name: "bare tag older than the newest", damage: func(t *testing.T, dir string) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "latest"), []byte("global_step2"), 0o644))
-		}, code: 0, want: []*regexp.Regexp{regexp.MustCompile(`(?m)^global_step2 .* ok  <- latest`), regexp.MustCompile(`verifying global_step2:`)}},
+		}, code: 1, want: []*regexp.Regexp{regexp.MustCompile(`names "global_step2" without a checksum .* "global_step3" holds a later step`)}},
 		{name: "latest names a missing tag", damage: func(t *testing.T, dir string) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "latest"), []byte("global_step10\n"), 0o644))
 		}, code: 1, want: []*regexp.Regexp{regexp.MustCompile(`tag "global_step10" named by .*latest not found \(tags present: global_step1, global_step2, global_step3\)`)}},
