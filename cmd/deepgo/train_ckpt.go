@@ -108,6 +108,16 @@ func (rs *resumer) resume(ctx context.Context, cfg *config.Config, e deepgo.Trai
 	if err != nil && tag != "" {
 		return 0, "", fmt.Errorf("checkpoint.load_path %q: %w", *cfg.Checkpoint.LoadPath, err)
 	}
+	if err == nil && tag != "" && filepath.Clean(dir) == filepath.Clean(cfg.Checkpoint.SaveDir) {
+		// Saves go on in dir from the loaded tag's step: latest must name
+		// it, or the save reaching the step latest names would refuse that
+		// tag (and a restart would skip back to it).
+		rs.pointOnce.Do(func() { rs.pointErr = checkpoint.SetLatest(nil, dir, tag) })
+		if rs.pointErr != nil {
+			return 0, "", fmt.Errorf("checkpoint.load_path %q: %w", *cfg.Checkpoint.LoadPath, rs.pointErr)
+		}
+		note = fmt.Sprintf("checkpoint.load_path: resumed from %s inside save_dir; latest now names it, and later checkpoints there are replaced as the run reaches their steps", tag)
+	}
 	if err != nil {
 		good, damaged, ferr := rs.fallbackTag(ctx, dir, err)
 		if ferr != nil {

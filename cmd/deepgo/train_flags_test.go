@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/deepgo-ml/deepgo/checkpoint"
 	"io"
 	"os"
 	"path/filepath"
@@ -113,6 +114,28 @@ func TestTrainLoadPath(t *testing.T) {
 			assert.Contains(t, out.String(), tc.want)
 		})
 	}
+}
+
+// load_path naming an older checkpoint inside save_dir resumes from it and
+// saves on over the later ones: latest follows the loaded tag (the save
+// reaching the step latest named used to refuse that tag).
+func TestTrainLoadPathInsideSaveDir(t *testing.T) {
+	save := filepath.Join(t.TempDir(), "s")
+	args := trainerArgs{microBatch: 4, lr: 0.01}
+	_, err := train(resumeConfig(t, save, 3), "", "tiny", 2, 10, args, io.Discard, io.Discard)
+	require.NoError(t, err)
+	js, err := json.Marshal(map[string]any{"train_micro_batch_size_per_gpu": 4, "steps_per_print": 5,
+		"zero_optimization": map[string]any{"stage": 2}, "optimizer": map[string]any{"type": "AdamW", "params": map[string]any{"lr": 0.01}},
+		"checkpoint": map[string]any{"save_dir": save, "load_path": filepath.Join(save, "global_step5")}})
+	require.NoError(t, err)
+	var out strings.Builder
+	_, err = train(writeConfig(t, string(js)), "", "tiny", 2, 12, args, &out, io.Discard)
+	require.NoError(t, err)
+	assert.Contains(t, out.String(), "resumed at step 5 from")
+	assert.Contains(t, out.String(), "latest now names it")
+	tag, err := checkpoint.ReadLatest(nil, save)
+	require.NoError(t, err)
+	assert.Equal(t, "global_step12", tag, "the run saved on past the loaded step, through step 10 that latest named")
 }
 
 // A checkpoint at or past --steps leaves nothing to train: train says so
