@@ -187,6 +187,9 @@ func TestSamplerResumeOtherWorld(t *testing.T) {
 	s, err := NewDistributedSampler(n, 0, 4, seed, true)
 	require.NoError(t, err)
 	assert.ErrorContains(t, s.SetPosition(Position{Epoch: 0, Index: 3, World: 2}), "cannot continue without repeating or skipping", "6 samples over 4 ranks")
+	// the end of an epoch (Next moves on lazily) resumes at the next one
+	require.NoError(t, s.SetPosition(Position{Epoch: 0, Index: n / 2, World: 2}))
+	assert.Equal(t, Position{Epoch: 1, Index: 0, World: 4}, s.Position())
 	assert.ErrorContains(t, s.SetPosition(Position{Epoch: -1}), "epoch -1: must be >= 0")
 	assert.ErrorContains(t, s.UnmarshalPosition([]byte(`{"epok":3}`)), "unknown field")
 	assert.Panics(t, func() { s.Next(-1) })

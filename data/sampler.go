@@ -60,8 +60,11 @@ func (s *DistributedSampler) Position() Position {
 // another world size continues where the ranks together stopped: the
 // epoch's first Index*World positions were handed out, so each of this
 // sampler's ranks resumes at that count over its World, which must divide
-// it (a global batch the new world divides does), or samples would be
-// repeated or skipped.
+// it, or samples would be repeated or skipped: an error. Within the first
+// epoch, steps of a global batch the new world divides always resume; once
+// an epoch ended inside a batch (the per-rank share of N not a multiple of
+// the per-rank batch) the count may not divide. A position at the very end
+// of an epoch resumes at the start of the next.
 func (s *DistributedSampler) SetPosition(p Position) error {
 	const op = "data.DistributedSampler.SetPosition"
 	if p.Epoch < 0 {
@@ -71,6 +74,9 @@ func (s *DistributedSampler) SetPosition(p Position) error {
 		return fmt.Errorf("%s: %+v: world %d: must be >= 0 (0: this sampler's %d)", op, p, p.World, s.World)
 	}
 	if p.World != 0 && p.World != s.World {
+		if p.Index == s.N/p.World { // Next moves on lazily: the epoch is done
+			p = Position{Epoch: p.Epoch + 1, World: p.World}
+		}
 		if p.Index < 0 || p.Index > s.N/p.World {
 			return fmt.Errorf("%s: %+v: index must be in [0, %d] for %d samples over %d ranks", op, p, s.N/p.World, s.N, p.World)
 		}

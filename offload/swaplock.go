@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"syscall"
 )
@@ -24,18 +25,35 @@ func lockSwapDir(key, path, dir string) (*swapLock, error) {
 		return nil, fmt.Errorf("offload: %s %q: %w", key, path, err)
 	}
 	name := dir + ".lock"
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("offload: %s %q: %w", key, path, err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("offload: %s %q: its swap folder %s is in use by another live run (%s is locked): give each run, or each rank, its own nvme_path", key, path, dir, name)
+	for {
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("offload: %s %q: %w", key, path, err)
 		}
-		return nil, fmt.Errorf("offload: %s %q: locking %s: %w", key, path, name, err)
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				return nil, fmt.Errorf("offload: %s %q: its swap folder %s is in use by another live run (%s is locked): give each run, or each rank, its own nvme_path", key, path, dir, name)
+			}
+			return nil, fmt.Errorf("offload: %s %q: locking %s: %w", key, path, name, err)
+		}
+		// The holder removes the file before it unlocks (release): a lock
+		// won on a file no longer at name is on a dead file, and a third
+		// run would lock a new one beside it. Keep only a lock on the file
+		// that name still is.
+		held, herr := f.Stat()
+		now, nerr := os.Stat(name)
+		if herr == nil && nerr == nil && os.SameFile(held, now) {
+			return &swapLock{f: f}, nil
+		}
+		f.Close()
+		if herr != nil {
+			return nil, fmt.Errorf("offload: %s %q: %w", key, path, herr)
+		}
+		if nerr != nil && !errors.Is(nerr, fs.ErrNotExist) {
+			return nil, fmt.Errorf("offload: %s %q: %w", key, path, nerr)
+		}
 	}
-	return &swapLock{f: f}, nil
 }
 
 // release removes the lock file and drops the lock; nil-safe.
