@@ -187,9 +187,13 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	if steps == 0 {
 		steps = mc.steps
 	}
-	// the parallel shape, read once; a config that does not load gives the
-	// plain shape here, and each rank's config.Load reports the error
-	shape, _ := config.Load(cfgPath)
+	// the parallel shape, read once; a config that does not load is
+	// reported here, once, rather than by whichever rank's config.Load
+	// failed first ("rank 63: config: ...")
+	shape, err := config.Load(cfgPath)
+	if err != nil {
+		return nil, err
+	}
 	pp, virtual := pipeShape(shape)
 	tp := tpSize(shape)
 	sp := spSize(shape)
@@ -212,7 +216,6 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	targs.steps = steps // before the ranks start: they share targs
 	var corpus *data.Tokens
 	var floor *float64
-	var err error
 	switch {
 	case dataPath == "":
 		m, err := data.NewMarkov(mc.vocab, 1, mc.branch, 3)

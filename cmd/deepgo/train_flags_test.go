@@ -288,3 +288,13 @@ func TestTrainWarningOnce(t *testing.T) {
 	require.Zero(t, code, errb.String())
 	assert.Equal(t, 1, strings.Count(out.String(), "keep_n_most_recent (2) and num_checkpoints_to_keep (10) disagree"), out.String())
 }
+
+// A config that does not load is reported once, not by whichever rank's
+// load failed first ("rank 63: config: ...").
+func TestTrainConfigErrorOnce(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"train", "--config", filepath.Join(t.TempDir(), "missing.json"), "--model", "tiny", "--steps", "1"}, &out, &errb)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errb.String(), "deepgo train: config: open ")
+	assert.NotContains(t, errb.String(), "rank ")
+}
