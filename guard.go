@@ -93,16 +93,15 @@ func (e *Engine) release() {
 
 // configNotes turns the config's warnings (unknown keys, unresolved
 // "auto", legacy spellings: config.Config.Warnings) into notes, so that a
-// trainer that logs Notes shows them; with log set (the default log of a
-// Trainer built without WithLog) they are also written there, as DeepSpeed
-// logs its own, because a key that loads and does nothing must not pass
-// unseen.
-func configNotes(cfg *config.Config, toLog bool, log io.Writer) []string {
+// trainer that logs Notes shows them; a non-nil log (the default log of a
+// Trainer built without WithLog) gets them too, as DeepSpeed logs its own,
+// because a key that loads and does nothing must not pass unseen.
+func configNotes(cfg *config.Config, log io.Writer) []string {
 	var notes []string
 	for _, w := range cfg.Warnings {
 		n := fmt.Sprintf("config warning: %v", w)
 		notes = append(notes, n)
-		if toLog && log != nil {
+		if log != nil {
 			fmt.Fprintln(log, "deepgo:", n)
 		}
 	}

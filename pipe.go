@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -177,8 +178,11 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	}
 	// without WithLog the world's rank 0 logs the config's warnings, as the
 	// data-parallel engine does
-	logWarnings := o.log == nil && o.comm != nil && o.comm.Rank() == 0
-	e.notes = append(configNotes(cfg, logWarnings, os.Stderr), pipeNotes(cfg, e.be.Device())...)
+	var warnLog io.Writer
+	if o.log == nil && o.comm != nil && o.comm.Rank() == 0 {
+		warnLog = os.Stderr
+	}
+	e.notes = append(configNotes(cfg, warnLog), pipeNotes(cfg, e.be.Device())...)
 	if e.grid, err = pipeGrid(ctx, cfg, pp, o); err != nil {
 		return nil, err
 	}

@@ -93,7 +93,11 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	if dev := e.be.Device(); !dev.IsCPU() {
 		e.arena.SetAlloc(e.be.Empty)
 	}
-	e.notes = append(configNotes(cfg, o.log == nil, e.log), offloadNotes(cfg, e.be.Device())...)
+	var warnLog io.Writer // the default log only: WithLog's owner logs Notes
+	if o.log == nil {
+		warnLog = e.log
+	}
+	e.notes = append(configNotes(cfg, warnLog), offloadNotes(cfg, e.be.Device())...)
 	e.notes = append(e.notes, sequenceParallelNotes(cfg)...)
 	var ckNotes []string
 	e.ck, ckNotes = newCkpt(cfg, net, e.be, e.tp)

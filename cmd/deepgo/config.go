@@ -49,7 +49,8 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprint(stdout, s)
 		return 0
-	case "-h", "--h", "-help", "--help", "help":
+	}
+	if isHelp(args[0]) || args[0] == "help" {
 		fmt.Fprint(stdout, configUsage)
 		return 0
 	}

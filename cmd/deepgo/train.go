@@ -325,12 +325,8 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		defer e.Close()
 		rank := c.Rank()
 		if rank == 0 {
-			notes := append(append(autoNotes, gpt.Notes()...), e.Notes()...)
-			said := append([]string(nil), notes...)
-			for _, w := range cfg.Warnings {
-				said = append(said, fmt.Sprint(w))
-			}
-			notes = append(notes, trainNoEffectNotes(cfg, said)...)
+			notes := append(append(autoNotes, gpt.Notes()...), e.Notes()...) // config warnings among them
+			notes = append(notes, trainNoEffectNotes(cfg, notes)...)
 			for _, n := range notes {
 				fmt.Fprintln(stdout, "note:", n)
 			}

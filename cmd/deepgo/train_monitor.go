@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
-	"strings"
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
@@ -32,20 +30,13 @@ type runMeta struct {
 	steps  int
 }
 
-// newTrainMonitor prints the config's warnings on rank 0 (those the
-// engine's notes do not carry already) and writes
-// deepgo_run.json into the engine monitor's run directories.
+// newTrainMonitor writes deepgo_run.json into the engine monitor's run
+// directories on rank 0. (The config's warnings are among the engine's
+// notes, which train prints.)
 func newTrainMonitor(cfg *config.Config, e deepgo.Trainer, rank int, meta runMeta, stdout io.Writer) (*trainMonitor, error) {
 	tm := &trainMonitor{e: e}
 	if rank != 0 {
 		return tm, nil
-	}
-	notes := e.Notes()
-	for _, w := range cfg.Warnings {
-		// an engine that makes the warnings notes (printed already) says it
-		if !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, fmt.Sprint(w)) }) {
-			fmt.Fprintln(stdout, "warning:", w)
-		}
 	}
 	em, ok := e.(interface{ Monitor() *monitor.Monitor })
 	if !ok || em.Monitor() == nil {

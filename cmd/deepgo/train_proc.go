@@ -7,8 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -204,20 +204,10 @@ func jsonDiff(theirs, mine []byte, limit int) []string {
 	fa, fb := map[string]string{}, map[string]string{}
 	flattenJSON("", a, fa)
 	flattenJSON("", b, fb)
-	paths := map[string]bool{}
-	for p := range fa {
-		paths[p] = true
-	}
-	for p := range fb {
-		paths[p] = true
-	}
-	sorted := make([]string, 0, len(paths))
-	for p := range paths {
-		sorted = append(sorted, p)
-	}
-	sort.Strings(sorted)
+	paths := slices.Concat(slices.Collect(maps.Keys(fa)), slices.Collect(maps.Keys(fb)))
+	slices.Sort(paths)
 	var out []string
-	for _, p := range sorted {
+	for _, p := range slices.Compact(paths) {
 		x, okA := fa[p]
 		y, okB := fb[p]
 		if okA && okB && x == y {
