@@ -67,27 +67,78 @@ static void tile_scratch_free(att_job *j, float *p, const float *stack, size_t n
 		dg_scratch_free(j->ctx, p, n * sizeof(float));
 }
 
+/* Row sums of a tile, eight rows side by side: each row's float sum runs
+ * in its own element order, as one row at a time did, so the bits are
+ * the same, but the adder's latency is paid once per eight rows (alone,
+ * the chains were a fifth of the attention's time outside sgemm).
+ * rows_sum sets out[k] = sum of a[k][i] (b NULL) or of a[k][i] * b[k][i]
+ * over i < n[k], for k < m. */
+#define SUM_ROWS 8
+
+static DG_NO_SLP void rows_sum(const float *const *a, const float *const *b, const int64_t *n, int64_t m,
+			       float *out)
+{
+	int64_t k = 0;
+	for (; k + SUM_ROWS <= m; k += SUM_ROWS) {
+		int64_t nmin = n[k];
+		for (int l = 1; l < SUM_ROWS; l++)
+			nmin = n[k + l] < nmin ? n[k + l] : nmin;
+		const float *a0 = a[k], *a1 = a[k + 1], *a2 = a[k + 2], *a3 = a[k + 3], *a4 = a[k + 4],
+			    *a5 = a[k + 5], *a6 = a[k + 6], *a7 = a[k + 7];
+		float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, s4 = 0.0f, s5 = 0.0f, s6 = 0.0f, s7 = 0.0f;
+		if (b == NULL) {
+			for (int64_t i = 0; i < nmin; i++) {
+				s0 += a0[i], s1 += a1[i], s2 += a2[i], s3 += a3[i];
+				s4 += a4[i], s5 += a5[i], s6 += a6[i], s7 += a7[i];
+			}
+		} else {
+			const float *b0 = b[k], *b1 = b[k + 1], *b2 = b[k + 2], *b3 = b[k + 3], *b4 = b[k + 4],
+				    *b5 = b[k + 5], *b6 = b[k + 6], *b7 = b[k + 7];
+			for (int64_t i = 0; i < nmin; i++) {
+				s0 += a0[i] * b0[i], s1 += a1[i] * b1[i], s2 += a2[i] * b2[i], s3 += a3[i] * b3[i];
+				s4 += a4[i] * b4[i], s5 += a5[i] * b5[i], s6 += a6[i] * b6[i], s7 += a7[i] * b7[i];
+			}
+		}
+		float s[SUM_ROWS] = {s0, s1, s2, s3, s4, s5, s6, s7};
+		for (int l = 0; l < SUM_ROWS; l++) {
+			const float *x = a[k + l], *y = b == NULL ? NULL : b[k + l];
+			for (int64_t i = nmin; i < n[k + l]; i++)
+				s[l] += y == NULL ? x[i] : x[i] * y[i];
+			out[k + l] = s[l];
+		}
+	}
+	for (; k < m; k++) {
+		float t = 0.0f;
+		for (int64_t i = 0; i < n[k]; i++)
+			t += b == NULL ? a[k][i] : a[k][i] * b[k][i];
+		out[k] = t;
+	}
+}
+
 /* softmax_rows turns the scaled scores s[m x nk] of queries q0.. (keys
  * kbeg..) into weights in place, zero where a query does not look, and
  * saves each query's row in att */
 static DG_VECTORISE void softmax_rows(const att_job *j, float *s, float *att, int64_t q0, int64_t m, int64_t kbeg,
 				      int64_t nk)
 {
+	float *x[DG_NN_ATT_TILE] = {0}, sum[DG_NN_ATT_TILE];
+	int64_t n[DG_NN_ATT_TILE] = {0};
 	for (int64_t r = 0; r < m; r++) {
-		int64_t q = q0 + r, k0 = dg_nn_first_key(q, j->window), n = q - k0 + 1;
-		float *row = s + r * nk, *x = row + (k0 - kbeg); /* x[i]: key k0 + i */
-		float mx = dg_nn_row_max(x, n), sum = 0.0f;
-		dg_nn_softmax_exps(j->ctx->isa, x, x, n, mx);
-		for (int64_t i = 0; i < n; i++)
-			sum += x[i];
-		float inv = 1.0f / sum;
-		for (int64_t i = 0; i < n; i++)
-			x[i] *= inv;
-		memset(row, 0, (size_t)(k0 - kbeg) * sizeof(float));
-		memset(x + n, 0, (size_t)(nk - (k0 - kbeg) - n) * sizeof(float));
+		int64_t k0 = dg_nn_first_key(q0 + r, j->window);
+		n[r] = q0 + r - k0 + 1;
+		x[r] = s + r * nk + (k0 - kbeg); /* x[r][i]: key k0 + i */
+		dg_nn_softmax_exps(j->ctx->isa, x[r], x[r], n[r], dg_nn_row_max(j->ctx->isa, x[r], n[r]));
+	}
+	rows_sum((const float *const *)x, NULL, n, m, sum);
+	for (int64_t r = 0; r < m; r++) {
+		float *row = s + r * nk, inv = 1.0f / sum[r];
+		for (int64_t i = 0; i < n[r]; i++)
+			x[r][i] *= inv;
+		memset(row, 0, (size_t)(x[r] - row) * sizeof(float));
+		memset(x[r] + n[r], 0, (size_t)(nk - (x[r] - row) - n[r]) * sizeof(float));
 		float *a = att + r * j->span; /* slot k - k0 */
-		memcpy(a, x, (size_t)n * sizeof(float));
-		memset(a + n, 0, (size_t)(j->span - n) * sizeof(float));
+		memcpy(a, x[r], (size_t)n[r] * sizeof(float));
+		memset(a + n[r], 0, (size_t)(j->span - n[r]) * sizeof(float));
 	}
 }
 
@@ -149,17 +200,22 @@ static DG_VECTORISE void dscore_rows(const att_job *j, float *dp, const float *p
 				     int64_t kbeg, int64_t nk)
 {
 	const float scale = dg_nn_att_scale(j->hs);
+	const float *a[DG_NN_ATT_TILE] = {0};
+	float *dx[DG_NN_ATT_TILE] = {0}, dot[DG_NN_ATT_TILE];
+	int64_t n[DG_NN_ATT_TILE] = {0};
 	for (int64_t r = 0; r < m; r++) {
-		int64_t q = q0 + r, k0 = dg_nn_first_key(q, j->window), n = q - k0 + 1;
-		float *d = dp + r * nk, *dx = d + (k0 - kbeg);
-		const float *a = p + r * nk + (k0 - kbeg);
-		float dot = 0.0f;
-		for (int64_t i = 0; i < n; i++)
-			dot += a[i] * dx[i];
-		for (int64_t i = 0; i < n; i++)
-			dx[i] = dg_nn_att_dscore(a[i], dx[i], dot, scale);
-		memset(d, 0, (size_t)(k0 - kbeg) * sizeof(float));
-		memset(dx + n, 0, (size_t)(nk - (k0 - kbeg) - n) * sizeof(float));
+		int64_t k0 = dg_nn_first_key(q0 + r, j->window);
+		n[r] = q0 + r - k0 + 1;
+		dx[r] = dp + r * nk + (k0 - kbeg);
+		a[r] = p + r * nk + (k0 - kbeg);
+	}
+	rows_sum(a, (const float *const *)dx, n, m, dot);
+	for (int64_t r = 0; r < m; r++) {
+		float *d = dp + r * nk;
+		for (int64_t i = 0; i < n[r]; i++)
+			dx[r][i] = dg_nn_att_dscore(a[r][i], dx[r][i], dot[r], scale);
+		memset(d, 0, (size_t)(dx[r] - d) * sizeof(float));
+		memset(dx[r] + n[r], 0, (size_t)(nk - (dx[r] - d) - n[r]) * sizeof(float));
 	}
 }
 

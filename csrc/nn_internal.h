@@ -47,10 +47,9 @@ static inline void dg_nn_widen(const dg_kernels *k, dg_dtype t, const void *src,
 		k->cast(t, DG_F32, s, dst, n);
 }
 
-/* dg_nn_row_max is the largest of x[0..n), -inf when none is larger, taken
- * in 8 lanes so that it vectorises (a max does not depend on the order it is
- * taken in). */
-float dg_nn_row_max(const float *x, int64_t n);
+/* dg_nn_row_max is the largest of x[0..n), -inf when none is larger, with
+ * isa's vector loop (a max does not depend on the order it is taken in). */
+float dg_nn_row_max(dg_isa isa, const float *x, int64_t n);
 
 /* dg_nn_softmax_exps sets out[i] = dg_nn_softmax_exp(x[i], mx) for i < n
  * (out may be x) with isa's vector loop: the same bits on every ISA. */
@@ -91,6 +90,14 @@ void dg_nn_softmax_exps(dg_isa isa, float *out, const float *x, int64_t n, float
 #define DG_VECTORISE __attribute__((optimize("O3")))
 #else
 #define DG_VECTORISE
+#endif
+
+/* DG_NO_SLP keeps GCC's SLP vectoriser off a loop of independent scalar
+ * chains, which it packs into vectors with a shuffle per load. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define DG_NO_SLP __attribute__((optimize("no-tree-slp-vectorize")))
+#else
+#define DG_NO_SLP
 #endif
 
 /* dg_nn_failed records, from inside a task, that scratch could not be

@@ -397,17 +397,21 @@ static void test_attention_unbounded(dg_ctx *ctx, uint64_t *s)
 /* The softmax's vector exponentials (one loop per ISA) give the scalar
  * element math's bits: the cross-entropy's probabilities equal the ones
  * built here from dg_nn_softmax_exp, a double sum in order and one
- * reciprocal, on logits spanning the flush-to-zero edge, Inf and NaN rows */
+ * reciprocal, on logits spanning the flush-to-zero edge, Inf and NaN rows;
+ * eleven rows, so both the eight-row block of the normaliser sums and the
+ * rows after it run */
 static void test_softmax_isas(dg_ctx *ctx, uint64_t *s)
 {
-	const int64_t N = 4, V = 1031;
-	int32_t tg[4] = {0, 5, 1030, 7};
+	const int64_t N = 11, V = 1031;
+	int32_t tg[11] = {0, 5, 1030, 7, 9, 1, 2, 3, 4, 1000, 6};
 	float *x = randv(s, N * V), *p = malloc(sizeof(float) * N * V), *want = malloc(sizeof(float) * N * V);
 	float *loss = malloc(sizeof(float) * N);
 	for (int64_t i = 0; i < N * V; i++)
 		x[i] *= 60; /* x - max down to -120: past -87.3, where weights flush to 0 */
 	x[V + 9] = -INFINITY;
 	x[2 * V + 3] = NAN;
+	x[9 * V + 1030] = NAN;
+	x[10 * V] = INFINITY;
 	for (int64_t r = 0; r < N; r++) {
 		const float *xr = x + r * V;
 		float mx = -INFINITY;
