@@ -75,6 +75,9 @@ With checkpoint.save_dir (or checkpoint.load_path) the run resumes from the
 latest checkpoint there (load_path may also name one checkpoint's folder,
 e.g. DIR/global_step5). When that checkpoint is already at or past --steps
 there is nothing to train: train says so and exits 0 without a JSON line.
+SIGINT (Ctrl-C) or SIGTERM (deepgo launch stopping the job, a scheduler)
+stops the run: rank 0 prints "deepgo train: interrupted at step N (last
+checkpoint: DIR/TAG or none)" and every rank exits 128+signal (130, 143).
 Arguments after the flags are an error (flags after them would be ignored).
 
 flags:
@@ -139,7 +142,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	}
 	progress := &trainProgress{}
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt)
+	signal.Notify(sig, interruptSignals...)
 	defer func() { signal.Stop(sig); close(sig) }()
 	go watchInterrupt(sig, progress, job.rank() == 0, stderr, os.Exit)
 	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress}, stdout, stderr)
@@ -408,6 +411,11 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			if err != nil {
 				return err
 			}
+			if rank == 0 {
+				// before its step line and checkpoint: an interrupted line
+				// never names a step before the checkpoint it names
+				targs.progress.setStep(step)
+			}
 			if skipper != nil && skipper.SkippedSteps() > skipped {
 				skipped = skipper.SkippedSteps()
 				if rank == 0 {
@@ -445,9 +453,6 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 					bar.clear()
 					fmt.Fprintf(stdout, "saved checkpoint %s\n", filepath.Join(cfg.Checkpoint.SaveDir, tag))
 				}
-			}
-			if rank == 0 {
-				targs.progress.setStep(step)
 			}
 		}
 		if cs, ok := e.(interface{ CommsSummary(io.Writer) error }); ok && cfg.CommsLogger.Enabled && rank == 0 {

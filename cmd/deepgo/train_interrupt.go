@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
 )
@@ -55,15 +56,26 @@ func (p *trainProgress) interruptedLine() string {
 	return fmt.Sprintf("deepgo train: interrupted at step %d (last checkpoint: %s)", step, last)
 }
 
+// interruptSignals are the signals that stop deepgo train with its
+// interrupted line: SIGINT (Ctrl-C) and SIGTERM (deepgo launch stopping its
+// processes, a job scheduler, kill).
+var interruptSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+
 // watchInterrupt waits for a signal on sig, then (when say) writes p's
-// interrupted line to stderr and calls exit(130), the status of a process
-// killed by SIGINT. It returns when sig is closed without a signal.
+// interrupted line to stderr and calls exit(128+N), the status a shell
+// gives a process killed by signal N: 130 for SIGINT, 143 for SIGTERM. It
+// returns when sig is closed without a signal.
 func watchInterrupt(sig <-chan os.Signal, p *trainProgress, say bool, stderr io.Writer, exit func(int)) {
-	if _, ok := <-sig; !ok {
+	s, ok := <-sig
+	if !ok {
 		return
 	}
 	if say {
 		fmt.Fprintln(stderr, p.interruptedLine())
 	}
-	exit(130)
+	code := 130
+	if n, ok := s.(syscall.Signal); ok {
+		code = 128 + int(n)
+	}
+	exit(code)
 }

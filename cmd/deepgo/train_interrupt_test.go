@@ -1,12 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/internal/proctest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,9 +41,10 @@ func TestTrainSaveLinesAndProgress(t *testing.T) {
 	assert.Equal(t, "deepgo train: interrupted at step 3 (last checkpoint: "+filepath.Join(save, "global_step3")+")", progress.interruptedLine())
 }
 
-// TestWatchInterrupt: on SIGINT deepgo train says where it stood and exits
-// 130; other ranks of a launched job exit 130 without a word; a run that
-// ends closes the channel and nothing happens.
+// TestWatchInterrupt: on SIGINT or SIGTERM deepgo train says where it
+// stood and exits 128+signal (130, 143); other ranks of a launched job exit
+// so without a word; a run that ends closes the channel and nothing
+// happens.
 func TestWatchInterrupt(t *testing.T) {
 	saved := t.TempDir()
 	saveSteps(t, saved, 4)
@@ -43,23 +52,26 @@ func TestWatchInterrupt(t *testing.T) {
 		name   string
 		p      *trainProgress
 		say    bool
-		signal bool
+		signal os.Signal // nil: the run ends
 		want   string
 		code   int
 	}{
-		{name: "checkpoint", p: &trainProgress{step: 7, saveDir: saved}, say: true, signal: true, code: 130,
+		{name: "checkpoint", p: &trainProgress{step: 7, saveDir: saved}, say: true, signal: syscall.SIGINT, code: 130,
 			want: "deepgo train: interrupted at step 7 (last checkpoint: " + filepath.Join(saved, "global_step4") + ")\n"},
-		{name: "save_dir without checkpoint", p: &trainProgress{step: 2, saveDir: t.TempDir()}, say: true, signal: true, code: 130,
+		{name: "SIGTERM", p: &trainProgress{step: 7, saveDir: saved}, say: true, signal: syscall.SIGTERM, code: 143,
+			want: "deepgo train: interrupted at step 7 (last checkpoint: " + filepath.Join(saved, "global_step4") + ")\n"},
+		{name: "save_dir without checkpoint", p: &trainProgress{step: 2, saveDir: t.TempDir()}, say: true, signal: syscall.SIGINT, code: 130,
 			want: "deepgo train: interrupted at step 2 (last checkpoint: none)\n"},
-		{name: "no save_dir", p: &trainProgress{}, say: true, signal: true, code: 130,
+		{name: "no save_dir", p: &trainProgress{}, say: true, signal: syscall.SIGINT, code: 130,
 			want: "deepgo train: interrupted at step 0 (last checkpoint: none)\n"},
-		{name: "not rank 0", p: &trainProgress{step: 7}, signal: true, code: 130},
+		{name: "not rank 0", p: &trainProgress{step: 7}, signal: syscall.SIGINT, code: 130},
+		{name: "not rank 0, SIGTERM", p: &trainProgress{step: 7}, signal: syscall.SIGTERM, code: 143},
 		{name: "run ended", p: &trainProgress{step: 7}, say: true, code: -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sig := make(chan os.Signal, 1)
-			if tc.signal {
-				sig <- os.Interrupt
+			if tc.signal != nil {
+				sig <- tc.signal
 			} else {
 				close(sig)
 			}
@@ -68,6 +80,94 @@ func TestWatchInterrupt(t *testing.T) {
 			watchInterrupt(sig, tc.p, tc.say, &errb, func(c int) { code = c })
 			assert.Equal(t, tc.code, code)
 			assert.Equal(t, tc.want, errb.String())
+		})
+	}
+}
+
+// TestTrainSignalled: SIGINT or SIGTERM to a deepgo train process, or
+// SIGTERM to the deepgo launch running it (which stops its processes with
+// SIGTERM), ends the run with the interrupted line naming the last step and
+// checkpoint, exit status 128+signal, and no process left.
+func TestTrainSignalled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs deepgo train processes")
+	}
+	self, err := os.Executable()
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name    string
+		sig     syscall.Signal
+		launch  bool
+		code    int    // the exit status of what was signalled
+		started string // the stdout line after which the signal is sent
+		prefix  string // of deepgo train's lines
+	}{
+		{name: "SIGINT", sig: syscall.SIGINT, code: 130, started: "saved checkpoint "},
+		{name: "SIGTERM", sig: syscall.SIGTERM, code: 143, started: "saved checkpoint "},
+		{name: "SIGTERM to launch", sig: syscall.SIGTERM, launch: true, code: 1, started: "[rank 0] saved checkpoint ", prefix: "[rank 0] "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			save := filepath.Join(t.TempDir(), "ck")
+			cfg := resumeConfig(t, save, 2)
+			js, err := os.ReadFile(cfg)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(cfg, bytes.Replace(js, []byte(`"steps_per_print": 5`), []byte(`"steps_per_print": 1`), 1), 0o644))
+			args := []string{"train", "--config", cfg, "--model", "tiny", "--ranks", "1", "--steps", "1000000"}
+			env := append(os.Environ(), "DEEPGO_LAUNCH_TEST=deepgo")
+			pids := t.TempDir()
+			if tc.launch {
+				args = append([]string{"launch", "--num_procs", "1", "--master_port", "0", "--grace", "10s", "--", self}, args...)
+				env = append(os.Environ(), "DEEPGO_LAUNCH_TEST=deepgo-then", "DEEPGO_LAUNCH_TEST_NEXT=deepgo", "DEEPGO_LAUNCH_TEST_PIDS="+pids)
+			}
+			cmd := exec.Command(self, args...)
+			cmd.Env = env
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			out, err := cmd.StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			waited := make(chan error, 1)
+			started := make(chan struct{})
+			go func() {
+				sc := bufio.NewScanner(out)
+				for seen := false; sc.Scan(); {
+					if !seen && strings.HasPrefix(sc.Text(), tc.started) {
+						seen = true
+						close(started)
+					}
+				}
+				waited <- cmd.Wait()
+			}()
+			select {
+			case <-started:
+			case err := <-waited:
+				t.Fatalf("deepgo ended before its first checkpoint: %v\n%s", err, errb.String())
+			case <-time.After(2 * time.Minute):
+				cmd.Process.Kill()
+				t.Fatalf("no checkpoint after 2 minutes:\n%s", errb.String())
+			}
+			require.NoError(t, cmd.Process.Signal(tc.sig))
+			select {
+			case <-waited:
+			case <-time.After(30 * time.Second):
+				cmd.Process.Kill()
+				t.Fatalf("deepgo did not end 30 s after %v", tc.sig)
+			}
+			assert.Equal(t, tc.code, cmd.ProcessState.ExitCode(), "stderr:\n%s", errb.String())
+			line := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(tc.prefix+"deepgo train: interrupted at step ") + `(\d+) \(last checkpoint: ` + regexp.QuoteMeta(save) + `/global_step(\d+)\)$`)
+			m := line.FindStringSubmatch(errb.String())
+			require.NotNil(t, m, "no interrupted line naming a checkpoint in stderr:\n%s", errb.String())
+			step, _ := strconv.Atoi(m[1])
+			saved, _ := strconv.Atoi(m[2])
+			assert.GreaterOrEqual(t, step, max(saved, 1), "the interrupted line names a step before its checkpoint")
+			if tc.launch {
+				assert.Contains(t, errb.String(), "deepgo launch: stopped every process: terminated")
+				ps := readPids(t, pids)
+				require.Len(t, ps, 1, "the launched process's pid")
+				for name, pid := range ps {
+					assert.True(t, proctest.Ended(pid), "%s (pid %d) outlived the launcher", name, pid)
+				}
+			}
 		})
 	}
 }
