@@ -48,7 +48,8 @@ func (c *rankComm) Close() error {
 type work struct {
 	c       *rankComm
 	call    comm.Call
-	ctx     context.Context
+	ctx     context.Context // the caller's, under the group's timeout
+	caller  context.Context // the caller's own
 	cancel  context.CancelFunc
 	started time.Time
 	s       *slot
@@ -111,6 +112,7 @@ func (c *rankComm) begin(ctx context.Context, call comm.Call, argErr error, in, 
 		w.finish(&failure{err: argErr})
 		return w
 	}
+	w.caller = ctx
 	w.ctx, w.cancel = context.WithTimeout(ctx, c.g.timeout)
 	s, f := c.g.post(key, parties, pos, call, in, out, sp)
 	if f != nil {
@@ -129,7 +131,7 @@ func (w *work) run() {
 		return
 	default:
 	}
-	if f := w.c.g.await(w.ctx, w.s, w.pos, w.started); f != nil {
+	if f := w.c.g.await(w.ctx, w.caller, w.s, w.pos, w.started); f != nil {
 		w.finish(f)
 		return
 	}

@@ -337,3 +337,42 @@ func TestInvalidArguments(t *testing.T) {
 		})
 	}
 }
+
+// TestFaultCallerDeadline: a call whose own context's deadline passes says
+// so and wraps context.DeadlineExceeded (still ErrTimeout, still naming the
+// rank that had not joined); one that outlasts the group's timeout reads as
+// before.
+func TestFaultCallerDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		timeout  time.Duration // the group's
+		deadline time.Duration // the caller's context's, from the call; 0: none
+		want     string
+		callers  bool // wraps context.DeadlineExceeded
+	}{
+		{name: "caller's deadline already passed", timeout: noDeadline, deadline: -time.Second,
+			want: "timed out: the caller's context deadline passed after", callers: true},
+		{name: "caller's deadline passes while waiting", timeout: noDeadline, deadline: 50 * time.Millisecond,
+			want: "timed out: the caller's context deadline passed after", callers: true},
+		{name: "group timeout", timeout: faultDeadline,
+			want: "never joined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, 2, tc.timeout)
+			ctx := ctxBG
+			if tc.deadline != 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctxBG, tc.deadline)
+				defer cancel()
+			}
+			start := time.Now()
+			err := w.Comm(1).Barrier(ctx) // rank 0 never calls
+			wantErr(t, "rank 1", err, comm.ErrTimeout, "Barrier", []int{0}, time.Since(start))
+			require.ErrorContains(t, err, tc.want)
+			require.Equal(t, tc.callers, errors.Is(err, context.DeadlineExceeded), "%v: wraps context.DeadlineExceeded", err)
+			if tc.callers {
+				require.NotContains(t, err.Error(), "never joined")
+			}
+		})
+	}
+}

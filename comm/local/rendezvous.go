@@ -245,8 +245,14 @@ func (g *group) mismatch(s *slot) *failure {
 		comm.ErrMismatch, g.describe(bad), strings.Join(desc, "; "))}
 }
 
-// await waits for the slot to complete or fail, failing it when ctx ends.
-func (g *group) await(ctx context.Context, s *slot, pos int, started time.Time) *failure {
+// await waits for the slot to complete or fail, failing it when ctx (the
+// caller's context under the group's timeout) ends. caller is the caller's
+// own context: when it is the one that ended, the error says so and wraps
+// its error (context.DeadlineExceeded or context.Canceled) instead of
+// reading as the group's timeout; the ranks that had not joined are still
+// the ones named (a roll call under a short deadline finds the missing
+// ranks that way).
+func (g *group) await(ctx, caller context.Context, s *slot, pos int, started time.Time) *failure {
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
@@ -263,6 +269,9 @@ func (g *group) await(ctx context.Context, s *slot, pos int, started time.Time) 
 			switch {
 			case f != nil:
 				f.err = fmt.Errorf("%w; ranks %s had not joined after %v", f.err, g.describe(missing), waited)
+			case errors.Is(ctx.Err(), context.DeadlineExceeded) && errors.Is(caller.Err(), context.DeadlineExceeded):
+				f = &failure{ranks: missing, err: fmt.Errorf("%w: the caller's context deadline passed after %v, before ranks %s joined: %w",
+					comm.ErrTimeout, waited, g.describe(missing), caller.Err())}
 			case errors.Is(ctx.Err(), context.DeadlineExceeded):
 				f = &failure{ranks: missing, err: fmt.Errorf("%w after %v: ranks %s never joined",
 					comm.ErrTimeout, waited, g.describe(missing))}
