@@ -36,7 +36,8 @@ func WithModelHidden(n int) Option { return func(o *options) { o.hidden = n } }
 
 // Load reads the config file at path the way DeepSpeed reads a config file
 // path (Hjson, duplicate keys rejected) and returns it resolved and validated.
-// Errors are *SyntaxError, *DuplicateKeyError or Errors (every problem found).
+// Errors are *SyntaxError, *DuplicateKeyError or Errors (every problem found;
+// also every value written as an unquoted NaN or Infinity, with no *Config).
 func Load(path string, opts ...Option) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -70,6 +71,9 @@ func decodeRaw(b []byte) (out map[string]any, err error) {
 			out, err = nil, &SyntaxError{Msg: fmt.Sprint("parser failure: ", r)}
 		}
 	}()
+	if err := nonFiniteErrors(b); err != nil {
+		return nil, err
+	}
 	var v any
 	opts := hjson.DecoderOptions{UseJSONNumber: true, DisallowDuplicateKeys: true}
 	if err := hjson.UnmarshalWithOptions(b, &v, opts); err != nil {
