@@ -253,6 +253,16 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	if err != nil {
 		return nil, err
 	}
+	inProc := world
+	if targs.job != nil {
+		inProc = 1
+	}
+	gpipe := gcfg
+	gpipe.Layers = pipeLayers(gpipe.Layers, pp, virtual)
+	if err := checkMicroBatchMemory(shape, trainShape{gpt: gpipe, world: world, inProc: inProc, tp: tp, pp: pp, sp: sp,
+		device: deviceKind(dev0), flagMicro: targs.microBatch}, totalMemory()); err != nil {
+		return nil, err
+	}
 	res := &trainResult{Steps: steps, Ranks: world, PeakMemory: make([]int64, world), Device: deviceKind(dev0)}
 	var mu sync.Mutex
 	rs := &resumer{fallback: targs.resumeFallback}
