@@ -25,9 +25,16 @@ type Trainer interface {
 	// TrainBatch runs one optimizer step over gradient_accumulation_steps
 	// micro-batches of this rank and returns the mean loss over the
 	// micro-batches and the data-parallel ranks.
+	//
+	// A micro-batch is checked against train_micro_batch_size_per_gpu
+	// only when its Input implements model.Sized (model.TokenBatch does).
+	// Any other Input, a plain *tensor.Tensor included, is not checked:
+	// the engine cannot tell which of its dimensions holds the samples,
+	// and a wrong count trains on a different batch than the config says.
 	TrainBatch(ctx context.Context, data []model.MicroBatch) (float64, error)
 	// Forward runs one micro-batch through the model and returns its loss
-	// on this rank (DeepSpeed's engine(batch)).
+	// on this rank (DeepSpeed's engine(batch)). Its size is checked as
+	// TrainBatch checks it: only for a model.Sized Input.
 	Forward(ctx context.Context, mb model.MicroBatch) (float64, error)
 	// Backward runs the backward pass of the last Forward.
 	Backward(ctx context.Context) error

@@ -227,7 +227,10 @@ type MicroBatch struct {
 // rows or sequences). The engine checks it against
 // train_micro_batch_size_per_gpu, so a data pipeline that hands the wrong
 // number of samples fails at once instead of training on a different batch
-// than the config says.
+// than the config says. An Input that does not implement Sized, such as a
+// plain *tensor.Tensor, is not checked: nothing says which of its
+// dimensions holds the samples ([B, F] rows, or B·T tokens of a flat
+// tensor), so wrap it in a type with a BatchSize method to have it checked.
 type Sized interface {
 	BatchSize() int
 }
