@@ -44,30 +44,52 @@ static float max_sse(const float *x, int64_t n)
 	return max_tail(l, 16, x, i, n);
 }
 
+/* AVX2 and AVX-512 take a row's last partial vector with a mask (masked-off
+ * lanes read as -inf for the max, computed on zeros and not stored for the
+ * exponentials): attention's rows are short (a query's keys, 1 to T), and
+ * a scalar tail of up to 15 elements took as long as the vectors. */
+static DG_TARGET_AVX2 inline __m256i tail_avx2(int64_t left)
+{
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static DG_TARGET_AVX512 inline __mmask16 tail_avx512(int64_t left) { return (__mmask16)((1u << left) - 1u); }
+
 static DG_TARGET_AVX2 float max_avx2(const float *x, int64_t n)
 {
-	__m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+	const __m256 ninf = _mm256_set1_ps(-INFINITY);
+	__m256 m0 = ninf, m1 = m0;
 	int64_t i = 0;
 	for (; i + 16 <= n; i += 16) {
 		m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
 		m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
 	}
+	for (; i < n; i += 8) {
+		__m256i k = tail_avx2(n - i);
+		__m256 v = _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k));
+		m0 = _mm256_max_ps(v, m0);
+	}
 	float l[16];
 	_mm256_storeu_ps(l, m0), _mm256_storeu_ps(l + 8, m1);
-	return max_tail(l, 16, x, i, n);
+	return max_tail(l, 16, x, n, n);
 }
 
 static DG_TARGET_AVX512 float max_avx512(const float *x, int64_t n)
 {
-	__m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+	const __m512 ninf = _mm512_set1_ps(-INFINITY);
+	__m512 m0 = ninf, m1 = m0;
 	int64_t i = 0;
 	for (; i + 32 <= n; i += 32) {
 		m0 = _mm512_max_ps(_mm512_loadu_ps(x + i), m0);
 		m1 = _mm512_max_ps(_mm512_loadu_ps(x + i + 16), m1);
 	}
-	float l[32];
-	_mm512_storeu_ps(l, m0), _mm512_storeu_ps(l + 16, m1);
-	return max_tail(l, 32, x, i, n);
+	for (; i < n; i += 16) {
+		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tail_avx512(n - i);
+		m0 = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, k, x + i), m0);
+	}
+	/* neither holds a NaN (maxps keeps m where x is NaN), so the order of
+	 * the reduction does not matter */
+	return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
 }
 #endif
 
@@ -123,39 +145,54 @@ static DG_TARGET_AVX2 inline __m256 nan_avx2(__m256 x, __m256 a, __m256 b)
 }
 
 #define SIMD_EXP(sfx, target, V, VI, P, W, TOI, TOF)                                                               \
-	static target void exp_##sfx(float *out, const float *in, int64_t n, float mx)                              \
+	static target inline V exp_vec_##sfx(V x)                                                                   \
 	{                                                                                                          \
 		const V lo = P##_set1_ps(-87.3365402f), hi = P##_set1_ps(88.7228317f);                            \
-		const V magic = P##_set1_ps(12582912.0f), vmx = P##_set1_ps(mx);                                  \
+		const V magic = P##_set1_ps(12582912.0f);                                                         \
+		V c = P##_min_ps(hi, P##_max_ps(lo, x));                                                           \
+		V t = P##_add_ps(P##_mul_ps(c, P##_set1_ps(1.44269504088896341f)), magic);                        \
+		V nn = P##_sub_ps(t, magic);                                                                       \
+		V r = P##_sub_ps(c, P##_mul_ps(nn, P##_set1_ps(0.693359375f)));                                   \
+		r = P##_sub_ps(r, P##_mul_ps(nn, P##_set1_ps(-2.12194440e-4f)));                                   \
+		V p = P##_set1_ps(1.9875691500e-4f);                                                               \
+		p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(1.3981999507e-3f));                                   \
+		p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(8.3334519073e-3f));                                   \
+		p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(4.1665795894e-2f));                                   \
+		p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(1.6666665459e-1f));                                   \
+		p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(5.0000001201e-1f));                                   \
+		p = P##_add_ps(P##_add_ps(P##_mul_ps(p, P##_mul_ps(r, r)), r), P##_set1_ps(1.0f));                \
+		/* k = bits(t) - 0x4b400000, k1 = k / 2 (toward zero) */                                         \
+		VI k = P##_sub_epi32(TOI(t), P##_set1_epi32(0x4b400000));                                          \
+		VI k1 = P##_srai_epi32(P##_add_epi32(k, P##_srli_epi32(k, 31)), 1);                                 \
+		VI b127 = P##_set1_epi32(127);                                                                     \
+		V s1 = TOF(P##_slli_epi32(P##_add_epi32(k1, b127), 23));                                           \
+		V s2 = TOF(P##_slli_epi32(P##_add_epi32(P##_sub_epi32(k, k1), b127), 23));                         \
+		V e = P##_mul_ps(P##_mul_ps(p, s1), s2);                                                           \
+		e = lt_##sfx(x, lo, P##_setzero_ps(), e);                                                          \
+		e = lt_##sfx(hi, x, P##_set1_ps((float)INFINITY), e);                                              \
+		return nan_##sfx(x, x, e);                                                                         \
+	}                                                                                                          \
+	static target void exp_##sfx(float *out, const float *in, int64_t n, float mx)                              \
+	{                                                                                                          \
+		const V vmx = P##_set1_ps(mx);                                                                     \
 		int64_t i = 0;                                                                                     \
-		for (; i + W <= n; i += W) {                                                                       \
-			V x = P##_sub_ps(P##_loadu_ps(in + i), vmx);                                               \
-			V c = P##_min_ps(hi, P##_max_ps(lo, x));                                                   \
-			V t = P##_add_ps(P##_mul_ps(c, P##_set1_ps(1.44269504088896341f)), magic);                \
-			V nn = P##_sub_ps(t, magic);                                                               \
-			V r = P##_sub_ps(c, P##_mul_ps(nn, P##_set1_ps(0.693359375f)));                           \
-			r = P##_sub_ps(r, P##_mul_ps(nn, P##_set1_ps(-2.12194440e-4f)));                           \
-			V p = P##_set1_ps(1.9875691500e-4f);                                                       \
-			p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(1.3981999507e-3f));                           \
-			p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(8.3334519073e-3f));                           \
-			p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(4.1665795894e-2f));                           \
-			p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(1.6666665459e-1f));                           \
-			p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(5.0000001201e-1f));                           \
-			p = P##_add_ps(P##_add_ps(P##_mul_ps(p, P##_mul_ps(r, r)), r), P##_set1_ps(1.0f));        \
-			/* k = bits(t) - 0x4b400000, k1 = k / 2 (toward zero) */                                 \
-			VI k = P##_sub_epi32(TOI(t), P##_set1_epi32(0x4b400000));                                  \
-			VI k1 = P##_srai_epi32(P##_add_epi32(k, P##_srli_epi32(k, 31)), 1);                         \
-			VI b127 = P##_set1_epi32(127);                                                             \
-			V s1 = TOF(P##_slli_epi32(P##_add_epi32(k1, b127), 23));                                   \
-			V s2 = TOF(P##_slli_epi32(P##_add_epi32(P##_sub_epi32(k, k1), b127), 23));                 \
-			V e = P##_mul_ps(P##_mul_ps(p, s1), s2);                                                   \
-			e = lt_##sfx(x, lo, P##_setzero_ps(), e);                                                 \
-			e = lt_##sfx(hi, x, P##_set1_ps((float)INFINITY), e);                                      \
-			P##_storeu_ps(out + i, nan_##sfx(x, x, e));                                                \
-		}                                                                                                  \
-		for (; i < n; i++)                                                                                 \
-			out[i] = dg_nn_softmax_exp(in[i], mx);                                                     \
+		for (; i + W <= n; i += W)                                                                         \
+			P##_storeu_ps(out + i, exp_vec_##sfx(P##_sub_ps(P##_loadu_ps(in + i), vmx)));              \
+		if (i < n)                                                                                         \
+			exp_tail_##sfx(out + i, in + i, n - i, vmx);                                               \
 	}
+
+/* exp_tail_* run the last n < W elements with a mask */
+#define exp_tail_avx512(out, in, n, vmx)                                                                           \
+	do {                                                                                                       \
+		__mmask16 k_ = tail_avx512(n);                                                                     \
+		_mm512_mask_storeu_ps(out, k_, exp_vec_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k_, in), vmx))); \
+	} while (0)
+#define exp_tail_avx2(out, in, n, vmx)                                                                             \
+	do {                                                                                                       \
+		__m256i k_ = tail_avx2(n);                                                                         \
+		_mm256_maskstore_ps(out, k_, exp_vec_avx2(_mm256_sub_ps(_mm256_maskload_ps(in, k_), vmx)));        \
+	} while (0)
 
 SIMD_EXP(avx512, DG_TARGET_AVX512, __m512, __m512i, _mm512, 16, _mm512_castps_si512, _mm512_castsi512_ps)
 SIMD_EXP(avx2, DG_TARGET_AVX2, __m256, __m256i, _mm256, 8, _mm256_castps_si256, _mm256_castsi256_ps)

@@ -470,6 +470,44 @@ static void test_xent(dg_ctx *ctx, uint64_t *s)
 	free(x), free(dl), free(p), free(loss), free(rp), free(rl), free(rd);
 }
 
+/* Attention's softmax rows (max, exponentials with masked tails, the
+ * eight-row sums) and score gradients give the same bits on every ISA: rows
+ * of 1 to T keys, T past a tile and not a multiple of a vector, with and
+ * without a window, a -inf score included */
+static void test_attention_isas(dg_ctx *ctx, uint64_t *s)
+{
+	const int64_t B = 2, T = 45, NH = 2, HS = 8, C3 = 3 * NH * HS;
+	const int64_t windows[] = {0, 7};
+	for (int w = 0; w < 2; w++) {
+		const int64_t span = dg_nn_att_span(T, windows[w]);
+		float *qkv = randv(s, B * T * C3), *dout = randv(s, B * T * NH * HS);
+		for (int64_t i = 0; i < B * T * C3; i++)
+			qkv[i] *= 4;
+		qkv[5 * C3 + 1] = -INFINITY; /* a query whose scores are all -inf or NaN */
+		float *ref[3] = {0}, *got[3] = {0};
+		dg_isa isas[3];
+		int nisa = test_isas(isas);
+		for (int k = 0; k < nisa; k++) {
+			CHECK_OK(dg_ctx_set_isa(ctx, isas[k]));
+			float *out = malloc(sizeof(float) * B * T * NH * HS), *att = malloc(sizeof(float) * B * NH * T * span);
+			float *dqkv = calloc((size_t)(B * T * C3), sizeof(float));
+			CHECK_OK(dg_nn_attention_forward(ctx, out, att, qkv, B, T, NH, HS, windows[w]));
+			CHECK_OK(dg_nn_attention_backward(ctx, dqkv, dout, qkv, att, B, T, NH, HS, windows[w]));
+			if (k == 0) {
+				ref[0] = out, ref[1] = att, ref[2] = dqkv;
+				continue;
+			}
+			got[0] = out, got[1] = att, got[2] = dqkv;
+			CHECK(memcmp(out, ref[0], sizeof(float) * B * T * NH * HS) == 0);
+			CHECK(memcmp(att, ref[1], sizeof(float) * B * NH * T * span) == 0);
+			CHECK(memcmp(dqkv, ref[2], sizeof(float) * B * T * C3) == 0);
+			free(got[0]), free(got[1]), free(got[2]);
+		}
+		CHECK_OK(dg_ctx_set_isa(ctx, DG_ISA_AUTO));
+		free(ref[0]), free(ref[1]), free(ref[2]), free(qkv), free(dout);
+	}
+}
+
 int main(void)
 {
 	test_tanh();
@@ -492,6 +530,7 @@ int main(void)
 		test_attention(ctx, &s, 1);
 		test_attention(ctx, &s, INT64_MAX);
 		test_attention_unbounded(ctx, &s);
+		test_attention_isas(ctx, &s);
 		test_xent(ctx, &s);
 		test_softmax_isas(ctx, &s);
 		dg_ctx_destroy(ctx);
