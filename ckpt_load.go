@@ -20,14 +20,15 @@ import (
 	"github.com/deepgo-ml/deepgo/zero"
 )
 
-// runLoad is a load's collective frame: unless pre already failed, it
-// resolves dir ("": checkpoint.load_path, else save_dir) and prepares the
-// plan (reading and verifying, touching nothing); agree makes the ranks
-// agree that every one succeeded and on the tag (agreeLoad over the
-// engine's group, or more groups); then z gets the plan's optimizer
-// state and master weights. The caller frees the plan after installing
-// the rest of it.
-func runLoad(ctx context.Context, cfg *config.Config, z *zero.Optimizer, dir, who string, pre error,
+// runLoad is the first half of a load's collective frame, the half that
+// changes nothing: unless pre already failed, it resolves dir ("":
+// checkpoint.load_path, else save_dir) and prepares the plan (reading and
+// verifying, touching nothing); agree makes the ranks agree that every
+// one succeeded and on the tag (agreeLoad over the engine's group, or
+// more groups). An error from it leaves the engine as it was. The caller
+// then installs the plan (restoreZero first) and frees it; a failure
+// from there on has changed the engine (loadFailedPartWay, guard.go).
+func runLoad(cfg *config.Config, dir, who string, pre error,
 	prepare func(dir string) (*loadPlan, error), agree func(err error, tag string) error) (*loadPlan, error) {
 	if dir == "" {
 		ck := cfg.Checkpoint
@@ -52,17 +53,21 @@ func runLoad(ctx context.Context, cfg *config.Config, z *zero.Optimizer, dir, wh
 		plan.free()
 		return nil, err
 	}
+	return plan, nil
+}
+
+// restoreZero gives z the plan's optimizer state (when the plan has it)
+// and master weights: the first change a load makes to the engine. Either
+// may fail after it has written part of what it restores (a state
+// tensor copied, a unit's masters, the re-gather of the parameters), so
+// any error leaves the engine half restored.
+func restoreZero(ctx context.Context, z *zero.Optimizer, plan *loadPlan) error {
 	if plan.state != nil {
 		if err := z.RestoreOptimizerState(plan.state, plan.ec.OptimizerSteps); err != nil {
-			plan.free()
-			return nil, fmt.Errorf("%s: %w", who, err)
+			return err
 		}
 	}
-	if err := z.RestoreMaster(ctx, plan.masters); err != nil {
-		plan.free()
-		return nil, fmt.Errorf("%s: %w", who, err)
-	}
-	return plan, nil
+	return z.RestoreMaster(ctx, plan.masters)
 }
 
 // agreeLoad is Load's agreement over c: every rank's verdict, then the

@@ -62,10 +62,11 @@ type Engine struct {
 	timers       Timers
 	notes        []string
 
-	phase   int   // phaseIdle, phaseForward or phaseBackward (guard.go)
-	broken  error // the failure that left a micro-step half done (fail)
-	closed  bool
-	claimed []*model.Param // Params this engine trains (guard.go's liveParams)
+	phase      int   // phaseIdle, phaseForward or phaseBackward (guard.go)
+	broken     error // the failure that left a micro-step half done (fail)
+	halfLoaded error // the error of a Load that failed part way; one that succeeds clears it (guard.go)
+	closed     bool
+	claimed    []*model.Param // Params this engine trains (guard.go's liveParams)
 
 	saver    *checkpoint.AsyncSaver // background saves (SaveAsync), closed by Close
 	saverDir string

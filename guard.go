@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 
 	"github.com/deepgo-ml/deepgo/config"
@@ -22,11 +23,27 @@ const (
 
 // usable is the check at the top of every call that computes, communicates
 // or reads engine memory: the engine is open, no earlier call stopped half
-// way through a micro-step, and ctx is still live (a cancelled context must
+// way through a micro-step, no earlier Load stopped half way through
+// restoring a checkpoint, and ctx is still live (a cancelled context must
 // stop a call before it changes anything, on one rank as on many).
 func (e *Engine) usable(ctx context.Context, op string) error {
+	if err := e.loadable(ctx, op); err != nil {
+		return err
+	}
+	if e.halfLoaded != nil {
+		return errHalfLoaded(op, e.halfLoaded)
+	}
+	return nil
+}
+
+// loadable is usable less the mark of a Load that failed part way: the
+// check at the top of Load, which such an engine still takes (a Load that
+// succeeds installs a whole checkpoint and clears the mark). A failed
+// micro-step still refuses Load: it may have left gradient reductions in
+// flight and stage-3 gathers open, which a restore does not undo.
+func (e *Engine) loadable(ctx context.Context, op string) error {
 	if e.closed {
-		return fmt.Errorf("deepgo: %s: the Trainer is closed", op)
+		return errClosed(op)
 	}
 	if e.broken != nil {
 		return fmt.Errorf("deepgo: %s: an earlier call failed part way through a micro-step, so this Trainer's gradients and parameters are not in a known state; Close it and resume from a checkpoint (the failure: %w)", op, e.broken)
@@ -35,6 +52,51 @@ func (e *Engine) usable(ctx context.Context, op string) error {
 		return fmt.Errorf("deepgo: %s: %w", op, err)
 	}
 	return nil
+}
+
+// A Load that fails after it began changing the engine (from the restore
+// of the optimizer state and master weights on: restoreZero, then the
+// loss scaler, LR schedule and counters, then the comparison of the
+// replicas across ranks) leaves it holding parts of two states, or ranks
+// that disagree. Both engines then keep that Load's error (halfLoaded)
+// and refuse every call but Load and Close (errHalfLoaded); a Load that
+// succeeds has installed a whole checkpoint and clears it. While the mark
+// stands, a Load that would keep part of the state as it is is refused
+// before it reads anything (halfLoadedOpts, and Engine.prepareLoad for
+// NonStrict parameters the checkpoint lacks).
+
+// loadFailedPartWay is the error of a Load (who: "deepgo: Load") that
+// failed with err after it began installing checkpoint tag.
+func loadFailedPartWay(who, tag string, err error) error {
+	return fmt.Errorf("%s: failed part way through restoring %s, after it had begun changing the engine, which refuses every call but Load and Close until a Load succeeds: %w", who, tag, err)
+}
+
+// errHalfLoaded is op's refusal on an engine whose last Load failed part
+// way with cause.
+func errHalfLoaded(op string, cause error) error {
+	return fmt.Errorf("deepgo: %s: an earlier Load failed part way, after it had begun restoring a checkpoint, so this Trainer's parameters, optimizer state, loss scaler, LR schedule and step counters may come from two checkpoints or differ between ranks; a Load that succeeds makes it usable again (or Close it) (the failure: %w)", op, cause)
+}
+
+// halfLoadedOpts refuses, while cause (a Load that failed part way)
+// stands, the options that keep part of the engine's state as it is:
+// that part may be the failed Load's half.
+func halfLoadedOpts(who string, opts LoadOptions, cause error) error {
+	if cause == nil {
+		return nil
+	}
+	var keep []string
+	for _, o := range []struct {
+		set  bool
+		name string
+	}{{opts.ModuleOnly, "ModuleOnly"}, {opts.SkipOptimizerStates, "SkipOptimizerStates"}, {opts.SkipLRSchedulerStates, "SkipLRSchedulerStates"}} {
+		if o.set {
+			keep = append(keep, o.name)
+		}
+	}
+	if len(keep) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %s: refused: an earlier Load failed part way, and what this Load would keep as it is may be that Load's half; load a whole checkpoint first (without ModuleOnly, SkipOptimizerStates or SkipLRSchedulerStates) (the failure: %w)", who, strings.Join(keep, ", "), cause)
 }
 
 // alone reports whether this engine has no group to talk to. With one,

@@ -90,11 +90,23 @@ func (p *loadPlan) free() {
 // its checksum. Only when every rank has succeeded does any rank change
 // its engine: masters, working-precision parameters (re-cast and
 // re-gathered), optimizer state and step count, loss scaler, LR schedule
-// and counters, less what opts leaves out. On any error every rank's
-// engine is unchanged and the error names the file or item at fault.
-// Finally the replicated parameters are compared across ranks
-// (checkpoint.VerifyReplicated), and under tensor parallelism the
-// parameters TP replicates across the TP group.
+// and counters, less what opts leaves out. Finally the replicated
+// parameters are compared across ranks (checkpoint.VerifyReplicated), and
+// under tensor parallelism the parameters TP replicates across the TP
+// group.
+//
+// An error before the engine changes (reading, verifying, matching,
+// agreeing) leaves every rank's engine as it was, and it trains on as if
+// Load had not been called; the error names the file or item at fault.
+// An error after (the restore itself, say a failed re-gather, or the
+// replicas found to differ) says Load "failed part way": the engine may
+// hold parts of two states, so until a Load succeeds every call but Load
+// and Close is refused with that cause. A Load that then succeeds has
+// installed a whole checkpoint and makes the engine usable again; while
+// the mark stands Load refuses ModuleOnly, SkipOptimizerStates,
+// SkipLRSchedulerStates, and NonStrict with parameters the checkpoint
+// lacks, which would keep half-restored state. (An engine that failed
+// part way through a micro-step refuses Load too: Close it.)
 //
 // Under tensor parallelism every rank reads its own shard of each split
 // parameter, assembled from the checkpoint's shards whatever TP degree
@@ -103,14 +115,18 @@ func (p *loadPlan) free() {
 // Checkpoints written before parameter names became model-wide (when the
 // engine prefixed each with its module's name) load too.
 func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error) {
-	if err := e.usable(ctx, "Load"); err != nil {
+	if err := e.loadable(ctx, "Load"); err != nil {
 		return LoadResult{}, err
 	}
 	ctx = e.devCtx(ctx)
 	if err := e.atBoundary("Load"); err != nil {
 		return LoadResult{}, err
 	}
-	plan, err := runLoad(ctx, e.cfg, e.z, dir, "deepgo: Load", e.WaitSave(), func(dir string) (*loadPlan, error) {
+	pre := e.WaitSave()
+	if pre == nil {
+		pre = halfLoadedOpts("deepgo: Load", opts, e.halfLoaded)
+	}
+	plan, err := runLoad(e.cfg, dir, "deepgo: Load", pre, func(dir string) (*loadPlan, error) {
 		return e.prepareLoad(ctx, dir, opts)
 	}, func(err error, tag string) error {
 		if err = e.agreeTP(ctx, "Load", err); err == nil {
@@ -119,9 +135,26 @@ func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadRe
 		return e.tpAgreeTag(ctx, tag, err)
 	})
 	if err != nil {
-		return LoadResult{}, err
+		return LoadResult{}, err // the engine is as it was
 	}
 	defer plan.free()
+	// From here on the engine changes: a failure leaves it half restored.
+	if err := e.install(ctx, plan, opts); err != nil {
+		e.halfLoaded = loadFailedPartWay("deepgo: Load", plan.res.Tag, err)
+		return LoadResult{}, e.halfLoaded
+	}
+	e.halfLoaded = nil // a whole checkpoint is in place (halfLoadedOpts)
+	return plan.res, nil
+}
+
+// install is the part of Load that changes the engine: the plan's
+// optimizer state and masters (re-cast, re-gathered), loss scaler, LR
+// schedule and counters, then the comparison of what must be identical
+// across ranks.
+func (e *Engine) install(ctx context.Context, plan *loadPlan, opts LoadOptions) error {
+	if err := restoreZero(ctx, e.z, plan); err != nil {
+		return err
+	}
 	plan.install(&e.scaler, &e.sched)
 	if !opts.ModuleOnly {
 		e.globalSteps, e.skippedSteps = plan.ec.GlobalSteps, plan.ec.SkippedSteps
@@ -134,15 +167,12 @@ func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadRe
 	rep, err := e.replicated()
 	defer e.releaseStaged()
 	if err != nil {
-		return LoadResult{}, fmt.Errorf("deepgo: Load: after restoring %s: %w", plan.res.Tag, err)
+		return err
 	}
 	if err := checkpoint.VerifyReplicated(ctx, e.c, rep); err != nil {
-		return LoadResult{}, fmt.Errorf("deepgo: Load: after restoring %s: %w", plan.res.Tag, err)
+		return err
 	}
-	if err := e.verifyTPReplicated(ctx); err != nil {
-		return LoadResult{}, fmt.Errorf("deepgo: Load: after restoring %s: %w", plan.res.Tag, err)
-	}
-	return plan.res, nil
+	return e.verifyTPReplicated(ctx)
 }
 
 // checkpointNames are the names under which parameter p of module m may
@@ -252,6 +282,9 @@ func (e *Engine) prepareLoad(ctx context.Context, dir string, opts LoadOptions) 
 	bySlot, err := e.matchParams(ck, ec, opts, &plan.res)
 	if err != nil {
 		return nil, err
+	}
+	if e.halfLoaded != nil && len(plan.res.Missing) > 0 {
+		return nil, fmt.Errorf("deepgo: Load: %s: NonStrict: refused: an earlier Load failed part way, and the parameters this checkpoint lacks (%s) would keep values that may be that Load's half; load a checkpoint that has every parameter first (the failure: %w)", ck.Path, strings.Join(plan.res.Missing, ", "), e.halfLoaded)
 	}
 	z := e.z
 	// read fills, for every unit, this rank's owned range from the

@@ -76,7 +76,8 @@ type PipeEngine struct {
 	idle         []float64 // per TrainBatch: the share of wall time this stage waited on its neighbours
 	notes        []string
 	closers      []comm.Comm
-	closed       bool // Close ran: every later call says so (openCheck)
+	closed       bool  // Close ran: every later call says so (openCheck)
+	halfLoaded   error // the error of a Load that failed part way; one that succeeds clears it (guard.go)
 }
 
 var _ Trainer = (*PipeEngine)(nil)
@@ -488,10 +489,20 @@ func closeOptimizer(z **zero.Optimizer, opt *optim.Optimizer, own bool) error {
 }
 
 // openCheck is the check at the top of every call that computes or
-// communicates: after Close the engine's buffers are gone.
+// communicates: after Close the engine's buffers are gone, and after a
+// Load that failed part way its state is a mix (guard.go; Load checks
+// only for Close).
 func (e *PipeEngine) openCheck(op string) error {
 	if e.closed {
-		return fmt.Errorf("deepgo: %s: the Trainer is closed", op)
+		return errClosed(op)
+	}
+	if e.halfLoaded != nil {
+		return errHalfLoaded(op, e.halfLoaded)
 	}
 	return nil
+}
+
+// errClosed is op's refusal after Close.
+func errClosed(op string) error {
+	return fmt.Errorf("deepgo: %s: the Trainer is closed", op)
 }

@@ -39,24 +39,43 @@ type pipeSlot struct {
 // across its data-parallel ranks, those TP replicates across its TP
 // group, and each tied weight's copies (per TP rank) across the stages
 // holding it; a difference fails Load on every rank with an error naming
-// the parameter and the ranks or stages (the engine then holds the
-// checkpoint's values).
+// the parameter and the ranks or stages. As with Engine.Load, an error
+// before the engine changes leaves it as it was; one after (such a
+// difference, or a failed restore) says Load failed part way, and every
+// call but Load and Close is refused until a Load succeeds.
 func (e *PipeEngine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error) {
-	if err := e.openCheck("Load"); err != nil {
-		return LoadResult{}, err
+	if e.closed {
+		return LoadResult{}, errClosed("Load")
 	}
 	ctx = e.devCtx(ctx)
-	var pre error
+	pre := halfLoadedOpts(pipeLoad, opts, e.halfLoaded)
 	if opts.NonStrict {
 		pre = errors.New("deepgo: pipeline engine: Load: NonStrict: not supported yet (a pipeline loads every parameter)")
 	}
-	plan, err := runLoad(ctx, e.cfg, e.z, dir, pipeLoad, pre, func(dir string) (*loadPlan, error) {
+	plan, err := runLoad(e.cfg, dir, pipeLoad, pre, func(dir string) (*loadPlan, error) {
 		return e.preparePipeLoad(ctx, dir, opts)
 	}, agreeLoad(ctx, e.world))
 	if err != nil {
-		return LoadResult{}, err
+		return LoadResult{}, err // the engine is as it was
 	}
 	defer plan.free()
+	// From here on the engine changes: a failure leaves it half restored.
+	if err := e.install(ctx, plan, opts); err != nil {
+		e.halfLoaded = loadFailedPartWay(pipeLoad, plan.res.Tag, err)
+		return LoadResult{}, e.halfLoaded
+	}
+	e.halfLoaded = nil // a whole checkpoint is in place (halfLoadedOpts)
+	return plan.res, nil
+}
+
+// install is the part of Load that changes the engine: the plan's
+// optimizer state and masters, loss scaler, LR schedule and counters, then
+// the comparison of what must be identical across ranks and stages, whose
+// verdict every rank of the pipeline shares.
+func (e *PipeEngine) install(ctx context.Context, plan *loadPlan, opts LoadOptions) error {
+	if err := restoreZero(ctx, e.z, plan); err != nil {
+		return err
+	}
 	plan.install(&e.scaler, &e.lrs)
 	if !opts.ModuleOnly {
 		e.globalSteps, e.skippedSteps = plan.ec.GlobalSteps, plan.ec.SkippedSteps
@@ -65,11 +84,7 @@ func (e *PipeEngine) Load(ctx context.Context, dir string, opts LoadOptions) (Lo
 	for m := range e.params {
 		e.bind(m)
 	}
-	err = e.verifyIdentical(ctx)
-	if err = agreeOn(ctx, e.world, "Load", err); err != nil {
-		return LoadResult{}, fmt.Errorf("deepgo: pipeline engine: Load: after restoring %s: %w", plan.res.Tag, err)
-	}
-	return plan.res, nil
+	return agreeOn(ctx, e.world, "Load", e.verifyIdentical(ctx))
 }
 
 // preparePipeLoad reads and checks everything Load needs, touching

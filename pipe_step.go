@@ -210,6 +210,9 @@ func (e *PipeEngine) isTiedCopy(m, p int) bool {
 // keyed by name (a collective over the stage's data-parallel group), for
 // checking that the stages' copies stay identical.
 func (e *PipeEngine) TiedCopies(ctx context.Context) (map[string][]float32, error) {
+	if err := e.openCheck("TiedCopies"); err != nil {
+		return nil, err
+	}
 	all, err := e.z.GatherMaster(e.devCtx(ctx))
 	if err != nil {
 		return nil, err

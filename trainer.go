@@ -45,7 +45,17 @@ type Trainer interface {
 	// PipeEngine.Save).
 	Save(ctx context.Context, dir string, opts SaveOptions) error
 	// Load restores a checkpoint (a collective; see Engine.Load) and says
-	// which one, with this rank's client state.
+	// which one, with this rank's client state. If it fails before it
+	// changes the engine (a damaged or mismatched checkpoint, found while
+	// reading and verifying), the engine is as it was. If it fails part
+	// way, after it began installing the checkpoint (the re-gather of the
+	// parameters, or ranks found to hold different replicas), the error
+	// says so and every later call but Load and Close is refused, since
+	// counters, schedule, loss scaler, optimizer state and parameters may
+	// come from two checkpoints; a Load that succeeds (of a whole
+	// checkpoint: not ModuleOnly, SkipOptimizerStates or
+	// SkipLRSchedulerStates, which are refused meanwhile) makes it usable
+	// again, so a caller may fall back to an older checkpoint.
 	Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error)
 	// Parameters gathers the full fp32 parameters keyed by name (a
 	// collective).
