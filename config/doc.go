@@ -9,11 +9,13 @@
 // duplicate keys rejected (*DuplicateKeyError). Numbers follow hjson-py:
 // a literal with a fraction or exponent whose value is integral and below 1e10
 // in magnitude is an integer (5e8, 1.0), otherwise a float (1e-8, 1e12).
-// Syntax problems are *SyntaxError, except a value written as an unquoted
-// NaN or Infinity (not JSON, though Python's json.dump writes it): each is
-// a FieldError at its path, in an Errors with no *Config, where Hjson alone
-// would read a quoteless string swallowing the rest of the line and report a
-// missing closing brace. Every other problem is collected into an
+// Syntax problems are *SyntaxError, except one caused by a value written as
+// an unquoted NaN or Infinity (not JSON, though Python's json.dump writes
+// it), which Hjson reads as a quoteless string swallowing the rest of its
+// line and a closing brace with it: each such value is then a FieldError at
+// its path, in an Errors with no *Config. (Alone on its line it parses, as
+// the string "NaN", and the field's own check names it.) Every other
+// problem is collected into an
 // Errors value (a []*FieldError naming the JSON path, the value and what is
 // allowed); Parse then still returns the partial *Config so its Warnings can
 // be shown. Warnings are data (Config.Warnings); the package never prints.

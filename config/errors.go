@@ -2,8 +2,13 @@ package config
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
+
+// nonFiniteString is a string value that is an unquoted NaN or Infinity as
+// Hjson reads one alone on its line (with the comma JSON puts after it).
+var nonFiniteString = regexp.MustCompile(`^"[+-]?(?i:nan|inf|infinity),?"$`)
 
 // FieldError is one problem with one value of a config document. It names the
 // JSON path of the value (dotted, e.g. "zero_optimization.offload_param.device"),
@@ -35,6 +40,8 @@ func (e *FieldError) Error() string {
 	}
 	if e.Msg != "" {
 		fmt.Fprintf(&b, " (%s)", e.Msg)
+	} else if nonFiniteString.MatchString(e.Value) {
+		b.WriteString(" (an unquoted NaN or Infinity reads as this string: they are not JSON numbers, though Python's json.dump writes them)")
 	}
 	return b.String()
 }

@@ -37,7 +37,8 @@ func WithModelHidden(n int) Option { return func(o *options) { o.hidden = n } }
 // Load reads the config file at path the way DeepSpeed reads a config file
 // path (Hjson, duplicate keys rejected) and returns it resolved and validated.
 // Errors are *SyntaxError, *DuplicateKeyError or Errors (every problem found;
-// also every value written as an unquoted NaN or Infinity, with no *Config).
+// also, when the text does not parse, every value written as an unquoted NaN
+// or Infinity that made it so, with no *Config).
 func Load(path string, opts ...Option) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -71,12 +72,16 @@ func decodeRaw(b []byte) (out map[string]any, err error) {
 			out, err = nil, &SyntaxError{Msg: fmt.Sprint("parser failure: ", r)}
 		}
 	}()
-	if err := nonFiniteErrors(b); err != nil {
-		return nil, err
-	}
 	var v any
 	opts := hjson.DecoderOptions{UseJSONNumber: true, DisallowDuplicateKeys: true}
 	if err := hjson.UnmarshalWithOptions(b, &v, opts); err != nil {
+		// an unquoted NaN or Infinity with a '}' after it on its line
+		// swallowed the brace: name it rather than the brace Hjson
+		// misses. One that parses (alone on its line) is a string, which
+		// the field's own check reports.
+		if nf := nonFiniteErrors(b); nf != nil {
+			return nil, nf
+		}
 		msg := err.Error()
 		if key, where, ok := duplicateKey(msg); ok {
 			return nil, &DuplicateKeyError{Key: key, Where: where}

@@ -13,10 +13,12 @@ import (
 
 // Python's json.dump writes a float nan or inf as an unquoted NaN, Infinity
 // or -Infinity, which is not JSON. Hjson reads such a value as the start
-// of a quoteless string running to the end of its line: a "}" or ","
-// after it on that line is swallowed, and the parser reports a missing
-// closing brace far from the value. decodeRaw finds these values first and
-// names them.
+// of a quoteless string running to the end of its line: alone on its line
+// it is the string "NaN" (or "NaN,"), which the field's own check reports
+// (FieldError adds the hint); with a "}" after it on the line the brace is
+// swallowed and the parser reports a missing closing brace far from the
+// value. When the parse fails, decodeRaw looks for these values and names
+// them instead.
 
 // nonFiniteToken is an unquoted value taken for a non-finite number.
 var nonFiniteToken = regexp.MustCompile(`^[+-]?(?i:nan|inf|infinity)$`)

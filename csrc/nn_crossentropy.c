@@ -57,13 +57,6 @@ static DG_NO_SLP void row_sums(const float *p, int64_t v, int64_t m, double *sum
 	sum[0] = s0, sum[1] = s1, sum[2] = s2, sum[3] = s3, sum[4] = s4, sum[5] = s5, sum[6] = s6, sum[7] = s7;
 }
 
-/* scale_row: p[i] *= inv, vectorised */
-static DG_VECTORISE void scale_row(float *p, int64_t v, float inv)
-{
-	for (int64_t i = 0; i < v; i++)
-		p[i] *= inv;
-}
-
 static void xent_fwd_task(void *vj, int64_t lo, int64_t hi)
 {
 	const xent_job *j = vj;
@@ -85,7 +78,12 @@ static void xent_fwd_task(void *vj, int64_t lo, int64_t hi)
 		 * summation error would show first in the loss */
 		row_sums(j->probs + r0 * V, V, m, sum);
 		for (int64_t k = 0; k < m; k++) {
-			scale_row(j->probs + (r0 + k) * V, V, (float)(1.0 / sum[k]));
+			/* the plain loop, as before: a vectorised copy's scalar
+			 * tail multiplied inv * p, which kept another NaN than
+			 * p * inv where both are NaN */
+			float *p = j->probs + (r0 + k) * V, inv = (float)(1.0 / sum[k]);
+			for (int64_t i = 0; i < V; i++)
+				p[i] *= inv;
 			j->losses[r0 + k] = (float)(log(sum[k]) - ((double)xt[k] - (double)mx[k]));
 		}
 	}

@@ -1,15 +1,11 @@
 /* nn_gelu.c — GELU (tanh approximation, as GPT-2) and the residual add:
  * elementwise loops on the pool.
  *
- * GELU's element math (dg_nn_math.h) is plain arithmetic, so each loop is
- * compiled three times from one body (DG_VECTORISE): for the baseline and,
- * with a target attribute, for AVX2 and AVX-512; the ctx's ISA picks one.
- * GCC 12 vectorises the AVX-512 copy (masked division makes dg_nn_tanh's
- * selects branch-free); under -ftrapping-math it leaves the AVX2 and
- * baseline copies scalar, still without a libm call per element. Every
- * element is the same sequence of IEEE float operations in each (no FMA:
- * GCC in ISO C11 mode does not contract), so the three give the same bits
- * (test_gelu_isas). */
+ * GELU's element math (dg_nn_math.h) is plain arithmetic: the baseline
+ * loop applies it element by element (GELU_LOOPS), and the AVX2 and
+ * AVX-512 loops (SIMD_GELU, intrinsics) do the same IEEE float operations
+ * in the same order, no FMA, so all three give the same bits
+ * (test_gelu_isas); the ctx's ISA picks one. */
 #if defined(__clang__)
 /* clang contracts a * b + c into an FMA by default, which the AVX2 and
  * AVX-512 copies could use and the baseline cannot; before the

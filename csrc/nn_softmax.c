@@ -1,10 +1,11 @@
 /* nn_softmax.c — the pieces of a softmax row the attention and the
  * cross-entropy share: the row max and the exponentials.
  *
- * The exponential loop is compiled three times from one body, as GELU's
- * (nn_gelu.c): for the baseline and, with a target attribute, for AVX2 and
- * AVX-512; the ctx's ISA picks one. dg_nn_exp is plain float arithmetic with
- * selects, so each copy gives the scalar element math's bits. */
+ * Each has a copy per ISA, the ctx's ISA picking one: the baseline loop
+ * applies dg_nn_exp (plain float arithmetic with selects) element by
+ * element, and the AVX2 and AVX-512 copies (SIMD_EXP, intrinsics) do its
+ * operations in its order, so every copy gives the scalar element math's
+ * bits (test_softmax_isas, test_attention_isas). */
 #if defined(__clang__)
 #pragma clang fp contract(off) /* see nn_gelu.c */
 #endif
