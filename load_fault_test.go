@@ -118,134 +118,148 @@ func TestLoadFailsPartWay(t *testing.T) {
 			zeroExtra: `, "stage3_param_persistence_threshold": 100, "stage3_prefetch_bucket_size": 300`}, fault: true, want: "gathering persistent module"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			r := tc.r
-			dir := t.TempDir()
-			_, _, err := (segment{r: r, save: dir, from: 0, to: 2}).train(t)
-			require.NoError(t, err)
-			_, _, err = (segment{r: r, load: dir, save: dir, from: 2, to: 4}).train(t)
-			require.NoError(t, err)
-			good, bad := checkpoint.DefaultTag(2), checkpoint.DefaultTag(4)
-			badDir := map[int]string{}
-			if !tc.fault {
-				local := t.TempDir() // rank 1's node-local copy
-				require.NoError(t, os.CopyFS(local, os.DirFS(dir)))
-				name := alterLastElement(t, local, bad)
-				badDir[1] = local
-				tc.want = fmt.Sprintf("%q differs from rank 0's on rank(s) 1", name)
-			}
-			never := filepath.Join(t.TempDir(), "never") // where refused saves would go
-
-			sizes := r.layers()
-			set := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
-			seen := make([]partWayRank, r.world)
-			err = local.Run(context.Background(), r.world, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
-				var armed atomic.Bool
-				cc := c
-				if tc.fault {
-					cc = gatherFaultComm{c, &armed}
-				}
-				open := func() (*deepgo.Engine, error) {
-					cfg, err := config.Parse([]byte(r.config()))
-					if err != nil {
-						return nil, err
-					}
-					return initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), deepgo.WithComm(cc))
-				}
-				batch := func(st int) []model.MicroBatch { return set.RankBatch(st, globalBatch, r.world, c.Rank(), r.gas) }
-				// train runs steps 2 and 3 on an engine that loaded global_step2
-				train := func(e *deepgo.Engine) ([]float64, map[string][]float32, error) {
-					var losses []float64
-					for st := 2; st < 4; st++ {
-						l, err := e.TrainBatch(ctx, batch(st))
-						if err != nil {
-							return nil, nil, err
-						}
-						losses = append(losses, l)
-					}
-					p, err := e.Parameters(ctx)
-					return losses, p, err
-				}
-				me := &seen[c.Rank()]
-
-				// the reference: a fresh engine loads global_step2 alone
-				ref, err := open()
-				if err != nil {
-					return err
-				}
-				defer ref.Close()
-				if _, err := ref.Load(ctx, dir, deepgo.LoadOptions{Tag: good}); err != nil {
-					return err
-				}
-				if me.refLosses, me.refParams, err = train(ref); err != nil {
-					return err
-				}
-
-				e, err := open()
-				if err != nil {
-					return err
-				}
-				defer e.Close()
-				if _, err := e.TrainBatch(ctx, batch(0)); err != nil { // a state of its own first
-					return err
-				}
-				from := dir
-				if d, ok := badDir[c.Rank()]; ok {
-					from = d
-				}
-				armed.Store(tc.fault)
-				_, me.loadErr = e.Load(ctx, from, deepgo.LoadOptions{Tag: bad})
-				armed.Store(false)
-				if me.loadErr == nil {
-					return fmt.Errorf("rank %d: Load of %s succeeded", c.Rank(), bad)
-				}
-				me.refused = map[string]error{}
-				_, me.refused["TrainBatch"] = e.TrainBatch(ctx, batch(2))
-				_, me.refused["Forward"] = e.Forward(ctx, batch(2)[0])
-				me.refused["Backward"] = e.Backward(ctx)
-				me.refused["Step"] = e.Step(ctx)
-				me.refused["Save"] = e.Save(ctx, never, deepgo.SaveOptions{})
-				me.refused["SaveAsync"] = e.SaveAsync(ctx, never, deepgo.SaveOptions{})
-				_, me.refused["Parameters"] = e.Parameters(ctx)
-				_, me.partial = e.Load(ctx, dir, deepgo.LoadOptions{Tag: good, ModuleOnly: true})
-
-				if _, err := e.Load(ctx, dir, deepgo.LoadOptions{Tag: good}); err != nil {
-					return fmt.Errorf("rank %d: Load of %s after the failed one: %w", c.Rank(), good, err)
-				}
-				me.steps = e.GlobalSteps()
-				me.losses, me.params, err = train(e)
-				return err
+		devs := []string{""}
+		if !tc.fault { // the comm seam does not reach a device engine's gathers
+			devs = append(devs, "sim") // the good Load's copies into device memory
+		}
+		for _, dev := range devs {
+			t.Run(tc.name+"/"+devName(dev), func(t *testing.T) {
+				t.Parallel()
+				partWay(t, tc.r, tc.fault, tc.want, dev)
 			})
-			require.NoError(t, err)
-			for rank, s := range seen {
-				require.ErrorContains(t, s.loadErr, wantPartWay+bad, "rank %d", rank)
-				require.ErrorContains(t, s.loadErr, tc.want, "rank %d", rank)
-				if tc.fault {
-					require.ErrorIs(t, s.loadErr, errInjected, "rank %d", rank)
-				} else {
-					var rm *checkpoint.ReplicaMismatchError
-					require.ErrorAs(t, s.loadErr, &rm, "rank %d", rank)
-				}
-				t.Logf("rank %d: %v", rank, s.loadErr)
-				for op, err := range s.refused {
-					require.ErrorContains(t, err, "deepgo: "+op+": "+wantHalfLoaded, "rank %d", rank)
-					require.ErrorContains(t, err, wantUsableBy, "rank %d", rank)
-					require.ErrorContains(t, err, wantPartWay+bad, "rank %d: %s names the failed Load", rank, op)
-				}
-				require.ErrorContains(t, s.partial, "ModuleOnly: refused: "+wantHalfLoaded, "rank %d", rank)
-				require.Equal(t, 2, s.steps, "rank %d: global steps after loading %s", rank, good)
-				require.Len(t, s.losses, len(s.refLosses))
-				for i := range s.refLosses {
-					require.Equal(t, math.Float64bits(s.refLosses[i]), math.Float64bits(s.losses[i]),
-						"rank %d step %d: loss %v, an engine that loaded %s alone has %v", rank, 2+i, s.losses[i], good, s.refLosses[i])
-				}
-				require.NoError(t, bitEqual(s.refParams, s.params), "rank %d: parameters", rank)
-			}
-			_, err = os.Stat(never)
-			require.True(t, errors.Is(err, os.ErrNotExist), "a refused Save wrote %s", never)
-		})
+		}
 	}
+}
+
+// partWay is one case of TestLoadFailsPartWay on dev ("" the CPU, "sim").
+func partWay(t *testing.T, r run, fault bool, want, dev string) {
+	dir := t.TempDir()
+	_, _, err := (segment{r: r, save: dir, from: 0, to: 2}).train(t)
+	require.NoError(t, err)
+	_, _, err = (segment{r: r, load: dir, save: dir, from: 2, to: 4}).train(t)
+	require.NoError(t, err)
+	good, bad := checkpoint.DefaultTag(2), checkpoint.DefaultTag(4)
+	badDir := map[int]string{}
+	if !fault {
+		local := t.TempDir() // rank 1's node-local copy
+		require.NoError(t, os.CopyFS(local, os.DirFS(dir)))
+		name := alterLastElement(t, local, bad)
+		badDir[1] = local
+		want = fmt.Sprintf("%q differs from rank 0's on rank(s) 1", name)
+	}
+	never := filepath.Join(t.TempDir(), "never") // where refused saves would go
+
+	sizes := r.layers()
+	set := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	seen := make([]partWayRank, r.world)
+	err = local.Run(context.Background(), r.world, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+		var armed atomic.Bool
+		cc := c
+		if fault {
+			cc = gatherFaultComm{c, &armed}
+		}
+		open := func() (*deepgo.Engine, error) {
+			cfg, err := config.Parse([]byte(r.config()))
+			if err != nil {
+				return nil, err
+			}
+			opts := []deepgo.Option{deepgo.WithComm(cc)}
+			if dev == "sim" {
+				opts = append(opts, deepgo.WithDevice(tensor.Sim(c.Rank())))
+			}
+			return initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), opts...)
+		}
+		batch := func(st int) []model.MicroBatch { return set.RankBatch(st, globalBatch, r.world, c.Rank(), r.gas) }
+		// train runs steps 2 and 3 on an engine that loaded global_step2
+		train := func(e *deepgo.Engine) ([]float64, map[string][]float32, error) {
+			var losses []float64
+			for st := 2; st < 4; st++ {
+				l, err := e.TrainBatch(ctx, batch(st))
+				if err != nil {
+					return nil, nil, err
+				}
+				losses = append(losses, l)
+			}
+			p, err := e.Parameters(ctx)
+			return losses, p, err
+		}
+		me := &seen[c.Rank()]
+
+		// the reference: a fresh engine loads global_step2 alone
+		ref, err := open()
+		if err != nil {
+			return err
+		}
+		defer ref.Close()
+		if _, err := ref.Load(ctx, dir, deepgo.LoadOptions{Tag: good}); err != nil {
+			return err
+		}
+		if me.refLosses, me.refParams, err = train(ref); err != nil {
+			return err
+		}
+
+		e, err := open()
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		if _, err := e.TrainBatch(ctx, batch(0)); err != nil { // a state of its own first
+			return err
+		}
+		from := dir
+		if d, ok := badDir[c.Rank()]; ok {
+			from = d
+		}
+		armed.Store(fault)
+		_, me.loadErr = e.Load(ctx, from, deepgo.LoadOptions{Tag: bad})
+		armed.Store(false)
+		if me.loadErr == nil {
+			return fmt.Errorf("rank %d: Load of %s succeeded", c.Rank(), bad)
+		}
+		me.refused = map[string]error{}
+		_, me.refused["TrainBatch"] = e.TrainBatch(ctx, batch(2))
+		_, me.refused["Forward"] = e.Forward(ctx, batch(2)[0])
+		me.refused["Backward"] = e.Backward(ctx)
+		me.refused["Step"] = e.Step(ctx)
+		me.refused["Save"] = e.Save(ctx, never, deepgo.SaveOptions{})
+		me.refused["SaveAsync"] = e.SaveAsync(ctx, never, deepgo.SaveOptions{})
+		_, me.refused["Parameters"] = e.Parameters(ctx)
+		_, me.partial = e.Load(ctx, dir, deepgo.LoadOptions{Tag: good, ModuleOnly: true})
+
+		if _, err := e.Load(ctx, dir, deepgo.LoadOptions{Tag: good}); err != nil {
+			return fmt.Errorf("rank %d: Load of %s after the failed one: %w", c.Rank(), good, err)
+		}
+		me.steps = e.GlobalSteps()
+		me.losses, me.params, err = train(e)
+		return err
+	})
+	require.NoError(t, err)
+	for rank, s := range seen {
+		require.ErrorContains(t, s.loadErr, wantPartWay+bad, "rank %d", rank)
+		require.ErrorContains(t, s.loadErr, want, "rank %d", rank)
+		if fault {
+			require.ErrorIs(t, s.loadErr, errInjected, "rank %d", rank)
+		} else {
+			var rm *checkpoint.ReplicaMismatchError
+			require.ErrorAs(t, s.loadErr, &rm, "rank %d", rank)
+		}
+		t.Logf("rank %d: %v", rank, s.loadErr)
+		for op, err := range s.refused {
+			require.ErrorContains(t, err, "deepgo: "+op+": "+wantHalfLoaded, "rank %d", rank)
+			require.ErrorContains(t, err, wantUsableBy, "rank %d", rank)
+			require.ErrorContains(t, err, wantPartWay+bad, "rank %d: %s names the failed Load", rank, op)
+		}
+		require.ErrorContains(t, s.partial, "ModuleOnly: refused: "+wantHalfLoaded, "rank %d", rank)
+		require.Equal(t, 2, s.steps, "rank %d: global steps after loading %s", rank, good)
+		require.Len(t, s.losses, len(s.refLosses))
+		for i := range s.refLosses {
+			require.Equal(t, math.Float64bits(s.refLosses[i]), math.Float64bits(s.losses[i]),
+				"rank %d step %d: loss %v, an engine that loaded %s alone has %v", rank, 2+i, s.losses[i], good, s.refLosses[i])
+		}
+		require.NoError(t, bitEqual(s.refParams, s.params), "rank %d: parameters", rank)
+	}
+	_, err = os.Stat(never)
+	require.True(t, errors.Is(err, os.ErrNotExist), "a refused Save wrote %s", never)
 }
 
 // TestLoadFailsBeforeChanging: a Load that fails before it changes the

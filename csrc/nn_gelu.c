@@ -13,10 +13,7 @@
 #pragma clang fp contract(off)
 #endif
 #include "nn_internal.h"
-
-#if DG_HAVE_X86
-#include <immintrin.h>
-#endif
+#include "nn_simd.h"
 
 typedef struct ew_job {
 	float *out;
@@ -24,20 +21,18 @@ typedef struct ew_job {
 	dg_isa isa;
 } ew_job;
 
-#define GELU_LOOPS(sfx, target)                                                                                    \
-	static target DG_VECTORISE void gelu_fwd_##sfx(float *out, const float *x, int64_t n)                       \
-	{                                                                                                          \
-		for (int64_t i = 0; i < n; i++)                                                                    \
-			out[i] = dg_nn_gelu(x[i]);                                                                 \
-	}                                                                                                          \
-	/* dinp += GELU'(x) * dout */                                                                              \
-	static target DG_VECTORISE void gelu_bwd_##sfx(float *dinp, const float *x, const float *dout, int64_t n)   \
-	{                                                                                                          \
-		for (int64_t i = 0; i < n; i++)                                                                    \
-			dinp[i] += dg_nn_gelu_grad(x[i]) * dout[i];                                                \
-	}
+static DG_VECTORISE void gelu_fwd_scalar(float *out, const float *x, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		out[i] = dg_nn_gelu(x[i]);
+}
 
-GELU_LOOPS(scalar, )
+/* dinp += GELU'(x) * dout */
+static DG_VECTORISE void gelu_bwd_scalar(float *dinp, const float *x, const float *dout, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		dinp[i] += dg_nn_gelu_grad(x[i]) * dout[i];
+}
 
 #if DG_HAVE_X86
 /* The AVX-512 and AVX2 loops in intrinsics, the element math's operations
@@ -47,21 +42,9 @@ GELU_LOOPS(scalar, )
  * AVX-512 copy if-converted dg_nn_tanh's clamp into masks and divided twice
  * per vector. Here the clamp is min/max: u > c ? c : u is minps(c, u) and
  * x < -c ? -c : x is maxps(-c, x), both keeping a NaN argument.
- * SIMD_GELU(sfx, target, V, W) stamps both loops for vector type V of W
- * floats, its intrinsics' prefix P (token-pasted), its abs and its
- * select-where-|u|<4e-4 (small_##sfx). */
-static DG_TARGET_AVX512 inline __m512 small_avx512(__m512 u, __m512 r)
-{
-	__mmask16 m = _mm512_cmp_ps_mask(_mm512_abs_ps(u), _mm512_set1_ps(0.0004f), _CMP_LT_OQ);
-	return _mm512_mask_blend_ps(m, r, u);
-}
-
-static DG_TARGET_AVX2 inline __m256 small_avx2(__m256 u, __m256 r)
-{
-	__m256 a = _mm256_and_ps(u, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
-	return _mm256_blendv_ps(r, u, _mm256_cmp_ps(a, _mm256_set1_ps(0.0004f), _CMP_LT_OQ));
-}
-
+ * SIMD_GELU(sfx, target, V, P, W) stamps both loops for vector type V of W
+ * floats and its intrinsics' prefix P (token-pasted), with nn_simd.h's
+ * selects. */
 #define SIMD_GELU(sfx, target, V, P, W)                                                                            \
 	static target inline V tanh_##sfx(V u)                                                                      \
 	{                                                                                                          \
@@ -80,7 +63,8 @@ static DG_TARGET_AVX2 inline __m256 small_avx2(__m256 u, __m256 r)
 		q = P##_add_ps(P##_mul_ps(q, x2), P##_set1_ps(1.18534705686654e-04f));                             \
 		q = P##_add_ps(P##_mul_ps(q, x2), P##_set1_ps(2.26843463243900e-03f));                             \
 		q = P##_add_ps(P##_mul_ps(q, x2), P##_set1_ps(4.89352518554385e-03f));                             \
-		return small_##sfx(u, P##_div_ps(p, q));                                                           \
+		/* fabsf(u) < 0.0004f ? u : p / q */                                                               \
+		return lt_##sfx(abs_##sfx(u), P##_set1_ps(0.0004f), u, P##_div_ps(p, q));                          \
 	}                                                                                                          \
 	/* u = sqrt(2/pi) (x + 0.044715 x^3), as dg_nn_gelu: ((k x) x) x */                                     \
 	static target inline V arg_##sfx(V x)                                                                       \

@@ -10,10 +10,7 @@
 #pragma clang fp contract(off) /* see nn_gelu.c */
 #endif
 #include "nn_internal.h"
-
-#if DG_HAVE_X86
-#include <immintrin.h>
-#endif
+#include "nn_simd.h"
 
 /* The row max per ISA with the max instruction: x > m ? x : m is exactly
  * maxps(x, m), which keeps m where x is NaN. Written with intrinsics, as
@@ -49,13 +46,6 @@ static float max_sse(const float *x, int64_t n)
  * lanes read as -inf for the max, computed on zeros and not stored for the
  * exponentials): attention's rows are short (a query's keys, 1 to T), and
  * a scalar tail of up to 15 elements took as long as the vectors. */
-static DG_TARGET_AVX2 inline __m256i tail_avx2(int64_t left)
-{
-	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-static DG_TARGET_AVX512 inline __mmask16 tail_avx512(int64_t left) { return (__mmask16)((1u << left) - 1u); }
-
 static DG_TARGET_AVX2 float max_avx2(const float *x, int64_t n)
 {
 	const __m256 ninf = _mm256_set1_ps(-INFINITY);
@@ -107,14 +97,11 @@ float dg_nn_row_max(dg_isa isa, const float *x, int64_t n)
 #endif
 }
 
-#define EXP_LOOP(sfx, target)                                                                                      \
-	static target DG_VECTORISE void exp_##sfx(float *out, const float *x, int64_t n, float mx)                  \
-	{                                                                                                          \
-		for (int64_t i = 0; i < n; i++)                                                                    \
-			out[i] = dg_nn_softmax_exp(x[i], mx);                                                      \
-	}
-
-EXP_LOOP(scalar, )
+static DG_VECTORISE void exp_scalar(float *out, const float *x, int64_t n, float mx)
+{
+	for (int64_t i = 0; i < n; i++)
+		out[i] = dg_nn_softmax_exp(x[i], mx);
+}
 
 #if DG_HAVE_X86
 /* The AVX-512 and AVX2 copies in intrinsics, dg_nn_exp's operations one for
@@ -123,28 +110,7 @@ EXP_LOOP(scalar, )
  * masked arithmetic, about 1 element/ns at AVX-512 on the GPT's
  * cross-entropy, most of its forward. SIMD_EXP(sfx, target, V, VI, P, W,
  * TOI, TOF) stamps exp_##sfx for float vector V, int vector VI, intrinsic
- * prefix P, W lanes and the two bit casts; lt_##sfx(x, y, a, b) is
- * x < y ? a : b and nan_##sfx(x, a, b) is x != x ? a : b. */
-static DG_TARGET_AVX512 inline __m512 lt_avx512(__m512 x, __m512 y, __m512 a, __m512 b)
-{
-	return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, y, _CMP_LT_OQ), b, a);
-}
-
-static DG_TARGET_AVX512 inline __m512 nan_avx512(__m512 x, __m512 a, __m512 b)
-{
-	return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), b, a);
-}
-
-static DG_TARGET_AVX2 inline __m256 lt_avx2(__m256 x, __m256 y, __m256 a, __m256 b)
-{
-	return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, y, _CMP_LT_OQ));
-}
-
-static DG_TARGET_AVX2 inline __m256 nan_avx2(__m256 x, __m256 a, __m256 b)
-{
-	return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
-
+ * prefix P, W lanes and the two bit casts, with nn_simd.h's selects. */
 #define SIMD_EXP(sfx, target, V, VI, P, W, TOI, TOF)                                                               \
 	static target inline V exp_vec_##sfx(V x)                                                                   \
 	{                                                                                                          \

@@ -260,7 +260,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	gpipe := gcfg
 	gpipe.Layers = pipeLayers(gpipe.Layers, pp, virtual)
 	if err := checkMicroBatchMemory(shape, trainShape{gpt: gpipe, world: world, inProc: inProc, tp: tp, pp: pp, sp: sp,
-		device: deviceKind(dev0), flagMicro: targs.microBatch}, totalMemory()); err != nil {
+		device: deviceKind(dev0), flagMicro: targs.microBatch}, uint64(max(0, monitor.HostMemoryBytes()))); err != nil {
 		return nil, err
 	}
 	res := &trainResult{Steps: steps, Ranks: world, PeakMemory: make([]int64, world), Device: deviceKind(dev0)}

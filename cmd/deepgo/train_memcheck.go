@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"syscall"
 
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/nn"
@@ -93,12 +92,3 @@ func checkMicroBatchMemory(cfg *config.Config, s trainShape, total uint64) error
 
 // gibBytes writes n bytes in GiB and in bytes.
 func gibBytes(n float64) string { return fmt.Sprintf("%.1f GiB (%.0f bytes)", n/(1<<30), n) }
-
-// totalMemory is the machine's RAM in bytes, 0 when unknown.
-func totalMemory() uint64 {
-	var si syscall.Sysinfo_t
-	if err := syscall.Sysinfo(&si); err != nil {
-		return 0
-	}
-	return uint64(si.Totalram) * uint64(si.Unit)
-}
