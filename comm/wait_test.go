@@ -60,3 +60,42 @@ func TestWaitGivesUpOperationContinues(t *testing.T) {
 	require.NoError(t, w.Comm(1).Barrier(context.Background()))
 	require.NoError(t, work.Wait(context.Background()), "Wait after rank 1 joined")
 }
+
+// TestNotJoined: whose clock ran out decides the wording and whether
+// context.DeadlineExceeded is wrapped; a backend's cause stays reachable.
+func TestNotJoined(t *testing.T) {
+	cause := errors.New("transport timed out")
+	for _, tc := range []struct {
+		name        string
+		ctx         context.Context
+		timeout     time.Duration // the group's
+		cause       error
+		want        string
+		callersWrap bool
+	}{
+		{name: "no caller deadline", ctx: context.Background(), timeout: time.Second,
+			want: "timed out after 1.5s: ranks [2] never joined"},
+		{name: "caller's deadline later than the timeout", ctx: withDeadline(t, time.Hour), timeout: time.Second,
+			want: "timed out after 1.5s: ranks [2] never joined"},
+		{name: "caller's deadline first", ctx: withDeadline(t, time.Second), timeout: time.Hour,
+			want: "timed out: the caller's context deadline passed after 1.5s, before ranks [2] joined: context deadline exceeded", callersWrap: true},
+		{name: "with a cause", ctx: context.Background(), timeout: time.Second, cause: cause,
+			want: "timed out after 1.5s: ranks [2] never joined: transport timed out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := comm.NotJoined(comm.CallerBinds(tc.ctx, tc.timeout), 1500*time.Millisecond, "[2]", tc.cause)
+			require.EqualError(t, err, tc.want)
+			require.ErrorIs(t, err, comm.ErrTimeout)
+			require.Equal(t, tc.callersWrap, errors.Is(err, context.DeadlineExceeded))
+			if tc.cause != nil {
+				require.ErrorIs(t, err, tc.cause)
+			}
+		})
+	}
+}
+
+func withDeadline(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -216,14 +216,17 @@ type op struct {
 	me     desc
 	ctx    context.Context
 	cancel context.CancelFunc
-	peers  []int  // the ranks the descriptor goes to
-	slot   uint64 // of the descriptor exchange
-	id     string // names the call in the store's post-mortem keys
-	tag    uint32 // of Gloo's collective
-	prev   chan struct{}
-	all    map[int]desc // every rank's descriptor, after the exchange
-	err    error
-	done   chan struct{}
+	// callerBinds: the caller's context deadline, not the group's timeout,
+	// bounds ctx (comm.CallerBinds)
+	callerBinds bool
+	peers       []int  // the ranks the descriptor goes to
+	slot        uint64 // of the descriptor exchange
+	id          string // names the call in the store's post-mortem keys
+	tag         uint32 // of Gloo's collective
+	prev        chan struct{}
+	all         map[int]desc // every rank's descriptor, after the exchange
+	err         error
+	done        chan struct{}
 }
 
 func (o *op) Done() <-chan struct{} { return o.done }
@@ -253,6 +256,7 @@ func (c *glooComm) start(ctx context.Context, me desc, argErr error) *op {
 		close(o.done)
 		return o
 	}
+	o.callerBinds = comm.CallerBinds(ctx, c.w.timeout)
 	o.ctx, o.cancel = context.WithTimeout(ctx, c.w.timeout)
 	if k == comm.OpSend || k == comm.OpRecv {
 		peer := me.call.Root
@@ -425,8 +429,7 @@ func (o *op) exchange() error {
 			return c.errorf(k, named, fmt.Errorf("%w after %v: ranks %v never joined (%s): %w",
 				comm.ErrAborted, time.Since(started).Round(time.Millisecond), missing, notes, f))
 		}
-		return c.errorf(k, missing, fmt.Errorf("%w after %v: ranks %v never joined: %w",
-			comm.ErrTimeout, time.Since(started).Round(time.Millisecond), missing, f))
+		return c.errorf(k, missing, comm.NotJoined(o.callerBinds, time.Since(started), fmt.Sprint(missing), f))
 	}
 	o.all = map[int]desc{c.rank: o.me}
 	for i := range np {

@@ -4,9 +4,11 @@ package gloo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm"
@@ -357,6 +359,10 @@ func scenarioMissing(ctx context.Context, c comm.Comm) error {
 		}
 		if err := wantFault(err, []int{last}, comm.ErrTimeout); err != nil {
 			return err
+		}
+		// the caller's deadline (1 s), not the group's timeout, ran out
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "the caller's context deadline passed") {
+			return fmt.Errorf("want the caller's context deadline named and wrapped, got %w", err)
 		}
 	}
 	return c.Barrier(ctx)

@@ -269,12 +269,9 @@ func (g *group) await(ctx, caller context.Context, s *slot, pos int, started tim
 			switch {
 			case f != nil:
 				f.err = fmt.Errorf("%w; ranks %s had not joined after %v", f.err, g.describe(missing), waited)
-			case errors.Is(ctx.Err(), context.DeadlineExceeded) && errors.Is(caller.Err(), context.DeadlineExceeded):
-				f = &failure{ranks: missing, err: fmt.Errorf("%w: the caller's context deadline passed after %v, before ranks %s joined: %w",
-					comm.ErrTimeout, waited, g.describe(missing), caller.Err())}
 			case errors.Is(ctx.Err(), context.DeadlineExceeded):
-				f = &failure{ranks: missing, err: fmt.Errorf("%w after %v: ranks %s never joined",
-					comm.ErrTimeout, waited, g.describe(missing))}
+				callers := errors.Is(caller.Err(), context.DeadlineExceeded)
+				f = &failure{ranks: missing, err: comm.NotJoined(callers, waited, g.describe(missing), nil)}
 			default:
 				me := s.parties[pos]
 				f = &failure{ranks: []int{me}, err: fmt.Errorf("%w: rank %d cancelled its call: %w", comm.ErrAborted, me, ctx.Err())}

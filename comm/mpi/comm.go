@@ -194,14 +194,17 @@ type op struct {
 	call   comm.Call
 	ctx    context.Context
 	cancel context.CancelFunc
-	peers  []int
-	sbuf   cbuf
-	rbuf   cbuf
-	reqs   []request
-	prev   chan struct{} // collectives: the previous one is issued
-	issued chan struct{} // collectives: this one is issued
-	err    error
-	done   chan struct{}
+	// callerBinds: the caller's context deadline, not the group's timeout,
+	// bounds ctx (comm.CallerBinds)
+	callerBinds bool
+	peers       []int
+	sbuf        cbuf
+	rbuf        cbuf
+	reqs        []request
+	prev        chan struct{} // collectives: the previous one is issued
+	issued      chan struct{} // collectives: this one is issued
+	err         error
+	done        chan struct{}
 }
 
 func (o *op) Done() <-chan struct{} { return o.done }
@@ -230,6 +233,7 @@ func (c *mpiComm) start(ctx context.Context, call comm.Call, argErr error) *op {
 		close(o.done)
 		return o
 	}
+	o.callerBinds = comm.CallerBinds(ctx, c.timeout)
 	o.ctx, o.cancel = context.WithTimeout(ctx, c.timeout)
 	stag, rtag := tagColl, tagColl
 	switch call.Op {
@@ -317,9 +321,15 @@ func (o *op) exec(body func() ([]request, func() error, error)) {
 		}
 		cancelAll(o.reqs)
 		o.sbuf.p = nil // MPI may still hold them: leak rather than free
-		if o.err == nil {
-			o.err = o.c.errorf(o.call.Op, missing, fmt.Errorf("%w after %v: ranks %v never joined: %w",
-				comm.ErrTimeout, time.Since(started).Round(time.Millisecond), missing, err))
+		switch {
+		case o.err != nil:
+		case errors.Is(err, context.Canceled):
+			o.err = o.c.errorf(o.call.Op, []int{o.c.rank}, fmt.Errorf("%w: rank %d cancelled its call before ranks %v joined: %w",
+				comm.ErrAborted, o.c.rank, missing, err))
+		case errors.Is(err, context.DeadlineExceeded):
+			o.err = o.c.errorf(o.call.Op, missing, comm.NotJoined(o.callerBinds, time.Since(started), fmt.Sprint(missing), nil))
+		default: // MPI_Testall failed
+			o.err = o.c.errorf(o.call.Op, missing, fmt.Errorf("%w: ranks %v had not joined: %w", comm.ErrAborted, missing, err))
 		}
 		return
 	}

@@ -11,6 +11,7 @@ package mpi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -193,25 +194,61 @@ func TestMismatch(t *testing.T) {
 	world.Barrier(bg)
 }
 
+// TestTimeoutNamesMissingRank: a call that stops waiting for rank 1 names
+// it, and says whose clock ran out: the group's timeout (never joined), the
+// caller's context deadline (wraps context.DeadlineExceeded), or the
+// caller's cancel (aborted by this rank).
 func TestTimeoutNamesMissingRank(t *testing.T) {
 	if world.Size() < 2 {
 		t.Skip("needs 2 ranks")
 	}
 	const deadline = 300 * time.Millisecond
-	g := fresh(t, deadline)
-	if g.Rank() != 1 { // rank 1 never joins: it waits at the world barrier below
-		start := time.Now()
-		err := g.AllReduce(bg, filled(t, tensor.Float32, 4, func(int) float64 { return 1 }), comm.Sum)
-		var ce *comm.Error
-		require.ErrorIs(t, err, comm.ErrTimeout)
-		require.ErrorAs(t, err, &ce)
-		require.Equal(t, "[1]", fmt.Sprint(ce.Ranks), "%v: want ErrTimeout naming rank 1", err)
-		d := time.Since(start)
-		require.GreaterOrEqual(t, d, deadline, "gave up too early")
-		require.LessOrEqual(t, d, deadline+10*time.Second, "gave up too late")
-		t.Log(err)
+	for _, tc := range []struct {
+		name     string
+		timeout  time.Duration // the group's
+		deadline time.Duration // the caller's context's; 0: none
+		cancel   time.Duration // the caller cancels after this; 0: never
+		sentinel error
+		ranks    string // named by the error, as rank 0 sees it
+		want     string
+		callers  bool // wraps context.DeadlineExceeded
+	}{
+		{name: "group timeout", timeout: deadline, sentinel: comm.ErrTimeout, ranks: "[1]", want: "never joined"},
+		{name: "caller's deadline", timeout: time.Minute, deadline: deadline, sentinel: comm.ErrTimeout, ranks: "[1]",
+			want: "the caller's context deadline passed after", callers: true},
+		{name: "caller's cancel", timeout: time.Minute, cancel: deadline, sentinel: comm.ErrAborted, ranks: "[0]",
+			want: "rank 0 cancelled its call before ranks [1] joined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := fresh(t, tc.timeout)
+			if g.Rank() != 1 { // rank 1 never joins: it waits at the world barrier below
+				ctx := bg
+				if tc.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(bg, tc.deadline)
+					defer cancel()
+				}
+				if tc.cancel > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithCancel(bg)
+					time.AfterFunc(tc.cancel, cancel)
+				}
+				start := time.Now()
+				err := g.AllReduce(ctx, filled(t, tensor.Float32, 4, func(int) float64 { return 1 }), comm.Sum)
+				var ce *comm.Error
+				require.ErrorIs(t, err, tc.sentinel)
+				require.ErrorAs(t, err, &ce)
+				require.Equal(t, tc.ranks, fmt.Sprint(ce.Ranks), "%v", err)
+				require.ErrorContains(t, err, tc.want)
+				require.Equal(t, tc.callers, errors.Is(err, context.DeadlineExceeded), "%v", err)
+				d := time.Since(start)
+				require.GreaterOrEqual(t, d, deadline, "gave up too early")
+				require.LessOrEqual(t, d, deadline+10*time.Second, "gave up too late")
+				t.Log(err)
+			}
+			world.Barrier(bg)
+		})
 	}
-	world.Barrier(bg)
 }
 
 func TestSplit(t *testing.T) {
