@@ -46,12 +46,19 @@ func (e *Engine) loadable(ctx context.Context, op string) error {
 		return errClosed(op)
 	}
 	if e.broken != nil {
-		return fmt.Errorf("deepgo: %s: an earlier call failed part way through a micro-step, so this Trainer's gradients and parameters are not in a known state; Close it and resume from a checkpoint (the failure: %w)", op, e.broken)
+		return errBroken(op, "micro-step", e.broken)
 	}
 	if err := ctx.Err(); err != nil && e.alone() {
 		return fmt.Errorf("deepgo: %s: %w", op, err)
 	}
 	return nil
+}
+
+// errBroken is op's refusal on an engine where an earlier call failed with
+// cause part way through a unit of work (a micro-step; a pipeline's
+// batch), leaving gradients and parameters in no known state.
+func errBroken(op, unit string, cause error) error {
+	return fmt.Errorf("deepgo: %s: an earlier call failed part way through a %s, so this Trainer's gradients and parameters are not in a known state; Close it and resume from a checkpoint (the failure: %w)", op, unit, cause)
 }
 
 // A Load that fails after it began changing the engine (from the restore

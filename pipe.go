@@ -78,6 +78,12 @@ type PipeEngine struct {
 	closers      []comm.Comm
 	closed       bool  // Close ran: every later call says so (openCheck)
 	halfLoaded   error // the error of a Load that failed part way; one that succeeds clears it (guard.go)
+	// broken is the error of a TrainBatch that failed after its first
+	// instruction: gradients half accumulated (the next batch would add to
+	// them), some stages or data ranks stepped and others not. Every call
+	// but Close refuses (openCheck, Load), as the data-parallel engine's
+	// failed micro-step does.
+	broken error
 }
 
 var _ Trainer = (*PipeEngine)(nil)
@@ -495,6 +501,9 @@ func closeOptimizer(z **zero.Optimizer, opt *optim.Optimizer, own bool) error {
 func (e *PipeEngine) openCheck(op string) error {
 	if e.closed {
 		return errClosed(op)
+	}
+	if e.broken != nil {
+		return errBroken(op, "batch", e.broken)
 	}
 	if e.halfLoaded != nil {
 		return errHalfLoaded(op, e.halfLoaded)

@@ -3,6 +3,7 @@ package deepgo_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -314,4 +315,77 @@ func TestPipelineEngineNotSupported(t *testing.T) {
 		})
 	})
 	require.NoError(t, err)
+}
+
+// TestPipelineFailedBatchRefusesMore: a TrainBatch that fails after its
+// first instruction (here a stage's forward errs once, in the middle of the
+// batch) leaves half-accumulated gradients; every later call on every stage
+// but Close is refused at once, naming the failure, where a retry would
+// have added the next batch's gradients to them. A batch refused before it
+// began (the schedules disagree) marks nothing: the next one trains.
+func TestPipelineFailedBatchRefusesMore(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	mk, err := data.NewMarkov(16, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(4000, 4), Vocab: 16}
+	const cfg = `{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+		"pipeline_model_parallel_size": 2, "pipeline": {"partition": "uniform"},
+		"optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`
+	batch := func(n int) []model.MicroBatch {
+		mbs := make([]model.MicroBatch, n)
+		for i := range mbs {
+			mbs[i] = corpus.MakeBatch([]int{2 * i, 2*i + 1}, 8).MicroBatch()
+		}
+		return mbs
+	}
+	for _, tc := range []struct {
+		name       string
+		first      func(stage int) []model.MicroBatch // the batch that fails
+		failsOnce  bool                               // stage 1's third module forward errs, once
+		thenRefuse bool
+	}{
+		{name: "a stage fails mid-batch", first: func(int) []model.MicroBatch { return batch(4) }, failsOnce: true, thenRefuse: true},
+		{name: "schedules disagree", first: func(stage int) []model.MicroBatch { return batch(4 + 4*stage) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs, _ := runPipeRanks(t, 2, timeout, func(ctx context.Context, c comm.Comm) error {
+				seen := 0
+				hook := func(string) error {
+					if seen++; tc.failsOnce && c.Rank() == 1 && seen == 3 {
+						return fmt.Errorf("a transient fault")
+					}
+					return nil
+				}
+				wrap := func(g *nn.GPT) model.Model { return hookGPT{g, hook, nil} }
+				return withPipeGPT(ctx, c, cfg, wrap, func(tr deepgo.Trainer) error {
+					if _, err := tr.TrainBatch(ctx, tc.first(c.Rank())); err == nil {
+						return fmt.Errorf("stage %d: the first batch did not fail", c.Rank())
+					}
+					start := time.Now()
+					_, err := tr.TrainBatch(ctx, batch(4))
+					if !tc.thenRefuse {
+						return err
+					}
+					if err == nil || !strings.Contains(err.Error(), "an earlier call failed part way through a batch") {
+						return fmt.Errorf("stage %d: the next TrainBatch: want it refused, got %v", c.Rank(), err)
+					}
+					if d := time.Since(start); d > timeout/2 {
+						return fmt.Errorf("stage %d: refused after %v: it waited on a transfer first", c.Rank(), d)
+					}
+					_, perr := tr.Parameters(ctx)
+					serr := tr.Save(ctx, t.TempDir(), deepgo.SaveOptions{})
+					_, lerr := tr.Load(ctx, t.TempDir(), deepgo.LoadOptions{})
+					for _, e := range []error{perr, serr, lerr} {
+						if e == nil || !strings.Contains(e.Error(), "an earlier call failed part way through a batch") {
+							return fmt.Errorf("stage %d: want Parameters, Save and Load refused, got %v, %v, %v", c.Rank(), perr, serr, lerr)
+						}
+					}
+					return nil
+				})
+			})
+			for s, err := range errs {
+				require.NoError(t, err, "stage %d", s)
+			}
+		})
+	}
 }

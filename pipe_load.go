@@ -47,6 +47,9 @@ func (e *PipeEngine) Load(ctx context.Context, dir string, opts LoadOptions) (Lo
 	if e.closed {
 		return LoadResult{}, errClosed("Load")
 	}
+	if e.broken != nil { // p2p transfers of the failed batch may be in flight
+		return LoadResult{}, errBroken("Load", "batch", e.broken)
+	}
 	ctx = e.devCtx(ctx)
 	pre := halfLoadedOpts(pipeLoad, opts, e.halfLoaded)
 	if opts.NonStrict {

@@ -128,6 +128,7 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 				if in.Op.IsComm() {
 					se.Unresponsive = e.rollCall(ctx, time.Since(t1))
 				}
+				e.broken = se
 				return 0, se
 			}
 			lossSum += loss
