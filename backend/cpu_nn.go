@@ -55,6 +55,16 @@ func (b *CPU) GELUBackward(din, in, dout *tensor.Tensor, n int) error {
 	return b.Exec("GELUBackward", false, func() error { return b.ctx.GELUBackward(pdi, pi, pdo, n) })
 }
 
+// GELUBackwardWrite runs the C core's GELU backward writing din (see
+// GradWriter).
+func (b *CPU) GELUBackwardWrite(din, in, dout *tensor.Tensor, n int) error {
+	if err := CheckGELUBackward(b.dev, din, in, dout, n); err != nil {
+		return err
+	}
+	pdi, pi, pdo := din.Ptr(), in.Ptr(), dout.Ptr()
+	return b.Exec("GELUBackwardWrite", false, func() error { return b.ctx.GELUBackwardWrite(pdi, pi, pdo, n) })
+}
+
 // Add runs the C core's elementwise add (see NN).
 func (b *CPU) Add(out, x, y *tensor.Tensor, n int) error {
 	if err := CheckAdd(b.dev, out, x, y, n); err != nil {

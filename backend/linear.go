@@ -20,6 +20,22 @@ type Linear interface {
 	LinearBackward(din, dw, db, dout, in, w *tensor.Tensor) error
 }
 
+// GradWriter is implemented by backends whose backward kernels can write
+// an input gradient instead of adding to it. The result is, bit for bit,
+// what clearing it (Zero) and accumulating gives (0 + x: a -0 becomes +0
+// alike), without the clearing pass and without reading what it held.
+// Layers call it for scratch gradients cleared only to be accumulated into
+// once, and fall back to Zero and the accumulating kernel on a backend
+// without it (the CUDA backend today); the CPU backend and the simulated
+// device implement it.
+type GradWriter interface {
+	// LinearBackwardWrite is LinearBackward with din = dout @ w written;
+	// dw and db (may be nil) accumulate as in LinearBackward.
+	LinearBackwardWrite(din, dw, db, dout, in, w *tensor.Tensor) error
+	// GELUBackwardWrite writes din = GELU'(in) * dout over n elements.
+	GELUBackwardWrite(din, in, dout *tensor.Tensor, n int) error
+}
+
 // LinearDims are the sizes and dtypes of one Linear call, as CheckLinear
 // found them.
 type LinearDims struct {

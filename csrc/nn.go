@@ -78,6 +78,13 @@ func (x *Ctx) MatmulBackwardMixed(dinp unsafe.Pointer, gt DType, dw, dbias, dout
 	return check("dg_nn_matmul_backward_mixed", C.dg_nn_matmul_backward_mixed(x.c, fp(dinp), C.dg_dtype(gt), dw, dbias, fp(dout), fp(inp), C.dg_dtype(wt), w, i64(n), i64(c), i64(oc)))
 }
 
+// MatmulBackwardWrite is MatmulBackwardMixed with dinp written, not added
+// to: the bits of clearing it and accumulating, without the clearing pass
+// (what dinp held is not read).
+func (x *Ctx) MatmulBackwardWrite(dinp unsafe.Pointer, gt DType, dw, dbias, dout, inp unsafe.Pointer, wt DType, w unsafe.Pointer, n, c, oc int) error {
+	return check("dg_nn_matmul_backward_write", C.dg_nn_matmul_backward_write(x.c, fp(dinp), C.dg_dtype(gt), dw, dbias, fp(dout), fp(inp), C.dg_dtype(wt), w, i64(n), i64(c), i64(oc)))
+}
+
 // LayerNormForwardMixed is LayerNormForward with w and b of dtype wt.
 func (x *Ctx) LayerNormForwardMixed(out, mean, rstd, inp unsafe.Pointer, wt DType, w, b unsafe.Pointer, eps float32, n, c int) error {
 	return check("dg_nn_layernorm_forward_mixed", C.dg_nn_layernorm_forward_mixed(x.c, fp(out), fp(mean), fp(rstd), fp(inp), C.dg_dtype(wt), w, b, C.float(eps), i64(n), i64(c)))
@@ -121,6 +128,12 @@ func (x *Ctx) GELUForward(out, inp unsafe.Pointer, n int) error {
 // GELUBackward accumulates dinp += GELU'(inp) * dout.
 func (x *Ctx) GELUBackward(dinp, inp, dout unsafe.Pointer, n int) error {
 	return check("dg_nn_gelu_backward", C.dg_nn_gelu_backward(x.c, fp(dinp), fp(inp), fp(dout), i64(n)))
+}
+
+// GELUBackwardWrite writes dinp = 0 + GELU'(inp) * dout: GELUBackward into
+// a cleared dinp, bit for bit, in one pass.
+func (x *Ctx) GELUBackwardWrite(dinp, inp, dout unsafe.Pointer, n int) error {
+	return check("dg_nn_gelu_backward_write", C.dg_nn_gelu_backward_write(x.c, fp(dinp), fp(inp), fp(dout), i64(n)))
 }
 
 // Add computes out = a + b over n elements (out may alias a or b).

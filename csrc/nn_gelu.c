@@ -19,6 +19,7 @@ typedef struct ew_job {
 	float *out;
 	const float *a, *b;
 	dg_isa isa;
+	int write; /* GELU backward: dinp = 0 + ... (dg_nn_gelu_backward_write), not += */
 } ew_job;
 
 static DG_VECTORISE void gelu_fwd_scalar(float *out, const float *x, int64_t n)
@@ -27,9 +28,15 @@ static DG_VECTORISE void gelu_fwd_scalar(float *out, const float *x, int64_t n)
 		out[i] = dg_nn_gelu(x[i]);
 }
 
-/* dinp += GELU'(x) * dout */
-static DG_VECTORISE void gelu_bwd_scalar(float *dinp, const float *x, const float *dout, int64_t n)
+/* dinp += GELU'(x) * dout; with write, dinp = 0 + GELU'(x) * dout (the
+ * bits of adding to a cleared dinp: a -0 product becomes +0 alike) */
+static DG_VECTORISE void gelu_bwd_scalar(float *dinp, const float *x, const float *dout, int64_t n, int write)
 {
+	if (write) {
+		for (int64_t i = 0; i < n; i++)
+			dinp[i] = 0.0f + dg_nn_gelu_grad(x[i]) * dout[i];
+		return;
+	}
 	for (int64_t i = 0; i < n; i++)
 		dinp[i] += dg_nn_gelu_grad(x[i]) * dout[i];
 }
@@ -85,7 +92,7 @@ static DG_VECTORISE void gelu_bwd_scalar(float *dinp, const float *x, const floa
 	}                                                                                                          \
 	/* dinp += GELU'(x) dout, as dg_nn_gelu_grad: 0.5 (1 + th) +                                            \
 	 * (((0.5 x) sech2) scale) (1 + ((3 cube) x) x) */                                                       \
-	static target void gelu_bwd_##sfx(float *dinp, const float *x, const float *dout, int64_t n)                \
+	static target void gelu_bwd_##sfx(float *dinp, const float *x, const float *dout, int64_t n, int write)     \
 	{                                                                                                          \
 		const float k3 = 3.0f * DG_NN_GELU_CUBE; /* folded as in dg_nn_gelu_grad */                      \
 		const V one = P##_set1_ps(1.0f), half = P##_set1_ps(0.5f);                                      \
@@ -97,11 +104,10 @@ static DG_VECTORISE void gelu_bwd_scalar(float *dinp, const float *x, const floa
 			V b = P##_mul_ps(P##_mul_ps(P##_mul_ps(half, v), sech2), P##_set1_ps(DG_NN_GELU_SCALE));   \
 			V c = P##_add_ps(one, P##_mul_ps(P##_mul_ps(P##_set1_ps(k3), v), v));                      \
 			V g = P##_add_ps(a, P##_mul_ps(b, c));                                                     \
-			V d = P##_add_ps(P##_loadu_ps(dinp + i), P##_mul_ps(g, P##_loadu_ps(dout + i)));           \
-			P##_storeu_ps(dinp + i, d);                                                                \
+			V acc = write ? P##_setzero_ps() : P##_loadu_ps(dinp + i);                                 \
+			P##_storeu_ps(dinp + i, P##_add_ps(acc, P##_mul_ps(g, P##_loadu_ps(dout + i))));           \
 		}                                                                                                  \
-		for (; i < n; i++)                                                                                 \
-			dinp[i] += dg_nn_gelu_grad(x[i]) * dout[i];                                                \
+		gelu_bwd_scalar(dinp + i, x + i, dout + i, n - i, write);                                          \
 	}
 
 SIMD_GELU(avx512, DG_TARGET_AVX512, __m512, _mm512, 16)
@@ -128,7 +134,7 @@ dg_status dg_nn_gelu_forward(dg_ctx *ctx, float *out, const float *inp, int64_t 
 {
 	if (ctx == NULL || out == NULL || inp == NULL || n < 0)
 		return DG_ERR_INVALID;
-	ew_job j = {out, inp, NULL, ctx->isa};
+	ew_job j = {out, inp, NULL, ctx->isa, 0};
 	dg_parallel_for(ctx, n, DG_GRAIN, n * 8, gelu_fwd_task, &j);
 	return DG_OK;
 }
@@ -138,24 +144,34 @@ static void gelu_bwd_task(void *v, int64_t lo, int64_t hi)
 	const ew_job *j = v;
 #if DG_HAVE_X86
 	if (j->isa == DG_ISA_AVX512) {
-		gelu_bwd_avx512(j->out + lo, j->a + lo, j->b + lo, hi - lo);
+		gelu_bwd_avx512(j->out + lo, j->a + lo, j->b + lo, hi - lo, j->write);
 		return;
 	}
 	if (j->isa == DG_ISA_AVX2) {
-		gelu_bwd_avx2(j->out + lo, j->a + lo, j->b + lo, hi - lo);
+		gelu_bwd_avx2(j->out + lo, j->a + lo, j->b + lo, hi - lo, j->write);
 		return;
 	}
 #endif
-	gelu_bwd_scalar(j->out + lo, j->a + lo, j->b + lo, hi - lo);
+	gelu_bwd_scalar(j->out + lo, j->a + lo, j->b + lo, hi - lo, j->write);
+}
+
+static dg_status gelu_backward(dg_ctx *ctx, float *dinp, const float *inp, const float *dout, int64_t n, int write)
+{
+	if (ctx == NULL || dinp == NULL || inp == NULL || dout == NULL || n < 0)
+		return DG_ERR_INVALID;
+	ew_job j = {dinp, inp, dout, ctx->isa, write};
+	dg_parallel_for(ctx, n, DG_GRAIN, n * 8, gelu_bwd_task, &j);
+	return DG_OK;
 }
 
 dg_status dg_nn_gelu_backward(dg_ctx *ctx, float *dinp, const float *inp, const float *dout, int64_t n)
 {
-	if (ctx == NULL || dinp == NULL || inp == NULL || dout == NULL || n < 0)
-		return DG_ERR_INVALID;
-	ew_job j = {dinp, inp, dout, ctx->isa};
-	dg_parallel_for(ctx, n, DG_GRAIN, n * 8, gelu_bwd_task, &j);
-	return DG_OK;
+	return gelu_backward(ctx, dinp, inp, dout, n, 0);
+}
+
+dg_status dg_nn_gelu_backward_write(dg_ctx *ctx, float *dinp, const float *inp, const float *dout, int64_t n)
+{
+	return gelu_backward(ctx, dinp, inp, dout, n, 1);
 }
 
 static DG_VECTORISE void add_task(void *v, int64_t lo, int64_t hi)
@@ -169,7 +185,7 @@ dg_status dg_nn_add(dg_ctx *ctx, float *out, const float *a, const float *b, int
 {
 	if (ctx == NULL || out == NULL || a == NULL || b == NULL || n < 0)
 		return DG_ERR_INVALID;
-	ew_job j = {out, a, b, ctx->isa};
+	ew_job j = {out, a, b, ctx->isa, 0};
 	dg_parallel_for(ctx, n, DG_GRAIN, n, add_task, &j);
 	return DG_OK;
 }

@@ -23,6 +23,7 @@ typedef struct mm_job {
 	void *dw, *dbias;
 	int64_t n, c, oc;
 	int64_t rows; /* dg_nn_tile_rows(c): rows of w per tile */
+	float dbeta;  /* dinp's beta: 1 adds to it, 0 writes it (dg_nn_matmul_backward_write) */
 	int failed;
 } mm_job;
 
@@ -150,12 +151,12 @@ dg_status dg_nn_matmul_forward_mixed(dg_ctx *ctx, float *out, const float *inp, 
 	return j.failed ? DG_ERR_NOMEM : DG_OK;
 }
 
-/* dinp[lo:hi, :] += dout[lo:hi, :] @ w, float32 w */
+/* dinp[lo:hi, :] += dout[lo:hi, :] @ w (= with dbeta 0), float32 w */
 static void dinp_task(void *v, int64_t lo, int64_t hi)
 {
 	const mm_job *j = v;
 	dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(hi - lo), (int)j->c, (int)j->oc, 1.0f,
-		 j->dout + lo * j->oc, (int)j->oc, j->w, (int)j->c, 1.0f, j->dinp + lo * j->c, (int)j->c);
+		 j->dout + lo * j->oc, (int)j->oc, j->w, (int)j->c, j->dbeta, j->dinp + lo * j->c, (int)j->c);
 }
 
 /* dinp[:, lo:hi] += dout @ w[:, lo:hi], float32 w: the split for inputs
@@ -164,7 +165,7 @@ static void dinp_col_task(void *v, int64_t lo, int64_t hi)
 {
 	const mm_job *j = v;
 	dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->n, (int)(hi - lo), (int)j->oc, 1.0f, j->dout,
-		 (int)j->oc, (const float *)j->w + lo, (int)j->c, 1.0f, j->dinp + lo, (int)j->c);
+		 (int)j->oc, (const float *)j->w + lo, (int)j->c, j->dbeta, j->dinp + lo, (int)j->c);
 }
 
 /* dinp[:, lo:hi] += dout @ w[:, lo:hi], half w: the thread owns input
@@ -183,8 +184,9 @@ static void dinp_half_task(void *v, int64_t lo, int64_t hi)
 		const int64_t m = min64(rows, j->oc - o0);
 		for (int64_t o = 0; o < m; o++)
 			dg_nn_widen(j->ctx->k, j->wt, j->w, (o0 + o) * j->c + lo, tile + o * width, width);
+		/* the first block writes when dbeta is 0; the rest add */
 		dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->n, (int)width, (int)m, 1.0f,
-			 j->dout + o0, (int)j->oc, tile, (int)width, 1.0f, j->dinp + lo, (int)j->c);
+			 j->dout + o0, (int)j->oc, tile, (int)width, o0 == 0 ? j->dbeta : 1.0f, j->dinp + lo, (int)j->c);
 	}
 	dg_scratch_free(j->ctx, tile, bytes);
 }
@@ -275,9 +277,10 @@ dg_status dg_nn_matmul_backward(dg_ctx *ctx, float *dinp, float *dw, float *dbia
 	return dg_nn_matmul_backward_mixed(ctx, dinp, DG_F32, dw, dbias, dout, inp, DG_F32, w, n, c, oc);
 }
 
-dg_status dg_nn_matmul_backward_mixed(dg_ctx *ctx, float *dinp, dg_dtype gt, void *dw, void *dbias,
-				      const float *dout, const float *inp, dg_dtype wt, const void *w, int64_t n,
-				      int64_t c, int64_t oc)
+/* matmul_backward is both entries: dinp's beta is dbeta (1 adds, 0 writes) */
+static dg_status matmul_backward(dg_ctx *ctx, float dbeta, float *dinp, dg_dtype gt, void *dw, void *dbias,
+				 const float *dout, const float *inp, dg_dtype wt, const void *w, int64_t n, int64_t c,
+				 int64_t oc)
 {
 	if (ctx == NULL || dout == NULL || dg_nn_bad_dims(n, c) || oc < 0)
 		return DG_ERR_INVALID;
@@ -287,11 +290,16 @@ dg_status dg_nn_matmul_backward_mixed(dg_ctx *ctx, float *dinp, dg_dtype gt, voi
 		return DG_ERR_DTYPE;
 	if (n > INT32_MAX || c > INT32_MAX || oc > INT32_MAX)
 		return DG_ERR_SIZE;
-	if (n == 0 || oc == 0)
+	if (n == 0)
 		return DG_OK;
+	if (oc == 0) { /* empty sums: written, dinp is 0 */
+		if (dinp != NULL && dbeta == 0.0f && c > 0)
+			memset(dinp, 0, (size_t)(n * c) * sizeof(float));
+		return DG_OK;
+	}
 	dg_blas_init();
 	mm_job j = {.ctx = ctx, .inp = inp, .wt = wt, .w = w, .gt = gt, .dout = dout, .dinp = dinp, .dw = dw,
-		    .dbias = dbias, .n = n, .c = c, .oc = oc, .rows = dg_nn_tile_rows(c)};
+		    .dbias = dbias, .n = n, .c = c, .oc = oc, .rows = dg_nn_tile_rows(c), .dbeta = dbeta};
 	if (wt == DG_F32 && gt == DG_F32 && dinp != NULL && dw != NULL && c > 0) {
 		dg_parallel_for(ctx, 2 * c, DG_NN_COL_GRAIN, 2 * n * c * oc, bwd_task, &j);
 		return DG_OK;
@@ -312,4 +320,18 @@ dg_status dg_nn_matmul_backward_mixed(dg_ctx *ctx, float *dinp, dg_dtype gt, voi
 		dg_parallel_for(ctx, oc, DG_NN_ROW_GRAIN, n * (c + 1) * oc, gt == DG_F32 ? dw_task : dw_half_task, &j);
 	}
 	return j.failed ? DG_ERR_NOMEM : DG_OK;
+}
+
+dg_status dg_nn_matmul_backward_mixed(dg_ctx *ctx, float *dinp, dg_dtype gt, void *dw, void *dbias,
+				      const float *dout, const float *inp, dg_dtype wt, const void *w, int64_t n,
+				      int64_t c, int64_t oc)
+{
+	return matmul_backward(ctx, 1.0f, dinp, gt, dw, dbias, dout, inp, wt, w, n, c, oc);
+}
+
+dg_status dg_nn_matmul_backward_write(dg_ctx *ctx, float *dinp, dg_dtype gt, void *dw, void *dbias,
+				      const float *dout, const float *inp, dg_dtype wt, const void *w, int64_t n,
+				      int64_t c, int64_t oc)
+{
+	return matmul_backward(ctx, 0.0f, dinp, gt, dw, dbias, dout, inp, wt, w, n, c, oc);
 }

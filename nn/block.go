@@ -202,24 +202,14 @@ func (k *Block) Backward(be backend.NN, din, dout, in *tensor.Tensor, acts *Bloc
 	steps := []func() error{
 		// the residual passes dout straight through to h
 		func() error { return copyF32(be, s.DRes2, dout, n*c) },
-		func() error {
-			return cleared(be, s.DFCAct, func() error { return k.FCProj.Backward(be, s.DFCAct, dout, acts.FCAct, n) })
-		},
-		func() error {
-			return cleared(be, s.DFC, func() error { return k.Act.Backward(be, s.DFC, acts.FC, s.DFCAct, n*k.FC.Out) })
-		},
-		func() error {
-			return cleared(be, s.DLN, func() error { return k.FC.Backward(be, s.DLN, s.DFC, acts.LN2, n) })
-		},
+		func() error { return k.FCProj.backwardWrite(be, s.DFCAct, dout, acts.FCAct, n) },
+		func() error { return k.Act.backwardWrite(be, s.DFC, acts.FC, s.DFCAct, n*k.FC.Out) },
+		func() error { return k.FC.backwardWrite(be, s.DLN, s.DFC, acts.LN2, n) },
 		func() error { return k.tp.allReduce(s.DLN, n*c, comm.Sum) },
 		func() error { return k.LN2.Backward(be, s.DRes2, s.DLN, acts.Res2, acts.LN2Mean, acts.LN2Rstd, n) },
-		func() error {
-			return cleared(be, s.DAttY, func() error { return k.Proj.Backward(be, s.DAttY, s.DRes2, acts.AttY, n) })
-		},
+		func() error { return k.Proj.backwardWrite(be, s.DAttY, s.DRes2, acts.AttY, n) },
 		func() error { return k.attendBackward(be, acts, s, b, t) },
-		func() error {
-			return cleared(be, s.DLN, func() error { return k.QKV.Backward(be, s.DLN, s.DQKV, acts.LN1, n) })
-		},
+		func() error { return k.QKV.backwardWrite(be, s.DLN, s.DQKV, acts.LN1, n) },
 		func() error { return k.tp.allReduce(s.DLN, n*c, comm.Sum) },
 		func() error { return add(be, din, din, s.DRes2, n*c) },
 		func() error { return k.LN1.Backward(be, din, s.DLN, in, acts.LN1Mean, acts.LN1Rstd, n) },

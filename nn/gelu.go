@@ -27,11 +27,34 @@ func (GELU) Forward(be backend.NN, out, in *tensor.Tensor, n int) error {
 }
 
 // Backward accumulates din[n] += GELU'(in[n]) dout[n].
-func (GELU) Backward(be backend.NN, din, in, dout *tensor.Tensor, n int) error {
+func (g GELU) Backward(be backend.NN, din, in, dout *tensor.Tensor, n int) error {
+	return g.backward(be, din, in, dout, n, false)
+}
+
+// backwardWrite is Backward into scratch din whatever it held: din =
+// GELU'(in) dout, the bits of clearing it and accumulating; one pass on a
+// backend.GradWriter, Zero and Backward on another.
+func (g GELU) backwardWrite(be backend.NN, din, in, dout *tensor.Tensor, n int) error {
+	return g.backward(be, din, in, dout, n, true)
+}
+
+func (GELU) backward(be backend.NN, din, in, dout *tensor.Tensor, n int, write bool) error {
 	if err := needF32("GELU.Backward", be.Device(), "din", din, n, "in", in, n, "dout", dout, n); err != nil {
 		return err
 	}
-	if err := be.GELUBackward(din, in, dout, n); err != nil {
+	gw, ok := be.(backend.GradWriter)
+	var err error
+	switch {
+	case write && ok:
+		err = gw.GELUBackwardWrite(din, in, dout, n)
+	case write:
+		if err = zero(be, din); err == nil {
+			err = be.GELUBackward(din, in, dout, n)
+		}
+	default:
+		err = be.GELUBackward(din, in, dout, n)
+	}
+	if err != nil {
 		return fmt.Errorf("nn.GELU.Backward: %w", err)
 	}
 	return nil

@@ -294,3 +294,55 @@ func TestGPTBackendChoice(t *testing.T) {
 		})
 	}
 }
+
+// nnBackend is a backend with the nn kernels.
+type nnBackend interface {
+	backend.Backend
+	backend.NN
+}
+
+// kernOnly is a backend with the nn kernels but without the optional
+// backend.GradWriter, as the CUDA backend is today.
+type kernOnly struct{ nnBackend }
+
+// TestGPTGradWriterFallback: on a backend without backend.GradWriter the
+// layers clear their scratch gradients and accumulate instead, with the
+// same bits: loss and every gradient (the tied head's too), with full and
+// windowed attention.
+func TestGPTGradWriterFallback(t *testing.T) {
+	be := testBackend(t)
+	var _ backend.GradWriter = be
+	_, hidden := any(kernOnly{be}).(backend.GradWriter)
+	require.False(t, hidden, "kernOnly must hide GradWriter")
+	for _, window := range []int{0, 3} {
+		cfg := tinyGPT
+		cfg.AttentionWindow = window
+		r := rand.New(rand.NewPCG(5, 7))
+		in, tg := tokens(r, 2*8, cfg.Vocab), tokens(r, 2*8, cfg.Vocab)
+		var losses []float32
+		var grads [][]uint32
+		for _, b := range []backend.Backend{be, kernOnly{be}} {
+			g, err := NewReadyGPT(cfg, nil, 1)
+			require.NoError(t, err)
+			var loss float32
+			for range 2 { // the second backward finds the scratch dirty
+				loss, err = g.Forward(b, in, tg, 2, 8)
+				require.NoError(t, err)
+				require.NoError(t, g.Backward(b))
+			}
+			var bits []uint32
+			for _, p := range g.Params() {
+				f, err := p.Grad.Float32s()
+				require.NoError(t, err)
+				for _, v := range f {
+					bits = append(bits, math.Float32bits(v))
+				}
+			}
+			losses, grads = append(losses, loss), append(grads, bits)
+			g.Free()
+		}
+		require.Equal(t, math.Float32bits(losses[0]), math.Float32bits(losses[1]), "window %d: loss", window)
+		require.Equal(t, grads[0], grads[1], "window %d: gradients", window)
+		require.NotZero(t, losses[0])
+	}
+}

@@ -88,6 +88,18 @@ func (l *Linear) Forward(be backend.NN, out, in *tensor.Tensor, n int) error {
 // W.Grad += dout^T @ in and B.Grad += the column sums of dout[n, Out]; a
 // half-precision gradient gets one rounding per element per call.
 func (l *Linear) Backward(be backend.NN, din, dout, in *tensor.Tensor, n int) error {
+	return l.backward(be, din, dout, in, n, false)
+}
+
+// backwardWrite is Backward into scratch din whatever it held: din = dout
+// @ W, the bits of clearing it and accumulating; one call on a
+// backend.GradWriter, Zero and Backward on another. Parameter gradients
+// accumulate as in Backward.
+func (l *Linear) backwardWrite(be backend.NN, din, dout, in *tensor.Tensor, n int) error {
+	return l.backward(be, din, dout, in, n, true)
+}
+
+func (l *Linear) backward(be backend.NN, din, dout, in *tensor.Tensor, n int, write bool) error {
 	const op = "Linear.Backward"
 	dev := be.Device()
 	if err := l.check(op, dev, true); err != nil {
@@ -105,10 +117,25 @@ func (l *Linear) Backward(be backend.NN, din, dout, in *tensor.Tensor, n int) er
 	if err := asMatrices(mat{&w, l.Out, l.In}, mat{&dw, l.Out, l.In}, mat{&x, n, l.In}, mat{&dy, n, l.Out}, mat{&dx, n, l.In}); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
 	}
-	if err := be.LinearBackward(dx, dw, l.bias(true), dy, x, w); err != nil {
+	if err := linearBackward(be, write, dx, dw, l.bias(true), dy, x, w); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
 	}
 	return nil
+}
+
+// linearBackward is be.LinearBackward, or with write din written whatever
+// it held (backend.GradWriter's LinearBackwardWrite, or Zero first on a
+// backend without it).
+func linearBackward(be backend.NN, write bool, din, dw, db, dout, in, w *tensor.Tensor) error {
+	if write && din != nil {
+		if gw, ok := be.(backend.GradWriter); ok {
+			return gw.LinearBackwardWrite(din, dw, db, dout, in, w)
+		}
+		if err := zero(be, din); err != nil {
+			return err
+		}
+	}
+	return be.LinearBackward(din, dw, db, dout, in, w)
 }
 
 // mat is a tensor to view as rows x cols.

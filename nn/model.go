@@ -398,10 +398,10 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 	if err != nil {
 		return nil, err
 	}
-	if err := zero(k, s.dB, s.dwteHead); err != nil { // dB is dlnf
+	if err := zero(k, s.dwteHead); err != nil {
 		return nil, err
 	}
-	if err := k.LinearBackward(s.dB, s.dwteHead, nil, dlogits, s.lnf, wte); err != nil {
+	if err := linearBackward(k, true, s.dB, s.dwteHead, nil, dlogits, s.lnf, wte); err != nil { // dB is dlnf
 		return nil, fmt.Errorf("nn.GPT.Backward: head: %w", err)
 	}
 	// the head is column-parallel over the vocabulary: sum ln_f's gradient

@@ -232,25 +232,15 @@ func (k *Block) seqBackward(be backend.NN, din, dout, in *tensor.Tensor, a *Bloc
 	steps := []func() error{
 		func() error { return copyF32(be, s.DRes2, dout, r*c) },
 		func() error { return ts.gatherSeq(s.Proj, dout, b, t, c) },
-		func() error {
-			return cleared(be, s.DFCAct, func() error { return k.FCProj.Backward(be, s.DFCAct, s.Proj, a.FCAct, n) })
-		},
-		func() error {
-			return cleared(be, s.DFC, func() error { return k.Act.Backward(be, s.DFC, a.FC, s.DFCAct, n*k.FC.Out) })
-		},
-		func() error {
-			return cleared(be, s.DLN, func() error { return k.FC.Backward(be, s.DLN, s.DFC, a.LN2, n) })
-		},
+		func() error { return k.FCProj.backwardWrite(be, s.DFCAct, s.Proj, a.FCAct, n) },
+		func() error { return k.Act.backwardWrite(be, s.DFC, a.FC, s.DFCAct, n*k.FC.Out) },
+		func() error { return k.FC.backwardWrite(be, s.DLN, s.DFC, a.LN2, n) },
 		func() error { return ts.scatterSeq(s.SeqLocal, s.DLN, b, t, c) },
 		func() error { return ts.lnBackward(be, k.LN2, s.DRes2, s.SeqLocal, a.Res2, a.LN2Mean, a.LN2Rstd, r) },
 		func() error { return ts.gatherSeq(s.Proj, s.DRes2, b, t, c) },
-		func() error {
-			return cleared(be, s.DAttY, func() error { return k.Proj.Backward(be, s.DAttY, s.Proj, a.AttY, n) })
-		},
+		func() error { return k.Proj.backwardWrite(be, s.DAttY, s.Proj, a.AttY, n) },
 		func() error { return k.attendBackward(be, a, s, b, t) },
-		func() error {
-			return cleared(be, s.DLN, func() error { return k.QKV.Backward(be, s.DLN, s.DQKV, a.LN1, n) })
-		},
+		func() error { return k.QKV.backwardWrite(be, s.DLN, s.DQKV, a.LN1, n) },
 		func() error { return ts.scatterSeq(s.SeqLocal, s.DLN, b, t, c) },
 		func() error { return add(be, din, din, s.DRes2, r*c) },
 		func() error { return ts.lnBackward(be, k.LN1, din, s.SeqLocal, in, a.LN1Mean, a.LN1Rstd, r) },

@@ -14,6 +14,7 @@ import (
 type kernels interface {
 	backend.Backend
 	backend.NN
+	backend.GradWriter
 }
 
 // Backend is a backend.Backend, backend.NN and optim.KernelSource on a
@@ -31,6 +32,7 @@ type Backend struct {
 var (
 	_ backend.Backend    = (*Backend)(nil)
 	_ backend.NN         = (*Backend)(nil)
+	_ backend.GradWriter = (*Backend)(nil)
 	_ optim.KernelSource = (*Backend)(nil)
 )
 

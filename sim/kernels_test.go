@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/optim"
@@ -235,5 +236,48 @@ func TestOptimKernelsMatchCPU(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// backend.GradWriter's kernels write what Zero and the accumulating kernel
+// give, bit for bit, whatever the input gradient held (random values
+// here), on the CPU backend and on the simulated device with and without
+// delays; every weight and gradient dtype.
+func TestGradWriterMatchesClearAndAdd(t *testing.T) {
+	type gradKern interface {
+		kern
+		backend.GradWriter
+	}
+	bes := []struct {
+		name string
+		k    gradKern
+	}{{"cpu", newCPU(t)}, {"sim", newSim(t, 0, -1)}, {"sim delay", newSim(t, 1, 300*time.Microsecond)}}
+	for _, be := range bes {
+		k := be.k
+		for i, wt := range floatTypes {
+			for j, gt := range floatTypes {
+				t.Run(fmt.Sprintf("%s/%v-%v", be.name, wt, gt), func(t *testing.T) {
+					r := rand.New(rand.NewPCG(uint64(3*i+j), 5))
+					mk := func(s spec) *tensor.Tensor { return onDevice(t, k, hostTensor(t, r, s)) }
+					dinA, dinB := mk(f32(nTok, cc)), mk(f32(nTok, cc))
+					dwA, dbA, dout, in, w := mk(typed(gt, oc, cc)), mk(typed(gt, oc)), mk(f32(nTok, oc)), mk(f32(nTok, cc)), mk(typed(wt, oc, cc))
+					dwB, dbB := mk(typed(gt, oc, cc)), mk(typed(gt, oc))
+					require.NoError(t, k.Copy(dwB, dwA))
+					require.NoError(t, k.Copy(dbB, dbA))
+					require.NoError(t, k.LinearBackwardWrite(dinA, dwA, dbA, dout, in, w))
+					require.NoError(t, k.Zero([]*tensor.Tensor{dinB}))
+					require.NoError(t, k.LinearBackward(dinB, dwB, dbB, dout, in, w))
+					for _, p := range [][2]*tensor.Tensor{{dinA, dinB}, {dwA, dwB}, {dbA, dbB}} {
+						require.Equal(t, toHost(t, k, p[1]), toHost(t, k, p[0]))
+					}
+					gA, gB, x, d := mk(f32(500)), mk(f32(500)), mk(f32(500)), mk(f32(500))
+					require.NoError(t, k.GELUBackwardWrite(gA, x, d, 500))
+					require.NoError(t, k.Zero([]*tensor.Tensor{gB}))
+					require.NoError(t, k.GELUBackward(gB, x, d, 500))
+					require.Equal(t, toHost(t, k, gB), toHost(t, k, gA))
+					require.NoError(t, k.Synchronize(ctx(t)))
+				})
+			}
+		}
 	}
 }

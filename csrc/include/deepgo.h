@@ -355,6 +355,16 @@ dg_status dg_nn_matmul_backward_mixed(dg_ctx *ctx, float *dinp, dg_dtype gt, voi
 				      const float *dout, const float *inp, dg_dtype wt, const void *w, int64_t n,
 				      int64_t c, int64_t oc);
 
+/* dg_nn_matmul_backward_write is dg_nn_matmul_backward_mixed with dinp
+ * written, not added to: dinp = 0 + dout @ w, the bits of clearing dinp
+ * and accumulating (the BLAS is called with beta 0, which ignores what
+ * dinp held), without the clearing pass; dw and dbias accumulate as ever.
+ * Backward passes that clear a scratch gradient only to accumulate into
+ * it once call this instead. */
+dg_status dg_nn_matmul_backward_write(dg_ctx *ctx, float *dinp, dg_dtype gt, void *dw, void *dbias,
+				      const float *dout, const float *inp, dg_dtype wt, const void *w, int64_t n,
+				      int64_t c, int64_t oc);
+
 /* dg_nn_layernorm_forward: per row, out = (x - mean) * rstd * w + b with
  * rstd = 1/sqrt(var + eps) (biased variance); mean[N], rstd[N] are saved
  * for the backward pass. */
@@ -374,6 +384,10 @@ dg_status dg_nn_layernorm_backward_mixed(dg_ctx *ctx, float *dinp, dg_dtype gt, 
 dg_status dg_nn_gelu_forward(dg_ctx *ctx, float *out, const float *inp, int64_t n);
 /* dg_nn_gelu_backward: dinp[n] += GELU'(inp[n]) * dout[n]. */
 dg_status dg_nn_gelu_backward(dg_ctx *ctx, float *dinp, const float *inp, const float *dout, int64_t n);
+/* dg_nn_gelu_backward_write: dinp[n] = 0 + GELU'(inp[n]) * dout[n], the
+ * bits of clearing dinp and accumulating, in one pass (what dinp held is
+ * not read). */
+dg_status dg_nn_gelu_backward_write(dg_ctx *ctx, float *dinp, const float *inp, const float *dout, int64_t n);
 
 /* dg_nn_add: out[n] = a[n] + b[n] (the residual connection; out may alias a or b). */
 dg_status dg_nn_add(dg_ctx *ctx, float *out, const float *a, const float *b, int64_t n);

@@ -511,6 +511,68 @@ static void test_attention_isas(dg_ctx *ctx, uint64_t *s)
 	}
 }
 
+/* The _write entries give the bits of clearing the input gradient and
+ * accumulating (whatever it held before: NaN here), on every ISA, with
+ * float32 and bfloat16 weights and gradients and every split; an empty
+ * product (oc 0) writes zeros. dw and dbias accumulate alike. */
+static void test_backward_write(dg_ctx *ctx, uint64_t *s)
+{
+	static const int64_t shapes[][3] = {{37, 19, 23}, {20, 61, 300}, {24, 300, 50}, {9, 7, 0}};
+	dg_isa isas[3];
+	int nisa = test_isas(isas);
+	for (int k = 0; k < nisa; k++) {
+		CHECK_OK(dg_ctx_set_isa(ctx, isas[k]));
+		for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+			for (int half = 0; half < 2; half++) {
+				const int64_t n = shapes[sh][0], c = shapes[sh][1], oc = shapes[sh][2];
+				dg_dtype t = half ? DG_BF16 : DG_F32;
+				size_t es = half ? 2 : 4;
+				float *x = randv(s, n * c), *dout = randv(s, n * oc), *wf = randv(s, oc * c + 1);
+				float *g0 = randv(s, oc * c + oc + 2);
+				float *dxa = malloc(sizeof(float) * (size_t)(n * c + 1)), *dxb = calloc((size_t)(n * c + 1), sizeof(float));
+				char *dwa = malloc(es * (size_t)(oc * c + oc + 2)), *dwb = malloc(es * (size_t)(oc * c + oc + 2));
+				for (int64_t i = 0; i < n * c; i++)
+					dxa[i] = NAN;
+				if (half) { /* bfloat16: the top half of each float's bits */
+					uint16_t *h = (uint16_t *)wf;
+					for (int64_t i = 0; i < oc * c; i++) {
+						uint32_t u;
+						memcpy(&u, &wf[i], 4);
+						h[i] = (uint16_t)(u >> 16);
+					}
+					for (int64_t i = 0; i < oc * c + oc + 2; i++) {
+						uint32_t u;
+						memcpy(&u, &g0[i], 4);
+						((uint16_t *)dwa)[i] = (uint16_t)(u >> 16);
+					}
+				} else {
+					memcpy(dwa, g0, es * (size_t)(oc * c + oc + 2));
+				}
+				memcpy(dwb, dwa, es * (size_t)(oc * c + oc + 2));
+				char *dba = dwa + es * (size_t)(oc * c), *dbb = dwb + es * (size_t)(oc * c);
+				CHECK_OK(dg_nn_matmul_backward_write(ctx, dxa, t, dwa, dba, dout, x, t, wf, n, c, oc));
+				CHECK_OK(dg_nn_matmul_backward_mixed(ctx, dxb, t, dwb, dbb, dout, x, t, wf, n, c, oc));
+				CHECK(memcmp(dxa, dxb, sizeof(float) * (size_t)(n * c)) == 0);
+				CHECK(memcmp(dwa, dwb, es * (size_t)(oc * c + oc)) == 0);
+				free(x), free(dout), free(wf), free(g0), free(dxa), free(dxb), free(dwa), free(dwb);
+			}
+		/* GELU: the products' -0 become +0 as in a cleared dinp */
+		const int64_t n = 1037;
+		float *x = randv(s, n), *dout = randv(s, n), *dxa = malloc(sizeof(float) * n), *dxb = calloc(n, sizeof(float));
+		for (int64_t i = 0; i < n; i++)
+			dxa[i] = NAN;
+		for (int64_t i = 0; i < n; i += 5)
+			dout[i] = -0.0f;
+		CHECK_OK(dg_nn_gelu_backward_write(ctx, dxa, x, dout, n));
+		CHECK_OK(dg_nn_gelu_backward(ctx, dxb, x, dout, n));
+		CHECK(memcmp(dxa, dxb, sizeof(float) * n) == 0);
+		CHECK(!signbit(dxa[0]));
+		free(x), free(dout), free(dxa), free(dxb);
+	}
+	CHECK_OK(dg_ctx_set_isa(ctx, DG_ISA_AUTO));
+	CHECK(dg_nn_gelu_backward_write(ctx, NULL, NULL, NULL, 1) == DG_ERR_INVALID);
+}
+
 int main(void)
 {
 	test_tanh();
@@ -527,6 +589,7 @@ int main(void)
 		test_layernorm_isas(ctx, &s);
 		test_gelu_add(ctx, &s);
 		test_gelu_isas(ctx, &s);
+		test_backward_write(ctx, &s);
 		test_encoder(ctx, &s);
 		test_attention(ctx, &s, 0);
 		test_attention(ctx, &s, 3);
