@@ -34,6 +34,8 @@ type GradWriter interface {
 	LinearBackwardWrite(din, dw, db, dout, in, w *tensor.Tensor) error
 	// GELUBackwardWrite writes din = GELU'(in) * dout over n elements.
 	GELUBackwardWrite(din, in, dout *tensor.Tensor, n int) error
+	// AttentionBackwardWrite is AttentionBackward with dqkv written.
+	AttentionBackwardWrite(dqkv, dout, qkv, att *tensor.Tensor, b, t, nh, hs, window int) error
 }
 
 // LinearDims are the sizes and dtypes of one Linear call, as CheckLinear

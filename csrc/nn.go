@@ -157,6 +157,12 @@ func (x *Ctx) AttentionForward(out, att, qkv unsafe.Pointer, b, t, nh, hs, windo
 	return check("dg_nn_attention_forward", C.dg_nn_attention_forward(x.c, fp(out), fp(att), fp(qkv), i64(b), i64(t), i64(nh), i64(hs), i64(window)))
 }
 
+// AttentionBackwardWrite is AttentionBackward with dqkv written: the bits of
+// clearing it and accumulating, without the clearing pass.
+func (x *Ctx) AttentionBackwardWrite(dqkv, dout, qkv, att unsafe.Pointer, b, t, nh, hs, window int) error {
+	return check("dg_nn_attention_backward_write", C.dg_nn_attention_backward_write(x.c, fp(dqkv), fp(dout), fp(qkv), fp(att), i64(b), i64(t), i64(nh), i64(hs), i64(window)))
+}
+
 // AttentionBackward accumulates dqkv from dout and the saved att.
 func (x *Ctx) AttentionBackward(dqkv, dout, qkv, att unsafe.Pointer, b, t, nh, hs, window int) error {
 	return check("dg_nn_attention_backward", C.dg_nn_attention_backward(x.c, fp(dqkv), fp(dout), fp(qkv), fp(att), i64(b), i64(t), i64(nh), i64(hs), i64(window)))

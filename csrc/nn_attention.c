@@ -30,6 +30,7 @@ typedef struct att_job {
 	float *out, *att, *dqkv;
 	const float *qkv, *catt, *dout;
 	int64_t t, nh, hs, window, span;
+	int write; /* backward: clear each head's dqkv slices first (dg_nn_attention_backward_write) */
 	int failed;
 } att_job;
 
@@ -250,6 +251,10 @@ static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 		int64_t h = u % NH, b = u / NH;
 		const float *base = j->qkv + b * T * C3 + h * HS;
 		float *dbase = j->dqkv + b * T * C3 + h * HS;
+		if (j->write) /* this head's q, k and v columns, every row */
+			for (int64_t r = 0; r < T; r++)
+				for (int64_t part = 0; part < 3; part++)
+					memset(dbase + r * C3 + part * C, 0, (size_t)HS * sizeof(float));
 		for (int64_t q0 = 0; q0 < T; q0 += DG_NN_ATT_TILE) {
 			int64_t q1 = q0 + DG_NN_ATT_TILE < T ? q0 + DG_NN_ATT_TILE : T, m = q1 - q0, kbeg;
 			int64_t nk = keys_of(j, q0, q1, &kbeg);
@@ -270,8 +275,8 @@ static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 	tile_scratch_free(j, p, stack, 2 * n);
 }
 
-dg_status dg_nn_attention_backward(dg_ctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *att,
-				   int64_t b, int64_t t, int64_t nh, int64_t hs, int64_t window)
+static dg_status attention_backward(dg_ctx *ctx, int write, float *dqkv, const float *dout, const float *qkv,
+				     const float *att, int64_t b, int64_t t, int64_t nh, int64_t hs, int64_t window)
 {
 	if (ctx == NULL || dqkv == NULL || dout == NULL || qkv == NULL || att == NULL)
 		return DG_ERR_INVALID;
@@ -289,8 +294,21 @@ dg_status dg_nn_attention_backward(dg_ctx *ctx, float *dqkv, const float *dout, 
 		     .nh = nh,
 		     .hs = hs,
 		     .window = window,
-		     .span = span};
+		     .span = span,
+		     .write = write};
 	int64_t units = b * nh;
 	dg_parallel_for(ctx, units, 1, units * t * span * hs * 4, att_bwd_task, &j);
 	return j.failed ? DG_ERR_NOMEM : DG_OK;
+}
+
+dg_status dg_nn_attention_backward(dg_ctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *att,
+				   int64_t b, int64_t t, int64_t nh, int64_t hs, int64_t window)
+{
+	return attention_backward(ctx, 0, dqkv, dout, qkv, att, b, t, nh, hs, window);
+}
+
+dg_status dg_nn_attention_backward_write(dg_ctx *ctx, float *dqkv, const float *dout, const float *qkv,
+					 const float *att, int64_t b, int64_t t, int64_t nh, int64_t hs, int64_t window)
+{
+	return attention_backward(ctx, 1, dqkv, dout, qkv, att, b, t, nh, hs, window);
 }

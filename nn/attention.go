@@ -45,12 +45,35 @@ func (a Attention) Forward(be backend.NN, out, att, qkv *tensor.Tensor, b, t int
 
 // Backward accumulates dqkv[B, T, 3C] from dout[B, T, C] and the saved att.
 func (a Attention) Backward(be backend.NN, dqkv, dout, qkv, att *tensor.Tensor, b, t int) error {
+	return a.backward(be, dqkv, dout, qkv, att, b, t, false)
+}
+
+// backwardWrite is Backward into scratch dqkv whatever it held, the bits
+// of clearing it and accumulating; one call on a backend.GradWriter, Zero
+// and Backward on another.
+func (a Attention) backwardWrite(be backend.NN, dqkv, dout, qkv, att *tensor.Tensor, b, t int) error {
+	return a.backward(be, dqkv, dout, qkv, att, b, t, true)
+}
+
+func (a Attention) backward(be backend.NN, dqkv, dout, qkv, att *tensor.Tensor, b, t int, write bool) error {
 	const op = "Attention.Backward"
 	c := a.Heads * a.HeadSize
 	if err := needF32(op, be.Device(), "dqkv", dqkv, b*t*3*c, "dout", dout, b*t*c, "qkv", qkv, b*t*3*c, "att", att, b*a.Heads*t*a.Span(t)); err != nil {
 		return err
 	}
-	if err := be.AttentionBackward(dqkv, dout, qkv, att, b, t, a.Heads, a.HeadSize, a.Window); err != nil {
+	gw, ok := be.(backend.GradWriter)
+	var err error
+	switch {
+	case write && ok:
+		err = gw.AttentionBackwardWrite(dqkv, dout, qkv, att, b, t, a.Heads, a.HeadSize, a.Window)
+	case write:
+		if err = zero(be, dqkv); err == nil {
+			err = be.AttentionBackward(dqkv, dout, qkv, att, b, t, a.Heads, a.HeadSize, a.Window)
+		}
+	default:
+		err = be.AttentionBackward(dqkv, dout, qkv, att, b, t, a.Heads, a.HeadSize, a.Window)
+	}
+	if err != nil {
 		return fmt.Errorf("nn.%s: %w", op, err)
 	}
 	return nil

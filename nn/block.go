@@ -232,14 +232,6 @@ func add(be backend.NN, out, a, b *tensor.Tensor, n int) error {
 	return nil
 }
 
-// cleared runs f after clearing the gradient scratch t it accumulates into.
-func cleared(be backend.NN, t *tensor.Tensor, f func() error) error {
-	if err := zero(be, t); err != nil {
-		return err
-	}
-	return f()
-}
-
 // copyF32 copies the first n elements of src into dst on be's device.
 func copyF32(be backend.NN, dst, src *tensor.Tensor, n int) error {
 	d, err := dst.Slice(0, n)

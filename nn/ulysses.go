@@ -246,15 +246,12 @@ func (k *Block) attend(be backend.NN, acts *BlockActivations, s *BlockScratch, b
 // running attend's exchanges in reverse under SP.
 func (k *Block) attendBackward(be backend.NN, acts *BlockActivations, s *BlockScratch, b, t int) error {
 	if k.sp == nil {
-		return cleared(be, s.DQKV, func() error { return k.Attn.Backward(be, s.DQKV, s.DAttY, acts.QKV, acts.Att, b, t) })
+		return k.Attn.backwardWrite(be, s.DQKV, s.DAttY, acts.QKV, acts.Att, b, t)
 	}
 	if err := k.sp.toHeads(s.Heads, s.DAttY, b, t, 1, k.Width); err != nil {
 		return err
 	}
-	err := cleared(be, s.DQKVHeads, func() error {
-		return k.Attn.Backward(be, s.DQKVHeads, s.Heads, acts.QKVHeads, acts.Att, b, t*k.sp.size())
-	})
-	if err != nil {
+	if err := k.Attn.backwardWrite(be, s.DQKVHeads, s.Heads, acts.QKVHeads, acts.Att, b, t*k.sp.size()); err != nil {
 		return err
 	}
 	// every element of DQKV is written: no clearing needed

@@ -275,6 +275,13 @@ func TestGradWriterMatchesClearAndAdd(t *testing.T) {
 					require.NoError(t, k.Zero([]*tensor.Tensor{gB}))
 					require.NoError(t, k.GELUBackward(gB, x, d, 500))
 					require.Equal(t, toHost(t, k, gB), toHost(t, k, gA))
+					qkv, att, out, d := mk(f32(nTok*3*cc)), mk(f32(bb*nh*tt*tt)), mk(f32(nTok*cc)), mk(f32(nTok*cc))
+					qA, qB := mk(f32(nTok*3*cc)), mk(f32(nTok*3*cc))
+					require.NoError(t, k.AttentionForward(out, att, qkv, bb, tt, nh, hs, 0))
+					require.NoError(t, k.AttentionBackwardWrite(qA, d, qkv, att, bb, tt, nh, hs, 0))
+					require.NoError(t, k.Zero([]*tensor.Tensor{qB}))
+					require.NoError(t, k.AttentionBackward(qB, d, qkv, att, bb, tt, nh, hs, 0))
+					require.Equal(t, toHost(t, k, qB), toHost(t, k, qA))
 					require.NoError(t, k.Synchronize(ctx(t)))
 				})
 			}

@@ -429,6 +429,11 @@ dg_status dg_nn_attention_forward(dg_ctx *ctx, float *out, float *att, const flo
 /* dg_nn_attention_backward: dqkv += d(out)/d(qkv)^T dout, from the saved att. */
 dg_status dg_nn_attention_backward(dg_ctx *ctx, float *dqkv, const float *dout, const float *qkv, const float *att,
 				   int64_t b, int64_t t, int64_t nh, int64_t hs, int64_t window);
+/* dg_nn_attention_backward_write: the same with dqkv written, the bits of
+ * clearing it and accumulating (each head's slices are cleared by the
+ * thread that then accumulates into them; what dqkv held is not read). */
+dg_status dg_nn_attention_backward_write(dg_ctx *ctx, float *dqkv, const float *dout, const float *qkv,
+					 const float *att, int64_t b, int64_t t, int64_t nh, int64_t hs, int64_t window);
 
 /* dg_nn_softmax_xent_forward: probs[N,V] = softmax(logits) per row and
  * losses[N] = -log probs[n, targets[n]]. probs may alias logits. A target

@@ -568,6 +568,20 @@ static void test_backward_write(dg_ctx *ctx, uint64_t *s)
 		CHECK(memcmp(dxa, dxb, sizeof(float) * n) == 0);
 		CHECK(!signbit(dxa[0]));
 		free(x), free(dout), free(dxa), free(dxb);
+		/* attention, full and windowed, two sequences of 37 tokens */
+		for (int64_t window = 0; window <= 5; window += 5) {
+			const int64_t B = 2, T = 37, NH = 3, HS = 8, C3 = 3 * NH * HS, span = window > 0 ? window : T;
+			float *qkv = randv(s, B * T * C3), *o = malloc(sizeof(float) * B * T * NH * HS);
+			float *att = malloc(sizeof(float) * B * NH * T * span), *d = randv(s, B * T * NH * HS);
+			float *qa = malloc(sizeof(float) * B * T * C3), *qb = calloc((size_t)(B * T * C3), sizeof(float));
+			for (int64_t i = 0; i < B * T * C3; i++)
+				qa[i] = NAN;
+			CHECK_OK(dg_nn_attention_forward(ctx, o, att, qkv, B, T, NH, HS, window));
+			CHECK_OK(dg_nn_attention_backward_write(ctx, qa, d, qkv, att, B, T, NH, HS, window));
+			CHECK_OK(dg_nn_attention_backward(ctx, qb, d, qkv, att, B, T, NH, HS, window));
+			CHECK(memcmp(qa, qb, sizeof(float) * (size_t)(B * T * C3)) == 0);
+			free(qkv), free(o), free(att), free(d), free(qa), free(qb);
+		}
 	}
 	CHECK_OK(dg_ctx_set_isa(ctx, DG_ISA_AUTO));
 	CHECK(dg_nn_gelu_backward_write(ctx, NULL, NULL, NULL, 1) == DG_ERR_INVALID);
