@@ -78,11 +78,13 @@ type PipeEngine struct {
 	closers      []comm.Comm
 	closed       bool  // Close ran: every later call says so (openCheck)
 	halfLoaded   error // the error of a Load that failed part way; one that succeeds clears it (guard.go)
-	// broken is the error of a TrainBatch that failed after its first
-	// instruction: gradients half accumulated (the next batch would add to
-	// them), some stages or data ranks stepped and others not. Every call
-	// but Close refuses (openCheck, Load), as the data-parallel engine's
-	// failed micro-step does.
+	// broken is the error of a TrainBatch that failed once it had begun
+	// its instructions (the first included: the other stages are in the
+	// batch by then): gradients half accumulated (the next batch would add
+	// to them), some stages or data ranks stepped and others not.
+	// TrainBatch, Save, Load, Parameters and TiedCopies refuse (openCheck,
+	// Load), as the data-parallel engine's failed micro-step does; the
+	// getters (GlobalSteps, LR, Timers, ...) still answer.
 	broken error
 }
 

@@ -346,6 +346,13 @@ func TestPipelineFailedBatchRefusesMore(t *testing.T) {
 	}{
 		{name: "a stage fails mid-batch", first: func(int) []model.MicroBatch { return batch(4) }, failsOnce: true, thenRefuse: true},
 		{name: "schedules disagree", first: func(stage int) []model.MicroBatch { return batch(4 + 4*stage) }},
+		{name: "a stage's micro-batch has the wrong size", first: func(stage int) []model.MicroBatch {
+			mbs := batch(4)
+			if stage == 1 {
+				mbs[2] = corpus.MakeBatch([]int{0, 1, 2}, 8).MicroBatch()
+			}
+			return mbs
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			errs, _ := runPipeRanks(t, 2, timeout, func(ctx context.Context, c comm.Comm) error {
@@ -358,10 +365,13 @@ func TestPipelineFailedBatchRefusesMore(t *testing.T) {
 				}
 				wrap := func(g *nn.GPT) model.Model { return hookGPT{g, hook, nil} }
 				return withPipeGPT(ctx, c, cfg, wrap, func(tr deepgo.Trainer) error {
+					start := time.Now()
 					if _, err := tr.TrainBatch(ctx, tc.first(c.Rank())); err == nil {
 						return fmt.Errorf("stage %d: the first batch did not fail", c.Rank())
+					} else if d := time.Since(start); !tc.thenRefuse && d > timeout/2 {
+						return fmt.Errorf("stage %d: a batch refused before it began failed after %v: %v", c.Rank(), d, err)
 					}
-					start := time.Now()
+					start = time.Now()
 					_, err := tr.TrainBatch(ctx, batch(4))
 					if !tc.thenRefuse {
 						return err

@@ -104,13 +104,19 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 		return 0, err
 	}
 	ctx = e.devCtx(ctx)
-	if err := e.agreeSchedule(ctx, len(data)); err != nil {
-		return 0, err
-	}
+	// A wrong micro-batch size is this rank's error; the agreement tells
+	// the others before anyone starts the batch (it marks nobody).
+	var sizeErr error
 	for i, mb := range data {
 		if s, ok := mb.Input.(model.Sized); ok && s.BatchSize() != e.batch.MicroBatch {
-			return 0, fmt.Errorf("deepgo: pipeline stage %d: TrainBatch: micro-batch %d holds %d samples, train_micro_batch_size_per_gpu is %d", e.stage, i, s.BatchSize(), e.batch.MicroBatch)
+			sizeErr = fmt.Errorf("deepgo: pipeline stage %d: TrainBatch: micro-batch %d holds %d samples, train_micro_batch_size_per_gpu is %d", e.stage, i, s.BatchSize(), e.batch.MicroBatch)
+			break
 		}
+	}
+	if err := e.agreeSchedule(ctx, len(data), sizeErr == nil); sizeErr != nil {
+		return 0, sizeErr
+	} else if err != nil {
+		return 0, err
 	}
 	for c := range e.bufs {
 		for b := range e.bufs[c] {
@@ -147,16 +153,27 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 // agreeSchedule checks that every rank runs the same schedule over the
 // same number of micro-batches before any point-to-point transfer, so a
 // disagreement is an error naming the stages instead of a hang.
-func (e *PipeEngine) agreeSchedule(ctx context.Context, n int) error {
+func (e *PipeEngine) agreeSchedule(ctx context.Context, n int, sizesOK bool) error {
 	if n != e.batch.GradAccum {
 		// still join the agreement: the others must learn of it
 		n = -n
 	}
-	vals, err := comm.AllGatherInt64s(ctx, e.world, []int64{int64(n)})
+	ok := int64(1)
+	if !sizesOK {
+		ok = 0
+	}
+	vals, err := comm.AllGatherInt64s(ctx, e.world, []int64{int64(n), ok})
 	if err != nil {
 		return fmt.Errorf("deepgo: pipeline stage %d: agreeing on the schedule%s: %w", e.stage, e.atFault(err), err)
 	}
-	for r, v := range vals {
+	for i := 0; i < len(vals); i += 2 { // rank i/2's (count, sizes ok)
+		if vals[i+1] == 0 {
+			return fmt.Errorf("deepgo: pipeline: stage %d (rank %d) was handed a micro-batch whose size is not train_micro_batch_size_per_gpu (%d); no stage started the batch",
+				e.grid.CoordOf(i/2, comm.AxisPipe), i/2, e.batch.MicroBatch)
+		}
+	}
+	for i := 0; i < len(vals); i += 2 {
+		r, v := i/2, vals[i]
 		if v != vals[0] || v < 0 {
 			return fmt.Errorf("deepgo: pipeline: ranks disagree on the schedule: stage %d (rank %d) has %d micro-batches, stage %d (rank %d) has %d micro-batches (this rank's gradient_accumulation_steps is %d)",
 				e.grid.CoordOf(0, comm.AxisPipe), 0, abs64(vals[0]), e.grid.CoordOf(r, comm.AxisPipe), r, abs64(v), e.batch.GradAccum)

@@ -381,8 +381,10 @@ func (o *op) exchange() error {
 	if k == comm.OpSend || k == comm.OpRecv {
 		slot = uint64(slotP2PDesc) | o.slot
 	}
-	if o.ctx.Err() != nil {
-		return c.errorf(k, nil, fmt.Errorf("%w before the call started: %w", comm.ErrTimeout, o.ctx.Err()))
+	if err := o.ctx.Err(); errors.Is(err, context.Canceled) {
+		return c.errorf(k, []int{c.rank}, fmt.Errorf("%w: rank %d cancelled its call before it started: %w", comm.ErrAborted, c.rank, err))
+	} else if err != nil {
+		return c.errorf(k, nil, fmt.Errorf("%w before the call started: %w", comm.ErrTimeout, err))
 	}
 	np := len(o.peers)
 	mine := o.me.encode()
@@ -428,6 +430,11 @@ func (o *op) exchange() error {
 		if notes != "" {
 			return c.errorf(k, named, fmt.Errorf("%w after %v: ranks %v never joined (%s): %w",
 				comm.ErrAborted, time.Since(started).Round(time.Millisecond), missing, notes, f))
+		}
+		if err := o.ctx.Err(); errors.Is(err, context.Canceled) {
+			// Gloo's exchange does not watch a cancel: it ran to its deadline
+			return c.errorf(k, []int{c.rank}, fmt.Errorf("%w: rank %d cancelled its call; the exchange gave up at its deadline after %v with ranks %v not joined: %w",
+				comm.ErrAborted, c.rank, time.Since(started).Round(time.Millisecond), missing, err))
 		}
 		return c.errorf(k, missing, comm.NotJoined(o.callerBinds, time.Since(started), fmt.Sprint(missing), f))
 	}

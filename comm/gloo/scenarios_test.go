@@ -340,16 +340,8 @@ func scenarioInvalid(ctx context.Context, c comm.Comm) error {
 // scenarioMissing: the last rank never calls; the others time out at
 // their 1 s deadline naming it.
 func scenarioMissing(ctx context.Context, c comm.Comm) error {
-	g, err := fresh(ctx, c)
-	if err != nil {
-		return err
-	}
-	defer g.Close()
-	last := g.Size() - 1
-	if g.Rank() != last {
-		const deadline = time.Second
-		x := filled(tensor.Float32, 4, func(int) float64 { return 1 })
-		defer x.Free()
+	const deadline = time.Second
+	return lastMissing(ctx, c, 0, func(g comm.Comm, x *tensor.Tensor) error {
 		dctx, cancel := context.WithTimeout(ctx, deadline)
 		defer cancel()
 		start := time.Now()
@@ -357,13 +349,53 @@ func scenarioMissing(ctx context.Context, c comm.Comm) error {
 		if d := time.Since(start); d < deadline || d > deadline+3*time.Second {
 			return fmt.Errorf("gave up after %v, deadline %v: %v", d, deadline, err)
 		}
-		if err := wantFault(err, []int{last}, comm.ErrTimeout); err != nil {
+		if err := wantFault(err, []int{g.Size() - 1}, comm.ErrTimeout); err != nil {
 			return err
 		}
 		// the caller's deadline (1 s), not the group's timeout, ran out
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "the caller's context deadline passed") {
 			return fmt.Errorf("want the caller's context deadline named and wrapped, got %w", err)
 		}
+		return nil
+	})
+}
+
+// scenarioCancel: the last rank never calls and the others cancel their
+// call after a moment: each names itself as having cancelled (ErrAborted),
+// not the missing rank as late. Gloo's exchange does not watch a cancel, so
+// the error comes at the group's deadline, as long as the world barrier's
+// after it: the last rank starts waiting there a second later.
+func scenarioCancel(ctx context.Context, c comm.Comm) error {
+	return lastMissing(ctx, c, time.Second, func(g comm.Comm, x *tensor.Tensor) error {
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(200*time.Millisecond, cancel)
+		err := g.AllReduce(cctx, x, comm.Sum)
+		if err := wantFault(err, []int{g.Rank()}, comm.ErrAborted); err != nil {
+			return err
+		}
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d cancelled its call", g.Rank())) {
+			return fmt.Errorf("want the cancel named and wrapped, got %w", err)
+		}
+		return nil
+	})
+}
+
+// lastMissing runs call on a fresh group on every rank but the last, which
+// waits lastWaits, then all meet at a world barrier.
+func lastMissing(ctx context.Context, c comm.Comm, lastWaits time.Duration, call func(g comm.Comm, x *tensor.Tensor) error) error {
+	g, err := fresh(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	if g.Rank() != g.Size()-1 {
+		x := filled(tensor.Float32, 4, func(int) float64 { return 1 })
+		defer x.Free()
+		if err := call(g, x); err != nil {
+			return err
+		}
+	} else {
+		time.Sleep(lastWaits)
 	}
 	return c.Barrier(ctx)
 }

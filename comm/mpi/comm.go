@@ -328,8 +328,8 @@ func (o *op) exec(body func() ([]request, func() error, error)) {
 				comm.ErrAborted, o.c.rank, missing, err))
 		case errors.Is(err, context.DeadlineExceeded):
 			o.err = o.c.errorf(o.call.Op, missing, comm.NotJoined(o.callerBinds, time.Since(started), fmt.Sprint(missing), nil))
-		default: // MPI_Testall failed
-			o.err = o.c.errorf(o.call.Op, missing, fmt.Errorf("%w: ranks %v had not joined: %w", comm.ErrAborted, missing, err))
+		default: // MPI_Testall failed (poll names no pending ranks then)
+			o.err = o.c.errorf(o.call.Op, missing, fmt.Errorf("%w: waiting for the other ranks: %w", comm.ErrAborted, err))
 		}
 		return
 	}

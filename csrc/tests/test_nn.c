@@ -533,6 +533,12 @@ static void test_backward_write(dg_ctx *ctx, uint64_t *s)
 				char *dwa = malloc(es * (size_t)(oc * c + oc + 2)), *dwb = malloc(es * (size_t)(oc * c + oc + 2));
 				for (int64_t i = 0; i < n * c; i++)
 					dxa[i] = NAN;
+				/* row 0 of dout all -0 and positive weights: each product
+				 * is -0, and a cleared dinp makes the sum +0 */
+				for (int64_t o = 0; o < oc; o++)
+					dout[o] = -0.0f;
+				for (int64_t i = 0; i < oc * c; i++)
+					wf[i] = fabsf(wf[i]);
 				if (half) { /* bfloat16: the top half of each float's bits */
 					uint16_t *h = (uint16_t *)wf;
 					for (int64_t i = 0; i < oc * c; i++) {
@@ -554,6 +560,7 @@ static void test_backward_write(dg_ctx *ctx, uint64_t *s)
 				CHECK_OK(dg_nn_matmul_backward_mixed(ctx, dxb, t, dwb, dbb, dout, x, t, wf, n, c, oc));
 				CHECK(memcmp(dxa, dxb, sizeof(float) * (size_t)(n * c)) == 0);
 				CHECK(memcmp(dwa, dwb, es * (size_t)(oc * c + oc)) == 0);
+				CHECK(c == 0 || !signbit(dxa[0]));
 				free(x), free(dout), free(wf), free(g0), free(dxa), free(dxb), free(dwa), free(dwb);
 			}
 		/* GELU: the products' -0 become +0 as in a cleared dinp */

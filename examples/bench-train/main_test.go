@@ -168,7 +168,7 @@ func TestOpsMode(t *testing.T) {
 		}
 		assert.InDelta(t, 1, sum, 1e-9, "kernel shares and the time between them")
 		assert.Equal(t, 5.0, calls["LinearForward"], "one block's 4 Linears and the head")
-		assert.Equal(t, 5.0, calls["LinearBackward"])
+		assert.Equal(t, 5.0, calls["LinearBackwardWrite"], "each writes its scratch input gradient (backend.GradWriter)")
 		assert.Equal(t, 1.0, calls["AttentionForward"])
 		assert.Equal(t, 1.0, calls["SoftmaxXentForward"])
 		if run.Threads == 1 {
