@@ -3,6 +3,8 @@ package backend
 import (
 	"unsafe"
 
+	"github.com/deepgo-ml/deepgo/csrc"
+
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -21,25 +23,22 @@ func (b *CPU) LinearForward(out, in, w, bias *tensor.Tensor) error {
 
 // LinearBackward accumulates din, dw and db on the C core (see Linear).
 func (b *CPU) LinearBackward(din, dw, db, dout, in, w *tensor.Tensor) error {
-	return b.linearBackward("LinearBackward", din, dw, db, dout, in, w)
+	return b.linearBackward("LinearBackward", b.ctx.MatmulBackwardMixed, din, dw, db, dout, in, w)
 }
 
 var _ GradWriter = (*CPU)(nil)
 
 // LinearBackwardWrite is LinearBackward with din written (see GradWriter).
 func (b *CPU) LinearBackwardWrite(din, dw, db, dout, in, w *tensor.Tensor) error {
-	return b.linearBackward("LinearBackwardWrite", din, dw, db, dout, in, w)
+	return b.linearBackward("LinearBackwardWrite", b.ctx.MatmulBackwardWrite, din, dw, db, dout, in, w)
 }
 
-// linearBackward is both: op LinearBackwardWrite writes din.
-func (b *CPU) linearBackward(op string, din, dw, db, dout, in, w *tensor.Tensor) error {
+// linearBackward is both, run being the C call.
+func (b *CPU) linearBackward(op string, run func(dinp unsafe.Pointer, gt csrc.DType, dw, dbias, dout, inp unsafe.Pointer, wt csrc.DType, w unsafe.Pointer, n, c, oc int) error,
+	din, dw, db, dout, in, w *tensor.Tensor) error {
 	d, err := CheckLinear(op, b.dev, nil, in, w, nil, din, dw, db, dout)
 	if err != nil {
 		return err
-	}
-	run := b.ctx.MatmulBackwardMixed
-	if op == "LinearBackwardWrite" {
-		run = b.ctx.MatmulBackwardWrite
 	}
 	pdi, pdw, pdb, pdo, pi, pw := ptrOf(din), ptrOf(dw), ptrOf(db), dout.Ptr(), in.Ptr(), w.Ptr()
 	return b.Exec(op, false, func() error { return run(pdi, dt(d.Grad), pdw, pdb, pdo, pi, dt(d.W), pw, d.N, d.C, d.OC) })

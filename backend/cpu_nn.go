@@ -2,6 +2,7 @@ package backend
 
 import (
 	"errors"
+	"unsafe"
 
 	"github.com/deepgo-ml/deepgo/csrc"
 	"github.com/deepgo-ml/deepgo/tensor"
@@ -120,23 +121,20 @@ func (b *CPU) AttentionForward(out, att, qkv *tensor.Tensor, bs, t, nh, hs, wind
 
 // AttentionBackward runs the C core's attention backward (see NN).
 func (b *CPU) AttentionBackward(dqkv, dout, qkv, att *tensor.Tensor, bs, t, nh, hs, window int) error {
-	return b.attentionBackward("AttentionBackward", dqkv, dout, qkv, att, bs, t, nh, hs, window)
+	return b.attentionBackward("AttentionBackward", b.ctx.AttentionBackward, dqkv, dout, qkv, att, bs, t, nh, hs, window)
 }
 
 // AttentionBackwardWrite runs the C core's attention backward writing dqkv
 // (see GradWriter).
 func (b *CPU) AttentionBackwardWrite(dqkv, dout, qkv, att *tensor.Tensor, bs, t, nh, hs, window int) error {
-	return b.attentionBackward("AttentionBackwardWrite", dqkv, dout, qkv, att, bs, t, nh, hs, window)
+	return b.attentionBackward("AttentionBackwardWrite", b.ctx.AttentionBackwardWrite, dqkv, dout, qkv, att, bs, t, nh, hs, window)
 }
 
-// attentionBackward is both: op AttentionBackwardWrite writes dqkv.
-func (b *CPU) attentionBackward(op string, dqkv, dout, qkv, att *tensor.Tensor, bs, t, nh, hs, window int) error {
+// attentionBackward is both, run being the C call.
+func (b *CPU) attentionBackward(op string, run func(dqkv, dout, qkv, att unsafe.Pointer, b, t, nh, hs, window int) error,
+	dqkv, dout, qkv, att *tensor.Tensor, bs, t, nh, hs, window int) error {
 	if err := CheckAttentionBackward(b.dev, dqkv, dout, qkv, att, bs, t, nh, hs, window); err != nil {
 		return err
-	}
-	run := b.ctx.AttentionBackward
-	if op == "AttentionBackwardWrite" {
-		run = b.ctx.AttentionBackwardWrite
 	}
 	pd, pdo, pq, pa := dqkv.Ptr(), dout.Ptr(), qkv.Ptr(), att.Ptr()
 	return b.Exec(op, false, func() error { return run(pd, pdo, pq, pa, bs, t, nh, hs, window) })

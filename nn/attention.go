@@ -61,17 +61,14 @@ func (a Attention) backward(be backend.NN, dqkv, dout, qkv, att *tensor.Tensor, 
 	if err := needF32(op, be.Device(), "dqkv", dqkv, b*t*3*c, "dout", dout, b*t*c, "qkv", qkv, b*t*3*c, "att", att, b*a.Heads*t*a.Span(t)); err != nil {
 		return err
 	}
-	gw, ok := be.(backend.GradWriter)
+	add := func() error { return be.AttentionBackward(dqkv, dout, qkv, att, b, t, a.Heads, a.HeadSize, a.Window) }
 	var err error
-	switch {
-	case write && ok:
-		err = gw.AttentionBackwardWrite(dqkv, dout, qkv, att, b, t, a.Heads, a.HeadSize, a.Window)
-	case write:
-		if err = zero(be, dqkv); err == nil {
-			err = be.AttentionBackward(dqkv, dout, qkv, att, b, t, a.Heads, a.HeadSize, a.Window)
-		}
-	default:
-		err = be.AttentionBackward(dqkv, dout, qkv, att, b, t, a.Heads, a.HeadSize, a.Window)
+	if write {
+		err = intoScratch(be, dqkv, func(gw backend.GradWriter) error {
+			return gw.AttentionBackwardWrite(dqkv, dout, qkv, att, b, t, a.Heads, a.HeadSize, a.Window)
+		}, add)
+	} else {
+		err = add()
 	}
 	if err != nil {
 		return fmt.Errorf("nn.%s: %w", op, err)

@@ -42,17 +42,12 @@ func (GELU) backward(be backend.NN, din, in, dout *tensor.Tensor, n int, write b
 	if err := needF32("GELU.Backward", be.Device(), "din", din, n, "in", in, n, "dout", dout, n); err != nil {
 		return err
 	}
-	gw, ok := be.(backend.GradWriter)
+	add := func() error { return be.GELUBackward(din, in, dout, n) }
 	var err error
-	switch {
-	case write && ok:
-		err = gw.GELUBackwardWrite(din, in, dout, n)
-	case write:
-		if err = zero(be, din); err == nil {
-			err = be.GELUBackward(din, in, dout, n)
-		}
-	default:
-		err = be.GELUBackward(din, in, dout, n)
+	if write {
+		err = intoScratch(be, din, func(gw backend.GradWriter) error { return gw.GELUBackwardWrite(din, in, dout, n) }, add)
+	} else {
+		err = add()
 	}
 	if err != nil {
 		return fmt.Errorf("nn.GELU.Backward: %w", err)

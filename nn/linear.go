@@ -124,18 +124,26 @@ func (l *Linear) backward(be backend.NN, din, dout, in *tensor.Tensor, n int, wr
 }
 
 // linearBackward is be.LinearBackward, or with write din written whatever
-// it held (backend.GradWriter's LinearBackwardWrite, or Zero first on a
-// backend without it).
+// it held (intoScratch).
 func linearBackward(be backend.NN, write bool, din, dw, db, dout, in, w *tensor.Tensor) error {
-	if write && din != nil {
-		if gw, ok := be.(backend.GradWriter); ok {
-			return gw.LinearBackwardWrite(din, dw, db, dout, in, w)
-		}
-		if err := zero(be, din); err != nil {
-			return err
-		}
+	add := func() error { return be.LinearBackward(din, dw, db, dout, in, w) }
+	if !write || din == nil {
+		return add()
 	}
-	return be.LinearBackward(din, dw, db, dout, in, w)
+	return intoScratch(be, din, func(gw backend.GradWriter) error { return gw.LinearBackwardWrite(din, dw, db, dout, in, w) }, add)
+}
+
+// intoScratch fills scratch gradient dst whatever it held: with the
+// backend.GradWriter kernel write where be has one, else by clearing dst
+// and running the accumulating kernel add (the same bits).
+func intoScratch(be backend.NN, dst *tensor.Tensor, write func(backend.GradWriter) error, add func() error) error {
+	if gw, ok := be.(backend.GradWriter); ok {
+		return write(gw)
+	}
+	if err := zero(be, dst); err != nil {
+		return err
+	}
+	return add()
 }
 
 // mat is a tensor to view as rows x cols.
