@@ -412,6 +412,15 @@ func (x *Ctx) RoofCopy(dst, src unsafe.Pointer, bytes int) error {
 	return check("dg_roof_copy", C.dg_roof_copy(x.c, dst, src, C.int64_t(bytes)))
 }
 
+// RoofCast moves a cast's bytes on the pool without converting them:
+// srcBytes read and dstBytes written, dstBytes being srcBytes, twice it or
+// half of it, with the stores the casts use (non-temporal past the streaming
+// threshold). Casts' benchmarks compare with it: a memcpy reads as much as
+// it writes, a cast between float32 and a half does not.
+func (x *Ctx) RoofCast(dst unsafe.Pointer, dstBytes int, src unsafe.Pointer, srcBytes int) error {
+	return check("dg_roof_cast", C.dg_roof_cast(x.c, dst, C.int64_t(dstBytes), src, C.int64_t(srcBytes)))
+}
+
 // RoofRead is a threaded read-and-sum of bytes on the pool: the roof
 // benchmarks compare reductions with. The sum is returned so the reads count.
 func (x *Ctx) RoofRead(src unsafe.Pointer, bytes int) (uint64, error) {

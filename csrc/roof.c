@@ -39,6 +39,117 @@ dg_status dg_roof_copy(dg_ctx *ctx, void *dst, const void *src, int64_t bytes)
 	return DG_OK;
 }
 
+/* The cast roof moves a cast's bytes with none of its conversion: a
+ * widening cast (dst twice src) reads each 64-byte line once and writes it
+ * twice, a narrowing one (dst half src) reads two lines and writes their
+ * XOR (a short tail: pairs of bytes), so reads, writes and their ratio match the kernel's. A memcpy cannot:
+ * it reads as much as it writes, and a widening cast, which writes twice
+ * what it reads, beat it by 20% on one thread and fell 10% short on two.
+ * Past DG_STREAM_BYTES of output it stores non-temporally, as the casts do,
+ * where the ISA's table has streaming casts (AVX-512). */
+typedef struct cast_roof_job {
+	dg_isa isa;
+	int nt;
+	int widen; /* 1: dst = 2 src; 0: dst = src / 2 */
+	unsigned char *dst;
+	const unsigned char *src;
+} cast_roof_job;
+
+static void cast_roof_plain(int widen, unsigned char *d, const unsigned char *s, int64_t bytes)
+{
+	int64_t i = 0;
+	if (widen) {
+		for (; i + 64 <= bytes; i += 64) {
+			memcpy(d + 2 * i, s + i, 64);
+			memcpy(d + 2 * i + 64, s + i, 64);
+		}
+		memcpy(d + 2 * i, s + i, (size_t)(bytes - i));
+		memcpy(d + 2 * i + (bytes - i), s + i, (size_t)(bytes - i));
+		return;
+	}
+	for (; i + 128 <= bytes; i += 128)
+		for (int o = 0; o < 64; o++)
+			d[i / 2 + o] = s[i + o] ^ s[i + 64 + o];
+	for (; i + 2 <= bytes; i += 2)
+		d[i / 2] = s[i] ^ s[i + 1];
+}
+
+#if DG_HAVE_X86
+DG_TARGET_AVX512 static void cast_roof_avx512(int widen, int nt, unsigned char *d, const unsigned char *s,
+					       int64_t bytes)
+{
+	int64_t i = 0;
+	if (widen) {
+		for (; i + 128 <= bytes; i += 128) {
+			_mm_prefetch((const char *)s + i + 1024, _MM_HINT_T0);
+			_mm_prefetch((const char *)s + i + 1088, _MM_HINT_T0);
+			__m512i a = _mm512_loadu_si512(s + i), b = _mm512_loadu_si512(s + i + 64);
+			if (nt) {
+				_mm512_stream_si512((__m512i *)(d + 2 * i), a);
+				_mm512_stream_si512((__m512i *)(d + 2 * i + 64), a);
+				_mm512_stream_si512((__m512i *)(d + 2 * i + 128), b);
+				_mm512_stream_si512((__m512i *)(d + 2 * i + 192), b);
+			} else {
+				_mm512_storeu_si512(d + 2 * i, a);
+				_mm512_storeu_si512(d + 2 * i + 64, a);
+				_mm512_storeu_si512(d + 2 * i + 128, b);
+				_mm512_storeu_si512(d + 2 * i + 192, b);
+			}
+		}
+	} else {
+		for (; i + 256 <= bytes; i += 256) {
+			_mm_prefetch((const char *)s + i + 2048, _MM_HINT_T0);
+			_mm_prefetch((const char *)s + i + 2112, _MM_HINT_T0);
+			_mm_prefetch((const char *)s + i + 2176, _MM_HINT_T0);
+			_mm_prefetch((const char *)s + i + 2240, _MM_HINT_T0);
+			__m512i a = _mm512_xor_si512(_mm512_loadu_si512(s + i), _mm512_loadu_si512(s + i + 64));
+			__m512i b = _mm512_xor_si512(_mm512_loadu_si512(s + i + 128), _mm512_loadu_si512(s + i + 192));
+			if (nt) {
+				_mm512_stream_si512((__m512i *)(d + i / 2), a);
+				_mm512_stream_si512((__m512i *)(d + i / 2 + 64), b);
+			} else {
+				_mm512_storeu_si512(d + i / 2, a);
+				_mm512_storeu_si512(d + i / 2 + 64, b);
+			}
+		}
+	}
+	if (nt)
+		_mm_sfence();
+	cast_roof_plain(widen, widen ? d + 2 * i : d + i / 2, s + i, bytes - i);
+}
+#endif
+
+static void cast_roof_task(void *arg, int64_t lo, int64_t hi)
+{
+	cast_roof_job *j = arg;
+	unsigned char *d = j->widen ? j->dst + 2 * lo : j->dst + lo / 2;
+#if DG_HAVE_X86
+	if (j->isa == DG_ISA_AVX512) {
+		cast_roof_avx512(j->widen, j->nt, d, j->src + lo, hi - lo);
+		return;
+	}
+#endif
+	cast_roof_plain(j->widen, d, j->src + lo, hi - lo);
+}
+
+dg_status dg_roof_cast(dg_ctx *ctx, void *dst, int64_t dst_bytes, const void *src, int64_t src_bytes)
+{
+	if (ctx == NULL || src_bytes < 0 || (src_bytes > 0 && (dst == NULL || src == NULL)))
+		return DG_ERR_INVALID;
+	if (dst_bytes == src_bytes)
+		return dg_roof_copy(ctx, dst, src, src_bytes);
+	int widen = dst_bytes == 2 * src_bytes;
+	if (!widen && (src_bytes % 2 != 0 || dst_bytes != src_bytes / 2))
+		return DG_ERR_INVALID;
+	/* the casts stream only to a 64-byte aligned destination */
+	int nt = dst_bytes >= DG_STREAM_BYTES && ctx->k->cast_stream != NULL && ((uintptr_t)dst & 63u) == 0;
+	cast_roof_job j = {ctx->isa, nt, widen, dst, src};
+	/* units of ROOF_GRAIN source bytes: both sides stay 64-byte aligned
+	 * relative to the buffers' starts */
+	dg_parallel_for(ctx, src_bytes, ROOF_GRAIN, src_bytes + dst_bytes, cast_roof_task, &j);
+	return DG_OK;
+}
+
 typedef struct read_job {
 	dg_isa isa;
 	const unsigned char *src;

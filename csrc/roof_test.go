@@ -48,3 +48,67 @@ func TestRoofUpdate(t *testing.T) {
 	require.Equal(t, []float32{7, 8, 9}, m)
 	require.Equal(t, []float32{10, 11, 12}, v)
 }
+
+// TestRoofCast: the cast roof writes each source line twice (widening) or
+// the XOR of each pair of lines (narrowing), the vector body, the streamed
+// body and the tail alike, on 1 and 2 threads and every ISA the CPU has,
+// and refuses other ratios.
+func TestRoofCast(t *testing.T) {
+	for _, tc := range []struct {
+		threads int
+		isa     ISA
+	}{{1, ISAScalar}, {2, ISAScalar}, {1, ISAAVX2}, {2, ISAAVX2}, {1, ISAAVX512}, {2, ISAAVX512}} {
+		if tc.isa > BestISA() {
+			continue
+		}
+		threads := tc.threads
+		x, err := NewCtx(threads)
+		require.NoError(t, err)
+		require.NoError(t, x.SetISA(tc.isa))
+		// 40 MiB of source streams its 20 and 80 MiB of output
+		for _, n := range []int{0, 2, 64, 130, 4096, 70002, 40 << 20} {
+			src := make([]byte, n+2)
+			for i := range src {
+				src[i] = byte(i*7 + i>>8)
+			}
+			wide := make([]byte, 2*n+1)
+			require.NoError(t, x.RoofCast(unsafe.Pointer(unsafe.SliceData(wide)), 2*n, unsafe.Pointer(unsafe.SliceData(src)), n), "widen %d", n)
+			narrow := make([]byte, n/2+1)
+			require.NoError(t, x.RoofCast(unsafe.Pointer(unsafe.SliceData(narrow)), n/2, unsafe.Pointer(unsafe.SliceData(src)), n), "narrow %d", n)
+			// widening: line l of src lands at lines 2l and 2l+1 (a short
+			// tail is written twice in a row); narrowing: pairs XOR
+			for i := 0; i < n; i++ {
+				l, o := i/64, i%64
+				if (l+1)*64 <= n {
+					if wide[2*l*64+o] != src[i] || wide[(2*l+1)*64+o] != src[i] {
+						t.Fatalf("%v %dt widen %d: byte %d not written twice", tc.isa, threads, n, i)
+					}
+				} else {
+					tail, r := n-l*64, i-l*64
+					if wide[2*l*64+r] != src[i] || wide[2*l*64+tail+r] != src[i] {
+						t.Fatalf("%v %dt widen %d: tail byte %d not written twice", tc.isa, threads, n, i)
+					}
+				}
+			}
+			for i := 0; i < n/2; i++ {
+				var want byte
+				if pr := i / 64; (pr+1)*128 <= n { // line pairs: (0,1) -> out line 0, (2,3) -> 1
+					want = src[pr*128+i%64] ^ src[pr*128+64+i%64]
+				} else { // the tail: byte pairs
+					want = src[2*i] ^ src[2*i+1]
+				}
+				if narrow[i] != want {
+					t.Fatalf("%v %dt narrow %d: byte %d = %d, want %d", tc.isa, threads, n, i, narrow[i], want)
+				}
+			}
+			require.Zero(t, wide[2*n], "widen %d wrote past the end", n)
+			require.Zero(t, narrow[n/2], "narrow %d wrote past the end", n)
+		}
+		b := make([]byte, 64)
+		p := unsafe.Pointer(&b[0])
+		require.Error(t, x.RoofCast(p, 3, p, 7))
+		require.Error(t, x.RoofCast(p, 10, p, 4))
+		require.Error(t, x.RoofCast(nil, 8, nil, 4))
+		x.Close()
+	}
+}

@@ -196,6 +196,11 @@ dg_status dg_reduce_bcast(dg_ctx *ctx, dg_dtype t, dg_redop op, const void *cons
 
 /* dg_roof_copy copies bytes from src to dst (non-overlapping) on the pool. */
 dg_status dg_roof_copy(dg_ctx *ctx, void *dst, const void *src, int64_t bytes);
+/* dg_roof_cast moves a cast's bytes without converting: src_bytes read,
+ * dst_bytes written, where dst_bytes is src_bytes (a copy), twice it (each
+ * line written twice) or half of it (pairs of lines XORed); other sizes are
+ * DG_ERR_INVALID. dst must not overlap src. */
+dg_status dg_roof_cast(dg_ctx *ctx, void *dst, int64_t dst_bytes, const void *src, int64_t src_bytes);
 /* dg_roof_read sums src as 64-bit integers (bytes rounded down to 8) on the
  * pool and stores the sum so the loads cannot be optimised away. */
 dg_status dg_roof_read(dg_ctx *ctx, const void *src, int64_t bytes, uint64_t *sum);

@@ -1,8 +1,11 @@
 // Command bench-kernels measures the C core's bandwidth kernels (casts, sum of
 // squares, inf/nan check, bucket pack) on 1 and 2 threads and prints one JSON
 // object. Each kernel stands next to a roof with the same access pattern
-// measured in the same run, interleaved with it: a threaded memcpy of the same
-// bytes for casts and packing, a threaded read-and-sum for the reductions.
+// measured in the same run, interleaved with it: for a cast the same bytes
+// read and written with no conversion (a widening cast writes twice what it
+// reads, so a memcpy is not its pattern; the memcpy of the smaller side is
+// reported beside it), a threaded memcpy for packing, a threaded
+// read-and-sum for the reductions.
 // Every case is timed in two passes over the list, forward then backward, and
 // keeps the best of each side's reps over both passes. It
 // also reports the cost of one cgo call and a 1- vs 2-thread compute probe.
@@ -46,6 +49,10 @@ type Result struct {
 	// core's read bandwidth, not a symmetric copy's, is then what binds it.
 	ReadRoofGBps float64 `json:"read_roof_gbps,omitempty"` // read-and-sum of the kernel's input bytes
 	ReadRatio    float64 `json:"read_ratio,omitempty"`     // input bytes/s over read_roof_gbps
+	// Casts also stand next to a memcpy of their smaller side (the roof
+	// this benchmark used before the cast roof), read plus written bytes.
+	CopyRoofGBps float64 `json:"copy_roof_gbps,omitempty"`
+	CopyRatio    float64 `json:"copy_ratio,omitempty"` // gbps / copy_roof_gbps
 }
 
 // Report is the whole output.
@@ -200,6 +207,11 @@ func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
 	copyRoof := func(dst, src *tensor.Tensor, bytes int) func() error {
 		return func() error { return ctx.RoofCopy(dst.Ptr(), src.Ptr(), bytes) }
 	}
+	// A cast's roof reads and writes what the cast does, without converting.
+	castRoof := func(dst, src *tensor.Tensor) func() error {
+		db, sb := dst.Numel()*dst.DType().Size(), src.Numel()*src.DType().Size()
+		return func() error { return ctx.RoofCast(dst.Ptr(), db, src.Ptr(), sb) }
+	}
 	readRoof := func(p unsafe.Pointer, bytes int) func() error {
 		return func() error { _, err := ctx.RoofRead(p, bytes); return err }
 	}
@@ -223,6 +235,8 @@ func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
 		kf    func() error
 		src   unsafe.Pointer // writing kernels: the input, for the read roof
 		rb    int            // bytes the roof moves, when not the kernel's
+		cf    func() error   // casts: the memcpy of the smaller side
+		cb    int            // bytes that memcpy moves (read + written)
 	}
 	sumsq := func(t *tensor.Tensor) func() error {
 		return func() error { _, err := b.SumSquares(T(t), nil); return err }
@@ -231,17 +245,17 @@ func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
 		return func() error { _, err := b.NonFinite(T(t)); return err }
 	}
 	cases := []kcase{
-		{"cast f32->bf16", in + 2*nf, "memcpy", copyRoof(bs.bf16Out, bs.f32, 2*nf), func() error { return b.Cast(T(bs.bf16Out), T(bs.f32)) }, bs.f32.Ptr(), 2 * (2 * nf)},
-		{"cast f32->f16", in + 2*nf, "memcpy", copyRoof(bs.h16Out, bs.f32, 2*nf), func() error { return b.Cast(T(bs.h16Out), T(bs.f32)) }, bs.f32.Ptr(), 2 * (2 * nf)},
-		{"cast bf16->f32", in + 4*nh, "memcpy", copyRoof(bs.f32Out, bs.bf16, in), func() error { return b.Cast(T(bs.f32Out), T(bs.bf16)) }, bs.bf16.Ptr(), 2 * (in)},
-		{"cast f16->f32", in + 4*nh, "memcpy", copyRoof(bs.f32Out, bs.h16, in), func() error { return b.Cast(T(bs.f32Out), T(bs.h16)) }, bs.h16.Ptr(), 2 * (in)},
-		{"sumsq f32", in, "read-and-sum", readRoof(bs.f32.Ptr(), in), sumsq(bs.f32), nil, 0},
-		{"sumsq bf16", in, "read-and-sum", readRoof(bs.bf16.Ptr(), in), sumsq(bs.bf16), nil, 0},
-		{"sumsq f16", in, "read-and-sum", readRoof(bs.h16.Ptr(), in), sumsq(bs.h16), nil, 0},
-		{"nonfinite f32", in, "read-and-sum", readRoof(bs.f32.Ptr(), in), nonfinite(bs.f32), nil, 0},
-		{"nonfinite bf16", in, "read-and-sum", readRoof(bs.bf16.Ptr(), in), nonfinite(bs.bf16), nil, 0},
-		{"nonfinite f16", in, "read-and-sum", readRoof(bs.h16.Ptr(), in), nonfinite(bs.h16), nil, 0},
-		{"pack f32 x4", 2 * in, "memcpy", copyRoof(bs.flat, bs.f32, in), func() error { return b.Pack(bs.flat, offs, packSrcs) }, bs.f32.Ptr(), 0},
+		{"cast f32->bf16", in + 2*nf, "cast traffic", castRoof(bs.bf16Out, bs.f32), func() error { return b.Cast(T(bs.bf16Out), T(bs.f32)) }, bs.f32.Ptr(), 0, copyRoof(bs.bf16Out, bs.f32, 2*nf), 2 * (2 * nf)},
+		{"cast f32->f16", in + 2*nf, "cast traffic", castRoof(bs.h16Out, bs.f32), func() error { return b.Cast(T(bs.h16Out), T(bs.f32)) }, bs.f32.Ptr(), 0, copyRoof(bs.h16Out, bs.f32, 2*nf), 2 * (2 * nf)},
+		{"cast bf16->f32", in + 4*nh, "cast traffic", castRoof(bs.f32Out, bs.bf16), func() error { return b.Cast(T(bs.f32Out), T(bs.bf16)) }, bs.bf16.Ptr(), 0, copyRoof(bs.f32Out, bs.bf16, in), 2 * in},
+		{"cast f16->f32", in + 4*nh, "cast traffic", castRoof(bs.f32Out, bs.h16), func() error { return b.Cast(T(bs.f32Out), T(bs.h16)) }, bs.h16.Ptr(), 0, copyRoof(bs.f32Out, bs.h16, in), 2 * in},
+		{"sumsq f32", in, "read-and-sum", readRoof(bs.f32.Ptr(), in), sumsq(bs.f32), nil, 0, nil, 0},
+		{"sumsq bf16", in, "read-and-sum", readRoof(bs.bf16.Ptr(), in), sumsq(bs.bf16), nil, 0, nil, 0},
+		{"sumsq f16", in, "read-and-sum", readRoof(bs.h16.Ptr(), in), sumsq(bs.h16), nil, 0, nil, 0},
+		{"nonfinite f32", in, "read-and-sum", readRoof(bs.f32.Ptr(), in), nonfinite(bs.f32), nil, 0, nil, 0},
+		{"nonfinite bf16", in, "read-and-sum", readRoof(bs.bf16.Ptr(), in), nonfinite(bs.bf16), nil, 0, nil, 0},
+		{"nonfinite f16", in, "read-and-sum", readRoof(bs.h16.Ptr(), in), nonfinite(bs.h16), nil, 0, nil, 0},
+		{"pack f32 x4", 2 * in, "memcpy", copyRoof(bs.flat, bs.f32, in), func() error { return b.Pack(bs.flat, offs, packSrcs) }, bs.f32.Ptr(), 0, nil, 0},
 	}
 	var out []Result
 	for _, th := range []int{1, 2} {
@@ -263,9 +277,9 @@ func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
 		// backward, and keeps its best: the first case timed in a pass read
 		// 0.05-0.1 low whichever kernel it was (f32->bf16 and f32->f16
 		// swapped places and results), with or without more warming.
-		kd, rd, rr := make([]time.Duration, len(cases)), make([]time.Duration, len(cases)), make([]time.Duration, len(cases))
+		kd, rd, rr, cd := make([]time.Duration, len(cases)), make([]time.Duration, len(cases)), make([]time.Duration, len(cases)), make([]time.Duration, len(cases))
 		for i := range cases {
-			kd[i], rd[i], rr[i] = math.MaxInt64, math.MaxInt64, math.MaxInt64
+			kd[i], rd[i], rr[i], cd[i] = math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64
 		}
 		for pass := 0; pass < 2; pass++ {
 			for j := range cases {
@@ -286,6 +300,13 @@ func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
 					}
 					rr[i] = min(rr[i], r)
 				}
+				if c.cf != nil {
+					_, r, err := benchutil.Interleaved(reps, c.kf, c.cf)
+					if err != nil {
+						return nil, fmt.Errorf("%s: %w", c.name, err)
+					}
+					cd[i] = min(cd[i], r)
+				}
 			}
 		}
 		for i, c := range cases {
@@ -298,6 +319,10 @@ func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
 			if c.src != nil {
 				res.ReadRoofGBps = benchutil.GBps(in, rr[i])
 				res.ReadRatio = benchutil.GBps(in, kd[i]) / res.ReadRoofGBps
+			}
+			if c.cf != nil {
+				res.CopyRoofGBps = benchutil.GBps(c.cb, cd[i])
+				res.CopyRatio = k / res.CopyRoofGBps
 			}
 			out = append(out, res)
 		}
