@@ -223,8 +223,10 @@ func execute(args []string, w io.Writer) error {
 	out["mfu_formula"] = "MFU = (6*N + 6*L*T_eff*C*2) * tokens_per_s / peak; N = params without wpe, T_eff = (T+1)/2; peak = sgemm 1536^3 on the same thread count"
 	out["openblas_threads"] = "1 per call; the backend's pool splits rows"
 	blas := csrc.BLAS()
-	out["blas"] = map[string]any{"library": blas.Library, "config": blas.Config, "core": blas.Core, "library_core": blas.LibraryCore,
-		"cpu_core": blas.CPUCore, "reason": blas.Reason}
+	// the core fields are OpenBLAS's, linked whichever library runs the
+	// products: nested under its name so an MKL run does not seem to use them
+	out["blas"] = map[string]any{"library": blas.Library, "openblas": map[string]any{"config": blas.Config, "core": blas.Core,
+		"library_core": blas.LibraryCore, "cpu_core": blas.CPUCore, "reason": blas.Reason, "runs_products": blas.Library == "OpenBLAS"}}
 	var runs []run
 	peaks := map[string]float64{}
 	peakFLOPs := map[int]float64{}
