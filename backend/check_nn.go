@@ -182,7 +182,16 @@ func CheckGELUForward(dev tensor.Device, out, in *tensor.Tensor, n int) error {
 
 // CheckGELUBackward validates GELUBackward's arguments on dev.
 func CheckGELUBackward(dev tensor.Device, din, in, dout *tensor.Tensor, n int) error {
-	const op = "GELUBackward"
+	return checkGELUBackward("GELUBackward", dev, din, in, dout, n)
+}
+
+// CheckGELUBackwardWrite validates GELUBackwardWrite's arguments on dev
+// (GELUBackward's, its errors naming the writing op).
+func CheckGELUBackwardWrite(dev tensor.Device, din, in, dout *tensor.Tensor, n int) error {
+	return checkGELUBackward("GELUBackwardWrite", dev, din, in, dout, n)
+}
+
+func checkGELUBackward(op string, dev tensor.Device, din, in, dout *tensor.Tensor, n int) error {
 	if err := checkSizes(op, size{"n", n, 0}); err != nil {
 		return err
 	}
@@ -268,7 +277,16 @@ func CheckAttentionForward(dev tensor.Device, out, att, qkv *tensor.Tensor, b, t
 
 // CheckAttentionBackward validates AttentionBackward's arguments on dev.
 func CheckAttentionBackward(dev tensor.Device, dqkv, dout, qkv, att *tensor.Tensor, b, t, nh, hs, window int) error {
-	const op = "AttentionBackward"
+	return checkAttentionBackward("AttentionBackward", dev, dqkv, dout, qkv, att, b, t, nh, hs, window)
+}
+
+// CheckAttentionBackwardWrite validates AttentionBackwardWrite's arguments
+// on dev (AttentionBackward's, its errors naming the writing op).
+func CheckAttentionBackwardWrite(dev tensor.Device, dqkv, dout, qkv, att *tensor.Tensor, b, t, nh, hs, window int) error {
+	return checkAttentionBackward("AttentionBackwardWrite", dev, dqkv, dout, qkv, att, b, t, nh, hs, window)
+}
+
+func checkAttentionBackward(op string, dev tensor.Device, dqkv, dout, qkv, att *tensor.Tensor, b, t, nh, hs, window int) error {
 	if err := attentionSizes(op, b, t, nh, hs); err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ func (b *CPU) GELUBackward(din, in, dout *tensor.Tensor, n int) error {
 // GELUBackwardWrite runs the C core's GELU backward writing din (see
 // GradWriter).
 func (b *CPU) GELUBackwardWrite(din, in, dout *tensor.Tensor, n int) error {
-	if err := CheckGELUBackward(b.dev, din, in, dout, n); err != nil {
+	if err := CheckGELUBackwardWrite(b.dev, din, in, dout, n); err != nil {
 		return err
 	}
 	pdi, pi, pdo := din.Ptr(), in.Ptr(), dout.Ptr()
@@ -133,7 +133,7 @@ func (b *CPU) AttentionBackwardWrite(dqkv, dout, qkv, att *tensor.Tensor, bs, t,
 // attentionBackward is both, run being the C call.
 func (b *CPU) attentionBackward(op string, run func(dqkv, dout, qkv, att unsafe.Pointer, b, t, nh, hs, window int) error,
 	dqkv, dout, qkv, att *tensor.Tensor, bs, t, nh, hs, window int) error {
-	if err := CheckAttentionBackward(b.dev, dqkv, dout, qkv, att, bs, t, nh, hs, window); err != nil {
+	if err := checkAttentionBackward(op, b.dev, dqkv, dout, qkv, att, bs, t, nh, hs, window); err != nil {
 		return err
 	}
 	pd, pdo, pq, pa := dqkv.Ptr(), dout.Ptr(), qkv.Ptr(), att.Ptr()

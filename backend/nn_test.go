@@ -276,6 +276,7 @@ func TestNNBadArguments(t *testing.T) {
 		}},
 		{"gelu short in", "GELUForward", "in", "has 11 elements, need 12", func() error { return be.GELUForward(x, small, n*c) }},
 		{"gelu bwd nil din", "GELUBackward", "din", "is nil", func() error { return be.GELUBackward(nil, x, x, n*c) }},
+		{"gelu bwd write nil din", "GELUBackwardWrite", "din", "is nil", func() error { return be.GELUBackwardWrite(nil, x, x, n*c) }},
 		{"add short b", "Add", "b", "has 11 elements, need 12", func() error { return be.Add(x, x, small, n*c) }},
 		{"add negative n", "Add", "n", "-2: want >= 0", func() error { return be.Add(x, x, x, -2) }},
 		{"enc float tokens", "EncoderForward", "tok", "dtype float32: ids are int32", func() error { return be.EncoderForward(x, ftok, x, x, 1, n, c, 4) }},
@@ -293,6 +294,10 @@ func TestNNBadArguments(t *testing.T) {
 		{"att short att", "AttentionForward", "att", "has 16 elements, need 32", func() error { return be.AttentionForward(qkv, att, qkv, 2, 2, 4, 1, 0) }},
 		{"att overflow", "AttentionForward", "sizes", "need past 2^62", func() error { return be.AttentionForward(x, att, qkv, 1, 1<<21, 1<<21, 1, 0) }},
 		{"att bwd short dout", "AttentionBackward", "dout", "has 12 elements, need 16", func() error { return be.AttentionBackward(qkv, x, qkv, att, 2, 2, 1, 4, 0) }},
+		{"att bwd write short dout", "AttentionBackwardWrite", "dout", "has 12 elements, need 16", func() error {
+			return be.AttentionBackwardWrite(qkv, x, qkv, att, 2, 2, 1, 4, 0)
+		}},
+		{"linear bwd write 1-D w", "LinearBackwardWrite", "w", "want 2 dimensions [out, in]", func() error { return be.LinearBackwardWrite(x, nil, nil, x, x, w) }},
 		{"xent zero vocab", "SoftmaxXentForward", "v", "0: want >= 1", func() error { return be.SoftmaxXentForward(x, mean, x, tok, n, 0) }},
 		{"xent short losses", "SoftmaxXentForward", "losses", "has 4 elements, need 6", func() error { return be.SoftmaxXentForward(x, mean, x, tok, 6, 2) }},
 		{"xent bwd float targets", "SoftmaxXentBackward", "targets", "ids are int32", func() error { return be.SoftmaxXentBackward(x, x, ftok, mean, n, c) }},
