@@ -396,10 +396,22 @@ func (o *op) exchange() error {
 	from := make([]C.int, np)
 	status := make([]C.int, np)
 	started := time.Now()
+	abort := newAborter(o.ctx)
 	f := shim(func(e *C.char, n C.size_t) C.int {
 		return C.dg_gloo_exchange(c.ctx, C.uint64_t(slot), unsafe.Pointer(&mine[0]), 8*descLen, &peers[0], C.int(np),
-			unsafe.Pointer(&theirs[0]), &from[0], &status[0], millis(o.left()), e, n)
+			unsafe.Pointer(&theirs[0]), &from[0], &status[0], millis(o.left()), abort.tok, e, n)
 	})
+	abort.free()
+	if f != nil && f.code == C.DG_GLOO_ABORTED {
+		var missing []int
+		for i, p := range o.peers {
+			if status[i] == C.DG_GLOO_TIMEOUT {
+				missing = append(missing, p)
+			}
+		}
+		return c.errorf(k, []int{c.rank}, fmt.Errorf("%w: rank %d cancelled its call after %v, ranks %v not joined: %w",
+			comm.ErrAborted, c.rank, time.Since(started).Round(time.Millisecond), missing, context.Cause(o.ctx)))
+	}
 	if f != nil {
 		var dead, missing []int
 		for i, p := range o.peers {
@@ -432,8 +444,8 @@ func (o *op) exchange() error {
 				comm.ErrAborted, time.Since(started).Round(time.Millisecond), missing, notes, f))
 		}
 		if err := o.ctx.Err(); errors.Is(err, context.Canceled) {
-			// Gloo's exchange does not watch a cancel: it ran to its deadline
-			return c.errorf(k, []int{c.rank}, fmt.Errorf("%w: rank %d cancelled its call; the exchange gave up at its deadline after %v with ranks %v not joined: %w",
+			// cancelled as Gloo's deadline passed: the cancel is the cause
+			return c.errorf(k, []int{c.rank}, fmt.Errorf("%w: rank %d cancelled its call after %v, ranks %v not joined: %w",
 				comm.ErrAborted, c.rank, time.Since(started).Round(time.Millisecond), missing, err))
 		}
 		return c.errorf(k, missing, comm.NotJoined(o.callerBinds, time.Since(started), fmt.Sprint(missing), f))

@@ -35,8 +35,11 @@
 // Reduce works on a copy on the ranks other than the root, whose tensors
 // stay unchanged.
 //
-// Limits: a context cancelled without a deadline is seen only between
-// Gloo calls (Gloo takes a timeout, not a cancellation). Collectives of one
+// Cancellation: a cancelled context aborts the descriptor exchange at once
+// (ErrAborted naming the rank that cancelled; the group is then broken,
+// and its peers' connections are left to their own deadlines). Past the
+// exchange, inside Gloo's collective, a cancel is seen only when the call
+// ends (Gloo takes a timeout, not a cancellation). Collectives of one
 // group run one at a time in call order; Send and Recv run beside them.
 //
 // A build without the tag still compiles: every constructor returns an

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -101,8 +103,47 @@ struct Dev {
 	std::shared_ptr<gloo::transport::Device> dev;
 };
 
+using Buffers = std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>>;
+
 struct Ctx {
 	std::shared_ptr<gloo::rendezvous::Context> ctx;
+	// An aborted exchange's buffers and their memory: Gloo keeps its
+	// posted operations, so a peer may still write into them; they go
+	// after the connections close, in dg_gloo_free.
+	Buffers kept;
+	std::vector<std::unique_ptr<char[]>> keptMem;
+};
+
+// Abort lets another thread interrupt an exchange's waits: Gloo's
+// UnboundBuffer::abortWait* returns the wait (or the next one) false.
+struct Abort {
+	std::mutex mu;
+	bool aborted = false;
+	std::vector<gloo::transport::UnboundBuffer *> live; // while an exchange waits
+};
+
+// Registration holds an exchange's buffers in its Abort for the length of
+// the waits; aborted() says whether dg_gloo_abort came first.
+class Registration {
+  public:
+	Registration(Abort *a, const Buffers &recv, const Buffers &send) : a_(a) {
+		if (a_ == nullptr) return;
+		std::lock_guard<std::mutex> g(a_->mu);
+		for (auto &b : recv) a_->live.push_back(b.get());
+		for (auto &b : send)
+			if (b) a_->live.push_back(b.get());
+		early_ = a_->aborted;
+	}
+	~Registration() {
+		if (a_ == nullptr) return;
+		std::lock_guard<std::mutex> g(a_->mu);
+		a_->live.clear();
+	}
+	bool aborted() const { return early_; }
+
+  private:
+	Abort *a_;
+	bool early_ = false;
 };
 
 std::shared_ptr<gloo::Context> ctxOf(void *c) { return static_cast<Ctx *>(c)->ctx; }
@@ -166,7 +207,17 @@ int dg_gloo_connect(void *dev, uintptr_t store, int rank, int size, int64_t time
 	}
 }
 
-void dg_gloo_free(void *ctx) { delete static_cast<Ctx *>(ctx); }
+void dg_gloo_free(void *ctx) {
+	auto c = static_cast<Ctx *>(ctx);
+	if (!c->kept.empty()) {
+		// no peer may write into the kept buffers once they are gone
+		try {
+			c->ctx->closeConnections();
+		} catch (...) {
+		}
+	}
+	delete c;
+}
 
 void dg_gloo_close(void *ctx) {
 	try {
@@ -176,22 +227,33 @@ void dg_gloo_close(void *ctx) {
 }
 
 int dg_gloo_exchange(void *ctx, uint64_t slot, const void *mine, size_t n, const int *peers, int npeers,
-                     void *theirs, int *from, int *status, int64_t timeout_ms, char *err, size_t errlen) {
-	auto c = ctxOf(ctx);
+                     void *theirs, int *from, int *status, int64_t timeout_ms, void *abort, char *err,
+                     size_t errlen) {
+	auto holder = static_cast<Ctx *>(ctx);
+	auto c = holder->ctx;
 	auto deadline = std::chrono::steady_clock::now() + timeoutOf(timeout_ms);
 	std::vector<int> srcs(peers, peers + npeers);
-	std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> recv, send;
+	Buffers recv, send;
 	int rc = DG_GLOO_OK;
 	for (int k = 0; k < npeers; k++) {
 		status[k] = DG_GLOO_TIMEOUT;
 		from[k] = -1;
 	}
+	// The buffers are this call's own memory, not the caller's: an aborted
+	// call leaves them posted (see Ctx::kept).
+	std::unique_ptr<char[]> mem(new (std::nothrow) char[n * (size_t)(npeers + 1)]);
+	if (!mem) {
+		put(err, errlen, "exchange: out of memory");
+		return DG_GLOO_ERROR;
+	}
+	char *in = mem.get() + n;
+	memcpy(mem.get(), mine, n);
 	// Arrivals fill the receive buffers in posting order, whoever sends:
 	// when buffer i times out, exactly the peers not yet heard from are
 	// missing (a timeout closes every pair, so nothing is waited on after).
 	try {
 		for (int k = 0; k < npeers; k++) {
-			recv.push_back(c->createUnboundBuffer(static_cast<char *>(theirs) + k * n, n));
+			recv.push_back(c->createUnboundBuffer(in + k * n, n));
 			recv.back()->recv(srcs, slot);
 		}
 	} catch (...) {
@@ -199,41 +261,73 @@ int dg_gloo_exchange(void *ctx, uint64_t slot, const void *mine, size_t n, const
 	}
 	for (int k = 0; k < npeers; k++) {
 		try {
-			send.push_back(c->createUnboundBuffer(const_cast<void *>(mine), n));
+			send.push_back(c->createUnboundBuffer(mem.get(), n));
 			send.back()->send(peers[k], slot);
 		} catch (...) {
+			send.push_back(nullptr);
 			status[k] = classify(err, errlen);
 			rc = status[k];
 		}
 	}
 	if (rc != DG_GLOO_OK) return rc; // a peer is known dead: no need to wait
-	for (int i = 0; i < npeers; i++) {
-		int src = -1;
-		try {
-			auto left = std::chrono::ceil<ms>(deadline - std::chrono::steady_clock::now());
-			recv[i]->waitRecv(&src, left.count() > 0 ? left : ms(1));
-		} catch (...) {
-			int st = classify(err, errlen);
-			if (rc == DG_GLOO_OK) rc = st;
-			break;
+	bool aborted = false;
+	{
+		Registration reg(static_cast<Abort *>(abort), recv, send);
+		aborted = reg.aborted();
+		for (int i = 0; i < npeers && !aborted; i++) {
+			int src = -1;
+			try {
+				auto left = std::chrono::ceil<ms>(deadline - std::chrono::steady_clock::now());
+				if (!recv[i]->waitRecv(&src, left.count() > 0 ? left : ms(1))) {
+					aborted = true;
+					break;
+				}
+			} catch (...) {
+				int st = classify(err, errlen);
+				if (rc == DG_GLOO_OK) rc = st;
+				break;
+			}
+			from[i] = src;
+			for (int k = 0; k < npeers; k++)
+				if (peers[k] == src && status[k] == DG_GLOO_TIMEOUT) status[k] = DG_GLOO_OK;
 		}
-		from[i] = src;
-		for (int k = 0; k < npeers; k++)
-			if (peers[k] == src && status[k] == DG_GLOO_TIMEOUT) status[k] = DG_GLOO_OK;
+		for (int k = 0; k < npeers && rc == DG_GLOO_OK && !aborted; k++) {
+			if (!send[k]) continue;
+			try {
+				auto left = std::chrono::ceil<ms>(deadline - std::chrono::steady_clock::now());
+				if (!send[k]->waitSend(nullptr, left.count() > 0 ? left : ms(1))) aborted = true;
+			} catch (...) {
+				status[k] = classify(err, errlen);
+				rc = status[k];
+			}
+		}
+	}
+	if (aborted) {
+		for (auto &b : recv) holder->kept.push_back(std::move(b));
+		for (auto &b : send)
+			if (b) holder->kept.push_back(std::move(b));
+		holder->keptMem.push_back(std::move(mem));
+		put(err, errlen, "exchange aborted");
+		return DG_GLOO_ABORTED;
 	}
 	if (rc != DG_GLOO_OK) return rc;
-	for (int k = 0; k < npeers; k++) {
-		if (!send[k]) continue;
-		try {
-			auto left = std::chrono::ceil<ms>(deadline - std::chrono::steady_clock::now());
-			send[k]->waitSend(nullptr, left.count() > 0 ? left : ms(1));
-		} catch (...) {
-			status[k] = classify(err, errlen);
-			return status[k];
-		}
-	}
+	memcpy(theirs, in, n * (size_t)npeers);
 	return DG_GLOO_OK;
 }
+
+void *dg_gloo_abort_new(void) { return new (std::nothrow) Abort; }
+
+void dg_gloo_abort(void *abort) {
+	auto a = static_cast<Abort *>(abort);
+	std::lock_guard<std::mutex> g(a->mu);
+	a->aborted = true;
+	for (auto b : a->live) {
+		b->abortWaitRecv();
+		b->abortWaitSend();
+	}
+}
+
+void dg_gloo_abort_free(void *abort) { delete static_cast<Abort *>(abort); }
 
 int dg_gloo_send(void *ctx, uint64_t slot, const void *buf, size_t n, int peer, int64_t timeout_ms, char *err,
                  size_t errlen) {

@@ -15,7 +15,8 @@ enum {
 	DG_GLOO_OK = 0,
 	DG_GLOO_TIMEOUT = 1, /* Gloo's deadline passed */
 	DG_GLOO_IO = 2,      /* a peer's connection failed (closed, reset) */
-	DG_GLOO_ERROR = 3    /* anything else */
+	DG_GLOO_ERROR = 3,   /* anything else */
+	DG_GLOO_ABORTED = 4  /* dg_gloo_abort was called on the exchange's token */
 };
 
 /* dtype codes: 0 float32, 1 int32, 2 int64. op codes: 0 sum, 1 max, 2 min. */
@@ -38,9 +39,20 @@ void dg_gloo_close(void *ctx);
  * receives theirs into theirs (npeers*n bytes, in arrival order; from[i]
  * is the sender of slot i). status[k] is, for peers[k], DG_GLOO_OK,
  * DG_GLOO_TIMEOUT (its bytes never came) or DG_GLOO_IO (its connection
- * failed). */
+ * failed). abort (NULL: none) is a token from dg_gloo_abort_new: a
+ * dg_gloo_abort on it, before or during the call, makes it return
+ * DG_GLOO_ABORTED at once, leaving the peers' connections as they are (the
+ * posted buffers stay with ctx until dg_gloo_free: a peer may still write
+ * to them); ctx then takes no more calls but dg_gloo_close and
+ * dg_gloo_free. */
 int dg_gloo_exchange(void *ctx, uint64_t slot, const void *mine, size_t n, const int *peers, int npeers,
-                     void *theirs, int *from, int *status, int64_t timeout_ms, char *err, size_t errlen);
+                     void *theirs, int *from, int *status, int64_t timeout_ms, void *abort, char *err,
+                     size_t errlen);
+/* An abort token: made before an exchange, aborted from another thread,
+ * freed after the exchange returned. NULL from new: out of memory. */
+void *dg_gloo_abort_new(void);
+void dg_gloo_abort(void *abort);
+void dg_gloo_abort_free(void *abort);
 
 int dg_gloo_send(void *ctx, uint64_t slot, const void *buf, size_t n, int peer, int64_t timeout_ms,
                  char *err, size_t errlen);

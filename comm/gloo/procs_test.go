@@ -47,6 +47,7 @@ var scenarios = map[string]scenario{
 	"invalid":     scenarioInvalid,
 	"missing":     scenarioMissing,
 	"cancel":      scenarioCancel,
+	"cancel-late": scenarioCancelLate,
 	"die-between": scenarioDieBetween,
 	"die-during":  scenarioDieDuring,
 	"die-root":    scenarioDieRoot,
@@ -161,7 +162,7 @@ func TestProcesses(t *testing.T) {
 func TestFaults(t *testing.T) {
 	const timeout = 4 * time.Second
 	for _, n := range []int{2, 4} {
-		for _, sc := range []string{"missing", "cancel", "die-between", "die-during", "die-root"} {
+		for _, sc := range []string{"missing", "cancel", "cancel-late", "die-between", "die-during", "die-root"} {
 			t.Run(fmt.Sprintf("%s/%d", sc, n), func(t *testing.T) {
 				res, took := spawn(t, n, sc, timeout, timeout+30*time.Second)
 				for r, c := range res {

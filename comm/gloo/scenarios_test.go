@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -362,14 +363,18 @@ func scenarioMissing(ctx context.Context, c comm.Comm) error {
 
 // scenarioCancel: the last rank never calls and the others cancel their
 // call after a moment: each names itself as having cancelled (ErrAborted),
-// not the missing rank as late. Gloo's exchange does not watch a cancel, so
-// the error comes at the group's deadline, as long as the world barrier's
-// after it: the last rank starts waiting there a second later.
+// not the missing rank as late, as soon as it cancels, not at the group's
+// deadline (4 s): the cancel aborts the exchange's waits.
 func scenarioCancel(ctx context.Context, c comm.Comm) error {
 	return lastMissing(ctx, c, time.Second, func(g comm.Comm, x *tensor.Tensor) error {
 		cctx, cancel := context.WithCancel(ctx)
-		time.AfterFunc(200*time.Millisecond, cancel)
+		const after = 200 * time.Millisecond
+		time.AfterFunc(after, cancel)
+		start := time.Now()
 		err := g.AllReduce(cctx, x, comm.Sum)
+		if d := time.Since(start); d < after || d > after+time.Second {
+			return fmt.Errorf("gave up after %v, cancelled after %v: %v", d, after, err)
+		}
 		if err := wantFault(err, []int{g.Rank()}, comm.ErrAborted); err != nil {
 			return err
 		}
@@ -378,6 +383,42 @@ func scenarioCancel(ctx context.Context, c comm.Comm) error {
 		}
 		return nil
 	})
+}
+
+// scenarioCancelLate: the others cancel as in scenarioCancel, and the last
+// rank joins afterwards: its descriptor lands in the aborted exchanges'
+// buffers (kept until the group closes), and its call fails naming ranks
+// that cancelled, never itself. Nobody crashes.
+func scenarioCancelLate(ctx context.Context, c comm.Comm) error {
+	g, err := fresh(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	x := filled(tensor.Float32, 4, func(int) float64 { return 1 })
+	defer x.Free()
+	last := g.Size() - 1
+	if g.Rank() != last {
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(200*time.Millisecond, cancel)
+		if err := wantFault(g.AllReduce(cctx, x, comm.Sum), []int{g.Rank()}, comm.ErrAborted); err != nil {
+			return err
+		}
+		// the world barrier's deadline (4 s) counts from here: meet the
+		// last rank there after its call (1 s) and post-mortem (<= 2 s)
+		time.Sleep(1500 * time.Millisecond)
+	} else {
+		time.Sleep(600 * time.Millisecond)
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		err := g.AllReduce(dctx, x, comm.Sum)
+		var ce *comm.Error
+		if !errors.As(err, &ce) || len(ce.Ranks) == 0 || slices.Contains(ce.Ranks, last) {
+			return fmt.Errorf("want a *comm.Error naming ranks that cancelled, got %v", err)
+		}
+		fmt.Printf("as expected: %v\n", err)
+	}
+	return c.Barrier(ctx)
 }
 
 // lastMissing runs call on a fresh group on every rank but the last, which
