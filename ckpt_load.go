@@ -62,12 +62,7 @@ func runLoad(cfg *config.Config, dir, who string, pre error,
 // tensor copied, a unit's masters, the re-gather of the parameters), so
 // any error leaves the engine half restored.
 func restoreZero(ctx context.Context, z *zero.Optimizer, plan *loadPlan) error {
-	if plan.state != nil {
-		if err := z.RestoreOptimizerState(plan.state, plan.ec.OptimizerSteps); err != nil {
-			return err
-		}
-	}
-	return z.RestoreMaster(ctx, plan.masters)
+	return z.Restore(ctx, plan.state, plan.ec.OptimizerSteps, plan.masters)
 }
 
 // agreeLoad is Load's agreement over c: every rank's verdict, then the

@@ -93,7 +93,10 @@ func (p *loadPlan) free() {
 // and counters, less what opts leaves out. Finally the replicated
 // parameters are compared across ranks (checkpoint.VerifyReplicated), and
 // under tensor parallelism the parameters TP replicates across the TP
-// group.
+// group. The ranks agree on the restore's local part and on each
+// comparison's verdict before going on, so a failure on one rank (or in
+// one TP group) fails every rank at once, naming it, rather than leaving
+// the others waiting in a collective until their timeout.
 //
 // An error before the engine changes (reading, verifying, matching,
 // agreeing) leaves every rank's engine as it was, and it trains on as if
@@ -166,13 +169,22 @@ func (e *Engine) install(ctx context.Context, plan *loadPlan, opts LoadOptions) 
 	}
 	rep, err := e.replicated()
 	defer e.releaseStaged()
-	if err != nil {
+	if err == nil {
+		err = checkpoint.VerifyReplicated(ctx, e.c, rep)
+	}
+	// Under TP every rank's verdict so far reaches every rank before the
+	// TP groups compare: a TP peer that failed its data group's check would
+	// otherwise leave this rank waiting in that comparison until the
+	// timeout. After it, a TP group's verdict reaches the others (a data
+	// group meets every TP group), so that no rank keeps a Load that
+	// another found half done.
+	if _, n := e.tpDegree(); n == 1 {
 		return err
 	}
-	if err := checkpoint.VerifyReplicated(ctx, e.c, rep); err != nil {
+	if err = e.agreeTP(ctx, "Load", err); err != nil {
 		return err
 	}
-	return e.verifyTPReplicated(ctx)
+	return e.agreeTP(ctx, "Load", e.verifyTPReplicated(ctx))
 }
 
 // checkpointNames are the names under which parameter p of module m may

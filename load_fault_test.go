@@ -23,6 +23,7 @@ import (
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/require"
 )
@@ -60,6 +61,36 @@ func (c gatherFaultComm) Backend() backend.Backend {
 	return c.Comm.(interface{ Backend() backend.Backend }).Backend()
 }
 
+// copyFaultComm gives its rank a backend whose Copy fails while armed:
+// the copy of the masters in Load's restore, on one rank alone.
+type copyFaultComm struct {
+	comm.Comm
+	armed *atomic.Bool
+}
+
+func (c copyFaultComm) Backend() backend.Backend {
+	return copyFaultBackend{c.Comm.(interface{ Backend() backend.Backend }).Backend().(pooledBackend), c.armed}
+}
+
+// pooledBackend is a backend whose pool runs the optimizer's C kernels.
+type pooledBackend interface {
+	backend.Backend
+	optim.CPUPool
+}
+
+// copyFaultBackend is the rank's backend with Copy failing while armed.
+type copyFaultBackend struct {
+	pooledBackend
+	armed *atomic.Bool
+}
+
+func (b copyFaultBackend) Copy(dst, src *tensor.Tensor) error {
+	if b.armed.Load() {
+		return fmt.Errorf("%w: copy of %v", errInjected, src)
+	}
+	return b.pooledBackend.Copy(dst, src)
+}
+
 // alterLastElement changes the last element of tag's last parameter in
 // dir (resealed, so every file verifies) and returns the parameter's name.
 func alterLastElement(t *testing.T, dir, tag string) string {
@@ -85,6 +116,7 @@ func alterLastElement(t *testing.T, dir, tag string) string {
 // partWayRank is what one rank saw in TestLoadFailsPartWay.
 type partWayRank struct {
 	loadErr           error            // the Load of the bad checkpoint
+	loadTook          time.Duration    // and how long it took
 	refused           map[string]error // the calls after it
 	partial           error            // a ModuleOnly Load after it
 	steps             int              // GlobalSteps after the good Load
@@ -106,20 +138,23 @@ func TestLoadFailsPartWay(t *testing.T) {
 	cases := []struct {
 		name string
 		r    run
-		// fault: the comm fails float all-gathers during the bad Load;
+		// fault: faultGather, the comm fails float all-gathers during the
+		// bad Load; faultCopy, rank 1's backend fails its copies then (the
+		// others must learn it at once, not wait in the re-gather);
 		// otherwise rank 1 loads global_step4 from a copy with one
 		// parameter's element altered
-		fault bool
+		fault faultKind
 		want  string // in the bad Load's error
 	}{
 		{name: "replicas differ", r: run{stage: 0, world: 2, gas: 1, precision: "bf16"}, want: "rank(s) 1"},
-		{name: "stage 2 re-gather fails", r: run{stage: 2, world: 1, gas: 2, precision: "fp16"}, fault: true, want: "zero: restore: gathering bucket"},
+		{name: "stage 2 re-gather fails", r: run{stage: 2, world: 1, gas: 2, precision: "fp16"}, fault: faultGather, want: "zero: restore: gathering bucket"},
 		{name: "stage 3 re-gather fails", r: run{stage: 3, world: 1, gas: 1,
-			zeroExtra: `, "stage3_param_persistence_threshold": 100, "stage3_prefetch_bucket_size": 300`}, fault: true, want: "gathering persistent module"},
+			zeroExtra: `, "stage3_param_persistence_threshold": 100, "stage3_prefetch_bucket_size": 300`}, fault: faultGather, want: "gathering persistent module"},
+		{name: "stage 2 restore fails on one rank", r: run{stage: 2, world: 2, gas: 1}, fault: faultCopy, want: "zero: restore"},
 	}
 	for _, tc := range cases {
 		devs := []string{""}
-		if !tc.fault { // the comm seam does not reach a device engine's gathers
+		if tc.fault == noFault { // the comm seam does not reach a device engine's gathers
 			devs = append(devs, "sim") // the good Load's copies into device memory
 		}
 		for _, dev := range devs {
@@ -131,8 +166,17 @@ func TestLoadFailsPartWay(t *testing.T) {
 	}
 }
 
+// faultKind is how TestLoadFailsPartWay's bad Load fails.
+type faultKind int
+
+const (
+	noFault     faultKind = iota // rank 1's replicas differ
+	faultGather                  // every float all-gather fails
+	faultCopy                    // rank 1's backend copies fail
+)
+
 // partWay is one case of TestLoadFailsPartWay on dev ("" the CPU, "sim").
-func partWay(t *testing.T, r run, fault bool, want, dev string) {
+func partWay(t *testing.T, r run, fault faultKind, want, dev string) {
 	dir := t.TempDir()
 	_, _, err := (segment{r: r, save: dir, from: 0, to: 2}).train(t)
 	require.NoError(t, err)
@@ -140,7 +184,7 @@ func partWay(t *testing.T, r run, fault bool, want, dev string) {
 	require.NoError(t, err)
 	good, bad := checkpoint.DefaultTag(2), checkpoint.DefaultTag(4)
 	badDir := map[int]string{}
-	if !fault {
+	if fault == noFault {
 		local := t.TempDir() // rank 1's node-local copy
 		require.NoError(t, os.CopyFS(local, os.DirFS(dir)))
 		name := alterLastElement(t, local, bad)
@@ -155,8 +199,11 @@ func partWay(t *testing.T, r run, fault bool, want, dev string) {
 	err = local.Run(context.Background(), r.world, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 		var armed atomic.Bool
 		cc := c
-		if fault {
+		switch {
+		case fault == faultGather:
 			cc = gatherFaultComm{c, &armed}
+		case fault == faultCopy && c.Rank() == 1:
+			cc = copyFaultComm{c, &armed}
 		}
 		open := func() (*deepgo.Engine, error) {
 			cfg, err := config.Parse([]byte(r.config()))
@@ -210,8 +257,10 @@ func partWay(t *testing.T, r run, fault bool, want, dev string) {
 		if d, ok := badDir[c.Rank()]; ok {
 			from = d
 		}
-		armed.Store(fault)
+		armed.Store(fault != noFault)
+		start := time.Now()
 		_, me.loadErr = e.Load(ctx, from, deepgo.LoadOptions{Tag: bad})
+		me.loadTook = time.Since(start)
 		armed.Store(false)
 		if me.loadErr == nil {
 			return fmt.Errorf("rank %d: Load of %s succeeded", c.Rank(), bad)
@@ -237,9 +286,13 @@ func partWay(t *testing.T, r run, fault bool, want, dev string) {
 	for rank, s := range seen {
 		require.ErrorContains(t, s.loadErr, wantPartWay+bad, "rank %d", rank)
 		require.ErrorContains(t, s.loadErr, want, "rank %d", rank)
-		if fault {
+		switch {
+		case fault == faultCopy && rank != 1: // told by the agreement, not the fault itself
+			require.ErrorContains(t, s.loadErr, "failed on rank 1", "rank %d", rank)
+			require.Less(t, s.loadTook, 10*time.Second, "rank %d waited for rank 1 (timeout 30 s)", rank)
+		case fault != noFault:
 			require.ErrorIs(t, s.loadErr, errInjected, "rank %d", rank)
-		} else {
+		default:
 			var rm *checkpoint.ReplicaMismatchError
 			require.ErrorAs(t, s.loadErr, &rm, "rank %d", rank)
 		}

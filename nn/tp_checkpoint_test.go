@@ -33,6 +33,10 @@ type tpSegment struct {
 	loadDir              func(rank int) string
 	opts                 deepgo.LoadOptions
 	first, steps, saveAt int
+	// loadErrs (one per world rank), when set: each rank only loads and
+	// records the outcome there, returning nil, so that no rank's failure
+	// aborts the in-process world and hastens the others'
+	loadErrs []error
 }
 
 func (s tpSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string][]float32, error) {
@@ -69,6 +73,10 @@ func (s tpSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string
 		from := s.from
 		if s.loadDir != nil {
 			from = s.loadDir(c.Rank())
+		}
+		if s.loadErrs != nil {
+			_, s.loadErrs[c.Rank()] = tr.(ckptTrainer).Load(ctx, from, s.opts)
+			return nil
 		}
 		return resumeSegment(ctx, tr.(ckptTrainer), g, from, s.opts, s.first, s.save, s.saveAt, func(off int, losses []float64) error {
 			_, err := trainSteps(ctx, tr, losses, c.Rank() == 0, func(step int) model.TokenBatch {
@@ -226,6 +234,38 @@ func TestGPTTensorParallelLoadReplicatedMismatch(t *testing.T) {
 	require.True(t, errors.As(err, &mm), "%v", err)
 	t.Logf("different tags: %v", err)
 	assert.ErrorContains(t, err, "global_step3")
+}
+
+// Under TP × DP a failed replica check reaches every rank at once: with
+// ranks 0 and 2 (TP rank 0 of each data-parallel index) loading
+// checkpoints whose values differ, their data group fails its check while
+// ranks 1 and 3's passes; 1 and 3 must not then wait in the TP groups'
+// comparison for peers that left (the run's timeout is 60 s), and every
+// rank fails. Each rank records its error and returns nil: a failing rank
+// would otherwise abort the in-process world and fail the others for it.
+func TestGPTTensorParallelLoadVerdictReachesEveryRank(t *testing.T) {
+	mk, err := data.NewMarkov(32, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
+	r := tpRun{tp: 2, dp: 2} // ZeRO 0: each data rank loads whole parameters (1-2 would re-gather them equal)
+	a, b := t.TempDir(), t.TempDir()
+	_, _, err = tpSegment{r: r, save: a, steps: 4, saveAt: 4}.run(t, corpus)
+	require.NoError(t, err)
+	_, _, err = tpSegment{r: r, save: b, first: 5, steps: 4, saveAt: 4}.run(t, corpus) // other batches
+	require.NoError(t, err)
+	start := time.Now()
+	dirs := []string{a, a, b, a} // by world rank; data groups {0, 2} and {1, 3}
+	errs := make([]error, 4)
+	_, _, err = tpSegment{r: r, first: 4, loadDir: func(rank int) string { return dirs[rank] }, loadErrs: errs}.run(t, corpus)
+	require.NoError(t, err)
+	took := time.Since(start)
+	for rank, err := range errs {
+		require.Error(t, err, "rank %d", rank)
+		t.Logf("rank %d: %v", rank, err)
+	}
+	var me *checkpoint.ReplicaMismatchError
+	require.True(t, errors.As(errs[0], &me), "%v", errs[0])
+	require.Less(t, took, 30*time.Second, "a rank waited for peers that had left")
 }
 
 // Background saves under TP are refused (Save is the supported way).

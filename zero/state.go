@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -186,12 +187,35 @@ func (z *Optimizer) ReplicatedParams() (idx [][2]int, ts []*tensor.Tensor) {
 // the backend's device), re-casts them to the working-precision parameters, discards
 // accumulated gradients, and re-gathers the replicated parameters
 // (stages 1-2: every unit; stage 3: the persistent modules). It is a
-// collective. The arguments are checked before anything is written; a
-// failure of the re-gather itself leaves the parameters partly restored.
+// collective: Restore without optimizer state.
 func (z *Optimizer) RestoreMaster(ctx context.Context, masters []*tensor.Tensor) error {
+	return z.Restore(ctx, nil, 0, masters)
+}
+
+// Restore installs a checkpoint: the optimizer state when state is not
+// nil (see RestoreOptimizerState), then the master weights (see
+// RestoreMaster). It is a collective. Each rank's local part (the state,
+// the masters copied and re-cast, the gradients discarded) runs first and
+// the ranks agree on its outcome before the re-gathers, so that a failure
+// on one rank alone fails every rank at once, naming it, instead of
+// leaving the others in a re-gather until their timeout. The arguments are
+// checked before anything is written; a failure after that leaves the
+// parameters partly restored.
+func (z *Optimizer) Restore(ctx context.Context, state map[string][]*tensor.Tensor, steps int64, masters []*tensor.Tensor) error {
 	// a restore between steps is no step: its re-gathers stay out of the
 	// timers (see Timers)
 	defer func(t Timers) { z.timers = t }(z.timers)
+	err := z.restoreLocal(ctx, state, steps, masters)
+	if aerr := comm.Agree(ctx, z.c, "zero: restore", err); err != nil {
+		return err
+	} else if aerr != nil {
+		return aerr
+	}
+	return z.regather(ctx)
+}
+
+// restoreLocal is Restore's part on this rank alone.
+func (z *Optimizer) restoreLocal(ctx context.Context, state map[string][]*tensor.Tensor, steps int64, masters []*tensor.Tensor) error {
 	if len(masters) != len(z.lay.Units) {
 		return fmt.Errorf("zero: restore: %d master chunks for %d units", len(masters), len(z.lay.Units))
 	}
@@ -202,6 +226,11 @@ func (z *Optimizer) RestoreMaster(ctx context.Context, masters []*tensor.Tensor)
 	}
 	if len(z.pending) > 0 {
 		return errors.New("zero: restore: gradient reductions are in flight (restore between steps only)")
+	}
+	if state != nil {
+		if err := z.RestoreOptimizerState(state, steps); err != nil {
+			return err
+		}
 	}
 	for u := range z.lay.Units {
 		if err := z.be.Copy(z.master[u], masters[u]); err != nil {
@@ -224,6 +253,12 @@ func (z *Optimizer) RestoreMaster(ctx context.Context, masters []*tensor.Tensor)
 	if err := z.ZeroGrad(); err != nil {
 		return err
 	}
+	return nil
+}
+
+// regather is Restore's collective part: the replicated parameters from
+// the restored masters.
+func (z *Optimizer) regather(ctx context.Context) error {
 	switch z.cfg.Stage {
 	case 1, 2:
 		for u := range z.lay.Units {
