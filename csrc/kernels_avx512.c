@@ -27,18 +27,7 @@
 
 AI __mmask16 tail_mask(int64_t r) { return (__mmask16)((1u << r) - 1u); }
 
-/* Streaming loops prefetch their input this many bytes ahead into L1, one
- * hint per 64-byte line, and DG_PF_FAR bytes ahead into L2 (T2): the
- * hardware prefetcher alone leaves these loops waiting on memory between
- * bursts of compute, and the far hint keeps more lines in flight than the
- * near one alone (casts at 64 MiB, 1 thread: ~0.85 -> ~0.9-1.0 of memcpy;
- * examples/bench-kernels, interleaved builds). */
-#ifndef DG_PF
-#define DG_PF 4096
-#endif
-#ifndef DG_PF_FAR
-#define DG_PF_FAR 32768
-#endif
+/* DG_PF and DG_PF_FAR: dg_internal.h */
 
 /* prefetch the lines DG_PF and DG_PF_FAR bytes past the `bytes` bytes at p */
 AI void pf_ahead(const void *p, size_t bytes)

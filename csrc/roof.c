@@ -75,14 +75,23 @@ static void cast_roof_plain(int widen, unsigned char *d, const unsigned char *s,
 }
 
 #if DG_HAVE_X86
+/* the casts' prefetch (kernels_avx512.c's pf_ahead): each of the lines at
+ * p, DG_PF bytes ahead into L1 and DG_PF_FAR ahead into L2 */
+static inline void roof_prefetch(const unsigned char *p, int bytes)
+{
+	for (int o = 0; o < bytes; o += 64) {
+		_mm_prefetch((const char *)p + DG_PF + o, _MM_HINT_T0);
+		_mm_prefetch((const char *)p + DG_PF_FAR + o, _MM_HINT_T2);
+	}
+}
+
 DG_TARGET_AVX512 static void cast_roof_avx512(int widen, int nt, unsigned char *d, const unsigned char *s,
 					       int64_t bytes)
 {
 	int64_t i = 0;
 	if (widen) {
 		for (; i + 128 <= bytes; i += 128) {
-			_mm_prefetch((const char *)s + i + 1024, _MM_HINT_T0);
-			_mm_prefetch((const char *)s + i + 1088, _MM_HINT_T0);
+			roof_prefetch(s + i, 128);
 			__m512i a = _mm512_loadu_si512(s + i), b = _mm512_loadu_si512(s + i + 64);
 			if (nt) {
 				_mm512_stream_si512((__m512i *)(d + 2 * i), a);
@@ -98,10 +107,7 @@ DG_TARGET_AVX512 static void cast_roof_avx512(int widen, int nt, unsigned char *
 		}
 	} else {
 		for (; i + 256 <= bytes; i += 256) {
-			_mm_prefetch((const char *)s + i + 2048, _MM_HINT_T0);
-			_mm_prefetch((const char *)s + i + 2112, _MM_HINT_T0);
-			_mm_prefetch((const char *)s + i + 2176, _MM_HINT_T0);
-			_mm_prefetch((const char *)s + i + 2240, _MM_HINT_T0);
+			roof_prefetch(s + i, 256);
 			__m512i a = _mm512_xor_si512(_mm512_loadu_si512(s + i), _mm512_loadu_si512(s + i + 64));
 			__m512i b = _mm512_xor_si512(_mm512_loadu_si512(s + i + 128), _mm512_loadu_si512(s + i + 192));
 			if (nt) {
