@@ -156,6 +156,12 @@ func (e *Engine) Load(ctx context.Context, dir string, opts LoadOptions) (LoadRe
 // across ranks.
 func (e *Engine) install(ctx context.Context, plan *loadPlan, opts LoadOptions) error {
 	if err := restoreZero(ctx, e.z, plan); err != nil {
+		// the data group failed together (Restore agrees over it); under
+		// TP the other data groups are on their way to the first agreement
+		// below, over the TP groups: meet them there
+		if _, n := e.tpDegree(); n > 1 {
+			return e.agreeTP(ctx, "Load", err)
+		}
 		return err
 	}
 	plan.install(&e.scaler, &e.sched)
@@ -169,7 +175,9 @@ func (e *Engine) install(ctx context.Context, plan *loadPlan, opts LoadOptions) 
 	}
 	rep, err := e.replicated()
 	defer e.releaseStaged()
-	if err == nil {
+	// a rank whose host copies failed still meets the others here, so that
+	// none waits for it in the comparison
+	if err = e.agree(ctx, "Load", err); err == nil {
 		err = checkpoint.VerifyReplicated(ctx, e.c, rep)
 	}
 	// Under TP every rank's verdict so far reaches every rank before the

@@ -76,7 +76,9 @@ func (e *PipeEngine) Load(ctx context.Context, dir string, opts LoadOptions) (Lo
 // the comparison of what must be identical across ranks and stages, whose
 // verdict every rank of the pipeline shares.
 func (e *PipeEngine) install(ctx context.Context, plan *loadPlan, opts LoadOptions) error {
-	if err := restoreZero(ctx, e.z, plan); err != nil {
+	// a stage (or a TP rank of one) whose restore failed tells every rank
+	// before the comparisons, which would otherwise wait for it
+	if err := agreeOn(ctx, e.world, "Load", restoreZero(ctx, e.z, plan)); err != nil {
 		return err
 	}
 	plan.install(&e.scaler, &e.lrs)

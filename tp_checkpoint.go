@@ -224,16 +224,23 @@ func (e *Engine) verifyTPReplicated(ctx context.Context) error {
 	}
 	idx, ts := e.z.ReplicatedParams()
 	var rep []checkpoint.Named
+	var err error
 	for i, t := range ts {
 		p := e.params[idx[i][0]][idx[i][1]]
 		if p.Parallel.Split {
 			continue
 		}
-		h, err := e.hostCopy(t)
-		if err != nil {
-			return err
+		var h *tensor.Tensor
+		if h, err = e.hostCopy(t); err != nil {
+			break
 		}
 		rep = append(rep, checkpoint.Named{Name: p.Name, Tensor: h})
+	}
+	// a rank whose host copies failed still meets its TP peers here
+	if aerr := comm.Agree(ctx, e.tp, "Load (tensor-parallel group)", err); err != nil {
+		return err
+	} else if aerr != nil {
+		return fmt.Errorf("deepgo: %w", aerr)
 	}
 	if err := checkpoint.VerifyReplicated(ctx, e.tp, rep); err != nil {
 		return fmt.Errorf("over the tensor-parallel group (ranks are TP ranks): %w", err)

@@ -58,23 +58,41 @@ func VerifyReplicated(ctx context.Context, c comm.Comm, ts []Named) error {
 		return nil
 	}
 	n, w := len(ts), c.Size()
-	mine := make([]int64, n)
+	// n hashes and a last word, 1 when this rank could not hash: it still
+	// takes part, so that no rank waits for it
+	mine := make([]int64, n+1)
+	var herr error
 	for i, t := range ts {
 		h, err := Hash(t.Tensor)
 		if err != nil {
-			return fmt.Errorf("checkpoint: hashing %q: %w", t.Name, err)
+			herr = fmt.Errorf("checkpoint: hashing %q: %w", t.Name, err)
+			mine[n] = 1
+			break
 		}
 		mine[i] = int64(h)
 	}
 	hs, err := comm.AllGatherInt64s(ctx, c, mine)
-	if err != nil {
+	switch {
+	case herr != nil:
+		return herr
+	case err != nil:
 		return fmt.Errorf("checkpoint: comparing replicated tensors: %w", err)
+	}
+	row := n + 1
+	var failed []int
+	for r := range w {
+		if hs[r*row+n] != 0 {
+			failed = append(failed, r)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("checkpoint: comparing replicated tensors: rank(s) %v could not hash theirs", failed)
 	}
 	var e *ReplicaMismatchError
 	for i, t := range ts {
 		var bad []int
 		for r := 1; r < w; r++ {
-			if hs[r*n+i] != hs[i] {
+			if hs[r*row+i] != hs[i] {
 				bad = append(bad, r)
 			}
 		}

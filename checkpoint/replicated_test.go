@@ -34,3 +34,27 @@ func TestVerifyReplicated(t *testing.T) {
 	}
 	t.Log(errs[0])
 }
+
+// A rank that cannot hash its copy (freed here) still takes part: it
+// reports its own error, the others name it, and nobody waits for it (the
+// group's timeout is 10 s).
+func TestVerifyReplicatedHashFailure(t *testing.T) {
+	cs := newWorld(t, 3, 10*time.Second)
+	start := time.Now()
+	errs := onAll(cs, func(r int, c comm.Comm) error {
+		a, _ := tensor.FromFloat32([]float32{1, 2, 3})
+		b, _ := tensor.FromFloat32([]float32{4, 5})
+		defer a.Free()
+		if r == 2 {
+			b.Free()
+		} else {
+			defer b.Free()
+		}
+		return VerifyReplicated(context.Background(), c, []Named{{"a", a}, {"b", b}})
+	})
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.ErrorContains(t, errs[2], `checkpoint: hashing "b"`)
+	for _, r := range []int{0, 1} {
+		require.ErrorContains(t, errs[r], "rank(s) [2] could not hash theirs", "rank %d", r)
+	}
+}

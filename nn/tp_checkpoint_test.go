@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/optim"
+	"github.com/deepgo-ml/deepgo/tensor"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,12 +35,16 @@ type tpSegment struct {
 	r                    tpRun
 	from, save           string
 	loadDir              func(rank int) string
-	opts                 deepgo.LoadOptions
+	load                 deepgo.LoadOptions
 	first, steps, saveAt int
 	// loadErrs (one per world rank), when set: each rank only loads and
 	// records the outcome there, returning nil, so that no rank's failure
-	// aborts the in-process world and hastens the others'
+	// aborts the in-process world and hastens the others'; armed is set
+	// for the length of that Load
 	loadErrs []error
+	armed    *atomic.Bool
+	// opts, when set, adds Initialize options for a rank
+	opts func(rank int, c comm.Comm) []deepgo.Option
 }
 
 func (s tpSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string][]float32, error) {
@@ -65,7 +73,11 @@ func (s tpSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string
 			return err
 		}
 		defer g.Free()
-		tr, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithComm(dc), deepgo.WithTensorParallel(tc))
+		opts := []deepgo.Option{deepgo.WithComm(dc), deepgo.WithTensorParallel(tc)}
+		if s.opts != nil {
+			opts = append(opts, s.opts(c.Rank(), c)...)
+		}
+		tr, err := deepgo.Initialize(ctx, cfg, g, opts...)
 		if err != nil {
 			return err
 		}
@@ -75,10 +87,14 @@ func (s tpSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string
 			from = s.loadDir(c.Rank())
 		}
 		if s.loadErrs != nil {
-			_, s.loadErrs[c.Rank()] = tr.(ckptTrainer).Load(ctx, from, s.opts)
+			if s.armed != nil {
+				s.armed.Store(true)
+				defer s.armed.Store(false)
+			}
+			_, s.loadErrs[c.Rank()] = tr.(ckptTrainer).Load(ctx, from, s.load)
 			return nil
 		}
-		return resumeSegment(ctx, tr.(ckptTrainer), g, from, s.opts, s.first, s.save, s.saveAt, func(off int, losses []float64) error {
+		return resumeSegment(ctx, tr.(ckptTrainer), g, from, s.load, s.first, s.save, s.saveAt, func(off int, losses []float64) error {
 			_, err := trainSteps(ctx, tr, losses, c.Rank() == 0, func(step int) model.TokenBatch {
 				return eqBatch(corpus, s.first+off+step, r.dp, dc.Rank())
 			})
@@ -193,7 +209,7 @@ func TestGPTTensorParallelCheckpointNeedsOptimizerState(t *testing.T) {
 	_, ref, err := tpSegment{r: r, save: dir, steps: 6, saveAt: 3}.run(t, corpus)
 	require.NoError(t, err)
 	// the same start, the optimizer state left out
-	_, fresh, err := tpSegment{r: r, from: dir, opts: deepgo.LoadOptions{SkipOptimizerStates: true}, first: 3, steps: 3}.run(t, corpus)
+	_, fresh, err := tpSegment{r: r, from: dir, load: deepgo.LoadOptions{SkipOptimizerStates: true}, first: 3, steps: 3}.run(t, corpus)
 	require.NoError(t, err)
 	d := relNorm(flatParams(ref), flatParams(fresh))
 	t.Logf("without the optimizer state: param rel %.3g", d)
@@ -266,6 +282,58 @@ func TestGPTTensorParallelLoadVerdictReachesEveryRank(t *testing.T) {
 	var me *checkpoint.ReplicaMismatchError
 	require.True(t, errors.As(errs[0], &me), "%v", errs[0])
 	require.Less(t, took, 30*time.Second, "a rank waited for peers that had left")
+}
+
+// pooledBackend is a backend whose pool runs the optimizer's C kernels.
+type pooledBackend interface {
+	backend.Backend
+	optim.CPUPool
+}
+
+// copyFault fails the backend's copies while armed.
+type copyFault struct {
+	pooledBackend
+	armed *atomic.Bool
+}
+
+var errCopy = errors.New("injected copy failure")
+
+func (b copyFault) Copy(dst, src *tensor.Tensor) error {
+	if b.armed.Load() {
+		return errCopy
+	}
+	return b.pooledBackend.Copy(dst, src)
+}
+
+// Under TP a restore that fails on one TP rank alone (its backend's
+// copies) fails its TP peer at once too: the peer's data group restored
+// fine and would otherwise wait in the TP comparison until the timeout.
+func TestGPTTensorParallelRestoreFailsOnOneRank(t *testing.T) {
+	mk, err := data.NewMarkov(32, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
+	r := tpRun{tp: 2, dp: 1, stage: 1}
+	dir := t.TempDir()
+	_, _, err = tpSegment{r: r, save: dir, steps: 2, saveAt: 2}.run(t, corpus)
+	require.NoError(t, err)
+	var armed atomic.Bool
+	errs := make([]error, 2)
+	start := time.Now()
+	_, _, err = tpSegment{r: r, from: dir, first: 2, loadErrs: errs, armed: &armed, opts: func(rank int, c comm.Comm) []deepgo.Option {
+		if rank != 1 {
+			return nil
+		}
+		be := c.(interface{ Backend() backend.Backend }).Backend().(pooledBackend)
+		return []deepgo.Option{deepgo.WithBackend(copyFault{be, &armed})}
+	}}.run(t, corpus)
+	require.NoError(t, err)
+	took := time.Since(start)
+	for rank, err := range errs {
+		t.Logf("rank %d: %v", rank, err)
+	}
+	require.Less(t, took, 30*time.Second, "rank 0 waited for its peer (timeout 60 s)")
+	require.ErrorIs(t, errs[1], errCopy)
+	require.ErrorContains(t, errs[0], "failed on rank 1")
 }
 
 // Background saves under TP are refused (Save is the supported way).
