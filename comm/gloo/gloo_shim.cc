@@ -109,7 +109,9 @@ struct Ctx {
 	std::shared_ptr<gloo::rendezvous::Context> ctx;
 	// An aborted exchange's buffers and their memory: Gloo keeps its
 	// posted operations, so a peer may still write into them; they go
-	// after the connections close, in dg_gloo_free.
+	// after the connections close, in dg_gloo_free. Under keptMu: Send and
+	// Recv exchange beside the collectives, so two may abort at once.
+	std::mutex keptMu;
 	Buffers kept;
 	std::vector<std::unique_ptr<char[]>> keptMem;
 };
@@ -209,7 +211,12 @@ int dg_gloo_connect(void *dev, uintptr_t store, int rank, int size, int64_t time
 
 void dg_gloo_free(void *ctx) {
 	auto c = static_cast<Ctx *>(ctx);
-	if (!c->kept.empty()) {
+	bool kept;
+	{
+		std::lock_guard<std::mutex> g(c->keptMu);
+		kept = !c->kept.empty();
+	}
+	if (kept) {
 		// no peer may write into the kept buffers once they are gone
 		try {
 			c->ctx->closeConnections();
@@ -303,6 +310,7 @@ int dg_gloo_exchange(void *ctx, uint64_t slot, const void *mine, size_t n, const
 		}
 	}
 	if (aborted) {
+		std::lock_guard<std::mutex> g(holder->keptMu);
 		for (auto &b : recv) holder->kept.push_back(std::move(b));
 		for (auto &b : send)
 			if (b) holder->kept.push_back(std::move(b));

@@ -43,8 +43,8 @@ void dg_gloo_close(void *ctx);
  * dg_gloo_abort on it, before or during the call, makes it return
  * DG_GLOO_ABORTED at once, leaving the peers' connections as they are (the
  * posted buffers stay with ctx until dg_gloo_free: a peer may still write
- * to them); ctx then takes no more calls but dg_gloo_close and
- * dg_gloo_free. */
+ * to them). The caller treats the group as broken: calls already under
+ * way may finish, no new one starts. */
 int dg_gloo_exchange(void *ctx, uint64_t slot, const void *mine, size_t n, const int *peers, int npeers,
                      void *theirs, int *from, int *status, int64_t timeout_ms, void *abort, char *err,
                      size_t errlen);
