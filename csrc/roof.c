@@ -46,7 +46,8 @@ dg_status dg_roof_copy(dg_ctx *ctx, void *dst, const void *src, int64_t bytes)
  * it reads as much as it writes, and a widening cast, which writes twice
  * what it reads, beat it by 20% on one thread and fell 10% short on two.
  * Past DG_STREAM_BYTES of output it stores non-temporally, as the casts do,
- * where the ISA's table has streaming casts (AVX-512). */
+ * where the ISA's table has streaming casts (AVX-512); AVX2 and the scalar
+ * ISA store as their casts do, AVX2 a vector at a time. */
 typedef struct cast_roof_job {
 	dg_isa isa;
 	int nt;
@@ -68,8 +69,13 @@ static void cast_roof_plain(int widen, unsigned char *d, const unsigned char *s,
 		return;
 	}
 	for (; i + 128 <= bytes; i += 128)
-		for (int o = 0; o < 64; o++)
-			d[i / 2 + o] = s[i + o] ^ s[i + 64 + o];
+		for (int o = 0; o < 64; o += 8) {
+			uint64_t a, b;
+			memcpy(&a, s + i + o, 8);
+			memcpy(&b, s + i + 64 + o, 8);
+			a ^= b;
+			memcpy(d + i / 2 + o, &a, 8);
+		}
 	for (; i + 2 <= bytes; i += 2)
 		d[i / 2] = s[i] ^ s[i + 1];
 }
@@ -123,6 +129,32 @@ DG_TARGET_AVX512 static void cast_roof_avx512(int widen, int nt, unsigned char *
 		_mm_sfence();
 	cast_roof_plain(widen, widen ? d + 2 * i : d + i / 2, s + i, bytes - i);
 }
+
+/* AVX2's casts do not prefetch; neither does their roof */
+DG_TARGET_AVX2 static void cast_roof_avx2(int widen, unsigned char *d, const unsigned char *s, int64_t bytes)
+{
+	int64_t i = 0;
+	if (widen) {
+		for (; i + 64 <= bytes; i += 64) {
+			__m256i a = _mm256_loadu_si256((const __m256i *)(s + i));
+			__m256i b = _mm256_loadu_si256((const __m256i *)(s + i + 32));
+			_mm256_storeu_si256((__m256i *)(d + 2 * i), a);
+			_mm256_storeu_si256((__m256i *)(d + 2 * i + 32), b);
+			_mm256_storeu_si256((__m256i *)(d + 2 * i + 64), a);
+			_mm256_storeu_si256((__m256i *)(d + 2 * i + 96), b);
+		}
+	} else {
+		for (; i + 128 <= bytes; i += 128) {
+			__m256i a = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(s + i)),
+						     _mm256_loadu_si256((const __m256i *)(s + i + 64)));
+			__m256i b = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(s + i + 32)),
+						     _mm256_loadu_si256((const __m256i *)(s + i + 96)));
+			_mm256_storeu_si256((__m256i *)(d + i / 2), a);
+			_mm256_storeu_si256((__m256i *)(d + i / 2 + 32), b);
+		}
+	}
+	cast_roof_plain(widen, widen ? d + 2 * i : d + i / 2, s + i, bytes - i);
+}
 #endif
 
 static void cast_roof_task(void *arg, int64_t lo, int64_t hi)
@@ -134,6 +166,10 @@ static void cast_roof_task(void *arg, int64_t lo, int64_t hi)
 		cast_roof_avx512(j->widen, j->nt, d, j->src + lo, hi - lo);
 		return;
 	}
+	if (j->isa == DG_ISA_AVX2) {
+		cast_roof_avx2(j->widen, d, j->src + lo, hi - lo);
+		return;
+	}
 #endif
 	cast_roof_plain(j->widen, d, j->src + lo, hi - lo);
 }
@@ -142,12 +178,16 @@ dg_status dg_roof_cast(dg_ctx *ctx, void *dst, int64_t dst_bytes, const void *sr
 {
 	if (ctx == NULL || src_bytes < 0 || (src_bytes > 0 && (dst == NULL || src == NULL)))
 		return DG_ERR_INVALID;
+	if (src_bytes > INT64_MAX / 3)
+		return DG_ERR_SIZE;
 	if (dst_bytes == src_bytes)
 		return dg_roof_copy(ctx, dst, src, src_bytes);
 	int widen = dst_bytes == 2 * src_bytes;
 	if (!widen && (src_bytes % 2 != 0 || dst_bytes != src_bytes / 2))
 		return DG_ERR_INVALID;
-	/* the casts stream only to a 64-byte aligned destination */
+	/* each part's destination starts 64 bytes apart from dst's start (parts
+	 * are ROOF_GRAIN source bytes), so streaming needs dst itself aligned,
+	 * as tensors are; the casts peel a head to get there instead */
 	int nt = dst_bytes >= DG_STREAM_BYTES && ctx->k->cast_stream != NULL && ((uintptr_t)dst & 63u) == 0;
 	cast_roof_job j = {ctx->isa, nt, widen, dst, src};
 	/* units of ROOF_GRAIN source bytes: both sides stay 64-byte aligned

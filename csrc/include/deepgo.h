@@ -199,7 +199,8 @@ dg_status dg_roof_copy(dg_ctx *ctx, void *dst, const void *src, int64_t bytes);
 /* dg_roof_cast moves a cast's bytes without converting: src_bytes read,
  * dst_bytes written, where dst_bytes is src_bytes (a copy), twice it (each
  * line written twice) or half of it (pairs of lines XORed); other sizes are
- * DG_ERR_INVALID. dst must not overlap src. */
+ * DG_ERR_INVALID, src_bytes past INT64_MAX/3 DG_ERR_SIZE. dst must not
+ * overlap src. */
 dg_status dg_roof_cast(dg_ctx *ctx, void *dst, int64_t dst_bytes, const void *src, int64_t src_bytes);
 /* dg_roof_read sums src as 64-bit integers (bytes rounded down to 8) on the
  * pool and stores the sum so the loads cannot be optimised away. */

@@ -199,11 +199,11 @@ func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
 	defer bs.free()
 	T := func(ts ...*tensor.Tensor) []*tensor.Tensor { return ts }
 	ctx := b.Ctx()
-	// Copy roofs run between the kernel's own buffers: where a buffer's
-	// pages sit changes bandwidth by itself by up to 20% on these machines.
-	// A cast's roof copies as many bytes as its smaller side holds (a
-	// memcpy cannot read 4 bytes per 2 written); pack's copies its whole
-	// input. Both count bytes read plus bytes written.
+	// Roofs run between the kernel's own buffers: where a buffer's pages
+	// sit changes bandwidth by itself by up to 20% on these machines. The
+	// memcpy beside a cast copies as many bytes as its smaller side holds
+	// (a memcpy cannot read 4 bytes per 2 written); pack's copies its
+	// whole input. Both count bytes read plus bytes written.
 	copyRoof := func(dst, src *tensor.Tensor, bytes int) func() error {
 		return func() error { return ctx.RoofCopy(dst.Ptr(), src.Ptr(), bytes) }
 	}
@@ -271,6 +271,11 @@ func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
 			}
 			if err := c.rf(); err != nil {
 				return nil, fmt.Errorf("%s roof: %w", c.name, err)
+			}
+			if c.cf != nil {
+				if err := c.cf(); err != nil {
+					return nil, fmt.Errorf("%s memcpy: %w", c.name, err)
+				}
 			}
 		}
 		// Each case is timed in two passes over the list, forward then
