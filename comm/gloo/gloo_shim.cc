@@ -107,8 +107,8 @@ using Buffers = std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>>;
 
 struct Ctx {
 	std::shared_ptr<gloo::rendezvous::Context> ctx;
-	// An aborted exchange's buffers and their memory: Gloo keeps its
-	// posted operations, so a peer may still write into them; they go
+	// A failed or aborted exchange's buffers and their memory: Gloo keeps
+	// its posted operations, so a peer may still write into them; they go
 	// after the connections close, in dg_gloo_free. Under keptMu: Send and
 	// Recv exchange beside the collectives, so two may abort at once.
 	std::mutex keptMu;
@@ -246,8 +246,8 @@ int dg_gloo_exchange(void *ctx, uint64_t slot, const void *mine, size_t n, const
 		status[k] = DG_GLOO_TIMEOUT;
 		from[k] = -1;
 	}
-	// The buffers are this call's own memory, not the caller's: an aborted
-	// call leaves them posted (see Ctx::kept).
+	// The buffers are this call's own memory, not the caller's: a failed
+	// or aborted call leaves them posted (see Ctx::kept).
 	std::unique_ptr<char[]> mem(new (std::nothrow) char[n * (size_t)(npeers + 1)]);
 	if (!mem) {
 		put(err, errlen, "exchange: out of memory");
@@ -255,6 +255,16 @@ int dg_gloo_exchange(void *ctx, uint64_t slot, const void *mine, size_t n, const
 	}
 	char *in = mem.get() + n;
 	memcpy(mem.get(), mine, n);
+	// Any way out but success leaves receives (and maybe sends) posted with
+	// pairs to live peers still open until the caller closes them: keep
+	// the buffers and their memory with the group (see Ctx::kept).
+	auto keep = [&]() {
+		std::lock_guard<std::mutex> g(holder->keptMu);
+		for (auto &b : recv) holder->kept.push_back(std::move(b));
+		for (auto &b : send)
+			if (b) holder->kept.push_back(std::move(b));
+		holder->keptMem.push_back(std::move(mem));
+	};
 	// Arrivals fill the receive buffers in posting order, whoever sends:
 	// when buffer i times out, exactly the peers not yet heard from are
 	// missing (a timeout closes every pair, so nothing is waited on after).
@@ -264,19 +274,24 @@ int dg_gloo_exchange(void *ctx, uint64_t slot, const void *mine, size_t n, const
 			recv.back()->recv(srcs, slot);
 		}
 	} catch (...) {
-		return classify(err, errlen);
+		int st = classify(err, errlen);
+		keep();
+		return st;
 	}
 	for (int k = 0; k < npeers; k++) {
 		try {
 			send.push_back(c->createUnboundBuffer(mem.get(), n));
 			send.back()->send(peers[k], slot);
 		} catch (...) {
-			send.push_back(nullptr);
+			if ((int)send.size() == k) send.push_back(nullptr); // one entry per peer
 			status[k] = classify(err, errlen);
 			rc = status[k];
 		}
 	}
-	if (rc != DG_GLOO_OK) return rc; // a peer is known dead: no need to wait
+	if (rc != DG_GLOO_OK) { // a peer is known dead: no need to wait
+		keep();
+		return rc;
+	}
 	bool aborted = false;
 	{
 		Registration reg(static_cast<Abort *>(abort), recv, send);
@@ -310,15 +325,14 @@ int dg_gloo_exchange(void *ctx, uint64_t slot, const void *mine, size_t n, const
 		}
 	}
 	if (aborted) {
-		std::lock_guard<std::mutex> g(holder->keptMu);
-		for (auto &b : recv) holder->kept.push_back(std::move(b));
-		for (auto &b : send)
-			if (b) holder->kept.push_back(std::move(b));
-		holder->keptMem.push_back(std::move(mem));
+		keep();
 		put(err, errlen, "exchange aborted");
 		return DG_GLOO_ABORTED;
 	}
-	if (rc != DG_GLOO_OK) return rc;
+	if (rc != DG_GLOO_OK) {
+		keep();
+		return rc;
+	}
 	memcpy(theirs, in, n * (size_t)npeers);
 	return DG_GLOO_OK;
 }
