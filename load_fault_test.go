@@ -20,10 +20,10 @@ import (
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/internal/faultbe"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
-	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/require"
 )
@@ -59,36 +59,6 @@ func (c gatherFaultComm) AllGather(ctx context.Context, dst, src *tensor.Tensor)
 // Backend keeps the rank's CPU pool, as the plain comm/local rank gives it.
 func (c gatherFaultComm) Backend() backend.Backend {
 	return c.Comm.(interface{ Backend() backend.Backend }).Backend()
-}
-
-// copyFaultComm gives its rank a backend whose Copy fails while armed:
-// the copy of the masters in Load's restore, on one rank alone.
-type copyFaultComm struct {
-	comm.Comm
-	armed *atomic.Bool
-}
-
-func (c copyFaultComm) Backend() backend.Backend {
-	return copyFaultBackend{c.Comm.(interface{ Backend() backend.Backend }).Backend().(pooledBackend), c.armed}
-}
-
-// pooledBackend is a backend whose pool runs the optimizer's C kernels.
-type pooledBackend interface {
-	backend.Backend
-	optim.CPUPool
-}
-
-// copyFaultBackend is the rank's backend with Copy failing while armed.
-type copyFaultBackend struct {
-	pooledBackend
-	armed *atomic.Bool
-}
-
-func (b copyFaultBackend) Copy(dst, src *tensor.Tensor) error {
-	if b.armed.Load() {
-		return fmt.Errorf("%w: copy of %v", errInjected, src)
-	}
-	return b.pooledBackend.Copy(dst, src)
 }
 
 // alterLastElement changes the last element of tag's last parameter in
@@ -199,11 +169,8 @@ func partWay(t *testing.T, r run, fault faultKind, want, dev string) {
 	err = local.Run(context.Background(), r.world, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 		var armed atomic.Bool
 		cc := c
-		switch {
-		case fault == faultGather:
+		if fault == faultGather {
 			cc = gatherFaultComm{c, &armed}
-		case fault == faultCopy && c.Rank() == 1:
-			cc = copyFaultComm{c, &armed}
 		}
 		open := func() (*deepgo.Engine, error) {
 			cfg, err := config.Parse([]byte(r.config()))
@@ -211,6 +178,9 @@ func partWay(t *testing.T, r run, fault faultKind, want, dev string) {
 				return nil, err
 			}
 			opts := []deepgo.Option{deepgo.WithComm(cc)}
+			if fault == faultCopy && c.Rank() == 1 {
+				opts = append(opts, deepgo.WithBackend(faultbe.CopyFault{Pooled: faultbe.Of(c), Armed: &armed, Err: errInjected}))
+			}
 			if dev == "sim" {
 				opts = append(opts, deepgo.WithDevice(tensor.Sim(c.Rank())))
 			}

@@ -237,10 +237,8 @@ func (e *Engine) verifyTPReplicated(ctx context.Context) error {
 		rep = append(rep, checkpoint.Named{Name: p.Name, Tensor: h})
 	}
 	// a rank whose host copies failed still meets its TP peers here
-	if aerr := comm.Agree(ctx, e.tp, "Load (tensor-parallel group)", err); err != nil {
+	if err := agreeOn(ctx, e.tp, "Load (tensor-parallel group)", err); err != nil {
 		return err
-	} else if aerr != nil {
-		return fmt.Errorf("deepgo: %w", aerr)
 	}
 	if err := checkpoint.VerifyReplicated(ctx, e.tp, rep); err != nil {
 		return fmt.Errorf("over the tensor-parallel group (ranks are TP ranks): %w", err)

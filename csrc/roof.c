@@ -42,9 +42,10 @@ dg_status dg_roof_copy(dg_ctx *ctx, void *dst, const void *src, int64_t bytes)
 /* The cast roof moves a cast's bytes with none of its conversion: a
  * widening cast (dst twice src) reads each 64-byte line once and writes it
  * twice, a narrowing one (dst half src) reads two lines and writes their
- * XOR (a short tail: pairs of bytes), so reads, writes and their ratio match the kernel's. A memcpy cannot:
- * it reads as much as it writes, and a widening cast, which writes twice
- * what it reads, beat it by 20% on one thread and fell 10% short on two.
+ * XOR (a short tail: pairs of bytes), so reads, writes and their ratio
+ * match the kernel's. A memcpy cannot: it reads as much as it writes, and a
+ * widening cast, which writes twice what it reads, beat it by 20% on one
+ * thread and fell 10% short on two.
  * Past DG_STREAM_BYTES of output it stores non-temporally, as the casts do,
  * where the ISA's table has streaming casts (AVX-512); AVX2 and the scalar
  * ISA store as their casts do, AVX2 a vector at a time. */
@@ -185,13 +186,11 @@ dg_status dg_roof_cast(dg_ctx *ctx, void *dst, int64_t dst_bytes, const void *sr
 	int widen = dst_bytes == 2 * src_bytes;
 	if (!widen && (src_bytes % 2 != 0 || dst_bytes != src_bytes / 2))
 		return DG_ERR_INVALID;
-	/* each part's destination starts 64 bytes apart from dst's start (parts
+	/* each part's destination starts a multiple of 64 bytes past dst (parts
 	 * are ROOF_GRAIN source bytes), so streaming needs dst itself aligned,
 	 * as tensors are; the casts peel a head to get there instead */
 	int nt = dst_bytes >= DG_STREAM_BYTES && ctx->k->cast_stream != NULL && ((uintptr_t)dst & 63u) == 0;
 	cast_roof_job j = {ctx->isa, nt, widen, dst, src};
-	/* units of ROOF_GRAIN source bytes: both sides stay 64-byte aligned
-	 * relative to the buffers' starts */
 	dg_parallel_for(ctx, src_bytes, ROOF_GRAIN, src_bytes + dst_bytes, cast_roof_task, &j);
 	return DG_OK;
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/deepgo-ml/deepgo/backend"
-	"github.com/deepgo-ml/deepgo/optim"
-	"github.com/deepgo-ml/deepgo/tensor"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
@@ -19,6 +16,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/internal/faultbe"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
 	"github.com/stretchr/testify/assert"
@@ -284,26 +282,7 @@ func TestGPTTensorParallelLoadVerdictReachesEveryRank(t *testing.T) {
 	require.Less(t, took, 30*time.Second, "a rank waited for peers that had left")
 }
 
-// pooledBackend is a backend whose pool runs the optimizer's C kernels.
-type pooledBackend interface {
-	backend.Backend
-	optim.CPUPool
-}
-
-// copyFault fails the backend's copies while armed.
-type copyFault struct {
-	pooledBackend
-	armed *atomic.Bool
-}
-
 var errCopy = errors.New("injected copy failure")
-
-func (b copyFault) Copy(dst, src *tensor.Tensor) error {
-	if b.armed.Load() {
-		return errCopy
-	}
-	return b.pooledBackend.Copy(dst, src)
-}
 
 // Under TP a restore that fails on one TP rank alone (its backend's
 // copies) fails its TP peer at once too: the peer's data group restored
@@ -323,8 +302,7 @@ func TestGPTTensorParallelRestoreFailsOnOneRank(t *testing.T) {
 		if rank != 1 {
 			return nil
 		}
-		be := c.(interface{ Backend() backend.Backend }).Backend().(pooledBackend)
-		return []deepgo.Option{deepgo.WithBackend(copyFault{be, &armed})}
+		return []deepgo.Option{deepgo.WithBackend(faultbe.CopyFault{Pooled: faultbe.Of(c), Armed: &armed, Err: errCopy})}
 	}}.run(t, corpus)
 	require.NoError(t, err)
 	took := time.Since(start)

@@ -402,16 +402,6 @@ func (o *op) exchange() error {
 			unsafe.Pointer(&theirs[0]), &from[0], &status[0], millis(o.left()), abort.tok, e, n)
 	})
 	abort.free()
-	if f != nil && f.code == C.DG_GLOO_ABORTED {
-		var missing []int
-		for i, p := range o.peers {
-			if status[i] == C.DG_GLOO_TIMEOUT {
-				missing = append(missing, p)
-			}
-		}
-		return c.errorf(k, []int{c.rank}, fmt.Errorf("%w: rank %d cancelled its call after %v, ranks %v not joined: %w",
-			comm.ErrAborted, c.rank, time.Since(started).Round(time.Millisecond), missing, context.Cause(o.ctx)))
-	}
 	if f != nil {
 		var dead, missing []int
 		for i, p := range o.peers {
@@ -421,6 +411,13 @@ func (o *op) exchange() error {
 			case C.DG_GLOO_TIMEOUT:
 				missing = append(missing, p)
 			}
+		}
+		cancelled := func(cause error) error {
+			return c.errorf(k, []int{c.rank}, fmt.Errorf("%w: rank %d cancelled its call after %v, ranks %v not joined: %w",
+				comm.ErrAborted, c.rank, time.Since(started).Round(time.Millisecond), missing, cause))
+		}
+		if f.code == C.DG_GLOO_ABORTED {
+			return cancelled(context.Cause(o.ctx))
 		}
 		if f.code != C.DG_GLOO_TIMEOUT || len(missing) == 0 {
 			// A connection failed, here or at a peer that then closed
@@ -444,9 +441,7 @@ func (o *op) exchange() error {
 				comm.ErrAborted, time.Since(started).Round(time.Millisecond), missing, notes, f))
 		}
 		if err := o.ctx.Err(); errors.Is(err, context.Canceled) {
-			// cancelled as Gloo's deadline passed: the cancel is the cause
-			return c.errorf(k, []int{c.rank}, fmt.Errorf("%w: rank %d cancelled its call after %v, ranks %v not joined: %w",
-				comm.ErrAborted, c.rank, time.Since(started).Round(time.Millisecond), missing, err))
+			return cancelled(err) // as Gloo's deadline passed: the cancel is the cause
 		}
 		return c.errorf(k, missing, comm.NotJoined(o.callerBinds, time.Since(started), fmt.Sprint(missing), f))
 	}
