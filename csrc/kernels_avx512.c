@@ -437,17 +437,19 @@ AI double sumsq_f16_loop(const void *x, int64_t n)
  * waits ~30 cycles), and with the lag the arithmetic never waits on the
  * line just requested: a line the L3 is slow to deliver no longer stalls
  * the conversions queued behind it, which the out-of-order window alone
- * did not hide (bench-kernels, 64 MiB, 1 thread: ~0.85 -> ~0.9-0.97 of the
+ * did not hide (bench-kernels, 64 MiB, 1 thread: 0.82-0.86 -> 0.85-0.98 of the
  * read-and-sum roof; lags of 8 and 16 measured in a C harness, 16 ahead).
  * The same float32s, conversions and FMAs in the same order as converting
- * each vector at once: the same bits (a NaN sum may carry another NaN's
- * payload, as the final adds' operand order is the compiler's). Order
+ * each vector at once: the same bits (a NaN sum may be another NaN, sign and
+ * payload, as the final adds' operand order is the compiler's;
+ * tests/test_reduce.c pins the rest). Order
  * (fixed for this ISA): of each 32 elements, the even ones 0..14 go to
  * accumulator 0, even 16..30 to 1, odd 1..15 to 2, odd 17..31 to 3; a
  * short tail is a zero-padded masked load; then (a0+a1)+(a2+a3) and a
  * fixed lane tree. The float16 loop above has no store to wait on and
  * gained nothing from the same ring. */
 #define DG_BF16_LAG 16
+_Static_assert((DG_BF16_LAG & (DG_BF16_LAG - 1)) == 0, "the ring wraps by masking");
 
 /* the float32s of 32 bfloat16s into a 128-byte slot whose low halves are zero */
 AI void bf16_slot_fill(char *slot, __m512i v)
@@ -484,8 +486,7 @@ AI double sumsq_bf16_loop(const void *x, int64_t n)
 	}
 	for (; j < m; j++) {
 		pf_ahead_nta(p + 64 * j);
-		/* the compiler must neither drop the ring nor move a load past the
-		 * store that refills its slot */
+		/* keeps the compiler from folding the ring away */
 		__asm__ volatile("" ::: "memory");
 		bf16_slot_sum(ring + off, &a0, &a1, &a2, &a3);
 		__asm__ volatile("" ::: "memory");

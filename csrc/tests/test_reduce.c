@@ -1,6 +1,8 @@
 /* test_reduce.c — dg_sumsq, dg_nonfinite, dg_reduce_into, dg_reduce_bcast. */
 #include <math.h>
+#include <string.h>
 
+#include "dg_internal.h"
 #include "dg_math.h"
 #include "test_util.h"
 
@@ -448,9 +450,75 @@ static void test_reduce_bcast(void)
 	dg_ctx_destroy(ctx);
 }
 
+/* The AVX-512 bfloat16 sum of squares in its documented order, element by
+ * element: of each 32, the even ones 0..14 into accumulator 0, even 16..30
+ * into 1, odd 1..15 into 2, odd 17..31 into 3, lane by lane with FMA; a
+ * zero-padded tail; (a0+a1)+(a2+a3); then the lane tree of
+ * _mm512_reduce_add_pd (upper 256 bits onto lower, 128, 64). */
+static double bf16_order_ref(const uint16_t *x, int64_t n)
+{
+	double a[4][8] = {{0}};
+	for (int64_t i = 0; i < n; i += 32)
+		for (int e = 0; e < 32; e++) {
+			uint32_t b = i + e < n ? (uint32_t)x[i + e] << 16 : 0;
+			float f;
+			memcpy(&f, &b, 4);
+			double y = f;
+			int k = e / 2;
+			a[(e & 1) * 2 + (k >= 8)][k & 7] = fma(y, y, a[(e & 1) * 2 + (k >= 8)][k & 7]);
+		}
+	double s[8], t4[4];
+	for (int l = 0; l < 8; l++)
+		s[l] = (a[0][l] + a[1][l]) + (a[2][l] + a[3][l]);
+	for (int l = 0; l < 4; l++)
+		t4[l] = s[l] + s[l + 4];
+	return (t4[0] + t4[2]) + (t4[1] + t4[3]);
+}
+
+/* The AVX-512 kernel's bf16 bits are pinned to that order (the tolerance of
+ * test_sumsq would pass a reordered sum): normals over 64 binades (squares
+ * within 2^37 of each other add exactly, in any order), zeros, subnormals
+ * and an Inf (a NaN's bits are not pinned), every length to past the
+ * kernel's 16-vector ring and whole blocks, 2-byte aligned starts. */
+static void test_sumsq_bf16_order(void)
+{
+#if DG_HAVE_X86
+	if (dg_cpu_best_isa() < DG_ISA_AVX512)
+		return;
+	enum { N = 65536 + 8 };
+	uint16_t *buf = malloc((size_t)N * 2);
+	CHECK(buf != NULL);
+	uint64_t seed = 5;
+	for (int64_t i = 0; i < N; i++) {
+		uint64_t r = rng_next(&seed) % 100;
+		uint16_t sign = (uint16_t)((rng_next(&seed) & 1) << 15);
+		if (r < 10)
+			buf[i] = sign; /* zero */
+		else if (r < 15)
+			buf[i] = sign | (uint16_t)(1 + rng_next(&seed) % 0x7f); /* subnormal */
+		else
+			buf[i] = sign | (uint16_t)((100 + rng_next(&seed) % 64) << 7) | (uint16_t)(rng_next(&seed) & 0x7f);
+	}
+	buf[40000] = 0x7f80;
+	int64_t lens[] = {65536, 65535, 40001, 4097, 2048};
+	for (int64_t n = 0; n < 1100 + 5; n++) {
+		int64_t len = n < 1100 ? n : lens[n - 1100];
+		const uint16_t *x = buf + n % 3;
+		double want = bf16_order_ref(x, len), got = dg_kernels_avx512.sumsq_block(DG_BF16, x, len);
+		if (memcmp(&want, &got, sizeof want) != 0) {
+			fprintf(stderr, "bf16 sumsq order: n=%lld got %a want %a\n", (long long)len, got, want);
+			CHECK(0);
+			break;
+		}
+	}
+	free(buf);
+#endif
+}
+
 int main(void)
 {
 	test_sumsq();
+	test_sumsq_bf16_order();
 	test_sumsq_halves();
 	test_nonfinite();
 	test_reduce_into();
