@@ -192,9 +192,10 @@ func (z *Optimizer) RestoreMaster(ctx context.Context, masters []*tensor.Tensor)
 	return z.Restore(ctx, nil, 0, masters)
 }
 
-// Restore installs a checkpoint: the optimizer state when state is not
-// nil (see RestoreOptimizerState), then the master weights (see
-// RestoreMaster). It is a collective. Each rank's local part (the state,
+// Restore installs a checkpoint: the optimizer state of this rank's shard
+// when state is not nil (by state name one float32 host tensor per unit
+// of Own(u) elements, as OptimizerState returns it) with its step count
+// steps, then the master weights (see RestoreMaster). It is a collective. Each rank's local part (the state,
 // the masters copied and re-cast, the gradients discarded) runs first and
 // the ranks agree on its outcome before the re-gathers, so that a failure
 // on one rank alone fails every rank at once, naming it, instead of
@@ -228,7 +229,7 @@ func (z *Optimizer) restoreLocal(ctx context.Context, state map[string][]*tensor
 		return errors.New("zero: restore: gradient reductions are in flight (restore between steps only)")
 	}
 	if state != nil {
-		if err := z.RestoreOptimizerState(state, steps); err != nil {
+		if err := z.restoreOptimizerState(state, steps); err != nil {
 			return err
 		}
 	}
@@ -280,11 +281,11 @@ func (z *Optimizer) regather(ctx context.Context) error {
 	return nil
 }
 
-// RestoreOptimizerState replaces the base optimizer's state of this
+// restoreOptimizerState replaces the base optimizer's state of this
 // rank's shard with state (by state name one float32 host tensor per
 // unit of Own(u) elements; nil resets it to zero) and its step count with
 // steps (see optim.LoadState).
-func (z *Optimizer) RestoreOptimizerState(state map[string][]*tensor.Tensor, steps int64) error {
+func (z *Optimizer) restoreOptimizerState(state map[string][]*tensor.Tensor, steps int64) error {
 	load := func() error { return optim.LoadState(z.base, z.cfg.GroupName, z.master, state, steps) }
 	if len(z.subs) > 1 {
 		load = func() error { return z.restoreSubGroups(state, steps) }

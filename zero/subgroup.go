@@ -20,7 +20,7 @@ package zero
 //
 // Checkpoints keep one state tensor per unit under Config.GroupName:
 // OptimizerState assembles the sub-groups' state back into units and
-// RestoreOptimizerState cuts it again, so a checkpoint does not depend on
+// Restore cuts it again, so a checkpoint does not depend on
 // sub_group_size.
 
 import (
@@ -234,7 +234,7 @@ func (z *Optimizer) freeStateCache() {
 	z.stateCache = nil
 }
 
-// restoreSubGroups loads per-unit state (see RestoreOptimizerState) into
+// restoreSubGroups loads per-unit state (see restoreOptimizerState) into
 // every sub-group, cut as they step. Sizes are checked before anything is
 // written.
 func (z *Optimizer) restoreSubGroups(state map[string][]*tensor.Tensor, steps int64) error {
