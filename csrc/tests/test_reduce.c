@@ -450,11 +450,23 @@ static void test_reduce_bcast(void)
 	dg_ctx_destroy(ctx);
 }
 
+/* (a0+a1)+(a2+a3) lane by lane, then the lane tree of _mm512_reduce_add_pd
+ * (upper 256 bits onto lower, 128, 64): how the AVX-512 sums of squares
+ * finish */
+static double avx512_sumsq_finish(double a[4][8])
+{
+	double s[8], t4[4];
+	for (int l = 0; l < 8; l++)
+		s[l] = (a[0][l] + a[1][l]) + (a[2][l] + a[3][l]);
+	for (int l = 0; l < 4; l++)
+		t4[l] = s[l] + s[l + 4];
+	return (t4[0] + t4[2]) + (t4[1] + t4[3]);
+}
+
 /* The AVX-512 bfloat16 sum of squares in its documented order, element by
- * element: of each 32, the even ones 0..14 into accumulator 0, even 16..30
- * into 1, odd 1..15 into 2, odd 17..31 into 3, lane by lane with FMA; a
- * zero-padded tail; (a0+a1)+(a2+a3); then the lane tree of
- * _mm512_reduce_add_pd (upper 256 bits onto lower, 128, 64). */
+ * element: of each 32 (a short tail zero-padded), the even ones 0..14 into
+ * accumulator 0, even 16..30 into 1, odd 1..15 into 2, odd 17..31 into 3,
+ * lane by lane with FMA. */
 static double bf16_order_ref(const uint16_t *x, int64_t n)
 {
 	double a[4][8] = {{0}};
@@ -467,58 +479,92 @@ static double bf16_order_ref(const uint16_t *x, int64_t n)
 			int k = e / 2;
 			a[(e & 1) * 2 + (k >= 8)][k & 7] = fma(y, y, a[(e & 1) * 2 + (k >= 8)][k & 7]);
 		}
-	double s[8], t4[4];
-	for (int l = 0; l < 8; l++)
-		s[l] = (a[0][l] + a[1][l]) + (a[2][l] + a[3][l]);
-	for (int l = 0; l < 4; l++)
-		t4[l] = s[l] + s[l + 4];
-	return (t4[0] + t4[2]) + (t4[1] + t4[3]);
+	return avx512_sumsq_finish(a);
 }
 
-/* The AVX-512 kernel's bf16 bits are pinned to that order (the tolerance of
- * test_sumsq would pass a reordered sum): normals over 64 binades (squares
- * within 2^37 of each other add exactly, in any order), zeros, subnormals
- * and an Inf (a NaN's bits are not pinned), every length to past the
- * kernel's 16-vector ring and whole blocks, 2-byte aligned starts. */
-static void test_sumsq_bf16_order(void)
+/* The AVX-512 float16 one: the half at position q (0..3) of each 64-bit
+ * lane into accumulator q. Exact squares (the kernel's scaled ones round
+ * alike). */
+static double f16_order_ref(const uint16_t *x, int64_t n)
+{
+	double a[4][8] = {{0}};
+	for (int64_t i = 0; i < n; i += 32)
+		for (int e = 0; e < 32; e++) {
+			double y = i + e < n ? (double)dg_f16_to_f32(x[i + e]) : 0;
+			a[e % 4][e / 4] = fma(y, y, a[e % 4][e / 4]);
+		}
+	return avx512_sumsq_finish(a);
+}
+
+/* Pins the AVX-512 kernel's bits for t to ref, its documented order (the
+ * tolerance of test_sumsq would pass a reordered sum): every length below
+ * 1100 (past the bf16 loop's 16-vector ring and the f16 loop's chunks) and
+ * whole blocks, at 2-byte offsets and mid-buffer starts, on data the caller
+ * chose so that the order changes roundings. */
+static void check_sumsq_order(dg_dtype t, double (*ref)(const uint16_t *, int64_t), const uint16_t *buf, int64_t size)
+{
+#if DG_HAVE_X86
+	const int64_t lens[] = {65536, 65535, 40001, 4097, 2048, 8192 + 64, 12288 + 33};
+	const int64_t small = 1100, nl = (int64_t)(sizeof lens / sizeof lens[0]);
+	for (int64_t k = 0; k < small + nl; k++) {
+		int64_t len = k < small ? k : lens[k - small];
+		const uint16_t *x = buf + k % 3 + (k >= small && k % 2 ? 4096 - 7 : 0);
+		if (x + len > buf + size)
+			len = buf + size - x;
+		double want = ref(x, len), got = dg_kernels_avx512.sumsq_block(t, x, len);
+		if (memcmp(&want, &got, sizeof want) != 0) {
+			fprintf(stderr, "sumsq order, dtype %d, n=%lld: got %a want %a\n", (int)t, (long long)len, got, want);
+			CHECK(0);
+			return;
+		}
+	}
+#else
+	(void)t, (void)ref, (void)buf, (void)size;
+#endif
+}
+
+static void test_sumsq_order(void)
 {
 #if DG_HAVE_X86
 	if (dg_cpu_best_isa() < DG_ISA_AVX512)
 		return;
-	enum { N = 65536 + 8 };
+#endif
+	enum { N = 65536 + 4096 };
 	uint16_t *buf = malloc((size_t)N * 2);
 	CHECK(buf != NULL);
 	uint64_t seed = 5;
+	/* bfloat16: normals over 64 binades (squares within 2^37 of each other
+	 * add exactly, in any order), zeros, subnormals, one Inf */
 	for (int64_t i = 0; i < N; i++) {
 		uint64_t r = rng_next(&seed) % 100;
 		uint16_t sign = (uint16_t)((rng_next(&seed) & 1) << 15);
 		if (r < 10)
-			buf[i] = sign; /* zero */
+			buf[i] = sign;
 		else if (r < 15)
-			buf[i] = sign | (uint16_t)(1 + rng_next(&seed) % 0x7f); /* subnormal */
+			buf[i] = sign | (uint16_t)(1 + rng_next(&seed) % 0x7f);
 		else
 			buf[i] = sign | (uint16_t)((100 + rng_next(&seed) % 64) << 7) | (uint16_t)(rng_next(&seed) & 0x7f);
 	}
 	buf[40000] = 0x7f80;
-	int64_t lens[] = {65536, 65535, 40001, 4097, 2048};
-	for (int64_t n = 0; n < 1100 + 5; n++) {
-		int64_t len = n < 1100 ? n : lens[n - 1100];
-		const uint16_t *x = buf + n % 3;
-		double want = bf16_order_ref(x, len), got = dg_kernels_avx512.sumsq_block(DG_BF16, x, len);
-		if (memcmp(&want, &got, sizeof want) != 0) {
-			fprintf(stderr, "bf16 sumsq order: n=%lld got %a want %a\n", (long long)len, got, want);
-			CHECK(0);
-			break;
-		}
+	check_sumsq_order(DG_BF16, bf16_order_ref, buf, N);
+	/* float16: finite over its whole range (squares span 2^80), zeros and
+	 * subnormals in every third 4096 only, so that both of the kernel's
+	 * paths and the switches between them run */
+	for (int64_t i = 0; i < N; i++) {
+		uint16_t sign = (uint16_t)((rng_next(&seed) & 1) << 15);
+		if ((i / 4096) % 3 == 1 && rng_next(&seed) % 1000 < 20)
+			buf[i] = sign | (uint16_t)(rng_next(&seed) % 0x400);
+		else
+			buf[i] = sign | (uint16_t)((1 + rng_next(&seed) % 30) << 10) | (uint16_t)(rng_next(&seed) & 0x3ff);
 	}
+	check_sumsq_order(DG_F16, f16_order_ref, buf, N);
 	free(buf);
-#endif
 }
 
 int main(void)
 {
 	test_sumsq();
-	test_sumsq_bf16_order();
+	test_sumsq_order();
 	test_sumsq_halves();
 	test_nonfinite();
 	test_reduce_into();
