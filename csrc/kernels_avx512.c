@@ -331,15 +331,14 @@ AI double sumsq_loop(dg_dtype t, const void *x, int64_t n)
  * -> ~0.85 of the read-and-sum roof); two vectors share one zero-exponent
  * branch (KORTEST ORs their masks: 13.5 uops, ~2% in a C harness); data
  * with scattered zeros runs the multiply path after one mispredicted exit
- * per chunk. Order (fixed for
- * this ISA): the half at position q (0..3) of each lane goes to accumulator
- * q; a short tail is a zero-padded masked load; then (a0+a1)+(a2+a3) and a
- * fixed lane tree. Both paths map Inf/NaN to finite values: |Inf| becomes
- * 2^16, NaN more, every finite half less, so a sum at least that square
- * (sums of non-negative terms only grow) may hold one; nonfinite then
- * decides and such a block is summed again by sumsq_loop, whose double
- * arithmetic gives the Inf or NaN. That costs nothing per element, unlike a
- * running max of |bits|. */
+ * per chunk. Order (fixed for this ISA): the half at position q (0..3) of
+ * each lane goes to accumulator q; a short tail is a zero-padded masked
+ * load; then (a0+a1)+(a2+a3) and a fixed lane tree. Both paths map Inf/NaN
+ * to finite values: |Inf| becomes 2^16, NaN more, every finite half less, so
+ * a sum at least that square (sums of non-negative terms only grow) may hold
+ * one; nonfinite then decides and such a block is summed again by
+ * sumsq_loop, whose double arithmetic gives the Inf or NaN. That costs
+ * nothing per element, unlike a running max of |bits|. */
 static int nonfinite_avx512(dg_dtype t, const void *x, int64_t n);
 
 /* the 32 halves at p, or the first r of them zero-padded when r < 32 */
