@@ -192,16 +192,18 @@ func (z *Optimizer) RestoreMaster(ctx context.Context, masters []*tensor.Tensor)
 	return z.Restore(ctx, nil, 0, masters)
 }
 
-// Restore installs a checkpoint: the optimizer state of this rank's shard
-// when state is not nil (by state name one float32 host tensor per unit
-// of Own(u) elements, as OptimizerState returns it) with its step count
-// steps, then the master weights (see RestoreMaster). It is a collective. Each rank's local part (the state,
-// the masters copied and re-cast, the gradients discarded) runs first and
-// the ranks agree on its outcome before the re-gathers, so that a failure
-// on one rank alone fails every rank at once, naming it, instead of
-// leaving the others in a re-gather until their timeout. The arguments are
-// checked before anything is written; a failure after that leaves the
-// parameters partly restored.
+// Restore installs a checkpoint: this rank's shard of the optimizer state
+// with its step count steps, then the master weights (see RestoreMaster).
+// A nil state leaves the optimizer state and step count as they are; an
+// empty one resets the state to zero; otherwise it holds, by state name,
+// one float32 host tensor per unit of Own(u) elements (OptimizerState's
+// layout, copied to the host). It is a collective. Each rank's local part
+// (the state, the masters copied and re-cast, the gradients discarded)
+// runs first and the ranks agree on its outcome before the re-gathers, so
+// that a failure on one rank alone fails every rank at once, naming it,
+// instead of leaving the others in a re-gather until their timeout. The
+// arguments are checked before anything is written; a failure after that
+// leaves the parameters partly restored.
 func (z *Optimizer) Restore(ctx context.Context, state map[string][]*tensor.Tensor, steps int64, masters []*tensor.Tensor) error {
 	// a restore between steps is no step: its re-gathers stay out of the
 	// timers (see Timers)
@@ -282,9 +284,8 @@ func (z *Optimizer) regather(ctx context.Context) error {
 }
 
 // restoreOptimizerState replaces the base optimizer's state of this
-// rank's shard with state (by state name one float32 host tensor per
-// unit of Own(u) elements; nil resets it to zero) and its step count with
-// steps (see optim.LoadState).
+// rank's shard with state (see Restore; empty resets it to zero) and its
+// step count with steps (see optim.LoadState).
 func (z *Optimizer) restoreOptimizerState(state map[string][]*tensor.Tensor, steps int64) error {
 	load := func() error { return optim.LoadState(z.base, z.cfg.GroupName, z.master, state, steps) }
 	if len(z.subs) > 1 {

@@ -498,9 +498,10 @@ static double f16_order_ref(const uint16_t *x, int64_t n)
 
 /* Pins the AVX-512 kernel's bits for t to ref, its documented order (the
  * tolerance of test_sumsq would pass a reordered sum): every length below
- * 1100 (past the bf16 loop's 16-vector ring and the f16 loop's chunks) and
- * whole blocks, at 2-byte offsets and mid-buffer starts, on data the caller
- * chose so that the order changes roundings. */
+ * 1100 (past the bf16 loop's 16-vector ring) at 2-byte offsets, and longer
+ * ones crossing the f16 loop's 2048-half chunks up to whole blocks, some
+ * starting mid-buffer, on data the caller chose so that the order changes
+ * roundings. */
 static void check_sumsq_order(dg_dtype t, double (*ref)(const uint16_t *, int64_t), const uint16_t *buf, int64_t size)
 {
 #if DG_HAVE_X86
