@@ -450,25 +450,24 @@ AI double sumsq_f16_loop(const void *x, int64_t n)
  * double (subnormals too; Inf and NaN square to Inf and NaN). Two masked
  * stores per 32 elements build those float32s in a ring in L1 (the even
  * elements stored 2 bytes up, the odd ones where they already sit in their
- * 32-bit lanes; the low halves are never written and stay zero), so no
- * shift or mask runs on ports 0 and 5: 12 vector uops there per 32
- * elements (4x VCVTPS2PD from memory at 2, 4 FMAs) against 14. The loop
- * converts the slot it filled DG_BF16_LAG vectors earlier, then refills
- * it. A masked store does not forward to a load (read back at once it
- * waits ~30 cycles), and with the lag the arithmetic never waits on the
- * line just requested: a line the L3 is slow to deliver no longer stalls
- * the conversions queued behind it, which the out-of-order window alone
- * did not hide (bench-kernels, 64 MiB, 1 thread: 0.82-0.86 -> 0.85-0.98 of the
- * read-and-sum roof; lags of 8 and 16 measured in a C harness, 16 ahead).
- * The same float32s, conversions and FMAs in the same order as converting
- * each vector at once: the same bits (a NaN sum may be another NaN, sign and
- * payload, as the final adds' operand order is the compiler's;
- * tests/test_reduce.c pins the rest). Order
+ * 32-bit lanes; the low halves are never written and stay zero), so no shift
+ * or mask runs on ports 0 and 5: 12 vector uops there per 32 elements (4x
+ * VCVTPS2PD from memory at 2, 4 FMAs) against 14. The loop converts the slot
+ * it filled DG_BF16_LAG vectors earlier, then refills it. A masked store
+ * does not forward to a load (read back at once it waits ~30 cycles), and
+ * with the lag the arithmetic never waits on the line just requested: a line
+ * the L3 is slow to deliver no longer stalls the conversions queued behind
+ * it, which the out-of-order window alone did not hide (bench-kernels, 64
+ * MiB, 1 thread: 0.82-0.86 -> 0.85-0.98 of the read-and-sum roof; lags of 8
+ * and 16 measured in a C harness, 16 ahead). The same float32s, conversions
+ * and FMAs in the same order as converting each vector at once: the same
+ * bits (a NaN sum may be another NaN, sign and payload, as the final adds'
+ * operand order is the compiler's; tests/test_reduce.c pins the rest). Order
  * (fixed for this ISA): of each 32 elements, the even ones 0..14 go to
- * accumulator 0, even 16..30 to 1, odd 1..15 to 2, odd 17..31 to 3; a
- * short tail is a zero-padded masked load; then (a0+a1)+(a2+a3) and a
- * fixed lane tree. The float16 loop above has no store to wait on and
- * gained nothing from the same ring. */
+ * accumulator 0, even 16..30 to 1, odd 1..15 to 2, odd 17..31 to 3; a short
+ * tail is a zero-padded masked load; then (a0+a1)+(a2+a3) and a fixed lane
+ * tree. The float16 loop above has no store to wait on and gained nothing
+ * from the same ring. */
 #define DG_BF16_LAG 16
 _Static_assert((DG_BF16_LAG & (DG_BF16_LAG - 1)) == 0, "the ring wraps by masking");
 
