@@ -13,8 +13,8 @@
 
 #define AI static inline __attribute__((always_inline)) DG_TARGET_AVX512
 
-/* one prefetch per 64-byte line of a stream, DG_OPTIM_PREFETCH bytes ahead */
-#define OPF(base, t, i) _mm_prefetch((const char *)(base) + (size_t)(i) * ESZ(t) + DG_OPTIM_PREFETCH, _MM_HINT_T0)
+/* one prefetch per 64-byte line of a stream, r->pf bytes ahead */
+#define OPF(base, t, i) _mm_prefetch((const char *)(base) + (size_t)(i) * ESZ(t) + r->pf, _MM_HINT_T0)
 
 AI __m512 bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 

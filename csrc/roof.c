@@ -289,6 +289,7 @@ typedef struct update_job {
 	float *p, *m, *v;
 	const float *g;
 	float s;
+	int64_t pf; /* dg_optim_prefetch() */
 } update_job;
 
 static void update_scalar(float *p, const float *g, float *m, float *v, int64_t n, float s)
@@ -302,15 +303,15 @@ static void update_scalar(float *p, const float *g, float *m, float *v, int64_t 
 }
 
 #if DG_HAVE_X86
-DG_TARGET_AVX512 static void update_avx512(float *p, const float *g, float *m, float *v, int64_t n, float s)
+DG_TARGET_AVX512 static void update_avx512(float *p, const float *g, float *m, float *v, int64_t n, float s, int64_t pf)
 {
 	const __m512 sv = _mm512_set1_ps(s);
 	int64_t i = 0;
 	for (; i + 16 <= n; i += 16) {
-		_mm_prefetch((const char *)(p + i) + DG_OPTIM_PREFETCH, _MM_HINT_T0);
-		_mm_prefetch((const char *)(g + i) + DG_OPTIM_PREFETCH, _MM_HINT_T0);
-		_mm_prefetch((const char *)(m + i) + DG_OPTIM_PREFETCH, _MM_HINT_T0);
-		_mm_prefetch((const char *)(v + i) + DG_OPTIM_PREFETCH, _MM_HINT_T0);
+		_mm_prefetch((const char *)(p + i) + pf, _MM_HINT_T0);
+		_mm_prefetch((const char *)(g + i) + pf, _MM_HINT_T0);
+		_mm_prefetch((const char *)(m + i) + pf, _MM_HINT_T0);
+		_mm_prefetch((const char *)(v + i) + pf, _MM_HINT_T0);
 		/* every load before any store, as in the optimizer's loop: a store
 		 * to p followed by a load of m at the same offset within a page
 		 * would stall on 4K aliasing */
@@ -329,7 +330,7 @@ static void update_task(void *arg, int64_t lo, int64_t hi)
 	update_job *j = arg;
 #if DG_HAVE_X86
 	if (j->isa == DG_ISA_AVX512) {
-		update_avx512(j->p + lo, j->g + lo, j->m + lo, j->v + lo, hi - lo, j->s);
+		update_avx512(j->p + lo, j->g + lo, j->m + lo, j->v + lo, hi - lo, j->s, j->pf);
 		return;
 	}
 #endif
@@ -340,7 +341,7 @@ dg_status dg_roof_update(dg_ctx *ctx, float *p, const float *g, float *m, float 
 {
 	if (ctx == NULL || n < 0 || (n > 0 && (p == NULL || g == NULL || m == NULL || v == NULL)))
 		return DG_ERR_INVALID;
-	update_job j = {ctx->isa, p, m, v, g, s};
+	update_job j = {ctx->isa, p, m, v, g, s, dg_optim_prefetch()};
 	dg_parallel_for(ctx, n, DG_GRAIN, n, update_task, &j);
 	return DG_OK;
 }
