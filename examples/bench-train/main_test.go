@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -54,6 +56,30 @@ func TestSimSmoke(t *testing.T) {
 	}
 }
 
+// TestPeakIsBestSample: on the CPU each thread count's sgemm is timed
+// before and after its runs, and the MFUs divide by the best of those
+// timings (one slow timing must not lift MFU).
+func TestPeakIsBestSample(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, execute(append([]string(nil), tiny...), &out))
+	var r struct {
+		FLOPsPerToken float64              `json:"flops_per_token"`
+		Peaks         map[string]float64   `json:"peak_sgemm_gflops"`
+		Samples       map[string][]float64 `json:"peak_sgemm_samples_gflops"`
+		Runs          []run                `json:"runs"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &r), "%s", out.String())
+	require.Len(t, r.Runs, 4)
+	for _, th := range []string{"1", "2"} {
+		require.Len(t, r.Samples[th], 2, "threads %s", th)
+		assert.Equal(t, slices.Max(r.Samples[th]), r.Peaks[th], "threads %s", th)
+	}
+	for _, x := range r.Runs {
+		peak := r.Peaks[strconv.Itoa(x.Threads)]
+		assert.InDelta(t, r.FLOPsPerToken*x.TokensPerSec/1e9/peak, x.MFU, 1e-9, "threads %d", x.Threads)
+	}
+}
+
 func TestArgErrors(t *testing.T) {
 	for _, c := range []struct{ args []string }{
 		{[]string{"-device", "tpu"}},
@@ -92,16 +118,19 @@ func TestPeerRun(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, execute(append(append([]string(nil), tiny...), "-peer", "-rounds", "1"), &out))
 	var r struct {
-		Peer peerReport `json:"peer"`
+		Peer    peerReport           `json:"peer"`
+		Samples map[string][]float64 `json:"peak_sgemm_samples_gflops"`
 	}
 	require.NoError(t, json.Unmarshal(out.Bytes(), &r), "%s", out.String())
 	assert.NotEmpty(t, r.Peer.Torch)
+	assert.Len(t, r.Samples["2"], 3, "the peak is timed again in the round")
 	require.Len(t, r.Peer.Results, 2)
 	for i, c := range r.Peer.Results {
 		assert.Equal(t, i+1, c.Threads)
 		assert.Positive(t, c.Ours)
 		assert.Positive(t, c.Torch)
 		assert.Positive(t, c.TorchMFU)
+		assert.InDelta(t, c.OursMFU/c.TorchMFU, c.OursVsTorch, 1e-9)
 		assert.Positive(t, c.OursBusy)
 		assert.Positive(t, c.TorchBusy)
 		assert.InDelta(t, c.Ours/c.Torch, c.OursVsTorch, 1e-9)

@@ -50,26 +50,41 @@ type peerReport struct {
 	Attention string       `json:"torch_attention"`
 	Rounds    int          `json:"rounds"`
 	Results   []peerResult `json:"results"`
+	// Unavailable says why no peer ran (no venv); the JSON then holds it
+	// in place of the report.
+	Unavailable string `json:"-"`
+}
+
+// setMFU fills each result's MFUs from the run's best sgemm FLOP/s per
+// thread count (known only once every round has timed its own).
+func (r *peerReport) setMFU(flopsPerToken float64, peaks map[int]float64) {
+	for i := range r.Results {
+		x := &r.Results[i]
+		x.OursMFU, x.TorchMFU = flopsPerToken*x.Ours/peaks[x.Threads], flopsPerToken*x.Torch/peaks[x.Threads]
+	}
 }
 
 // runPeer times the GPT (checkpointing off) and the same GPT in PyTorch
-// eager alternately: each round runs, per thread count, ours then one
-// peer.py process. peaks are the sgemm FLOP/s per thread count measured
-// earlier in the run. Without the peers' venv it returns why and times
-// nothing.
-func runPeer(ctx context.Context, cfg nn.GPTConfig, p params, rounds int, flopsPerToken float64, peaks map[int]float64, in, tg []int32) (any, error) {
+// eager alternately: each round runs, per thread count, samplePeak (the
+// run's peak sgemm, timed again), ours, then one peer.py process. The
+// caller fills the MFUs (setMFU) once every peak is in. Without the peers'
+// venv it says why in Unavailable and times nothing.
+func runPeer(ctx context.Context, cfg nn.GPTConfig, p params, rounds int, in, tg []int32, samplePeak func(threads int) error) (*peerReport, error) {
 	py, err := benchutil.PeerPython()
 	if err != nil {
-		return err.Error(), nil
+		return &peerReport{Unavailable: err.Error()}, nil
 	}
 	rep := peerReport{Rounds: rounds, Method: "per round and thread count: deepgo's GPT then the same GPT in PyTorch eager (fp32, one python process), " +
 		"each forward+backward, the mean of " + strconv.Itoa(p.steps) + " steps after one warm-up; tokens/s are medians over rounds; " +
-		"MFU = flops_per_token * tokens/s / the same run's peak_sgemm_gflops; busy_threads = CPU seconds / wall seconds over the timed steps, median over rounds " +
+		"MFU = flops_per_token * tokens/s / peak_sgemm_gflops (the best sgemm timing of the run on that thread count, one per round among them); busy_threads = CPU seconds / wall seconds over the timed steps, median over rounds " +
 		"(below the threads asked for: the machine was shared)"}
 	for _, th := range []int{1, 2} {
 		r := peerResult{Threads: th}
 		var oursBusy, torchBusy []float64
 		for round := 0; round < rounds; round++ {
+			if err := samplePeak(th); err != nil {
+				return nil, err
+			}
 			ours, err := bench(cfg, th, p.steps, in, tg, p.batch, p.seq)
 			if err != nil {
 				return nil, err
@@ -92,8 +107,7 @@ func runPeer(ctx context.Context, cfg nn.GPTConfig, p params, rounds int, flopsP
 		r.Ours, r.Torch = benchutil.Median(r.OursRounds), benchutil.Median(r.TorchRounds)
 		r.OursVsTorch = r.Ours / r.Torch
 		r.OursBusy, r.TorchBusy = benchutil.Median(oursBusy), benchutil.Median(torchBusy)
-		r.OursMFU, r.TorchMFU = flopsPerToken*r.Ours/peaks[th], flopsPerToken*r.Torch/peaks[th]
 		rep.Results = append(rep.Results, r)
 	}
-	return rep, nil
+	return &rep, nil
 }
