@@ -19,6 +19,16 @@
  * the long budget only when the pool's last gap between regions was within
  * it, and a few microseconds otherwise.
  *
+ * A late thread: a worker claims its part (claim[id], tagged with the
+ * region's gen) before running it, and the owner, once its own part is
+ * done, claims and runs every part still unclaimed. When the OS has not
+ * run a worker by then (on a 2-vCPU VM the Go runtime's background work
+ * can hold the other CPU for tens of ms, and a woken worker then starts
+ * ~1 ms late on every region), the region ends in the owner's time for
+ * both parts instead of waiting for it. Parts keep their ranges whoever
+ * runs them, so results do not depend on it; a worker that is merely slow
+ * once started is still waited for.
+ *
  * Balance: every part's wall time is recorded, and per region the owner adds
  * up how long each thread's part fell short of the slowest one
  * (dg_pool_stats). Equal work over threads that run at unequal speeds (a
@@ -56,6 +66,7 @@ struct dg_pool {
 	int64_t spin_now; /* this region's worker spin (atomic; set at publish) */
 	int64_t last_end; /* CLOCK_MONOTONIC ns when the last region ended; owner only */
 	int64_t *part_ns; /* nworkers + 1: the current region's part wall times */
+	uint64_t *claim;  /* nworkers + 1 (atomic): the gen of the region that last claimed each part */
 	/* balance counters (owner only; read with dg_pool_stats) */
 	int64_t st_regions, st_busy_ns, st_idle_ns;
 	pthread_t *threads;
@@ -118,6 +129,37 @@ static void part_range(int64_t n, int64_t grain, int nparts, int part, int64_t *
 	*hi = uhi * grain < n ? uhi * grain : n;
 }
 
+/* claim_part takes part `part` of region gen for the caller; 0 when the
+ * owner or its worker already has. Claims only grow (regions run one at a
+ * time), so a worker that wakes late with an old gen cannot take a part
+ * of a newer region. */
+static int claim_part(dg_pool *p, int part, uint64_t gen)
+{
+	uint64_t c = __atomic_load_n(&p->claim[part], __ATOMIC_RELAXED);
+	while (c < gen)
+		if (__atomic_compare_exchange_n(&p->claim[part], &c, gen, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+			return 1;
+	return 0;
+}
+
+/* run_part runs part `part` of the region, records its wall time, and
+ * counts it done (the owner's own part 0 is not counted in pending) */
+static void run_part(dg_pool *p, dg_task_fn fn, void *arg, int64_t n, int64_t grain, int nparts, int part)
+{
+	int64_t lo, hi;
+	part_range(n, grain, nparts, part, &lo, &hi);
+	const int64_t t0 = mono_ns();
+	if (lo < hi)
+		fn(arg, lo, hi);
+	/* published by the release below, read after the owner's acquire */
+	p->part_ns[part] = mono_ns() - t0;
+	if (part > 0 && __atomic_sub_fetch(&p->pending, 1, __ATOMIC_ACQ_REL) == 0) {
+		pthread_mutex_lock(&p->mu);
+		pthread_cond_signal(&p->done);
+		pthread_mutex_unlock(&p->mu);
+	}
+}
+
 static void *worker_main(void *v)
 {
 	worker_arg *wa = v;
@@ -139,23 +181,12 @@ static void *worker_main(void *v)
 		int64_t n = p->n, grain = p->grain;
 		int nparts = p->nparts;
 		pthread_mutex_unlock(&p->mu);
-		/* A worker that slept through a region may see a later one; that is
-		 * fine because the owner only moves on once every part it handed
-		 * out has finished, so no part is ever skipped or run twice. */
-		if (id < nparts) {
-			int64_t lo, hi;
-			part_range(n, grain, nparts, id, &lo, &hi);
-			const int64_t t0 = mono_ns();
-			if (lo < hi)
-				fn(arg, lo, hi);
-			/* published by the release below, read after the owner's acquire */
-			p->part_ns[id] = mono_ns() - t0;
-			if (__atomic_sub_fetch(&p->pending, 1, __ATOMIC_ACQ_REL) == 0) {
-				pthread_mutex_lock(&p->mu);
-				pthread_cond_signal(&p->done);
-				pthread_mutex_unlock(&p->mu);
-			}
-		}
+		/* A worker that slept through a region may see a later one, or find
+		 * its part claimed by the owner; that is fine because the owner only
+		 * moves on once every part has finished, and each part is claimed
+		 * once, so no part is ever skipped or run twice. */
+		if (id < nparts && claim_part(p, id, seen))
+			run_part(p, fn, arg, n, grain, nparts, id);
 	}
 	free(wa);
 	return NULL;
@@ -182,9 +213,11 @@ dg_status dg_pool_create(int nthreads, dg_pool **out)
 	p->spin_now = SPIN_NS_SHORT;
 	p->threads = calloc((size_t)(p->nworkers > 0 ? p->nworkers : 1), sizeof(pthread_t));
 	p->part_ns = calloc((size_t)nthreads, sizeof(int64_t));
-	if (p->threads == NULL || p->part_ns == NULL) {
+	p->claim = calloc((size_t)nthreads, sizeof(uint64_t));
+	if (p->threads == NULL || p->part_ns == NULL || p->claim == NULL) {
 		free(p->threads);
 		free(p->part_ns);
+		free(p->claim);
 		free(p);
 		return DG_ERR_NOMEM;
 	}
@@ -220,6 +253,7 @@ void dg_pool_destroy(dg_pool *p)
 	pthread_mutex_destroy(&p->run);
 	free(p->threads);
 	free(p->part_ns);
+	free(p->claim);
 	free(p);
 }
 
@@ -255,12 +289,11 @@ void dg_pool_run(dg_pool *p, int64_t n, int64_t grain, dg_task_fn fn, void *arg)
 	pthread_cond_broadcast(&p->wake);
 	pthread_mutex_unlock(&p->mu);
 
-	int64_t lo, hi;
-	part_range(n, grain, nparts, 0, &lo, &hi);
-	const int64_t t0 = mono_ns();
-	if (lo < hi)
-		fn(arg, lo, hi);
-	p->part_ns[0] = mono_ns() - t0;
+	const uint64_t gen = p->gen; /* only the owner writes gen */
+	run_part(p, fn, arg, n, grain, nparts, 0);
+	for (int part = 1; part < nparts; part++)
+		if (claim_part(p, part, gen))
+			run_part(p, fn, arg, n, grain, nparts, part);
 
 	spin_until(p, parts_done, 0, __atomic_load_n(&p->spin_ns, __ATOMIC_RELAXED));
 	if (__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) != 0) {

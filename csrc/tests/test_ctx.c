@@ -2,6 +2,7 @@
  * dg_alloc, names. */
 #include <pthread.h>
 
+#include "dg_internal.h"
 #include "test_util.h"
 
 typedef struct racer {
@@ -54,6 +55,51 @@ static void race_with_spin(float *x, int64_t n, int64_t spin)
 			CHECK(r[i].bad == 0);
 		}
 	}
+	dg_ctx_destroy(ctx);
+}
+
+/* steal_job: each region adds 1 to every element of its range and counts
+ * the parts the calling thread ran itself */
+typedef struct steal_job {
+	int *hits;
+	pthread_t owner;
+	int owner_parts; /* atomic */
+} steal_job;
+
+static void steal_task(void *arg, int64_t lo, int64_t hi)
+{
+	steal_job *j = arg;
+	for (int64_t i = lo; i < hi; i++)
+		__atomic_add_fetch(&j->hits[i], 1, __ATOMIC_RELAXED);
+	if (pthread_equal(pthread_self(), j->owner))
+		__atomic_add_fetch(&j->owner_parts, 1, __ATOMIC_RELAXED);
+}
+
+/* check_steal: workers that sleep between regions (spin 0) start late, and
+ * the owner runs the parts they have not claimed once its own is done:
+ * every element is still done exactly once per region, and the owner did
+ * take parts beyond its own (its 64-element part ends long before a
+ * sleeping worker wakes; the work passed is large enough for the pool) */
+static void check_steal(void)
+{
+	enum { N = 256, REGIONS = 2000 };
+	dg_ctx *ctx = NULL;
+	CHECK_OK(dg_ctx_create(4, &ctx));
+	CHECK_OK(dg_ctx_set_spin(ctx, 0));
+	steal_job j = {calloc(N, sizeof(int)), pthread_self(), 0};
+	int regions_stolen = 0;
+	for (int r = 0; r < REGIONS; r++) {
+		j.owner_parts = 0;
+		dg_parallel_for(ctx, N, N / 4, DG_INLINE_ELEMS, steal_task, &j);
+		regions_stolen += j.owner_parts > 1;
+	}
+	int bad = 0;
+	for (int64_t i = 0; i < N; i++)
+		bad += j.hits[i] != REGIONS;
+	CHECK(bad == 0);
+	CHECK(regions_stolen > 0);
+	printf("check_steal: the owner ran others' parts in %d of %d regions\n", regions_stolen, REGIONS);
+	free(j.hits);
 	dg_ctx_destroy(ctx);
 }
 
@@ -153,6 +199,7 @@ int main(void)
 	for (int sp = 0; sp < 3; sp++)
 		race_with_spin(x, n, spins[sp]);
 	check_balance(x, n);
+	check_steal();
 	free(x);
 	return test_done("test_ctx");
 }
