@@ -41,7 +41,7 @@ static inline int64_t dg_optim_prefetch(void)
 {
 #if defined(DG_OPTIM_PREFETCH)
 	return DG_OPTIM_PREFETCH;
-#elif defined(__x86_64__)
+#elif DG_HAVE_X86
 	return __builtin_cpu_is("amd") ? 512 : 2048;
 #else
 	return 2048;

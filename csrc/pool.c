@@ -32,7 +32,9 @@
  * Balance: every part's wall time is recorded, and per region the owner adds
  * up how long each thread's part fell short of the slowest one
  * (dg_pool_stats). Equal work over threads that run at unequal speeds (a
- * shared machine's cores) shows up there and in no kernel's own time.
+ * shared machine's cores) shows up there and in no kernel's own time. A
+ * worker that started late shows up in neither: its part either ran on
+ * time once started or was run by the owner (no wait is counted then).
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include <stdlib.h>

@@ -205,7 +205,7 @@ func stRead(x *tensor.Tensor) []float32 {
 // runtime's background work holds the second CPU: the pool's thread then
 // starts ~1 ms late on every call. Timed alone, calls swung 30x from run
 // to run; the best of 30 ms is the kernel's own rate. No collection starts
-// while it times.
+// while it times (unless a GOMEMLIMIT forces one).
 func timed(bytes int, f func() error) (float64, error) {
 	if err := f(); err != nil {
 		return 0, err
@@ -214,14 +214,14 @@ func timed(bytes int, f func() error) (float64, error) {
 	const rounds, least = 15, 2 * time.Millisecond
 	best := 0.0
 	for r := 0; r < rounds; r++ {
-		calls, t0 := 0, time.Now()
-		for calls == 0 || time.Since(t0) < least {
+		calls, t0, el := 0, time.Now(), time.Duration(0)
+		for ; el < least; el = time.Since(t0) {
 			if err := f(); err != nil {
 				return 0, err
 			}
 			calls++
 		}
-		best = max(best, float64(bytes)*float64(calls)/time.Since(t0).Seconds()/1e9)
+		best = max(best, float64(bytes)*float64(calls)/el.Seconds()/1e9)
 	}
 	return best, nil
 }

@@ -87,15 +87,14 @@ static void check_steal(void)
 	CHECK_OK(dg_ctx_create(4, &ctx));
 	CHECK_OK(dg_ctx_set_spin(ctx, 0));
 	steal_job j = {calloc(N, sizeof(int)), pthread_self(), 0};
-	int regions_stolen = 0;
+	int regions_stolen = 0, bad = 0;
 	for (int r = 0; r < REGIONS; r++) {
 		j.owner_parts = 0;
 		dg_parallel_for(ctx, N, N / 4, DG_INLINE_ELEMS, steal_task, &j);
 		regions_stolen += j.owner_parts > 1;
+		for (int64_t i = 0; i < N; i++)
+			bad += j.hits[i] != r + 1;
 	}
-	int bad = 0;
-	for (int64_t i = 0; i < N; i++)
-		bad += j.hits[i] != REGIONS;
 	CHECK(bad == 0);
 	CHECK(regions_stolen > 0);
 	printf("check_steal: the owner ran others' parts in %d of %d regions\n", regions_stolen, REGIONS);

@@ -27,7 +27,8 @@ type peerRun struct {
 }
 
 // peerResult compares one thread count: medians over rounds of each
-// round's mean step, MFU against the peak sgemm measured on that thread count.
+// round's mean step, MFU against the run's best sgemm timing on that thread
+// count.
 type peerResult struct {
 	Threads     int       `json:"threads"`
 	Ours        float64   `json:"deepgo_tokens_per_s"`
