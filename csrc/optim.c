@@ -90,7 +90,6 @@ static dg_optim_run make_run(const step_job *j, int i, int64_t off, int64_t n)
 	r.c = l->copies != NULL ? (char *)l->copies[i] + (size_t)off * esize(l->copy_dtype) : NULL;
 	r.n = n;
 	r.lamb_scale = j->lamb_scale != NULL ? j->lamb_scale[i] : 0.0f;
-	r.pf = dg_optim_prefetch();
 	return r;
 }
 

@@ -13,8 +13,8 @@
 
 #define AI static inline __attribute__((always_inline)) DG_TARGET_AVX512
 
-/* one prefetch per 64-byte line of a stream, pf (the loop's copy of r->pf:
- * stores may alias r) bytes ahead */
+/* one prefetch per 64-byte line of a stream, pf (the loop's
+ * dg_optim_prefetch()) bytes ahead */
 #define OPF(base, t, i) _mm_prefetch((const char *)(base) + (size_t)(i) * ESZ(t) + pf, _MM_HINT_T0)
 
 AI __m512 bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
@@ -75,7 +75,7 @@ AI void adam_loop(dg_dtype pt, dg_dtype gt, dg_dtype ct, const dg_optim_coef *k,
 	const __m512 inv = SET(k->inv_scale), l2 = SET(k->l2), b1 = SET(k->b1), omb1 = SET(k->omb1);
 	const __m512 b2 = SET(k->b2), omb2 = SET(k->omb2), bc2 = SET(k->bc2), eps = SET(k->eps);
 	const __m512 decay = SET(k->decay), step = SET(k->step_size);
-	const int64_t pf = r->pf;
+	const int64_t pf = dg_optim_prefetch();
 	for (int64_t i = 0; i < r->n; i += 16) {
 		__mmask16 m = lanes(r->n, i);
 		if (pt == DG_F32 || (i & 31) == 0)

@@ -28,7 +28,6 @@ typedef struct dg_optim_run {
 	void *c;
 	int64_t n;
 	float lamb_scale; /* Lamb apply: -lr * trust of this tensor */
-	int64_t pf;       /* bytes the loops prefetch ahead: dg_optim_prefetch() */
 } dg_optim_run;
 
 /* Lamb's norms are summed in double over fixed blocks (runs never straddle a

@@ -289,7 +289,6 @@ typedef struct update_job {
 	float *p, *m, *v;
 	const float *g;
 	float s;
-	int64_t pf; /* dg_optim_prefetch() */
 } update_job;
 
 static void update_scalar(float *p, const float *g, float *m, float *v, int64_t n, float s)
@@ -303,8 +302,9 @@ static void update_scalar(float *p, const float *g, float *m, float *v, int64_t 
 }
 
 #if DG_HAVE_X86
-DG_TARGET_AVX512 static void update_avx512(float *p, const float *g, float *m, float *v, int64_t n, float s, int64_t pf)
+DG_TARGET_AVX512 static void update_avx512(float *p, const float *g, float *m, float *v, int64_t n, float s)
 {
+	const int64_t pf = dg_optim_prefetch();
 	const __m512 sv = _mm512_set1_ps(s);
 	int64_t i = 0;
 	for (; i + 16 <= n; i += 16) {
@@ -330,7 +330,7 @@ static void update_task(void *arg, int64_t lo, int64_t hi)
 	update_job *j = arg;
 #if DG_HAVE_X86
 	if (j->isa == DG_ISA_AVX512) {
-		update_avx512(j->p + lo, j->g + lo, j->m + lo, j->v + lo, hi - lo, j->s, j->pf);
+		update_avx512(j->p + lo, j->g + lo, j->m + lo, j->v + lo, hi - lo, j->s);
 		return;
 	}
 #endif
@@ -341,7 +341,7 @@ dg_status dg_roof_update(dg_ctx *ctx, float *p, const float *g, float *m, float 
 {
 	if (ctx == NULL || n < 0 || (n > 0 && (p == NULL || g == NULL || m == NULL || v == NULL)))
 		return DG_ERR_INVALID;
-	update_job j = {ctx->isa, p, m, v, g, s, dg_optim_prefetch()};
+	update_job j = {ctx->isa, p, m, v, g, s};
 	dg_parallel_for(ctx, n, DG_GRAIN, n, update_task, &j);
 	return DG_OK;
 }

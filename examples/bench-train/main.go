@@ -222,7 +222,8 @@ func execute(args []string, w io.Writer) error {
 		}
 		return json.NewEncoder(w).Encode(out)
 	}
-	out["mfu_formula"] = "MFU = (6*N + 6*L*T_eff*C*2) * tokens_per_s / peak; N = params without wpe, T_eff = (T+1)/2; peak = the best of the run's sgemm " + strconv.Itoa(cmp.Or(p.peakN, cpuPeakN)) + "^3 timings on the same thread count (peak_sgemm_samples_gflops: before and after that count's runs, and in each peer round)"
+	peakN := cmp.Or(p.peakN, cpuPeakN)
+	out["mfu_formula"] = "MFU = (6*N + 6*L*T_eff*C*2) * tokens_per_s / peak; N = params without wpe, T_eff = (T+1)/2; peak = the best of the run's sgemm " + strconv.Itoa(peakN) + "^3 timings on the same thread count (peak_sgemm_samples_gflops: before and after that count's runs, and in each peer round)"
 	out["openblas_threads"] = "1 per call; the backend's pool splits rows"
 	blas := csrc.BLAS()
 	// the core fields are OpenBLAS's, linked whichever library runs the
@@ -234,7 +235,6 @@ func execute(args []string, w io.Writer) error {
 	// catch a slow minute (a 2-thread sgemm at half its rate) and push MFU
 	// above 1. So each thread count's sgemm is timed before and after its
 	// runs, and again in each peer round; MFU uses the best of all.
-	peakN := cmp.Or(p.peakN, cpuPeakN)
 	peakSamples := map[int][]float64{}
 	samplePeak := func(threads int) error {
 		pk, err := peak(threads, peakN)
