@@ -14,7 +14,7 @@
 package csrc
 
 /*
-#cgo CFLAGS: -std=c11 -O2 -Wall -Wextra -I${SRCDIR}/include -pthread
+#cgo CFLAGS: -std=c11 -O2 -Wall -Wextra -Wundef -I${SRCDIR}/include -pthread
 #cgo LDFLAGS: -pthread -lm
 #cgo noescape dg_cast
 #cgo nocallback dg_cast

@@ -30,6 +30,19 @@
  * threads rarely write the same cache line and SIMD loops see full vectors. */
 #define DG_GRAIN ((int64_t)1024)
 
+#define DG_MAX_THREADS 1024
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DG_HAVE_X86 1
+#define DG_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
+#define DG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma")))
+/* the AVX-512 set plus AVX512_BF16, for the few loops that use it */
+#define DG_TARGET_AVX512BF16                                                                                         \
+	__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma,avx512bf16")))
+#else
+#define DG_HAVE_X86 0
+#endif
+
 /* The optimizer loops prefetch each stream dg_optim_prefetch() bytes ahead
  * (and the update roof alike): without it the core waits on memory between
  * bursts of arithmetic instead of overlapping them. The distance is the
@@ -48,13 +61,14 @@ static inline int64_t dg_optim_prefetch(void)
 #endif
 }
 
-/* Streaming loops prefetch their input this many bytes ahead into L1, one
- * hint per 64-byte line, and DG_PF_FAR bytes ahead into L2 (T2): the
- * hardware prefetcher alone leaves these loops waiting on memory between
- * bursts of compute, and the far hint keeps more lines in flight than the
- * near one alone (casts at 64 MiB, 1 thread: ~0.85 -> ~0.9-1.0 of memcpy;
- * examples/bench-kernels, interleaved builds). The cast roof (roof.c)
- * prefetches alike. */
+/* Where dg_stream_prefetch() says so, streaming loops (the casts, the
+ * float32 sum of squares) prefetch their input this many bytes ahead into
+ * L1, one hint per 64-byte line, and DG_PF_FAR bytes ahead into L2 (T2): on
+ * the Xeons the hardware prefetcher alone leaves these loops waiting on
+ * memory between bursts of compute, and the far hint keeps more lines in
+ * flight than the near one alone (casts at 64 MiB, 1 thread: ~0.85 ->
+ * ~0.9-1.0 of memcpy; examples/bench-kernels, interleaved builds). The cast
+ * roof (roof.c) prefetches alike. */
 #ifndef DG_PF
 #define DG_PF 4096
 #endif
@@ -62,18 +76,26 @@ static inline int64_t dg_optim_prefetch(void)
 #define DG_PF_FAR 32768
 #endif
 
-#define DG_MAX_THREADS 1024
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define DG_HAVE_X86 1
-#define DG_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
-#define DG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma")))
-/* the AVX-512 set plus AVX512_BF16, for the few loops that use it */
-#define DG_TARGET_AVX512BF16                                                                                         \
-	__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,fma,avx512bf16")))
+/* Whether the streaming loops prefetch in software (DG_PF, DG_PF_FAR). Not
+ * on AMD: Zen 4's hardware prefetchers keep up with these loops by
+ * themselves, and the hints only cost issue slots. In a C harness timing
+ * the kernels with the hints on and off alternately (64 MiB, EPYC Zen 4):
+ * on huge pages (dg_alloc's DG_ALLOC_HUGE) the float32 sum of squares ran
+ * 20-33 GB/s with them against 30-34 without on 1 thread, the f32->bf16
+ * cast 29-30 against 34-37; on 4 KiB pages no loop lost by dropping them
+ * (1 thread) and the 2-thread figures were within their noise. The
+ * half-precision sums keep their PREFETCHNTA (pf_ahead_nta), which did not
+ * change. -DDG_STREAM_PREFETCH=0/1 forces it. */
+static inline int dg_stream_prefetch(void)
+{
+#if defined(DG_STREAM_PREFETCH)
+	return DG_STREAM_PREFETCH;
+#elif DG_HAVE_X86
+	return !__builtin_cpu_is("amd");
 #else
-#define DG_HAVE_X86 0
+	return 0;
 #endif
+}
 
 /* A kernel table holds one ISA's leaf loops over one contiguous run of
  * elements. The scalar table is the oracle: every other table must give the

@@ -29,9 +29,12 @@ AI __mmask16 tail_mask(int64_t r) { return (__mmask16)((1u << r) - 1u); }
 
 /* DG_PF and DG_PF_FAR: dg_internal.h */
 
-/* prefetch the lines DG_PF and DG_PF_FAR bytes past the `bytes` bytes at p */
-AI void pf_ahead(const void *p, size_t bytes)
+/* prefetch the lines DG_PF and DG_PF_FAR bytes past the `bytes` bytes at p,
+ * when on (the loop's dg_stream_prefetch(), read once before it) */
+AI void pf_ahead(int on, const void *p, size_t bytes)
 {
+	if (!on)
+		return;
 	for (size_t o = 0; o < bytes; o += 64) {
 		_mm_prefetch((const char *)p + DG_PF + o, _MM_HINT_T0);
 		_mm_prefetch((const char *)p + DG_PF_FAR + o, _MM_HINT_T2);
@@ -114,9 +117,10 @@ AI void store16m(dg_dtype t, void *p, __mmask16 m, __m512 v)
 
 AI void cast_loop(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
 {
+	const int pf = dg_stream_prefetch();
 	int64_t i = 0;
 	for (; i + 64 <= n; i += 64) {
-		pf_ahead(CAT(s, src, i), src == DG_F32 ? 256 : 128);
+		pf_ahead(pf, CAT(s, src, i), src == DG_F32 ? 256 : 128);
 		__m512 a = load16(src, CAT(s, src, i)), b = load16(src, CAT(s, src, i + 16));
 		__m512 c = load16(src, CAT(s, src, i + 32)), e = load16(src, CAT(s, src, i + 48));
 		store16(dst, AT(d, dst, i), a);
@@ -159,9 +163,10 @@ AI int64_t cast_stream_head(dg_dtype src, dg_dtype dst, const void *s, void *d, 
 
 AI void cast_stream_loop(dg_dtype src, dg_dtype dst, const void *s, void *d, int64_t n)
 {
+	const int pf = dg_stream_prefetch();
 	int64_t i = cast_stream_head(src, dst, s, d, n);
 	for (; i + 64 <= n; i += 64) {
-		pf_ahead(CAT(s, src, i), src == DG_F32 ? 256 : 128);
+		pf_ahead(pf, CAT(s, src, i), src == DG_F32 ? 256 : 128);
 		__m512 a = load16(src, CAT(s, src, i)), b = load16(src, CAT(s, src, i + 16));
 		__m512 c = load16(src, CAT(s, src, i + 32)), e = load16(src, CAT(s, src, i + 48));
 		store16_nt(dst, AT(d, dst, i), a);
@@ -298,10 +303,11 @@ AI __m512d sq_add(__m512 v, __m512d acc_lo, __m512d *acc_hi)
 
 AI double sumsq_loop(dg_dtype t, const void *x, int64_t n)
 {
+	const int pf = dg_stream_prefetch();
 	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
 	int64_t i = 0;
 	for (; i + 32 <= n; i += 32) {
-		pf_ahead(CAT(x, t, i), t == DG_F32 ? 128 : 64);
+		pf_ahead(pf, CAT(x, t, i), t == DG_F32 ? 128 : 64);
 		a0 = sq_add(load16(t, CAT(x, t, i)), a0, &a1);
 		a2 = sq_add(load16(t, CAT(x, t, i + 16)), a2, &a3);
 	}
@@ -666,9 +672,10 @@ AIBF __m512i bf16_narrow32(__m512 lo, __m512 hi)
  * aligned d. The tail (and, for nt, the caller's head) is cast_loop's. */
 AIBF void cast_bf16_loop(dg_dtype src, const void *s, uint16_t *d, int64_t n, int nt)
 {
+	const int pf = dg_stream_prefetch();
 	int64_t i = 0;
 	for (; i + 64 <= n; i += 64) {
-		pf_ahead(CAT(s, src, i), src == DG_F32 ? 256 : 128);
+		pf_ahead(pf, CAT(s, src, i), src == DG_F32 ? 256 : 128);
 		__m512i r0 = bf16_narrow32(load16(src, CAT(s, src, i)), load16(src, CAT(s, src, i + 16)));
 		__m512i r1 = bf16_narrow32(load16(src, CAT(s, src, i + 32)), load16(src, CAT(s, src, i + 48)));
 		if (nt) {

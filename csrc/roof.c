@@ -82,10 +82,13 @@ static void cast_roof_plain(int widen, unsigned char *d, const unsigned char *s,
 }
 
 #if DG_HAVE_X86
-/* the casts' prefetch (kernels_avx512.c's pf_ahead): each of the lines at
- * p, DG_PF bytes ahead into L1 and DG_PF_FAR ahead into L2 */
-static inline void roof_prefetch(const unsigned char *p, int bytes)
+/* the casts' prefetch (kernels_avx512.c's pf_ahead): when on (the casts'
+ * dg_stream_prefetch()), each of the lines at p, DG_PF bytes ahead into L1
+ * and DG_PF_FAR ahead into L2 */
+static inline void roof_prefetch(int on, const unsigned char *p, int bytes)
 {
+	if (!on)
+		return;
 	for (int o = 0; o < bytes; o += 64) {
 		_mm_prefetch((const char *)p + DG_PF + o, _MM_HINT_T0);
 		_mm_prefetch((const char *)p + DG_PF_FAR + o, _MM_HINT_T2);
@@ -95,10 +98,11 @@ static inline void roof_prefetch(const unsigned char *p, int bytes)
 DG_TARGET_AVX512 static void cast_roof_avx512(int widen, int nt, unsigned char *d, const unsigned char *s,
 					       int64_t bytes)
 {
+	const int pf = dg_stream_prefetch();
 	int64_t i = 0;
 	if (widen) {
 		for (; i + 128 <= bytes; i += 128) {
-			roof_prefetch(s + i, 128);
+			roof_prefetch(pf, s + i, 128);
 			__m512i a = _mm512_loadu_si512(s + i), b = _mm512_loadu_si512(s + i + 64);
 			if (nt) {
 				_mm512_stream_si512((__m512i *)(d + 2 * i), a);
@@ -114,7 +118,7 @@ DG_TARGET_AVX512 static void cast_roof_avx512(int widen, int nt, unsigned char *
 		}
 	} else {
 		for (; i + 256 <= bytes; i += 256) {
-			roof_prefetch(s + i, 256);
+			roof_prefetch(pf, s + i, 256);
 			__m512i a = _mm512_xor_si512(_mm512_loadu_si512(s + i), _mm512_loadu_si512(s + i + 64));
 			__m512i b = _mm512_xor_si512(_mm512_loadu_si512(s + i + 128), _mm512_loadu_si512(s + i + 192));
 			if (nt) {

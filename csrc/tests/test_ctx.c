@@ -176,6 +176,15 @@ int main(void)
 	CHECK(dg_alloc((size_t)-1 / 2, 64, &p) == DG_ERR_NOMEM);
 	CHECK(p == NULL);
 
+	/* the vendor's prefetch choices (dg_internal.h) reach the loops: a
+	 * DG_HAVE_X86 tested before its definition once made AMD take Intel's */
+#if DG_HAVE_X86 && !defined(DG_OPTIM_PREFETCH)
+	CHECK(dg_optim_prefetch() == (__builtin_cpu_is("amd") ? 512 : 2048));
+#endif
+#if DG_HAVE_X86 && !defined(DG_STREAM_PREFETCH)
+	CHECK(dg_stream_prefetch() == !__builtin_cpu_is("amd"));
+#endif
+
 	/* names and sizes */
 	CHECK(strcmp(dg_strerror(DG_OK), "ok") == 0);
 	for (int s = 0; s <= 9; s++)
