@@ -106,10 +106,17 @@ dg_status dg_ctx_pool_balance(dg_ctx *ctx, int reset, int64_t *regions, int64_t 
 
 /* ---- host memory --------------------------------------------------------- */
 
+/* Flags of dg_alloc. DG_ALLOC_HUGE asks, for buffers of 2 MiB or more, for
+ * transparent huge pages: the buffer is aligned to 2 MiB and advised
+ * MADV_HUGEPAGE before it is touched (what the kernel gives depends on
+ * /sys/kernel/mm/transparent_hugepage; with THP off it is a no-op). */
+enum { DG_ALLOC_HUGE = 1 };
+
 /* dg_alloc returns zeroed memory of at least bytes, aligned to align (a power
  * of two >= 64; 4096 for O_DIRECT I/O). bytes == 0 yields a valid unique
- * pointer. Free with dg_free. */
-dg_status dg_alloc(size_t bytes, size_t align, void **out);
+ * pointer. flags: 0 or DG_ALLOC_HUGE; others are DG_ERR_INVALID. Free with
+ * dg_free. */
+dg_status dg_alloc(size_t bytes, size_t align, int flags, void **out);
 void dg_free(void *p);
 
 /* ---- multi-tensor kernels ------------------------------------------------

@@ -86,8 +86,8 @@ int main(void)
 	static const char *names[] = {"cast_f32_f16", "cast_f32_bf16", "cast_f16_f32", "sumsq_f32",
 				      "nonfinite_f32", "pack_f32", "sumsq_f16"};
 	void *src, *dst;
-	dg_alloc(BYTES, 4096, &src);
-	dg_alloc(BYTES, 4096, &dst);
+	dg_alloc(BYTES, 4096, 0, &src);
+	dg_alloc(BYTES, 4096, 0, &dst);
 	for (size_t i = 0; i < BYTES / 4; i++)
 		((float *)src)[i] = (float)(i % 1000) * 0.001f;
 	b a = {0};

@@ -80,8 +80,8 @@ static void round_trip(dg_aio_backend b, int qd, int threads, int overlap, int s
 		return;
 	const int64_t n = 5 * BS + 3 * 4096; /* not a multiple of the block */
 	char *w = NULL, *r = NULL;
-	CHECK_OK(dg_alloc((size_t)n, 4096, (void **)&w));
-	CHECK_OK(dg_alloc((size_t)n, 4096, (void **)&r));
+	CHECK_OK(dg_alloc((size_t)n, 4096, 0, (void **)&w));
+	CHECK_OK(dg_alloc((size_t)n, 4096, 0, (void **)&r));
 	int wi = -1, ri = -1;
 	if (reg) {
 		CHECK_OK(dg_aio_buffer_register(a, w, n, &wi));
@@ -126,8 +126,8 @@ static void many(dg_aio_backend b)
 	enum { N = 40 };
 	const int64_t each = 2 * BS + 4096;
 	char *w = NULL, *r = NULL;
-	CHECK_OK(dg_alloc((size_t)(N * each), 4096, (void **)&w));
-	CHECK_OK(dg_alloc((size_t)(N * each), 4096, (void **)&r));
+	CHECK_OK(dg_alloc((size_t)(N * each), 4096, 0, (void **)&w));
+	CHECK_OK(dg_alloc((size_t)(N * each), 4096, 0, (void **)&r));
 	fill(w, N * each, 7);
 	int64_t ids[N];
 	for (int pass = 0; pass < 2; pass++) {
@@ -185,8 +185,8 @@ static void faults(dg_aio_backend b)
 	};
 	const int64_t n = 4 * BS;
 	char *w = NULL, *r = NULL;
-	CHECK_OK(dg_alloc((size_t)n, 4096, (void **)&w));
-	CHECK_OK(dg_alloc((size_t)n, 4096, (void **)&r));
+	CHECK_OK(dg_alloc((size_t)n, 4096, 0, (void **)&w));
+	CHECK_OK(dg_alloc((size_t)n, 4096, 0, (void **)&r));
 	fill(w, n, 99);
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		const fault_case *fc = &cases[i];
@@ -258,7 +258,7 @@ static void armed(dg_aio_backend b)
 {
 	const int64_t n = 2 * BS;
 	char *w = NULL;
-	CHECK_OK(dg_alloc((size_t)n, 4096, (void **)&w));
+	CHECK_OK(dg_alloc((size_t)n, 4096, 0, (void **)&w));
 	fill(w, n, 7);
 	dg_aio_config c = config(b, 1, 1);
 	int f;

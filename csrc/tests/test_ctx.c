@@ -158,23 +158,36 @@ int main(void)
 
 	/* alloc */
 	void *p = NULL, *q = NULL;
-	CHECK(dg_alloc(10, 32, &p) == DG_ERR_ALIGN);
-	CHECK(dg_alloc(10, 96, &p) == DG_ERR_ALIGN);
-	CHECK(dg_alloc(10, 0, &p) == DG_ERR_ALIGN);
-	CHECK(dg_alloc(10, 64, NULL) == DG_ERR_INVALID);
-	CHECK_OK(dg_alloc(0, 64, &p));
-	CHECK_OK(dg_alloc(0, 64, &q));
+	CHECK(dg_alloc(10, 32, 0, &p) == DG_ERR_ALIGN);
+	CHECK(dg_alloc(10, 96, 0, &p) == DG_ERR_ALIGN);
+	CHECK(dg_alloc(10, 0, 0, &p) == DG_ERR_ALIGN);
+	CHECK(dg_alloc(10, 64, 0, NULL) == DG_ERR_INVALID);
+	CHECK_OK(dg_alloc(0, 64, 0, &p));
+	CHECK_OK(dg_alloc(0, 64, 0, &q));
 	CHECK(p != NULL && q != NULL && p != q);
 	dg_free(p);
 	dg_free(q);
-	CHECK_OK(dg_alloc(100000, 4096, &p));
+	CHECK_OK(dg_alloc(100000, 4096, 0, &p));
 	CHECK(((uintptr_t)p & 4095) == 0);
 	for (int i = 0; i < 100000; i++)
 		CHECK_OK(((unsigned char *)p)[i] == 0 ? DG_OK : DG_ERR_INTERNAL);
 	dg_free(p);
 	dg_free(NULL);
-	CHECK(dg_alloc((size_t)-1 / 2, 64, &p) == DG_ERR_NOMEM);
+	CHECK(dg_alloc((size_t)-1 / 2, 64, 0, &p) == DG_ERR_NOMEM);
 	CHECK(p == NULL);
+	CHECK(dg_alloc(10, 64, 2, &p) == DG_ERR_INVALID && p == NULL);
+	/* huge: 2 MiB and more start on a 2 MiB boundary, zeroed; smaller ones
+	 * keep the alignment asked for and are not advised */
+	size_t hb = ((size_t)3 << 20) + 100;
+	CHECK_OK(dg_alloc(hb, 64, DG_ALLOC_HUGE, &p));
+	CHECK(((uintptr_t)p & (((uintptr_t)2 << 20) - 1)) == 0);
+	for (size_t i = 0; i < hb; i += 4093)
+		CHECK_OK(((unsigned char *)p)[i] == 0 ? DG_OK : DG_ERR_INTERNAL);
+	CHECK(((unsigned char *)p)[hb - 1] == 0);
+	dg_free(p);
+	CHECK_OK(dg_alloc(1000, 4096, DG_ALLOC_HUGE, &p));
+	CHECK(((uintptr_t)p & 4095) == 0 && ((unsigned char *)p)[999] == 0);
+	dg_free(p);
 
 	/* the vendor's prefetch choices (dg_internal.h) reach the loops: a
 	 * DG_HAVE_X86 tested before its definition once made AMD take Intel's */
