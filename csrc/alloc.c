@@ -32,8 +32,8 @@ dg_status dg_alloc(size_t bytes, size_t align, int flags, void **out)
 	/* Before the first touch, or the pages are already 4 KiB ones. A
 	 * streaming kernel over 4 KiB pages takes a TLB miss every 4 KiB on every
 	 * stream and the hardware prefetchers stop at each page's end; the fused
-	 * AdamW step runs 10-30% faster on huge pages (docs/design.md, "Host
-	 * memory"). The advice is only advice: a kernel with THP off, or one
+	 * AdamW step runs 10-30% faster on huge pages (docs/design.md, "The cgo
+	 * rule"). The advice is only advice: a kernel with THP off, or one
 	 * with no huge page free, gives 4 KiB pages and nothing fails. */
 	if (huge)
 		(void)madvise(p, sz, MADV_HUGEPAGE);
