@@ -45,8 +45,9 @@ func anonHugeKB(t *testing.T, addr uintptr) int {
 
 // TestAllocHugePages runs Alloc in child processes (HugePagesEnv is read
 // once per process): by default an 8 MiB buffer starts on a 2 MiB boundary
-// and, where the kernel gives huge pages on request, is backed by them;
-// "0" gives 4 KiB pages; any other value is an error naming the variable.
+// and, where the kernel gives huge pages on request, is backed by them,
+// while the part of a 3 MiB buffer past its first 2 MiB is not; "0" gives
+// 4 KiB pages; any other value is an error naming the variable.
 func TestAllocHugePages(t *testing.T) {
 	const size = 8 << 20
 	if os.Getenv("DG_ALLOC_CHILD") != "" {
@@ -56,8 +57,15 @@ func TestAllocHugePages(t *testing.T) {
 			return
 		}
 		defer Free(p)
-		addr := uintptr(p)
-		t.Logf("ALLOC aligned2m=%v hugekb=%d", addr%(2<<20) == 0, anonHugeKB(t, addr))
+		// a buffer ending in a part of a huge page gets none for that part
+		q, err := Alloc(3<<20+100, 64)
+		if err != nil {
+			t.Logf("ALLOC err=%v", err)
+			return
+		}
+		defer Free(q)
+		addr, tail := uintptr(p), uintptr(q)+2<<20
+		t.Logf("ALLOC aligned2m=%v hugekb=%d tailkb=%d", addr%(2<<20) == 0, anonHugeKB(t, addr), anonHugeKB(t, tail))
 		return
 	}
 	if _, err := os.Stat("/proc/self/smaps"); err != nil {
@@ -84,6 +92,7 @@ func TestAllocHugePages(t *testing.T) {
 	}
 	if strings.Contains(string(thp), "[madvise]") {
 		require.Contains(t, child("0"), "hugekb=0", "%s=0 under THP madvise", HugePagesEnv)
+		require.Contains(t, child(""), "tailkb=0", "the last, partial huge page of a buffer under THP madvise")
 	}
 	got := child("yes")
 	require.Contains(t, got, "err=")

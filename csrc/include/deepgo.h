@@ -107,8 +107,9 @@ dg_status dg_ctx_pool_balance(dg_ctx *ctx, int reset, int64_t *regions, int64_t 
 /* ---- host memory --------------------------------------------------------- */
 
 /* Flags of dg_alloc. DG_ALLOC_HUGE asks, for buffers of 2 MiB or more, for
- * transparent huge pages: the buffer is aligned to 2 MiB and advised
- * MADV_HUGEPAGE before it is touched (what the kernel gives depends on
+ * transparent huge pages: the buffer is aligned to 2 MiB and its whole 2 MiB
+ * pages (not a partial last one) are advised MADV_HUGEPAGE before they are
+ * touched (what the kernel gives depends on
  * /sys/kernel/mm/transparent_hugepage; with THP off it is a no-op). */
 enum { DG_ALLOC_HUGE = 1 };
 
