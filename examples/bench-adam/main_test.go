@@ -95,3 +95,16 @@ func TestPeerOnDevice(t *testing.T) {
 	assert.ErrorContains(t, execute([]string{"-device", "sim", "-peer"}, &bytes.Buffer{}), `-peer with -device "sim"`)
 	assert.ErrorContains(t, execute([]string{"-rounds", "0"}, &bytes.Buffer{}), "-rounds = 0: must be >= 1")
 }
+
+// TestRoundRatios: each round's ratio pairs that round's two rates; the
+// median and minimum are over those ratios, not ratios of medians.
+func TestRoundRatios(t *testing.T) {
+	r, med, lo := roundRatios([]float64{10, 30, 20}, []float64{5, 10, 40})
+	assert.Equal(t, []float64{2, 3, 0.5}, r)
+	assert.Equal(t, 2.0, med)
+	assert.Equal(t, 0.5, lo)
+	r, med, lo = roundRatios(nil, nil)
+	assert.Nil(t, r)
+	assert.Zero(t, med)
+	assert.Zero(t, lo)
+}

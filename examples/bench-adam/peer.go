@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -51,9 +52,15 @@ type peerResult struct {
 	RoofGBps        float64 `json:"update_roof_GB_s"`
 	OursOfRoof      float64 `json:"deepgo_fraction_of_roof"`
 	DeepSpeedOfRoof float64 `json:"deepspeed_fraction_of_roof"`
-	OursBusy        float64 `json:"deepgo_busy_threads"`
-	DeepSpeedBusy   float64 `json:"deepspeed_busy_threads"`
-	TorchBusy       float64 `json:"torch_busy_threads"`
+	// RoundRatios is ours over DeepSpeed within each round (the two ran
+	// seconds apart); its median and minimum show how much of the
+	// comparison is the machine's drift between rounds.
+	RoundRatios      []float64 `json:"deepgo_over_deepspeed_rounds"`
+	RoundRatioMedian float64   `json:"deepgo_over_deepspeed_round_median"`
+	RoundRatioMin    float64   `json:"deepgo_over_deepspeed_round_min"`
+	OursBusy         float64   `json:"deepgo_busy_threads"`
+	DeepSpeedBusy    float64   `json:"deepspeed_busy_threads"`
+	TorchBusy        float64   `json:"torch_busy_threads"`
 }
 
 // peerReport is the "peer" object of the JSON.
@@ -96,7 +103,7 @@ func runPeers(ctx context.Context, sizes []int, reps, rounds int) (any, error) {
 		strconv.Itoa(reps) + " times (best kept), then one python process timing DeepSpeedCPUAdam(adamw_mode=True) and torch.optim.AdamW " +
 		"on one fp32 parameter of that size (one warm-up step, then the best of " + strconv.Itoa(reps) +
 		" steps, perf_counter around step()); rates are medians over rounds; busy_threads = CPU seconds / wall seconds " +
-		"of the timed section (ours: with the roof and the set-up; below the threads asked for: the machine was shared); lr 1e-4, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01"}
+		"of the timed section (ours: with the roof and the set-up; below the threads asked for: the machine was shared); deepgo_over_deepspeed_rounds: ours over DeepSpeed within each round; lr 1e-4, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01"}
 	samples := map[[2]int]*peerSamples{}
 	threads := []int{1, 2}
 	for round := 0; round < rounds; round++ {
@@ -148,6 +155,7 @@ func runPeers(ctx context.Context, sizes []int, reps, rounds int) (any, error) {
 			r := peerResult{Params: n, Threads: th, Ours: med(s.ours), DeepSpeed: med(s.ds), Torch: med(s.torch),
 				RoofGBps: med(s.roof), OursBusy: med(s.oursBusy), DeepSpeedBusy: med(s.dsBusy), TorchBusy: med(s.torchBusy)}
 			r.OursVsDeepSpeed, r.OursVsTorch = r.Ours/r.DeepSpeed, r.Ours/r.Torch
+			r.RoundRatios, r.RoundRatioMedian, r.RoundRatioMin = roundRatios(s.ours, s.ds)
 			// the step moves 28 B per fp32 parameter (p, g, m, v read; p, m, v written)
 			r.OursOfRoof = 28 * r.Ours / 1e9 / r.RoofGBps
 			r.DeepSpeedOfRoof = 28 * r.DeepSpeed / 1e9 / r.RoofGBps
@@ -177,4 +185,17 @@ func oursAndRoof(p, g *tensor.Tensor, th, reps int) (step, roof time.Duration, e
 		return 0, 0, err
 	}
 	return benchutil.Interleaved(reps, func() error { return o.Step(grp, 1e-4, 1) }, updateRoof(be, o, grp))
+}
+
+// roundRatios pairs a[i] with b[i] (one round's two rates) and returns the
+// ratios with their median and minimum.
+func roundRatios(a, b []float64) (r []float64, med, lo float64) {
+	if len(a) != len(b) || len(a) == 0 {
+		return nil, 0, 0
+	}
+	r = make([]float64, len(a))
+	for i := range a {
+		r[i] = a[i] / b[i]
+	}
+	return r, benchutil.Median(r), slices.Min(r)
 }
