@@ -48,6 +48,9 @@ func NewCPU(threads int) (*CPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backend.NewCPU(%d threads): %w", threads, err)
 	}
+	if _, err := csrc.HugePages(); err != nil { // else the first allocation fails with it
+		return nil, fmt.Errorf("backend.NewCPU(%d threads): %w", threads, err)
+	}
 	if b := csrc.BLAS(); b.Error != "" {
 		return nil, fmt.Errorf("backend.NewCPU(%d threads): %s", threads, b.Error)
 	}

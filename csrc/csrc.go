@@ -264,6 +264,13 @@ var hugeFlag = sync.OnceValues(func() (C.int, error) {
 	}
 })
 
+// HugePages reports whether Alloc asks for huge pages, or the error
+// HugePagesEnv's value gives (every Alloc fails with it then).
+func HugePages() (bool, error) {
+	f, err := hugeFlag()
+	return f != 0, err
+}
+
 // Alloc returns zeroed C memory of bytes, aligned to align (a power of two
 // >= 64). Buffers of 2 MiB and more are aligned to 2 MiB and advised to the
 // kernel as transparent huge pages before they are touched (HugePagesEnv

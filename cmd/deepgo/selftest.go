@@ -7,7 +7,9 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"os"
 	"runtime/debug"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -48,6 +50,10 @@ func runSelftest(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "deepgo selftest: %d elements, best ISA %v\n", *n, csrc.BestISA())
 	if err := blasReport(stdout, *gemm); err != nil {
+		fmt.Fprintln(stderr, "deepgo selftest:", err)
+		return 1
+	}
+	if err := hugePagesReport(stdout); err != nil {
 		fmt.Fprintln(stderr, "deepgo selftest:", err)
 		return 1
 	}
@@ -409,4 +415,23 @@ func stReduce(b *backend.CPU, dt tensor.DType, n int) stResult {
 		worst = max(worst, ulpErrAt(dt, g, want, scale))
 	}
 	return stResult{ulps: worst, gbps: gb, err: err}
+}
+
+// hugePagesReport prints whether host buffers ask for transparent huge
+// pages and what the kernel's THP mode makes of that.
+func hugePagesReport(w io.Writer) error {
+	on, err := csrc.HugePages()
+	if err != nil {
+		return err
+	}
+	mode := "unknown (no /sys/kernel/mm/transparent_hugepage/enabled)"
+	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err == nil {
+		mode = strings.TrimSpace(string(b))
+	}
+	state := "asked for on buffers of 2 MiB and more (" + csrc.HugePagesEnv + "=0 turns it off)"
+	if !on {
+		state = "off (" + csrc.HugePagesEnv + "=0)"
+	}
+	_, err = fmt.Fprintf(w, "huge pages: %s; kernel THP: %s\n", state, mode)
+	return err
 }
