@@ -36,7 +36,14 @@ dg_status dg_alloc(size_t bytes, size_t align, int flags, void **out)
 	 * rule"). The advice is only advice: a kernel with THP off, or one
 	 * with no huge page free, gives 4 KiB pages and nothing fails.
 	 * Only the whole huge pages: a huge page for the tail of a 2.3 MiB
-	 * tensor (a 768x768 float32 weight) would nearly double its memory. */
+	 * tensor (a 768x768 float32 weight) would nearly double its memory.
+	 * Two costs of the advice: under THP defrag "madvise" a fault in an
+	 * advised range waits for the kernel to compact memory when no huge
+	 * page is free, so a large allocation can stall under memory pressure
+	 * (DEEPGO_HUGEPAGES=0 is the way out); and glibc serves buffers below
+	 * its mmap threshold (raised up to 32 MiB by earlier frees) from its
+	 * heap, where pages touched before keep 4 KiB until khugepaged merges
+	 * them, and where the advice outlives the buffer. */
 	if (huge)
 		(void)madvise(p, sz & ~(DG_HUGE_PAGE - 1), MADV_HUGEPAGE);
 #endif

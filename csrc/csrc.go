@@ -249,7 +249,9 @@ func (x *Ctx) SetISA(i ISA) error { return check("dg_ctx_set_isa", C.dg_ctx_set_
 
 // HugePagesEnv names the environment variable that turns off Alloc's
 // transparent huge pages: "0" gives every buffer 4 KiB pages; unset, empty
-// or "1" leaves them on.
+// or "1" leaves them on. Turn them off where a large allocation must not
+// wait for the kernel to compact memory (THP defrag "madvise", under memory
+// pressure).
 const HugePagesEnv = "DEEPGO_HUGEPAGES"
 
 // hugeFlag is the dg_alloc flag HugePagesEnv asks for, read once.

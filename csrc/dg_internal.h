@@ -85,7 +85,9 @@ static inline int64_t dg_optim_prefetch(void)
  * cast 29-30 against 34-37; on 4 KiB pages no loop lost by dropping them
  * (1 thread) and the 2-thread figures were within their noise. The
  * half-precision sums keep their PREFETCHNTA (pf_ahead_nta), which did not
- * change. -DDG_STREAM_PREFETCH=0/1 forces it. */
+ * change (their rare re-sum of a block holding Inf or NaN goes through the
+ * float32 loop and follows this choice). -DDG_STREAM_PREFETCH=0/1 forces
+ * it. */
 static inline int dg_stream_prefetch(void)
 {
 #if defined(DG_STREAM_PREFETCH)
