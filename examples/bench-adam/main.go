@@ -19,9 +19,11 @@
 // (device.go).
 //
 // With -peer (CPU only) it also times DeepSpeed's DeepSpeedCPUAdam and
-// PyTorch's AdamW on the same sizes and thread counts, interleaved with our
-// step and the roof (peer.go, peer.py), from the venv that
-// scripts/install-peers.sh makes; without it the "peer" field says so.
+// PyTorch's AdamW on the same sizes and thread counts, interleaved step by
+// step with our step and the roof: a peer.py process per thread count
+// holds the peers' optimizers and runs one step per request (peer.go,
+// peer.py), from the venv that scripts/install-peers.sh makes; without it
+// the "peer" field says so.
 //
 //	go run ./examples/bench-adam [-device cpu|sim|cuda] [-sizes 16,64] [-reps 5] [-threads N] [-peer [-rounds 3]]
 package main

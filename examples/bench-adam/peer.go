@@ -1,9 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	_ "embed"
+	"encoding/json"
 	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"time"
@@ -14,29 +20,96 @@ import (
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-// peerScript times the peers for one round and thread count (peer.py).
+// peerScript serves the peers' steps for one thread count (peer.py).
 //
 //go:embed peer.py
 var peerScript string
 
-// peerTiming is one optimizer's timing in peer.py.
-type peerTiming struct {
-	Best   float64 `json:"best_s"`
-	Median float64 `json:"median_s"`
-	Busy   float64 `json:"busy_threads"`
-}
-
-// peerRound is peer.py's output.
-type peerRound struct {
+// peerHello is peer.py's first line, once its optimizers are built.
+type peerHello struct {
 	Torch        string `json:"torch"`
 	DeepSpeed    string `json:"deepspeed"`
 	TorchThreads int    `json:"torch_threads"`
 	TorchMode    string `json:"torch_adamw_mode"`
-	Results      []struct {
-		Params    int        `json:"params"`
-		DeepSpeed peerTiming `json:"deepspeed"`
-		Torch     peerTiming `json:"torch"`
-	} `json:"results"`
+}
+
+// peerStep is peer.py's answer to one step request.
+type peerStep struct {
+	Seconds float64 `json:"s"`
+	Busy    float64 `json:"busy"`
+}
+
+// peerServer is a running peer.py: one process, one thread count, every
+// size's optimizers built and warm.
+type peerServer struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Scanner
+	args  string
+	hello peerHello
+}
+
+// startPeer starts peer.py on th threads for sizes and waits for its hello.
+func startPeer(ctx context.Context, py string, th int, sizes []int) (*peerServer, error) {
+	args := []string{"-c", peerScript, strconv.Itoa(th)}
+	for _, n := range sizes {
+		args = append(args, strconv.Itoa(n))
+	}
+	s := &peerServer{cmd: exec.CommandContext(ctx, py, args...), args: fmt.Sprintf("peer.py %d %v", th, sizes)}
+	s.cmd.Env = append(os.Environ(), "OMP_NUM_THREADS="+strconv.Itoa(th))
+	s.cmd.Stderr = os.Stderr
+	var err error
+	if s.in, err = s.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	out, err := s.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	s.out = bufio.NewScanner(out)
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.args, err)
+	}
+	if err := s.read(&s.hello); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// read decodes the server's next line into v.
+func (s *peerServer) read(v any) error {
+	if !s.out.Scan() {
+		err := s.out.Err()
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("%s: no answer (see its stderr above): %w", s.args, err)
+	}
+	if err := json.Unmarshal(s.out.Bytes(), v); err != nil {
+		return fmt.Errorf("%s: answer %q: %w", s.args, s.out.Text(), err)
+	}
+	return nil
+}
+
+// step runs one step of opt ("ds" or "torch") on the size-n parameter.
+func (s *peerServer) step(opt string, n int) (peerStep, error) {
+	var r peerStep
+	if _, err := fmt.Fprintf(s.in, "%s %d\n", opt, n); err != nil {
+		return r, fmt.Errorf("%s: %w", s.args, err)
+	}
+	err := s.read(&r)
+	if err == nil && !(r.Seconds > 0) {
+		err = fmt.Errorf("%s: %s step of %d took %v s", s.args, opt, n, r.Seconds)
+	}
+	return r, err
+}
+
+// close asks the server to quit and waits for it.
+func (s *peerServer) close() {
+	fmt.Fprintln(s.in, "quit")
+	s.in.Close()
+	s.cmd.Wait()
 }
 
 // peerResult compares one size and thread count: each rate is the median
@@ -77,9 +150,11 @@ type peerReport struct {
 type peerSamples struct{ ours, roof, ds, torch, oursBusy, dsBusy, torchBusy []float64 }
 
 // runPeers times our fp32 AdamW step, its roof and the peers (DeepSpeed's
-// CPU Adam and PyTorch's AdamW, in one peer.py process per round and thread
-// count) on the same sizes, interleaved: each round runs, per thread count,
-// the roof and our step alternately reps times per size, then the peers.
+// CPU Adam and PyTorch's AdamW, served by one peer.py process per thread
+// count) on the same sizes, interleaved step by step: per round, thread
+// count and size, reps times our step, the roof, a DeepSpeed step and a
+// PyTorch step (the order rotating), each after a short pause so that no
+// one's spinning threads overlap the next; the round keeps each one's best.
 // Without the peers' venv it returns ErrNoPeers's text and times nothing.
 func runPeers(ctx context.Context, sizes []int, reps, rounds int) (any, error) {
 	py, err := benchutil.PeerPython()
@@ -99,52 +174,37 @@ func runPeers(ctx context.Context, sizes []int, reps, rounds int) (any, error) {
 		}
 		bufs[i] = buf{ts[0], ts[1]}
 	}
-	rep := peerReport{Rounds: rounds, Method: "per round and thread count: for each size the update roof (the step's 28 B/param of traffic, no math) and deepgo's fp32 AdamW alternately " +
-		strconv.Itoa(reps) + " times (best kept), then one python process timing DeepSpeedCPUAdam(adamw_mode=True) and torch.optim.AdamW " +
-		"on one fp32 parameter of that size (one warm-up step, then the best of " + strconv.Itoa(reps) +
-		" steps, perf_counter around step()); rates are medians over rounds; busy_threads = CPU seconds / wall seconds " +
-		"of the timed section (ours: with the roof and the set-up; below the threads asked for: the machine was shared); deepgo_over_deepspeed_rounds: ours over DeepSpeed within each round; lr 1e-4, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01"}
-	samples := map[[2]int]*peerSamples{}
 	threads := []int{1, 2}
+	servers := map[int]*peerServer{}
+	for _, th := range threads {
+		s, err := startPeer(ctx, py, th, sizes)
+		if err != nil {
+			return nil, err
+		}
+		defer s.close()
+		servers[th] = s
+	}
+	h := servers[1].hello
+	rep := peerReport{Rounds: rounds, Torch: h.Torch, DeepSpeed: h.DeepSpeed, TorchMode: h.TorchMode,
+		Method: "one python process per thread count holds DeepSpeedCPUAdam(adamw_mode=True) and torch.optim.AdamW on one fp32 " +
+			"parameter of each size (built and stepped once before timing); per round, thread count and size, " + strconv.Itoa(reps) +
+			" times in rotating order: deepgo's fp32 AdamW step, the update roof (the step's 28 B/param of traffic, no math), " +
+			"one DeepSpeed step and one PyTorch step (perf_counter around step() in python), each after a " + peerPause.String() +
+			" pause; a round keeps each one's best, rates are medians over rounds; busy_threads = CPU seconds / wall seconds " +
+			"of a step, median over rounds (below the threads asked for: the machine was shared); deepgo_over_deepspeed_rounds: " +
+			"ours over DeepSpeed within each round; lr 1e-4, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01"}
+	samples := map[[2]int]*peerSamples{}
 	for round := 0; round < rounds; round++ {
 		for _, th := range threads {
 			for i, n := range sizes {
-				b := bufs[i]
 				s := samples[[2]int{n, th}]
 				if s == nil {
 					s = &peerSamples{}
 					samples[[2]int{n, th}] = s
 				}
-				c0, t0 := benchutil.CPUTime(), time.Now()
-				step, roofT, err := oursAndRoof(b.p, b.g, th, reps)
-				if err != nil {
+				if err := peerRound(s, servers[th], bufs[i].p, bufs[i].g, th, reps); err != nil {
 					return nil, err
 				}
-				s.oursBusy = append(s.oursBusy, (benchutil.CPUTime()-c0).Seconds()/time.Since(t0).Seconds())
-				s.ours = append(s.ours, float64(n)/step.Seconds())
-				s.roof = append(s.roof, 28*float64(n)/roofT.Seconds()/1e9)
-			}
-			var pr peerRound
-			args := []string{strconv.Itoa(th), strconv.Itoa(reps)}
-			for _, n := range sizes {
-				args = append(args, strconv.Itoa(n))
-			}
-			if err := benchutil.RunPeer(ctx, py, peerScript, map[string]string{"OMP_NUM_THREADS": strconv.Itoa(th)}, &pr, args...); err != nil {
-				return nil, err
-			}
-			if len(pr.Results) != len(sizes) {
-				return nil, fmt.Errorf("peer.py %v: %d results, want %d", args, len(pr.Results), len(sizes))
-			}
-			rep.Torch, rep.DeepSpeed, rep.TorchMode = pr.Torch, pr.DeepSpeed, pr.TorchMode
-			for _, r := range pr.Results {
-				s := samples[[2]int{r.Params, th}]
-				if s == nil {
-					return nil, fmt.Errorf("peer.py %v: a result for %d params, which was not asked for", args, r.Params)
-				}
-				s.ds = append(s.ds, float64(r.Params)/r.DeepSpeed.Best)
-				s.torch = append(s.torch, float64(r.Params)/r.Torch.Best)
-				s.dsBusy = append(s.dsBusy, r.DeepSpeed.Busy)
-				s.torchBusy = append(s.torchBusy, r.Torch.Busy)
 			}
 		}
 	}
@@ -165,26 +225,77 @@ func runPeers(ctx context.Context, sizes []int, reps, rounds int) (any, error) {
 	return rep, nil
 }
 
-// oursAndRoof makes a th-thread backend and AdamW, takes one untimed step
-// (allocating and touching the moments), then times the step on p, g and
-// the update roof on the same buffers alternately reps times; it returns
-// the best of each.
-func oursAndRoof(p, g *tensor.Tensor, th, reps int) (step, roof time.Duration, err error) {
+// peerPause precedes every timed step of the peer comparison: our pool
+// spins up to 500us after a region and OpenMP's threads spin after theirs,
+// on CPUs the next step needs.
+const peerPause = 5 * time.Millisecond
+
+// peerRound makes a th-thread backend and AdamW, takes one untimed step
+// (allocating and touching the moments), then times reps rotations of our
+// step on p and g, the update roof on the same buffers, and the server's
+// DeepSpeed and PyTorch steps on its own parameter of the same size; it
+// appends each one's best rate and its busy threads to s.
+func peerRound(s *peerSamples, srv *peerServer, p, g *tensor.Tensor, th, reps int) error {
 	be, err := backend.NewCPU(th)
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
 	defer be.Close()
 	o, err := optim.New("AdamW", map[string]any{"lr": 1e-4, "weight_decay": 0.01}, be)
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
 	defer o.Close()
 	grp := optim.ParamGroup{Name: "peer", Params: []*tensor.Tensor{p}, Grads: []*tensor.Tensor{g}}
 	if err := o.Step(grp, 1e-4, 1); err != nil {
-		return 0, 0, err
+		return err
 	}
-	return benchutil.Interleaved(reps, func() error { return o.Step(grp, 1e-4, 1) }, updateRoof(be, o, grp))
+	n := p.Numel()
+	roof := updateRoof(be, o, grp)
+	ourStep := func() error { return o.Step(grp, 1e-4, 1) }
+	best := [4]float64{math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)} // ours, roof, ds, torch
+	var busy [4]float64
+	for r := 0; r < reps; r++ {
+		for k := 0; k < 4; k++ {
+			which := (k + r) % 4
+			time.Sleep(peerPause)
+			var sec, b float64
+			switch which {
+			case 0, 1:
+				f := ourStep
+				if which == 1 {
+					f = roof
+				}
+				c0, t0 := benchutil.CPUTime(), time.Now()
+				if err := f(); err != nil {
+					return err
+				}
+				sec = time.Since(t0).Seconds()
+				b = (benchutil.CPUTime() - c0).Seconds() / sec
+			default:
+				opt := "ds"
+				if which == 3 {
+					opt = "torch"
+				}
+				st, err := srv.step(opt, n)
+				if err != nil {
+					return err
+				}
+				sec, b = st.Seconds, st.Busy
+			}
+			if sec < best[which] {
+				best[which], busy[which] = sec, b
+			}
+		}
+	}
+	s.ours = append(s.ours, float64(n)/best[0])
+	s.roof = append(s.roof, 28*float64(n)/best[1]/1e9)
+	s.ds = append(s.ds, float64(n)/best[2])
+	s.torch = append(s.torch, float64(n)/best[3])
+	s.oursBusy = append(s.oursBusy, busy[0])
+	s.dsBusy = append(s.dsBusy, busy[2])
+	s.torchBusy = append(s.torchBusy, busy[3])
+	return nil
 }
 
 // roundRatios pairs a[i] with b[i] (one round's two rates) and returns the

@@ -1,24 +1,29 @@
-# peer.py: one round of bench-adam's peers, run by `bench-adam -peer` with the
-# peers' venv (scripts/install-peers.sh). For each size it times
-# DeepSpeedCPUAdam (adamw_mode=True, fp32) and PyTorch's AdamW (fused on the
-# CPU when this torch has it, else foreach) on one fp32 parameter of that
-# many elements, with the hyperparameters bench-adam gives its own step.
-# Only step() is timed (time.perf_counter); one untimed step first allocates
-# the moments and warms the pages. Writes one JSON object to stdout.
+# peer.py: bench-adam's peers, run by `bench-adam -peer` with the peers'
+# venv (scripts/install-peers.sh), one process per thread count that stays
+# up for the whole run. For each size it builds DeepSpeedCPUAdam
+# (adamw_mode=True, fp32) and PyTorch's AdamW (fused on the CPU when this
+# torch has it, else foreach) on one fp32 parameter of that many elements,
+# with the hyperparameters bench-adam gives its own step, and takes one
+# untimed step of each (allocating the moments, warming the pages). It then
+# writes one JSON line (versions, mode) and serves: each input line
+# "ds SIZE" or "torch SIZE" runs one step of that optimizer and answers one
+# JSON line with its wall seconds (time.perf_counter around step()) and CPU
+# seconds per wall second; "quit" (or end of input) ends it. bench-adam
+# interleaves these steps with its own, so both see the same machine.
 #
-#   python peer.py THREADS REPS SIZE [SIZE...]
+#   python peer.py THREADS SIZE [SIZE...]
 import json
 import os
 import resource
 import sys
 import time
 
-# Libraries log to stdout: keep it for the result alone.
+# Libraries log to stdout: keep it for the answers alone.
 result_out = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
 
-threads, reps = int(sys.argv[1]), int(sys.argv[2])
-sizes = [int(s) for s in sys.argv[3:]]
+threads = int(sys.argv[1])
+sizes = [int(s) for s in sys.argv[2:]]
 # DeepSpeed's CPU Adam threads with OpenMP (omp parallel for over tiles): the
 # caller sets OMP_NUM_THREADS before this process starts; torch's own pool is
 # set here too.
@@ -40,20 +45,6 @@ def cpu_seconds():
     return r.ru_utime + r.ru_stime
 
 
-def timed(opt):
-    """Best and median of reps timed steps, and CPU seconds per wall second
-    over them (the threads that really worked)."""
-    opt.step()
-    ts, cpu0, wall0 = [], cpu_seconds(), time.perf_counter()
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        opt.step()
-        ts.append(time.perf_counter() - t0)
-    busy = (cpu_seconds() - cpu0) / (time.perf_counter() - wall0)
-    ts.sort()
-    return {"best_s": ts[0], "median_s": ts[len(ts) // 2], "busy_threads": busy}
-
-
 def param(n, seed):
     g = torch.Generator().manual_seed(seed)
     p = torch.nn.Parameter(torch.rand(n, generator=g) * 2 - 1)
@@ -70,21 +61,35 @@ def torch_adamw(p):
     except (RuntimeError, ValueError, TypeError) as e:
         print("peer.py: torch AdamW fused=True failed on the CPU (%s): foreach" % e, file=sys.stderr)
         opt = torch.optim.AdamW([p], lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, foreach=True)
+        opt.step()
         return opt, "foreach"
 
 
-out = {"torch": torch.__version__, "deepspeed": deepspeed.__version__, "threads": threads,
-       "torch_threads": torch.get_num_threads(), "results": []}
+def answer(obj):
+    json.dump(obj, result_out)
+    result_out.write("\n")
+    result_out.flush()
+
+
+opts, mode, keep = {}, None, []
 for n in sizes:
     p = param(n, n)
-    ds = timed(DeepSpeedCPUAdam([p], lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, adamw_mode=True))
-    del p
-    p = param(n, n)
-    opt, mode = torch_adamw(p)
-    tr = timed(opt)
-    out["torch_adamw_mode"] = mode
-    del p, opt
-    out["results"].append({"params": n, "deepspeed": ds, "torch": tr})
-json.dump(out, result_out)
-result_out.write("\n")
-result_out.flush()
+    ds = DeepSpeedCPUAdam([p], lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, adamw_mode=True)
+    ds.step()
+    q = param(n, n)
+    tr, mode = torch_adamw(q)
+    keep += [p, q]
+    opts[("ds", n)], opts[("torch", n)] = ds, tr
+answer({"torch": torch.__version__, "deepspeed": deepspeed.__version__, "threads": threads,
+        "torch_threads": torch.get_num_threads(), "torch_adamw_mode": mode})
+for line in sys.stdin:
+    f = line.split()
+    if f == ["quit"]:
+        break
+    if len(f) != 2 or (f[0], int(f[1])) not in opts:
+        sys.exit("peer.py: bad request %r (want ds|torch SIZE of %s, or quit)" % (line, sizes))
+    opt = opts[(f[0], int(f[1]))]
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    opt.step()
+    wall = time.perf_counter() - t0
+    answer({"s": wall, "busy": (cpu_seconds() - c0) / wall})
