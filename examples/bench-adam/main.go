@@ -23,9 +23,11 @@
 // step with our step and the roof: a peer.py process per thread count
 // holds the peers' optimizers and runs one step per request (peer.go,
 // peer.py), from the venv that scripts/install-peers.sh makes; without it
-// the "peer" field says so.
+// the "peer" field says so. Our tensors sit on transparent huge pages
+// (csrc.Alloc); PyTorch's do only with THP_MEM_ALLOC_ENABLE=1, which
+// -peer-thp sets for the peers, to compare like with like.
 //
-//	go run ./examples/bench-adam [-device cpu|sim|cuda] [-sizes 16,64] [-reps 5] [-threads N] [-peer [-rounds 3]]
+//	go run ./examples/bench-adam [-device cpu|sim|cuda] [-sizes 16,64] [-reps 5] [-threads N] [-peer [-rounds 3] [-peer-thp]]
 package main
 
 import (
@@ -140,6 +142,7 @@ func execute(args []string, w io.Writer) error {
 	threads := fs.Int("threads", 0, "sim: C threads of the simulated device (0: GOMAXPROCS); ignored elsewhere")
 	peer := fs.Bool("peer", false, "cpu: also time DeepSpeedCPUAdam and PyTorch's AdamW (scripts/install-peers.sh installs them), interleaved with ours and the roof")
 	rounds := fs.Int("rounds", 3, "-peer: interleaved rounds (medians are reported)")
+	peerTHP := fs.Bool("peer-thp", false, "-peer: run the peers with PyTorch's THP_MEM_ALLOC_ENABLE=1, their tensors on huge pages as ours are (PyTorch's default is off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -148,6 +151,9 @@ func execute(args []string, w io.Writer) error {
 	}
 	if *rounds < 1 {
 		return fmt.Errorf("-rounds = %d: must be >= 1", *rounds)
+	}
+	if *peerTHP && !*peer {
+		return fmt.Errorf("-peer-thp without -peer: it sets how the peers allocate (allowed: with -peer)")
 	}
 	if *threads < 0 {
 		return fmt.Errorf("-threads = %d: must be >= 0 (0: GOMAXPROCS)", *threads)
@@ -176,7 +182,7 @@ func execute(args []string, w io.Writer) error {
 			benchSize(&r, n, *reps)
 		}
 		if *peer {
-			if r.Peer, err = runPeers(context.Background(), sizes, *reps, *rounds); err != nil {
+			if r.Peer, err = runPeers(context.Background(), sizes, *reps, *rounds, *peerTHP); err != nil {
 				return err
 			}
 		}

@@ -42,6 +42,7 @@ func TestArgErrors(t *testing.T) {
 		{[]string{"-sizes", "1,x"}, `"x" is not a count of Mi parameters in [1, 16384]`},
 		{[]string{"-sizes", "0"}, `-sizes "0"`},
 		{[]string{"-reps", "0"}, "-reps = 0: must be >= 1"},
+		{[]string{"-peer-thp"}, "-peer-thp without -peer"},
 	} {
 		assert.ErrorContains(t, execute(c.args, &bytes.Buffer{}), c.want, "%v", c.args)
 	}

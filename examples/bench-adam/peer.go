@@ -50,13 +50,16 @@ type peerServer struct {
 }
 
 // startPeer starts peer.py on th threads for sizes and waits for its hello.
-func startPeer(ctx context.Context, py string, th int, sizes []int) (*peerServer, error) {
+func startPeer(ctx context.Context, py string, th int, sizes []int, thp bool) (*peerServer, error) {
 	args := []string{"-c", peerScript, strconv.Itoa(th)}
 	for _, n := range sizes {
 		args = append(args, strconv.Itoa(n))
 	}
 	s := &peerServer{cmd: exec.CommandContext(ctx, py, args...), args: fmt.Sprintf("peer.py %d %v", th, sizes)}
 	s.cmd.Env = append(os.Environ(), "OMP_NUM_THREADS="+strconv.Itoa(th))
+	if thp { // PyTorch's CPU allocator: 2 MiB alignment and MADV_HUGEPAGE from 2 MiB up
+		s.cmd.Env = append(s.cmd.Env, "THP_MEM_ALLOC_ENABLE=1")
+	}
 	s.cmd.Stderr = os.Stderr
 	var err error
 	if s.in, err = s.cmd.StdinPipe(); err != nil {
@@ -138,12 +141,14 @@ type peerResult struct {
 
 // peerReport is the "peer" object of the JSON.
 type peerReport struct {
-	Method    string       `json:"method"`
-	Torch     string       `json:"torch"`
-	DeepSpeed string       `json:"deepspeed"`
-	TorchMode string       `json:"torch_adamw"`
-	Rounds    int          `json:"rounds"`
-	Results   []peerResult `json:"results"`
+	Method    string `json:"method"`
+	Torch     string `json:"torch"`
+	DeepSpeed string `json:"deepspeed"`
+	TorchMode string `json:"torch_adamw"`
+	Rounds    int    `json:"rounds"`
+	// PeersOnHugePages: -peer-thp ran the peers with THP_MEM_ALLOC_ENABLE=1.
+	PeersOnHugePages bool         `json:"peers_on_huge_pages"`
+	Results          []peerResult `json:"results"`
 }
 
 // peerSamples gathers one size and thread count's per-round rates.
@@ -156,7 +161,7 @@ type peerSamples struct{ ours, roof, ds, torch, oursBusy, dsBusy, torchBusy []fl
 // PyTorch step (the order rotating), each after a short pause so that no
 // one's spinning threads overlap the next; the round keeps each one's best.
 // Without the peers' venv it returns ErrNoPeers's text and times nothing.
-func runPeers(ctx context.Context, sizes []int, reps, rounds int) (any, error) {
+func runPeers(ctx context.Context, sizes []int, reps, rounds int, thp bool) (any, error) {
 	py, err := benchutil.PeerPython()
 	if err != nil {
 		return err.Error(), nil
@@ -177,7 +182,7 @@ func runPeers(ctx context.Context, sizes []int, reps, rounds int) (any, error) {
 	threads := []int{1, 2}
 	servers := map[int]*peerServer{}
 	for _, th := range threads {
-		s, err := startPeer(ctx, py, th, sizes)
+		s, err := startPeer(ctx, py, th, sizes, thp)
 		if err != nil {
 			return nil, err
 		}
@@ -185,7 +190,7 @@ func runPeers(ctx context.Context, sizes []int, reps, rounds int) (any, error) {
 		servers[th] = s
 	}
 	h := servers[1].hello
-	rep := peerReport{Rounds: rounds, Torch: h.Torch, DeepSpeed: h.DeepSpeed, TorchMode: h.TorchMode,
+	rep := peerReport{Rounds: rounds, PeersOnHugePages: thp, Torch: h.Torch, DeepSpeed: h.DeepSpeed, TorchMode: h.TorchMode,
 		Method: "one python process per thread count holds DeepSpeedCPUAdam(adamw_mode=True) and torch.optim.AdamW on one fp32 " +
 			"parameter of each size (built and stepped once before timing); per round, thread count and size, " + strconv.Itoa(reps) +
 			" times in rotating order: deepgo's fp32 AdamW step, the update roof (the step's 28 B/param of traffic, no math), " +
