@@ -187,6 +187,48 @@ func stTensor(dt tensor.DType, vals []float32) (*tensor.Tensor, error) {
 	return x, nil
 }
 
+// stAlloc holds a case's set-up tensors and the first allocation error, so
+// a failed allocation is the case's FAIL with its cause, not a nil tensor.
+type stAlloc struct {
+	ts  []*tensor.Tensor
+	err error
+}
+
+// empty is tensor.Empty(dt, n), nil once an allocation has failed.
+func (a *stAlloc) empty(dt tensor.DType, n int) *tensor.Tensor {
+	if a.err != nil {
+		return nil
+	}
+	t, err := tensor.Empty(dt, n)
+	a.keep(t, err)
+	return t
+}
+
+// vals is stTensor(dt, v), nil once an allocation has failed.
+func (a *stAlloc) vals(dt tensor.DType, v []float32) *tensor.Tensor {
+	if a.err != nil {
+		return nil
+	}
+	t, err := stTensor(dt, v)
+	a.keep(t, err)
+	return t
+}
+
+func (a *stAlloc) keep(t *tensor.Tensor, err error) {
+	if err != nil {
+		a.err = fmt.Errorf("set-up: %w", err)
+		return
+	}
+	a.ts = append(a.ts, t)
+}
+
+// free frees every tensor a made.
+func (a *stAlloc) free() {
+	for _, t := range a.ts {
+		t.Free()
+	}
+}
+
 func stRead(x *tensor.Tensor) []float32 {
 	if x.DType() == tensor.Float32 {
 		f, _ := x.Float32s()
@@ -234,10 +276,12 @@ func timed(bytes int, f func() error) (float64, error) {
 
 func stCastDown(b *backend.CPU, dt tensor.DType, n int) stResult {
 	vals := stVals(1, n)
-	src, _ := stTensor(tensor.Float32, vals)
-	dst, _ := tensor.Empty(dt, n)
-	defer src.Free()
-	defer dst.Free()
+	var a stAlloc
+	defer a.free()
+	src, dst := a.vals(tensor.Float32, vals), a.empty(dt, n)
+	if a.err != nil {
+		return stResult{err: a.err}
+	}
 	gb, err := timed(n*6, func() error { return b.Cast([]*tensor.Tensor{dst}, []*tensor.Tensor{src}) })
 	if err != nil {
 		return stResult{err: err}
@@ -257,10 +301,12 @@ func stCastDown(b *backend.CPU, dt tensor.DType, n int) stResult {
 }
 
 func stCastUp(b *backend.CPU, dt tensor.DType, n int) stResult {
-	src, _ := stTensor(dt, stVals(2, n))
-	dst, _ := tensor.Empty(tensor.Float32, n)
-	defer src.Free()
-	defer dst.Free()
+	var a stAlloc
+	defer a.free()
+	src, dst := a.vals(dt, stVals(2, n)), a.empty(tensor.Float32, n)
+	if a.err != nil {
+		return stResult{err: a.err}
+	}
 	gb, err := timed(n*6, func() error { return b.Cast([]*tensor.Tensor{dst}, []*tensor.Tensor{src}) })
 	if err != nil {
 		return stResult{err: err}
@@ -281,8 +327,12 @@ func stCastUp(b *backend.CPU, dt tensor.DType, n int) stResult {
 }
 
 func stScale(b *backend.CPU, dt tensor.DType, n int) stResult {
-	x, _ := stTensor(dt, stVals(3, n))
-	defer x.Free()
+	var al stAlloc
+	defer al.free()
+	x := al.vals(dt, stVals(3, n))
+	if al.err != nil {
+		return stResult{err: al.err}
+	}
 	in := append([]float32(nil), stRead(x)...)
 	const a = 0.7071
 	if err := b.Scale([]*tensor.Tensor{x}, a); err != nil {
@@ -297,10 +347,12 @@ func stScale(b *backend.CPU, dt tensor.DType, n int) stResult {
 }
 
 func stAxpy(b *backend.CPU, dt tensor.DType, n int) stResult {
-	x, _ := stTensor(dt, stVals(4, n))
-	y, _ := stTensor(dt, stVals(5, n))
-	defer x.Free()
-	defer y.Free()
+	var al stAlloc
+	defer al.free()
+	x, y := al.vals(dt, stVals(4, n)), al.vals(dt, stVals(5, n))
+	if al.err != nil {
+		return stResult{err: al.err}
+	}
 	xv, yv := append([]float32(nil), stRead(x)...), append([]float32(nil), stRead(y)...)
 	const a = -0.25
 	if err := b.Axpy(a, []*tensor.Tensor{x}, []*tensor.Tensor{y}); err != nil {
@@ -315,8 +367,12 @@ func stAxpy(b *backend.CPU, dt tensor.DType, n int) stResult {
 }
 
 func stSumsq(b *backend.CPU, dt tensor.DType, n int) stResult {
-	x, _ := stTensor(dt, stVals(6, n))
-	defer x.Free()
+	var a stAlloc
+	defer a.free()
+	x := a.vals(dt, stVals(6, n))
+	if a.err != nil {
+		return stResult{err: a.err}
+	}
 	want := exactSumSquares(stRead(x))
 	var got float64
 	gb, err := timed(n*dt.Size(), func() (e error) { got, e = b.SumSquares([]*tensor.Tensor{x}, nil); return })
@@ -351,16 +407,22 @@ func relCheck(got, want, tol float64) error {
 
 func stNonFinite(b *backend.CPU, dt tensor.DType, n int) stResult {
 	vals := stVals(7, n)
-	x, _ := stTensor(dt, vals)
-	defer x.Free()
+	var a stAlloc
+	defer a.free()
+	x := a.vals(dt, vals)
+	if a.err != nil {
+		return stResult{err: a.err}
+	}
 	var found bool
 	gb, err := timed(n*dt.Size(), func() (e error) { found, e = b.NonFinite([]*tensor.Tensor{x}); return })
 	if err != nil || found {
 		return stResult{ulps: math.Inf(1), err: err}
 	}
 	vals[n-1] = float32(math.NaN())
-	y, _ := stTensor(dt, vals)
-	defer y.Free()
+	y := a.vals(dt, vals)
+	if a.err != nil {
+		return stResult{err: a.err}
+	}
 	if found, err = b.NonFinite([]*tensor.Tensor{y}); err != nil || !found {
 		return stResult{ulps: math.Inf(1), err: err}
 	}
@@ -368,12 +430,12 @@ func stNonFinite(b *backend.CPU, dt tensor.DType, n int) stResult {
 }
 
 func stPack(b *backend.CPU, dt tensor.DType, n int) stResult {
-	x, _ := stTensor(dt, stVals(8, n))
-	flat, _ := tensor.Empty(dt, n+64)
-	out, _ := tensor.Empty(dt, n)
-	defer x.Free()
-	defer flat.Free()
-	defer out.Free()
+	var al stAlloc
+	defer al.free()
+	x, flat, out := al.vals(dt, stVals(8, n)), al.empty(dt, n+64), al.empty(dt, n)
+	if al.err != nil {
+		return stResult{err: al.err}
+	}
 	parts := func(t *tensor.Tensor) []*tensor.Tensor {
 		a, _ := t.Slice(0, n/3)
 		c, _ := t.Slice(n/3, n-n/3)
@@ -397,13 +459,19 @@ func stPack(b *backend.CPU, dt tensor.DType, n int) stResult {
 func stReduce(b *backend.CPU, dt tensor.DType, n int) stResult {
 	var srcs []*tensor.Tensor
 	var vals [][]float32
+	var a stAlloc
+	defer a.free()
 	for j := 0; j < 4; j++ {
-		x, _ := stTensor(dt, stVals(uint64(10+j), n))
-		defer x.Free()
+		x := a.vals(dt, stVals(uint64(10+j), n))
+		if a.err != nil {
+			return stResult{err: a.err}
+		}
 		srcs, vals = append(srcs, x), append(vals, append([]float32(nil), stRead(x)...))
 	}
-	dst, _ := tensor.Empty(dt, n)
-	defer dst.Free()
+	dst := a.empty(dt, n)
+	if a.err != nil {
+		return stResult{err: a.err}
+	}
 	gb, err := timed(n*dt.Size()*5, func() error { return b.Reduce(backend.Sum, dst, srcs) })
 	worst := 0.0
 	for i, g := range stRead(dst) {
