@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/deepgo-ml/deepgo/internal/benchutil"
 	"github.com/stretchr/testify/assert"
@@ -108,4 +112,46 @@ func TestRoundRatios(t *testing.T) {
 	assert.Nil(t, r)
 	assert.Zero(t, med)
 	assert.Zero(t, lo)
+}
+
+// TestPeerStuck: a peer that never says hello, or never answers a step, or
+// ignores "quit", makes the benchmark fail within the timeouts, naming it,
+// and is killed, not waited for.
+func TestPeerStuck(t *testing.T) {
+	defer func(h, s, q time.Duration) { peerHelloTimeout, peerStepTimeout, peerQuitTimeout = h, s, q }(
+		peerHelloTimeout, peerStepTimeout, peerQuitTimeout)
+	peerHelloTimeout, peerStepTimeout, peerQuitTimeout = 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
+	// fake interpreters: the benchmark runs them as `py -c SCRIPT 1 16`
+	fake := func(body string) string {
+		p := filepath.Join(t.TempDir(), "py")
+		require.NoError(t, os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755))
+		return p
+	}
+	t.Run("no hello", func(t *testing.T) {
+		start := time.Now()
+		_, err := startPeer(context.Background(), fake("exec sleep 60"), 1, []int{16}, false)
+		require.ErrorContains(t, err, "peer.py 1 [16]: no answer within 300ms")
+		assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		assert.Less(t, time.Since(start), 5*time.Second)
+	})
+	t.Run("stuck step", func(t *testing.T) {
+		s, err := startPeer(context.Background(), fake(`echo '{"torch":"t","deepspeed":"d"}'; exec sleep 60`), 1, []int{16}, false)
+		require.NoError(t, err)
+		assert.Equal(t, "t", s.hello.Torch)
+		start := time.Now()
+		_, err = s.step("ds", 16)
+		assert.ErrorContains(t, err, "no answer within 300ms")
+		s.close()
+		assert.Less(t, time.Since(start), 5*time.Second)
+		assert.NotNil(t, s.cmd.ProcessState, "the peer was reaped")
+	})
+	t.Run("answers", func(t *testing.T) {
+		s, err := startPeer(context.Background(), fake(`echo '{"torch":"t"}'; read a; echo '{"s":0.5,"busy":1}'; read a`), 1, []int{16}, false)
+		require.NoError(t, err)
+		st, err := s.step("ds", 16)
+		require.NoError(t, err)
+		assert.Equal(t, peerStep{Seconds: 0.5, Busy: 1}, st)
+		s.close()
+		assert.True(t, s.cmd.ProcessState.Success(), "it quit on its own")
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -44,10 +45,23 @@ type peerStep struct {
 type peerServer struct {
 	cmd   *exec.Cmd
 	in    io.WriteCloser
+	pipe  io.ReadCloser // the scanner's source; an *os.File takes read deadlines
 	out   *bufio.Scanner
 	args  string
 	hello peerHello
 }
+
+// How long the benchmark waits for a peer before it kills the peer and
+// fails, naming it: the hello comes once the optimizers are built (PyTorch
+// imported and DeepSpeed's CPU Adam loaded, already compiled by
+// install-peers.sh: seconds), a step of 64 Mi parameters takes well under
+// one, and a peer that quits after "quit" goes at once. Variables, so that
+// the tests can shorten them.
+var (
+	peerHelloTimeout = 5 * time.Minute
+	peerStepTimeout  = time.Minute
+	peerQuitTimeout  = 10 * time.Second
+)
 
 // startPeer starts peer.py on th threads for sizes and waits for its hello.
 func startPeer(ctx context.Context, py string, th int, sizes []int, thp bool) (*peerServer, error) {
@@ -69,21 +83,30 @@ func startPeer(ctx context.Context, py string, th int, sizes []int, thp bool) (*
 	if err != nil {
 		return nil, err
 	}
-	s.out = bufio.NewScanner(out)
+	s.pipe, s.out = out, bufio.NewScanner(out)
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", s.args, err)
 	}
-	if err := s.read(&s.hello); err != nil {
+	if err := s.read(&s.hello, peerHelloTimeout); err != nil {
 		s.close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// read decodes the server's next line into v.
-func (s *peerServer) read(v any) error {
+// read decodes the server's next line into v, waiting at most timeout for
+// it; after a timeout the scanner is spent and the server must be closed.
+func (s *peerServer) read(v any, timeout time.Duration) error {
+	if f, ok := s.pipe.(interface{ SetReadDeadline(time.Time) error }); ok {
+		if err := f.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+			return fmt.Errorf("%s: %w", s.args, err)
+		}
+	}
 	if !s.out.Scan() {
 		err := s.out.Err()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("%s: no answer within %v: %w", s.args, timeout, err)
+		}
 		if err == nil {
 			err = io.ErrUnexpectedEOF
 		}
@@ -101,18 +124,29 @@ func (s *peerServer) step(opt string, n int) (peerStep, error) {
 	if _, err := fmt.Fprintf(s.in, "%s %d\n", opt, n); err != nil {
 		return r, fmt.Errorf("%s: %w", s.args, err)
 	}
-	err := s.read(&r)
+	err := s.read(&r, peerStepTimeout)
 	if err == nil && !(r.Seconds > 0) {
 		err = fmt.Errorf("%s: %s step of %d took %v s", s.args, opt, n, r.Seconds)
 	}
 	return r, err
 }
 
-// close asks the server to quit and waits for it.
+// close asks the server to quit and waits for it, killing it if it has not
+// gone within peerQuitTimeout (a peer stuck in a step never reads "quit").
 func (s *peerServer) close() {
 	fmt.Fprintln(s.in, "quit")
 	s.in.Close()
-	s.cmd.Wait()
+	done := make(chan struct{})
+	go func() {
+		s.cmd.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(peerQuitTimeout):
+		s.cmd.Process.Kill()
+		<-done
+	}
 }
 
 // peerResult compares one size and thread count: each rate is the median
