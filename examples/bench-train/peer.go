@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/deepgo-ml/deepgo/internal/benchutil"
 	"github.com/deepgo-ml/deepgo/nn"
@@ -65,6 +66,11 @@ func (r *peerReport) setMFU(flopsPerToken float64, peaks map[int]float64) {
 	}
 }
 
+// peerTimeout bounds one peer.py run (PyTorch's import, a warm-up step and
+// the timed steps: under a minute at the default shape on one thread), so
+// that a stuck peer fails the benchmark instead of hanging it.
+const peerTimeout = 10 * time.Minute
+
 // runPeer times the GPT (checkpointing off) and the same GPT in PyTorch
 // eager alternately: each round runs, per thread count, samplePeak (the
 // run's peak sgemm, timed again), ours, then one peer.py process. The
@@ -93,7 +99,10 @@ func runPeer(ctx context.Context, cfg nn.GPTConfig, p params, rounds int, in, tg
 			var pr peerRun
 			args := []string{strconv.Itoa(th), strconv.Itoa(p.steps), strconv.Itoa(cfg.Layers), strconv.Itoa(cfg.Heads),
 				strconv.Itoa(cfg.Width), strconv.Itoa(cfg.Vocab), strconv.Itoa(p.seq), strconv.Itoa(p.batch)}
-			if err := benchutil.RunPeer(ctx, py, peerScript, map[string]string{"OMP_NUM_THREADS": strconv.Itoa(th)}, &pr, args...); err != nil {
+			pctx, cancel := context.WithTimeout(ctx, peerTimeout)
+			err = benchutil.RunPeer(pctx, py, peerScript, map[string]string{"OMP_NUM_THREADS": strconv.Itoa(th)}, &pr, args...)
+			cancel()
+			if err != nil {
 				return nil, err
 			}
 			if pr.Params != cfg.NumParams() {

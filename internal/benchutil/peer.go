@@ -57,7 +57,9 @@ func PeerPython() (string, error) {
 // args as sys.argv[1:], and env added to this process's environment, and
 // decodes the JSON object the script writes last on its standard output
 // into v. The script's other output (libraries log to stdout) is passed to
-// stderr, so that only the result is parsed.
+// stderr, so that only the result is parsed. When ctx ends first the peer is
+// killed and the error wraps ctx's (a benchmark bounds its peers with a
+// deadline: a stuck one must not hang it).
 func RunPeer(ctx context.Context, py, script string, env map[string]string, v any, args ...string) error {
 	cmd := exec.CommandContext(ctx, py, append([]string{"-c", script}, args...)...)
 	cmd.Env = os.Environ()
@@ -72,7 +74,13 @@ func RunPeer(ctx context.Context, py, script string, env map[string]string, v an
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = os.Stderr
+	// after a kill, a grandchild still holding the output pipes must not
+	// keep Wait waiting
+	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("peer %s %s: killed: %w", py, strings.Join(args, " "), context.Cause(ctx))
+		}
 		return fmt.Errorf("peer %s %s: %w", py, strings.Join(args, " "), err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")

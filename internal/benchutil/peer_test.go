@@ -91,3 +91,18 @@ func TestCPUTime(t *testing.T) {
 	assert.Positive(t, x)
 	assert.GreaterOrEqual(t, CPUTime(), c0+20*time.Millisecond)
 }
+
+// TestRunPeerDeadline: a peer still running when ctx's deadline passes is
+// killed at once and the error says so, wrapping the deadline.
+func TestRunPeerDeadline(t *testing.T) {
+	py := filepath.Join(t.TempDir(), "py")
+	require.NoError(t, os.WriteFile(py, []byte("#!/bin/sh\nexec sleep 60\n"), 0o755))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	var got struct{}
+	err := RunPeer(ctx, py, "unused", nil, &got, "3")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "peer "+py+" 3: killed")
+	assert.Less(t, time.Since(start), 5*time.Second)
+}
