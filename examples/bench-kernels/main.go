@@ -7,8 +7,10 @@
 // reported beside it), a threaded memcpy for packing, a threaded
 // read-and-sum for the reductions.
 // Every case is timed in two passes over the list, forward then backward, and
-// keeps the best of each side's reps over both passes. It
-// also reports the cost of one cgo call and a 1- vs 2-thread compute probe.
+// keeps the best of each side's reps over both passes (ratio: best over
+// best), and the median of the per-rep ratios (pair_ratio_median: each rep's
+// kernel against the roof run just before it, which the machine's drift
+// between reps does not move). It also reports the cost of one cgo call and a 1- vs 2-thread compute probe.
 // A size is the kernel's input: "64 MiB" means 64 MiB of float32 for the f32
 // cases and 64 MiB of halves (twice the elements) for the bf16/f16 ones.
 //
@@ -19,6 +21,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -44,6 +47,11 @@ type Result struct {
 	RoofGBps  float64 `json:"roof_gbps"`  // best of reps, interleaved with the kernel
 	Ratio     float64 `json:"ratio"`      // gbps / roof_gbps
 	MeetsGoal bool    `json:"meets_goal"` // ratio >= Report.Target
+	// PairRatio is the median over every rep of both passes of the
+	// kernel's rate over the roof's in the same rep (the roof ran just
+	// before it): the ratio with the machine's drift between reps taken
+	// out, where ratio, two bests from different moments, moves with it.
+	PairRatio float64 `json:"pair_ratio_median"`
 	// Kernels that write (casts, pack) also stand next to the read roof of
 	// their input: a cast from float32 reads twice what it writes, and one
 	// core's read bandwidth, not a symmetric copy's, is then what binds it.
@@ -69,7 +77,7 @@ func main() {
 	mibs := flag.String("mib", "64,256", "input sizes in MiB, comma separated")
 	reps := flag.Int("reps", 7, "timed rounds per kernel in each of the two passes (best is reported)")
 	flag.Parse()
-	if err := run(*mibs, *reps); err != nil {
+	if err := run(os.Stdout, *mibs, *reps); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-kernels:", err)
 		os.Exit(1)
 	}
@@ -90,7 +98,9 @@ func cgoCallNs() float64 {
 	return float64(d.Nanoseconds()) / n
 }
 
-func run(mibList string, reps int) error {
+// run measures every size in mibList (comma separated MiB) and writes the
+// report to w.
+func run(w io.Writer, mibList string, reps int) error {
 	b, err := backend.NewCPU(2)
 	if err != nil {
 		return err
@@ -111,7 +121,7 @@ func run(mibList string, reps int) error {
 	for i := range rep.Results {
 		rep.Results[i].MeetsGoal = rep.Results[i].Ratio >= rep.Target
 	}
-	enc := json.NewEncoder(os.Stdout)
+	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rep)
 }
@@ -283,6 +293,7 @@ func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
 		// 0.05-0.1 low whichever kernel it was (f32->bf16 and f32->f16
 		// swapped places and results), with or without more warming.
 		kd, rd, rr, cd := make([]time.Duration, len(cases)), make([]time.Duration, len(cases)), make([]time.Duration, len(cases)), make([]time.Duration, len(cases))
+		pairs := make([][]float64, len(cases))
 		for i := range cases {
 			kd[i], rd[i], rr[i], cd[i] = math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64
 		}
@@ -293,11 +304,12 @@ func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
 					i = len(cases) - 1 - j
 				}
 				c := cases[i]
-				k, r, err := benchutil.Interleaved(reps, c.kf, c.rf)
+				k, r, p, err := benchutil.InterleavedPairs(reps, c.kf, c.rf)
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", c.name, err)
 				}
 				kd[i], rd[i] = min(kd[i], k), min(rd[i], r)
+				pairs[i] = append(pairs[i], p...)
 				if c.src != nil {
 					_, r, err := benchutil.Interleaved(reps, c.kf, readRoof(c.src, in))
 					if err != nil {
@@ -320,7 +332,9 @@ func benchSize(b *backend.CPU, mib, reps int) ([]Result, error) {
 				rb = c.rb
 			}
 			k, r := benchutil.GBps(c.bytes, kd[i]), benchutil.GBps(rb, rd[i])
-			res := Result{Kernel: c.name, MiB: mib, Threads: th, Bytes: c.bytes, GBps: k, Roof: c.roof, RoofGBps: r, Ratio: k / r}
+			// a pair is roof time over kernel time; rates divide bytes by them
+			pr := benchutil.Median(pairs[i]) * float64(c.bytes) / float64(rb)
+			res := Result{Kernel: c.name, MiB: mib, Threads: th, Bytes: c.bytes, GBps: k, Roof: c.roof, RoofGBps: r, Ratio: k / r, PairRatio: pr}
 			if c.src != nil {
 				res.ReadRoofGBps = benchutil.GBps(in, rr[i])
 				res.ReadRatio = benchutil.GBps(in, kd[i]) / res.ReadRoofGBps

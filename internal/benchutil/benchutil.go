@@ -30,22 +30,31 @@ func Best(reps int, f func() error) (best, median time.Duration, err error) {
 // a drift in the machine's memory bandwidth hits both alike. It returns the
 // best time of each.
 func Interleaved(reps int, kernel, roof func() error) (k, r time.Duration, err error) {
+	k, r, _, err = InterleavedPairs(reps, kernel, roof)
+	return k, r, err
+}
+
+// InterleavedPairs is Interleaved that also returns, per round, the roof's
+// time over the kernel's: the two ran back to back, so each is the
+// kernel's speed relative to the roof at that moment, free of the drift
+// between rounds that a ratio of the two best times mixes in (a roof's
+// lucky round lowers that one alone).
+func InterleavedPairs(reps int, kernel, roof func() error) (k, r time.Duration, pairs []float64, err error) {
 	k, r = time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	pairs = make([]float64, 0, reps)
 	for i := 0; i < reps; i++ {
+		var d [2]time.Duration
 		for j, f := range []func() error{roof, kernel} {
 			t0 := time.Now()
 			if err := f(); err != nil {
-				return 0, 0, err
+				return 0, 0, nil, err
 			}
-			d := time.Since(t0)
-			if j == 0 {
-				r = min(r, d)
-			} else {
-				k = min(k, d)
-			}
+			d[j] = time.Since(t0)
 		}
+		r, k = min(r, d[0]), min(k, d[1])
+		pairs = append(pairs, d[0].Seconds()/d[1].Seconds())
 	}
-	return k, r, nil
+	return k, r, pairs, nil
 }
 
 // GBps is bytes per duration in GB/s (1e9 bytes).
