@@ -3,6 +3,7 @@ package deepgo
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
@@ -88,9 +89,12 @@ type Trainer interface {
 var _ Trainer = (*Engine)(nil)
 
 // Initialize builds the Trainer that cfg (a loaded config.Config) asks
-// for, like deepspeed.initialize: with pipeline stages (PipelineStages)
-// a pipeline engine (*PipeEngine), otherwise the data-parallel ZeRO engine (*Engine; see
-// its documentation for what it sets up). It copies every model.Param's
+// for, like deepspeed.initialize. It first checks cfg with cfg.Validate: a
+// *Config that config.Parse returned together with errors, or one with a
+// field set out of range after loading, is refused with errors naming each
+// JSON path. With pipeline stages (PipelineStages) it builds a pipeline
+// engine (*PipeEngine), otherwise the data-parallel ZeRO engine (*Engine;
+// see its documentation for what it sets up). It copies every model.Param's
 // initial value into engine memory and rebinds the Param there; the
 // initial tensors stay the caller's, free to free once Initialize returns,
 // except those a Param donates (model.Param.Donate), which it frees.
@@ -108,6 +112,12 @@ func Initialize(ctx context.Context, cfg *config.Config, net model.Model, opts .
 	}
 	if net == nil {
 		return nil, errors.New("deepgo.Initialize: model is nil")
+	}
+	// a *Config that came back from config.Parse with errors holds defaults
+	// in place of its bad values, and one changed in Go after loading was
+	// never checked: either would train a job other than the one asked for
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("deepgo.Initialize: the config is not valid: %w", err)
 	}
 	var o options
 	for _, f := range opts {

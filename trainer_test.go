@@ -72,6 +72,48 @@ func TestInitializeChoosesEngine(t *testing.T) {
 	}
 }
 
+// Initialize refuses a config that is not one Parse accepts: one Parse
+// returned with errors (its bad values replaced by defaults: stage 4 would
+// have trained at stage 0) and one whose fields were set out of range in Go
+// after loading. Each error names the JSON path.
+func TestInitializeRefusesInvalidConfig(t *testing.T) {
+	const good = `{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}`
+	parsedWithErrors, err := config.Parse([]byte(good + `, "zero_optimization": {"stage": 4}}`))
+	require.Error(t, err)
+	require.NotNil(t, parsedWithErrors, "Parse returns the partial config with its errors")
+	cases := []struct {
+		name string
+		cfg  func(t *testing.T) *config.Config
+		want string
+	}{
+		{"parsed with errors", func(*testing.T) *config.Config { return parsedWithErrors }, "zero_optimization.stage: got 4"},
+		{"clipping set negative", func(t *testing.T) *config.Config {
+			c, err := config.Parse([]byte(good + `}`))
+			require.NoError(t, err)
+			c.GradientClipping = -3
+			return c
+		}, "gradient_clipping: got -3"},
+		{"scale power out of range", func(t *testing.T) *config.Config {
+			c, err := config.Parse([]byte(good + `, "fp16": {"enabled": true}}`))
+			require.NoError(t, err)
+			c.FP16.InitialScalePower = 200
+			return c
+		}, "fp16.initial_scale_power: got 200"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := testmodel.NewMLP(1, 4, 3)
+			defer m.FreeUndonated()
+			tr, err := deepgo.Initialize(context.Background(), c.cfg(t), m)
+			require.ErrorContains(t, err, "deepgo.Initialize: the config is not valid")
+			require.ErrorContains(t, err, c.want)
+			var es config.Errors
+			require.ErrorAs(t, err, &es)
+			require.Nil(t, tr)
+		})
+	}
+}
+
 // A micro-batch whose size disagrees with train_micro_batch_size_per_gpu
 // is refused before any module runs, naming both numbers.
 func TestMicroBatchSizeChecked(t *testing.T) {

@@ -32,6 +32,7 @@ func build(raw map[string]any, o options) (*Config, error) {
 	sort.Strings(l.unresolved)
 	cfg.Unresolved = l.unresolved
 	if len(l.errs) > 0 {
+		cfg.parseErrs = l.errs
 		return cfg, l.errs
 	}
 	return cfg, nil

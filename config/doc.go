@@ -18,7 +18,10 @@
 // problem is collected into an
 // Errors value (a []*FieldError naming the JSON path, the value and what is
 // allowed); Parse then still returns the partial *Config so its Warnings can
-// be shown. Warnings are data (Config.Warnings); the package never prints.
+// be shown, but it is not one to train on: its Validate returns those
+// Errors, and deepgo.Initialize refuses it. Validate also re-checks a
+// *Config whose fields a program changed after loading. Warnings are data
+// (Config.Warnings); the package never prints.
 //
 // # Defaults, deprecated keys, unknown keys, "auto"
 //
@@ -65,7 +68,8 @@
 // torch lr_schedulers) are errors; unknown params are errors, as they are
 // in DeepSpeed, which passes them on as keyword arguments. What DeepSpeed
 // only logs (an unknown warmup_type, total_num_steps below
-// warmup_num_steps, a negative learning rate) is a warning.
+// warmup_num_steps, a negative scheduler learning rate such as
+// warmup_max_lr) is a warning; a negative optimizer.params.lr is an error.
 //
 // # Batch arithmetic
 //

@@ -43,6 +43,7 @@ func checkRoundTrip(t *testing.T, cfg *Config) {
 	require.NoError(t, err, "JSON")
 	back, err := Parse(out)
 	require.NoError(t, err, "reload:\n%s", out)
+	require.NoError(t, cfg.Validate(), "Validate")
 	require.Equal(t, comparable(cfg), comparable(back), "round trip changed values:\n%s", out)
 }
 

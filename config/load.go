@@ -64,6 +64,26 @@ func Parse(b []byte, opts ...Option) (cfg *Config, err error) {
 	return build(raw, o)
 }
 
+// Validate checks c as Parse checks a document, for a *Config about to be
+// trained on. A *Config that Parse returned together with Errors fails with
+// those Errors: its bad values were replaced by defaults (a stage of 4
+// would train at stage 0). Otherwise c's current values, including any a
+// program set in Go after loading, are read back the way Parse reads a
+// file (c.JSON() through Parse, "auto" keys left to Resolve), and the
+// errors name each bad value's JSON path as Parse's do. Warnings do not
+// fail it. deepgo.Initialize calls it.
+func (c *Config) Validate() error {
+	if len(c.parseErrs) > 0 {
+		return c.parseErrs
+	}
+	b, err := c.JSON()
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	_, err = Parse(b)
+	return err
+}
+
 // decodeRaw parses Hjson text into a tree of map[string]any, []any, string,
 // bool, nil, int64 and float64, with hjson-py's number typing.
 func decodeRaw(b []byte) (out map[string]any, err error) {

@@ -112,6 +112,10 @@ type Config struct {
 	Explicit map[string]bool `json:"-"`
 	// AutoPaths lists the JSON paths that held "auto" in the document.
 	AutoPaths []string `json:"-"`
+
+	// parseErrs keeps the Errors Parse returned with this *Config: its bad
+	// values were replaced by defaults, so Validate refuses it.
+	parseErrs Errors
 }
 
 // IsSet reports whether the document set the key at path (a dotted JSON path)
