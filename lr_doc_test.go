@@ -12,8 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// What Trainer.LR documents: a warmup schedule reads its minimum before
-// the first step and for the first two steps; no schedule reads lr.
+// What Trainer.LR documents: WarmupLR reads its minimum before the first
+// step and for the first two steps, WarmupCosineLR 0 then its minimum; no
+// schedule reads lr.
 func TestLRBeforeFirstStep(t *testing.T) {
 	cases := []struct {
 		sched string
@@ -22,6 +23,8 @@ func TestLRBeforeFirstStep(t *testing.T) {
 		{``, []float64{0.01, 0.01, 0.01}},
 		{`, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4, "warmup_max_lr": 0.01, "warmup_type": "linear"}}`, []float64{0, 0, 0.0025}},
 		{`, "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.001, "warmup_num_steps": 4, "warmup_max_lr": 0.01, "warmup_type": "linear"}}`, []float64{0.001, 0.001, 0.00325}},
+		// 0 for the first step, then warmup_min_ratio × lr, then the linear warmup
+		{`, "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "warmup_min_ratio": 0.5, "warmup_num_steps": 4, "warmup_type": "linear"}}`, []float64{0, 0.005, 0.00625}},
 	}
 	for _, c := range cases {
 		cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.01}}` + c.sched + `}`))

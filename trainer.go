@@ -67,11 +67,12 @@ type Trainer interface {
 	// GlobalSteps counts optimizer steps, skipped ones included.
 	GlobalSteps() int
 	// LR is the learning rate the next optimizer step uses. With a
-	// DeepSpeed schedule this follows DeepSpeed: the warmup schedules start
-	// at their minimum (WarmupLR and WarmupDecayLR at warmup_min_lr,
-	// default 0; WarmupCosineLR at warmup_min_ratio × lr, default 0), so
-	// LR() is usually 0 before the first step, and the first two steps both
-	// use that minimum; without a scheduler it is the optimizer's lr.
+	// DeepSpeed schedule this follows DeepSpeed: WarmupLR and WarmupDecayLR
+	// start at warmup_min_lr (default 0), and the first two steps both use
+	// it; WarmupCosineLR's first step uses 0 (DeepSpeed's scheduler writes
+	// 0 before it has stepped), so that step leaves the weights unchanged,
+	// and its second uses warmup_min_ratio × lr. Without a scheduler it is
+	// the optimizer's lr.
 	LR() float64
 	// LossScale is the current loss scale (1 without fp16).
 	LossScale() float64
