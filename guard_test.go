@@ -190,13 +190,13 @@ func TestParamShapeMismatch(t *testing.T) {
 // The config's warnings reach the trainer through Notes.
 func TestConfigWarningsInNotes(t *testing.T) {
 	cfg, err := config.Parse([]byte(`{"train_batch_size": 16, "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
-		"zero_optimization": {"stgae": 2}}`))
+		"zero_optimization": {"stage": 2, "paro_strategy": "NIG"}}`))
 	require.NoError(t, err)
 	m := testmodel.NewMLP(1, sizes...)
 	e, err := deepgo.Initialize(context.Background(), cfg, m, deepgo.WithLog(discard{}))
 	require.NoError(t, err)
 	defer e.Close()
-	assert.Contains(t, e.Notes(), `config warning: zero_optimization.stgae: unknown key, ignored (DeepSpeed rejects it (extra keys are not permitted in this section)); did you mean "stage"?`)
+	assert.Contains(t, e.Notes(), `config warning: zero_optimization.paro_strategy: unknown key, ignored (DeepSpeed rejects it (extra keys are not permitted in this section))`)
 }
 
 type discard struct{}

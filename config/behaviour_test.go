@@ -126,11 +126,15 @@ func TestDeprecated(t *testing.T) {
 	assert.Equal(t, 200000000, c.ZeroOptimization.AllgatherBucketSize, "allgather_size")
 }
 
+// Unknown keys: in a section DeepSpeed validates, a misspelling of a known
+// key (at most two edits) is an error, as DeepSpeed's is; a farther one (a
+// newer DeepSpeed's key) and any unknown key of a lenient section warn.
 func TestUnknownKeys(t *testing.T) {
-	c := mustParse(t, `{"zero_optimization":{"stage3_param_persitence_threshold":10},"trian_batch_size":8,"train_micro_batch_size_per_gpu":1,
+	c := mustParse(t, `{"zero_optimization":{"stage3_prefetch_bucket":10, "paro_strategy": "NIG"},"trian_batch_size":8,"train_micro_batch_size_per_gpu":1,
 	"compression_training":{"x":1}}`)
-	assert.True(t, warned(c, "zero_optimization.stage3_param_persitence_threshold", `did you mean "stage3_param_persistence_threshold"`), "zero unknown: %v", c.Warnings)
-	assert.True(t, warned(c, "zero_optimization.stage3_param_persitence_threshold", "DeepSpeed rejects it"), "zero unknown: %v", c.Warnings)
+	assert.True(t, warned(c, "zero_optimization.stage3_prefetch_bucket", `did you mean "stage3_prefetch_bucket_size"`), "zero unknown: %v", c.Warnings)
+	assert.True(t, warned(c, "zero_optimization.stage3_prefetch_bucket", "DeepSpeed rejects it"), "zero unknown: %v", c.Warnings)
+	assert.True(t, warned(c, "zero_optimization.paro_strategy", "DeepSpeed rejects it"), "zero unknown: %v", c.Warnings)
 	assert.True(t, warned(c, "trian_batch_size", `did you mean "train_batch_size"`), "top unknown: %v", c.Warnings)
 	assert.True(t, warned(c, "trian_batch_size", "DeepSpeed ignores it"), "top unknown: %v", c.Warnings)
 	assert.NotNil(t, c.Other["compression_training"], "recognised section not kept in Other")

@@ -41,7 +41,12 @@
 // Unknown keys get a warning with their path and the closest known key ("did
 // you mean ..."), saying whether DeepSpeed would ignore them (top level and
 // lenient sections) or reject them (schema-checked sections such as
-// zero_optimization, fp16, bf16 and the monitors). WithStrict makes them errors.
+// zero_optimization, fp16, bf16 and the monitors). In a schema-checked
+// section a key at most two edits from a known one ("stgae") is an error,
+// as DeepSpeed's is: taken for a misspelling, it would otherwise train with
+// the default in place of the value written; farther ones there (keys of a
+// newer DeepSpeed, such as paro_strategy) warn. WithStrict makes every
+// unknown key an error.
 // Recognised DeepSpeed sections deepgo does not use (compression_training,
 // data_efficiency, hybrid_engine, compile, ...) are kept in Config.Other.
 // "amp" is recognised and rejected when enabled; "elasticity" likewise.

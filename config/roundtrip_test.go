@@ -23,6 +23,8 @@ var refusedConfigs = map[string]string{
 	"microsoft__DeepSpeedExamples__training__bing_bert__01_adam__nccl__deepspeed_bsz4k_01adam_config_seq128_nccl.json": "ZeroOneAdam",
 	"microsoft__Megatron-DeepSpeed__examples_deepspeed__offload_pp__ds_config_gpt_TEMPLATE.json":                       "template placeholders",
 	"5.1-175b.json": "nvme offload without nvme_path, ZeRO-3 with pipeline parallelism",
+	"microsoft__DeepSpeedExamples__Megatron-LM-v1.1.5-ZeRO3__examples__ds_zero_stage_3_config.json":        "misspelled zero_optimization.stage3_param_persitence_threshold, which DeepSpeed's pydantic section rejects",
+	"microsoft__DeepSpeedExamples__Megatron-LM-v1.1.5-ZeRO3__examples__ds_zero_stage_infinity_config.json": "misspelled zero_optimization.stage3_param_persitence_threshold, which DeepSpeed's pydantic section rejects",
 }
 
 // TestRoundTripCollections round-trips every config of ../shared/configs

@@ -44,22 +44,35 @@ func (l *loader) unknown(p string, v any, s *section, kind string) {
 		}
 	}
 	key := p[strings.LastIndex(p, ".")+1:]
-	hint := ""
+	hint, typo := "", false
 	if sug := suggest(key, cands); sug != "" {
 		hint = fmt.Sprintf("; did you mean %q?", sug)
+		typo = levenshtein(strings.ToLower(key), strings.ToLower(sug)) <= maxTypoEdits
 	}
 	ds := "DeepSpeed ignores it"
-	if _, checked := checkedSections[s.typ]; checked {
+	_, checked := checkedSections[s.typ]
+	if checked {
 		ds = "DeepSpeed rejects it (extra keys are not permitted in this section)"
 	}
-	if l.o.strict {
-		allowed := "a known key"
-		allowed += hint
-		l.fail(p, v, allowed, "unknown key ("+ds+"); strict mode")
-		return
+	switch {
+	case checked && typo:
+		// "stgae": 2 would otherwise train at the default stage 0
+		l.fail(p, v, "a known key"+hint, "unknown key, a misspelling ("+ds+")")
+	case l.o.strict:
+		l.fail(p, v, "a known key"+hint, "unknown key ("+ds+"); strict mode")
+	default:
+		l.warn(p, "unknown key, ignored (%s)%s", ds, hint)
 	}
-	l.warn(p, "unknown key, ignored (%s)%s", ds, hint)
 }
+
+// maxTypoEdits is how close (in edits) an unknown key of a section DeepSpeed
+// validates must be to a known one to be taken for its misspelling, an
+// error: DeepSpeed rejects the document, and going on would train with the
+// default in place of the value the user wrote. Farther keys there (keys of
+// newer DeepSpeed versions deepgo does not model, such as paro_strategy and
+// sdma_allgather) are warnings: the DeepSpeed that knows them accepts the
+// document.
+const maxTypoEdits = 2
 
 // suggest returns the candidate closest to key, or "" if none is close.
 func suggest(key string, cands []string) string {
