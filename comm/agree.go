@@ -9,6 +9,7 @@ package comm
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -111,6 +112,13 @@ func (e *RankError) Error() string {
 // Unwrap returns this rank's own error, so that errors.Is sees through.
 func (e *RankError) Unwrap() error { return e.Local }
 
+// Cancelled reports whether err comes from a context that was cancelled
+// or ran out of time, on this rank or (through the group) another's: the
+// cause to name first, before what the collective was for.
+func Cancelled(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // Agree is a collective: every rank passes its outcome err of phase, and
 // every rank gets nil only if every rank succeeded, else a *RankError
 // naming every failing rank (its Local is this rank's err). A failure of
@@ -129,6 +137,8 @@ func Agree(ctx context.Context, c Comm, phase string, err error) error {
 	switch {
 	case gerr != nil && err != nil:
 		return fmt.Errorf("%s: %w (and the ranks could not agree: %w)", phase, err, gerr)
+	case gerr != nil && Cancelled(gerr):
+		return fmt.Errorf("%s: stopped: a rank's call was cancelled: %w", phase, gerr)
 	case gerr != nil:
 		return fmt.Errorf("%s: the ranks could not agree (did every rank take part?): %w", phase, gerr)
 	}

@@ -284,3 +284,37 @@ func TestAgreementNilComm(t *testing.T) {
 	assert.ErrorIs(t, err, bad, "Agree failing")
 	assert.EqualError(t, err, "p failed on rank 0: bad", "Agree failing")
 }
+
+// A rank that calls Agree with a cancelled context stops every rank at
+// once, and the error leads with the cancellation, naming the rank, not
+// with "could not agree (did every rank take part?)"; a timeout still
+// reads as the ranks not agreeing.
+func TestAgreeCancelled(t *testing.T) {
+	for _, n := range []int{2, 4} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			start := time.Now()
+			errs := onRanks(t, n, 10*time.Second, nil, func(c comm.Comm) error {
+				ctx := context.Background()
+				if c.Rank() == 1 {
+					cctx, cancel := context.WithCancel(ctx)
+					cancel()
+					ctx = cctx
+				} else {
+					// the cancelled rank arrives first: a collective the
+					// others have already completed would not notice
+					time.Sleep(50 * time.Millisecond)
+				}
+				return comm.Agree(ctx, c, "commit", nil)
+			})
+			assert.Less(t, time.Since(start), 5*time.Second)
+			for r, err := range errs {
+				require.ErrorIs(t, err, context.Canceled, "rank %d", r)
+				assert.True(t, comm.Cancelled(err), "rank %d", r)
+				assert.ErrorContains(t, err, "commit: stopped: a rank's call was cancelled", "rank %d", r)
+				assert.ErrorContains(t, err, "rank 1 cancelled its call", "rank %d", r)
+			}
+		})
+	}
+	assert.False(t, comm.Cancelled(comm.ErrTimeout))
+	assert.True(t, comm.Cancelled(fmt.Errorf("x: %w", context.DeadlineExceeded)))
+}
