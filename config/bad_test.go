@@ -21,6 +21,8 @@ func TestBadConfigs(t *testing.T) {
 			[]string{`zero_optimization.offload_param.nvme_path|<absent>|required when device is "nvme"`}},
 		{"bad stage", `{"zero_optimization":{"stage":4}}`, nil,
 			[]string{"zero_optimization.stage|4|an integer >= 0 and <= 3"}},
+		{"batch triad no world fits", `{"train_batch_size":100,"train_micro_batch_size_per_gpu":8,"gradient_accumulation_steps":3}`, nil,
+			[]string{"train_batch_size|100|a multiple of train_micro_batch_size_per_gpu × gradient_accumulation_steps = 8 × 3 = 24"}},
 		{"misspelled zero key", `{"zero_optimization":{"stgae":2}}`, nil,
 			[]string{`zero_optimization.stgae|2|a known key; did you mean "stage"?`}},
 		{"misspelled fp16 key", `{"fp16":{"enabled":true,"loss_scale_windw":100}}`, nil,

@@ -121,8 +121,25 @@ func (l *loader) crossCheck(c *Config) {
 			l.fail("data_types."+d.name, *d.v, fmt.Sprintf("%q (must match the precision mode)", mode), "")
 		}
 	}
+	l.batchTriad(c)
 	if l.o.world > 0 {
 		l.worldChecks(c)
+	}
+}
+
+// batchTriad checks, without a world size, what no world size can fix:
+// with all three batch keys given, train_batch_size = micro × accumulation
+// × data-parallel size needs train_batch_size to be a multiple of micro ×
+// accumulation (DeepSpeed asserts it once it knows the world).
+func (l *loader) batchTriad(c *Config) {
+	tb, mb, gas := c.TrainBatchSize, c.TrainMicroBatchSizePerGPU, c.GradientAccumulationSteps
+	if tb == nil || mb == nil || gas == nil || *tb < 1 || *mb < 1 || *gas < 1 || l.o.world > 0 {
+		return // a missing or "auto" key is inferred; a bad one has its own error; a world is checked by Resolve
+	}
+	if per := *mb * *gas; *tb%per != 0 {
+		l.fail("train_batch_size", *tb,
+			fmt.Sprintf("a multiple of train_micro_batch_size_per_gpu × gradient_accumulation_steps = %d × %d = %d", *mb, *gas, per),
+			"train_batch_size = micro × accumulation × data-parallel size for a whole number of data-parallel ranks")
 	}
 }
 

@@ -65,7 +65,7 @@ func configCheck(args []string, stdout, stderr io.Writer) int {
 	world := fs.Int("world", 0, "total number of ranks (resolves the batch triad)")
 	strict := fs.Bool("strict", false, "unknown keys and unresolved \"auto\" are errors")
 	hidden := fs.Int("hidden", 0, "model hidden size (resolves \"auto\" ZeRO bucket sizes as HF does)")
-	asJSON := fs.Bool("json", false, "print the resolved config as JSON instead of a listing")
+	asJSON := fs.Bool("json", false, "print the resolved config as JSON instead of a listing (stdout holds only the JSON; nothing for an invalid config)")
 	var files []string
 	for rest := args; ; {
 		if err := fs.Parse(rest); err != nil {
@@ -83,14 +83,14 @@ func configCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := config.Load(files[0], config.WithWorld(*world), config.WithStrict(*strict), config.WithModelHidden(*hidden))
 	if cfg != nil {
-		if *asJSON {
+		if *asJSON && err == nil { // an invalid config's values are partly defaults: no JSON
 			b, jerr := cfg.JSON()
 			if jerr != nil {
 				fmt.Fprintln(stderr, jerr)
 				return 1
 			}
 			stdout.Write(b)
-		} else {
+		} else if !*asJSON {
 			printSettings(stdout, cfg)
 		}
 		printNoEffect(stderr, cfg)
@@ -114,12 +114,16 @@ func configCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: invalid\n", files[0])
 		return 1
 	}
+	status := stdout
+	if *asJSON { // stdout holds the JSON alone, for json.load or jq
+		status = stderr
+	}
 	if *world > 0 {
 		b, _ := cfg.Resolve(*world, 0, 0, 0)
-		fmt.Fprintf(stdout, "batch (world %d): train_batch_size=%d = micro %d × accumulation %d × data-parallel %d\n",
+		fmt.Fprintf(status, "batch (world %d): train_batch_size=%d = micro %d × accumulation %d × data-parallel %d\n",
 			*world, b.TrainBatchSize, b.MicroBatch, b.GradAccum, b.DataParallel)
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", files[0])
+	fmt.Fprintf(status, "%s: ok\n", files[0])
 	return 0
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -40,6 +41,22 @@ func TestRunConfig(t *testing.T) {
 	runConfig([]string{"check", good}, &out, &errb)
 	assert.Contains(t, out.String(), "zero_optimization.reduce_bucket_size", "defaults not marked")
 	assert.Contains(t, out.String(), "# default", "defaults not marked")
+
+	// --json: stdout is the resolved config alone, for json.load or jq; the
+	// verdict goes to stderr; an invalid config gets no JSON
+	out.Reset()
+	errb.Reset()
+	require.Equal(t, 0, runConfig([]string{"check", "--json", "--world", "8", good}, &out, &errb), "%s", errb.String())
+	var v map[string]any
+	require.NoError(t, json.Unmarshal(out.Bytes(), &v), "stdout:\n%s", out.String())
+	assert.Contains(t, v, "zero_optimization")
+	assert.Contains(t, errb.String(), good+": ok")
+	assert.Contains(t, errb.String(), "train_batch_size=32")
+	out.Reset()
+	errb.Reset()
+	require.Equal(t, 1, runConfig([]string{"check", "--json", bad}, &out, &errb))
+	assert.Empty(t, out.String())
+	assert.Contains(t, errb.String(), bad+": invalid")
 }
 
 // TestConfigCheckOptimizer: `deepgo config check` reports optimizer and
