@@ -3,6 +3,7 @@ package deepgo_test
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -274,6 +275,36 @@ func TestPinMemoryOnSim(t *testing.T) {
 					assert.NotContains(t, notes, "pin_memory false")
 				})
 			}
+		}
+	}
+}
+
+// An nvme_path the parameter swapper cannot use (one that cannot be
+// created, a regular file) fails Initialize with an error naming
+// zero_optimization.offload_param and the path, as the same path under
+// offload_optimizer does, on every rank and with the optimizer offloaded
+// too: no panic in the cleanup of the half-built ZeRO optimizer.
+func TestOffloadParamBadNVMePath(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"uncreatable", filepath.Join(file, "below-a-file"), "not a directory"},
+		{"regular file", file, "not a directory"},
+	} {
+		for _, opt := range []string{"", `, "offload_optimizer": {"device": "cpu"}`} {
+			t.Run(fmt.Sprintf("%s/optimizer offload=%v", tc.name, opt != ""), func(t *testing.T) {
+				r := run{stage: 3, world: 2, gas: 1, steps: 1, zeroExtra: fmt.Sprintf(
+					`, "offload_param": {"device": "nvme", "nvme_path": %q, "buffer_count": 2, "buffer_size": 1024, "max_in_cpu": 0}%s`, tc.path, opt)}
+				var err error
+				require.NotPanics(t, func() { _, err = train(t, r) })
+				require.Error(t, err)
+				t.Logf("%v", err)
+				assert.Contains(t, err.Error(), "zero_optimization.offload_param: ")
+				assert.Contains(t, err.Error(), fmt.Sprintf("nvme_path %q", tc.path))
+				assert.Contains(t, err.Error(), tc.want)
+			})
 		}
 	}
 }

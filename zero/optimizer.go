@@ -210,6 +210,7 @@ type Optimizer struct {
 	stored int64      // bytes of the partitions the store holds
 
 	timers Timers
+	closed bool // Close ran
 }
 
 // New builds the Optimizer for mods over the group c, allocating and
@@ -255,6 +256,7 @@ func New(ctx context.Context, cfg Config, c comm.Comm, be backend.Backend, base 
 	// two largest modules stay cached: gathers reuse warm buffers (bounded like DeepSpeed's fixed fetch buffers)
 	z.gathered = newPool(be, z.acct, CatGathered, 2*int64(largest)*int64(cfg.ModelDType.Size()))
 	z.direct = cfg.Stage <= 1 && cfg.AccumDType == cfg.ModelDType
+	z.makeSlots() // before anything that can fail: Close indexes them
 	if err := z.openParamStore(); err != nil {
 		z.Close()
 		return nil, err
@@ -283,7 +285,10 @@ func (z *Optimizer) own(u int) (lo, n int) {
 	return z.rank * U / z.world, U / z.world
 }
 
-func (z *Optimizer) alloc() error {
+// makeSlots makes the per-unit slices, every entry nil: Close reads them,
+// so New makes them before the first step that can fail, and Close frees
+// what a failed New allocated and skips what it did not.
+func (z *Optimizer) makeSlots() {
 	nu := len(z.lay.Units)
 	z.param = make([]*tensor.Tensor, nu)
 	z.shard = make([]*tensor.Tensor, nu)
@@ -299,6 +304,10 @@ func (z *Optimizer) alloc() error {
 	z.hostGrad = make([]*tensor.Tensor, nu)
 	z.down = make([]backend.Copying, nu)
 	z.upload = make([]*tensor.Tensor, nu)
+}
+
+// alloc allocates every unit's buffers into the slices makeSlots made.
+func (z *Optimizer) alloc() error {
 	half := z.cfg.ModelDType != tensor.Float32
 	var err error
 	for u, unit := range z.lay.Units {

@@ -138,7 +138,7 @@ func (z *Optimizer) openParamStore() error {
 	}
 	s, err := z.cfg.ParamStore(z.cfg.ModelDType, names, sizes)
 	if err != nil {
-		return fmt.Errorf("zero: offload_param: %w", err)
+		return fmt.Errorf("zero: zero_optimization.offload_param: %w", err)
 	}
 	z.pstore = s
 	return nil

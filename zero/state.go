@@ -43,8 +43,14 @@ func (z *Optimizer) Memory() Memory {
 	return m
 }
 
-// Close frees every buffer. The base optimizer is not closed.
+// Close frees every buffer. The base optimizer is not closed. It is safe on
+// an Optimizer New failed part way through (New calls it then) and a
+// second call does nothing.
 func (z *Optimizer) Close() error {
+	if z.closed {
+		return nil
+	}
+	z.closed = true
 	errs := []error{z.settleDownloads(context.Background())}
 	for u := range z.gwork {
 		errs = append(errs, z.waitGather(u))
