@@ -159,9 +159,9 @@ func openPlan(dir string, opts LoadOptions, who string) (*checkpoint.Checkpoint,
 // planSmallState completes plan after its master weights: rank's client
 // state (rank 0's when the checkpoint had fewer ranks) and, as opts asks,
 // the optimizer state (readState), a fresh loss scaler holding the saved
-// state, and a fresh LR schedule (when sched; base learning rate lr)
-// holding the saved one.
-func planSmallState(ck *checkpoint.Checkpoint, plan *loadPlan, rank int, cfg *config.Config, z *zero.Optimizer, sched bool, lr float64, opts LoadOptions, who string, readState func() error) error {
+// state, and a fresh LR schedule (when sched; for the optimizer opt, see
+// newSchedule) holding the saved one.
+func planSmallState(ck *checkpoint.Checkpoint, plan *loadPlan, rank int, cfg *config.Config, z *zero.Optimizer, sched bool, opt optim.Optimizer, opts LoadOptions, who string, readState func() error) error {
 	if rank >= ck.Manifest.World {
 		rank = 0
 	}
@@ -187,7 +187,7 @@ func planSmallState(ck *checkpoint.Checkpoint, plan *loadPlan, rank int, cfg *co
 		}
 	}
 	if sched && !opts.SkipLRSchedulerStates {
-		if plan.sched, err = optim.NewSchedule(cfg.Scheduler.Type, cfg.Scheduler.Params, []float64{lr}); err != nil {
+		if plan.sched, _, err = newSchedule(cfg, opt); err != nil { // its warnings are Initialize's notes already
 			return fmt.Errorf("%s: %w", who, err)
 		}
 		if ec.Schedule != nil {

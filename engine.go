@@ -357,6 +357,9 @@ func (e *Engine) boundaryStep(ctx context.Context) error {
 			return err
 		}
 		c := optim.CombinedScale(norm, scale, e.clip)
+		if err := applyScheduleBetas(e.z, e.opt, e.sched); err != nil {
+			return err
+		}
 		if err := e.z.Step(ctx, e.LR(), c); err != nil {
 			return err
 		}

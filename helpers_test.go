@@ -34,6 +34,12 @@ func initEngine(ctx context.Context, cfg *config.Config, m model.Model, opts ...
 // engine run, whatever its stage, world and accumulation, must give the
 // gradient of this batch's loss: micro-batches are equal slices of it.
 func plainTrain(steps int, maxNorm float64) (*result, error) {
+	return plainTrainWith(steps, maxNorm, nil)
+}
+
+// plainTrainWith is plainTrain with before(step, opt) called before each
+// step's update, to set the AdamW hyperparameters a schedule gives it.
+func plainTrainWith(steps int, maxNorm float64, before func(step int, opt *testmodel.AdamW)) (*result, error) {
 	ctx := context.Background()
 	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	m := testmodel.NewMLP(1, sizes...)
@@ -76,6 +82,9 @@ func plainTrain(steps int, maxNorm float64) (*result, error) {
 			if grad, err = mods[i].Backward(ctx, grad); err != nil {
 				return nil, err
 			}
+		}
+		if before != nil {
+			before(s, ref.Opt)
 		}
 		if err := ref.Step(); err != nil {
 			return nil, err

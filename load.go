@@ -332,7 +332,7 @@ func (e *Engine) prepareLoad(ctx context.Context, dir string, opts LoadOptions) 
 	if plan.masters, err = read(func(r checkpoint.ParamRef) (checkpoint.ParamRef, error) { return r, nil }, z.Master); err != nil {
 		return nil, err
 	}
-	err = planSmallState(ck, plan, e.c.Rank(), e.cfg, z, e.sched != nil, e.opt.Defaults().LR, opts, "deepgo: Load", func() error {
+	err = planSmallState(ck, plan, e.c.Rank(), e.cfg, z, e.sched != nil, e.opt, opts, "deepgo: Load", func() error {
 		return e.readOptimizerState(ck, plan, read)
 	})
 	return plan, err

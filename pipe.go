@@ -349,9 +349,11 @@ func (e *PipeEngine) setupOptimizer(ctx context.Context, o options) error {
 		e.ownOpt = true
 	}
 	if e.cfg.Scheduler != nil {
-		if e.lrs, err = optim.NewSchedule(e.cfg.Scheduler.Type, e.cfg.Scheduler.Params, []float64{e.opt.Defaults().LR}); err != nil {
+		var warns []string
+		if e.lrs, warns, err = newSchedule(e.cfg, e.opt); err != nil {
 			return fmt.Errorf("deepgo.Initialize: %w", err)
 		}
+		e.notes = append(e.notes, warns...)
 	}
 	if e.z, err = zero.New(ctx, zeroConfig(e.cfg, dts), e.data, e.be, e.opt, specs, initial); err != nil {
 		return fmt.Errorf("deepgo.Initialize: pipeline stage %d: %w", e.stage, err)

@@ -118,7 +118,7 @@ func (e *PipeEngine) preparePipeLoad(ctx context.Context, dir string, opts LoadO
 	if p.masters, err = e.readSlots(ctx, ck, slots, func(s pipeSlot) (checkpoint.ParamRef, error) { return s.ref, nil }); err != nil {
 		return nil, err
 	}
-	err = planSmallState(ck, p, e.world.Rank(), e.cfg, e.z, e.lrs != nil, e.opt.Defaults().LR, opts, pipeLoad, func() error {
+	err = planSmallState(ck, p, e.world.Rank(), e.cfg, e.z, e.lrs != nil, e.opt, opts, pipeLoad, func() error {
 		return e.readPipeOptimizerState(ctx, ck, p, slots)
 	})
 	return p, err

@@ -27,6 +27,7 @@ import (
 // saves to save when set, and reports its parameters and losses.
 type pipeCkptRun struct {
 	pp, dp, zero   int
+	scheduler      string // the "scheduler" member; "": WarmupLR up to 0.01 over 4 steps
 	load, save     string
 	rankLoad       map[int]string // a rank's own copy of load
 	from, to       int
@@ -37,11 +38,15 @@ type pipeCkptRun struct {
 }
 
 func (p *pipeCkptRun) config() string {
+	sched := p.scheduler
+	if sched == "" {
+		sched = `{"type": "WarmupLR", "params": {"warmup_num_steps": 4, "warmup_max_lr": 0.01}}`
+	}
 	return fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
 		"pipeline_model_parallel_size": %d, "pipeline": {"partition": "uniform"},
 		"zero_optimization": {"stage": %d}, "gradient_clipping": 1.0,
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
-		"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4, "warmup_max_lr": 0.01}}}`, p.pp, p.zero)
+		"scheduler": %s}`, p.pp, p.zero, sched)
 }
 
 func (p *pipeCkptRun) run(t *testing.T) error {

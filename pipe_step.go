@@ -66,6 +66,9 @@ func (e *PipeEngine) step(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := applyScheduleBetas(e.z, e.opt, e.lrs); err != nil {
+		return err
+	}
 	if err := e.z.Step(ctx, e.LR(), optim.CombinedScale(norm, scale, e.clip)); err != nil {
 		return err
 	}

@@ -139,9 +139,11 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		e.notes = append(e.notes, "zero_optimization.offload_optimizer.device="+cfg.ZeroOptimization.OffloadOptimizer.Device+": not applied: the optimizer passed with WithOptimizer steps where it was built")
 	}
 	if cfg.Scheduler != nil {
-		if e.sched, err = optim.NewSchedule(cfg.Scheduler.Type, cfg.Scheduler.Params, []float64{e.opt.Defaults().LR}); err != nil {
+		var warns []string
+		if e.sched, warns, err = newSchedule(cfg, e.opt); err != nil {
 			return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 		}
+		e.notes = append(e.notes, warns...)
 	}
 	donated, err := e.donations()
 	if err != nil {

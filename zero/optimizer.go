@@ -210,7 +210,8 @@ type Optimizer struct {
 	stored int64      // bytes of the partitions the store holds
 
 	timers Timers
-	closed bool // Close ran
+	hyper  *optim.Hyper // SetHyper: what each sub-group steps with (nil: the base's defaults)
+	closed bool         // Close ran
 }
 
 // New builds the Optimizer for mods over the group c, allocating and

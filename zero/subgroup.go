@@ -165,7 +165,22 @@ func (z *Optimizer) stepSubGroups(ctx context.Context, g []*tensor.Tensor, lr, g
 
 // stepOne steps sub-group sg with its gradients.
 func (z *Optimizer) stepOne(sg *subGroup, grads []*tensor.Tensor, lr, gradScale float64) error {
-	return z.base.Step(optim.ParamGroup{Name: sg.name, Params: sg.params, Grads: grads, Copies: sg.copies}, lr, gradScale)
+	return z.base.Step(optim.ParamGroup{Name: sg.name, Params: sg.params, Grads: grads, Copies: sg.copies, Hyper: z.hyper}, lr, gradScale)
+}
+
+// SetHyper sets the hyperparameters the following Steps pass to the base
+// optimizer for every sub-group (optim.ParamGroup.Hyper), in place of its
+// defaults; nil goes back to the defaults. Step's lr is the rate whatever
+// h.LR says. The engines set the momentum an LR schedule drives this way
+// (OneCycle's cycle_momentum writes each param group's betas in
+// DeepSpeed). h is copied; an invalid h fails the next Step.
+func (z *Optimizer) SetHyper(h *optim.Hyper) {
+	if h == nil {
+		z.hyper = nil
+		return
+	}
+	c := *h
+	z.hyper = &c
 }
 
 // subErr names the sub-group of a failed step when there are several.
