@@ -3,8 +3,10 @@ package deepgo_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
@@ -99,6 +101,56 @@ func TestCancelledContextOneRank(t *testing.T) {
 		// and the engine is still usable: nothing was half done
 		_, err = e.TrainBatch(context.Background(), []model.MicroBatch{data.Micro(0, globalBatch, 0, globalBatch)})
 		require.NoError(t, err)
+	}
+}
+
+// On a group, a rank whose context is cancelled still enters its next
+// collective, so both ranks stop at once, not after the group's timeout,
+// naming the rank; Save, which begins by agreeing, leads with the
+// cancellation rather than "could not agree (did every rank take part?)".
+func TestCancelledContextGroup(t *testing.T) {
+	cfg, err := config.Parse([]byte(run{stage: 2, world: 2, gas: 1}.config()))
+	require.NoError(t, err)
+	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	dir := t.TempDir()
+	for _, op := range []string{"TrainBatch", "Save"} {
+		errs := make([]error, 2)
+		start := time.Now()
+		err = newWorld(context.Background(), 2, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+			m := testmodel.NewMLP(1, sizes...)
+			e, err := initEngine(ctx, cfg, m, append(opts, deepgo.WithLog(discard{}))...)
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			call := ctx
+			if c.Rank() == 1 {
+				cctx, cancel := context.WithCancel(ctx)
+				cancel()
+				call = cctx
+			} else {
+				// the cancelled rank reaches the collective first: one the
+				// others had already completed would not notice
+				time.Sleep(50 * time.Millisecond)
+			}
+			if op == "Save" {
+				errs[c.Rank()] = e.Save(call, dir, deepgo.SaveOptions{})
+				return nil
+			}
+			half := globalBatch / 2
+			_, errs[c.Rank()] = e.TrainBatch(call, []model.MicroBatch{data.Micro(0, globalBatch, c.Rank()*half, half)})
+			return nil
+		})
+		require.NoError(t, err)
+		assert.Less(t, time.Since(start), 10*time.Second, "%s: the live rank waited out the timeout", op)
+		for r, err := range errs {
+			require.ErrorIs(t, err, context.Canceled, "%s: rank %d", op, r)
+			assert.ErrorContains(t, err, "rank 1 cancelled its call", "%s: rank %d", op, r)
+			if op == "Save" {
+				assert.ErrorContains(t, err, "stopped: a rank's call was cancelled", "rank %d", r)
+				assert.NotContains(t, err.Error(), "did every rank take part", "rank %d", r)
+			}
+		}
 	}
 }
 

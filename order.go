@@ -26,6 +26,9 @@ func (e *Engine) checkSequence(ctx context.Context, seq []int) error {
 	n := e.c.Size()
 	lens, err := comm.AllGatherInt64s(ctx, e.c, []int64{int64(len(seq))})
 	if err != nil {
+		if comm.Cancelled(err) {
+			return fmt.Errorf("deepgo: forward %d: stopped: a rank's call was cancelled: %w", e.forwards, err)
+		}
 		// The first collective of a forward: a rank that skipped this step
 		// (or died) shows up here, not as a module-order problem.
 		return fmt.Errorf("deepgo: forward %d: not every data-parallel rank joined this step (a rank skipped it, stopped or failed): %w", e.forwards, err)

@@ -22,6 +22,16 @@ import (
 // A Trainer's methods must be called from one goroutine, and the
 // collective ones (TrainBatch, Step at a boundary, Save, Load,
 // Parameters) by every rank of its group in the same order.
+//
+// Cancelling a call's context stops it on every rank promptly: a rank of a
+// group goes on to its next collective and, at the first one it has to
+// wait in, the group fails on every rank at once, naming the rank that
+// cancelled (returning early instead would leave the others waiting out
+// the group's timeout). A call stopped part way leaves the group broken
+// and the micro-step half done, so every later call refuses; Close the
+// Trainer and resume from a checkpoint. A Trainer alone (one rank, no
+// tensor parallelism) refuses a call whose context is already done before
+// it changes anything.
 type Trainer interface {
 	// TrainBatch runs one optimizer step over gradient_accumulation_steps
 	// micro-batches of this rank and returns the mean loss over the
