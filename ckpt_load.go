@@ -184,7 +184,19 @@ func planSmallState(ck *checkpoint.Checkpoint, plan *loadPlan, rank int, cfg *co
 			if err := plan.scaler.SetState(ec.Scaler); err != nil {
 				return fmt.Errorf("%s: %s: loss scaler: %w", who, where, err)
 			}
+		} else {
+			kind := func(d bool) string {
+				if d {
+					return "dynamic"
+				}
+				return "static"
+			}
+			plan.res.Notes = append(plan.res.Notes, fmt.Sprintf("%s: the checkpoint's %s loss scaler (scale %g) was not restored: this engine's is %s (scale %g), as its config says",
+				where, kind(ec.Scaler.Dynamic), ec.Scaler.CurScale, kind(plan.scaler.Dynamic()), plan.scaler.State().CurScale))
 		}
+	}
+	if saved, now := ec.ModelDType, z.Config().ModelDType.String(); saved != "" && saved != now {
+		plan.res.Notes = append(plan.res.Notes, fmt.Sprintf("%s: saved training in %s, loaded into an engine training in %s: the float32 masters and optimizer state are restored as saved and the working parameters re-cast from them", where, saved, now))
 	}
 	if sched && !opts.SkipLRSchedulerStates {
 		if plan.sched, _, err = newSchedule(cfg, opt); err != nil { // its warnings are Initialize's notes already

@@ -49,6 +49,11 @@ type LoadResult struct {
 	// Missing lists model parameters the checkpoint lacked and Unexpected
 	// checkpoint parameters the model lacks (both empty unless NonStrict).
 	Missing, Unexpected []string
+	// Notes lists what was saved but not restored as saved, for the
+	// trainer to log: for example a checkpoint saved in fp16 loaded by a
+	// bf16 or fp32 engine, whose dynamic loss scaler state has no place
+	// there and is dropped.
+	Notes []string
 }
 
 // loadPlan is a checkpoint read into host memory, verified, not applied.

@@ -95,10 +95,19 @@ type SaveOptions struct {
 // atBoundary reports an error unless the engine is between optimizer
 // steps (no forward pending, no partial accumulation).
 func (e *Engine) atBoundary(op string) error {
-	if e.phase != phaseIdle || e.microSteps%e.batch.GradAccum != 0 {
-		return fmt.Errorf("deepgo: %s: only between optimizer steps (micro step %d of %d, forward pending %v, backward not yet stepped %v)", op, e.microSteps%e.batch.GradAccum, e.batch.GradAccum, e.phase == phaseForward, e.phase == phaseBackward)
+	done, gas := e.microSteps%e.batch.GradAccum, e.batch.GradAccum
+	var why string
+	switch {
+	case e.phase == phaseForward:
+		why = "a Forward is waiting for its Backward and Step"
+	case e.phase == phaseBackward:
+		why = "a Backward is waiting for its Step"
+	case done != 0:
+		why = fmt.Sprintf("%d of the %d micro-steps of this optimizer step are done; %d more (Forward, Backward, Step each) reach it", done, gas, gas-done)
+	default:
+		return nil
 	}
-	return nil
+	return fmt.Errorf("deepgo: %s: only between optimizer steps (the gradients of an unfinished step are not saved): %s", op, why)
 }
 
 // checkpointState builds this rank's checkpoint.State and the save options.

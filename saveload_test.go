@@ -435,7 +435,49 @@ func TestCheckpointMidAccumulation(t *testing.T) {
 	require.NoError(t, e.Step(ctx))
 	dir := t.TempDir()
 	require.ErrorContains(t, e.Save(ctx, dir, deepgo.SaveOptions{}), "between optimizer steps", "Save mid-accumulation")
+	require.ErrorContains(t, e.Save(ctx, dir, deepgo.SaveOptions{}), "1 of the 2 micro-steps of this optimizer step are done; 1 more")
 	_, err = e.Load(ctx, dir, deepgo.LoadOptions{})
 	require.ErrorContains(t, err, "between optimizer steps", "Load mid-accumulation")
+	_, err = e.Forward(ctx, mb)
+	require.NoError(t, err)
+	require.ErrorContains(t, e.Save(ctx, dir, deepgo.SaveOptions{}), "a Forward is waiting for its Backward and Step")
+	require.NoError(t, e.Backward(ctx))
+	require.ErrorContains(t, e.Save(ctx, dir, deepgo.SaveOptions{}), "a Backward is waiting for its Step")
+	require.NoError(t, e.Step(ctx))
+	require.NoError(t, e.Save(ctx, dir, deepgo.SaveOptions{}), "at the boundary")
+}
 
+// TestCheckpointPrecisionChangeNotes: a checkpoint saved in fp16 loads into
+// a bf16 engine, and the Load says what it did not restore as saved (the
+// dynamic loss scaler) and that the precision changed; a load into the
+// precision it was saved in has no notes.
+func TestCheckpointPrecisionChangeNotes(t *testing.T) {
+	ctx := context.Background()
+	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	engine := func(prec string) *deepgo.Engine {
+		cfg, err := config.Parse([]byte(run{stage: 1, world: 1, gas: 1, precision: prec}.config()))
+		require.NoError(t, err)
+		e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), deepgo.WithLog(discard{}))
+		require.NoError(t, err)
+		t.Cleanup(func() { e.Close() })
+		return e
+	}
+	dir := t.TempDir()
+	src := engine("fp16")
+	for st := 0; st < 2; st++ {
+		_, err := src.TrainBatch(ctx, data.RankBatch(st, globalBatch, 1, 0, 1))
+		require.NoError(t, err)
+	}
+	require.NoError(t, src.Save(ctx, dir, deepgo.SaveOptions{}))
+
+	res, err := engine("fp16").Load(ctx, dir, deepgo.LoadOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, res.Notes, "same precision")
+
+	res, err = engine("bf16").Load(ctx, dir, deepgo.LoadOptions{})
+	require.NoError(t, err)
+	require.Len(t, res.Notes, 2, "%q", res.Notes)
+	assert.Contains(t, res.Notes[0], "the checkpoint's dynamic loss scaler (scale ")
+	assert.Contains(t, res.Notes[0], "was not restored: this engine's is static (scale 1)")
+	assert.Contains(t, res.Notes[1], "saved training in float16, loaded into an engine training in bfloat16")
 }
