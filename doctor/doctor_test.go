@@ -269,3 +269,37 @@ func TestMeasured(t *testing.T) {
 		})
 	}
 }
+
+// A loss spike in a run directory, whose Train/Samples files hold
+// DeepSpeed's global_samples (train_loss a batch before lr), is reported at
+// its optimizer step with that step's lr and grad_norm, whether deepgo
+// (deepgo_run.json) or DeepSpeed (none) wrote the directory.
+func TestSpikeInRunDirectory(t *testing.T) {
+	const at = 40
+	for _, tc := range []struct {
+		name     string
+		withInfo bool
+	}{
+		{name: "deepgo", withInfo: true},
+		{name: "DeepSpeed", withInfo: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := runfixture.Healthy()
+			run.Values[rundir.TagLoss][at-1] *= 3
+			if !tc.withInfo {
+				run.Info = nil
+			}
+			in := input(t, run)
+			rep := doctor.Diagnose(in)
+			require.Contains(t, rules(rep.Findings), "spikes")
+			var f doctor.Finding
+			for _, x := range rep.Findings {
+				if x.Rule == "spikes" {
+					f = x
+				}
+			}
+			assert.Contains(t, f.Evidence[0], "1 loss spikes in 60 steps: step 40: loss ")
+			assert.Contains(t, f.Evidence[0], ", lr 0.0001, grad_norm ", "the step's lr and grad_norm found")
+		})
+	}
+}

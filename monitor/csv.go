@@ -16,7 +16,8 @@ import (
 // tag named after it ('/' and ' ' become '_', plus ".csv"), opened for
 // appending, with the header row "step,<last part of the tag>" written the
 // first time this process writes the file, then one "step,value" row per
-// event, in Python csv's dialect (CRLF line ends).
+// event (step: the event's x value, Event.Step), in Python csv's dialect
+// (CRLF line ends).
 type CSVWriter struct {
 	dir       string
 	files     map[string]*csvFile
@@ -47,21 +48,26 @@ func CSVFileName(tag string) string {
 	return strings.NewReplacer("/", "_", " ", "_").Replace(tag) + ".csv"
 }
 
-// WriteEvents appends one row per event, flushing at most every
-// FlushInterval.
-func (c *CSVWriter) WriteEvents(step int, events []Event) error {
+// WriteEvents appends one row per event at its Step (the optimizer step
+// is not written), flushing at most every FlushInterval.
+func (c *CSVWriter) WriteEvents(_ int, events []Event) error {
 	for _, e := range events {
 		cf, err := c.file(e.Tag)
 		if err != nil {
 			return err
 		}
-		if err := cf.w.Write([]string{strconv.Itoa(step), e.text()}); err != nil {
+		if err := cf.w.Write([]string{strconv.FormatInt(e.Step, 10), e.text()}); err != nil {
 			return err
 		}
 	}
 	if time.Since(c.lastFlush) < FlushInterval {
 		return nil
 	}
+	return c.Flush()
+}
+
+// Flush hands every buffered row to the file system.
+func (c *CSVWriter) Flush() error {
 	c.lastFlush = time.Now()
 	var errs []error
 	for _, cf := range c.files {

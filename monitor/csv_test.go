@@ -18,8 +18,8 @@ func TestCSVLayout(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out", "job")
 	w, err := NewCSVWriter(dir)
 	require.NoError(t, err)
-	require.NoError(t, w.WriteEvents(1, []Event{{Tag: TagLoss, Value: 2.5}, {Tag: TagSkippedSteps, Value: 0, Int: true}}))
-	require.NoError(t, w.WriteEvents(2, []Event{{Tag: TagLoss, Value: 2}, {Tag: TagSkippedSteps, Value: 1, Int: true}}))
+	require.NoError(t, w.WriteEvents(1, []Event{{Tag: TagLoss, Value: 2.5, Step: 1}, {Tag: TagSkippedSteps, Value: 0, Int: true, Step: 1}}))
+	require.NoError(t, w.WriteEvents(2, []Event{{Tag: TagLoss, Value: 2, Step: 2}, {Tag: TagSkippedSteps, Value: 1, Int: true, Step: 2}}))
 	require.NoError(t, w.Close())
 
 	assert.Equal(t, "Train_Samples_train_loss.csv", CSVFileName(TagLoss))
@@ -33,7 +33,7 @@ func TestCSVLayout(t *testing.T) {
 
 	w2, err := NewCSVWriter(dir)
 	require.NoError(t, err)
-	require.NoError(t, w2.WriteEvents(3, []Event{{Tag: TagLoss, Value: 1.75}}))
+	require.NoError(t, w2.WriteEvents(3, []Event{{Tag: TagLoss, Value: 1.75, Step: 3}}))
 	require.NoError(t, w2.Close())
 	rows, err := csv.NewReader(strings.NewReader(string(must(os.ReadFile(filepath.Join(dir, "Train_Samples_train_loss.csv")))))).ReadAll()
 	require.NoError(t, err)

@@ -23,6 +23,11 @@
 //   - With GPU telemetry in the Record: Train/GPU/{memory_used_bytes,
 //     memory_total_bytes, utilization_pct, power_w, temperature_c}.
 //
-// The step of every event is the global optimizer step, 1-based (DeepSpeed
-// uses the sample count; deepgo's readers key on steps).
+// The x value of every event (csv_monitor's step column, tensorboard's
+// step) is DeepSpeed's: the Train/Samples tags go at global_samples, the
+// samples consumed so far (step × train_batch_size, see SetTrainBatchSize),
+// train_loss before the step's update ((step-1) × train_batch_size) and the
+// others after it (step × train_batch_size); deepgo's own tags go at the
+// global optimizer step, 1-based (rundir.SampleX). deepgo_run.json records
+// train_batch_size, and rundir.Read keys every series back on steps.
 package monitor

@@ -12,12 +12,20 @@ import (
 type Event struct {
 	Tag   string
 	Value float64
+	// Step is the x value the event is written at (csv_monitor's step
+	// column, tensorboard's step): rundir.SampleX of the optimizer step,
+	// which is DeepSpeed's global_samples for a Train/Samples tag and the
+	// optimizer step for deepgo's own.
+	Step int64
 	// Int marks a count (bytes, steps, 0/1 flags): written without a
 	// fraction, as Python writes an int.
 	Int bool
 }
 
-// Writer receives each step's events, in tag order as the Monitor builds them.
+// Writer receives each step's events, in tag order as the Monitor builds
+// them; step is the optimizer step, each event's own x value is Event.Step.
+// A Writer that buffers may also have a Flush() error method, which the
+// Monitor's Flush calls.
 type Writer interface {
 	WriteEvents(step int, events []Event) error
 	Close() error
@@ -58,8 +66,17 @@ const (
 
 func ms(d float64) float64 { return d / 1e6 }
 
-// events turns one step (dt: its timer deltas) into the contract's tags.
-func events(r Record, dt Timers, rss int64, breakdown bool, nonfinite *bool) []Event {
+// events turns one step (dt: its timer deltas) into the contract's tags,
+// each at its x value for trainBatchSize samples per step.
+func events(r Record, dt Timers, rss int64, breakdown bool, nonfinite *bool, trainBatchSize int) []Event {
+	ev := tagEvents(r, dt, rss, breakdown, nonfinite)
+	for i := range ev {
+		ev[i].Step = rundir.SampleX(ev[i].Tag, int64(r.Step), int64(trainBatchSize))
+	}
+	return ev
+}
+
+func tagEvents(r Record, dt Timers, rss int64, breakdown bool, nonfinite *bool) []Event {
 	ev := []Event{
 		{Tag: TagLoss, Value: r.Loss},
 		{Tag: TagLR, Value: r.LR},

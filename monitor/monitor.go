@@ -59,11 +59,13 @@ func WithMemoryCapacity(bytes int64) Option { return func(m *Monitor) { m.capaci
 
 // Monitor turns each step's Record into events for its writers, prints
 // DeepSpeed's wall_clock_breakdown lines, runs the NaN/Inf check and
-// checks the §6 targets. Its methods must be called from one goroutine;
-// rank 0 hands each step to a goroutine of its own that writes it, so a
-// writer's error is returned by a later Observe or by Close.
+// checks the §6 targets. Its methods must be called from one goroutine,
+// except Close, which any goroutine may call at any time; rank 0 hands each
+// step to a goroutine of its own that writes it, so a writer's error is
+// returned by a later Observe or by Close.
 type Monitor struct {
 	rank        int
+	batch       int // train_batch_size: the samples per step, for the Train/Samples x values
 	breakdown   bool
 	printEvery  int
 	finiteEvery int
@@ -84,10 +86,13 @@ type Monitor struct {
 	finite   target
 	warnings []string
 
-	queue   chan batch    // rank 0's steps on their way to the writers
-	flushed chan struct{} // closed when the writer goroutine has stopped
-	errMu   sync.Mutex
-	werrs   []error // the writers' errors since the last Observe
+	qmu       sync.Mutex    // guards queue: Close may run beside Observe
+	queue     chan batch    // rank 0's steps on their way to the writers; nil once Close began
+	flushed   chan struct{} // closed when the writer goroutine has stopped
+	closeOnce sync.Once
+	closeErr  error
+	errMu     sync.Mutex
+	werrs     []error // the writers' errors since the last Observe
 }
 
 // batch is one step for the writer goroutine.
@@ -95,18 +100,21 @@ type batch struct {
 	r         Record
 	dt        Timers
 	nonfinite *bool
+	batch     int
 }
 
 // New builds rank's Monitor from cfg's tensorboard, csv_monitor, wandb,
-// comet, wall_clock_breakdown and steps_per_print. Only rank 0 creates
-// files; every rank must call Observe (the NaN/Inf check may be a
-// collective). wandb and comet, which deepgo cannot write, become Notes.
-func New(cfg *config.Config, rank int, opts ...Option) (*Monitor, error) {
+// comet, wall_clock_breakdown, steps_per_print and train_batch_size (the
+// samples per step; see SetTrainBatchSize). Only rank 0 creates files;
+// every rank must call Observe (the NaN/Inf check may be a collective).
+// wandb and comet, which deepgo cannot write, become Notes.
+func New(cfg *config.Config, rank int, opts ...Option) (_ *Monitor, err error) {
 	if cfg == nil {
 		return nil, errors.New("monitor.New: cfg is nil")
 	}
 	m := &Monitor{
 		rank:        rank,
+		batch:       1,
 		breakdown:   cfg.WallClockBreakdown || cfg.FlopsProfiler.Enabled,
 		printEvery:  50,
 		finiteEvery: DefaultFiniteCheckEvery,
@@ -117,6 +125,9 @@ func New(cfg *config.Config, rank int, opts ...Option) (*Monitor, error) {
 	}
 	if cfg.StepsPerPrint != nil && *cfg.StepsPerPrint > 0 {
 		m.printEvery = *cfg.StepsPerPrint
+	}
+	if cfg.TrainBatchSize != nil && *cfg.TrainBatchSize > 0 {
+		m.batch = *cfg.TrainBatchSize
 	}
 	for _, o := range opts {
 		o(m)
@@ -131,7 +142,7 @@ func New(cfg *config.Config, rank int, opts ...Option) (*Monitor, error) {
 		return m, nil
 	}
 	defer func() {
-		if len(m.writers)+len(m.extra) > 0 {
+		if err == nil && len(m.writers)+len(m.extra) > 0 {
 			m.startWriting()
 		}
 	}()
@@ -158,6 +169,20 @@ func New(cfg *config.Config, rank int, opts ...Option) (*Monitor, error) {
 	}
 	return m, nil
 }
+
+// SetTrainBatchSize sets the samples per optimizer step (DeepSpeed's
+// train_batch_size, as the engine resolved it): the Train/Samples tags are
+// written at global_samples, step × n (rundir.SampleX). Call it before the
+// first Observe; n < 1 is ignored. Without it the Monitor takes the
+// config's train_batch_size, else 1 (one sample per step).
+func (m *Monitor) SetTrainBatchSize(n int) {
+	if n > 0 {
+		m.batch = n
+	}
+}
+
+// TrainBatchSize is the samples per step the Train/Samples x values count.
+func (m *Monitor) TrainBatchSize() int { return m.batch }
 
 // MemoryCapacity is the bytes the memory target divides by (0: not
 // checked).
@@ -192,9 +217,11 @@ func (m *Monitor) Observe(ctx context.Context, r Record) error {
 	if m.rank != 0 {
 		return nil
 	}
+	m.qmu.Lock()
 	if m.queue != nil {
-		m.queue <- batch{r, dt, nonfinite}
+		m.queue <- batch{r: r, dt: dt, nonfinite: nonfinite, batch: m.batch}
 	}
+	m.qmu.Unlock()
 	m.errMu.Lock()
 	errs := m.werrs
 	m.werrs = nil
@@ -253,10 +280,10 @@ func BreakdownLine(rank int, dt Timers) string {
 // (its step time is every rank's, since the collectives wait for rank 0).
 func (m *Monitor) startWriting() {
 	m.queue, m.flushed = make(chan batch, 64), make(chan struct{})
-	go func() {
+	go func(queue <-chan batch) {
 		defer close(m.flushed)
-		for b := range m.queue {
-			ev := events(b.r, b.dt, rssBytes(), m.breakdown, b.nonfinite)
+		for b := range queue {
+			ev := events(b.r, b.dt, rssBytes(), m.breakdown, b.nonfinite, b.batch)
 			var errs []error
 			for _, w := range m.writers {
 				errs = append(errs, w.WriteEvents(b.r.Step, ev))
@@ -270,19 +297,33 @@ func (m *Monitor) startWriting() {
 				m.errMu.Unlock()
 			}
 		}
-	}()
+	}(m.queue)
 }
 
 // Close writes the steps still queued, then flushes and closes the files
-// the Monitor created, returning any writer error not yet reported.
+// the Monitor created, returning any writer error not yet reported. Any
+// goroutine may call it, also while the training loop's goroutine is in
+// Observe (a process exiting on a signal): the steps Observe has handed
+// over are written, later ones are dropped. Later calls wait for the first
+// and return its result.
 func (m *Monitor) Close() error {
-	if m.queue != nil {
-		close(m.queue)
+	m.closeOnce.Do(func() { m.closeErr = m.close() })
+	return m.closeErr
+}
+
+func (m *Monitor) close() error {
+	m.qmu.Lock()
+	queue := m.queue
+	m.queue = nil
+	m.qmu.Unlock()
+	if queue != nil {
+		close(queue)
 		<-m.flushed
-		m.queue = nil
 	}
+	m.errMu.Lock()
 	errs := m.werrs
 	m.werrs = nil
+	m.errMu.Unlock()
 	for _, w := range m.writers {
 		errs = append(errs, w.Close())
 	}

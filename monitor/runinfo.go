@@ -18,8 +18,10 @@ type RunInfo = rundir.Info
 
 // WriteRunInfo writes deepgo_run.json into every run directory (rank 0
 // only; a no-op elsewhere or without an enabled monitor), replacing it
-// whole so that a reader never sees half a file.
+// whole so that a reader never sees half a file. Its train_batch_size is
+// the Monitor's (TrainBatchSize), the one the Train/Samples x values count.
 func (m *Monitor) WriteRunInfo(info RunInfo) error {
+	info.TrainBatchSize = int64(m.batch)
 	if len(info.Config) == 0 {
 		info.Config = json.RawMessage("null")
 	}

@@ -16,8 +16,9 @@ import (
 
 // TensorboardWriter writes a tensorboard event file in dir: TFRecord
 // framing around tensorflow.Event protos, a file_version event first and
-// then one Event per step holding a Summary of simple_value scalars, the
-// records torch's SummaryWriter.add_scalar produces for DeepSpeed.
+// then Events holding Summaries of simple_value scalars at each event's x
+// value, the records torch's SummaryWriter.add_scalar produces for
+// DeepSpeed.
 type TensorboardWriter struct {
 	f         *os.File
 	b         *bufio.Writer
@@ -66,9 +67,30 @@ func (w *TensorboardWriter) Path() string { return w.path }
 
 func wallTime(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
-// WriteEvents writes one Event (wall_time, step, summary) holding every
-// event of the step as a simple_value, flushing at most every FlushInterval.
-func (w *TensorboardWriter) WriteEvents(step int, events []Event) error {
+// WriteEvents writes the step's events as tensorflow.Event records
+// (wall_time, step, summary of simple_value scalars), one per run of
+// consecutive events at the same x value (Event.Step: train_loss goes a
+// batch of samples before the other Train/Samples tags, as in DeepSpeed),
+// flushing at most every FlushInterval.
+func (w *TensorboardWriter) WriteEvents(_ int, events []Event) error {
+	for len(events) > 0 {
+		n := 1
+		for n < len(events) && events[n].Step == events[0].Step {
+			n++
+		}
+		if err := w.writeEvent(events[0].Step, events[:n]); err != nil {
+			return err
+		}
+		events = events[n:]
+	}
+	if time.Since(w.lastFlush) < FlushInterval {
+		return nil
+	}
+	return w.Flush()
+}
+
+// writeEvent writes one Event holding events as simple_values at step.
+func (w *TensorboardWriter) writeEvent(step int64, events []Event) error {
 	var sum []byte
 	for _, e := range events {
 		var v []byte
@@ -82,17 +104,19 @@ func (w *TensorboardWriter) WriteEvents(step int, events []Event) error {
 	ev := protowire.AppendTag(nil, 1, protowire.Fixed64Type) // Event.wall_time
 	ev = protowire.AppendFixed64(ev, math.Float64bits(wallTime(w.now())))
 	ev = protowire.AppendTag(ev, 2, protowire.VarintType) // Event.step
-	ev = protowire.AppendVarint(ev, uint64(int64(step)))
+	ev = protowire.AppendVarint(ev, uint64(step))
 	ev = protowire.AppendTag(ev, 5, protowire.BytesType) // Event.summary
 	ev = protowire.AppendBytes(ev, sum)
-	if err := w.record(ev); err != nil {
-		return err
-	}
-	if time.Since(w.lastFlush) < FlushInterval {
-		return nil
-	}
+	return w.record(ev)
+}
+
+// Flush hands the buffered records to the file system.
+func (w *TensorboardWriter) Flush() error {
 	w.lastFlush = time.Now()
-	return w.b.Flush()
+	if err := w.b.Flush(); err != nil {
+		return fmt.Errorf("monitor: tensorboard: %w", err)
+	}
+	return nil
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

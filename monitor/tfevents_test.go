@@ -95,7 +95,7 @@ func TestTensorboardRecords(t *testing.T) {
 	w, err := NewTensorboardWriter(dir)
 	require.NoError(t, err)
 	for s := 1; s <= 3; s++ {
-		require.NoError(t, w.WriteEvents(s, []Event{{Tag: TagLoss, Value: 3 - 0.5*float64(s)}, {Tag: TagLR, Value: 1e-3}}))
+		require.NoError(t, w.WriteEvents(s, []Event{{Tag: TagLoss, Value: 3 - 0.5*float64(s), Step: int64(s)}, {Tag: TagLR, Value: 1e-3, Step: int64(s)}}))
 	}
 	require.NoError(t, w.Close())
 	assert.True(t, strings.HasPrefix(filepath.Base(w.Path()), "events.out.tfevents."), w.Path())
@@ -145,7 +145,7 @@ func TestTensorboardPython(t *testing.T) {
 	w, err := NewTensorboardWriter(dir)
 	require.NoError(t, err)
 	for s := 1; s <= 5; s++ {
-		require.NoError(t, w.WriteEvents(s, []Event{{Tag: TagLoss, Value: 1 / float64(s)}, {Tag: TagRSS, Value: 1 << 20, Int: true}}))
+		require.NoError(t, w.WriteEvents(s, []Event{{Tag: TagLoss, Value: 1 / float64(s), Step: int64(s)}, {Tag: TagRSS, Value: 1 << 20, Int: true, Step: int64(s)}}))
 	}
 	require.NoError(t, w.Close())
 	tags := tensorboardTags(t, dir)

@@ -2,7 +2,16 @@
 // it: DeepSpeed's csv_monitor layout (one CSV file per tag under
 // output_path/job_name, header "step,<last tag component>", one "step,value"
 // row per event) plus deepgo_run.json, the run's facts (resolved config,
-// world, device, parameter count, entropy floor, memory capacity, steps).
+// world, device, parameter count, entropy floor, memory capacity, steps,
+// train_batch_size).
+//
+// As in DeepSpeed, the step column of a Train/Samples tag holds
+// global_samples (SampleX), that of deepgo's own tags the optimizer step.
+// Read turns global_samples back into steps (dividing by deepgo_run.json's
+// train_batch_size, or for a directory DeepSpeed wrote, by the one its
+// values imply), so that every series of a Run is keyed on steps; a
+// directory from a deepgo that wrote steps everywhere (deepgo_run.json
+// without train_batch_size) reads as it is.
 //
 // It only reads; package doctor diagnoses a run and package runplot draws it.
 package rundir

@@ -30,6 +30,11 @@ type Info struct {
 	MemoryCapacityBytes int64 `json:"memory_capacity_bytes"`
 	// Steps is the number of optimizer steps run so far.
 	Steps int64 `json:"steps"`
+	// TrainBatchSize is the samples per optimizer step (DeepSpeed's
+	// train_batch_size) the monitor wrote the Train/Samples tags with: their
+	// x is global_samples (SampleX). 0 (absent) in a directory written by a
+	// deepgo that put every tag at its step.
+	TrainBatchSize int64 `json:"train_batch_size,omitempty"`
 }
 
 // OnCPU reports whether the run computed on the host (device "cpu" or unknown).
@@ -47,8 +52,14 @@ type Run struct {
 	// Info is deepgo_run.json; nil when the directory has none (a run
 	// written by DeepSpeed itself).
 	Info *Info
-	// Series are the CSV files by tag.
+	// Series are the CSV files by tag, each keyed on optimizer steps: Read
+	// turns the global_samples of the Train/Samples tags into steps.
 	Series map[string]*Series
+	// TrainBatchSize is the samples per step Read divided the Train/Samples
+	// x values by: Info's, else (a directory DeepSpeed wrote) the greatest
+	// common divisor of those values. 0 when they were steps already (a
+	// deepgo_run.json without train_batch_size).
+	TrainBatchSize int64
 }
 
 // Get returns the series of tag, or nil when the run has no such file.
@@ -68,7 +79,8 @@ func (r *Run) Tags() []string {
 var ErrNoRun = errors.New("not a run directory")
 
 // Read reads the run directory dir: deepgo_run.json where present and every
-// *.csv file. An error names the file it is about.
+// *.csv file, with each series keyed on optimizer steps (see
+// Run.TrainBatchSize). An error names the file it is about.
 func Read(dir string) (*Run, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -96,7 +108,45 @@ func Read(dir string) (*Run, error) {
 	if r.Info == nil && len(r.Series) == 0 {
 		return nil, fmt.Errorf("rundir: %s: %w: want %s or csv_monitor files such as %s", dir, ErrNoRun, InfoFile, FileName(TagLoss))
 	}
+	switch {
+	case r.Info == nil:
+		r.TrainBatchSize = inferBatch(r.Series)
+	default:
+		r.TrainBatchSize = r.Info.TrainBatchSize
+	}
+	if r.TrainBatchSize == 0 {
+		return r, nil
+	}
+	for _, tag := range r.Tags() {
+		if err := r.Series[tag].samplesToSteps(r.TrainBatchSize); err != nil {
+			return nil, fmt.Errorf("rundir: %s: %w", filepath.Join(dir, FileName(tag)), err)
+		}
+	}
 	return r, nil
+}
+
+// inferBatch is the train_batch_size of a run directory without
+// deepgo_run.json (DeepSpeed's own): the greatest common divisor of the
+// Train/Samples x values, each a multiple of it; 1 when they are all 0 or
+// there are none.
+func inferBatch(series map[string]*Series) int64 {
+	g := int64(0)
+	for tag, s := range series {
+		if !IsSamplesTag(tag) {
+			continue
+		}
+		for _, x := range s.Steps {
+			g = gcd(g, x)
+		}
+	}
+	return max(g, 1)
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 func readInfo(path string) (*Info, error) {
@@ -115,6 +165,8 @@ func readInfo(path string) (*Info, error) {
 		return nil, fmt.Errorf("rundir: %s: params %d: want >= 0", path, in.Params)
 	case in.MemoryCapacityBytes < 0:
 		return nil, fmt.Errorf("rundir: %s: memory_capacity_bytes %d: want >= 0", path, in.MemoryCapacityBytes)
+	case in.TrainBatchSize < 0:
+		return nil, fmt.Errorf("rundir: %s: train_batch_size %d: want >= 0", path, in.TrainBatchSize)
 	}
 	return &in, nil
 }

@@ -1,6 +1,7 @@
 package rundir_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,7 +38,8 @@ func TestReadSeries(t *testing.T) {
 			steps: []int64{1, 2, 3, 4}, values: []float64{4, 30, 20, 10}},
 		{name: "empty file", text: "", err: `empty: want the header row "step,train_loss"`},
 		{name: "no header", text: "1,2\n", err: `line 1: "1,2" before the header row`},
-		{name: "bad step", text: "step,train_loss\n0,2\n", err: `line 2: step "0": want an integer >= 1`},
+		{name: "global_samples 0", text: "step,train_loss\r\n0,5.5\r\n32,5.25\r\n", steps: []int64{0, 32}, values: []float64{5.5, 5.25}},
+		{name: "bad step", text: "step,train_loss\n-1,2\n", err: `line 2: step "-1": want an integer >= 0`},
 		{name: "bad value", text: "step,train_loss\n1,2\n2,tensor(3.0)\n", err: `line 3: value "tensor(3.0)": want a number`},
 		{name: "three fields", text: "step,train_loss\n1,2,3\n", err: "wrong number of fields"},
 	}
@@ -131,4 +133,131 @@ func TestReadErrorsNameTheFile(t *testing.T) {
 	_, err := rundir.Read(filepath.Join(t.TempDir(), "missing"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "missing")
+}
+
+// StepOfX inverts SampleX, DeepSpeed's x values: train_loss at
+// (step-1)×batch, the other Train/Samples tags at step×batch, deepgo's own
+// tags at the step.
+func TestSampleX(t *testing.T) {
+	cases := []struct {
+		tag         string
+		step, batch int64
+		x           int64
+	}{
+		{tag: rundir.TagLoss, step: 1, batch: 32, x: 0},
+		{tag: rundir.TagLoss, step: 3, batch: 32, x: 64},
+		{tag: rundir.TagLR, step: 1, batch: 32, x: 32},
+		{tag: rundir.TagLossScale, step: 3, batch: 32, x: 96},
+		{tag: rundir.TagStepMS, step: 2, batch: 8, x: 16},
+		{tag: rundir.TagLR, step: 5, batch: 1, x: 5},
+		{tag: rundir.TagGradNorm, step: 7, batch: 32, x: 7},
+		{tag: rundir.TagGPUPower, step: 7, batch: 32, x: 7},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s/%d", c.tag, c.step), func(t *testing.T) {
+			assert.Equal(t, c.x, rundir.SampleX(c.tag, c.step, c.batch))
+			step, err := rundir.StepOfX(c.tag, c.x, c.batch)
+			require.NoError(t, err)
+			assert.Equal(t, c.step, step)
+		})
+	}
+	for _, c := range []struct {
+		tag      string
+		x, batch int64
+		err      string
+	}{
+		{tag: rundir.TagLR, x: 40, batch: 32, err: "step 40: not a multiple of train_batch_size 32"},
+		{tag: rundir.TagLR, x: 0, batch: 32, err: "before the first step"},
+		{tag: rundir.TagLoss, x: 0, batch: 0, err: "train_batch_size 0: want >= 1"},
+	} {
+		_, err := rundir.StepOfX(c.tag, c.x, c.batch)
+		assert.ErrorContains(t, err, c.err, "%s at %d", c.tag, c.x)
+	}
+}
+
+// Read keys every series on optimizer steps, whoever wrote the directory:
+// deepgo (global_samples, train_batch_size in deepgo_run.json), DeepSpeed
+// (global_samples, no deepgo_run.json: the batch is the values' greatest
+// common divisor, here too after a resume that replayed steps), or a deepgo
+// from before global_samples (steps, no train_batch_size).
+func TestReadKeysOnSteps(t *testing.T) {
+	steps := []int64{1, 2, 3, 4}
+	cases := []struct {
+		name  string
+		info  string            // deepgo_run.json; "" for none
+		files map[string]string // file name -> content
+		batch int64
+		err   string
+	}{
+		{name: "deepgo", info: `{"world": 2, "train_batch_size": 16}`, batch: 16, files: map[string]string{
+			"Train_Samples_train_loss.csv": "step,train_loss\r\n0,4\r\n16,3\r\n32,2\r\n48,1\r\n",
+			"Train_Samples_lr.csv":         "step,lr\r\n16,0.1\r\n32,0.1\r\n48,0.1\r\n64,0.1\r\n",
+			"Train_deepgo_grad_norm.csv":   "step,grad_norm\r\n1,1\r\n2,1\r\n3,1\r\n4,1\r\n",
+		}},
+		{name: "DeepSpeed", batch: 24, files: map[string]string{
+			"Train_Samples_train_loss.csv": "step,train_loss\r\n0,4\r\n24,3\r\n48,2\r\n72,1\r\n",
+			"Train_Samples_lr.csv":         "step,lr\r\n24,0.1\r\n48,0.1\r\n72,0.1\r\n96,0.1\r\n",
+		}},
+		{name: "DeepSpeed, resumed from step 2", batch: 24, files: map[string]string{
+			"Train_Samples_train_loss.csv": "step,train_loss\r\n0,4\r\n24,3\r\n48,9\r\nstep,train_loss\r\n48,2\r\n72,1\r\n",
+			"Train_Samples_lr.csv":         "step,lr\r\n24,0.1\r\n48,0.1\r\n72,0.1\r\nstep,lr\r\n72,0.1\r\n96,0.1\r\n",
+		}},
+		{name: "deepgo before global_samples", info: `{"world": 2}`, batch: 0, files: map[string]string{
+			"Train_Samples_train_loss.csv": "step,train_loss\r\n1,4\r\n2,3\r\n3,2\r\n4,1\r\n",
+			"Train_Samples_lr.csv":         "step,lr\r\n1,0.1\r\n2,0.1\r\n3,0.1\r\n4,0.1\r\n",
+			"Train_deepgo_grad_norm.csv":   "step,grad_norm\r\n1,1\r\n2,1\r\n3,1\r\n4,1\r\n",
+		}},
+		{name: "not a multiple of train_batch_size", info: `{"world": 2, "train_batch_size": 16}`, files: map[string]string{
+			"Train_Samples_lr.csv": "step,lr\r\n16,0.1\r\n20,0.1\r\n",
+		}, err: "Train_Samples_lr.csv: step 20: not a multiple of train_batch_size 16"},
+		{name: "negative train_batch_size", info: `{"world": 2, "train_batch_size": -4}`, err: "train_batch_size -4: want >= 0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if c.info != "" {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, rundir.InfoFile), []byte(c.info), 0o644))
+			}
+			for n, text := range c.files {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, n), []byte(text), 0o644))
+			}
+			r, err := rundir.Read(dir)
+			if c.err != "" {
+				require.ErrorContains(t, err, c.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, c.batch, r.TrainBatchSize)
+			for _, tag := range r.Tags() {
+				assert.Equal(t, steps, r.Get(tag).Steps, tag)
+			}
+			loss := r.Get(rundir.TagLoss)
+			assert.Equal(t, []float64{4, 3, 2, 1}, loss.Values, "train_loss by step")
+		})
+	}
+}
+
+// The crafted runs (DeepSpeed's layout, as deepgo writes it) read back at
+// steps 1..Steps in every series, with or without deepgo_run.json.
+func TestReadCraftedRunSteps(t *testing.T) {
+	for _, withInfo := range []bool{true, false} {
+		fx := runfixture.Healthy()
+		if !withInfo {
+			fx.Info = nil
+		}
+		dir, err := runfixture.Write(t.TempDir(), fx)
+		require.NoError(t, err)
+		raw, err := rundir.ReadSeries(filepath.Join(dir, rundir.FileName(rundir.TagLR)))
+		require.NoError(t, err)
+		assert.Equal(t, int64(runfixture.TrainBatchSize), raw.Steps[0], "the file holds global_samples")
+		r, err := rundir.Read(dir)
+		require.NoError(t, err)
+		assert.Equal(t, int64(runfixture.TrainBatchSize), r.TrainBatchSize, "with deepgo_run.json: %v", withInfo)
+		for _, tag := range r.Tags() {
+			s := r.Get(tag)
+			require.Equal(t, runfixture.Steps, s.Len(), tag)
+			assert.Equal(t, int64(1), s.Steps[0], tag)
+			assert.Equal(t, int64(runfixture.Steps), s.Steps[s.Len()-1], tag)
+		}
+	}
 }

@@ -16,7 +16,9 @@ import (
 type Series struct {
 	// Tag is the monitor tag, e.g. Train/Samples/train_loss.
 	Tag string
-	// Steps are the global steps (1-based), strictly increasing.
+	// Steps are strictly increasing: in a Run from Read, the global
+	// optimizer steps (1-based); from ReadSeries, the file's step column
+	// as written (global_samples for a Train/Samples tag, see SampleX).
 	Steps []int64
 	// Values are the values at Steps.
 	Values []float64
@@ -53,7 +55,24 @@ func (s *Series) At(step int64) (float64, bool) {
 	return 0, false
 }
 
-// ReadSeries reads one csv_monitor file. Rows repeating the header are
+// samplesToSteps turns the x values of a Train/Samples series, written at
+// global_samples for trainBatchSize samples per step, into steps.
+func (s *Series) samplesToSteps(trainBatchSize int64) error {
+	if !IsSamplesTag(s.Tag) {
+		return nil
+	}
+	for i, x := range s.Steps {
+		step, err := StepOfX(s.Tag, x, trainBatchSize)
+		if err != nil {
+			return err
+		}
+		s.Steps[i] = step
+	}
+	return nil
+}
+
+// ReadSeries reads one csv_monitor file, its step column as written (see
+// Series.Steps). Rows repeating the header are
 // skipped: csv_monitor appends, and a resumed job writes the header again.
 // A step at or below one already read starts over from there (the resumed
 // job replays those steps), so the later rows win.
@@ -92,8 +111,8 @@ func parseSeries(r io.Reader, tag string) (*Series, error) {
 			return nil, fmt.Errorf("line %d: %q before the header row %q", line, rec[0]+","+rec[1], csvStepHeader+","+Header(tag))
 		}
 		step, err := strconv.ParseInt(rec[0], 10, 64)
-		if err != nil || step < 1 {
-			return nil, fmt.Errorf("line %d: step %q: want an integer >= 1", line, rec[0])
+		if err != nil || step < 0 {
+			return nil, fmt.Errorf("line %d: step %q: want an integer >= 0", line, rec[0])
 		}
 		v, err := strconv.ParseFloat(rec[1], 64)
 		if err != nil {

@@ -1,6 +1,9 @@
 package rundir
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // InfoFile is deepgo's one file in a run directory, beside the csv_monitor
 // and tensorboard files: Info, as JSON.
@@ -9,7 +12,10 @@ const InfoFile = "deepgo_run.json"
 // The tags of the run-directory contract. DeepSpeed's engine writes the
 // Train/Samples ones (the elapsed times only with wall_clock_breakdown or the
 // flops profiler); deepgo adds Train/deepgo and, where a GPU driver answers,
-// Train/GPU. Every value is per optimizer step; steps are global and 1-based.
+// Train/GPU. Every value is per optimizer step. The x value a value is
+// written at (csv_monitor's step column, tensorboard's step) is SampleX:
+// DeepSpeed's global_samples for the Train/Samples tags, the global
+// optimizer step (1-based) for the others.
 const (
 	TagLoss             = "Train/Samples/train_loss"
 	TagLR               = "Train/Samples/lr"
@@ -41,10 +47,12 @@ const (
 	TagGPUUtilization        = "Train/GPU/utilization_pct"
 	TagGPUPower              = "Train/GPU/power_w"
 	TagGPUTemperature        = "Train/GPU/temperature_c"
-	csvExt                   = ".csv"
-	csvStepHeader            = "step"
-	tagSeparator             = "/"
-	fileNameTagSeparator     = "_"
+	// SamplesPrefix starts the tags DeepSpeed logs at global_samples.
+	SamplesPrefix        = "Train/Samples/"
+	csvExt               = ".csv"
+	csvStepHeader        = "step"
+	tagSeparator         = "/"
+	fileNameTagSeparator = "_"
 )
 
 // Tags lists every tag of the contract, so that a file name (which loses the
@@ -56,6 +64,50 @@ var Tags = []string{
 	TagMemoryDevice, TagMemoryPeak, TagRSS, TagNonfiniteParams, TagGPUMemoryUsed,
 	TagGPUMemoryTotal, TagGPUUtilization, TagGPUPower, TagGPUTemperature,
 	TagCheckpointRecomputeMS, TagCheckpointSavedBytes, TagCheckpointHostBytes,
+}
+
+// IsSamplesTag reports whether tag is one DeepSpeed logs at global_samples
+// (a Train/Samples/ tag), not at the optimizer step.
+func IsSamplesTag(tag string) bool { return strings.HasPrefix(tag, SamplesPrefix) }
+
+// SampleX is the x value DeepSpeed's engine writes step's value of tag at,
+// for a run of trainBatchSize samples per step. The Train/Samples tags go
+// at global_samples, the samples consumed so far: train_loss is written in
+// backward(), before the step's optimizer update adds train_batch_size to
+// the count, so at (step-1) × trainBatchSize; lr, loss_scale and the
+// elapsed times are written after it, at step × trainBatchSize. deepgo's
+// own tags (Train/deepgo, Train/GPU) go at the step.
+func SampleX(tag string, step, trainBatchSize int64) int64 {
+	switch {
+	case !IsSamplesTag(tag):
+		return step
+	case tag == TagLoss:
+		return (step - 1) * trainBatchSize
+	}
+	return step * trainBatchSize
+}
+
+// StepOfX inverts SampleX: the optimizer step whose value of tag is written
+// at x. An x that is not a multiple of trainBatchSize, or that maps to a
+// step below 1, is an error.
+func StepOfX(tag string, x, trainBatchSize int64) (int64, error) {
+	if !IsSamplesTag(tag) {
+		return x, nil
+	}
+	if trainBatchSize < 1 {
+		return 0, fmt.Errorf("train_batch_size %d: want >= 1", trainBatchSize)
+	}
+	if x%trainBatchSize != 0 {
+		return 0, fmt.Errorf("step %d: not a multiple of train_batch_size %d (want global_samples, as DeepSpeed writes %s)", x, trainBatchSize, tag)
+	}
+	step := x / trainBatchSize
+	if tag == TagLoss {
+		step++
+	}
+	if step < 1 {
+		return 0, fmt.Errorf("step %d: global_samples %d is before the first step for %s (train_batch_size %d)", x, x, tag, trainBatchSize)
+	}
+	return step, nil
 }
 
 // FileName is the CSV file name DeepSpeed's csv_monitor gives a tag: "/" and

@@ -71,10 +71,14 @@ steps_per_print steps, "step N: gradient overflow, step skipped, loss scale
 A -> B" for each fp16 step skipped, then (synthetic corpus) "final loss
 (mean of the last K steps) L vs entropy floor F", and last one JSON line:
 ` + trainJSONHelp + `
-With checkpoint.save_dir (or checkpoint.load_path) the run resumes from the
-latest checkpoint there (load_path may also name one checkpoint's folder,
-e.g. DIR/global_step5). When that checkpoint is already at or past --steps
-there is nothing to train: train says so and exits 0 without a JSON line.
+With checkpoint.save_dir the run resumes from the latest checkpoint there
+(a damaged one stops the run, listing those that verify; --resume-fallback
+takes the newest of them). checkpoint.load_path (a save directory, or one
+checkpoint's folder, e.g. DIR/global_step5) only seeds a run whose save_dir
+holds no checkpoint yet: once save_dir has one, every restart resumes from
+it and prints a line saying it set load_path aside. When that checkpoint is
+already at or past --steps there is nothing to train: train says so and
+exits 0 without a JSON line.
 SIGINT (Ctrl-C) or SIGTERM (deepgo launch stopping the job, a scheduler)
 stops the run: rank 0 prints "deepgo train: interrupted at step N (last
 checkpoint: DIR/TAG or none)" and every rank exits 128+signal (130, 143).
@@ -371,24 +375,31 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			return err
 		}
 		defer func() { err = errors.Join(err, tm.close()) }()
+		if rank == 0 {
+			targs.progress.atInterrupt(tm.interrupt)
+		}
 		B, gas := e.BatchSizes().MicroBatch, e.BatchSizes().GradAccum
-		first, note, err := rs.resume(ctx, cfg, e, s)
+		rd, err := rs.resume(ctx, cfg, e, s)
 		if err != nil {
 			return err
 		}
-		if rank == 0 && note != "" {
-			fmt.Fprintln(stdout, "note:", note)
+		first := rd.first
+		if rank == 0 && rd.why != "" {
+			fmt.Fprintln(stdout, rd.why)
+		}
+		if rank == 0 && rd.note != "" {
+			fmt.Fprintln(stdout, "note:", rd.note)
 		}
 		if first > steps {
 			// every rank loaded the same checkpoint: none trains, none saves
 			if rank == 0 {
-				fmt.Fprintf(stdout, "nothing to train: the checkpoint in %s is at step %d, at or past --steps %d; give a larger --steps to train on\n", resumeDir(cfg), first-1, steps)
+				fmt.Fprintf(stdout, "nothing to train: the checkpoint in %s is at step %d, at or past --steps %d; give a larger --steps to train on\n", rd.dir, first-1, steps)
 				res.NothingToTrain = true
 			}
 			return nil
 		}
 		if rank == 0 && first > 1 {
-			fmt.Fprintf(stdout, "resumed at step %d from %s\n", first-1, resumeDir(cfg))
+			fmt.Fprintf(stdout, "resumed at step %d from %s\n", first-1, rd.dir)
 		}
 		if rank == 0 {
 			targs.progress.setSaveDir(cfg.Checkpoint.SaveDir)

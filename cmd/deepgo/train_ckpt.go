@@ -23,58 +23,84 @@ type trainState struct {
 	Sampler data.Position `json:"sampler"`
 }
 
-// resumeDir is where a run resumes from: checkpoint.load_path when set,
-// else checkpoint.save_dir (the recovery the user's document describes:
-// load the latest checkpoint).
-func resumeDir(cfg *config.Config) string {
-	if p := cfg.Checkpoint.LoadPath; p != nil && *p != "" {
-		return *p
-	}
-	return cfg.Checkpoint.SaveDir
+// resumeSource is the checkpoint a run resumes from.
+type resumeSource struct {
+	// dir is the save directory to load from; "" starts the run fresh.
+	dir string
+	// tag is the checkpoint to load in dir; "" for the one its latest
+	// file names.
+	tag string
+	// why, when checkpoint.load_path is set but save_dir's latest is
+	// loaded instead, is the line saying so.
+	why string
 }
 
-// resumeFrom is the checkpoint a run resumes from: the save directory
-// and the tag to load ("": the one its latest file names), or "", "" to
-// start fresh. Without checkpoint.load_path that is the latest checkpoint
-// of save_dir when there is one. checkpoint.load_path must name something
-// to load: a save directory with a latest file, or one checkpoint's folder
-// inside one (DIR/global_step5, the folder with its manifest.json); it may
-// be save_dir before the first save. Anything else is an error naming
-// checkpoint.load_path, where DeepSpeed would start fresh after a warning.
-func resumeFrom(cfg *config.Config) (dir, tag string, err error) {
-	lp := cfg.Checkpoint.LoadPath
-	if lp == nil || *lp == "" {
-		dir = cfg.Checkpoint.SaveDir
-		if dir == "" {
-			return "", "", nil
-		}
-		if _, err := os.Stat(filepath.Join(dir, "latest")); errors.Is(err, fs.ErrNotExist) {
-			return "", "", nil
-		}
-		return dir, "", nil
+// resumeFrom is the checkpoint a run resumes from. save_dir's latest
+// checkpoint comes first: once a run has saved there, every restart
+// (deepgo launch --max_restarts, a rerun with a larger --steps) resumes
+// from its own newest checkpoint, and checkpoint.load_path, which only
+// seeds a run whose save_dir has none, is set aside with a line saying
+// why. Without a checkpoint in save_dir, checkpoint.load_path must name
+// something to load: a save directory with a latest file, or one
+// checkpoint's folder inside one (DIR/global_step5, the folder with its
+// manifest.json); it may be save_dir before the first save. Anything else
+// is an error naming checkpoint.load_path, where DeepSpeed would start
+// fresh after a warning. Neither: the run starts fresh.
+func resumeFrom(cfg *config.Config) (resumeSource, error) {
+	save := cfg.Checkpoint.SaveDir
+	lp := ""
+	if cfg.Checkpoint.LoadPath != nil {
+		lp = *cfg.Checkpoint.LoadPath
 	}
-	p := *lp
+	if save != "" {
+		if _, err := os.Stat(filepath.Join(save, "latest")); !errors.Is(err, fs.ErrNotExist) {
+			src := resumeSource{dir: save}
+			if lp != "" && filepath.Clean(lp) != filepath.Clean(save) {
+				latest := "its latest file is unreadable"
+				if tag, err := checkpoint.ReadLatest(nil, save); err == nil {
+					latest = tag
+				}
+				src.why = fmt.Sprintf("resuming from save_dir's latest (%s), not checkpoint.load_path %s: save_dir holds this run's newest checkpoints, and load_path only seeds a run whose save_dir has none", latest, lp)
+			}
+			return src, nil
+		}
+	}
+	if lp == "" {
+		return resumeSource{}, nil
+	}
 	const want = "want a checkpoint save directory with a latest file (an earlier run's save_dir) or one checkpoint's folder inside it (e.g. DIR/global_step5, with its manifest.json)"
-	fi, err := os.Stat(p)
+	fi, err := os.Stat(lp)
 	switch {
-	case err != nil && errors.Is(err, fs.ErrNotExist) && filepath.Clean(p) == filepath.Clean(cfg.Checkpoint.SaveDir):
-		return "", "", nil // save_dir, before the first save
+	case err != nil && errors.Is(err, fs.ErrNotExist) && filepath.Clean(lp) == filepath.Clean(save):
+		return resumeSource{}, nil // save_dir, before the first save
 	case err != nil:
-		return "", "", fmt.Errorf("checkpoint.load_path %q: %w; %s", p, err, want)
+		return resumeSource{}, fmt.Errorf("checkpoint.load_path %q: %w; %s", lp, err, want)
 	case !fi.IsDir():
-		return "", "", fmt.Errorf("checkpoint.load_path %q: not a directory; %s", p, want)
+		return resumeSource{}, fmt.Errorf("checkpoint.load_path %q: not a directory; %s", lp, want)
 	}
-	if _, err := os.Stat(filepath.Join(p, "latest")); err == nil {
-		return p, "", nil
+	if _, err := os.Stat(filepath.Join(lp, "latest")); err == nil {
+		return resumeSource{dir: lp}, nil
 	}
-	if _, err := os.Stat(filepath.Join(p, "manifest.json")); err == nil {
-		clean := filepath.Clean(p)
-		return filepath.Dir(clean), filepath.Base(clean), nil
+	if _, err := os.Stat(filepath.Join(lp, "manifest.json")); err == nil {
+		clean := filepath.Clean(lp)
+		return resumeSource{dir: filepath.Dir(clean), tag: filepath.Base(clean)}, nil
 	}
-	if filepath.Clean(p) == filepath.Clean(cfg.Checkpoint.SaveDir) {
-		return "", "", nil // save_dir, before the first save
+	if filepath.Clean(lp) == filepath.Clean(save) {
+		return resumeSource{}, nil // save_dir, before the first save
 	}
-	return "", "", fmt.Errorf("checkpoint.load_path %q: no latest file and no manifest.json in it: no checkpoint to resume from; %s", p, want)
+	return resumeSource{}, fmt.Errorf("checkpoint.load_path %q: no latest file and no manifest.json in it: no checkpoint to resume from; %s", lp, want)
+}
+
+// resumed is what resumer.resume did.
+type resumed struct {
+	// first is the first step still to run (1 for a fresh run).
+	first int
+	// dir is the save directory loaded from; "" for a fresh run.
+	dir string
+	// why says why save_dir was loaded rather than checkpoint.load_path
+	// (resumeSource.why); note, after a fallback or a load_path tag inside
+	// save_dir, what was loaded and what changed.
+	why, note string
 }
 
 // resumer resumes a run. The in-process ranks share one, so that when the
@@ -96,17 +122,19 @@ type resumer struct {
 }
 
 // resume loads the checkpoint resumeFrom names when there is one (an
-// error when checkpoint.load_path names none), restores the sampler, and returns the first step still to run and, after
-// a fallback, a note saying what was skipped and what was loaded.
-func (rs *resumer) resume(ctx context.Context, cfg *config.Config, e deepgo.Trainer, s *data.DistributedSampler) (int, string, error) {
-	dir, tag, err := resumeFrom(cfg)
-	if err != nil || dir == "" {
-		return 1, "", err
+// error when checkpoint.load_path names none), restores the sampler, and
+// says what it did: the first step still to run, where it loaded from and
+// why, and after a fallback what was skipped and what was loaded.
+func (rs *resumer) resume(ctx context.Context, cfg *config.Config, e deepgo.Trainer, s *data.DistributedSampler) (resumed, error) {
+	src, err := resumeFrom(cfg)
+	if err != nil || src.dir == "" {
+		return resumed{first: 1}, err
 	}
+	dir, tag := src.dir, src.tag
 	note := ""
 	res, err := e.Load(ctx, dir, deepgo.LoadOptions{Tag: tag})
 	if err != nil && tag != "" {
-		return 0, "", fmt.Errorf("checkpoint.load_path %q: %w", *cfg.Checkpoint.LoadPath, err)
+		return resumed{}, fmt.Errorf("checkpoint.load_path %q: %w", *cfg.Checkpoint.LoadPath, err)
 	}
 	if err == nil && tag != "" && filepath.Clean(dir) == filepath.Clean(cfg.Checkpoint.SaveDir) {
 		// Saves go on in dir from the loaded tag's step: latest must name
@@ -114,38 +142,38 @@ func (rs *resumer) resume(ctx context.Context, cfg *config.Config, e deepgo.Trai
 		// tag (and a restart would skip back to it).
 		rs.pointOnce.Do(func() { rs.pointErr = checkpoint.SetLatest(nil, dir, tag) })
 		if rs.pointErr != nil {
-			return 0, "", fmt.Errorf("checkpoint.load_path %q: %w", *cfg.Checkpoint.LoadPath, rs.pointErr)
+			return resumed{}, fmt.Errorf("checkpoint.load_path %q: %w", *cfg.Checkpoint.LoadPath, rs.pointErr)
 		}
-		note = fmt.Sprintf("checkpoint.load_path: resumed from %s inside save_dir; latest now names it, and later checkpoints there are replaced as the run reaches their steps", tag)
+		note = fmt.Sprintf("checkpoint.load_path: resumed from %s inside save_dir, which had no latest file; latest now names it, and later checkpoints there are replaced as the run reaches their steps", tag)
 	}
 	if err != nil {
 		good, damaged, ferr := rs.fallbackTag(ctx, dir, err)
 		if ferr != nil {
-			return 0, "", ferr
+			return resumed{}, ferr
 		}
 		if res, err = e.Load(ctx, dir, deepgo.LoadOptions{Tag: good.Tag}); err != nil {
-			return 0, "", fmt.Errorf("resume from %s, falling back to %s: %w", dir, good.Tag, err)
+			return resumed{}, fmt.Errorf("resume from %s, falling back to %s: %w", dir, good.Tag, err)
 		}
 		note = fmt.Sprintf("--resume-fallback: %s; resumed from %s (step %d), the newest checkpoint that verifies",
 			damaged, good.Tag, good.Step)
 		// Saves go on in dir: latest must name what was loaded, or the
 		// save reaching the damaged checkpoint's step would refuse its tag.
-		if dir == cfg.Checkpoint.SaveDir {
+		if filepath.Clean(dir) == filepath.Clean(cfg.Checkpoint.SaveDir) {
 			rs.pointOnce.Do(func() { rs.pointErr = checkpoint.SetLatest(nil, dir, good.Tag) })
 			if rs.pointErr != nil {
-				return 0, "", fmt.Errorf("resume from %s: %w", dir, rs.pointErr)
+				return resumed{}, fmt.Errorf("resume from %s: %w", dir, rs.pointErr)
 			}
 			note += fmt.Sprintf("; latest now names %s, and the damaged checkpoint stays until a save replaces or rotates it out", good.Tag)
 		}
 	}
 	var st trainState
 	if err := json.Unmarshal(res.ClientState, &st); err != nil {
-		return 0, "", fmt.Errorf("resume from %s: client state: %w", dir, err)
+		return resumed{}, fmt.Errorf("resume from %s: client state: %w", dir, err)
 	}
 	if err := s.SetPosition(st.Sampler); err != nil {
-		return 0, "", fmt.Errorf("resume from %s: sampler: %w", dir, err)
+		return resumed{}, fmt.Errorf("resume from %s: sampler: %w", dir, err)
 	}
-	return e.GlobalSteps() + 1, note, nil
+	return resumed{first: e.GlobalSteps() + 1, dir: dir, why: src.why, note: note}, nil
 }
 
 // fallbackTag decides what to do about loadErr, the failure to load the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
+	"github.com/deepgo-ml/deepgo/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -112,4 +114,127 @@ func resumeRuns(t *testing.T) (string, trainerArgs, *trainResult) {
 	whole, err := train(resumeConfig(t, filepath.Join(dir, "a"), 2), "", "tiny", 2, 20, args, io.Discard, io.Discard)
 	require.NoError(t, err)
 	return dir, args, whole
+}
+
+// resumeFrom's choice: save_dir's latest checkpoint whenever save_dir has
+// one (checkpoint.load_path set aside, with a line saying why, unless it
+// names save_dir itself); else checkpoint.load_path (a save directory or
+// one checkpoint's folder, save_dir before its first save); else a fresh
+// start.
+func TestResumeFrom(t *testing.T) {
+	root := t.TempDir()
+	seed := filepath.Join(root, "seed") // another run's checkpoints: steps 10 and 20
+	saveSteps(t, seed, 10, 20)
+	saved := filepath.Join(root, "saved") // this run's: steps 30 to 60
+	saveSteps(t, saved, 30, 40, 50, 60)
+	unsaved := filepath.Join(root, "unsaved") // not created yet
+	empty := filepath.Join(root, "empty")
+	require.NoError(t, os.Mkdir(empty, 0o755))
+	noLatest := filepath.Join(root, "nolatest") // checkpoints without a latest file
+	saveSteps(t, noLatest, 5, 10)
+	require.NoError(t, os.Remove(filepath.Join(noLatest, "latest")))
+	for _, tc := range []struct {
+		name     string
+		save     string
+		load     *string
+		dir, tag string
+		why      []string // in the line; nil: no line
+		err      string
+	}{
+		{name: "neither"},
+		{name: "save_dir not created yet", save: unsaved},
+		{name: "save_dir empty", save: empty},
+		{name: "save_dir with a checkpoint", save: saved, dir: saved},
+		{name: "save_dir with checkpoints but no latest file", save: noLatest},
+		{name: "load_path seeds an empty save_dir", save: unsaved, load: ptr(seed), dir: seed},
+		{name: "load_path tag folder seeds an empty save_dir", save: empty, load: ptr(filepath.Join(seed, "global_step10")), dir: seed, tag: "global_step10"},
+		{name: "save_dir's latest over load_path", save: saved, load: ptr(seed), dir: saved,
+			why: []string{"resuming from save_dir's latest (global_step60), not checkpoint.load_path " + seed, "load_path only seeds a run whose save_dir has none"}},
+		{name: "save_dir's latest over a load_path tag folder", save: saved, load: ptr(filepath.Join(seed, "global_step20")), dir: saved,
+			why: []string{"save_dir's latest (global_step60), not checkpoint.load_path " + filepath.Join(seed, "global_step20")}},
+		{name: "save_dir's latest over a tag inside save_dir", save: saved, load: ptr(filepath.Join(saved, "global_step30")), dir: saved,
+			why: []string{"save_dir's latest (global_step60), not checkpoint.load_path " + filepath.Join(saved, "global_step30")}},
+		{name: "load_path is save_dir", save: saved, load: ptr(saved + "/"), dir: saved},
+		{name: "load_path is save_dir before the first save", save: unsaved, load: ptr(unsaved)},
+		{name: "load_path is an empty save_dir", save: empty, load: ptr(empty)},
+		{name: "load_path tag inside a save_dir without latest", save: noLatest, load: ptr(filepath.Join(noLatest, "global_step5")), dir: noLatest, tag: "global_step5"},
+		{name: "load_path alone", load: ptr(seed), dir: seed},
+		{name: "empty load_path", save: saved, load: ptr(""), dir: saved},
+		{name: "load_path missing", save: empty, load: ptr(filepath.Join(root, "nope")), err: `checkpoint.load_path "` + filepath.Join(root, "nope") + `"`},
+		{name: "load_path without a checkpoint", save: unsaved, load: ptr(empty), err: "no latest file and no manifest.json"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &config.Config{}
+			cfg.Checkpoint.SaveDir, cfg.Checkpoint.LoadPath = tc.save, tc.load
+			src, err := resumeFrom(cfg)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.dir, src.dir, "dir")
+			assert.Equal(t, tc.tag, src.tag, "tag")
+			if tc.why == nil {
+				assert.Empty(t, src.why)
+			}
+			for _, w := range tc.why {
+				assert.Contains(t, src.why, w)
+			}
+			assert.NotContains(t, src.why, "\n", "one line")
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// The user's three runs with checkpoint.load_path (another run's
+// checkpoints) and save_dir: the first is seeded from load_path, the later
+// ones resume from save_dir's latest and say why, so no checkpoint of this
+// run is overwritten by a rewound one, and the run ends where an
+// uninterrupted run from the seed ends.
+func TestTrainResumeSaveDirOverLoadPath(t *testing.T) {
+	if testing.Short() {
+		t.Skip("several training runs")
+	}
+	dir := t.TempDir()
+	args := trainerArgs{microBatch: 4, lr: 0.01}
+	seed := filepath.Join(dir, "seed")
+	_, err := train(resumeConfig(t, seed, 0), "", "tiny", 2, 5, args, io.Discard, io.Discard)
+	require.NoError(t, err)
+	cfg := func(save string) string {
+		js, err := json.Marshal(map[string]any{"train_micro_batch_size_per_gpu": 4, "steps_per_print": 5,
+			"zero_optimization": map[string]any{"stage": 2}, "optimizer": map[string]any{"type": "AdamW", "params": map[string]any{"lr": 0.01}},
+			"checkpoint": map[string]any{"save_dir": save, "load_path": seed}})
+		require.NoError(t, err)
+		return writeConfig(t, string(js))
+	}
+	whole, err := train(cfg(filepath.Join(dir, "whole")), "", "tiny", 2, 20, args, io.Discard, io.Discard)
+	require.NoError(t, err)
+
+	save := filepath.Join(dir, "save")
+	c := cfg(save)
+	for _, run := range []struct {
+		steps int
+		want  []string
+	}{
+		{steps: 10, want: []string{"resumed at step 5 from " + seed}},
+		{steps: 15, want: []string{"resuming from save_dir's latest (global_step10), not checkpoint.load_path " + seed, "resumed at step 10 from " + save}},
+		{steps: 20, want: []string{"resuming from save_dir's latest (global_step15)", "resumed at step 15 from " + save}},
+	} {
+		var out strings.Builder
+		res, err := train(c, "", "tiny", 2, run.steps, args, &out, io.Discard)
+		require.NoError(t, err, "--steps %d", run.steps)
+		for _, w := range run.want {
+			assert.Contains(t, out.String(), w, "--steps %d", run.steps)
+		}
+		if run.steps == 10 {
+			assert.NotContains(t, out.String(), "resuming from save_dir", "a seeded run says nothing of save_dir")
+		}
+		if run.steps == 20 {
+			assert.Equal(t, whole.FinalLoss, res.FinalLoss, "final loss after two restarts vs uninterrupted")
+		}
+	}
+	tag, err := checkpoint.ReadLatest(nil, save)
+	require.NoError(t, err)
+	assert.Equal(t, "global_step20", tag)
 }

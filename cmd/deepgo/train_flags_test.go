@@ -116,7 +116,10 @@ func TestTrainLoadPath(t *testing.T) {
 	}
 }
 
-// load_path naming an older checkpoint inside save_dir resumes from it and
+// load_path naming an older checkpoint inside save_dir: while save_dir's
+// latest file names a checkpoint, the run resumes from that one and says it
+// set load_path aside (a restart must not rewind); once latest is removed
+// (how a user rolls back), the run resumes from load_path's checkpoint and
 // saves on over the later ones: latest follows the loaded tag (the save
 // reaching the step latest named used to refuse that tag).
 func TestTrainLoadPathInsideSaveDir(t *testing.T) {
@@ -128,11 +131,20 @@ func TestTrainLoadPathInsideSaveDir(t *testing.T) {
 		"zero_optimization": map[string]any{"stage": 2}, "optimizer": map[string]any{"type": "AdamW", "params": map[string]any{"lr": 0.01}},
 		"checkpoint": map[string]any{"save_dir": save, "load_path": filepath.Join(save, "global_step5")}})
 	require.NoError(t, err)
+	cfg := writeConfig(t, string(js))
 	var out strings.Builder
-	_, err = train(writeConfig(t, string(js)), "", "tiny", 2, 12, args, &out, io.Discard)
+	_, err = train(cfg, "", "tiny", 2, 10, args, &out, io.Discard)
+	require.NoError(t, err)
+	assert.Contains(t, out.String(), "resuming from save_dir's latest (global_step10), not checkpoint.load_path "+filepath.Join(save, "global_step5"))
+	assert.Contains(t, out.String(), "nothing to train: the checkpoint in "+save+" is at step 10")
+
+	require.NoError(t, os.Remove(filepath.Join(save, "latest")))
+	out.Reset()
+	_, err = train(cfg, "", "tiny", 2, 12, args, &out, io.Discard)
 	require.NoError(t, err)
 	assert.Contains(t, out.String(), "resumed at step 5 from")
 	assert.Contains(t, out.String(), "latest now names it")
+	assert.NotContains(t, out.String(), "resuming from save_dir's latest")
 	tag, err := checkpoint.ReadLatest(nil, save)
 	require.NoError(t, err)
 	assert.Equal(t, "global_step12", tag, "the run saved on past the loaded step, through step 10 that latest named")

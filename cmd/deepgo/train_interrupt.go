@@ -1,23 +1,73 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
 )
 
 // trainProgress is where a deepgo train run stands, for the line printed
 // when it is interrupted: the steps rank 0 has finished and the save
-// directory. A nil *trainProgress records nothing.
+// directory, and what must be flushed before the process exits (rank 0's
+// monitor files). A nil *trainProgress records nothing.
 type trainProgress struct {
 	mu      sync.Mutex
-	step    int    // the last step rank 0 finished (the checkpoint's step after a resume); 0 before any
-	saveDir string // checkpoint.save_dir, "" when the run saves none
+	step    int                    // the last step rank 0 finished (the checkpoint's step after a resume); 0 before any
+	saveDir string                 // checkpoint.save_dir, "" when the run saves none
+	flush   []func(step int) error // called with step on an interrupt, before the exit
+}
+
+// interruptFlushTimeout bounds the flushes on an interrupt: deepgo launch
+// kills what SIGTERM has not ended after --grace (default 5 s).
+const interruptFlushTimeout = 3 * time.Second
+
+// atInterrupt registers f to run on an interrupt, before the process
+// exits, with the last step finished: a monitor flushing its files.
+func (p *trainProgress) atInterrupt(f func(step int) error) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.flush = append(p.flush, f)
+	p.mu.Unlock()
+}
+
+// flushAll runs the atInterrupt functions with step, giving up after
+// timeout (a writer stuck on a full disk must not keep the process alive).
+func (p *trainProgress) flushAll(step int, timeout time.Duration) error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	fs := append([]func(int) error(nil), p.flush...)
+	p.mu.Unlock()
+	if len(fs) == 0 {
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		var errs []error
+		for _, f := range fs {
+			errs = append(errs, f(step))
+		}
+		done <- errors.Join(errs...)
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("flushing the monitor files: %w", err)
+		}
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("the monitor files were not flushed within %v: their last steps may be missing", timeout)
+	}
 }
 
 // setStep records that rank 0 finished step.
@@ -44,6 +94,12 @@ func (p *trainProgress) setSaveDir(dir string) {
 // step finished and the last checkpoint committed to save_dir (what its
 // latest file names, by this run or an earlier one), or none.
 func (p *trainProgress) interruptedLine() string {
+	line, _ := p.interrupted()
+	return line
+}
+
+// interrupted is interruptedLine and the step it names.
+func (p *trainProgress) interrupted() (string, int) {
 	p.mu.Lock()
 	step, dir := p.step, p.saveDir
 	p.mu.Unlock()
@@ -53,7 +109,7 @@ func (p *trainProgress) interruptedLine() string {
 			last = filepath.Join(dir, tag)
 		}
 	}
-	return fmt.Sprintf("deepgo train: interrupted at step %d (last checkpoint: %s)", step, last)
+	return fmt.Sprintf("deepgo train: interrupted at step %d (last checkpoint: %s)", step, last), step
 }
 
 // interruptSignals are the signals that stop deepgo train with its
@@ -61,17 +117,25 @@ func (p *trainProgress) interruptedLine() string {
 // processes, a job scheduler, kill).
 var interruptSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
 
-// watchInterrupt waits for a signal on sig, then (when say) writes p's
-// interrupted line to stderr and calls exit(128+N), the status a shell
-// gives a process killed by signal N: 130 for SIGINT, 143 for SIGTERM. It
-// returns when sig is closed without a signal.
+// watchInterrupt waits for a signal on sig, then runs p's atInterrupt
+// functions (flushing the monitor files through the step the line names,
+// within interruptFlushTimeout), (when say) writes p's interrupted line to
+// stderr and calls exit(128+N), the status a shell gives a process killed
+// by signal N: 130 for SIGINT, 143 for SIGTERM. It returns when sig is
+// closed without a signal.
 func watchInterrupt(sig <-chan os.Signal, p *trainProgress, say bool, stderr io.Writer, exit func(int)) {
 	s, ok := <-sig
 	if !ok {
 		return
 	}
+	// the step first: every step up to it is in the monitor's queue, and
+	// the flush writes at least those while the ranks train on
+	line, step := p.interrupted()
+	if err := p.flushAll(step, interruptFlushTimeout); err != nil {
+		fmt.Fprintln(stderr, "deepgo train:", err)
+	}
 	if say {
-		fmt.Fprintln(stderr, p.interruptedLine())
+		fmt.Fprintln(stderr, line)
 	}
 	code := 130
 	if n, ok := s.(syscall.Signal); ok {

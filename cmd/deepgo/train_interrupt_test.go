@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo/internal/proctest"
+	"github.com/deepgo-ml/deepgo/rundir"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,6 +55,7 @@ func TestWatchInterrupt(t *testing.T) {
 		name   string
 		p      *trainProgress
 		say    bool
+		flush  bool      // a monitor to flush registered
 		signal os.Signal // nil: the run ends
 		want   string
 		code   int
@@ -67,6 +71,11 @@ func TestWatchInterrupt(t *testing.T) {
 		{name: "not rank 0", p: &trainProgress{step: 7}, signal: syscall.SIGINT, code: 130},
 		{name: "not rank 0, SIGTERM", p: &trainProgress{step: 7}, signal: syscall.SIGTERM, code: 143},
 		{name: "run ended", p: &trainProgress{step: 7}, say: true, code: -1},
+		{name: "monitor flushed first", p: &trainProgress{step: 9}, say: true, flush: true, signal: syscall.SIGTERM, code: 143,
+			want: "flushed through step 9\ndeepgo train: interrupted at step 9 (last checkpoint: none)\n"},
+		{name: "monitor flushed, not rank 0", p: &trainProgress{step: 9}, flush: true, signal: syscall.SIGINT, code: 130,
+			want: "flushed through step 9\n"},
+		{name: "run ended, no flush", p: &trainProgress{step: 9}, say: true, flush: true, code: -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sig := make(chan os.Signal, 1)
@@ -76,6 +85,12 @@ func TestWatchInterrupt(t *testing.T) {
 				close(sig)
 			}
 			var errb bytes.Buffer
+			if tc.flush {
+				tc.p.atInterrupt(func(step int) error {
+					fmt.Fprintf(&errb, "flushed through step %d\n", step)
+					return nil
+				})
+			}
 			code := -1
 			watchInterrupt(sig, tc.p, tc.say, &errb, func(c int) { code = c })
 			assert.Equal(t, tc.code, code)
@@ -84,10 +99,45 @@ func TestWatchInterrupt(t *testing.T) {
 	}
 }
 
+// The flushes on an interrupt report their errors and give up after the
+// timeout rather than keep an interrupted process alive.
+func TestInterruptFlushAll(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		hooks []func(int) error
+		err   string
+	}{
+		{name: "none"},
+		{name: "fine", hooks: []func(int) error{func(int) error { return nil }, func(int) error { return nil }}},
+		{name: "error", hooks: []func(int) error{func(int) error { return nil }, func(int) error { return errors.New("disk full") }},
+			err: "flushing the monitor files: disk full"},
+		{name: "stuck", hooks: []func(int) error{func(int) error { select {} }},
+			err: "the monitor files were not flushed within 50ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &trainProgress{}
+			for _, h := range tc.hooks {
+				p.atInterrupt(h)
+			}
+			err := p.flushAll(3, 50*time.Millisecond)
+			if tc.err == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.err)
+		})
+	}
+	var nilProgress *trainProgress
+	nilProgress.atInterrupt(func(int) error { return nil })
+	require.NoError(t, nilProgress.flushAll(1, time.Millisecond))
+}
+
 // TestTrainSignalled: SIGINT or SIGTERM to a deepgo train process, or
 // SIGTERM to the deepgo launch running it (which stops its processes with
 // SIGTERM), ends the run with the interrupted line naming the last step and
-// checkpoint, exit status 128+signal, and no process left.
+// checkpoint, exit status 128+signal, and no process left; the csv_monitor
+// files hold every step through the one the line names (flushed before the
+// exit), and deepgo_run.json names that step.
 func TestTrainSignalled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs deepgo train processes")
@@ -111,7 +161,11 @@ func TestTrainSignalled(t *testing.T) {
 			cfg := resumeConfig(t, save, 2)
 			js, err := os.ReadFile(cfg)
 			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(cfg, bytes.Replace(js, []byte(`"steps_per_print": 5`), []byte(`"steps_per_print": 1`), 1), 0o644))
+			mon := filepath.Join(t.TempDir(), "mon")
+			js = bytes.Replace(js, []byte(`"steps_per_print": 5`), []byte(`"steps_per_print": 1`), 1)
+			js = bytes.Replace(js, []byte(`"checkpoint"`), []byte(fmt.Sprintf(`"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "j"},
+				"tensorboard": {"enabled": true, "output_path": %q, "job_name": "j"}, "checkpoint"`, mon, mon)), 1)
+			require.NoError(t, os.WriteFile(cfg, js, 0o644))
 			args := []string{"train", "--config", cfg, "--model", "tiny", "--ranks", "1", "--steps", "1000000"}
 			env := append(os.Environ(), "DEEPGO_LAUNCH_TEST=deepgo")
 			pids := t.TempDir()
@@ -160,6 +214,18 @@ func TestTrainSignalled(t *testing.T) {
 			step, _ := strconv.Atoi(m[1])
 			saved, _ := strconv.Atoi(m[2])
 			assert.GreaterOrEqual(t, step, max(saved, 1), "the interrupted line names a step before its checkpoint")
+			run, err := rundir.Read(filepath.Join(mon, "j"))
+			require.NoError(t, err)
+			require.NotNil(t, run.Info)
+			assert.Equal(t, int64(step), run.Info.Steps, "deepgo_run.json steps")
+			assert.Equal(t, int64(4), run.Info.TrainBatchSize, "deepgo_run.json train_batch_size: micro-batch 4 x 1 rank")
+			for _, tag := range []string{rundir.TagLoss, rundir.TagLR, rundir.TagGradNorm, rundir.TagStepTimeMS} {
+				s := run.Get(tag)
+				require.NotNil(t, s, tag)
+				_, last, _ := s.Last()
+				assert.GreaterOrEqual(t, last, int64(step), "%s: the last step in the csv file vs the interrupted step", tag)
+				assert.Equal(t, last, int64(s.Len()), "%s: every step from 1", tag)
+			}
 			if tc.launch {
 				assert.Contains(t, errb.String(), "deepgo launch: stopped every process: terminated")
 				ps := readPids(t, pids)

@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"sync"
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
@@ -13,11 +15,13 @@ import (
 )
 
 // trainMonitor is what deepgo train adds to the engine's monitor (which
-// TrainBatch feeds every step): deepgo_run.json, with what only the
-// trainer knows (the model's size, the data's entropy floor).
+// TrainBatch feeds every step): the train batch size its Train/Samples
+// x values count, deepgo_run.json with what only the trainer knows (the
+// model's size, the data's entropy floor), and the close on an interrupt.
 type trainMonitor struct {
 	m    *monitor.Monitor
 	e    deepgo.Trainer
+	mu   sync.Mutex // guards info and its writes: interrupt runs on the signal's goroutine
 	info monitor.RunInfo
 }
 
@@ -43,6 +47,7 @@ func newTrainMonitor(cfg *config.Config, e deepgo.Trainer, rank int, meta runMet
 		return tm, nil
 	}
 	tm.m = em.Monitor()
+	tm.m.SetTrainBatchSize(e.BatchSizes().TrainBatchSize) // global_samples, as the engine resolved the batch
 	b, err := cfg.JSON()
 	if err != nil {
 		return nil, err
@@ -61,8 +66,25 @@ func (tm *trainMonitor) close() error {
 	if tm.m == nil {
 		return nil
 	}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
 	tm.info.Steps = int64(tm.e.GlobalSteps())
 	return tm.m.WriteRunInfo(tm.info)
+}
+
+// interrupt is close for a process about to exit on a signal while the
+// ranks still train: it closes the monitor, which writes every step it has
+// been handed to its files and drops later ones (no torn last row), and
+// rewrites deepgo_run.json with step, the last step rank 0 finished.
+func (tm *trainMonitor) interrupt(step int) error {
+	if tm.m == nil {
+		return nil
+	}
+	err := tm.m.Close()
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	tm.info.Steps = int64(step)
+	return errors.Join(err, tm.m.WriteRunInfo(tm.info))
 }
 
 // serveTrainMetrics starts /metrics when --metrics-addr is given (nil

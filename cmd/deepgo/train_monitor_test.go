@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo/monitor"
+	"github.com/deepgo-ml/deepgo/rundir"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -50,19 +51,47 @@ var demoTags = []string{monitor.TagLoss, monitor.TagLR, monitor.TagLossScale,
 
 // TestTrainMonitorDemo: the demo run with csv_monitor, tensorboard and
 // wall_clock_breakdown writes one csv per tag a csv reader parses (header
-// "step,<name>", steps 1..30), tensorboard event files tensorboard's
-// reader parses with the same tags and steps, DeepSpeed's breakdown lines
-// at steps 10, 20 and 30, and deepgo_run.json.
+// "step,<name>", steps 1..30 at DeepSpeed's x values: global_samples for
+// the Train/Samples tags, train_loss a batch earlier, the step for
+// deepgo's), tensorboard event files tensorboard's reader parses with the
+// same tags and x values, DeepSpeed's breakdown lines at steps 10, 20 and
+// 30, and deepgo_run.json with the train_batch_size the x values count.
 func TestTrainMonitorDemo(t *testing.T) {
 	cfg, dir := demoConfig(t)
 	var out, errb bytes.Buffer
 	code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "30"}, &out, &errb)
 	require.Zero(t, code, errb.String())
 
-	var steps []int
-	for s := 1; s <= 30; s++ {
-		steps = append(steps, s)
+	var info struct {
+		Config    map[string]any `json:"config"`
+		World     int            `json:"world"`
+		Device    string         `json:"device"`
+		Params    int64          `json:"params"`
+		Floor     *float64       `json:"entropy_floor"`
+		Capacity  int64          `json:"memory_capacity_bytes"`
+		Steps     int            `json:"steps"`
+		BatchSize int64          `json:"train_batch_size"`
 	}
+	b, err := os.ReadFile(filepath.Join(dir, monitor.RunInfoFile))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &info))
+	assert.Equal(t, 2, info.World)
+	assert.Equal(t, "cpu", info.Device)
+	assert.Positive(t, info.Params)
+	assert.NotNil(t, info.Floor)
+	assert.Positive(t, info.Capacity)
+	assert.Equal(t, 30, info.Steps)
+	assert.Contains(t, info.Config, "zero_optimization")
+	require.Equal(t, int64(16), info.BatchSize, "train_batch_size: micro-batch 8 x accumulation 1 x 2 ranks")
+
+	xs := map[string][]int{} // each tag's x values, steps 1..30
+	for _, tag := range demoTags {
+		for s := int64(1); s <= 30; s++ {
+			xs[tag] = append(xs[tag], int(rundir.SampleX(tag, s, info.BatchSize)))
+		}
+	}
+	assert.Equal(t, 0, xs[monitor.TagLoss][0], "train_loss of step 1 at global_samples 0")
+	assert.Equal(t, int(info.BatchSize), xs[monitor.TagLR][0], "lr of step 1 at global_samples train_batch_size")
 	for _, tag := range demoTags {
 		f, err := os.Open(filepath.Join(dir, monitor.CSVFileName(tag)))
 		require.NoError(t, err, tag)
@@ -79,31 +108,11 @@ func TestTrainMonitorDemo(t *testing.T) {
 			_, err = strconv.ParseFloat(r[1], 64)
 			assert.NoError(t, err, "%s step %s value %q", tag, r[0], r[1])
 		}
-		assert.Equal(t, steps, got, tag)
+		assert.Equal(t, xs[tag], got, tag)
 	}
 
 	line := regexp.MustCompile(`(?m)^\[Rank 0\] time \(ms\) \| fwd: \d+\.\d\d \| bwd: \d+\.\d\d \| bwd_inner: \d+\.\d\d \| bwd_allreduce: \d+\.\d\d \| step: \d+\.\d\d$`)
 	assert.Len(t, line.FindAllString(out.String(), -1), 3, "breakdown lines at steps 10, 20, 30:\n%s", out.String())
-
-	var info struct {
-		Config   map[string]any `json:"config"`
-		World    int            `json:"world"`
-		Device   string         `json:"device"`
-		Params   int64          `json:"params"`
-		Floor    *float64       `json:"entropy_floor"`
-		Capacity int64          `json:"memory_capacity_bytes"`
-		Steps    int            `json:"steps"`
-	}
-	b, err := os.ReadFile(filepath.Join(dir, monitor.RunInfoFile))
-	require.NoError(t, err)
-	require.NoError(t, json.Unmarshal(b, &info))
-	assert.Equal(t, 2, info.World)
-	assert.Equal(t, "cpu", info.Device)
-	assert.Positive(t, info.Params)
-	assert.NotNil(t, info.Floor)
-	assert.Positive(t, info.Capacity)
-	assert.Equal(t, 30, info.Steps)
-	assert.Contains(t, info.Config, "zero_optimization")
 
 	ents, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*"))
 	require.Len(t, ents, 1)
@@ -120,7 +129,7 @@ print(json.dumps({tag: [e.step for e in acc.Scalars(tag)] for tag in acc.Tags()[
 	var tags map[string][]int
 	require.NoError(t, json.Unmarshal(o, &tags))
 	for _, tag := range demoTags {
-		assert.Equal(t, steps, tags[tag], tag)
+		assert.Equal(t, xs[tag], tags[tag], tag)
 	}
 }
 

@@ -27,6 +27,8 @@ const (
 	StormFrom    = 20    // first step of the overflow storm
 	StormTo      = 40    // last step of the overflow storm
 	MinLossScale = 1.0
+	// TrainBatchSize is micro-batch 4 × accumulation 1 × World 8.
+	TrainBatchSize = 32
 )
 
 // baseConfig is a DeepSpeed config for the crafted runs: fp16, ZeRO stage 1,
@@ -76,7 +78,7 @@ func OverflowStorm() Run { return build(baseConfig(), HealthyPeak, HealthyComm, 
 func build(cfg map[string]any, peak int64, comm float64, storm bool) Run {
 	floor := EntropyFloor
 	info := &rundir.Info{Config: mustJSON(cfg), World: World, Device: "cuda:0", Params: Params,
-		EntropyFloor: &floor, MemoryCapacityBytes: CapacityGiB * GiB, Steps: Steps}
+		EntropyFloor: &floor, MemoryCapacityBytes: CapacityGiB * GiB, Steps: Steps, TrainBatchSize: TrainBatchSize}
 	v := map[string][]float64{}
 	add := func(tag string, x float64) { v[tag] = append(v[tag], x) }
 	scale, skipped := 65536.0, 0.0

@@ -26,7 +26,11 @@ type Run struct {
 	Values map[string][]float64
 }
 
-// Write writes run into dir (created) and returns dir.
+// Write writes run into dir (created) and returns dir. The step column of
+// a Train/Samples tag holds DeepSpeed's global_samples (rundir.SampleX) for
+// Info's train_batch_size, or TrainBatchSize when there is no Info (a run
+// DeepSpeed wrote); with an Info whose train_batch_size is 0 every tag is
+// at its step (the layout of a deepgo from before global_samples).
 func Write(dir string, run Run) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -40,12 +44,20 @@ func Write(dir string, run Run) (string, error) {
 			return "", err
 		}
 	}
+	batch := int64(TrainBatchSize)
+	if run.Info != nil {
+		batch = run.Info.TrainBatchSize
+	}
 	for tag, vals := range run.Values {
 		var b strings.Builder
 		// csv_monitor writes through Python's csv module: \r\n line ends
 		fmt.Fprintf(&b, "step,%s\r\n", rundir.Header(tag))
 		for i, v := range vals {
-			fmt.Fprintf(&b, "%d,%s\r\n", i+1, strconv.FormatFloat(v, 'g', -1, 64))
+			x := int64(i + 1)
+			if batch > 0 {
+				x = rundir.SampleX(tag, x, batch)
+			}
+			fmt.Fprintf(&b, "%d,%s\r\n", x, strconv.FormatFloat(v, 'g', -1, 64))
 		}
 		if err := os.WriteFile(filepath.Join(dir, rundir.FileName(tag)), []byte(b.String()), 0o644); err != nil {
 			return "", err
