@@ -3,6 +3,10 @@ package deepgo_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,4 +142,43 @@ func restoreMasters(ctx context.Context, e *deepgo.Engine, late bool, delay time
 		return fmt.Errorf("restore: %w", err)
 	}
 	return nil
+}
+
+// A trainer whose config leaves train_batch_size to be inferred still gets
+// the Train/Samples x values at DeepSpeed's global_samples (the resolved
+// batch: micro 4 × accumulation 2 × 2 ranks = 16 per step), and the
+// monitor's own notes (wandb, which deepgo cannot write) reach Notes.
+func TestEngineMonitorSamplesAndNotes(t *testing.T) {
+	out := t.TempDir()
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+		"optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "wandb": {"enabled": true},
+		"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "job"}}`, out)))
+	require.NoError(t, err)
+	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	var notes []string
+	err = newWorld(context.Background(), 2, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+		e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), append(opts, deepgo.WithLog(discard{}))...)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		if c.Rank() == 0 {
+			notes = e.Notes()
+		}
+		for st := 0; st < 3; st++ {
+			if _, err := e.TrainBatch(ctx, data.RankBatch(st, 16, 2, c.Rank(), 2)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.True(t, slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "not supported: wandb monitor") }), "%q", notes)
+	b, err := os.ReadFile(filepath.Join(out, "job", "Train_Samples_lr.csv"))
+	require.NoError(t, err)
+	var xs []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
+		xs = append(xs, strings.SplitN(line, ",", 2)[0])
+	}
+	assert.Equal(t, []string{"16", "32", "48"}, xs, "lr at step × train_batch_size")
 }

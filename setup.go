@@ -97,7 +97,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	if o.log == nil {
 		warnLog = e.log
 	}
+	early := e.notes // the monitor's and the GPU telemetry's, gathered above
 	e.notes = append(configNotes(cfg, warnLog), offloadNotes(cfg, e.be.Device())...)
+	e.notes = append(e.notes, early...)
 	e.notes = append(e.notes, sequenceParallelNotes(cfg)...)
 	var ckNotes []string
 	e.ck, ckNotes = newCkpt(cfg, net, e.be, e.tp)
@@ -107,6 +109,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
 	e.batch = batch
+	if e.mon != nil { // the Train/Samples x values count samples: global_samples
+		e.mon.SetTrainBatchSize(batch.TrainBatchSize)
+	}
 
 	specs, err := e.declare(net)
 	if err == nil {
