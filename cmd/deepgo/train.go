@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,13 +127,19 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
-	if err := checkTrainFlags(fs.Args(), *steps, *ranks, *micro); err != nil {
+	if err := checkTrainFlags(fs.Args(), *steps, *ranks, *micro, *nanEvery); err != nil {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 2
 	}
 	ranksGiven := false
 	fs.Visit(func(f *flag.Flag) { ranksGiven = ranksGiven || f.Name == "ranks" })
 	job, err := launchedJob(ranksGiven, *backend, *device, os.Getenv)
+	if err == nil && job == nil && *backend != "" {
+		err = unusedBackend(*backend)
+		if err == nil {
+			fmt.Fprintf(stderr, "deepgo train: note: --dist-backend %s: no effect: the ranks run in this process and talk through its memory; it chooses how the processes of a launched job (RANK and WORLD_SIZE set, deepgo launch) talk\n", *backend)
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 2
@@ -169,7 +176,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 // checkTrainFlags refuses what flag.Parse lets through: arguments left
 // after the flags (the flags after them were not parsed) and negative
 // counts.
-func checkTrainFlags(rest []string, steps, ranks, micro int) error {
+func checkTrainFlags(rest []string, steps, ranks, micro, nanEvery int) error {
 	switch {
 	case len(rest) > 0:
 		return fmt.Errorf("unexpected argument %q (all: %q): deepgo train takes flags only, and stops reading flags at the first other argument", rest[0], rest)
@@ -179,6 +186,18 @@ func checkTrainFlags(rest []string, steps, ranks, micro int) error {
 		return fmt.Errorf("--ranks %d: want >= 0 (0: what the config's batch triad implies, else 2)", ranks)
 	case micro < 1:
 		return fmt.Errorf("--micro-batch %d: want >= 1", micro)
+	case nanEvery < 1:
+		return fmt.Errorf("--nan-check-every %d: want >= 1 (optimizer steps between NaN/Inf checks of the parameters)", nanEvery)
+	}
+	return nil
+}
+
+// unusedBackend checks a --dist-backend given to a run whose ranks are all
+// in this process, where it has nothing to choose: a bad name is still an
+// error.
+func unusedBackend(name string) error {
+	if !slices.Contains(distBackends, name) {
+		return fmt.Errorf("--dist-backend %q: want one of %s", name, strings.Join(distBackends, ", "))
 	}
 	return nil
 }

@@ -47,6 +47,8 @@ func TestTrainBadArgs(t *testing.T) {
 		{"negative steps", []string{"--model", "tiny", "--steps", "-1"}, "--steps -1: want >= 0"},
 		{"negative ranks", []string{"--model", "tiny", "--steps", "1", "--ranks", "-2"}, "--ranks -2: want >= 0"},
 		{"zero micro-batch", []string{"--model", "tiny", "--steps", "1", "--micro-batch", "0"}, "--micro-batch 0: want >= 1"},
+		{"negative nan check", []string{"--model", "tiny", "--steps", "1", "--nan-check-every", "-1"}, "--nan-check-every -1: want >= 1"},
+		{"unknown backend in-process", []string{"--model", "tiny", "--steps", "1", "--ranks", "1", "--dist-backend", "foo"}, `--dist-backend "foo": want one of`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
@@ -56,6 +58,16 @@ func TestTrainBadArgs(t *testing.T) {
 			assert.NotContains(t, out.String(), "training GPT", "trained anyway")
 		})
 	}
+}
+
+// A valid --dist-backend on a run whose ranks are in-process trains, with
+// a note that it has no effect there.
+func TestTrainBackendInProcess(t *testing.T) {
+	cfg := writeConfig(t, `{"train_micro_batch_size_per_gpu": 4}`)
+	var out, errb bytes.Buffer
+	code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "1", "--ranks", "1", "--dist-backend", "gloo"}, &out, &errb)
+	require.Equal(t, 0, code, "%s", errb.String())
+	assert.Contains(t, errb.String(), "--dist-backend gloo: no effect: the ranks run in this process")
 }
 
 // train itself refuses negative counts (a caller other than runTrain).
