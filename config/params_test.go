@@ -19,10 +19,15 @@ func TestParamWarnings(t *testing.T) {
 			"scheduler.params.total_num_steps", "10 is less than warmup_num_steps 20"},
 		{`{"optimizer":{"type":"SGD"},"scheduler":{"type":"OneCycle","params":{"cycle_min_lr":0.1,"cycle_max_lr":1}}}`,
 			"scheduler.params.cycle_momentum", "optimizer has no betas"},
+		{`{"optimizer":{"type":"AdamW","params":{"lr":0.0003}},"scheduler":{"type":"WarmupDecayLR","params":{"total_num_steps":100}}}`,
+			"scheduler.params.warmup_max_lr", "not given: WarmupDecayLR warms up to its default 0.001, not to the optimizer's lr 0.0003"},
 	} {
 		c2 := mustParse(t, c.doc)
 		assert.True(t, warned(c2, c.path, c.msg), "%s: no warning %q at %s: %v", c.doc, c.msg, c.path, c2.Warnings)
 	}
+	// the optimizer's lr is WarmupDecayLR's default anyway: nothing to say
+	c := mustParse(t, `{"optimizer":{"type":"AdamW","params":{"lr":0.001}},"scheduler":{"type":"WarmupDecayLR","params":{"total_num_steps":100}}}`)
+	assert.False(t, warned(c, "scheduler.params.warmup_max_lr", ""), "%v", c.Warnings)
 }
 
 // TestParamTypes: DeepSpeed's name rules, and what deepgo refuses.

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // The scheduler params: DeepSpeed's constructor keyword arguments.
@@ -66,6 +67,10 @@ func (r *paramReader) warmupLR(baseLRs []float64, decay bool) (*WarmupParams, er
 	}
 	if p.MaxLR, err = r.lrs(keyWarmupMaxLR, defMax, groups); err != nil {
 		return nil, err
+	}
+	if decay && !r.given(keyWarmupMaxLR) && !slices.Equal(defMax, baseLRs) {
+		r.warn(keyWarmupMaxLR, "not given: WarmupDecayLR warms up to its default 0.001, not to the optimizer's lr %s (DeepSpeed does the same; WarmupLR would take the optimizer's lr); set warmup_max_lr to choose",
+			fmtNum(baseLRs[0]))
 	}
 	if p.Type, err = r.warmupType(); err != nil {
 		return nil, err
