@@ -72,8 +72,9 @@ steps_per_print steps, "step N: gradient overflow, step skipped, loss scale
 A -> B" for each fp16 step skipped, then (synthetic corpus) "final loss
 (mean of the last K steps) L vs entropy floor F", and last one JSON line:
 ` + trainJSONHelp + `
-With checkpoint.save_dir the run resumes from the latest checkpoint there
-(a damaged one stops the run, listing those that verify; --resume-fallback
+With checkpoint.save_dir the run saves a checkpoint every steps_per_print
+steps (default 50) and at the end, and resumes from the latest checkpoint
+there (a damaged one stops the run, listing those that verify; --resume-fallback
 takes the newest of them). checkpoint.load_path (a save directory, or one
 checkpoint's folder, e.g. DIR/global_step5) only seeds a run whose save_dir
 holds no checkpoint yet: once save_dir has one, every restart resumes from
