@@ -61,9 +61,15 @@ var autoDocs = map[string]string{
 
 // Explain returns what a key does, its type, allowed values and default.
 // key is a dotted JSON path ("zero_optimization.offload_param.device") or
-// any unique suffix of one ("offload_param.device", "stage3_prefetch_bucket_size").
+// any unique suffix of one ("offload_param.device", "stage3_prefetch_bucket_size");
+// an optimizer or scheduler param is named by its full path
+// ("optimizer.params.betas", "scheduler.params.warmup_num_steps"), with the
+// types that take it and their defaults.
 func Explain(key string) (string, error) {
 	key = strings.TrimSpace(key)
+	if out, ok, err := explainParam(key); ok {
+		return out, err
+	}
 	for p, d := range deprecatedDocs {
 		if p == key || strings.HasSuffix(p, "."+key) {
 			return p + "\n  deprecated: " + d + "\n", nil
