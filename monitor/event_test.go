@@ -38,7 +38,9 @@ func TestCrossing(t *testing.T) {
 		{"crossing warns", false, 25, true, true},
 		{"well over warns", false, 90, true, true},
 		{"still over is quiet", true, 30, true, false},
-		{"recovery is quiet", true, 20, false, false},
+		{"recovery is quiet", true, 19, false, false},
+		{"just under stays over", true, 24, true, false},
+		{"under the re-arm line rearms", true, 19.9, false, false},
 		{"no measurement keeps over", true, nan, true, false},
 		{"no measurement keeps under", false, nan, false, false},
 	} {
@@ -46,9 +48,10 @@ func TestCrossing(t *testing.T) {
 		assert.Equal(t, c.over, over, c.name)
 		assert.Equal(t, c.shouldWrn, warn, c.name)
 	}
-	// a sequence: over, over, under, over warns twice
+	// a sequence: over, over, under, over warns twice; hovering about the
+	// limit (24, 26) does not warn again until below 20
 	was, n := false, 0
-	for _, v := range []float64{30, 40, 10, 26, nan, 27} {
+	for _, v := range []float64{30, 40, 10, 26, nan, 27, 24, 26, 21, 25} {
 		var w bool
 		was, w = crossing(was, v, 25)
 		if w {

@@ -6,7 +6,9 @@ import (
 )
 
 // Health targets the monitor warns about once each time a metric crosses
-// them (the targets of the deployment guide deepgo was built from, §6).
+// them (the targets of the deployment guide deepgo was built from, §6),
+// and again only after the metric has fallen back below rearmFraction of
+// its target.
 const (
 	// MemoryTargetPct: memory in use below 90% of capacity.
 	MemoryTargetPct = 90.0
@@ -18,15 +20,25 @@ const (
 	DefaultFiniteCheckEvery = 500
 )
 
-// crossing is the once-per-crossing rule: a metric is over its limit when
-// value >= limit; it warns when it goes over having been under, and a
-// value that is not a number (no measurement) changes nothing.
+// rearmFraction: a metric that warned stays "over" until it falls below
+// this fraction of its limit, so one hovering about the limit (the
+// communication share of a small run, 22-30% from window to window) warns
+// once, not at every print.
+const rearmFraction = 0.8
+
+// crossing is the once-per-crossing rule: a metric goes over its limit when
+// value >= limit, and warns then, having been under; once over, it is under
+// again only below rearmFraction × limit. A value that is not a number (no
+// measurement) changes nothing.
 func crossing(wasOver bool, value, limit float64) (over, warn bool) {
 	if math.IsNaN(value) {
 		return wasOver, false
 	}
+	if wasOver {
+		return value >= rearmFraction*limit, false
+	}
 	over = value >= limit
-	return over, over && !wasOver
+	return over, over
 }
 
 // target is one §6 metric and whether it is over its limit now.
