@@ -387,6 +387,10 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			dr, dn = spg.dr, spg.dn // every SP rank is handed its data rank's micro-batches
 		}
 		s, err := data.NewDistributedSampler(corpus.NumWindows(T), dr, dn, 5, true)
+		if err != nil && dataPath != "" {
+			return fmt.Errorf("--data %s: %d tokens make %d windows of %d (+1) tokens, and each of the %d data-parallel ranks needs at least one (at least %d tokens): %w",
+				dataPath, len(corpus.IDs), corpus.NumWindows(T), T, dn, dn*T+1, err)
+		}
 		if err != nil {
 			return err
 		}

@@ -323,3 +323,14 @@ func TestTrainConfigErrorOnce(t *testing.T) {
 	assert.Contains(t, errb.String(), "deepgo train: config: open ")
 	assert.NotContains(t, errb.String(), "rank ")
 }
+
+// --data too short for one window per data-parallel rank names the file,
+// its size and the size it needs.
+func TestTrainDataTooShort(t *testing.T) {
+	cfg := writeConfig(t, `{"train_micro_batch_size_per_gpu": 4}`)
+	data := filepath.Join(t.TempDir(), "tiny.txt")
+	require.NoError(t, os.WriteFile(data, []byte("ab"), 0o644))
+	_, err := train(cfg, data, "tiny", 2, 1, trainerArgs{microBatch: 4, lr: 0.01}, io.Discard, io.Discard)
+	require.ErrorContains(t, err, "--data "+data+": 2 tokens make 0 windows of 16 (+1) tokens")
+	require.ErrorContains(t, err, "(at least 33 tokens)")
+}
