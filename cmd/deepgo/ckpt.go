@@ -41,27 +41,41 @@ func runCkpt(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	tag := fs.String("tag", "", "checkpoint tag (default: the one latest names)")
 	fs.Usage = func() { fmt.Fprint(stderr, ckptUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args[1:]); err != nil {
-		return flagExit(err)
+	// flags may come before or after the folders (deepgo ckpt inspect DIR -tag T)
+	var pos []string
+	for rest := args[1:]; ; {
+		if err := fs.Parse(rest); err != nil {
+			return flagExit(err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
 	}
 	ctx := context.Background()
+	want := map[string]string{"inspect": "DIR", "consolidate": "DIR OUT.safetensors"}[args[0]]
 	switch {
-	case args[0] == "inspect" && fs.NArg() == 1:
-		return ckptInspect(ctx, fs.Arg(0), *tag, stdout, stderr)
-	case args[0] == "consolidate" && fs.NArg() == 2:
-		ck, err := checkpoint.Open(nil, fs.Arg(0), *tag)
+	case args[0] == "inspect" && len(pos) == 1:
+		return ckptInspect(ctx, pos[0], *tag, stdout, stderr)
+	case args[0] == "consolidate" && len(pos) == 2:
+		ck, err := checkpoint.Open(nil, pos[0], *tag)
 		if err != nil {
 			fmt.Fprintln(stderr, "deepgo ckpt:", err)
 			return 1
 		}
 		defer ck.Close()
-		if err := ck.Consolidate(ctx, nil, fs.Arg(1)); err != nil {
+		if err := ck.Consolidate(ctx, nil, pos[1]); err != nil {
 			fmt.Fprintln(stderr, "deepgo ckpt:", err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "wrote %s: float32 weights of %s (step %d, world %d)\n", fs.Arg(1), ck.Tag, ck.Manifest.Step, ck.Manifest.World)
+		fmt.Fprintf(stdout, "wrote %s: float32 weights of %s (step %d, world %d)\n", pos[1], ck.Tag, ck.Manifest.Step, ck.Manifest.World)
 		return 0
+	case want != "":
+		fmt.Fprintf(stderr, "deepgo ckpt %s: want %s, got %d argument(s) %q\n", args[0], want, len(pos), pos)
+		return 2
 	}
+	fmt.Fprintf(stderr, "deepgo ckpt: unknown command %q\n", args[0])
 	fmt.Fprint(stderr, ckptUsage)
 	return 2
 }
@@ -81,6 +95,14 @@ func ckptInspect(ctx context.Context, dir, tag string, stdout, stderr io.Writer)
 	chosen := tag
 	if chosen == "" {
 		chosen = latest
+	}
+	if st, err := os.Stat(filepath.Join(dir, tag)); tag != "" && (err != nil || !st.IsDir()) {
+		var tags []string
+		for _, i := range all {
+			tags = append(tags, i.Tag)
+		}
+		fmt.Fprintf(stderr, "deepgo ckpt: -tag %q: no checkpoint of that tag in %s (it holds: %s)\n", tag, dir, strings.Join(tags, ", "))
+		return 1
 	}
 	// every checkpoint but the chosen one is verified whole here; the
 	// chosen one file by file below

@@ -117,3 +117,29 @@ func TestCkptInspectEveryTag(t *testing.T) {
 		})
 	}
 }
+
+// TestCkptArgs: -tag may follow DIR; a -tag that names no checkpoint fails
+// at once naming the tags there; a wrong argument count or command says
+// what was wanted.
+func TestCkptArgs(t *testing.T) {
+	dir := t.TempDir()
+	saveSteps(t, dir, 2, 4)
+	cases := []struct {
+		args          []string
+		code          int
+		stdout, inErr string
+	}{
+		{[]string{"inspect", dir, "-tag", "global_step2"}, 0, "global_step2", ""},
+		{[]string{"inspect", "-tag", "nope", dir}, 1, "", `-tag "nope": no checkpoint of that tag in ` + dir + " (it holds: global_step2, global_step4)"},
+		{[]string{"inspect", dir, "extra"}, 2, "", `deepgo ckpt inspect: want DIR, got 2 argument(s)`},
+		{[]string{"consolidate", dir}, 2, "", `deepgo ckpt consolidate: want DIR OUT.safetensors, got 1 argument(s)`},
+		{[]string{"frob", dir}, 2, "", `unknown command "frob"`},
+	}
+	for _, c := range cases {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"ckpt"}, c.args...), &out, &errb)
+		assert.Equal(t, c.code, code, "%v\n%s%s", c.args, out.String(), errb.String())
+		assert.Contains(t, out.String(), c.stdout, "%v", c.args)
+		assert.Contains(t, errb.String(), c.inErr, "%v", c.args)
+	}
+}
