@@ -196,7 +196,7 @@ func planSmallState(ck *checkpoint.Checkpoint, plan *loadPlan, rank int, cfg *co
 		}
 	}
 	if saved, now := ec.ModelDType, z.Config().ModelDType.String(); saved != "" && saved != now {
-		plan.res.Notes = append(plan.res.Notes, fmt.Sprintf("%s: saved training in %s, loaded into an engine training in %s: the float32 masters and optimizer state are restored as saved and the working parameters re-cast from them", where, saved, now))
+		plan.res.Notes = append(plan.res.Notes, fmt.Sprintf("%s: saved training in %s, loaded into an engine training in %s: the working parameters are re-cast from the float32 master weights", where, saved, now))
 	}
 	if sched && !opts.SkipLRSchedulerStates {
 		if plan.sched, _, err = newSchedule(cfg, opt); err != nil { // its warnings are Initialize's notes already

@@ -107,7 +107,11 @@ func (e *Engine) atBoundary(op string) error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("deepgo: %s: only between optimizer steps (the gradients of an unfinished step are not saved): %s", op, why)
+	lost := "a checkpoint does not hold an unfinished step's gradients"
+	if op == "Load" {
+		lost = "loading would discard the unfinished step's gradients"
+	}
+	return fmt.Errorf("deepgo: %s: only between optimizer steps (%s): %s", op, lost, why)
 }
 
 // checkpointState builds this rank's checkpoint.State and the save options.

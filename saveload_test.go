@@ -479,5 +479,5 @@ func TestCheckpointPrecisionChangeNotes(t *testing.T) {
 	require.Len(t, res.Notes, 2, "%q", res.Notes)
 	assert.Contains(t, res.Notes[0], "the checkpoint's dynamic loss scaler (scale ")
 	assert.Contains(t, res.Notes[0], "was not restored: this engine's is static (scale 1)")
-	assert.Contains(t, res.Notes[1], "saved training in float16, loaded into an engine training in bfloat16")
+	assert.Contains(t, res.Notes[1], "saved training in float16, loaded into an engine training in bfloat16: the working parameters are re-cast")
 }

@@ -414,6 +414,11 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if rank == 0 && rd.note != "" {
 			fmt.Fprintln(stdout, "note:", rd.note)
 		}
+		if rank == 0 {
+			for _, n := range rd.loadNotes {
+				fmt.Fprintln(stdout, "note:", n)
+			}
+		}
 		if first > steps {
 			// every rank loaded the same checkpoint: none trains, none saves
 			if rank == 0 {

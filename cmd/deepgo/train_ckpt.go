@@ -101,6 +101,9 @@ type resumed struct {
 	// (resumeSource.why); note, after a fallback or a load_path tag inside
 	// save_dir, what was loaded and what changed.
 	why, note string
+	// loadNotes are the Load's own (deepgo.LoadResult.Notes): what it did
+	// not restore as saved.
+	loadNotes []string
 }
 
 // resumer resumes a run. The in-process ranks share one, so that when the
@@ -173,7 +176,7 @@ func (rs *resumer) resume(ctx context.Context, cfg *config.Config, e deepgo.Trai
 	if err := s.SetPosition(st.Sampler); err != nil {
 		return resumed{}, fmt.Errorf("resume from %s: sampler: %w", dir, err)
 	}
-	return resumed{first: e.GlobalSteps() + 1, dir: dir, why: src.why, note: note}, nil
+	return resumed{first: e.GlobalSteps() + 1, dir: dir, why: src.why, note: note, loadNotes: res.Notes}, nil
 }
 
 // fallbackTag decides what to do about loadErr, the failure to load the

@@ -238,3 +238,23 @@ func TestTrainResumeSaveDirOverLoadPath(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "global_step20", tag)
 }
+
+// A run resumed from an fp16 checkpoint with a bf16 config prints the
+// Load's notes: the dynamic loss scaler it did not restore and the change
+// of training precision.
+func TestTrainResumePrintsLoadNotes(t *testing.T) {
+	save := t.TempDir()
+	cfg := func(prec string) string {
+		return writeConfig(t, fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 4, "steps_per_print": 2,
+			%q: {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+			"checkpoint": {"save_dir": %q}}`, prec, save))
+	}
+	args := trainerArgs{microBatch: 4, lr: 0.01}
+	_, err := train(cfg("fp16"), "", "tiny", 2, 2, args, io.Discard, io.Discard)
+	require.NoError(t, err)
+	var out strings.Builder
+	_, err = train(cfg("bf16"), "", "tiny", 2, 4, args, &out, io.Discard)
+	require.NoError(t, err)
+	assert.Contains(t, out.String(), "note: "+filepath.Join(save, "global_step2")+": the checkpoint's dynamic loss scaler")
+	assert.Contains(t, out.String(), "saved training in float16, loaded into an engine training in bfloat16")
+}
