@@ -24,8 +24,8 @@ type Event struct {
 
 // Writer receives each step's events, in tag order as the Monitor builds
 // them; step is the optimizer step, each event's own x value is Event.Step.
-// A Writer that buffers may also have a Flush() error method, which the
-// Monitor's Flush calls.
+// Close must write out whatever the Writer buffers: the Monitor's Close
+// calls it, also when a signal interrupts the run.
 type Writer interface {
 	WriteEvents(step int, events []Event) error
 	Close() error

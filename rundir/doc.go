@@ -13,5 +13,13 @@
 // directory from a deepgo that wrote steps everywhere (deepgo_run.json
 // without train_batch_size) reads as it is.
 //
+// One train_batch_size holds for the whole directory: rows written by a
+// run resumed at another batch size (another world size), or by a deepgo
+// that wrote steps before a newer one resumed into the same job folder,
+// are divided by the newest and read wrong or fail Read naming the file;
+// give such a resumed run its own job_name. For a directory DeepSpeed
+// wrote, the batch is the greatest common divisor of the Train/Samples
+// values, which a changed batch size or a single logged step also fools.
+//
 // It only reads; package doctor diagnoses a run and package runplot draws it.
 package rundir
