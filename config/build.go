@@ -13,7 +13,7 @@ func build(raw map[string]any, o options) (*Config, error) {
 	l.deprecated(raw)
 	tree := l.walk("", raw, reflect.TypeOf(Config{}), "")
 	l.optimizerParams(tree)
-	cfg := &Config{}
+	cfg := &Config{parseOpts: o}
 	if err := decodeInto(tree, cfg); err != nil {
 		return nil, fmt.Errorf("config: internal decode error: %w", err)
 	}

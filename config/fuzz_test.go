@@ -51,5 +51,6 @@ func checkRoundTrip(t *testing.T, cfg *Config) {
 func comparable(c *Config) Config {
 	x := *c
 	x.Warnings, x.Explicit, x.AutoPaths, x.Unresolved = nil, nil, nil, nil
+	x.parseErrs, x.parseOpts = nil, options{}
 	return x
 }

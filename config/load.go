@@ -68,19 +68,20 @@ func Parse(b []byte, opts ...Option) (cfg *Config, err error) {
 // trained on. A *Config that Parse returned together with Errors fails with
 // those Errors: its bad values were replaced by defaults (a stage of 4
 // would train at stage 0). Otherwise c's current values, including any a
-// program set in Go after loading, are read back the way Parse reads a
-// file (c.JSON() through Parse, "auto" keys left to Resolve), and the
-// errors name each bad value's JSON path as Parse's do. Warnings do not
-// fail it. deepgo.Initialize calls it.
+// program set in Go after loading, are read back the way Parse read the
+// file (c.JSON() through Parse with the same options: world size, model
+// hidden size, strict; "auto" keys left to Resolve), and the errors name
+// each bad value's JSON path as Parse's do. Warnings do not fail it.
+// deepgo.Initialize calls it.
 func (c *Config) Validate() error {
 	if len(c.parseErrs) > 0 {
 		return c.parseErrs
 	}
 	b, err := c.JSON()
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
+		return fmt.Errorf("config: a value set in Go has no JSON form (NaN or an infinity?): %w", err)
 	}
-	_, err = Parse(b)
+	_, err = Parse(b, func(o *options) { *o = c.parseOpts })
 	return err
 }
 

@@ -116,6 +116,9 @@ type Config struct {
 	// parseErrs keeps the Errors Parse returned with this *Config: its bad
 	// values were replaced by defaults, so Validate refuses it.
 	parseErrs Errors
+	// parseOpts are the options Parse read the document with (world size,
+	// model hidden size, strict), for Validate to check the same way.
+	parseOpts options
 }
 
 // IsSet reports whether the document set the key at path (a dotted JSON path)

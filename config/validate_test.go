@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -50,4 +51,22 @@ func TestValidate(t *testing.T) {
 			assert.ErrorContains(t, err, c.want)
 		})
 	}
+}
+
+// TestValidateKeepsOptions: Validate checks with the options Parse read
+// the document with: a field changed in Go that only the world size makes
+// wrong is caught when the config was parsed WithWorld; a NaN set in Go is
+// an error saying so.
+func TestValidateKeepsOptions(t *testing.T) {
+	cfg, err := Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1}`), WithWorld(4))
+	require.NoError(t, err)
+	require.NoError(t, cfg.Validate())
+	tb := 12 // micro 2 × accumulation 1 × data-parallel 4 is 8, not 12
+	cfg.TrainBatchSize = &tb
+	assert.ErrorContains(t, cfg.Validate(), "train_batch_size")
+
+	cfg, err = Parse([]byte(`{"zero_optimization": {"stage": 1}}`))
+	require.NoError(t, err)
+	cfg.GradientClipping = math.NaN()
+	assert.ErrorContains(t, cfg.Validate(), "no JSON form (NaN or an infinity?)")
 }
