@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -128,7 +129,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
-	if err := checkTrainFlags(fs.Args(), *steps, *ranks, *micro, *nanEvery); err != nil {
+	if err := checkTrainFlags(fs.Args(), *steps, *ranks, *micro, *nanEvery, *lr); err != nil {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 2
 	}
@@ -177,7 +178,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 // checkTrainFlags refuses what flag.Parse lets through: arguments left
 // after the flags (the flags after them were not parsed) and negative
 // counts.
-func checkTrainFlags(rest []string, steps, ranks, micro, nanEvery int) error {
+func checkTrainFlags(rest []string, steps, ranks, micro, nanEvery int, lr float64) error {
 	switch {
 	case len(rest) > 0:
 		return fmt.Errorf("unexpected argument %q (all: %q): deepgo train takes flags only, and stops reading flags at the first other argument", rest[0], rest)
@@ -189,6 +190,10 @@ func checkTrainFlags(rest []string, steps, ranks, micro, nanEvery int) error {
 		return fmt.Errorf("--micro-batch %d: want >= 1", micro)
 	case nanEvery < 1:
 		return fmt.Errorf("--nan-check-every %d: want >= 1 (optimizer steps between NaN/Inf checks of the parameters)", nanEvery)
+	case !(lr >= 0) || math.IsInf(lr, 1):
+		// checked here, where the flag is known: once written into the
+		// config, a bad one would be reported as optimizer.params.lr
+		return fmt.Errorf("--lr %v: want a finite number >= 0", lr)
 	}
 	return nil
 }

@@ -47,6 +47,7 @@ func TestTrainBadArgs(t *testing.T) {
 		{"negative steps", []string{"--model", "tiny", "--steps", "-1"}, "--steps -1: want >= 0"},
 		{"negative ranks", []string{"--model", "tiny", "--steps", "1", "--ranks", "-2"}, "--ranks -2: want >= 0"},
 		{"zero micro-batch", []string{"--model", "tiny", "--steps", "1", "--micro-batch", "0"}, "--micro-batch 0: want >= 1"},
+		{"negative lr", []string{"--model", "tiny", "--steps", "1", "--lr", "-1"}, "--lr -1: want a finite number >= 0"},
 		{"negative nan check", []string{"--model", "tiny", "--steps", "1", "--nan-check-every", "-1"}, "--nan-check-every -1: want >= 1"},
 		{"unknown backend in-process", []string{"--model", "tiny", "--steps", "1", "--ranks", "1", "--dist-backend", "foo"}, `--dist-backend "foo": want one of`},
 	} {
