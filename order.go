@@ -27,7 +27,7 @@ func (e *Engine) checkSequence(ctx context.Context, seq []int) error {
 	lens, err := comm.AllGatherInt64s(ctx, e.c, []int64{int64(len(seq))})
 	if err != nil {
 		if comm.Cancelled(err) {
-			return fmt.Errorf("deepgo: forward %d: stopped: a rank's call was cancelled: %w", e.forwards, err)
+			return fmt.Errorf("deepgo: forward %d: stopped: a rank's call was cancelled or past its deadline: %w", e.forwards, err)
 		}
 		// The first collective of a forward: a rank that skipped this step
 		// (or died) shows up here, not as a module-order problem.

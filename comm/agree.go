@@ -135,10 +135,13 @@ func Agree(ctx context.Context, c Comm, phase string, err error) error {
 	}
 	all, gerr := AllGatherBytes(ctx, c, []byte(msg))
 	switch {
+	case gerr != nil && Cancelled(gerr):
+		if err != nil {
+			return fmt.Errorf("%s: stopped: a rank's call was cancelled or past its deadline: %w (this rank's outcome: %w)", phase, gerr, err)
+		}
+		return fmt.Errorf("%s: stopped: a rank's call was cancelled or past its deadline: %w", phase, gerr)
 	case gerr != nil && err != nil:
 		return fmt.Errorf("%s: %w (and the ranks could not agree: %w)", phase, err, gerr)
-	case gerr != nil && Cancelled(gerr):
-		return fmt.Errorf("%s: stopped: a rank's call was cancelled: %w", phase, gerr)
 	case gerr != nil:
 		return fmt.Errorf("%s: the ranks could not agree (did every rank take part?): %w", phase, gerr)
 	}

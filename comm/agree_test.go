@@ -287,8 +287,8 @@ func TestAgreementNilComm(t *testing.T) {
 
 // A rank that calls Agree with a cancelled context stops every rank at
 // once, and the error leads with the cancellation, naming the rank, not
-// with "could not agree (did every rank take part?)"; a timeout still
-// reads as the ranks not agreeing.
+// with "could not agree (did every rank take part?)"; the group's own
+// timeout (comm.ErrTimeout) is not a cancellation.
 func TestAgreeCancelled(t *testing.T) {
 	for _, n := range []int{2, 4} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
@@ -310,7 +310,7 @@ func TestAgreeCancelled(t *testing.T) {
 			for r, err := range errs {
 				require.ErrorIs(t, err, context.Canceled, "rank %d", r)
 				assert.True(t, comm.Cancelled(err), "rank %d", r)
-				assert.ErrorContains(t, err, "commit: stopped: a rank's call was cancelled", "rank %d", r)
+				assert.ErrorContains(t, err, "commit: stopped: a rank's call was cancelled or past its deadline", "rank %d", r)
 				assert.ErrorContains(t, err, "rank 1 cancelled its call", "rank %d", r)
 			}
 		})
