@@ -95,8 +95,13 @@ func parseLaunchFlags(args []string, stderr io.Writer) (*launchFlags, error) {
 	if set["master_port"] && o.MasterPort == 0 && (o.NumNodes > 1 || f.hostfile != "") {
 		return nil, fmt.Errorf("--master_port 0 (a free port) only works for a job on this machine alone: name the port every node uses")
 	}
-	if f.maxRestarts < 0 || f.grace <= 0 || f.timeout < 0 {
-		return nil, fmt.Errorf("--max_restarts %d, --grace %v, --timeout %v: want >= 0, > 0, >= 0", f.maxRestarts, f.grace, f.timeout)
+	switch {
+	case f.maxRestarts < 0:
+		return nil, fmt.Errorf("--max_restarts %d: want >= 0", f.maxRestarts)
+	case f.grace <= 0:
+		return nil, fmt.Errorf("--grace %v: want > 0 (the time a stopped process gets between SIGTERM and SIGKILL)", f.grace)
+	case f.timeout < 0:
+		return nil, fmt.Errorf("--timeout %v: want >= 0 (0: none)", f.timeout)
 	}
 	o.LocalSlots = 1
 	switch {

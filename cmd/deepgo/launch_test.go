@@ -295,6 +295,9 @@ func TestLaunchBadFlags(t *testing.T) {
 		{[]string{"--num_gpus", "-2", "--", "true"}, "--num_gpus -2: want >= 0"},
 		{[]string{"--num_nodes", "-1", "--", "true"}, "--num_nodes -1: want >= 0"},
 		{[]string{"--node_rank", "-1", "--", "true"}, "--node_rank -1: want >= 0"},
+		{[]string{"--max_restarts", "-1", "--", "true"}, "--max_restarts -1: want >= 0"},
+		{[]string{"--grace", "-1s", "--", "true"}, "--grace -1s: want > 0"},
+		{[]string{"--timeout", "-2s", "--", "true"}, "--timeout -2s: want >= 0"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(append([]string{"launch"}, tc.args...), &out, &errb)
