@@ -94,10 +94,10 @@ func decodeRaw(b []byte) (out map[string]any, err error) {
 			out, err = nil, &SyntaxError{Msg: fmt.Sprint("parser failure: ", r)}
 		}
 	}()
-	if bytes.HasPrefix(b, []byte("\xef\xbb\xbf")) {
-		// Hjson would read the mark as the start of a quoteless string
-		return nil, &SyntaxError{Msg: "the file starts with a UTF-8 byte-order mark (bytes EF BB BF), which DeepSpeed's reader rejects too (\"Unexpected UTF-8 BOM\"); save it without one"}
-	}
+	// A UTF-8 byte-order mark is skipped, as hjson-py skips it (DeepSpeed
+	// loads such a file); hjson-go would read it as the start of a
+	// quoteless string.
+	b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf"))
 	var v any
 	opts := hjson.DecoderOptions{UseJSONNumber: true, DisallowDuplicateKeys: true}
 	if err := hjson.UnmarshalWithOptions(b, &v, opts); err != nil {
