@@ -18,10 +18,12 @@ func checkMemory(in Input) (string, *Finding) {
 	case !okP:
 		return NotMeasured + ": no memory series in the run", nil
 	case !okC:
-		return fmt.Sprintf("peak %s; no capacity (deepgo_run.json memory_capacity_bytes or %s) to compare with", gib(peak.value), "Train/GPU/memory_total_bytes"), nil
+		return fmt.Sprintf("peak %s (%s); no capacity (deepgo_run.json memory_capacity_bytes or %s) to compare with", gib(peak.value), peak.from, "Train/GPU/memory_total_bytes"), nil
 	}
 	ratio := peak.value / capa.value
-	checked := fmt.Sprintf("peak %s = %s of %s (target < %s)", gib(peak.value), pct(ratio), gib(capa.value), pct(MemoryTarget))
+	// which reading was the largest: the engine's accounting, the process's
+	// RSS or the GPU's own figure measure different things
+	checked := fmt.Sprintf("peak %s (%s) = %s of %s (target < %s)", gib(peak.value), peak.from, pct(ratio), gib(capa.value), pct(MemoryTarget))
 	if ratio < MemoryTarget {
 		return checked, nil
 	}

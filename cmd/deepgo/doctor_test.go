@@ -25,7 +25,7 @@ func TestDoctorCommand(t *testing.T) {
 		code int
 		want []string
 	}{
-		{name: "healthy", run: runfixture.Healthy(), code: 0, want: []string{"config: deepgo_run.json", "memory: peak 48.5 GiB = 60.6% of 80.0 GiB", "no findings"}},
+		{name: "healthy", run: runfixture.Healthy(), code: 0, want: []string{"config: deepgo_run.json", "memory: peak 48.5 GiB (Train/GPU/memory_used_bytes) = 60.6% of 80.0 GiB", "no findings"}},
 		{name: "near OOM", run: runfixture.NearOOM(), code: doctorFindings, want: []string{"finding 1 [memory]: out-of-memory risk", "measured: peak memory 76.5 GiB", "try: zero_optimization.stage 1 -> 3"}},
 		{name: "communication-bound", run: runfixture.CommBound(), code: doctorFindings, want: []string{"finding 1 [communication]", "46.9%", "try: zero_optimization.overlap_comm false -> true"}},
 		{name: "overflow storm", run: runfixture.OverflowStorm(), code: doctorFindings, want: []string{"finding 1 [overflow]", "min_loss_scale 1 at step 39"}},
