@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
 )
 
@@ -97,6 +98,18 @@ func noEffectList(cfg *config.Config) []noEffectKey {
 	}
 	for k := range cfg.Other {
 		found[k] = "recognised DeepSpeed section, kept but not modelled"
+	}
+	if pp, err := deepgo.PipelineStages(cfg); err == nil && pp > 1 {
+		// what the pipeline engine's own notes say at Initialize
+		for _, k := range []struct {
+			key string
+			on  bool
+		}{{"tensorboard", cfg.Tensorboard.Enabled}, {"csv_monitor", cfg.CSVMonitor.Enabled}, {"wall_clock_breakdown", cfg.WallClockBreakdown},
+			{"comms_logger", cfg.CommsLogger.Enabled}, {"flops_profiler", cfg.FlopsProfiler.Enabled}} {
+			if k.on {
+				found[k.key] = "the pipeline engine does not feed it yet (only the data-parallel engine does)"
+			}
+		}
 	}
 	var out []noEffectKey
 	for p, why := range found {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -131,5 +132,24 @@ func TestNoEffectSeqParallelDType(t *testing.T) {
 			assert.Contains(t, errb.String(), "no effect: seq_parallel_communication_data_type: the Ulysses all-to-alls always exchange fp32")
 			assert.NotContains(t, errb.String(), "not supported")
 		})
+	}
+}
+
+// With pipeline stages, the monitors the pipeline engine does not feed yet
+// are listed as having no effect (deepgo config check says so before a
+// run, as the engine's notes do at Initialize); without, they are not.
+func TestNoEffectPipelineMonitors(t *testing.T) {
+	for _, pp := range []int{1, 2} {
+		cfg, err := config.Parse([]byte(fmt.Sprintf(`{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+			"pipeline_model_parallel_size": %d, "csv_monitor": {"enabled": true}, "wall_clock_breakdown": true}`, pp)))
+		require.NoError(t, err)
+		got := strings.Join(noEffectKeys(cfg), "\n")
+		for _, k := range []string{"csv_monitor: the pipeline engine does not feed it yet", "wall_clock_breakdown: the pipeline engine"} {
+			if pp > 1 {
+				assert.Contains(t, got, k)
+			} else {
+				assert.NotContains(t, got, k)
+			}
+		}
 	}
 }
