@@ -133,6 +133,7 @@ func train(t testing.TB, r run) (*result, error) {
 		m := testmodel.NewMLP(uint64(1+c.Rank()*0), sizes...)
 		e, err := initEngine(ctx, cfg, m, append(opts, r.opts...)...)
 		if err != nil {
+			m.FreeUndonated() // a failed Initialize leaves the donated initial values to their owner
 			return err
 		}
 		defer e.Close()
