@@ -168,3 +168,17 @@ func TestUserKeys(t *testing.T) {
 	_, err = c.Resolve(64, 8, 0, 0)
 	assert.ErrorContains(t, err, "multiple of the pipeline size 4", "interleaved divisibility")
 }
+
+// DeepSpeed's zero_optimization field names without the stage3_ prefix are
+// the same settings as their stage3_ aliases (pydantic populate_by_name),
+// read with no warning; giving both is an error.
+func TestZeroStage3FieldNames(t *testing.T) {
+	c := mustParse(t, `{"zero_optimization": {"stage": 3, "prefetch_bucket_size": 1234, "max_live_parameters": 99, "allgather_sequential": true}}`)
+	assert.Equal(t, int64(1234), int64(c.ZeroOptimization.Stage3PrefetchBucketSize))
+	assert.Equal(t, int64(99), int64(c.ZeroOptimization.Stage3MaxLiveParameters))
+	assert.True(t, c.ZeroOptimization.Stage3AllgatherSequential)
+	assert.True(t, c.IsSet("zero_optimization.stage3_prefetch_bucket_size"))
+	assert.Empty(t, c.Warnings)
+	_, err := Parse([]byte(`{"zero_optimization": {"prefetch_bucket_size": 1, "stage3_prefetch_bucket_size": 2}}`))
+	assert.ErrorContains(t, err, "zero_optimization.prefetch_bucket_size: got 1; allowed: only one of prefetch_bucket_size and stage3_prefetch_bucket_size")
+}

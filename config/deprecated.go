@@ -81,6 +81,32 @@ func (l *loader) zeroDeprecated(z map[string]any) {
 	}
 	l.rename(z, zp, "stage3_gather_fp16_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save",
 		"renamed to stage3_gather_16bit_weights_on_model_save")
+	// DeepSpeed's pydantic model names these fields without the stage3_
+	// prefix and gives the prefixed key as the alias; with populate_by_name
+	// it accepts either spelling, so deepgo reads both (no warning: neither
+	// is deprecated). Both at once is an error: which one DeepSpeed keeps is
+	// pydantic's detail, not the user's intent.
+	for _, name := range stage3FieldNames {
+		v, ok := z[name]
+		if !ok {
+			continue
+		}
+		delete(z, name)
+		alias := "stage3_" + name
+		if _, both := z[alias]; both {
+			l.fail(zp+"."+name, v, "only one of "+name+" and "+alias, "DeepSpeed's field name and its stage3_ alias are the same setting")
+			continue
+		}
+		z[alias] = v
+	}
+}
+
+// stage3FieldNames are DeepSpeedZeroConfig's field names whose alias (the
+// documented key) is "stage3_" + the name.
+var stage3FieldNames = []string{
+	"prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold",
+	"max_live_parameters", "max_reuse_distance", "gather_16bit_weights_on_model_save",
+	"module_granularity_threshold", "use_all_reduce_for_fetch_params", "allgather_sequential",
 }
 
 // rename moves m[old] to m[neu] with a warning; both set is an error.
