@@ -181,4 +181,7 @@ func TestZeroStage3FieldNames(t *testing.T) {
 	assert.Empty(t, c.Warnings)
 	_, err := Parse([]byte(`{"zero_optimization": {"prefetch_bucket_size": 1, "stage3_prefetch_bucket_size": 2}}`))
 	assert.ErrorContains(t, err, "zero_optimization.prefetch_bucket_size: got 1; allowed: only one of prefetch_bucket_size and stage3_prefetch_bucket_size")
+	c = mustParse(t, `{"fp16": {"enabled": true, "master_weights_and_grads": false}}`)
+	assert.True(t, c.IsSet("fp16.fp16_master_weights_and_grads"))
+	assert.Empty(t, c.Warnings)
 }

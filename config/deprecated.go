@@ -27,6 +27,11 @@ func (l *loader) deprecated(raw map[string]any) {
 		l.zeroDeprecated(z)
 	}
 
+	if f, ok := raw["fp16"].(map[string]any); ok {
+		// DeepSpeedFP16Config's field name; the documented key is its alias
+		l.fieldName(f, "fp16", "master_weights_and_grads", "fp16_master_weights_and_grads")
+	}
+
 	if a, ok := raw["aio"].(map[string]any); ok {
 		l.rename(a, "aio", "thread_count", "intra_op_parallelism",
 			`renamed to intra_op_parallelism in DeepSpeed (Feb 2025), which now silently ignores thread_count; deepgo maps it`)
@@ -87,18 +92,24 @@ func (l *loader) zeroDeprecated(z map[string]any) {
 	// is deprecated). Both at once is an error: which one DeepSpeed keeps is
 	// pydantic's detail, not the user's intent.
 	for _, name := range stage3FieldNames {
-		v, ok := z[name]
-		if !ok {
-			continue
-		}
-		delete(z, name)
-		alias := "stage3_" + name
-		if _, both := z[alias]; both {
-			l.fail(zp+"."+name, v, "only one of "+name+" and "+alias, "DeepSpeed's field name and its stage3_ alias are the same setting")
-			continue
-		}
-		z[alias] = v
+		l.fieldName(z, zp, name, "stage3_"+name)
 	}
+}
+
+// fieldName moves m[name], a pydantic field name DeepSpeed accepts beside
+// its alias (the documented key), to m[alias], silently; both set is an
+// error.
+func (l *loader) fieldName(m map[string]any, path, name, alias string) {
+	v, ok := m[name]
+	if !ok {
+		return
+	}
+	delete(m, name)
+	if _, both := m[alias]; both {
+		l.fail(join(path, name), v, "only one of "+name+" and "+alias, "DeepSpeed's field name and its alias are the same setting")
+		return
+	}
+	m[alias] = v
 }
 
 // stage3FieldNames are DeepSpeedZeroConfig's field names whose alias (the
