@@ -85,6 +85,11 @@ exits 0 without a JSON line.
 SIGINT (Ctrl-C) or SIGTERM (deepgo launch stopping the job, a scheduler)
 stops the run: rank 0 prints "deepgo train: interrupted at step N (last
 checkpoint: DIR/TAG or none)" and every rank exits 128+signal (130, 143).
+A rank that stops answering fails the others, naming it, after the
+communication timeout: 5 minutes between in-process ranks; between
+launched processes DEEPGO_TIMEOUT (a Go duration such as 90s, or minutes),
+else DEEPSPEED_TIMEOUT (minutes), else 10 minutes (deepgo launch --timeout
+sets DEEPGO_TIMEOUT).
 Arguments after the flags are an error (flags after them would be ignored).
 
 flags:
