@@ -76,6 +76,8 @@ func TestOneCycleMomentum(t *testing.T) {
 		{stage: 1, world: 2, gas: 2},
 		{stage: 2, world: 2, gas: 1, zeroExtra: `, "sub_group_size": 100`},
 		{stage: 3, world: 2, gas: 2},
+		// the simulated device: the betas reach its optimizer kernels too
+		{stage: 2, world: 2, gas: 1, dev: "sim"},
 	} {
 		for _, momentum := range []bool{true, false} {
 			r := r

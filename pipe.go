@@ -223,20 +223,32 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	return e, nil
 }
 
-// pipeNotes says what the pipeline engine does with keys whose words
-// suggest more: the offload keys on the CPU, the monitors it does not feed
-// yet, the activation_checkpointing keys only the data-parallel engine
-// applies, and the partition method "best".
-func pipeNotes(cfg *config.Config, dev tensor.Device) []string {
-	notes := offloadNotes(cfg, dev)
+// PipelineUnfedMonitors lists the monitoring keys cfg enables that the
+// pipeline engine does not feed yet (only the data-parallel engine reports
+// to them): tensorboard, csv_monitor, wall_clock_breakdown, comms_logger
+// and flops_profiler. A pipeline engine's Notes name each of them.
+func PipelineUnfedMonitors(cfg *config.Config) []string {
+	var keys []string
 	for _, k := range []struct {
 		key string
 		on  bool
 	}{{"tensorboard", cfg.Tensorboard.Enabled}, {"csv_monitor", cfg.CSVMonitor.Enabled}, {"wall_clock_breakdown", cfg.WallClockBreakdown},
 		{"comms_logger", cfg.CommsLogger.Enabled}, {"flops_profiler", cfg.FlopsProfiler.Enabled}} {
 		if k.on {
-			notes = append(notes, k.key+": not fed by the pipeline engine yet (only the data-parallel engine reports to it); TrainBatch's loss and Timers are what a pipeline run reports")
+			keys = append(keys, k.key)
 		}
+	}
+	return keys
+}
+
+// pipeNotes says what the pipeline engine does with keys whose words
+// suggest more: the offload keys on the CPU, the monitors it does not feed
+// yet, the activation_checkpointing keys only the data-parallel engine
+// applies, and the partition method "best".
+func pipeNotes(cfg *config.Config, dev tensor.Device) []string {
+	notes := offloadNotes(cfg, dev)
+	for _, k := range PipelineUnfedMonitors(cfg) {
+		notes = append(notes, k+": not fed by the pipeline engine yet (only the data-parallel engine reports to it); TrainBatch's loss and Timers are what a pipeline run reports")
 	}
 	ac := cfg.ActivationCheckpointing
 	for _, k := range []struct {

@@ -100,16 +100,23 @@ func (l *loader) zeroDeprecated(z map[string]any) {
 // its alias (the documented key), to m[alias], silently; both set is an
 // error.
 func (l *loader) fieldName(m map[string]any, path, name, alias string) {
-	v, ok := m[name]
+	l.move(m, path, name, alias, "DeepSpeed's field name and its alias are the same setting")
+}
+
+// move moves m[from] to m[to] and reports whether it did; both set is an
+// error (why says why they clash) and moves nothing.
+func (l *loader) move(m map[string]any, path, from, to, why string) bool {
+	v, ok := m[from]
 	if !ok {
-		return
+		return false
 	}
-	delete(m, name)
-	if _, both := m[alias]; both {
-		l.fail(join(path, name), v, "only one of "+name+" and "+alias, "DeepSpeed's field name and its alias are the same setting")
-		return
+	delete(m, from)
+	if _, both := m[to]; both {
+		l.fail(join(path, from), v, "only one of "+from+" and "+to, why)
+		return false
 	}
-	m[alias] = v
+	m[to] = v
+	return true
 }
 
 // stage3FieldNames are DeepSpeedZeroConfig's field names whose alias (the
@@ -122,15 +129,7 @@ var stage3FieldNames = []string{
 
 // rename moves m[old] to m[neu] with a warning; both set is an error.
 func (l *loader) rename(m map[string]any, path, old, neu, why string) {
-	v, ok := m[old]
-	if !ok {
-		return
+	if l.move(m, path, old, neu, "the deprecated key and its replacement are both set") {
+		l.warn(join(path, old), "deprecated: %s; mapped to %s", why, join(path, neu))
 	}
-	delete(m, old)
-	if _, both := m[neu]; both {
-		l.fail(join(path, old), v, "only one of "+old+" and "+neu, "the deprecated key and its replacement are both set")
-		return
-	}
-	m[neu] = v
-	l.warn(join(path, old), "deprecated: %s; mapped to %s", why, join(path, neu))
 }

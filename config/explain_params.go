@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 )
 
@@ -119,12 +118,7 @@ func explainParam(key string) (string, bool, error) {
 		p := strings.TrimPrefix(key, optPrefix)
 		doc, known := optParamDocs[p]
 		if !known {
-			names := make([]string, 0, len(optParamDocs))
-			for k := range optParamDocs {
-				names = append(names, k)
-			}
-			sort.Strings(names)
-			return "", true, fmt.Errorf("config: unknown key %q: no optimizer deepgo implements takes %q (known: %s)", key, p, strings.Join(names, ", "))
+			return "", true, fmt.Errorf("config: unknown key %q: no optimizer deepgo implements takes %q (known: %s)", key, p, strings.Join(sortedKeys(optParamDocs), ", "))
 		}
 		fmt.Fprintf(&b, "%s\n  %s\n", key, doc)
 		var takes []string
@@ -145,12 +139,7 @@ func explainParam(key string) (string, bool, error) {
 		p := strings.TrimPrefix(key, schedPrefix)
 		sp, known := schedParamDocs[p]
 		if !known {
-			names := make([]string, 0, len(schedParamDocs))
-			for k := range schedParamDocs {
-				names = append(names, k)
-			}
-			sort.Strings(names)
-			return "", true, fmt.Errorf("config: unknown key %q: no scheduler deepgo implements takes %q (known: %s)", key, p, strings.Join(names, ", "))
+			return "", true, fmt.Errorf("config: unknown key %q: no scheduler deepgo implements takes %q (known: %s)", key, p, strings.Join(sortedKeys(schedParamDocs), ", "))
 		}
 		fmt.Fprintf(&b, "%s\n  %s\n", key, sp.doc)
 		var takes []string

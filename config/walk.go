@@ -46,7 +46,8 @@ func join(p, k string) string {
 	return p + "." + k
 }
 
-func sortedKeys(m map[string]any) []string {
+// sortedKeys is m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
 	ks := make([]string, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)

@@ -42,16 +42,9 @@ func runCkpt(args []string, stdout, stderr io.Writer) int {
 	tag := fs.String("tag", "", "checkpoint tag (default: the one latest names)")
 	fs.Usage = func() { fmt.Fprint(stderr, ckptUsage); fs.PrintDefaults() }
 	// flags may come before or after the folders (deepgo ckpt inspect DIR -tag T)
-	var pos []string
-	for rest := args[1:]; ; {
-		if err := fs.Parse(rest); err != nil {
-			return flagExit(err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		rest = fs.Args()[1:]
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return flagExit(err)
 	}
 	ctx := context.Background()
 	want := map[string]string{"inspect": "DIR", "consolidate": "DIR OUT.safetensors"}[args[0]]

@@ -66,16 +66,9 @@ func configCheck(args []string, stdout, stderr io.Writer) int {
 	strict := fs.Bool("strict", false, "unknown keys and unresolved \"auto\" are errors")
 	hidden := fs.Int("hidden", 0, "model hidden size (resolves \"auto\" ZeRO bucket sizes as HF does)")
 	asJSON := fs.Bool("json", false, "print the resolved config as JSON instead of a listing (stdout holds only the JSON; nothing for an invalid config)")
-	var files []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			return flagExit(err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		rest = fs.Args()[1:]
+	files, err := parseInterspersed(fs, args)
+	if err != nil {
+		return flagExit(err)
 	}
 	if len(files) != 1 {
 		fmt.Fprint(stderr, configUsage)

@@ -101,14 +101,8 @@ func noEffectList(cfg *config.Config) []noEffectKey {
 	}
 	if pp, err := deepgo.PipelineStages(cfg); err == nil && pp > 1 {
 		// what the pipeline engine's own notes say at Initialize
-		for _, k := range []struct {
-			key string
-			on  bool
-		}{{"tensorboard", cfg.Tensorboard.Enabled}, {"csv_monitor", cfg.CSVMonitor.Enabled}, {"wall_clock_breakdown", cfg.WallClockBreakdown},
-			{"comms_logger", cfg.CommsLogger.Enabled}, {"flops_profiler", cfg.FlopsProfiler.Enabled}} {
-			if k.on {
-				found[k.key] = "the pipeline engine does not feed it yet (only the data-parallel engine does)"
-			}
+		for _, k := range deepgo.PipelineUnfedMonitors(cfg) {
+			found[k] = "the pipeline engine does not feed it yet (only the data-parallel engine does)"
 		}
 	}
 	var out []noEffectKey
