@@ -13,7 +13,7 @@ type Event struct {
 	Tag   string
 	Value float64
 	// Step is the x value the event is written at (csv_monitor's step
-	// column, tensorboard's step): rundir.SampleX of the optimizer step,
+	// column, tensorboard's step): rundir.XAxis.X of the optimizer step,
 	// which is DeepSpeed's global_samples for a Train/Samples tag and the
 	// optimizer step for deepgo's own.
 	Step int64
@@ -67,11 +67,11 @@ const (
 func ms(d float64) float64 { return d / 1e6 }
 
 // events turns one step (dt: its timer deltas) into the contract's tags,
-// each at its x value for trainBatchSize samples per step.
-func events(r Record, dt Timers, rss int64, breakdown bool, nonfinite *bool, trainBatchSize int) []Event {
+// each at its x value on axis.
+func events(r Record, dt Timers, rss int64, breakdown bool, nonfinite *bool, axis rundir.XAxis) []Event {
 	ev := tagEvents(r, dt, rss, breakdown, nonfinite)
 	for i := range ev {
-		ev[i].Step = rundir.SampleX(ev[i].Tag, int64(r.Step), int64(trainBatchSize))
+		ev[i].Step = axis.X(ev[i].Tag, int64(r.Step))
 	}
 	return ev
 }

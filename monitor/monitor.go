@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/rundir"
 )
 
 // FiniteCheck reports whether any parameter holds NaN or Inf. The Monitor
@@ -57,6 +58,12 @@ func WithWriter(w Writer) Option { return func(m *Monitor) { m.extra = append(m.
 // the memory target is not checked.
 func WithMemoryCapacity(bytes int64) Option { return func(m *Monitor) { m.capacity = bytes } }
 
+// WithTrainLossAfterStep writes train_loss at the global_samples of its
+// step's end, beside lr, as DeepSpeed's PipelineEngine does (its
+// data-parallel engine writes it one batch earlier, before the update;
+// rundir.XAxis). The pipeline engine sets it; deepgo_run.json records it.
+func WithTrainLossAfterStep() Option { return func(m *Monitor) { m.lossAfter = true } }
+
 // Monitor turns each step's Record into events for its writers, prints
 // DeepSpeed's wall_clock_breakdown lines, runs the NaN/Inf check and
 // checks the §6 targets. Its methods must be called from one goroutine,
@@ -65,7 +72,8 @@ func WithMemoryCapacity(bytes int64) Option { return func(m *Monitor) { m.capaci
 // returned by a later Observe or by Close.
 type Monitor struct {
 	rank        int
-	batch       int // train_batch_size: the samples per step, for the Train/Samples x values
+	batch       int  // train_batch_size: the samples per step, for the Train/Samples x values
+	lossAfter   bool // WithTrainLossAfterStep
 	breakdown   bool
 	printEvery  int
 	finiteEvery int
@@ -100,7 +108,7 @@ type batch struct {
 	r         Record
 	dt        Timers
 	nonfinite *bool
-	batch     int
+	axis      rundir.XAxis
 }
 
 // New builds rank's Monitor from cfg's tensorboard, csv_monitor, wandb,
@@ -172,7 +180,7 @@ func New(cfg *config.Config, rank int, opts ...Option) (_ *Monitor, err error) {
 
 // SetTrainBatchSize sets the samples per optimizer step (DeepSpeed's
 // train_batch_size, as the engine resolved it): the Train/Samples tags are
-// written at global_samples, step × n (rundir.SampleX). Call it before the
+// written at global_samples, step × n (rundir.XAxis). Call it before the
 // first Observe; n < 1 is ignored. Without it the Monitor takes the
 // config's train_batch_size, else 1 (one sample per step).
 func (m *Monitor) SetTrainBatchSize(n int) {
@@ -183,6 +191,11 @@ func (m *Monitor) SetTrainBatchSize(n int) {
 
 // TrainBatchSize is the samples per step the Train/Samples x values count.
 func (m *Monitor) TrainBatchSize() int { return m.batch }
+
+// axis is the x axis the Monitor writes the Train/Samples tags on.
+func (m *Monitor) axis() rundir.XAxis {
+	return rundir.XAxis{TrainBatchSize: int64(m.batch), LossAfterStep: m.lossAfter}
+}
 
 // MemoryCapacity is the bytes the memory target divides by (0: not
 // checked).
@@ -219,7 +232,7 @@ func (m *Monitor) Observe(ctx context.Context, r Record) error {
 	}
 	m.qmu.Lock()
 	if m.queue != nil {
-		m.queue <- batch{r: r, dt: dt, nonfinite: nonfinite, batch: m.batch}
+		m.queue <- batch{r: r, dt: dt, nonfinite: nonfinite, axis: m.axis()}
 	}
 	m.qmu.Unlock()
 	m.errMu.Lock()
@@ -283,7 +296,7 @@ func (m *Monitor) startWriting() {
 	go func(queue <-chan batch) {
 		defer close(m.flushed)
 		for b := range queue {
-			ev := events(b.r, b.dt, rssBytes(), m.breakdown, b.nonfinite, b.batch)
+			ev := events(b.r, b.dt, rssBytes(), m.breakdown, b.nonfinite, b.axis)
 			var errs []error
 			for _, w := range m.writers {
 				errs = append(errs, w.WriteEvents(b.r.Step, ev))

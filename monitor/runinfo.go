@@ -18,10 +18,11 @@ type RunInfo = rundir.Info
 
 // WriteRunInfo writes deepgo_run.json into every run directory (rank 0
 // only; a no-op elsewhere or without an enabled monitor), replacing it
-// whole so that a reader never sees half a file. Its train_batch_size is
-// the Monitor's (TrainBatchSize), the one the Train/Samples x values count.
+// whole so that a reader never sees half a file. Its train_batch_size and
+// train_loss_after_step are the Monitor's (TrainBatchSize,
+// WithTrainLossAfterStep): the axis the Train/Samples x values are on.
 func (m *Monitor) WriteRunInfo(info RunInfo) error {
-	info.TrainBatchSize = int64(m.batch)
+	info.TrainBatchSize, info.TrainLossAfterStep = int64(m.batch), m.lossAfter
 	if len(info.Config) == 0 {
 		info.Config = json.RawMessage("null")
 	}

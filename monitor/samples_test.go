@@ -35,17 +35,22 @@ func csvSteps(t *testing.T, path string) []string {
 // The x values are DeepSpeed's: the Train/Samples tags at global_samples
 // (train_loss, logged in backward() before the update, a batch earlier:
 // (step-1) × train_batch_size; lr, loss_scale and the elapsed times at step
-// × train_batch_size), deepgo's own tags at the step, in the csv files and
-// the tensorboard events alike; deepgo_run.json records the batch size.
+// × train_batch_size; a pipeline's train_loss beside lr, as DeepSpeed's
+// PipelineEngine writes it), deepgo's own tags at the step, in the csv
+// files and the tensorboard events alike; deepgo_run.json records the
+// batch size and where train_loss goes.
 func TestMonitorSamplesX(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		config string // besides the monitors
 		set    int    // SetTrainBatchSize, 0: not called
+		pipe   bool   // WithTrainLossAfterStep
 		batch  int
 		loss   []string
 		lr     []string
 	}{
+		{name: "pipeline", config: `"train_batch_size": 8`, pipe: true, batch: 8,
+			loss: []string{"8", "16", "24"}, lr: []string{"8", "16", "24"}},
 		{name: "SetTrainBatchSize", config: `"train_micro_batch_size_per_gpu": 4`, set: 16, batch: 16,
 			loss: []string{"0", "16", "32"}, lr: []string{"16", "32", "48"}},
 		{name: "config train_batch_size", config: `"train_batch_size": 8`, batch: 8,
@@ -60,7 +65,11 @@ func TestMonitorSamplesX(t *testing.T) {
 			cfg := loadConfig(t, fmt.Sprintf(`{%s, "wall_clock_breakdown": true,
 				"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "j"},
 				"tensorboard": {"enabled": true, "output_path": %q, "job_name": "j"}}`, tc.config, out, out))
-			m, err := New(cfg, 0)
+			var opts []Option
+			if tc.pipe {
+				opts = append(opts, WithTrainLossAfterStep())
+			}
+			m, err := New(cfg, 0, opts...)
 			require.NoError(t, err)
 			m.SetTrainBatchSize(tc.set)
 			assert.Equal(t, tc.batch, m.TrainBatchSize())
@@ -84,6 +93,7 @@ func TestMonitorSamplesX(t *testing.T) {
 			var info RunInfo
 			require.NoError(t, json.Unmarshal(b, &info))
 			assert.Equal(t, int64(tc.batch), info.TrainBatchSize, "deepgo_run.json train_batch_size")
+			assert.Equal(t, tc.pipe, info.TrainLossAfterStep, "deepgo_run.json train_loss_after_step")
 
 			// tensorboard: each tag at the same x as in its csv file
 			files, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*"))

@@ -6,10 +6,11 @@
 // train_batch_size).
 //
 // As in DeepSpeed, the step column of a Train/Samples tag holds
-// global_samples (SampleX), that of deepgo's own tags the optimizer step.
+// global_samples (XAxis), that of deepgo's own tags the optimizer step.
 // Read turns global_samples back into steps (dividing by deepgo_run.json's
 // train_batch_size, or for a directory DeepSpeed wrote, by the one its
-// values imply), so that every series of a Run is keyed on steps; a
+// values imply, with train_loss one step later for a pipeline run), so
+// that every series of a Run is keyed on steps; a
 // directory from a deepgo that wrote steps everywhere (deepgo_run.json
 // without train_batch_size) reads as it is.
 //

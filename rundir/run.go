@@ -32,9 +32,13 @@ type Info struct {
 	Steps int64 `json:"steps"`
 	// TrainBatchSize is the samples per optimizer step (DeepSpeed's
 	// train_batch_size) the monitor wrote the Train/Samples tags with: their
-	// x is global_samples (SampleX). 0 (absent) in a directory written by a
+	// x is global_samples (XAxis). 0 (absent) in a directory written by a
 	// deepgo that put every tag at its step.
 	TrainBatchSize int64 `json:"train_batch_size,omitempty"`
+	// TrainLossAfterStep says train_loss was written after its step's
+	// update, at the same global_samples as lr: a pipeline run, as
+	// DeepSpeed's PipelineEngine writes it (XAxis.LossAfterStep).
+	TrainLossAfterStep bool `json:"train_loss_after_step,omitempty"`
 }
 
 // OnCPU reports whether the run computed on the host (device "cpu" or unknown).
@@ -60,6 +64,12 @@ type Run struct {
 	// common divisor of those values. 0 when they were steps already (a
 	// deepgo_run.json without train_batch_size).
 	TrainBatchSize int64
+	// LossAfterStep says train_loss was read as written after its step's
+	// update (a pipeline run, XAxis.LossAfterStep): Info's
+	// train_loss_after_step, else (a directory DeepSpeed wrote) whether
+	// train_loss and lr start at the same global_samples, where DeepSpeed's
+	// data-parallel engine writes train_loss one batch earlier.
+	LossAfterStep bool
 }
 
 // Get returns the series of tag, or nil when the run has no such file.
@@ -111,14 +121,17 @@ func Read(dir string) (*Run, error) {
 	switch {
 	case r.Info == nil:
 		r.TrainBatchSize = inferBatch(r.Series)
+		loss, lr := r.Series[TagLoss], r.Series[TagLR]
+		r.LossAfterStep = loss != nil && lr != nil && loss.Len() > 0 && lr.Len() > 0 && loss.Steps[0] == lr.Steps[0]
 	default:
-		r.TrainBatchSize = r.Info.TrainBatchSize
+		r.TrainBatchSize, r.LossAfterStep = r.Info.TrainBatchSize, r.Info.TrainLossAfterStep
 	}
 	if r.TrainBatchSize == 0 {
 		return r, nil
 	}
+	axis := XAxis{TrainBatchSize: r.TrainBatchSize, LossAfterStep: r.LossAfterStep}
 	for _, tag := range r.Tags() {
-		if err := r.Series[tag].samplesToSteps(r.TrainBatchSize); err != nil {
+		if err := r.Series[tag].samplesToSteps(axis); err != nil {
 			return nil, fmt.Errorf("rundir: %s: %w", filepath.Join(dir, FileName(tag)), err)
 		}
 	}

@@ -135,17 +135,22 @@ func TestReadErrorsNameTheFile(t *testing.T) {
 	assert.Contains(t, err.Error(), "missing")
 }
 
-// StepOfX inverts SampleX, DeepSpeed's x values: train_loss at
-// (step-1)×batch, the other Train/Samples tags at step×batch, deepgo's own
-// tags at the step.
-func TestSampleX(t *testing.T) {
+// XAxis.Step inverts X, DeepSpeed's x values: train_loss at (step-1)×batch
+// (at step×batch for a pipeline, LossAfterStep), the other Train/Samples
+// tags at step×batch, deepgo's own tags at the step.
+func TestXAxis(t *testing.T) {
 	cases := []struct {
 		tag         string
 		step, batch int64
+		pipe        bool
 		x           int64
 	}{
 		{tag: rundir.TagLoss, step: 1, batch: 32, x: 0},
 		{tag: rundir.TagLoss, step: 3, batch: 32, x: 64},
+		{tag: rundir.TagLoss, step: 1, batch: 32, pipe: true, x: 32},
+		{tag: rundir.TagLoss, step: 3, batch: 32, pipe: true, x: 96},
+		{tag: rundir.TagLR, step: 3, batch: 32, pipe: true, x: 96},
+		{tag: rundir.TagGradNorm, step: 3, batch: 32, pipe: true, x: 3},
 		{tag: rundir.TagLR, step: 1, batch: 32, x: 32},
 		{tag: rundir.TagLossScale, step: 3, batch: 32, x: 96},
 		{tag: rundir.TagStepMS, step: 2, batch: 8, x: 16},
@@ -154,9 +159,10 @@ func TestSampleX(t *testing.T) {
 		{tag: rundir.TagGPUPower, step: 7, batch: 32, x: 7},
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("%s/%d", c.tag, c.step), func(t *testing.T) {
-			assert.Equal(t, c.x, rundir.SampleX(c.tag, c.step, c.batch))
-			step, err := rundir.StepOfX(c.tag, c.x, c.batch)
+		t.Run(fmt.Sprintf("%s/%d/pipe=%v", c.tag, c.step, c.pipe), func(t *testing.T) {
+			a := rundir.XAxis{TrainBatchSize: c.batch, LossAfterStep: c.pipe}
+			assert.Equal(t, c.x, a.X(c.tag, c.step))
+			step, err := a.Step(c.tag, c.x)
 			require.NoError(t, err)
 			assert.Equal(t, c.step, step)
 		})
@@ -164,13 +170,15 @@ func TestSampleX(t *testing.T) {
 	for _, c := range []struct {
 		tag      string
 		x, batch int64
+		pipe     bool
 		err      string
 	}{
 		{tag: rundir.TagLR, x: 40, batch: 32, err: "step 40: not a multiple of train_batch_size 32"},
 		{tag: rundir.TagLR, x: 0, batch: 32, err: "before the first step"},
+		{tag: rundir.TagLoss, x: 0, batch: 32, pipe: true, err: "before the first step"},
 		{tag: rundir.TagLoss, x: 0, batch: 0, err: "train_batch_size 0: want >= 1"},
 	} {
-		_, err := rundir.StepOfX(c.tag, c.x, c.batch)
+		_, err := rundir.XAxis{TrainBatchSize: c.batch, LossAfterStep: c.pipe}.Step(c.tag, c.x)
 		assert.ErrorContains(t, err, c.err, "%s at %d", c.tag, c.x)
 	}
 }
@@ -179,7 +187,9 @@ func TestSampleX(t *testing.T) {
 // deepgo (global_samples, train_batch_size in deepgo_run.json), DeepSpeed
 // (global_samples, no deepgo_run.json: the batch is the values' greatest
 // common divisor, here too after a resume that replayed steps), or a deepgo
-// from before global_samples (steps, no train_batch_size).
+// from before global_samples (steps, no train_batch_size); pipeline runs
+// write train_loss beside lr, one batch later (deepgo says so in
+// deepgo_run.json; for DeepSpeed's the two series' first x values tell).
 func TestReadKeysOnSteps(t *testing.T) {
 	steps := []int64{1, 2, 3, 4}
 	cases := []struct {
@@ -187,8 +197,17 @@ func TestReadKeysOnSteps(t *testing.T) {
 		info  string            // deepgo_run.json; "" for none
 		files map[string]string // file name -> content
 		batch int64
+		pipe  bool
 		err   string
 	}{
+		{name: "deepgo pipeline", info: `{"world": 2, "train_batch_size": 16, "train_loss_after_step": true}`, batch: 16, pipe: true, files: map[string]string{
+			"Train_Samples_train_loss.csv": "step,train_loss\r\n16,4\r\n32,3\r\n48,2\r\n64,1\r\n",
+			"Train_Samples_lr.csv":         "step,lr\r\n16,0.1\r\n32,0.1\r\n48,0.1\r\n64,0.1\r\n",
+		}},
+		{name: "DeepSpeed pipeline, resumed from step 3", batch: 8, pipe: true, files: map[string]string{
+			"Train_Samples_train_loss.csv": "step,train_loss\r\n8,4\r\n16,3\r\n24,9\r\nstep,train_loss\r\n24,2\r\n32,1\r\n",
+			"Train_Samples_lr.csv":         "step,lr\r\n8,0.1\r\n16,0.1\r\n24,0.1\r\nstep,lr\r\n24,0.1\r\n32,0.1\r\n",
+		}},
 		{name: "deepgo", info: `{"world": 2, "train_batch_size": 16}`, batch: 16, files: map[string]string{
 			"Train_Samples_train_loss.csv": "step,train_loss\r\n0,4\r\n16,3\r\n32,2\r\n48,1\r\n",
 			"Train_Samples_lr.csv":         "step,lr\r\n16,0.1\r\n32,0.1\r\n48,0.1\r\n64,0.1\r\n",
@@ -228,6 +247,7 @@ func TestReadKeysOnSteps(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, c.batch, r.TrainBatchSize)
+			assert.Equal(t, c.pipe, r.LossAfterStep)
 			for _, tag := range r.Tags() {
 				assert.Equal(t, steps, r.Get(tag).Steps, tag)
 			}

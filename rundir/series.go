@@ -18,7 +18,7 @@ type Series struct {
 	Tag string
 	// Steps are strictly increasing: in a Run from Read, the global
 	// optimizer steps (1-based); from ReadSeries, the file's step column
-	// as written (global_samples for a Train/Samples tag, see SampleX).
+	// as written (global_samples for a Train/Samples tag, see XAxis).
 	Steps []int64
 	// Values are the values at Steps.
 	Values []float64
@@ -56,13 +56,13 @@ func (s *Series) At(step int64) (float64, bool) {
 }
 
 // samplesToSteps turns the x values of a Train/Samples series, written at
-// global_samples for trainBatchSize samples per step, into steps.
-func (s *Series) samplesToSteps(trainBatchSize int64) error {
+// global_samples on axis a, into steps.
+func (s *Series) samplesToSteps(a XAxis) error {
 	if !IsSamplesTag(s.Tag) {
 		return nil
 	}
 	for i, x := range s.Steps {
-		step, err := StepOfX(s.Tag, x, trainBatchSize)
+		step, err := a.Step(s.Tag, x)
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,7 @@ const InfoFile = "deepgo_run.json"
 // Train/Samples ones (the elapsed times only with wall_clock_breakdown or the
 // flops profiler); deepgo adds Train/deepgo and, where a GPU driver answers,
 // Train/GPU. Every value is per optimizer step. The x value a value is
-// written at (csv_monitor's step column, tensorboard's step) is SampleX:
+// written at (csv_monitor's step column, tensorboard's step) is XAxis.X:
 // DeepSpeed's global_samples for the Train/Samples tags, the global
 // optimizer step (1-based) for the others.
 const (
@@ -70,42 +70,50 @@ var Tags = []string{
 // (a Train/Samples/ tag), not at the optimizer step.
 func IsSamplesTag(tag string) bool { return strings.HasPrefix(tag, SamplesPrefix) }
 
-// SampleX is the x value DeepSpeed's engine writes step's value of tag at,
-// for a run of trainBatchSize samples per step. The Train/Samples tags go
-// at global_samples, the samples consumed so far: train_loss is written in
-// backward(), before the step's optimizer update adds train_batch_size to
-// the count, so at (step-1) × trainBatchSize; lr, loss_scale and the
-// elapsed times are written after it, at step × trainBatchSize. deepgo's
-// own tags (Train/deepgo, Train/GPU) go at the step.
-func SampleX(tag string, step, trainBatchSize int64) int64 {
+// XAxis is how a run counts the x values of its Train/Samples tags:
+// DeepSpeed's global_samples, the samples consumed so far, TrainBatchSize
+// per optimizer step. lr, loss_scale and the elapsed times are written
+// after the step's update has added its batch, at step × TrainBatchSize.
+// train_loss depends on the engine: DeepSpeed's data-parallel engine writes
+// it in backward(), before the update, at (step-1) × TrainBatchSize; its
+// PipelineEngine writes it once train_batch's step has run, at step ×
+// TrainBatchSize like lr (LossAfterStep). deepgo's own tags (Train/deepgo,
+// Train/GPU) go at the step.
+type XAxis struct {
+	TrainBatchSize int64
+	LossAfterStep  bool
+}
+
+// X is the x value step's value of tag is written at.
+func (a XAxis) X(tag string, step int64) int64 {
 	switch {
 	case !IsSamplesTag(tag):
 		return step
-	case tag == TagLoss:
-		return (step - 1) * trainBatchSize
+	case tag == TagLoss && !a.LossAfterStep:
+		return (step - 1) * a.TrainBatchSize
 	}
-	return step * trainBatchSize
+	return step * a.TrainBatchSize
 }
 
-// StepOfX inverts SampleX: the optimizer step whose value of tag is written
-// at x. An x that is not a multiple of trainBatchSize, or that maps to a
-// step below 1, is an error.
-func StepOfX(tag string, x, trainBatchSize int64) (int64, error) {
+// Step inverts X: the optimizer step whose value of tag is written at x.
+// An x that is not a multiple of TrainBatchSize, or that maps to a step
+// below 1, is an error.
+func (a XAxis) Step(tag string, x int64) (int64, error) {
 	if !IsSamplesTag(tag) {
 		return x, nil
 	}
-	if trainBatchSize < 1 {
-		return 0, fmt.Errorf("train_batch_size %d: want >= 1", trainBatchSize)
+	if a.TrainBatchSize < 1 {
+		return 0, fmt.Errorf("train_batch_size %d: want >= 1", a.TrainBatchSize)
 	}
-	if x%trainBatchSize != 0 {
-		return 0, fmt.Errorf("step %d: not a multiple of train_batch_size %d (want global_samples, as DeepSpeed writes %s)", x, trainBatchSize, tag)
+	if x%a.TrainBatchSize != 0 {
+		return 0, fmt.Errorf("step %d: not a multiple of train_batch_size %d (want global_samples, as DeepSpeed writes %s)", x, a.TrainBatchSize, tag)
 	}
-	step := x / trainBatchSize
-	if tag == TagLoss {
+	step := x / a.TrainBatchSize
+	if tag == TagLoss && !a.LossAfterStep {
 		step++
 	}
 	if step < 1 {
-		return 0, fmt.Errorf("step %d: global_samples %d is before the first step for %s (train_batch_size %d)", x, x, tag, trainBatchSize)
+		return 0, fmt.Errorf("step %d: global_samples %d is before the first step for %s (train_batch_size %d)", x, x, tag, a.TrainBatchSize)
 	}
 	return step, nil
 }

@@ -87,7 +87,7 @@ func TestTrainMonitorDemo(t *testing.T) {
 	xs := map[string][]int{} // each tag's x values, steps 1..30
 	for _, tag := range demoTags {
 		for s := int64(1); s <= 30; s++ {
-			xs[tag] = append(xs[tag], int(rundir.SampleX(tag, s, info.BatchSize)))
+			xs[tag] = append(xs[tag], int(rundir.XAxis{TrainBatchSize: info.BatchSize}.X(tag, s)))
 		}
 	}
 	assert.Equal(t, 0, xs[monitor.TagLoss][0], "train_loss of step 1 at global_samples 0")

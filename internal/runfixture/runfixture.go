@@ -27,7 +27,7 @@ type Run struct {
 }
 
 // Write writes run into dir (created) and returns dir. The step column of
-// a Train/Samples tag holds DeepSpeed's global_samples (rundir.SampleX) for
+// a Train/Samples tag holds DeepSpeed's global_samples (rundir.XAxis) for
 // Info's train_batch_size, or TrainBatchSize when there is no Info (a run
 // DeepSpeed wrote); with an Info whose train_batch_size is 0 every tag is
 // at its step (the layout of a deepgo from before global_samples).
@@ -55,7 +55,7 @@ func Write(dir string, run Run) (string, error) {
 		for i, v := range vals {
 			x := int64(i + 1)
 			if batch > 0 {
-				x = rundir.SampleX(tag, x, batch)
+				x = rundir.XAxis{TrainBatchSize: batch}.X(tag, x)
 			}
 			fmt.Fprintf(&b, "%d,%s\r\n", x, strconv.FormatFloat(v, 'g', -1, 64))
 		}
