@@ -11,11 +11,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/monitor"
 	"github.com/deepgo-ml/deepgo/monitor/gpu"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/deepgo-ml/deepgo/zero"
 )
 
 // WithMonitorOptions passes opts to the monitor the engine builds from the
@@ -48,7 +50,7 @@ func (e *Engine) startMonitor(extra []monitor.Option) error {
 		}
 	}
 	opts := append([]monitor.Option{monitor.WithLog(e.log), monitor.WithMemoryCapacity(capacity),
-		monitor.WithFiniteCheck(0, e.nonfiniteParams)}, extra...)
+		monitor.WithFiniteCheck(0, func(ctx context.Context) (bool, error) { return nonfiniteMasters(ctx, e.be, e.z, e.c) })}, extra...)
 	m, err := monitor.New(e.cfg, e.reportRank(), opts...)
 	if err != nil {
 		return fmt.Errorf("deepgo.Initialize: %w", err)
@@ -62,15 +64,15 @@ func (e *Engine) startMonitor(extra []monitor.Option) error {
 // WriteRunInfo for a trainer that knows more of the run.
 func (e *Engine) Monitor() *monitor.Monitor { return e.mon }
 
-// nonfiniteParams reports whether any rank's fp32 master shard holds NaN
-// or Inf: each rank checks what it owns on its device, then the ranks
-// agree (the monitor's NaN/Inf check, a collective).
-func (e *Engine) nonfiniteParams(ctx context.Context) (bool, error) {
+// nonfiniteMasters reports whether any rank of c holds NaN or Inf in its
+// fp32 master shard of z: each rank checks what it owns on be's device,
+// then the ranks agree (the monitor's NaN/Inf check, a collective).
+func nonfiniteMasters(ctx context.Context, be backend.Backend, z *zero.Optimizer, c comm.Comm) (bool, error) {
 	var mine []*tensor.Tensor
-	for u := range e.z.Layout().Units {
-		mine = append(mine, e.z.Master(u))
+	for u := range z.Layout().Units {
+		mine = append(mine, z.Master(u))
 	}
-	bad, err := e.be.NonFinite(mine)
+	bad, err := be.NonFinite(mine)
 	if err != nil {
 		return false, err
 	}
@@ -78,7 +80,7 @@ func (e *Engine) nonfiniteParams(ctx context.Context) (bool, error) {
 	if bad {
 		flag = 1
 	}
-	all, err := comm.AllGatherInt64s(ctx, e.c, []int64{flag})
+	all, err := comm.AllGatherInt64s(ctx, c, []int64{flag})
 	if err != nil {
 		return false, err
 	}
@@ -95,15 +97,7 @@ func (e *Engine) observe(ctx context.Context, loss float64, took time.Duration, 
 	if e.mon == nil {
 		return nil
 	}
-	var tokens int64
-	for _, mb := range data {
-		switch b := mb.Input.(type) {
-		case model.TokenBatch:
-			tokens += int64(b.B * b.T)
-		case model.Sized:
-			tokens += int64(b.BatchSize())
-		}
-	}
+	tokens := batchTokens(data)
 	mem, t := e.Memory(), e.Timers()
 	r := monitor.Record{Step: e.globalSteps, Loss: loss, LR: e.LR(), LossScale: e.LossScale(),
 		SkippedSteps: e.skippedSteps, Overflow: !e.stepApplied, GradNorm: e.gradNorm,
@@ -126,6 +120,21 @@ func (e *Engine) observe(ctx context.Context, loss float64, took time.Duration, 
 		return fmt.Errorf("deepgo: monitor: %w", err)
 	}
 	return nil
+}
+
+// batchTokens counts the tokens of data: B×T of each token batch, the
+// samples of any other sized input.
+func batchTokens(data []model.MicroBatch) int64 {
+	var tokens int64
+	for _, mb := range data {
+		switch b := mb.Input.(type) {
+		case model.TokenBatch:
+			tokens += int64(b.B * b.T)
+		case model.Sized:
+			tokens += int64(b.BatchSize())
+		}
+	}
+	return tokens
 }
 
 // closeMonitor flushes the monitor's files and ends the telemetry.

@@ -19,6 +19,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/monitor"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/pipeline"
 	"github.com/deepgo-ml/deepgo/tensor"
@@ -73,7 +74,8 @@ type PipeEngine struct {
 	skippedSteps int
 	gradNorm     float64
 	timers       Timers
-	idle         []float64 // per TrainBatch: the share of wall time this stage waited on its neighbours
+	mon          *monitor.Monitor // fed by TrainBatch (pipe_monitor.go)
+	idle         []float64        // per TrainBatch: the share of wall time this stage waited on its neighbours
 	notes        []string
 	closers      []comm.Comm
 	closed       bool  // Close ran: every later call says so (openCheck)
@@ -220,20 +222,23 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if err := e.setupOptimizer(ctx, o); err != nil {
 		return nil, err
 	}
+	if err := e.startMonitor(o); err != nil {
+		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
+	}
 	return e, nil
 }
 
 // PipelineUnfedMonitors lists the monitoring keys cfg enables that the
 // pipeline engine does not feed yet (only the data-parallel engine reports
-// to them): tensorboard, csv_monitor, wall_clock_breakdown, comms_logger
-// and flops_profiler. A pipeline engine's Notes name each of them.
+// to them): comms_logger and flops_profiler. A pipeline engine's Notes name
+// each of them. (tensorboard, csv_monitor and wall_clock_breakdown it
+// feeds, see pipe_monitor.go.)
 func PipelineUnfedMonitors(cfg *config.Config) []string {
 	var keys []string
 	for _, k := range []struct {
 		key string
 		on  bool
-	}{{"tensorboard", cfg.Tensorboard.Enabled}, {"csv_monitor", cfg.CSVMonitor.Enabled}, {"wall_clock_breakdown", cfg.WallClockBreakdown},
-		{"comms_logger", cfg.CommsLogger.Enabled}, {"flops_profiler", cfg.FlopsProfiler.Enabled}} {
+	}{{"comms_logger", cfg.CommsLogger.Enabled}, {"flops_profiler", cfg.FlopsProfiler.Enabled}} {
 		if k.on {
 			keys = append(keys, k.key)
 		}
@@ -248,7 +253,7 @@ func PipelineUnfedMonitors(cfg *config.Config) []string {
 func pipeNotes(cfg *config.Config, dev tensor.Device) []string {
 	notes := offloadNotes(cfg, dev)
 	for _, k := range PipelineUnfedMonitors(cfg) {
-		notes = append(notes, k+": not fed by the pipeline engine yet (only the data-parallel engine reports to it); TrainBatch's loss and Timers are what a pipeline run reports")
+		notes = append(notes, k+": not fed by the pipeline engine yet (only the data-parallel engine reports to it); the pipeline's tensorboard and csv_monitor files and its Timers are what a pipeline run reports")
 	}
 	ac := cfg.ActivationCheckpointing
 	for _, k := range []struct {
@@ -466,7 +471,7 @@ func (e *PipeEngine) Close() error {
 		return nil
 	}
 	e.closed = true
-	var errs []error
+	errs := []error{e.closeMonitor()}
 	for c := range e.parts {
 		for b, p := range e.parts[c] {
 			if p != nil {

@@ -232,18 +232,7 @@ func TestPipelineOverflowAgreed(t *testing.T) {
 	got := make([]outcome, pp*dp)
 	err = local.Run(context.Background(), pp*dp, local.Options{Timeout: 10 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 		step := 0
-		poison := func(m model.Module) error {
-			// rank 3 is stage 1, data rank 1: ln_f's gradient overflows in step 0
-			if c.Rank() != 3 || step != 0 || m.Name() != "transformer.ln_f" {
-				return nil
-			}
-			v, err := m.Params()[0].Grad.Uint16s()
-			if err != nil {
-				return err
-			}
-			v[0] = 0x7c00 // +Inf in float16
-			return nil
-		}
+		poison := poisonFirstStep(c, &step)
 		wrap := func(g *nn.GPT) model.Model { return hookGPT{g, func(string) error { return nil }, poison} }
 		return withPipeGPT(ctx, c, cfgJSON, wrap, func(tr deepgo.Trainer) error {
 			pe := tr.(*deepgo.PipeEngine)
@@ -266,6 +255,23 @@ func TestPipelineOverflowAgreed(t *testing.T) {
 	require.NoError(t, err)
 	for r, o := range got {
 		assert.Equal(t, outcome{1, 1, 128}, o, "rank %d (stage %d) after the overflowing step: skipped, steps, loss scale", r, r/dp)
+	}
+}
+
+// poisonFirstStep is a hookGPT backward hook that makes the fp16 gradient
+// of ln_f overflow in step 0 (*step) on rank 3 alone (with 2 data ranks:
+// stage 1, data rank 1).
+func poisonFirstStep(c comm.Comm, step *int) func(m model.Module) error {
+	return func(m model.Module) error {
+		if c.Rank() != 3 || *step != 0 || m.Name() != "transformer.ln_f" {
+			return nil
+		}
+		v, err := m.Params()[0].Grad.Uint16s()
+		if err != nil {
+			return err
+		}
+		v[0] = 0x7c00 // +Inf in float16
+		return nil
 	}
 }
 

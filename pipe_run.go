@@ -123,7 +123,7 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 			e.bufs[c][b].mb = -1
 		}
 	}
-	t0, busy0 := time.Now(), e.timers.Forward+e.timers.Backward
+	t0, busy0, skipped0 := time.Now(), e.timers.Forward+e.timers.Backward, e.skippedSteps
 	var lossSum float64
 	for t, step := range e.steps {
 		for _, in := range step {
@@ -147,7 +147,11 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 		}
 		e.idle = append(e.idle, 1-busy.Seconds()/wall.Seconds())
 	}
-	return e.meanLoss(ctx, lossSum/float64(len(data)))
+	loss, err := e.meanLoss(ctx, lossSum/float64(len(data)))
+	if err != nil {
+		return 0, err
+	}
+	return loss, e.observe(ctx, loss, time.Since(t0), e.skippedSteps > skipped0, data)
 }
 
 // agreeSchedule checks that every rank runs the same schedule over the

@@ -1,0 +1,74 @@
+package deepgo
+
+// The pipeline engine's monitor: the one the data-parallel engine feeds
+// (monitoring.go), built from the same config sections and fed once per
+// TrainBatch. Its x values are DeepSpeed's PipelineEngine's: train_loss is
+// written once the batch's step has run, at the global_samples of lr and
+// loss_scale (monitor.WithTrainLossAfterStep), where the data-parallel
+// engine writes it a batch earlier.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/monitor"
+)
+
+// startMonitor builds the stage's monitor: every rank checks its stage's
+// parameters for NaN/Inf at the check interval (a collective over the
+// world), the world's rank 0 writes. The pipeline computes on the CPU, so
+// the memory target divides by the host's RAM.
+func (e *PipeEngine) startMonitor(o options) error {
+	log := o.log
+	if log == nil && e.world.Rank() == 0 {
+		log = os.Stderr // as the data-parallel engine: the program's standard output stays its own
+	}
+	opts := append([]monitor.Option{monitor.WithLog(log), monitor.WithMemoryCapacity(monitor.HostMemoryBytes()),
+		monitor.WithFiniteCheck(0, func(ctx context.Context) (bool, error) {
+			return nonfiniteMasters(ctx, e.be, e.z, e.world)
+		}), monitor.WithTrainLossAfterStep()}, o.monitor...)
+	m, err := monitor.New(e.cfg, e.world.Rank(), opts...)
+	if err != nil {
+		return err
+	}
+	m.SetTrainBatchSize(e.batch.TrainBatchSize)
+	e.mon = m
+	e.notes = append(e.notes, m.Notes()...)
+	return nil
+}
+
+// Monitor is the engine's monitor: its run directories, its warnings, and
+// WriteRunInfo for a trainer that knows more of the run.
+func (e *PipeEngine) Monitor() *monitor.Monitor { return e.mon }
+
+// observe reports the batch TrainBatch just ran (its mean loss, skipped or
+// not) to the monitor. Every rank calls it: the NaN/Inf check is a
+// collective.
+func (e *PipeEngine) observe(ctx context.Context, loss float64, took time.Duration, overflow bool, data []model.MicroBatch) error {
+	if e.mon == nil {
+		return nil
+	}
+	mem, t := e.Memory(), e.Timers()
+	r := monitor.Record{Step: e.globalSteps, Loss: loss, LR: e.LR(), LossScale: e.LossScale(),
+		SkippedSteps: e.skippedSteps, Overflow: overflow, GradNorm: e.gradNorm,
+		Timers:   monitor.Timers{Forward: t.Forward, Backward: t.Backward, Comm: t.Comm, Reduce: t.Reduce, Optimizer: t.Optimizer, Step: t.Step},
+		StepTime: took, Tokens: batchTokens(data) * int64(e.data.Size()),
+		HostBytes: mem.HostBytes, DeviceBytes: mem.DeviceBytes, PeakBytes: mem.Peak}
+	if err := e.mon.Observe(ctx, r); err != nil {
+		return fmt.Errorf("deepgo: pipeline stage %d: monitor: %w", e.stage, err)
+	}
+	return nil
+}
+
+// closeMonitor writes out and closes the monitor's files.
+func (e *PipeEngine) closeMonitor() error {
+	if e.mon == nil {
+		return nil
+	}
+	err := e.mon.Close()
+	e.mon = nil
+	return err
+}

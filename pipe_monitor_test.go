@@ -1,0 +1,143 @@
+package deepgo_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/comm/local"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/monitor"
+	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/deepgo-ml/deepgo/rundir"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The pipeline engine feeds csv_monitor and tensorboard as the
+// data-parallel engine does, with DeepSpeed's PipelineEngine's x values
+// (train_loss after the step, beside lr): 2 stages × 2 data ranks, fp16
+// with the first step overflowing on one rank, the NaN/Inf check (a
+// collective over all four ranks) at every step. The files hold what
+// TrainBatch returned and what the engine reported after each step, and
+// rundir reads them back on steps, from deepgo_run.json or, without it,
+// from the x values alone, as for a directory DeepSpeed wrote.
+func TestPipelineMonitorFiles(t *testing.T) {
+	const pp, dp, steps = 2, 2, 3
+	mk, err := data.NewMarkov(16, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(4000, 4), Vocab: 16}
+	out := t.TempDir()
+	cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+		"pipeline_model_parallel_size": 2, "zero_optimization": {"stage": 1}, "wall_clock_breakdown": true, "steps_per_print": 1,
+		"fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1},
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+		"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4, "warmup_max_lr": 0.01}},
+		"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "pipe"},
+		"tensorboard": {"enabled": true, "output_path": %q, "job_name": "pipe"}}`, out, out)
+	type report struct{ loss, lr, scale, norm float64 }
+	var (
+		mu    sync.Mutex
+		got   []report // rank 0's, per step
+		notes []string
+		log   strings.Builder // rank 0's wall_clock_breakdown lines
+	)
+	err = local.Run(context.Background(), pp*dp, local.Options{Timeout: 20 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+		cfg, err := config.Parse([]byte(cfgJSON))
+		if err != nil {
+			return err
+		}
+		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}, nil, 1)
+		if err != nil {
+			return err
+		}
+		defer g.Free()
+		step := 0
+		poison := poisonFirstStep(c, &step)
+		opts := []deepgo.Option{deepgo.WithComm(c), deepgo.WithMonitorOptions(monitor.WithFiniteCheck(1, nil))}
+		if c.Rank() == 0 {
+			opts = append(opts, deepgo.WithLog(&log)) // only rank 0's goroutine writes it
+		}
+		tr, err := deepgo.Initialize(ctx, cfg, hookGPT{g, func(string) error { return nil }, poison}, opts...)
+		if err != nil {
+			return err
+		}
+		defer tr.Close()
+		pe := tr.(*deepgo.PipeEngine)
+		for ; step < steps; step++ {
+			mbs := make([]model.MicroBatch, 2)
+			for i := range mbs {
+				k := 8*step + 4*(c.Rank()%dp) + 2*i
+				mbs[i] = corpus.MakeBatch([]int{k, k + 1}, 8).MicroBatch()
+			}
+			loss, err := tr.TrainBatch(ctx, mbs)
+			if err != nil {
+				return err
+			}
+			if c.Rank() == 0 {
+				mu.Lock()
+				got = append(got, report{loss, pe.LR(), pe.LossScale(), pe.GradNorm()})
+				mu.Unlock()
+			}
+		}
+		if c.Rank() == 0 {
+			notes = pe.Notes()
+			return pe.Monitor().WriteRunInfo(monitor.RunInfo{World: pp * dp, Steps: steps})
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, got, steps)
+	assert.NotContains(t, strings.Join(notes, "\n"), "not fed", "csv_monitor and tensorboard are fed")
+	assert.Equal(t, steps, strings.Count(log.String(), "time (ms) | fwd:"), "a wall_clock_breakdown line per step (steps_per_print 1)")
+
+	dir := filepath.Join(out, "pipe")
+	raw, err := rundir.ReadSeries(filepath.Join(dir, rundir.FileName(rundir.TagLoss)))
+	require.NoError(t, err)
+	assert.Equal(t, []int64{8, 16, 24}, raw.Steps, "train_loss at step × train_batch_size (2 × 2 × 2), as DeepSpeed's PipelineEngine writes it")
+	raw, err = rundir.ReadSeries(filepath.Join(dir, rundir.FileName(rundir.TagLR)))
+	require.NoError(t, err)
+	assert.Equal(t, []int64{8, 16, 24}, raw.Steps, "lr at step × train_batch_size")
+
+	events, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*"))
+	assert.Len(t, events, 1, "one tensorboard event file")
+
+	for _, withInfo := range []bool{true, false} {
+		if !withInfo {
+			require.NoError(t, os.Remove(filepath.Join(dir, rundir.InfoFile)))
+		}
+		r, err := rundir.Read(dir)
+		require.NoError(t, err)
+		assert.True(t, r.LossAfterStep, "deepgo_run.json: %v", withInfo)
+		assert.Equal(t, int64(8), r.TrainBatchSize, "deepgo_run.json: %v", withInfo)
+		for tag, want := range map[string]func(report) float64{
+			rundir.TagLoss:      func(r report) float64 { return r.loss },
+			rundir.TagLR:        func(r report) float64 { return r.lr },
+			rundir.TagLossScale: func(r report) float64 { return r.scale },
+		} {
+			s := r.Get(tag)
+			require.NotNil(t, s, tag)
+			assert.Equal(t, []int64{1, 2, 3}, s.Steps, tag)
+			for i, rep := range got {
+				assert.Equal(t, want(rep), s.Values[i], "%s at step %d", tag, i+1)
+			}
+		}
+		assert.Equal(t, []float64{1, 0, 0}, r.Get(rundir.TagOverflow).Values, "the first step overflowed")
+		assert.Equal(t, []float64{1, 1, 1}, r.Get(rundir.TagSkippedSteps).Values)
+		assert.Equal(t, []float64{0, got[1].norm, got[2].norm}, r.Get(rundir.TagGradNorm).Values)
+		assert.Equal(t, []float64{0, 0, 0}, r.Get(rundir.TagNonfiniteParams).Values, "checked every step")
+		assert.Len(t, r.Get(rundir.TagForwardMS).Values, steps, "wall_clock_breakdown's elapsed times")
+		for _, v := range r.Get(rundir.TagTokensPerS).Values {
+			assert.Positive(t, v, "tokens/s")
+		}
+	}
+}
