@@ -18,10 +18,7 @@ func checkBubble(in Input) (string, *Finding) {
 	if p <= 1 {
 		return "no pipeline (pipeline_model_parallel_size 1)", nil
 	}
-	m := 1
-	if cfg.GradientAccumulationSteps != nil {
-		m = *cfg.GradientAccumulationSteps
-	}
+	m := in.gradAccum()
 	v := 1
 	if cfg.PipelineSchedule.Type == "Interleaved" {
 		v = max(cfg.PipelineSchedule.VirtualStages, 1)
@@ -32,7 +29,7 @@ func checkBubble(in Input) (string, *Finding) {
 		return checked, nil
 	}
 	f := &Finding{Title: "pipeline bubble (流水线气泡率高)", Evidence: []string{fmt.Sprintf(
-		"pipeline_model_parallel_size %d, gradient_accumulation_steps %d micro-batches, %s schedule (%d chunks per stage): bubble (p-1)/(v*m+p-1) = %d/%d = %s; target < %s",
+		"pipeline_model_parallel_size %d, %d micro-batches per step (gradient_accumulation_steps), %s schedule (%d chunks per stage): bubble (p-1)/(v*m+p-1) = %d/%d = %s; target < %s",
 		p, m, cfg.PipelineSchedule.Type, v, p-1, v*m+p-1, pct(bubble), pct(BubbleTarget))}}
 	need := int(math.Ceil(float64(p-1) * (1 - BubbleTarget) / (BubbleTarget * float64(v))))
 	for bubbleShare(p, need, v) >= BubbleTarget {

@@ -55,10 +55,7 @@ func checkComm(in Input) (string, *Finding) {
 		// gradients are reduced once per optimizer step, so k times the
 		// micro-batches per step divides the communication per sample by k
 		k := int(math.Ceil(c.comm * (1 - CommTarget) / (CommTarget * compute)))
-		gas := 1
-		if cfg.GradientAccumulationSteps != nil {
-			gas = *cfg.GradientAccumulationSteps
-		}
+		gas := in.gradAccum()
 		if k > 1 {
 			projected := c.comm / (float64(k)*compute + c.comm)
 			f.Advice = append(f.Advice, Advice{Text: fmt.Sprintf(

@@ -120,3 +120,21 @@ func Diagnose(in Input) Report {
 	}
 	return r
 }
+
+// gradAccum is the run's micro-batches per optimizer step: the config's
+// gradient_accumulation_steps, else the one DeepSpeed's batch rules give
+// for the run's world (deepgo_run.json's, every parallel dimension
+// included; a config may give only train_batch_size and the micro-batch),
+// else 1.
+func (in Input) gradAccum() int {
+	cfg := in.Config
+	if cfg.GradientAccumulationSteps != nil {
+		return *cfg.GradientAccumulationSteps
+	}
+	if in.Run != nil && in.Run.Info != nil && in.Run.Info.World > 0 {
+		if b, err := cfg.Resolve(in.Run.Info.World, 0, 0, 0); err == nil {
+			return b.GradAccum
+		}
+	}
+	return 1
+}

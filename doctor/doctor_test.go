@@ -156,14 +156,20 @@ func cfgJSON(t *testing.T, mutate func(map[string]any)) json.RawMessage {
 	return b
 }
 
+// The bubble from the config; a config without gradient_accumulation_steps
+// (train_batch_size and the micro-batch) resolves it for the run's world,
+// every parallel dimension included, as the engine did.
 func TestBubble(t *testing.T) {
 	cases := []struct {
 		name          string
-		pp, gas       int
+		pp, gas       int // gas 0: absent
+		tbs, world    int // train_batch_size, deepgo_run.json's world (0: absent)
 		interleaved   int
 		want          bool
 		evidence, adv string
 	}{
+		{name: "resolved for the world", pp: 2, tbs: 16, world: 8, want: true, evidence: "2 micro-batches per step (gradient_accumulation_steps), 1F1B schedule (1 chunks per stage): bubble (p-1)/(v*m+p-1) = 1/3 = 33.3%", adv: "gradient_accumulation_steps 2 -> 6: bubble 14.3%"},
+		{name: "world unknown", pp: 2, tbs: 16, want: true, evidence: "= 1/2 = 50.0%", adv: "gradient_accumulation_steps 1 -> 6"},
 		{name: "no pipeline", pp: 1, gas: 1},
 		{name: "4 stages 4 micro-batches", pp: 4, gas: 4, want: true, evidence: "bubble (p-1)/(v*m+p-1) = 3/7 = 42.9%", adv: "gradient_accumulation_steps 4 -> 18: bubble 14.3%"},
 		{name: "4 stages 17 micro-batches: 15.0% is not below 15%", pp: 4, gas: 17, want: true, evidence: "3/20 = 15.0%", adv: "gradient_accumulation_steps 17 -> 18"},
@@ -175,6 +181,13 @@ func TestBubble(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			b := cfgJSON(t, func(m map[string]any) {
 				m["gradient_accumulation_steps"] = c.gas
+				if c.gas == 0 {
+					delete(m, "gradient_accumulation_steps")
+					m["train_micro_batch_size_per_gpu"] = 2
+				}
+				if c.tbs > 0 {
+					m["train_batch_size"] = c.tbs
+				}
 				m["pipeline_model_parallel_size"] = c.pp
 				if c.interleaved > 0 {
 					m["pipeline_schedule"] = map[string]any{"type": "Interleaved", "virtual_stages": c.interleaved}
@@ -182,7 +195,11 @@ func TestBubble(t *testing.T) {
 			})
 			cfg, err := config.Parse(b)
 			require.NoError(t, err)
-			rep := doctor.Diagnose(doctor.Input{Run: &rundir.Run{}, Config: cfg})
+			run := &rundir.Run{}
+			if c.world > 0 {
+				run.Info = &rundir.Info{World: c.world}
+			}
+			rep := doctor.Diagnose(doctor.Input{Run: run, Config: cfg})
 			if !c.want {
 				assert.Empty(t, rep.Findings)
 				return

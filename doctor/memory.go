@@ -73,10 +73,7 @@ func memoryAdvice(in Input, peak float64) []Advice {
 			gib(float64(act)))})
 	}
 	if mb := cfg.TrainMicroBatchSizePerGPU; mb != nil && *mb > 1 {
-		gas := 1
-		if cfg.GradientAccumulationSteps != nil {
-			gas = *cfg.GradientAccumulationSteps
-		}
+		gas := in.gradAccum()
 		half := *mb / 2
 		saving := act * int64(*mb-half) / int64(*mb)
 		out = append(out, Advice{SavingBytes: saving, Text: fmt.Sprintf(
