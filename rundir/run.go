@@ -85,12 +85,15 @@ func (r *Run) Tags() []string {
 	return out
 }
 
-// ErrNoRun means a directory holds neither deepgo_run.json nor a CSV file.
+// ErrNoRun means a directory holds neither deepgo_run.json nor a CSV file
+// nor tensorboard scalars.
 var ErrNoRun = errors.New("not a run directory")
 
-// Read reads the run directory dir: deepgo_run.json where present and every
-// *.csv file, with each series keyed on optimizer steps (see
-// Run.TrainBatchSize). An error names the file it is about.
+// Read reads the run directory dir: deepgo_run.json where present, every
+// *.csv file, and the scalars of tensorboard's event files for the tags no
+// csv file holds (ReadEvents; tensorboard keeps float32 values), with each
+// series keyed on optimizer steps (see Run.TrainBatchSize). An error names
+// the file it is about.
 func Read(dir string) (*Run, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -115,8 +118,20 @@ func Read(dir string) (*Run, error) {
 			r.Series[s.Tag] = s
 		}
 	}
+	// tensorboard's event files fill in the tags no csv file holds (a run
+	// with tensorboard alone): the csv files keep full float64 values
+	events, err := ReadEvents(dir)
+	if err != nil {
+		return nil, err
+	}
+	fromEvents := map[string]bool{}
+	for tag, s := range events {
+		if r.Series[tag] == nil {
+			r.Series[tag], fromEvents[tag] = s, true
+		}
+	}
 	if r.Info == nil && len(r.Series) == 0 {
-		return nil, fmt.Errorf("rundir: %s: %w: want %s or csv_monitor files such as %s", dir, ErrNoRun, InfoFile, FileName(TagLoss))
+		return nil, fmt.Errorf("rundir: %s: %w: want %s, csv_monitor files such as %s or tensorboard's %s* files with scalars", dir, ErrNoRun, InfoFile, FileName(TagLoss), EventFilePrefix)
 	}
 	switch {
 	case r.Info == nil:
@@ -132,6 +147,9 @@ func Read(dir string) (*Run, error) {
 	axis := XAxis{TrainBatchSize: r.TrainBatchSize, LossAfterStep: r.LossAfterStep}
 	for _, tag := range r.Tags() {
 		if err := r.Series[tag].samplesToSteps(axis); err != nil {
+			if fromEvents[tag] {
+				return nil, fmt.Errorf("rundir: %s: tensorboard scalars %s: %w", dir, tag, err)
+			}
 			return nil, fmt.Errorf("rundir: %s: %w", filepath.Join(dir, FileName(tag)), err)
 		}
 	}

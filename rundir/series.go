@@ -89,6 +89,17 @@ func ReadSeries(path string) (*Series, error) {
 	return s, nil
 }
 
+// add appends (step, v); a step at or below the last one starts over from
+// there (a resumed job replays those steps, and its rows win).
+func (s *Series) add(step int64, v float64) {
+	if n := len(s.Steps); n > 0 && step <= s.Steps[n-1] {
+		keep := sort.Search(n, func(i int) bool { return s.Steps[i] >= step })
+		s.Steps, s.Values = s.Steps[:keep], s.Values[:keep]
+	}
+	s.Steps = append(s.Steps, step)
+	s.Values = append(s.Values, v)
+}
+
 func parseSeries(r io.Reader, tag string) (*Series, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = 2
@@ -118,12 +129,7 @@ func parseSeries(r io.Reader, tag string) (*Series, error) {
 		if err != nil {
 			return nil, fmt.Errorf("line %d: value %q: want a number", line, rec[1])
 		}
-		if n := len(s.Steps); n > 0 && step <= s.Steps[n-1] {
-			keep := sort.Search(n, func(i int) bool { return s.Steps[i] >= step })
-			s.Steps, s.Values = s.Steps[:keep], s.Values[:keep]
-		}
-		s.Steps = append(s.Steps, step)
-		s.Values = append(s.Values, v)
+		s.add(step, v)
 	}
 	if !header {
 		return nil, fmt.Errorf("empty: want the header row %q", csvStepHeader+","+Header(tag))

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"path/filepath"
 
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/doctor"
@@ -16,12 +15,13 @@ func init() {
 
 const doctorUsage = `usage:
   deepgo doctor RUN_DIR [--config FILE]
-      RUN_DIR is a monitor's output_path/job_name (csv_monitor files and
-      deepgo_run.json); --config overrides the config recorded there.
+      RUN_DIR is a monitor's output_path/job_name (csv_monitor or
+      tensorboard files, deepgo_run.json where deepgo wrote it); --config
+      overrides the config recorded there.
       Prints what each rule measured and every finding with the numbers
       that triggered it and what to change. Exit status 0 when the run is
       healthy, 3 when there are findings, 4 when nothing could be measured
-      (no csv_monitor series the rules read), 1 or 2 on errors.
+      (no series the rules read), 1 or 2 on errors.
 `
 
 // doctorFindings is the exit status when the run has findings, so that a
@@ -84,15 +84,6 @@ func doctorConfig(run *rundir.Run, path string) (*config.Config, string, error) 
 	return nil, "none (pass --config)", nil
 }
 
-// tensorboardNote says that dir's tensorboard event files are not read,
-// when it holds some; else "".
-func tensorboardNote(dir string) string {
-	if m, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*")); len(m) > 0 {
-		return " (its tensorboard event files are not read)"
-	}
-	return ""
-}
-
 func printDoctor(w io.Writer, run *rundir.Run, cfgFrom string, rep doctor.Report) {
 	fmt.Fprintf(w, "deepgo doctor: %s\n", run.Dir)
 	if in := run.Info; in != nil {
@@ -105,8 +96,8 @@ func printDoctor(w io.Writer, run *rundir.Run, cfgFrom string, rep doctor.Report
 		fmt.Fprintf(w, "  %s\n", c)
 	}
 	if rep.Measured == 0 {
-		fmt.Fprintf(w, "nothing measured: doctor reads csv_monitor files (<output_path>/<job_name>/*.csv) and %s has none of the series its rules read%s; enable csv_monitor in the config (\"csv_monitor\": {\"enabled\": true}) and run again\n",
-			run.Dir, tensorboardNote(run.Dir))
+		fmt.Fprintf(w, "nothing measured: doctor reads csv_monitor and tensorboard files (<output_path>/<job_name>/*.csv, events.out.tfevents.*) and %s has none of the series its rules read; enable csv_monitor or tensorboard in the config (\"csv_monitor\": {\"enabled\": true}) and run again\n",
+			run.Dir)
 	}
 	if len(rep.Findings) == 0 {
 		if rep.Measured > 0 {

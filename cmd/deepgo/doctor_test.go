@@ -106,8 +106,8 @@ func TestDoctorNothingMeasured(t *testing.T) {
 		code        int
 		want        []string
 	}{
-		{name: "tensorboard only", run: noSeries, tensorboard: true, code: doctorNothingMeasured,
-			want: []string{"memory: not measured", "nothing measured: doctor reads csv_monitor files", "tensorboard event files are not read", "enable csv_monitor"}},
+		{name: "an empty tensorboard file", run: noSeries, tensorboard: true, code: doctorNothingMeasured,
+			want: []string{"memory: not measured", "nothing measured: doctor reads csv_monitor and tensorboard files", "enable csv_monitor or tensorboard"}},
 		{name: "no series", run: noSeries, code: doctorNothingMeasured, want: []string{"nothing measured:"}},
 		{name: "no series, bubble finding", run: pipelined, code: doctorFindings, want: []string{"nothing measured:", "finding 1 [bubble]"}},
 	} {
@@ -123,5 +123,23 @@ func TestDoctorNothingMeasured(t *testing.T) {
 			}
 			assert.NotContains(t, out.String(), "no findings")
 		})
+	}
+}
+
+// A DeepSpeed run with tensorboard alone (event files torch's SummaryWriter
+// wrote, package rundir's fixture): doctor measures its loss and plot draws
+// loss, lr and loss scale.
+func TestDoctorPlotTensorboardOnly(t *testing.T) {
+	dir := filepath.Join("..", "..", "rundir", "testdata", "tensorboard-deepspeed")
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run([]string{"doctor", dir}, &out, &errb), "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+	assert.Contains(t, out.String(), "spikes: 0 loss spikes in 4 steps")
+	assert.Contains(t, out.String(), "no findings")
+
+	plots := t.TempDir()
+	out.Reset()
+	require.Equal(t, 0, run([]string{"plot", "--out", plots, dir}, &out, &errb), errb.String())
+	for _, name := range []string{"loss.png", "lr.png", "loss_scale.png"} {
+		assert.FileExists(t, filepath.Join(plots, name))
 	}
 }

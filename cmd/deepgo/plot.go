@@ -14,8 +14,9 @@ func init() {
 
 const plotUsage = `usage:
   deepgo plot RUN_DIR [--out DIR]
-      RUN_DIR is a monitor's output_path/job_name (csv_monitor files and
-      deepgo_run.json); the PNGs go to --out (default RUN_DIR/plots).
+      RUN_DIR is a monitor's output_path/job_name (csv_monitor or
+      tensorboard files, deepgo_run.json where deepgo wrote it); the PNGs
+      go to --out (default RUN_DIR/plots).
       A chart whose tags the run lacks is skipped with a note.
 `
 

@@ -1,0 +1,104 @@
+package rundir_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/monitor"
+	"github.com/deepgo-ml/deepgo/rundir"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// f32 is v as tensorboard keeps it.
+func f32(v float64) float64 { return float64(float32(v)) }
+
+// A run directory with tensorboard alone reads as one with csv files: the
+// event files torch's SummaryWriter wrote for DeepSpeed's TensorBoardMonitor
+// (testdata/gen_tfevents.py), a resumed job's second file replacing the
+// steps it replayed, the batch size and train_loss's place inferred from
+// the x values; torch's new-style scalars (one-element tensors) too.
+func TestReadTensorboardOnly(t *testing.T) {
+	r, err := rundir.Read(filepath.Join("testdata", "tensorboard-deepspeed"))
+	require.NoError(t, err)
+	assert.Equal(t, int64(8), r.TrainBatchSize)
+	assert.False(t, r.LossAfterStep, "DeepSpeed's data-parallel engine: train_loss a batch before lr")
+	assert.Equal(t, []string{rundir.TagLossScale, rundir.TagLR, rundir.TagLoss}, r.Tags())
+	loss := r.Get(rundir.TagLoss)
+	assert.Equal(t, []int64{1, 2, 3, 4}, loss.Steps)
+	assert.Equal(t, []float64{4, 3, 2, 1}, loss.Values, "step 3 as the resumed job wrote it")
+	lr := r.Get(rundir.TagLR)
+	assert.Equal(t, []int64{1, 2, 3, 4}, lr.Steps)
+	assert.Equal(t, []float64{f32(0.001), f32(0.002), f32(0.003), f32(0.004)}, lr.Values)
+
+	r, err = rundir.Read(filepath.Join("testdata", "tensorboard-newstyle"))
+	require.NoError(t, err)
+	assert.Equal(t, []float64{4, 3, 2}, r.Get(rundir.TagLoss).Values)
+	assert.Equal(t, []int64{1, 2, 3}, r.Get(rundir.TagLR).Steps)
+}
+
+// deepgo's own event files read back as its csv files do (to float32), and
+// where both exist the csv files win (full float64 values).
+func TestReadTensorboardFromMonitor(t *testing.T) {
+	for _, csv := range []bool{false, true} {
+		out := t.TempDir()
+		cfg, err := config.Parse([]byte(fmt.Sprintf(`{"train_batch_size": 4,
+			"tensorboard": {"enabled": true, "output_path": %q, "job_name": "j"},
+			"csv_monitor": {"enabled": %v, "output_path": %q, "job_name": "j"}}`, out, csv, out)))
+		require.NoError(t, err)
+		m, err := monitor.New(cfg, 0)
+		require.NoError(t, err)
+		loss := []float64{2.5, 1.0 / 3, math.Pi}
+		for i, l := range loss {
+			require.NoError(t, m.Observe(context.Background(), monitor.Record{Step: i + 1, Loss: l, LR: 0.1, LossScale: 1, StepTime: time.Millisecond}))
+		}
+		require.NoError(t, m.Close())
+		r, err := rundir.Read(filepath.Join(out, "j"))
+		require.NoError(t, err)
+		assert.Equal(t, int64(4), r.TrainBatchSize)
+		s := r.Get(rundir.TagLoss)
+		require.NotNil(t, s)
+		assert.Equal(t, []int64{1, 2, 3}, s.Steps, "csv %v", csv)
+		want := []float64{f32(loss[0]), f32(loss[1]), f32(loss[2])}
+		if csv {
+			want = loss
+		}
+		assert.Equal(t, want, s.Values, "csv %v", csv)
+		assert.Equal(t, []int64{1, 2, 3}, r.Get(rundir.TagGradNorm).Steps, "deepgo's own tags at the step")
+	}
+}
+
+// A record cut short (a writer killed mid-write) ends the file quietly; a
+// damaged one is an error naming the file and the record's offset.
+func TestReadEventsDamage(t *testing.T) {
+	src, err := filepath.Glob(filepath.Join("testdata", "tensorboard-newstyle", rundir.EventFilePrefix+"*"))
+	require.NoError(t, err)
+	require.Len(t, src, 1)
+	b, err := os.ReadFile(src[0])
+	require.NoError(t, err)
+
+	dir := t.TempDir()
+	name := filepath.Join(dir, filepath.Base(src[0]))
+	require.NoError(t, os.WriteFile(name, b[:len(b)-3], 0o644))
+	ev, err := rundir.ReadEvents(dir)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{0, 8, 16}, ev[rundir.TagLoss].Steps, "the records before the cut read")
+	assert.Equal(t, []int64{8, 16}, ev[rundir.TagLossScale].Steps, "the last record (step 3's loss_scale) is lost")
+
+	bad := append([]byte(nil), b...)
+	bad[len(bad)-10] ^= 0xff // inside the last record's data
+	require.NoError(t, os.WriteFile(name, bad, 0o644))
+	_, err = rundir.ReadEvents(dir)
+	require.ErrorContains(t, err, name)
+	assert.ErrorContains(t, err, "data CRC mismatch")
+
+	require.NoError(t, os.WriteFile(name, []byte("step,train_loss\n1,2\n"), 0o644))
+	_, err = rundir.Read(dir)
+	assert.ErrorContains(t, err, "length CRC mismatch")
+}
