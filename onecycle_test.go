@@ -192,3 +192,45 @@ func TestOneCycleMomentumOutOfRange(t *testing.T) {
 	assert.ErrorContains(t, err, "scheduler.type OneCycle: betas[0] 1.425 at last_batch_iteration 10: must be in [0, 1)")
 	assert.ErrorContains(t, err, "decay_mom_rate")
 }
+
+// An fp16 step skipped for overflow leaves OneCycle where it was, as in
+// DeepSpeed (its engine steps the scheduler only after an applied update):
+// the LR (and so the betas, read from the same last_batch_iteration) after
+// each step is the schedule's at the count of applied steps, on the ZeRO
+// stages and the simulated device alike.
+func TestOneCycleOverflowHoldsSchedule(t *testing.T) {
+	overflowAt := map[int]bool{3: true, 4: true, 9: true}
+	const n = 12
+	for _, r := range []run{
+		{stage: 1, world: 2, gas: 1},
+		{stage: 3, world: 2, gas: 2},
+		{stage: 2, world: 2, gas: 1, dev: "sim"},
+	} {
+		r.precision, r.steps, r.extra = "fp16", n, oneCycleExtra(true)
+		t.Run(fmt.Sprint(r), func(t *testing.T) {
+			var lrs []float64 // rank 0's LR() after each step
+			var applied []bool
+			r.hook = func(rank int, m *testmodel.MLP, e *deepgo.Engine, step int) {
+				if rank == 1 {
+					m.Layers[1].InjectInf = func() bool { return overflowAt[step] }
+				}
+				if rank == 0 && step > 0 {
+					lrs, applied = append(lrs, e.LR()), append(applied, e.WasStepApplied())
+				}
+			}
+			res, err := train(t, r)
+			require.NoError(t, err)
+			require.Equal(t, len(overflowAt), res.skipped)
+			s := oneCycleSchedule(t, true)
+			done := 0
+			for step, lr := range lrs {
+				require.Equal(t, !overflowAt[step], applied[step], "step %d applied", step)
+				if applied[step] {
+					done++
+				}
+				// the first step ran at t = -1 (OneCycle at construction)
+				assert.Equal(t, s.LRAt(done - 1)[0], lr, "LR after step %d (%d applied)", step, done)
+			}
+		})
+	}
+}
