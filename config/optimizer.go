@@ -147,8 +147,15 @@ func (l *loader) optimizerParams(tree map[string]any) {
 	}
 }
 
-// paramError records a ParseOptimizer / ParseScheduler error.
+// paramError records a ParseOptimizer / ParseScheduler error, each of a
+// joined list.
 func (l *loader) paramError(err error) {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			l.paramError(e)
+		}
+		return
+	}
 	var pe *ParamError
 	switch {
 	case errors.As(err, &pe):

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -75,15 +76,17 @@ func parseOptimizer(typ string, params map[string]any, loose bool) (OptimizerSpe
 	}
 	r := newParamReader(optPrefix, rule.kind, params, ErrInvalidOptimizerParam, loose)
 	h := rule.def
+	// every bad key is reported, not only the first: a key that does not
+	// read keeps its default, which the range checks then pass
+	var errs []error
 	for _, k := range sortedKeys(params) {
-		if err := rule.set(r, &h, k); err != nil {
-			return OptimizerSpec{}, r, err
-		}
+		errs = append(errs, rule.set(r, &h, k))
 	}
 	if rule.forceAdamW {
 		h.AdamWMode = true
 	}
-	if err := validateHyper(rule.kind, h, optPrefix, r.autos); err != nil {
+	errs = append(errs, validateHyper(rule.kind, h, optPrefix, r.autos))
+	if err := errors.Join(errs...); err != nil {
 		return OptimizerSpec{}, r, err
 	}
 	return OptimizerSpec{Kind: rule.kind, Hyper: h}, r, nil
@@ -294,9 +297,9 @@ func (r *paramReader) betas(k string) (float64, float64, error) {
 	return b[0], b[1], nil
 }
 
-// validateHyper checks the ranges of h for kind and returns the first
-// problem. auto lists keys read as "auto": a rule that needs their value is
-// skipped.
+// validateHyper checks the ranges of h for kind and returns every problem
+// (errors.Join of *ParamErrors). auto lists keys read as "auto": a rule
+// that needs their value is skipped.
 func validateHyper(kind string, h OptimizerHyper, prefix string, auto map[string]bool) error {
 	bad := func(k string, v any, reason, allowed string) error {
 		return &ParamError{Key: prefix + k, Value: v, Reason: reason, Allowed: allowed, Class: ErrInvalidOptimizerParam}
@@ -324,11 +327,11 @@ func validateHyper(kind string, h OptimizerHyper, prefix string, auto map[string
 			errs = append(errs, bad("nesterov", h.Nesterov, "needs momentum > 0 and dampening 0 (as torch.optim.SGD)",
 				"false unless momentum > 0 and dampening is 0 (as torch.optim.SGD)"))
 		}
-		return firstErr(errs)
+		return errors.Join(errs...)
 	}
 	errs = append(errs, in01("betas[0]", h.Beta1), in01("betas[1]", h.Beta2))
 	if kind == OptimizerLion {
-		return firstErr(errs)
+		return errors.Join(errs...)
 	}
 	errs = append(errs, nonNeg("eps", h.Eps))
 	if kind == OptimizerLamb {
@@ -337,14 +340,5 @@ func validateHyper(kind string, h OptimizerHyper, prefix string, auto map[string
 			errs = append(errs, bad("min_coeff", h.MinCoeff, "must be <= max_coeff", "a number <= max_coeff"))
 		}
 	}
-	return firstErr(errs)
-}
-
-func firstErr(errs []error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -91,3 +91,29 @@ func TestParseDefaults(t *testing.T) {
 		assert.True(t, s.OneCycle.CycleMomentum, "OneCycle: %+v", s.OneCycle)
 	}
 }
+
+// Every bad optimizer param is reported, by ParseOptimizer (joined
+// *ParamErrors, the first in key order for errors.As) and by Parse (one
+// FieldError each), not only the first.
+func TestOptimizerParamsAllReported(t *testing.T) {
+	params := map[string]any{"lr": -1.0, "betas": []any{2.0, 0.9}, "eps": -1.0, "weight_decay": "x"}
+	_, err := ParseOptimizer("AdamW", params)
+	assert.ErrorIs(t, err, ErrInvalidOptimizerParam)
+	var pe *ParamError
+	if assert.ErrorAs(t, err, &pe) {
+		assert.Equal(t, "optimizer.params.weight_decay", pe.Key, "a value that does not read comes first")
+	}
+	want := []string{"optimizer.params.weight_decay", "optimizer.params.lr", "optimizer.params.betas[0]", "optimizer.params.eps"}
+	for _, k := range want {
+		assert.ErrorContains(t, err, k+":")
+	}
+	_, err = Parse([]byte(`{"optimizer": {"type": "AdamW", "params": {"lr": -1, "betas": [2, 0.9], "eps": -1, "weight_decay": "x"}}}`))
+	var es Errors
+	if assert.ErrorAs(t, err, &es) {
+		var got []string
+		for _, e := range es {
+			got = append(got, e.Path)
+		}
+		assert.Equal(t, want, got)
+	}
+}
