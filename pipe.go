@@ -17,6 +17,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/comm/commslog"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/monitor"
@@ -75,6 +76,7 @@ type PipeEngine struct {
 	gradNorm     float64
 	timers       Timers
 	mon          *monitor.Monitor // fed by TrainBatch (pipe_monitor.go)
+	comms        *commslog.Logger // comms_logger, when enabled (pipe_monitor.go)
 	idle         []float64        // per TrainBatch: the share of wall time this stage waited on its neighbours
 	notes        []string
 	closers      []comm.Comm
@@ -197,11 +199,23 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if e.grid, err = pipeGrid(ctx, cfg, pp, o); err != nil {
 		return nil, err
 	}
-	if e.pipe, err = e.grid.Group(ctx, o.comm, comm.AxisPipe); err != nil {
+	// comms_logger records every operation on the world and the groups
+	// split from it (the logger wraps those too): transfers between stages,
+	// the data-parallel reductions, the agreements
+	if e.comms, err = newCommsLogger(cfg, e.log(o)); err != nil {
+		return nil, err
+	}
+	if e.comms != nil {
+		e.world = e.comms.Wrap(e.world)
+		if e.tp != nil {
+			e.tp = e.comms.Wrap(e.tp)
+		}
+	}
+	if e.pipe, err = e.grid.Group(ctx, e.world, comm.AxisPipe); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline: %w", err)
 	}
 	e.closers = append(e.closers, e.pipe)
-	if e.data, err = e.grid.Group(ctx, o.comm, comm.AxisData); err != nil {
+	if e.data, err = e.grid.Group(ctx, e.world, comm.AxisData); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline: %w", err)
 	}
 	e.closers = append(e.closers, e.data)
@@ -230,20 +244,14 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 
 // PipelineUnfedMonitors lists the monitoring keys cfg enables that the
 // pipeline engine does not feed yet (only the data-parallel engine reports
-// to them): comms_logger and flops_profiler. A pipeline engine's Notes name
-// each of them. (tensorboard, csv_monitor and wall_clock_breakdown it
+// to them): flops_profiler. A pipeline engine's Notes name each of them.
+// (tensorboard, csv_monitor, wall_clock_breakdown and comms_logger it
 // feeds, see pipe_monitor.go.)
 func PipelineUnfedMonitors(cfg *config.Config) []string {
-	var keys []string
-	for _, k := range []struct {
-		key string
-		on  bool
-	}{{"comms_logger", cfg.CommsLogger.Enabled}, {"flops_profiler", cfg.FlopsProfiler.Enabled}} {
-		if k.on {
-			keys = append(keys, k.key)
-		}
+	if cfg.FlopsProfiler.Enabled {
+		return []string{"flops_profiler"}
 	}
-	return keys
+	return nil
 }
 
 // pipeNotes says what the pipeline engine does with keys whose words

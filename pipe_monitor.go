@@ -2,7 +2,7 @@ package deepgo
 
 // The pipeline engine's monitor: the one the data-parallel engine feeds
 // (monitoring.go), built from the same config sections and fed once per
-// TrainBatch. Its x values are DeepSpeed's PipelineEngine's: train_loss is
+// TrainBatch; and its comms_logger, over every group the engine uses. Its x values are DeepSpeed's PipelineEngine's: train_loss is
 // written once the batch's step has run, at the global_samples of lr and
 // loss_scale (monitor.WithTrainLossAfterStep), where the data-parallel
 // engine writes it a batch earlier.
@@ -10,6 +10,7 @@ package deepgo
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -22,11 +23,7 @@ import (
 // world), the world's rank 0 writes. The pipeline computes on the CPU, so
 // the memory target divides by the host's RAM.
 func (e *PipeEngine) startMonitor(o options) error {
-	log := o.log
-	if log == nil && e.world.Rank() == 0 {
-		log = os.Stderr // as the data-parallel engine: the program's standard output stays its own
-	}
-	opts := append([]monitor.Option{monitor.WithLog(log), monitor.WithMemoryCapacity(monitor.HostMemoryBytes()),
+	opts := append([]monitor.Option{monitor.WithLog(e.log(o)), monitor.WithMemoryCapacity(monitor.HostMemoryBytes()),
 		monitor.WithFiniteCheck(0, func(ctx context.Context) (bool, error) {
 			return nonfiniteMasters(ctx, e.be, e.z, e.world)
 		}), monitor.WithTrainLossAfterStep()}, o.monitor...)
@@ -38,6 +35,28 @@ func (e *PipeEngine) startMonitor(o options) error {
 	e.mon = m
 	e.notes = append(e.notes, m.Notes()...)
 	return nil
+}
+
+// log is where the engine's reports go (the monitor's lines, comms_logger):
+// WithLog's writer, else standard error on the world's rank 0 (the
+// program's standard output stays its own), else nowhere.
+func (e *PipeEngine) log(o options) io.Writer {
+	switch {
+	case o.log != nil:
+		return o.log
+	case e.world.Rank() == 0:
+		return os.Stderr
+	}
+	return io.Discard
+}
+
+// CommsSummary writes comms_logger's summary table (DeepSpeed's
+// log_summary) to w; without comms_logger.enabled it says so.
+func (e *PipeEngine) CommsSummary(w io.Writer) error {
+	if e.comms == nil {
+		return fmt.Errorf("deepgo: CommsSummary: comms_logger.enabled is false")
+	}
+	return e.comms.Summary(w)
 }
 
 // Monitor is the engine's monitor: its run directories, its warnings, and

@@ -24,7 +24,8 @@ import (
 )
 
 // The pipeline engine feeds csv_monitor and tensorboard as the
-// data-parallel engine does, with DeepSpeed's PipelineEngine's x values
+// data-parallel engine does (and comms_logger over all its groups), with
+// DeepSpeed's PipelineEngine's x values
 // (train_loss after the step, beside lr): 2 stages × 2 data ranks, fp16
 // with the first step overflowing on one rank, the NaN/Inf check (a
 // collective over all four ranks) at every step. The files hold what
@@ -42,6 +43,7 @@ func TestPipelineMonitorFiles(t *testing.T) {
 		"fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1},
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
 		"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4, "warmup_max_lr": 0.01}},
+		"comms_logger": {"enabled": true},
 		"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "pipe"},
 		"tensorboard": {"enabled": true, "output_path": %q, "job_name": "pipe"}}`, out, out)
 	type report struct{ loss, lr, scale, norm float64 }
@@ -50,6 +52,7 @@ func TestPipelineMonitorFiles(t *testing.T) {
 		got   []report // rank 0's, per step
 		notes []string
 		log   strings.Builder // rank 0's wall_clock_breakdown lines
+		comms strings.Builder // rank 0's comms_logger summary
 	)
 	err = local.Run(context.Background(), pp*dp, local.Options{Timeout: 20 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 		cfg, err := config.Parse([]byte(cfgJSON))
@@ -91,13 +94,19 @@ func TestPipelineMonitorFiles(t *testing.T) {
 		}
 		if c.Rank() == 0 {
 			notes = pe.Notes()
+			if err := pe.CommsSummary(&comms); err != nil {
+				return err
+			}
 			return pe.Monitor().WriteRunInfo(monitor.RunInfo{World: pp * dp, Steps: steps})
 		}
 		return nil
 	})
 	require.NoError(t, err)
 	require.Len(t, got, steps)
-	assert.NotContains(t, strings.Join(notes, "\n"), "not fed", "csv_monitor and tensorboard are fed")
+	assert.NotContains(t, strings.Join(notes, "\n"), "not fed", "csv_monitor, tensorboard and comms_logger are fed")
+	for _, op := range []string{"send", "recv", "reduce_scatter_tensor", "all_gather_into_tensor"} {
+		assert.Contains(t, comms.String(), "\n"+op+"\n", "comms_logger: stage 0's transfers, its ZeRO-1 reductions, the agreements")
+	}
 	assert.Equal(t, steps, strings.Count(log.String(), "time (ms) | fwd:"), "a wall_clock_breakdown line per step (steps_per_print 1)")
 
 	dir := filepath.Join(out, "pipe")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo/comm/commslog"
+	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/monitor/flops"
 )
@@ -28,20 +29,29 @@ type flopsRun struct {
 // startCommsLogger wraps the engine's comm with comms_logger when the
 // config enables it.
 func (e *Engine) startCommsLogger() error {
-	if !e.cfg.CommsLogger.Enabled {
-		return nil
+	l, err := newCommsLogger(e.cfg, e.log)
+	if l != nil {
+		e.comms, e.c = l, l.Wrap(e.c)
 	}
-	o, err := commslog.FromConfig(e.cfg.CommsLogger)
+	return err
+}
+
+// newCommsLogger is comms_logger's Logger, printing to log; nil when the
+// config leaves it off.
+func newCommsLogger(cfg *config.Config, log io.Writer) (*commslog.Logger, error) {
+	if !cfg.CommsLogger.Enabled {
+		return nil, nil
+	}
+	o, err := commslog.FromConfig(cfg.CommsLogger)
 	if err != nil {
-		return fmt.Errorf("deepgo.Initialize: %w", err)
+		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
-	o.Log = e.log
+	o.Log = log
 	l, err := commslog.New(o)
 	if err != nil {
-		return fmt.Errorf("deepgo.Initialize: %w", err)
+		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
-	e.comms, e.c = l, l.Wrap(e.c)
-	return nil
+	return l, nil
 }
 
 // CommsSummary writes comms_logger's summary table (DeepSpeed's

@@ -135,23 +135,23 @@ func TestNoEffectSeqParallelDType(t *testing.T) {
 	}
 }
 
-// With pipeline stages, the monitors the pipeline engine does not feed yet
-// (comms_logger, flops_profiler) are listed as having no effect (deepgo
+// With pipeline stages, the monitor the pipeline engine does not feed yet
+// (flops_profiler) is listed as having no effect (deepgo
 // config check says so before a run, as the engine's notes do at
 // Initialize); without, they are not. The ones it feeds never are.
 func TestNoEffectPipelineMonitors(t *testing.T) {
 	for _, pp := range []int{1, 2} {
 		cfg, err := config.Parse([]byte(fmt.Sprintf(`{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
 			"pipeline_model_parallel_size": %d, "csv_monitor": {"enabled": true}, "tensorboard": {"enabled": true},
-			"wall_clock_breakdown": true, "comms_logger": {"enabled": true}}`, pp)))
+			"wall_clock_breakdown": true, "comms_logger": {"enabled": true}, "flops_profiler": {"enabled": true}}`, pp)))
 		require.NoError(t, err)
 		got := strings.Join(noEffectKeys(cfg), "\n")
 		if pp > 1 {
-			assert.Contains(t, got, "comms_logger: the pipeline engine does not feed it yet")
+			assert.Contains(t, got, "flops_profiler: the pipeline engine does not feed it yet")
 		} else {
-			assert.NotContains(t, got, "comms_logger: the pipeline engine")
+			assert.NotContains(t, got, "flops_profiler: the pipeline engine")
 		}
-		for _, k := range []string{"csv_monitor", "tensorboard", "wall_clock_breakdown"} {
+		for _, k := range []string{"csv_monitor", "tensorboard", "wall_clock_breakdown", "comms_logger"} {
 			assert.NotContains(t, got, k+": the pipeline engine", "pp %d", pp)
 		}
 	}
