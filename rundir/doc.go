@@ -3,7 +3,9 @@
 // output_path/job_name, header "step,<last tag component>", one "step,value"
 // row per event) plus deepgo_run.json, the run's facts (resolved config,
 // world, device, parameter count, entropy floor, memory capacity, steps,
-// train_batch_size).
+// train_batch_size, train_loss_after_step); and the scalars of tensorboard
+// event files in the same directory, for a run that wrote no CSV files
+// (ReadEvents).
 //
 // As in DeepSpeed, the step column of a Train/Samples tag holds
 // global_samples (XAxis), that of deepgo's own tags the optimizer step.
