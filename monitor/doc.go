@@ -11,7 +11,8 @@
 // and the NaN/Inf check is a function the engine's owner supplies.
 //
 // Tags (the run-directory contract other tools read):
-//   - DeepSpeed's: Train/Samples/train_loss, lr, loss_scale and, with
+//   - DeepSpeed's: Train/Samples/train_loss, lr, loss_scale (fp16 only, as
+//     DeepSpeed writes it) and, with
 //     wall_clock_breakdown (forced on by flops_profiler), the
 //     elapsed_time_ms_{forward,backward,backward_inner,backward_allreduce,step}.
 //   - deepgo's, always: Train/deepgo/{grad_norm, skipped_steps, overflow,

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/deepgo-ml/deepgo/config"
@@ -67,9 +68,13 @@ const (
 func ms(d float64) float64 { return d / 1e6 }
 
 // events turns one step (dt: its timer deltas) into the contract's tags,
-// each at its x value on axis.
-func events(r Record, dt Timers, rss int64, breakdown bool, nonfinite *bool, axis rundir.XAxis) []Event {
+// each at its x value on axis; loss_scale only under fp16, as DeepSpeed's
+// engines write it (bf16 and fp32 have no loss scaler).
+func events(r Record, dt Timers, rss int64, breakdown, fp16 bool, nonfinite *bool, axis rundir.XAxis) []Event {
 	ev := tagEvents(r, dt, rss, breakdown, nonfinite)
+	if !fp16 {
+		ev = slices.DeleteFunc(ev, func(e Event) bool { return e.Tag == TagLossScale })
+	}
 	for i := range ev {
 		ev[i].Step = axis.X(ev[i].Tag, int64(r.Step))
 	}

@@ -32,7 +32,7 @@ type MetricsServer struct {
 var metricNames = map[string][2]string{
 	TagLoss:         {"deepgo_loss", "training loss of the last optimizer step"},
 	TagLR:           {"deepgo_lr", "learning rate"},
-	TagLossScale:    {"deepgo_loss_scale", "loss scale (1 without fp16)"},
+	TagLossScale:    {"deepgo_loss_scale", "loss scale (fp16 only)"},
 	TagTokensPerS:   {"deepgo_tokens_per_s", "tokens per second of the last step, all ranks"},
 	TagGradNorm:     {"deepgo_grad_norm", "global gradient norm of the last applied step"},
 	TagSkippedSteps: {"deepgo_skipped_steps", "optimizer steps skipped for overflow so far"},

@@ -74,6 +74,7 @@ type Monitor struct {
 	rank        int
 	batch       int  // train_batch_size: the samples per step, for the Train/Samples x values
 	lossAfter   bool // WithTrainLossAfterStep
+	fp16        bool // fp16.enabled: loss_scale is written
 	breakdown   bool
 	printEvery  int
 	finiteEvery int
@@ -124,6 +125,7 @@ func New(cfg *config.Config, rank int, opts ...Option) (_ *Monitor, err error) {
 		rank:        rank,
 		batch:       1,
 		breakdown:   cfg.WallClockBreakdown || cfg.FlopsProfiler.Enabled,
+		fp16:        cfg.FP16.Enabled,
 		printEvery:  50,
 		finiteEvery: DefaultFiniteCheckEvery,
 		memory:      target{name: "memory in use", unit: "% of capacity", limit: MemoryTargetPct, constant: "MemoryTargetPct"},
@@ -296,7 +298,7 @@ func (m *Monitor) startWriting() {
 	go func(queue <-chan batch) {
 		defer close(m.flushed)
 		for b := range queue {
-			ev := events(b.r, b.dt, rssBytes(), m.breakdown, b.nonfinite, b.axis)
+			ev := events(b.r, b.dt, rssBytes(), m.breakdown, m.fp16, b.nonfinite, b.axis)
 			var errs []error
 			for _, w := range m.writers {
 				errs = append(errs, w.WriteEvents(b.r.Step, ev))

@@ -62,7 +62,7 @@ func TestMonitorSamplesX(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := t.TempDir()
-			cfg := loadConfig(t, fmt.Sprintf(`{%s, "wall_clock_breakdown": true,
+			cfg := loadConfig(t, fmt.Sprintf(`{%s, "wall_clock_breakdown": true, "fp16": {"enabled": true},
 				"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "j"},
 				"tensorboard": {"enabled": true, "output_path": %q, "job_name": "j"}}`, tc.config, out, out))
 			var opts []Option
