@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 )
@@ -77,15 +78,19 @@ func parseOptimizer(typ string, params map[string]any, loose bool) (OptimizerSpe
 	r := newParamReader(optPrefix, rule.kind, params, ErrInvalidOptimizerParam, loose)
 	h := rule.def
 	// every bad key is reported, not only the first: a key that does not
-	// read keeps its default, which the range checks then pass
+	// read keeps its default, which the range checks pass, and the checks
+	// between two keys skip it (as they skip "auto")
 	var errs []error
+	skip := maps.Clone(r.autos)
 	for _, k := range sortedKeys(params) {
-		errs = append(errs, rule.set(r, &h, k))
+		if err := rule.set(r, &h, k); err != nil {
+			errs, skip[k] = append(errs, err), true
+		}
 	}
 	if rule.forceAdamW {
 		h.AdamWMode = true
 	}
-	errs = append(errs, validateHyper(rule.kind, h, optPrefix, r.autos))
+	errs = append(errs, validateHyper(rule.kind, h, optPrefix, skip))
 	if err := errors.Join(errs...); err != nil {
 		return OptimizerSpec{}, r, err
 	}
@@ -298,8 +303,8 @@ func (r *paramReader) betas(k string) (float64, float64, error) {
 }
 
 // validateHyper checks the ranges of h for kind and returns every problem
-// (errors.Join of *ParamErrors). auto lists keys read as "auto": a rule
-// that needs their value is skipped.
+// (errors.Join of *ParamErrors). auto lists keys read as "auto" (or that
+// did not read): a rule between two keys that needs their value is skipped.
 func validateHyper(kind string, h OptimizerHyper, prefix string, auto map[string]bool) error {
 	bad := func(k string, v any, reason, allowed string) error {
 		return &ParamError{Key: prefix + k, Value: v, Reason: reason, Allowed: allowed, Class: ErrInvalidOptimizerParam}

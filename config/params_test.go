@@ -107,6 +107,11 @@ func TestOptimizerParamsAllReported(t *testing.T) {
 	for _, k := range want {
 		assert.ErrorContains(t, err, k+":")
 	}
+	// a key that does not read is not compared with another
+	_, err = ParseOptimizer("Lamb", map[string]any{"max_coeff": -3.0, "min_coeff": "x"})
+	assert.ErrorContains(t, err, "optimizer.params.max_coeff: -3")
+	assert.ErrorContains(t, err, `optimizer.params.min_coeff: "x"`)
+	assert.NotContains(t, err.Error(), "must be <= max_coeff", "min_coeff did not read: not compared")
 	_, err = Parse([]byte(`{"optimizer": {"type": "AdamW", "params": {"lr": -1, "betas": [2, 0.9], "eps": -1, "weight_decay": "x"}}}`))
 	var es Errors
 	if assert.ErrorAs(t, err, &es) {
