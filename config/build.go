@@ -3,8 +3,10 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
+	"strings"
 )
 
 // build turns a raw document into a Config.
@@ -13,6 +15,8 @@ func build(raw map[string]any, o options) (*Config, error) {
 	l.deprecated(raw)
 	tree := l.walk("", raw, reflect.TypeOf(Config{}), "")
 	l.optimizerParams(tree)
+	l.overflows("", tree)
+	l.overflows("", l.other)
 	cfg := &Config{parseOpts: o}
 	if err := decodeInto(tree, cfg); err != nil {
 		return nil, fmt.Errorf("config: internal decode error: %w", err)
@@ -36,6 +40,50 @@ func build(raw map[string]any, o options) (*Config, error) {
 		return cfg, l.errs
 	}
 	return cfg, nil
+}
+
+// overflows reports every number whose literal overflows a float64 (1e999:
+// Python's json reads it as inf, which DeepSpeed would train with) where no
+// other check has named its path, and sets it to 0 so the typed decode can
+// run: JSON has no infinity.
+func (l *loader) overflows(path string, v any) {
+	at := func(k string) string {
+		if path == "" {
+			return k
+		}
+		return path + "." + k
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		for _, k := range sortedKeys(x) {
+			if f, ok := x[k].(float64); ok && math.IsInf(f, 0) {
+				l.overflowed(at(k), f)
+				x[k] = 0.0
+				continue
+			}
+			l.overflows(at(k), x[k])
+		}
+	case []any:
+		for i, e := range x {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			if f, ok := e.(float64); ok && math.IsInf(f, 0) {
+				l.overflowed(p, f)
+				x[i] = 0.0
+				continue
+			}
+			l.overflows(p, e)
+		}
+	}
+}
+
+func (l *loader) overflowed(path string, f float64) {
+	for _, e := range l.errs {
+		if e.Path == path || strings.HasPrefix(e.Path, path+"[") {
+			return
+		}
+	}
+	l.errs = append(l.errs, &FieldError{Path: path, Value: render(f), Allowed: "a finite number",
+		Msg: "the number overflows a float64; Python's json would read it as inf"})
 }
 
 // decodeInto copies a clean tree into v through encoding/json.

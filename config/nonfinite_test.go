@@ -60,3 +60,24 @@ func TestNonFiniteValues(t *testing.T) {
 		})
 	}
 }
+
+// A number literal that overflows a float64 (1e999, which Python's json
+// reads as inf) is an error naming its path wherever it is, never an
+// internal decode failure.
+func TestOverflowingNumber(t *testing.T) {
+	for doc, path := range map[string]string{
+		`{"optimizer": {"type": "AdamW", "params": {"lr": 1e999}}}`: "optimizer.params.lr",
+		`{"gradient_clipping": -1e999}`:                             "gradient_clipping",
+		`{"zero_optimization": {"reduce_bucket_size": 1e999}}`:      "zero_optimization.reduce_bucket_size",
+		`{"autotuning": {"arg_mappings": [1, 1e999]}}`:              "autotuning.arg_mappings[1]",
+	} {
+		_, err := Parse([]byte(doc))
+		var es Errors
+		if assert.ErrorAs(t, err, &es, doc) {
+			assert.Equal(t, path, es[0].Path, doc)
+		}
+		if err != nil {
+			assert.NotContains(t, err.Error(), "internal", doc)
+		}
+	}
+}
