@@ -3,6 +3,9 @@ package doctor
 import (
 	"fmt"
 	"math"
+	"strconv"
+
+	"github.com/deepgo-ml/deepgo/config"
 )
 
 // checkBubble is §4.2's 流水线气泡率高 row against §2.2's 15% target: the
@@ -31,19 +34,51 @@ func checkBubble(in Input) (string, *Finding) {
 	f := &Finding{Title: "pipeline bubble (流水线气泡率高)", Evidence: []string{fmt.Sprintf(
 		"pipeline_model_parallel_size %d, %d micro-batches per step (gradient_accumulation_steps), %s schedule (%d chunks per stage): bubble (p-1)/(v*m+p-1) = %d/%d = %s; target < %s",
 		p, m, cfg.PipelineSchedule.Type, v, p-1, v*m+p-1, pct(bubble), pct(BubbleTarget))}}
+	// the Interleaved schedule runs a multiple of p micro-batches (deepgo
+	// train refuses others)
+	fits := func(k int, v int) bool { return v == 1 || k%p == 0 }
 	need := int(math.Ceil(float64(p-1) * (1 - BubbleTarget) / (BubbleTarget * float64(v))))
-	for bubbleShare(p, need, v) >= BubbleTarget {
+	for bubbleShare(p, need, v) >= BubbleTarget || !fits(need, v) {
 		need++ // the ceiling can land exactly on the target
 	}
-	f.Advice = append(f.Advice, Advice{Text: fmt.Sprintf(
-		"gradient_accumulation_steps %d -> %d: bubble %s; keep train_batch_size by lowering train_micro_batch_size_per_gpu (the guide's \"raise the micro-batch size\" helps only when the count of micro-batches does not fall)",
-		m, need, pct(bubbleShare(p, need, v)))})
+	f.Advice = append(f.Advice, Advice{Text: accumAdvice(cfg, p, v, m, need, fits)})
 	if v == 1 {
+		m2 := m
+		for !fits(m2, 2) {
+			m2++
+		}
+		at := fmt.Sprintf("at %d micro-batches", m)
+		if m2 != m {
+			at = fmt.Sprintf("at gradient_accumulation_steps %d (a multiple of the %d stages, as Interleaved needs)", m2, p)
+		}
 		f.Advice = append(f.Advice, Advice{Text: fmt.Sprintf(
-			"pipeline_schedule.type Interleaved with virtual_stages 2: bubble %s at %d micro-batches, for twice the stage-to-stage sends",
-			pct(bubbleShare(p, m, 2)), m)})
+			"pipeline_schedule.type Interleaved with virtual_stages 2: bubble %s %s, for twice the stage-to-stage sends",
+			pct(bubbleShare(p, m2, 2)), at)})
 	}
 	return checked, f
+}
+
+// accumAdvice is the advice to run need or more micro-batches per step
+// instead of m. With the micro-batch known it names the smallest count from
+// need up that splits a rank's samples per step (micro-batch × m) evenly
+// (and fits the schedule), keeping train_batch_size; when none does, it
+// says how much train_batch_size grows. (The guide's "raise the micro-batch
+// size" helps only when the count of micro-batches does not fall.)
+func accumAdvice(cfg *config.Config, p, v, m, need int, fits func(k, v int) bool) string {
+	mb := cfg.TrainMicroBatchSizePerGPU
+	if mb == nil || *mb < 1 {
+		return fmt.Sprintf("gradient_accumulation_steps %d -> %d: bubble %s; keep train_batch_size by lowering train_micro_batch_size_per_gpu where it divides",
+			m, need, pct(bubbleShare(p, need, v)))
+	}
+	samples := *mb * m
+	for k := need; k <= samples; k++ {
+		if samples%k == 0 && fits(k, v) {
+			return fmt.Sprintf("gradient_accumulation_steps %d -> %d with train_micro_batch_size_per_gpu %d -> %d (the same train_batch_size): bubble %s",
+				m, k, *mb, samples/k, pct(bubbleShare(p, k, v)))
+		}
+	}
+	return fmt.Sprintf("gradient_accumulation_steps %d -> %d: bubble %s; train_batch_size grows %sx (train_micro_batch_size_per_gpu %d does not split into %d micro-batches)",
+		m, need, pct(bubbleShare(p, need, v)), strconv.FormatFloat(float64(need)/float64(m), 'g', 3, 64), *mb, need)
 }
 
 func bubbleShare(p, m, v int) float64 {

@@ -163,6 +163,7 @@ func TestBubble(t *testing.T) {
 	cases := []struct {
 		name          string
 		pp, gas       int // gas 0: absent
+		mb            int // train_micro_batch_size_per_gpu (0: cfgJSON's)
 		tbs, world    int // train_batch_size, deepgo_run.json's world (0: absent)
 		interleaved   int
 		want          bool
@@ -174,7 +175,9 @@ func TestBubble(t *testing.T) {
 		{name: "4 stages 4 micro-batches", pp: 4, gas: 4, want: true, evidence: "bubble (p-1)/(v*m+p-1) = 3/7 = 42.9%", adv: "gradient_accumulation_steps 4 -> 18: bubble 14.3%"},
 		{name: "4 stages 17 micro-batches: 15.0% is not below 15%", pp: 4, gas: 17, want: true, evidence: "3/20 = 15.0%", adv: "gradient_accumulation_steps 17 -> 18"},
 		{name: "4 stages 18 micro-batches", pp: 4, gas: 18},
-		{name: "2 stages interleaved", pp: 2, gas: 2, interleaved: 2, want: true, evidence: "= 1/5 = 20.0%", adv: "gradient_accumulation_steps 2 -> 3: bubble 14.3%"},
+		{name: "2 stages interleaved: a multiple of 2", pp: 2, gas: 2, interleaved: 2, want: true, evidence: "= 1/5 = 20.0%", adv: "gradient_accumulation_steps 2 -> 4: bubble 11.1%; train_batch_size grows 2x (train_micro_batch_size_per_gpu 1 does not split into 4 micro-batches)"},
+		{name: "micro-batch 6 splits into 6", pp: 2, gas: 2, mb: 6, want: true, evidence: "= 1/3 = 33.3%", adv: "gradient_accumulation_steps 2 -> 6 with train_micro_batch_size_per_gpu 6 -> 2 (the same train_batch_size): bubble 14.3%"},
+		{name: "micro-batch 8 splits into 8, not 6", pp: 2, gas: 2, mb: 8, want: true, evidence: "= 1/3 = 33.3%", adv: "gradient_accumulation_steps 2 -> 8 with train_micro_batch_size_per_gpu 8 -> 2 (the same train_batch_size): bubble 11.1%"},
 		{name: "8 stages 40 micro-batches", pp: 8, gas: 40},
 	}
 	for _, c := range cases {
@@ -187,6 +190,9 @@ func TestBubble(t *testing.T) {
 				}
 				if c.tbs > 0 {
 					m["train_batch_size"] = c.tbs
+				}
+				if c.mb > 0 {
+					m["train_micro_batch_size_per_gpu"] = c.mb
 				}
 				m["pipeline_model_parallel_size"] = c.pp
 				if c.interleaved > 0 {
@@ -318,5 +324,24 @@ func TestSpikeInRunDirectory(t *testing.T) {
 			assert.Contains(t, f.Evidence[0], "1 loss spikes in 60 steps: step 40: loss ")
 			assert.Contains(t, f.Evidence[0], ", lr 0.0001, grad_norm ", "the step's lr and grad_norm found")
 		})
+	}
+}
+
+// The Interleaved advice names a micro-batch count the schedule takes: a
+// multiple of the stage count (deepgo train refuses others).
+func TestBubbleInterleavedAdvice(t *testing.T) {
+	for gas, want := range map[int]string{
+		1: "pipeline_schedule.type Interleaved with virtual_stages 2: bubble 20.0% at gradient_accumulation_steps 2 (a multiple of the 2 stages, as Interleaved needs)",
+		2: "pipeline_schedule.type Interleaved with virtual_stages 2: bubble 20.0% at 2 micro-batches",
+	} {
+		cfg, err := config.Parse(cfgJSON(t, func(m map[string]any) {
+			m["gradient_accumulation_steps"] = gas
+			m["pipeline_model_parallel_size"] = 2
+		}))
+		require.NoError(t, err)
+		rep := doctor.Diagnose(doctor.Input{Run: &rundir.Run{}, Config: cfg})
+		require.Len(t, rep.Findings, 1)
+		require.Len(t, rep.Findings[0].Advice, 2)
+		assert.Contains(t, rep.Findings[0].Advice[1].Text, want, "gas %d", gas)
 	}
 }
