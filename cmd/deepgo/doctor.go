@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/doctor"
@@ -96,8 +97,12 @@ func printDoctor(w io.Writer, run *rundir.Run, cfgFrom string, rep doctor.Report
 		fmt.Fprintf(w, "  %s\n", c)
 	}
 	if rep.Measured == 0 {
-		fmt.Fprintf(w, "nothing measured: doctor reads csv_monitor and tensorboard files (<output_path>/<job_name>/*.csv, events.out.tfevents.*) and %s has none of the series its rules read; enable csv_monitor or tensorboard in the config (\"csv_monitor\": {\"enabled\": true}) and run again\n",
-			run.Dir)
+		why := "enable csv_monitor or tensorboard in the config (\"csv_monitor\": {\"enabled\": true}) and run again"
+		if m, _ := filepath.Glob(filepath.Join(run.Dir, rundir.EventFilePrefix+"*")); len(m) > 0 {
+			why = fmt.Sprintf("its %d tensorboard event file(s) hold none of them (empty, or cut short before the first step's scalars)", len(m))
+		}
+		fmt.Fprintf(w, "nothing measured: doctor reads csv_monitor and tensorboard files (<output_path>/<job_name>/*.csv, %s*) and %s has none of the series its rules read; %s\n",
+			rundir.EventFilePrefix, run.Dir, why)
 	}
 	if len(rep.Findings) == 0 {
 		if rep.Measured > 0 {

@@ -107,7 +107,7 @@ func TestDoctorNothingMeasured(t *testing.T) {
 		want        []string
 	}{
 		{name: "an empty tensorboard file", run: noSeries, tensorboard: true, code: doctorNothingMeasured,
-			want: []string{"memory: not measured", "nothing measured: doctor reads csv_monitor and tensorboard files", "enable csv_monitor or tensorboard"}},
+			want: []string{"memory: not measured", "nothing measured: doctor reads csv_monitor and tensorboard files", "its 1 tensorboard event file(s) hold none of them (empty"}},
 		{name: "no series", run: noSeries, code: doctorNothingMeasured, want: []string{"nothing measured:"}},
 		{name: "no series, bubble finding", run: pipelined, code: doctorFindings, want: []string{"nothing measured:", "finding 1 [bubble]"}},
 	} {
