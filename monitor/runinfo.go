@@ -2,12 +2,22 @@ package monitor
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/deepgo-ml/deepgo/rundir"
 )
+
+// pipeWord names a pipeline run's train_loss placement.
+func pipeWord(after bool) string {
+	if after {
+		return " (a pipeline run: train_loss after the step)"
+	}
+	return ""
+}
 
 // RunInfoFile is deepgo's one file in a run directory (rundir.InfoFile).
 const RunInfoFile = rundir.InfoFile
@@ -21,8 +31,27 @@ type RunInfo = rundir.Info
 // whole so that a reader never sees half a file. Its train_batch_size and
 // train_loss_after_step are the Monitor's (TrainBatchSize,
 // WithTrainLossAfterStep): the axis the Train/Samples x values are on.
+//
+// A run directory whose deepgo_run.json records another train_batch_size
+// or train_loss_after_step (a job resumed at another world size or batch,
+// or a pipeline run into a data-parallel one's job_name) is an error, and
+// nothing is written: this run's x values (global_samples = step ×
+// train_batch_size) would land among the earlier run's, and the series
+// could no longer be read back on steps.
 func (m *Monitor) WriteRunInfo(info RunInfo) error {
 	info.TrainBatchSize, info.TrainLossAfterStep = int64(m.batch), m.lossAfter
+	for _, dir := range m.runDirs {
+		old, err := rundir.ReadInfo(filepath.Join(dir, RunInfoFile))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			return fmt.Errorf("monitor: %w", err)
+		case old.TrainBatchSize != 0 && (old.TrainBatchSize != info.TrainBatchSize || old.TrainLossAfterStep != info.TrainLossAfterStep):
+			return fmt.Errorf("monitor: run directory %s holds a run at train_batch_size %d%s; this run's is %d%s: its x values (global_samples = step × train_batch_size) would mix with the earlier ones; give this run another job_name (csv_monitor, tensorboard)",
+				dir, old.TrainBatchSize, pipeWord(old.TrainLossAfterStep), info.TrainBatchSize, pipeWord(info.TrainLossAfterStep))
+		}
+	}
 	if len(info.Config) == 0 {
 		info.Config = json.RawMessage("null")
 	}

@@ -163,3 +163,28 @@ func TestMonitorCloseWhileObserving(t *testing.T) {
 	// Train/Samples tags at step×2, deepgo's at the step
 	assert.Equal(t, 1+3*n, len(readEvents(t, files[0])), "tensorboard records")
 }
+
+// A run directory holding a run at another train_batch_size (or a pipeline
+// run's train_loss placement) refuses the next run's deepgo_run.json, naming
+// both, instead of mixing x values no reader can key on steps; the same
+// batch resumes.
+func TestRunInfoRefusesAnotherBatch(t *testing.T) {
+	out := t.TempDir()
+	start := func(batch int, opts ...Option) error {
+		cfg := loadConfig(t, fmt.Sprintf(`{"train_batch_size": %d, "csv_monitor": {"enabled": true, "output_path": %q, "job_name": "j"}}`, batch, out))
+		m, err := New(cfg, 0, opts...)
+		require.NoError(t, err)
+		defer m.Close()
+		return m.WriteRunInfo(RunInfo{World: 1})
+	}
+	require.NoError(t, start(16))
+	require.NoError(t, start(16), "the same batch resumes")
+	err := start(8)
+	assert.ErrorContains(t, err, "holds a run at train_batch_size 16; this run's is 8")
+	assert.ErrorContains(t, err, "another job_name")
+	err = start(16, WithTrainLossAfterStep())
+	assert.ErrorContains(t, err, "this run's is 16 (a pipeline run: train_loss after the step)")
+	b, err := os.ReadFile(filepath.Join(out, "j", RunInfoFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"train_batch_size": 16`, "the refused runs wrote nothing")
+}

@@ -20,7 +20,9 @@
 // run resumed at another batch size (another world size), or by a deepgo
 // that wrote steps before a newer one resumed into the same job folder,
 // are divided by the newest and read wrong or fail Read naming the file;
-// give such a resumed run its own job_name. For a directory DeepSpeed
+// give such a resumed run its own job_name (deepgo train refuses to resume
+// into a directory whose deepgo_run.json records another batch:
+// monitor.Monitor.WriteRunInfo). For a directory DeepSpeed
 // wrote, the batch is the greatest common divisor of the Train/Samples
 // values, which a changed batch size or a single logged step also fools.
 //

@@ -107,7 +107,7 @@ func Read(dir string) (*Run, error) {
 		case e.Type()&fs.ModeType != 0:
 			continue
 		case name == InfoFile:
-			if r.Info, err = readInfo(path); err != nil {
+			if r.Info, err = ReadInfo(path); err != nil {
 				return nil, err
 			}
 		case strings.HasSuffix(name, csvExt):
@@ -180,7 +180,8 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-func readInfo(path string) (*Info, error) {
+// ReadInfo reads a deepgo_run.json file; an error names it.
+func ReadInfo(path string) (*Info, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("rundir: %w", err)
