@@ -21,6 +21,7 @@ import (
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/monitor"
+	"github.com/deepgo-ml/deepgo/monitor/flops"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/pipeline"
 	"github.com/deepgo-ml/deepgo/tensor"
@@ -77,6 +78,9 @@ type PipeEngine struct {
 	timers       Timers
 	mon          *monitor.Monitor // fed by TrainBatch (pipe_monitor.go)
 	comms        *commslog.Logger // comms_logger, when enabled (pipe_monitor.go)
+	log          io.Writer        // reports: the monitor's lines, comms_logger, flops_profiler (pipeLog)
+	flops        *flopsRun        // flops_profiler's batch in progress (pipe_flops.go)
+	flopsReport  *flops.Report    // its report, once printed
 	idle         []float64        // per TrainBatch: the share of wall time this stage waited on its neighbours
 	notes        []string
 	closers      []comm.Comm
@@ -164,7 +168,7 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if o.device != nil && !o.device.IsCPU() {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d on device %v: not supported yet (the pipeline engine computes on the CPU)", pp, *o.device)
 	}
-	e := &PipeEngine{cfg: cfg, net: pm, world: o.comm, tp: o.tp, be: o.backend, opt: o.opt, clip: cfg.GradientClipping,
+	e := &PipeEngine{cfg: cfg, net: pm, world: o.comm, tp: o.tp, be: o.backend, opt: o.opt, clip: cfg.GradientClipping, log: pipeLog(o),
 		stages: pp, virtual: max(1, cfg.PipelineSchedule.VirtualStages), schedType: cfg.PipelineSchedule.Type}
 	defer func() {
 		if err != nil {
@@ -202,7 +206,7 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	// comms_logger records every operation on the world and the groups
 	// split from it (the logger wraps those too): transfers between stages,
 	// the data-parallel reductions, the agreements
-	if e.comms, err = newCommsLogger(cfg, e.log(o)); err != nil {
+	if e.comms, err = newCommsLogger(cfg, e.log); err != nil {
 		return nil, err
 	}
 	if e.comms != nil {
@@ -242,27 +246,12 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	return e, nil
 }
 
-// PipelineUnfedMonitors lists the monitoring keys cfg enables that the
-// pipeline engine does not feed yet (only the data-parallel engine reports
-// to them): flops_profiler. A pipeline engine's Notes name each of them.
-// (tensorboard, csv_monitor, wall_clock_breakdown and comms_logger it
-// feeds, see pipe_monitor.go.)
-func PipelineUnfedMonitors(cfg *config.Config) []string {
-	if cfg.FlopsProfiler.Enabled {
-		return []string{"flops_profiler"}
-	}
-	return nil
-}
-
 // pipeNotes says what the pipeline engine does with keys whose words
-// suggest more: the offload keys on the CPU, the monitors it does not feed
-// yet, the activation_checkpointing keys only the data-parallel engine
-// applies, and the partition method "best".
+// suggest more: the offload keys on the CPU, the activation_checkpointing
+// keys only the data-parallel engine applies, and the partition method
+// "best".
 func pipeNotes(cfg *config.Config, dev tensor.Device) []string {
 	notes := offloadNotes(cfg, dev)
-	for _, k := range PipelineUnfedMonitors(cfg) {
-		notes = append(notes, k+": not fed by the pipeline engine yet (only the data-parallel engine reports to it); the pipeline's tensorboard and csv_monitor files and its Timers are what a pipeline run reports")
-	}
 	ac := cfg.ActivationCheckpointing
 	for _, k := range []struct {
 		key string

@@ -2,7 +2,8 @@ package deepgo
 
 // The pipeline engine's monitor: the one the data-parallel engine feeds
 // (monitoring.go), built from the same config sections and fed once per
-// TrainBatch; and its comms_logger, over every group the engine uses. Its x values are DeepSpeed's PipelineEngine's: train_loss is
+// TrainBatch; and its comms_logger, over every group the engine uses
+// (flops_profiler: pipe_flops.go). Its x values are DeepSpeed's PipelineEngine's: train_loss is
 // written once the batch's step has run, at the global_samples of lr and
 // loss_scale (monitor.WithTrainLossAfterStep), where the data-parallel
 // engine writes it a batch earlier.
@@ -23,7 +24,7 @@ import (
 // world), the world's rank 0 writes. The pipeline computes on the CPU, so
 // the memory target divides by the host's RAM.
 func (e *PipeEngine) startMonitor(o options) error {
-	opts := append([]monitor.Option{monitor.WithLog(e.log(o)), monitor.WithMemoryCapacity(monitor.HostMemoryBytes()),
+	opts := append([]monitor.Option{monitor.WithLog(e.log), monitor.WithMemoryCapacity(monitor.HostMemoryBytes()),
 		monitor.WithFiniteCheck(0, func(ctx context.Context) (bool, error) {
 			return nonfiniteMasters(ctx, e.be, e.z, e.world)
 		}), monitor.WithTrainLossAfterStep()}, o.monitor...)
@@ -37,14 +38,15 @@ func (e *PipeEngine) startMonitor(o options) error {
 	return nil
 }
 
-// log is where the engine's reports go (the monitor's lines, comms_logger):
-// WithLog's writer, else standard error on the world's rank 0 (the
-// program's standard output stays its own), else nowhere.
-func (e *PipeEngine) log(o options) io.Writer {
+// pipeLog is where the engine's reports go (the monitor's lines,
+// comms_logger, flops_profiler): WithLog's writer, else standard error on
+// the world's rank 0 (the program's standard output stays its own), else
+// nowhere.
+func pipeLog(o options) io.Writer {
 	switch {
 	case o.log != nil:
 		return o.log
-	case e.world.Rank() == 0:
+	case o.comm.Rank() == 0:
 		return os.Stderr
 	}
 	return io.Discard

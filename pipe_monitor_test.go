@@ -17,6 +17,7 @@ import (
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/monitor"
+	"github.com/deepgo-ml/deepgo/monitor/flops"
 	"github.com/deepgo-ml/deepgo/nn"
 	"github.com/deepgo-ml/deepgo/rundir"
 	"github.com/stretchr/testify/assert"
@@ -43,7 +44,7 @@ func TestPipelineMonitorFiles(t *testing.T) {
 		"fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1},
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
 		"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4, "warmup_max_lr": 0.01}},
-		"comms_logger": {"enabled": true},
+		"comms_logger": {"enabled": true}, "flops_profiler": {"enabled": true, "profile_step": 1},
 		"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "pipe"},
 		"tensorboard": {"enabled": true, "output_path": %q, "job_name": "pipe"}}`, out, out)
 	type report struct{ loss, lr, scale, norm float64 }
@@ -53,6 +54,7 @@ func TestPipelineMonitorFiles(t *testing.T) {
 		notes []string
 		log   strings.Builder // rank 0's wall_clock_breakdown lines
 		comms strings.Builder // rank 0's comms_logger summary
+		prof  *flops.Report   // rank 0's flops_profiler report
 	)
 	err = local.Run(context.Background(), pp*dp, local.Options{Timeout: 20 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 		cfg, err := config.Parse([]byte(cfgJSON))
@@ -93,7 +95,7 @@ func TestPipelineMonitorFiles(t *testing.T) {
 			}
 		}
 		if c.Rank() == 0 {
-			notes = pe.Notes()
+			notes, prof = pe.Notes(), pe.FlopsProfile()
 			if err := pe.CommsSummary(&comms); err != nil {
 				return err
 			}
@@ -104,6 +106,21 @@ func TestPipelineMonitorFiles(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, steps)
 	assert.NotContains(t, strings.Join(notes, "\n"), "not fed", "csv_monitor, tensorboard and comms_logger are fed")
+	// flops_profiler at profile_step 1 (the second batch), on rank 0: stage
+	// 0's modules, each timed, and DeepSpeed's report in the log
+	require.NotNil(t, prof, "rank 0's flops_profiler report")
+	assert.Equal(t, 1, prof.Step)
+	assert.Equal(t, pp*dp, prof.World)
+	assert.Equal(t, dp, prof.DataParallel)
+	var names []string
+	for _, n := range prof.Root.Children {
+		names = append(names, n.Name)
+		assert.True(t, n.Measured, "module %s timed", n.Name)
+		assert.Positive(t, n.Latency, n.Name)
+	}
+	assert.Equal(t, []string{"transformer.embed", "transformer.h.0"}, names, "stage 0: the embedding and the first block")
+	assert.Contains(t, log.String(), "Profile Summary at step 1")
+	assert.Contains(t, strings.Join(prof.Notes, "\n"), "pipeline stage 0 of 2")
 	for _, op := range []string{"send", "recv", "reduce_scatter_tensor", "all_gather_into_tensor"} {
 		assert.Contains(t, comms.String(), "\n"+op+"\n", "comms_logger: stage 0's transfers, its ZeRO-1 reductions, the agreements")
 	}

@@ -124,6 +124,7 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 		}
 	}
 	t0, busy0, skipped0 := time.Now(), e.timers.Forward+e.timers.Backward, e.skippedSteps
+	e.beginFlops(data)
 	var lossSum float64
 	for t, step := range e.steps {
 		for _, in := range step {
@@ -151,7 +152,11 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 	if err != nil {
 		return 0, err
 	}
-	return loss, e.observe(ctx, loss, time.Since(t0), e.skippedSteps > skipped0, data)
+	took := time.Since(t0)
+	if err := e.endFlops(); err != nil {
+		return loss, err
+	}
+	return loss, e.observe(ctx, loss, took, e.skippedSteps > skipped0, data)
 }
 
 // agreeSchedule checks that every rank runs the same schedule over the
@@ -368,10 +373,12 @@ func (e *PipeEngine) forward(ctx context.Context, c, b, mb int, data []model.Mic
 	t0 := time.Now()
 	defer func() { e.timers.Forward += time.Since(t0) }()
 	for i, m := range p.Modules() {
+		t1 := time.Now()
 		out, err := m.Forward(mctx, act)
 		if err != nil {
 			return 0, fmt.Errorf("forward of module %q: %w", e.mods[e.chunks[c][i]].Name(), err)
 		}
+		e.flopsTime(mb, e.chunks[c][i], time.Since(t1))
 		act = out
 	}
 	buf.out = act

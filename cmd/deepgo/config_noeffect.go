@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
 )
 
@@ -98,12 +97,6 @@ func noEffectList(cfg *config.Config) []noEffectKey {
 	}
 	for k := range cfg.Other {
 		found[k] = "recognised DeepSpeed section, kept but not modelled"
-	}
-	if pp, err := deepgo.PipelineStages(cfg); err == nil && pp > 1 {
-		// what the pipeline engine's own notes say at Initialize
-		for _, k := range deepgo.PipelineUnfedMonitors(cfg) {
-			found[k] = "the pipeline engine does not feed it yet (only the data-parallel engine does)"
-		}
 	}
 	var out []noEffectKey
 	for p, why := range found {
