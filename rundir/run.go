@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -67,9 +68,13 @@ type Run struct {
 	// LossAfterStep says train_loss was read as written after its step's
 	// update (a pipeline run, XAxis.LossAfterStep): Info's
 	// train_loss_after_step, else (a directory DeepSpeed wrote) whether
-	// train_loss and lr start at the same global_samples, where DeepSpeed's
-	// data-parallel engine writes train_loss one batch earlier.
+	// train_loss and lr start at the same global_samples, where a
+	// data-parallel engine's train_loss (deepgo's, DeepSpeed's of earlier
+	// releases) starts one batch earlier.
 	LossAfterStep bool
+	// Notes say what Read left out and why (event files that did not
+	// read beside csv files that did).
+	Notes []string
 }
 
 // Get returns the series of tag, or nil when the run has no such file.
@@ -118,15 +123,22 @@ func Read(dir string) (*Run, error) {
 			r.Series[s.Tag] = s
 		}
 	}
-	// tensorboard's event files fill in the tags no csv file holds (a run
-	// with tensorboard alone): the csv files keep full float64 values
+	// tensorboard's event files fill in the contract's tags no csv file
+	// holds (a run with tensorboard alone): the csv files keep full
+	// float64 values. Other tags (eval_loss, a trainer's own) stay out:
+	// their csv series are keyed by file name, and their x values follow
+	// no rule this package knows. With csv files present, event files that
+	// do not read are a note, not a failure.
 	events, err := ReadEvents(dir)
-	if err != nil {
+	switch {
+	case err != nil && len(r.Series) == 0:
 		return nil, err
+	case err != nil:
+		r.Notes = append(r.Notes, fmt.Sprintf("tensorboard event files not read (the csv files are): %v", err))
 	}
 	fromEvents := map[string]bool{}
 	for tag, s := range events {
-		if r.Series[tag] == nil {
+		if r.Series[tag] == nil && slices.Contains(Tags, tag) {
 			r.Series[tag], fromEvents[tag] = s, true
 		}
 	}

@@ -33,6 +33,9 @@ func readRunArg(fs *flag.FlagSet, args []string, stderr io.Writer) (*rundir.Run,
 		fmt.Fprintf(stderr, "deepgo %s: %v\n", fs.Name(), err)
 		return nil, 1
 	}
+	for _, n := range run.Notes {
+		fmt.Fprintf(stderr, "deepgo %s: note: %s\n", fs.Name(), n)
+	}
 	return run, 0
 }
 
