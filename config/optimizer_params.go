@@ -60,8 +60,9 @@ const optPrefix = "optimizer.params."
 // Missing params take DeepSpeed's defaults (torch's for SGD). Unknown keys
 // (DeepSpeed passes them on as keyword arguments, which raises),
 // max_grad_norm, out-of-range values and "auto" (which the Hugging Face
-// Trainer resolves before DeepSpeed sees it) are a *ParamError matching
-// ErrInvalidOptimizerParam. Parse runs the same checks and reports the
+// Trainer resolves before DeepSpeed sees it) are each a *ParamError
+// matching ErrInvalidOptimizerParam, joined (errors.Join; errors.As finds
+// the first). Parse runs the same checks and reports the
 // same paths.
 func ParseOptimizer(typ string, params map[string]any) (OptimizerSpec, error) {
 	spec, _, err := parseOptimizer(typ, params, false)
@@ -304,9 +305,16 @@ func (r *paramReader) betas(k string) (float64, float64, error) {
 
 // validateHyper checks the ranges of h for kind and returns every problem
 // (errors.Join of *ParamErrors). auto lists keys read as "auto" (or that
-// did not read): a rule between two keys that needs their value is skipped.
+// did not read): a rule between two keys that needs their value is
+// skipped, as it is when either key fails its own range (the error is
+// that key's, not the other's).
 func validateHyper(kind string, h OptimizerHyper, prefix string, auto map[string]bool) error {
+	skip := maps.Clone(auto)
+	if skip == nil {
+		skip = map[string]bool{}
+	}
 	bad := func(k string, v any, reason, allowed string) error {
+		skip[k] = true
 		return &ParamError{Key: prefix + k, Value: v, Reason: reason, Allowed: allowed, Class: ErrInvalidOptimizerParam}
 	}
 	nonNeg := func(k string, v float64) error {
@@ -328,7 +336,7 @@ func validateHyper(kind string, h OptimizerHyper, prefix string, auto map[string
 		if !(h.Dampening >= 0 && h.Dampening <= 1) {
 			errs = append(errs, bad("dampening", h.Dampening, "must be in [0, 1]", "a number in [0, 1]"))
 		}
-		if h.Nesterov && (h.Momentum <= 0 || h.Dampening != 0) && !auto["momentum"] && !auto["dampening"] {
+		if h.Nesterov && (h.Momentum <= 0 || h.Dampening != 0) && !skip["momentum"] && !skip["dampening"] {
 			errs = append(errs, bad("nesterov", h.Nesterov, "needs momentum > 0 and dampening 0 (as torch.optim.SGD)",
 				"false unless momentum > 0 and dampening is 0 (as torch.optim.SGD)"))
 		}
@@ -341,7 +349,7 @@ func validateHyper(kind string, h OptimizerHyper, prefix string, auto map[string
 	errs = append(errs, nonNeg("eps", h.Eps))
 	if kind == OptimizerLamb {
 		errs = append(errs, nonNeg("min_coeff", h.MinCoeff), nonNeg("max_coeff", h.MaxCoeff))
-		if h.MinCoeff > h.MaxCoeff && !auto["min_coeff"] && !auto["max_coeff"] {
+		if h.MinCoeff > h.MaxCoeff && !skip["min_coeff"] && !skip["max_coeff"] {
 			errs = append(errs, bad("min_coeff", h.MinCoeff, "must be <= max_coeff", "a number <= max_coeff"))
 		}
 	}

@@ -112,6 +112,9 @@ func TestOptimizerParamsAllReported(t *testing.T) {
 	assert.ErrorContains(t, err, "optimizer.params.max_coeff: -3")
 	assert.ErrorContains(t, err, `optimizer.params.min_coeff: "x"`)
 	assert.NotContains(t, err.Error(), "must be <= max_coeff", "min_coeff did not read: not compared")
+	_, err = ParseOptimizer("Lamb", map[string]any{"max_coeff": -3.0})
+	assert.ErrorContains(t, err, "optimizer.params.max_coeff: -3")
+	assert.NotContains(t, err.Error(), "min_coeff", "max_coeff out of range: not compared with min_coeff's default")
 	_, err = Parse([]byte(`{"optimizer": {"type": "AdamW", "params": {"lr": -1, "betas": [2, 0.9], "eps": -1, "weight_decay": "x"}}}`))
 	var es Errors
 	if assert.ErrorAs(t, err, &es) {
