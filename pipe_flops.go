@@ -1,10 +1,14 @@
 package deepgo
 
-// The pipeline engine's flops_profiler: as DeepSpeed's, which profiles on
-// global rank 0 the forward that runs while global_steps equals
-// profile_step, the world's rank 0 (pipeline stage 0) times its modules'
-// forwards on that batch's first micro-batch and prints the report for its
-// own stage's modules once the batch is over.
+// The pipeline engine's flops_profiler. DeepSpeed's profiler hooks the
+// module on global rank 0 only, so under a pipeline it sees stage 0's
+// layers; its PipelineEngine never prints the report (print_model_profile
+// is called from DeepSpeedEngine.step, which the PipelineEngine replaces),
+// and each forward resets the profile, keeping the last micro-batch's. Here
+// the world's rank 0 (stage 0) times its modules' forwards on the batch's
+// first micro-batch at profile_step and prints the report for its own
+// stage's modules once the batch is over: the report DeepSpeed's
+// data-parallel engine prints, for what a pipeline's rank 0 holds.
 
 import (
 	"fmt"
@@ -47,10 +51,10 @@ func (e *PipeEngine) endFlops() error {
 	r.World, r.DataParallel, r.ModelParallel, r.MicroBatch = e.world.Size(), e.data.Size(), e.tpSize(), e.batch.MicroBatch
 	r.Forward, r.Backward, r.StepTime = t.Forward-f.timers0.Forward, t.Backward-f.timers0.Backward, time.Since(f.t0)
 	r.RecomputeFwdFactor = e.cfg.FlopsProfiler.RecomputeFwdFactor
-	r.Notes = append(r.Notes, fmt.Sprintf("pipeline stage %d of %d: its own modules only, as DeepSpeed's profiler reports the modules of global rank 0", e.stage, e.stages))
+	r.Notes = append(r.Notes, fmt.Sprintf("pipeline stage %d of %d: its own modules only (DeepSpeed's profiler hooks global rank 0's, and its PipelineEngine prints no report)", e.stage, e.stages))
 	e.flopsReport = r
 	if err := flops.Print(e.cfg.FlopsProfiler, r, e.log); err != nil {
-		return fmt.Errorf("deepgo: flops_profiler: %w", err)
+		return fmt.Errorf("deepgo: %w", err) // Print's errors name flops_profiler's key
 	}
 	return nil
 }

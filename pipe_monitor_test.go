@@ -50,8 +50,7 @@ func TestPipelineMonitorFiles(t *testing.T) {
 	type report struct{ loss, lr, scale, norm float64 }
 	var (
 		mu    sync.Mutex
-		got   []report // rank 0's, per step
-		notes []string
+		got   []report        // rank 0's, per step
 		log   strings.Builder // rank 0's wall_clock_breakdown lines
 		comms strings.Builder // rank 0's comms_logger summary
 		prof  *flops.Report   // rank 0's flops_profiler report
@@ -95,7 +94,7 @@ func TestPipelineMonitorFiles(t *testing.T) {
 			}
 		}
 		if c.Rank() == 0 {
-			notes, prof = pe.Notes(), pe.FlopsProfile()
+			prof = pe.FlopsProfile()
 			if err := pe.CommsSummary(&comms); err != nil {
 				return err
 			}
@@ -105,7 +104,6 @@ func TestPipelineMonitorFiles(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Len(t, got, steps)
-	assert.NotContains(t, strings.Join(notes, "\n"), "not fed", "csv_monitor, tensorboard and comms_logger are fed")
 	// flops_profiler at profile_step 1 (the second batch), on rank 0: stage
 	// 0's modules, each timed, and DeepSpeed's report in the log
 	require.NotNil(t, prof, "rank 0's flops_profiler report")

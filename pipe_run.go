@@ -153,10 +153,10 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 		return 0, err
 	}
 	took := time.Since(t0)
-	if err := e.endFlops(); err != nil {
-		return loss, err
-	}
-	return loss, e.observe(ctx, loss, took, e.skippedSteps > skipped0, data)
+	// rank 0's report failing must not skip the monitor's collective the
+	// other ranks enter
+	ferr := e.endFlops()
+	return loss, errors.Join(ferr, e.observe(ctx, loss, took, e.skippedSteps > skipped0, data))
 }
 
 // agreeSchedule checks that every rank runs the same schedule over the

@@ -64,8 +64,10 @@ func (e *Engine) CommsSummary(w io.Writer) error {
 }
 
 // profiling reports whether the micro-step Forward is starting belongs to
-// flops_profiler.profile_step (DeepSpeed profiles on rank 0 the forward
-// that runs while global_steps equals profile_step: its first micro-batch).
+// flops_profiler.profile_step: DeepSpeed profiles on rank 0 the forwards
+// that run while global_steps equals profile_step (each resets the profile,
+// so its report holds the last micro-batch's); deepgo times the first, the
+// same modules on a micro-batch of the same size.
 func (e *Engine) profiling() bool {
 	fp := e.cfg.FlopsProfiler
 	return fp.Enabled && e.reportRank() == 0 && e.globalSteps == fp.ProfileStep && e.microSteps%e.batch.GradAccum == 0
