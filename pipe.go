@@ -205,7 +205,9 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	}
 	// comms_logger records every operation on the world and the groups
 	// split from it (the logger wraps those too): transfers between stages,
-	// the data-parallel reductions, the agreements
+	// the data-parallel reductions, the agreements; and the engine's own
+	// calls on the TP group (the model's layers use the group they hold,
+	// which are not logged)
 	if e.comms, err = newCommsLogger(cfg, e.log); err != nil {
 		return nil, err
 	}

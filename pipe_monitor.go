@@ -3,10 +3,12 @@ package deepgo
 // The pipeline engine's monitor: the one the data-parallel engine feeds
 // (monitoring.go), built from the same config sections and fed once per
 // TrainBatch; and its comms_logger, over every group the engine uses
-// (flops_profiler: pipe_flops.go). Its x values are DeepSpeed's PipelineEngine's: train_loss is
-// written once the batch's step has run, at the global_samples of lr and
-// loss_scale (monitor.WithTrainLossAfterStep), where the data-parallel
-// engine writes it a batch earlier.
+// (flops_profiler: pipe_flops.go). Its x values are DeepSpeed's
+// PipelineEngine's: train_loss is written once the batch's step has run,
+// at the global_samples of lr and loss_scale
+// (monitor.WithTrainLossAfterStep), where the data-parallel engine writes
+// it a batch earlier. With wall_clock_breakdown it also writes the
+// elapsed_time_ms tags, which DeepSpeed's PipelineEngine only prints.
 
 import (
 	"context"

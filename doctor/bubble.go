@@ -77,8 +77,8 @@ func accumAdvice(cfg *config.Config, p, v, m, need int, fits func(k, v int) bool
 				m, k, *mb, samples/k, pct(bubbleShare(p, k, v)))
 		}
 	}
-	return fmt.Sprintf("gradient_accumulation_steps %d -> %d: bubble %s; train_batch_size grows %sx (train_micro_batch_size_per_gpu %d does not split into %d micro-batches)",
-		m, need, pct(bubbleShare(p, need, v)), strconv.FormatFloat(float64(need)/float64(m), 'g', 3, 64), *mb, need)
+	return fmt.Sprintf("gradient_accumulation_steps %d -> %d: bubble %s; train_batch_size grows %sx (a rank's %d samples per step, micro-batch %d × %d, do not split into %d micro-batches)",
+		m, need, pct(bubbleShare(p, need, v)), strconv.FormatFloat(float64(need)/float64(m), 'g', 3, 64), samples, *mb, m, need)
 }
 
 func bubbleShare(p, m, v int) float64 {

@@ -175,7 +175,7 @@ func TestBubble(t *testing.T) {
 		{name: "4 stages 4 micro-batches", pp: 4, gas: 4, want: true, evidence: "bubble (p-1)/(v*m+p-1) = 3/7 = 42.9%", adv: "gradient_accumulation_steps 4 -> 18: bubble 14.3%"},
 		{name: "4 stages 17 micro-batches: 15.0% is not below 15%", pp: 4, gas: 17, want: true, evidence: "3/20 = 15.0%", adv: "gradient_accumulation_steps 17 -> 18"},
 		{name: "4 stages 18 micro-batches", pp: 4, gas: 18},
-		{name: "2 stages interleaved: a multiple of 2", pp: 2, gas: 2, interleaved: 2, want: true, evidence: "= 1/5 = 20.0%", adv: "gradient_accumulation_steps 2 -> 4: bubble 11.1%; train_batch_size grows 2x (train_micro_batch_size_per_gpu 1 does not split into 4 micro-batches)"},
+		{name: "2 stages interleaved: a multiple of 2", pp: 2, gas: 2, interleaved: 2, want: true, evidence: "= 1/5 = 20.0%", adv: "gradient_accumulation_steps 2 -> 4: bubble 11.1%; train_batch_size grows 2x (a rank's 2 samples per step, micro-batch 1 × 2, do not split into 4 micro-batches)"},
 		{name: "micro-batch 6 splits into 6", pp: 2, gas: 2, mb: 6, want: true, evidence: "= 1/3 = 33.3%", adv: "gradient_accumulation_steps 2 -> 6 with train_micro_batch_size_per_gpu 6 -> 2 (the same train_batch_size): bubble 14.3%"},
 		{name: "micro-batch 8 splits into 8, not 6", pp: 2, gas: 2, mb: 8, want: true, evidence: "= 1/3 = 33.3%", adv: "gradient_accumulation_steps 2 -> 8 with train_micro_batch_size_per_gpu 8 -> 2 (the same train_batch_size): bubble 11.1%"},
 		{name: "8 stages 40 micro-batches", pp: 8, gas: 40},

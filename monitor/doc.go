@@ -27,8 +27,10 @@
 // The x value of every event (csv_monitor's step column, tensorboard's
 // step) is DeepSpeed's: the Train/Samples tags go at global_samples, the
 // samples consumed so far (step × train_batch_size, see SetTrainBatchSize),
-// train_loss before the step's update ((step-1) × train_batch_size; after
-// it with WithTrainLossAfterStep, as DeepSpeed's PipelineEngine writes it)
+// train_loss before the step's update ((step-1) × train_batch_size, where
+// DeepSpeed's data-parallel engine wrote it until its releases stopped
+// writing train_loss; after it with WithTrainLossAfterStep, as DeepSpeed's
+// PipelineEngine writes it)
 // and the others after it (step × train_batch_size); deepgo's own tags go
 // at the global optimizer step, 1-based (rundir.XAxis). deepgo_run.json
 // records train_batch_size and train_loss_after_step, and rundir.Read keys

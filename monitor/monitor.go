@@ -59,8 +59,9 @@ func WithWriter(w Writer) Option { return func(m *Monitor) { m.extra = append(m.
 func WithMemoryCapacity(bytes int64) Option { return func(m *Monitor) { m.capacity = bytes } }
 
 // WithTrainLossAfterStep writes train_loss at the global_samples of its
-// step's end, beside lr, as DeepSpeed's PipelineEngine does (its
-// data-parallel engine writes it one batch earlier, before the update;
+// step's end, beside lr, as DeepSpeed's PipelineEngine does (the
+// data-parallel engines write it one batch earlier, before the update:
+// deepgo's, and DeepSpeed's of earlier releases, 0.19.8's writing none;
 // rundir.XAxis). The pipeline engine sets it; deepgo_run.json records it.
 func WithTrainLossAfterStep() Option { return func(m *Monitor) { m.lossAfter = true } }
 

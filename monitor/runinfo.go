@@ -35,9 +35,12 @@ type RunInfo = rundir.Info
 // A run directory whose deepgo_run.json records another train_batch_size
 // or train_loss_after_step (a job resumed at another world size or batch,
 // or a pipeline run into a data-parallel one's job_name) is an error, and
-// nothing is written: this run's x values (global_samples = step ×
-// train_batch_size) would land among the earlier run's, and the series
-// could no longer be read back on steps.
+// deepgo_run.json is left as it was: this run's x values (global_samples =
+// step × train_batch_size) would land among the earlier run's, and the
+// series could no longer be read back on steps. (New has already opened
+// the files, so a refused start may leave an empty tensorboard event file,
+// which readers skip. A deepgo_run.json without train_batch_size, from a
+// deepgo that wrote steps, is not checked.)
 func (m *Monitor) WriteRunInfo(info RunInfo) error {
 	info.TrainBatchSize, info.TrainLossAfterStep = int64(m.batch), m.lossAfter
 	for _, dir := range m.runDirs {

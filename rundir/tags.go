@@ -74,10 +74,12 @@ func IsSamplesTag(tag string) bool { return strings.HasPrefix(tag, SamplesPrefix
 // DeepSpeed's global_samples, the samples consumed so far, TrainBatchSize
 // per optimizer step. lr, loss_scale and the elapsed times are written
 // after the step's update has added its batch, at step × TrainBatchSize.
-// train_loss depends on the engine: DeepSpeed's data-parallel engine writes
-// it in backward(), before the update, at (step-1) × TrainBatchSize; its
-// PipelineEngine writes it once train_batch's step has run, at step ×
-// TrainBatchSize like lr (LossAfterStep). deepgo's own tags (Train/deepgo,
+// train_loss depends on the engine: DeepSpeed's data-parallel engine of
+// earlier releases wrote it in backward(), before the update, at (step-1) ×
+// TrainBatchSize, where deepgo's data-parallel engine keeps it (DeepSpeed
+// 0.19.8's writes no train_loss at all); its PipelineEngine writes it once
+// train_batch's step has run, at step × TrainBatchSize like lr
+// (LossAfterStep). deepgo's own tags (Train/deepgo,
 // Train/GPU) go at the step.
 type XAxis struct {
 	TrainBatchSize int64

@@ -126,7 +126,7 @@ func TestDoctorNothingMeasured(t *testing.T) {
 	}
 }
 
-// A DeepSpeed run with tensorboard alone (event files torch's SummaryWriter
+// A run with tensorboard alone, in DeepSpeed's layout (event files torch's SummaryWriter
 // wrote, package rundir's fixture): doctor measures its loss and plot draws
 // loss, lr and loss scale.
 func TestDoctorPlotTensorboardOnly(t *testing.T) {

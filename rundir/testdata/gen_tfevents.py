@@ -6,8 +6,9 @@ global_samples) for each event, then flush). Needs torch and tensorboard:
 
 tensorboard-deepspeed/: a data-parallel run, train_batch_size 8, steps 1-3,
 then a second writer (a job resumed from its step-2 checkpoint) replaying
-step 3 with another loss and adding step 4; DeepSpeed's x values
-(train_loss at (step-1)*8, lr and loss_scale at step*8).
+step 3 with another loss and adding step 4; a data-parallel engine's x
+values (train_loss at (step-1)*8 as DeepSpeed's wrote it before 0.19.8,
+which writes no train_loss there; lr and loss_scale at step*8).
 tensorboard-newstyle/: the same first run written with new_style=True
 (scalars as one-element tensors)."""
 import os
