@@ -125,7 +125,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	ranks := fs.Int("ranks", 0, "in-process data-parallel ranks (0: what the config's batch triad implies, else 2)")
 	steps := fs.Int("steps", 0, "optimizer steps (0: the model's default)")
 	micro := fs.Int("micro-batch", 8, "micro-batch per rank, when the config leaves it absent or \"auto\"")
-	lr := fs.Float64("lr", 1e-3, "learning rate, when the config has no optimizer or lr \"auto\"")
+	lr := fs.Float64("lr", 1e-3, "learning rate, when the config has no optimizer, or its lr is \"auto\" (given here: absent or null too); a config's own lr and another --lr is an error")
 	fallback := fs.Bool("resume-fallback", false, "when the latest checkpoint is damaged, resume from the newest one that verifies (and say so)")
 	device := fs.String("device", "cpu", deviceFlagHelp)
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address while training (\":9090\" binds 127.0.0.1; \"0.0.0.0:9090\" every interface, unauthenticated)")
@@ -138,8 +138,11 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 2
 	}
-	ranksGiven := false
-	fs.Visit(func(f *flag.Flag) { ranksGiven = ranksGiven || f.Name == "ranks" })
+	ranksGiven, lrGiven := false, false
+	fs.Visit(func(f *flag.Flag) {
+		ranksGiven = ranksGiven || f.Name == "ranks"
+		lrGiven = lrGiven || f.Name == "lr"
+	})
 	job, err := launchedJob(ranksGiven, *backend, *device, os.Getenv)
 	if err == nil && job == nil && *backend != "" {
 		err = unusedBackend(*backend)
@@ -163,7 +166,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sig, interruptSignals...)
 	defer func() { signal.Stop(sig); close(sig) }()
 	go watchInterrupt(sig, progress, job.rank() == 0, stderr, os.Exit)
-	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress}, stdout, stderr)
+	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr, lrGiven: lrGiven, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress}, stdout, stderr)
 	if err != nil && job != nil {
 		fmt.Fprintf(stderr, "deepgo train: rank %d: %v\n", job.rank(), err)
 		return 1
@@ -229,6 +232,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	// failed first ("rank 63: config: ...")
 	shape, err := config.Load(cfgPath)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkLRFlag(cfgPath, shape, targs); err != nil {
 		return nil, err
 	}
 	pp, virtual := pipeShape(shape)

@@ -13,6 +13,7 @@ import (
 type trainerArgs struct {
 	microBatch int
 	lr         float64
+	lrGiven    bool // --lr was on the command line: it also fills an lr absent or null
 	steps      int
 
 	resumeFallback bool           // --resume-fallback: not a config value, carried along
@@ -39,14 +40,97 @@ func fillTrainerAutos(cfg *config.Config, a trainerArgs) []string {
 		cfg.Optimizer = &config.Optimizer{Type: "AdamW", Params: map[string]any{"lr": a.lr}}
 		note("optimizer", fmt.Sprintf("AdamW with lr %g", a.lr), "absent (Megatron-style configs build their own)")
 	}
+	if a.lrGiven {
+		if v, ok := cfg.Optimizer.Params["lr"]; !ok || v == nil {
+			why := "absent"
+			if ok {
+				why = "null"
+			}
+			if cfg.Optimizer.Params == nil {
+				cfg.Optimizer.Params = map[string]any{}
+			}
+			cfg.Optimizer.Params["lr"] = a.lr
+			note("optimizer.params.lr", a.lr, why+", and --lr given")
+		}
+	}
 	optAuto := map[string]any{"lr": a.lr, "weight_decay": 0.0, "betas": []any{0.9, 0.999}, "eps": 1e-8}
 	fill(cfg.Optimizer.Params, "optimizer.params", optAuto, note)
+	if s := cfg.Scheduler; s != nil && a.lrGiven {
+		if key := schedulePeakKey[s.Type]; key != "" {
+			if v, ok := s.Params[key]; !ok || v == nil {
+				why := "absent"
+				if ok {
+					why = "null"
+				}
+				if s.Params == nil {
+					s.Params = map[string]any{}
+				}
+				s.Params[key] = a.lr
+				note("scheduler.params."+key, a.lr, why+", and --lr given")
+			}
+		}
+	}
 	if cfg.Scheduler != nil {
 		schedAuto := map[string]any{"warmup_min_lr": 0.0, "warmup_max_lr": a.lr, "warmup_num_steps": 0,
 			"total_num_steps": a.steps, "cycle_max_lr": a.lr}
 		fill(cfg.Scheduler.Params, "scheduler.params", schedAuto, note)
 	}
 	return notes
+}
+
+// checkLRFlag refuses an --lr given on the command line that the config
+// overrides: its optimizer sets another lr, or its schedule another peak
+// rate (warmup_max_lr, cycle_max_lr). DeepSpeed's Hugging Face integration
+// refuses such a mismatch between the config and the trainer's arguments
+// too; without the check the config's value would train silently where the
+// user asked for another.
+func checkLRFlag(cfgPath string, cfg *config.Config, a trainerArgs) error {
+	if !a.lrGiven {
+		return nil
+	}
+	const how = "give one, or the same value in both (--lr fills an lr that is absent, null or \"auto\", or the optimizer of a config without one)"
+	if o := cfg.Optimizer; o != nil {
+		if lr, ok := o.LR(); ok && lr != a.lr {
+			return fmt.Errorf("--lr %v: %s sets optimizer.params.lr %v; %s", a.lr, cfgPath, lr, how)
+		}
+	}
+	if s := cfg.Scheduler; s != nil {
+		if key := schedulePeakKey[s.Type]; key != "" {
+			for _, v := range lrValues(s.Params[key]) {
+				if v != a.lr {
+					return fmt.Errorf("--lr %v: %s sets scheduler.params.%s %v, the rate its %s schedule reaches; %s", a.lr, cfgPath, key, s.Params[key], s.Type, how)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// schedulePeakKey is the key holding the highest rate of each schedule
+// whose peak is not the optimizer's lr (WarmupLR's warmup_max_lr defaults
+// to it, WarmupDecayLR's to 0.001; OneCycle requires its own).
+var schedulePeakKey = map[string]string{
+	config.ScheduleWarmupLR:      "warmup_max_lr",
+	config.ScheduleWarmupDecayLR: "warmup_max_lr",
+	config.ScheduleOneCycle:      "cycle_max_lr",
+}
+
+// lrValues are the numbers of a rate given as one number or a list per
+// param group; nothing for anything else ("auto", null, absent).
+func lrValues(v any) []float64 {
+	switch x := v.(type) {
+	case float64:
+		return []float64{x}
+	case int64:
+		return []float64{float64(x)}
+	case []any:
+		var out []float64
+		for _, e := range x {
+			out = append(out, lrValues(e)...)
+		}
+		return out
+	}
+	return nil
 }
 
 // fill replaces "auto" values of params that have a trainer default.

@@ -59,3 +59,77 @@ func TestImpliedRanks(t *testing.T) {
 
 	}
 }
+
+// TestLRFlag: an --lr given on the command line fills an optimizer lr that
+// is absent or null, with a note, and is refused beside a config's own
+// different lr, which would otherwise train silently instead of it.
+func TestLRFlag(t *testing.T) {
+	for _, c := range []struct {
+		name, params string
+		given        bool
+		wantLR       any    // optimizer.params.lr after fillTrainerAutos
+		wantNote     string // in the notes; "" none about lr
+		wantErr      string // checkLRFlag's
+	}{
+		{"absent, given", `{}`, true, 0.05, "optimizer.params.lr: absent, and --lr given; deepgo train uses 0.05", ""},
+		{"null, given", `{"lr": null}`, true, 0.05, "optimizer.params.lr: null, and --lr given", ""},
+		{"auto, given", `{"lr": "auto"}`, true, 0.05, `optimizer.params.lr: "auto"`, ""},
+		{"absent, default", `{}`, false, nil, "", ""},
+		{"null, default", `{"lr": null}`, false, nil, "", ""},
+		{"same value", `{"lr": 0.05}`, true, 0.05, "", ""},
+		{"config's own", `{"lr": 0.001}`, true, 0.001, "", "--lr 0.05: c.json sets optimizer.params.lr 0.001; give one"},
+		{"config's own, default", `{"lr": 0.001}`, false, 0.001, "", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": ` + c.params + `}}`))
+			require.NoError(t, err)
+			a := trainerArgs{microBatch: 2, lr: 0.05, lrGiven: c.given}
+			err = checkLRFlag("c.json", cfg, a)
+			if c.wantErr != "" {
+				assert.ErrorContains(t, err, c.wantErr)
+			} else {
+				assert.NoError(t, err)
+			}
+			notes := strings.Join(fillTrainerAutos(cfg, a), "\n")
+			assert.Equal(t, c.wantLR, cfg.Optimizer.Params["lr"], "optimizer.params.lr")
+			if c.wantNote != "" {
+				assert.Contains(t, notes, c.wantNote)
+			} else {
+				assert.NotContains(t, notes, "params.lr", "notes")
+			}
+		})
+	}
+}
+
+// TestLRFlagSchedule: a schedule whose peak rate is its own key
+// (warmup_max_lr, cycle_max_lr) gets --lr there when the key is absent or
+// null, and a different rate there beside --lr is refused.
+func TestLRFlagSchedule(t *testing.T) {
+	for _, c := range []struct {
+		name, sched string
+		wantPeak    any
+		wantErr     string
+	}{
+		{"WarmupDecayLR absent", `{"type": "WarmupDecayLR", "params": {"total_num_steps": 10}}`, 0.05, ""},
+		{"WarmupLR null", `{"type": "WarmupLR", "params": {"warmup_max_lr": null}}`, 0.05, ""},
+		{"WarmupLR same", `{"type": "WarmupLR", "params": {"warmup_max_lr": 0.05}}`, 0.05, ""},
+		{"WarmupLR other", `{"type": "WarmupLR", "params": {"warmup_max_lr": 0.002}}`, 0.002, "sets scheduler.params.warmup_max_lr 0.002, the rate its WarmupLR schedule reaches"},
+		{"OneCycle list", `{"type": "OneCycle", "params": {"cycle_min_lr": 0.001, "cycle_max_lr": [0.01]}}`, []any{0.01}, "scheduler.params.cycle_max_lr [0.01]"},
+		{"WarmupCosineLR", `{"type": "WarmupCosineLR", "params": {"total_num_steps": 10}}`, nil, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, "scheduler": ` + c.sched + `}`))
+			require.NoError(t, err)
+			a := trainerArgs{microBatch: 2, lr: 0.05, lrGiven: true, steps: 10}
+			err = checkLRFlag("c.json", cfg, a)
+			if c.wantErr != "" {
+				assert.ErrorContains(t, err, c.wantErr)
+			} else {
+				assert.NoError(t, err)
+			}
+			fillTrainerAutos(cfg, a)
+			peak := map[string]string{"WarmupDecayLR": "warmup_max_lr", "WarmupLR": "warmup_max_lr", "OneCycle": "cycle_max_lr", "WarmupCosineLR": "warmup_max_lr"}[cfg.Scheduler.Type]
+			assert.Equal(t, c.wantPeak, cfg.Scheduler.Params[peak], "scheduler.params.%s", peak)
+		})
+	}
+}
