@@ -5,12 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"math"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/deepgo-ml/deepgo/rundir"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -119,23 +119,14 @@ func (w *TensorboardWriter) Flush() error {
 	return nil
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// maskedCRC is TFRecord's masked CRC32C: rotated right by 15 bits plus a
-// constant, so that a CRC over data holding CRCs stays well distributed.
-func maskedCRC(b []byte) uint32 {
-	c := crc32.Checksum(b, castagnoli)
-	return (c>>15 | c<<17) + 0xa282ead8
-}
-
 // record frames data as one TFRecord: length (uint64 LE), its masked CRC,
 // the data, the data's masked CRC.
 func (w *TensorboardWriter) record(data []byte) error {
 	var hdr [12]byte
 	binary.LittleEndian.PutUint64(hdr[:8], uint64(len(data)))
-	binary.LittleEndian.PutUint32(hdr[8:], maskedCRC(hdr[:8]))
+	binary.LittleEndian.PutUint32(hdr[8:], rundir.MaskedCRC(hdr[:8]))
 	var tail [4]byte
-	binary.LittleEndian.PutUint32(tail[:], maskedCRC(data))
+	binary.LittleEndian.PutUint32(tail[:], rundir.MaskedCRC(data))
 	for _, p := range [][]byte{hdr[:], data, tail[:]} {
 		if _, err := w.b.Write(p); err != nil {
 			return fmt.Errorf("monitor: tensorboard: %w", err)

@@ -47,8 +47,11 @@ func ReadEvents(dir string) (map[string]*Series, error) {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// maskedCRC is TFRecord's masked CRC32C.
-func maskedCRC(b []byte) uint32 {
+// MaskedCRC is TFRecord's masked CRC32C of b: rotated right by 15 bits
+// plus a constant, so that a CRC over data holding CRCs stays well
+// distributed. The tensorboard writer (package monitor) frames its records
+// with it.
+func MaskedCRC(b []byte) uint32 {
 	c := crc32.Checksum(b, castagnoli)
 	return (c>>15 | c<<17) + 0xa282ead8
 }
@@ -61,14 +64,14 @@ func readRecords(b []byte, out map[string]*Series) error {
 			return nil // truncated header: the writer was stopped
 		}
 		n := binary.LittleEndian.Uint64(b[:8])
-		if binary.LittleEndian.Uint32(b[8:12]) != maskedCRC(b[:8]) {
+		if binary.LittleEndian.Uint32(b[8:12]) != MaskedCRC(b[:8]) {
 			return fmt.Errorf("record at byte %d: length CRC mismatch (not a TFRecord event file, or damaged)", off)
 		}
 		if n > uint64(len(b)-12) || uint64(len(b)-12)-n < 4 {
 			return nil // truncated record
 		}
 		data := b[12 : 12+n]
-		if binary.LittleEndian.Uint32(b[12+n:16+n]) != maskedCRC(data) {
+		if binary.LittleEndian.Uint32(b[12+n:16+n]) != MaskedCRC(data) {
 			return fmt.Errorf("record at byte %d: data CRC mismatch (damaged)", off)
 		}
 		if err := addEvent(data, out); err != nil {

@@ -132,3 +132,10 @@ func TestReadEventsBesideCSV(t *testing.T) {
 	assert.Contains(t, r.Notes[0], "length CRC mismatch")
 	assert.Equal(t, []int64{1, 2}, r.Get(rundir.TagLoss).Steps)
 }
+
+// TestMaskedCRC: the CRC32C test vector of RFC 3720 (32 zero bytes ->
+// 0x8a9136aa) masked as TFRecord masks it.
+func TestMaskedCRC(t *testing.T) {
+	c := uint32(0x8a9136aa)
+	assert.Equal(t, (c>>15|c<<17)+0xa282ead8, rundir.MaskedCRC(make([]byte, 32)))
+}
