@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -92,7 +93,11 @@ func (r *paramReader) checkKeys(allowed []string) error {
 		return nil
 	}
 	sort.Strings(unknown)
-	return r.unknownKey(unknown[0], allowed)
+	errs := make([]error, len(unknown))
+	for i, k := range unknown {
+		errs[i] = r.unknownKey(k, allowed)
+	}
+	return errors.Join(errs...)
 }
 
 func (r *paramReader) unknownKey(k string, allowed []string) error {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -89,6 +90,34 @@ func TestParseDefaults(t *testing.T) {
 		assert.Equal(t, 10.0, s.OneCycle.SecondStepSize, "OneCycle: %+v", s.OneCycle)
 		assert.Equal(t, 0.9, s.OneCycle.MaxMom[0], "OneCycle: %+v", s.OneCycle)
 		assert.True(t, s.OneCycle.CycleMomentum, "OneCycle: %+v", s.OneCycle)
+	}
+}
+
+// Every bad scheduler param is reported too, unknown keys included; a
+// first half (or stair count) that does not read leaves the second half's
+// default valid, so it adds no error of its own.
+func TestSchedulerParamsAllReported(t *testing.T) {
+	params := map[string]any{"cycle_min_lr": "x", "cycle_max_lr": 0.01, "cycle_first_step_size": -5.0,
+		"cycle_first_stair_count": int64(-1), "warmup_foo": 1.0, "warmup_bar": 1.0, "decay_step_size": -2.0,
+		"last_batch_iteration": int64(-4)}
+	_, err := ParseScheduler(ScheduleOneCycle, params, []float64{1e-3}, true)
+	assert.ErrorIs(t, err, ErrInvalidScheduleParam)
+	want := []string{"warmup_bar", "warmup_foo", "cycle_first_step_size", "cycle_first_stair_count", "decay_step_size",
+		"cycle_min_lr", "last_batch_iteration"}
+	for _, k := range want {
+		assert.ErrorContains(t, err, "scheduler.params."+k+":")
+	}
+	assert.Len(t, strings.Split(err.Error(), "\n"), len(want), "one line per bad key: %v", err)
+	assert.NotContains(t, err.Error(), "scheduler.params.cycle_second", "the second half's default follows a first that did not read")
+	for typ, params := range map[string]map[string]any{
+		ScheduleWarmupDecayLR:  {"warmup_num_steps": -1.0, "warmup_max_lr": "x", "total_num_steps": "y"},
+		ScheduleWarmupCosineLR: {"warmup_num_steps": -1.0, "cos_min_ratio": "x", "total_num_steps": "y"},
+		ScheduleLRRangeTest:    {"lr_range_test_step_size": 0.0, "lr_range_test_min_lr": "x", "lr_range_test_staircase": 1.0},
+	} {
+		_, err := ParseScheduler(typ, params, []float64{1e-3}, true)
+		for k := range params {
+			assert.ErrorContains(t, err, "scheduler.params."+k+":", typ)
+		}
 	}
 }
 

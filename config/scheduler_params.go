@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -128,9 +129,10 @@ const schedPrefix = "scheduler.params."
 //
 // Learning-rate and momentum bounds accept a number or a list with one
 // entry per param group. Every type also takes last_batch_iteration (-1).
-// Bad values are a *ParamError matching ErrInvalidScheduleParam; an
-// unknown type (torch.optim.lr_scheduler classes included) one matching
-// ErrUnknownSchedule. Where DeepSpeed would only fail at the first step (a
+// Each bad value and each unknown key is a *ParamError matching
+// ErrInvalidScheduleParam, all of them joined (errors.Join; errors.As
+// finds the first); an unknown type (torch.optim.lr_scheduler classes
+// included) one matching ErrUnknownSchedule. Where DeepSpeed would only fail at the first step (a
 // zero step size divides by zero), the value is rejected here.
 func ParseScheduler(typ string, params map[string]any, baseLRs []float64, optimizerHasBetas bool) (*ScheduleSpec, error) {
 	return parseScheduler(typ, params, baseLRs, optimizerHasBetas, false)
@@ -155,10 +157,9 @@ func parseScheduler(typ string, params map[string]any, baseLRs []float64, hasBet
 	default:
 		return nil, scheduleTypeError(typ)
 	}
-	if err == nil {
-		s.LastBatchIteration, err = r.lastBatchIteration()
-	}
-	if err != nil {
+	var lbErr error
+	s.LastBatchIteration, lbErr = r.lastBatchIteration()
+	if err := errors.Join(err, lbErr); err != nil {
 		return nil, err
 	}
 	s.Warnings = r.warns

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -36,44 +37,57 @@ const (
 	warmupLinear            = "linear"
 )
 
+// errSet gathers every bad parameter of a schedule, so one read reports
+// them all (joined, as the optimizer's params are). A value that fails to
+// read is left at its default, so the keys whose defaults depend on it
+// get a valid one and report only their own errors.
+type errSet []error
+
+// keep adds err, if any, and reports whether there was one.
+func (s *errSet) keep(err error) bool {
+	if err != nil {
+		*s = append(*s, err)
+	}
+	return err != nil
+}
+
+func (s errSet) join() error { return errors.Join(s...) }
+
 // warmupLR reads WarmupLR's params (decay: WarmupDecayLR's).
 func (r *paramReader) warmupLR(baseLRs []float64, decay bool) (*WarmupParams, error) {
 	allowed := []string{keyWarmupMinLR, keyWarmupMaxLR, keyWarmupNumSteps, keyWarmupType, keyLastBatchIteration}
 	if decay {
 		allowed = append([]string{keyTotalNumSteps}, allowed...)
 	}
-	if err := r.checkKeys(allowed); err != nil {
-		return nil, err
-	}
+	var errs errSet
+	errs.keep(r.checkKeys(allowed))
 	groups := len(baseLRs)
 	p := &WarmupParams{Decay: decay}
 	var err error
 	if decay {
-		if p.TotalNumSteps, err = r.totalNumSteps(); err != nil {
-			return nil, err
-		}
+		p.TotalNumSteps, err = r.totalNumSteps()
+		errs.keep(err)
 	}
-	if p.NumSteps, err = r.warmupSteps(); err != nil {
-		return nil, err
-	}
-	if p.MinLR, err = r.lrs(keyWarmupMinLR, make([]float64, groups), groups); err != nil {
-		return nil, err
-	}
+	p.NumSteps, err = r.warmupSteps()
+	errs.keep(err)
+	p.MinLR, err = r.lrs(keyWarmupMinLR, make([]float64, groups), groups)
+	errs.keep(err)
 	// WarmupLR's warmup_max_lr defaults to the optimizer's lr; WarmupDecayLR
 	// keeps its own signature default of 0.001.
 	defMax := baseLRs
 	if decay {
 		defMax = fill(groups, 0.001)
 	}
-	if p.MaxLR, err = r.lrs(keyWarmupMaxLR, defMax, groups); err != nil {
-		return nil, err
-	}
+	p.MaxLR, err = r.lrs(keyWarmupMaxLR, defMax, groups)
+	errs.keep(err)
 	if decay && !r.given(keyWarmupMaxLR) && !slices.Equal(defMax, baseLRs) {
 		r.warn(keyWarmupMaxLR, "not given: WarmupDecayLR warms up to its default 0.001, not to the optimizer's lr %s (DeepSpeed does the same; WarmupLR would take the optimizer's lr); set warmup_max_lr to choose",
 			fmtNum(baseLRs[0]))
 	}
-	if p.Type, err = r.warmupType(); err != nil {
-		return nil, err
+	p.Type, err = r.warmupType()
+	errs.keep(err)
+	if len(errs) > 0 {
+		return nil, errs.join()
 	}
 	if decay {
 		r.totalBelowWarmup(p.TotalNumSteps, p.NumSteps)
@@ -83,26 +97,23 @@ func (r *paramReader) warmupLR(baseLRs []float64, decay bool) (*WarmupParams, er
 
 // warmupCosineLR reads WarmupCosineLR's params.
 func (r *paramReader) warmupCosineLR() (*WarmupCosineParams, error) {
-	if err := r.checkKeys([]string{keyTotalNumSteps, keyWarmupMinRatio, keyWarmupNumSteps, keyCosMinRatio,
-		keyWarmupType, keyLastBatchIteration}); err != nil {
-		return nil, err
-	}
+	var errs errSet
+	errs.keep(r.checkKeys([]string{keyTotalNumSteps, keyWarmupMinRatio, keyWarmupNumSteps, keyCosMinRatio,
+		keyWarmupType, keyLastBatchIteration}))
 	p := &WarmupCosineParams{}
 	var err error
-	if p.TotalNumSteps, err = r.totalNumSteps(); err != nil {
-		return nil, err
-	}
-	if p.NumSteps, err = r.warmupSteps(); err != nil {
-		return nil, err
-	}
-	if p.MinRatio, err = r.ratio(keyWarmupMinRatio, 0); err != nil {
-		return nil, err
-	}
-	if p.CosMinRatio, err = r.ratio(keyCosMinRatio, 1e-4); err != nil {
-		return nil, err
-	}
-	if p.Type, err = r.warmupType(); err != nil {
-		return nil, err
+	p.TotalNumSteps, err = r.totalNumSteps()
+	errs.keep(err)
+	p.NumSteps, err = r.warmupSteps()
+	errs.keep(err)
+	p.MinRatio, err = r.ratio(keyWarmupMinRatio, 0)
+	errs.keep(err)
+	p.CosMinRatio, err = r.ratio(keyCosMinRatio, 1e-4)
+	errs.keep(err)
+	p.Type, err = r.warmupType()
+	errs.keep(err)
+	if len(errs) > 0 {
+		return nil, errs.join()
 	}
 	r.totalBelowWarmup(p.TotalNumSteps, p.NumSteps)
 	return p, nil
@@ -110,51 +121,43 @@ func (r *paramReader) warmupCosineLR() (*WarmupCosineParams, error) {
 
 // oneCycle reads OneCycle's params for groups param groups.
 func (r *paramReader) oneCycle(groups int, hasBetas bool) (*OneCycleParams, error) {
-	if err := r.checkKeys([]string{keyCycleMinLR, keyCycleMaxLR, keyDecayLRRate, keyCycleFirstStepSize,
+	var errs errSet
+	errs.keep(r.checkKeys([]string{keyCycleMinLR, keyCycleMaxLR, keyDecayLRRate, keyCycleFirstStepSize,
 		keyCycleSecondStepSize, keyCycleFirstStairCount, keyCycleSecondStairCnt, keyDecayStepSize,
-		keyCycleMomentum, keyCycleMinMom, keyCycleMaxMom, keyDecayMomRate, keyLastBatchIteration}); err != nil {
-		return nil, err
-	}
+		keyCycleMomentum, keyCycleMinMom, keyCycleMaxMom, keyDecayMomRate, keyLastBatchIteration}))
 	p := &OneCycleParams{}
 	var err error
-	if p.FirstStepSize, err = r.positive(keyCycleFirstStepSize, 2000, "steps in the increasing half of the cycle"); err != nil {
-		return nil, err
+	// the second half defaults to the first; a first that does not read
+	// leaves the default of both
+	if p.FirstStepSize, err = r.positive(keyCycleFirstStepSize, 2000, "steps in the increasing half of the cycle"); errs.keep(err) {
+		p.FirstStepSize = 2000
 	}
-	if p.SecondStepSize, err = r.positive(keyCycleSecondStepSize, p.FirstStepSize, "steps in the decreasing half of the cycle"); err != nil {
-		return nil, err
+	p.SecondStepSize, err = r.positive(keyCycleSecondStepSize, p.FirstStepSize, "steps in the decreasing half of the cycle")
+	errs.keep(err)
+	if p.FirstStairCount, err = r.stairs(keyCycleFirstStairCount, 0); errs.keep(err) {
+		p.FirstStairCount = 0
 	}
-	if p.FirstStairCount, err = r.stairs(keyCycleFirstStairCount, 0); err != nil {
-		return nil, err
+	p.SecondStairCount, err = r.stairs(keyCycleSecondStairCnt, p.FirstStairCount)
+	errs.keep(err)
+	if p.DecayStepSize, err = r.float(keyDecayStepSize, 0); !errs.keep(err) && p.DecayStepSize < 0 {
+		errs.keep(r.bad(keyDecayStepSize, r.params[keyDecayStepSize], "must be >= 0 (0 = no decay after the cycle)", "a number >= 0 (0 = no decay after the cycle)"))
 	}
-	if p.SecondStairCount, err = r.stairs(keyCycleSecondStairCnt, p.FirstStairCount); err != nil {
-		return nil, err
-	}
-	if p.DecayStepSize, err = r.float(keyDecayStepSize, 0); err != nil {
-		return nil, err
-	}
-	if p.DecayStepSize < 0 {
-		return nil, r.bad(keyDecayStepSize, r.params[keyDecayStepSize], "must be >= 0 (0 = no decay after the cycle)", "a number >= 0 (0 = no decay after the cycle)")
-	}
-	if p.MinLR, err = r.lrs(keyCycleMinLR, nil, groups); err != nil {
-		return nil, err
-	}
-	if p.MaxLR, err = r.lrs(keyCycleMaxLR, nil, groups); err != nil {
-		return nil, err
-	}
-	if p.DecayLRRate, err = r.float(keyDecayLRRate, 0); err != nil {
-		return nil, err
-	}
-	if p.DecayMomRate, err = r.float(keyDecayMomRate, 0); err != nil {
-		return nil, err
-	}
-	if p.CycleMomentum, err = r.boolean(keyCycleMomentum, true); err != nil {
-		return nil, err
-	}
-	if p.MinMom, err = r.floats(keyCycleMinMom, fill(groups, 0.8), groups); err != nil {
-		return nil, err
-	}
-	if p.MaxMom, err = r.floats(keyCycleMaxMom, fill(groups, 0.9), groups); err != nil {
-		return nil, err
+	p.MinLR, err = r.lrs(keyCycleMinLR, nil, groups)
+	errs.keep(err)
+	p.MaxLR, err = r.lrs(keyCycleMaxLR, nil, groups)
+	errs.keep(err)
+	p.DecayLRRate, err = r.float(keyDecayLRRate, 0)
+	errs.keep(err)
+	p.DecayMomRate, err = r.float(keyDecayMomRate, 0)
+	errs.keep(err)
+	p.CycleMomentum, err = r.boolean(keyCycleMomentum, true)
+	errs.keep(err)
+	p.MinMom, err = r.floats(keyCycleMinMom, fill(groups, 0.8), groups)
+	errs.keep(err)
+	p.MaxMom, err = r.floats(keyCycleMaxMom, fill(groups, 0.9), groups)
+	errs.keep(err)
+	if len(errs) > 0 {
+		return nil, errs.join()
 	}
 	if p.CycleMomentum && !hasBetas {
 		r.warn(keyCycleMomentum, "momentum cycling is disabled because the optimizer has no betas")
@@ -165,23 +168,21 @@ func (r *paramReader) oneCycle(groups int, hasBetas bool) (*OneCycleParams, erro
 
 // lrRangeTest reads LRRangeTest's params for groups param groups.
 func (r *paramReader) lrRangeTest(groups int) (*LRRangeTestParams, error) {
-	if err := r.checkKeys([]string{keyLRRTMinLR, keyLRRTStepSize, keyLRRTStepRate, keyLRRTStaircase,
-		keyLastBatchIteration}); err != nil {
-		return nil, err
-	}
+	var errs errSet
+	errs.keep(r.checkKeys([]string{keyLRRTMinLR, keyLRRTStepSize, keyLRRTStepRate, keyLRRTStaircase,
+		keyLastBatchIteration}))
 	p := &LRRangeTestParams{}
 	var err error
-	if p.MinLR, err = r.lrs(keyLRRTMinLR, fill(groups, 1e-3), groups); err != nil {
-		return nil, err
-	}
-	if p.StepSize, err = r.positive(keyLRRTStepSize, 2000, "training steps per LR increase"); err != nil {
-		return nil, err
-	}
-	if p.StepRate, err = r.float(keyLRRTStepRate, 1.0); err != nil {
-		return nil, err
-	}
-	if p.Staircase, err = r.boolean(keyLRRTStaircase, false); err != nil {
-		return nil, err
+	p.MinLR, err = r.lrs(keyLRRTMinLR, fill(groups, 1e-3), groups)
+	errs.keep(err)
+	p.StepSize, err = r.positive(keyLRRTStepSize, 2000, "training steps per LR increase")
+	errs.keep(err)
+	p.StepRate, err = r.float(keyLRRTStepRate, 1.0)
+	errs.keep(err)
+	p.Staircase, err = r.boolean(keyLRRTStaircase, false)
+	errs.keep(err)
+	if len(errs) > 0 {
+		return nil, errs.join()
 	}
 	return p, nil
 }
