@@ -84,7 +84,8 @@ already at or past --steps there is nothing to train: train says so and
 exits 0 without a JSON line.
 SIGINT (Ctrl-C) or SIGTERM (deepgo launch stopping the job, a scheduler)
 stops the run: rank 0 prints "deepgo train: interrupted at step N (last
-checkpoint: DIR/TAG or none)" and every rank exits 128+signal (130, 143).
+checkpoint: DIR/TAG or none)" ("before step 1 finished" when no step has)
+and every rank exits 128+signal (130, 143).
 A rank that stops answering fails the others, naming it, after the
 communication timeout: 5 minutes between in-process ranks; between
 launched processes DEEPGO_TIMEOUT (a Go duration such as 90s, or minutes),

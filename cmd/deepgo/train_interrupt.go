@@ -92,7 +92,8 @@ func (p *trainProgress) setSaveDir(dir string) {
 
 // interruptedLine is what deepgo train prints when interrupted: the last
 // step finished and the last checkpoint committed to save_dir (what its
-// latest file names, by this run or an earlier one), or none.
+// latest file names, by this run or an earlier one), or none; before the
+// first step (of a run that did not resume) it says so.
 func (p *trainProgress) interruptedLine() string {
 	line, _ := p.interrupted()
 	return line
@@ -108,6 +109,9 @@ func (p *trainProgress) interrupted() (string, int) {
 		if tag, err := checkpoint.ReadLatest(nil, dir); err == nil {
 			last = filepath.Join(dir, tag)
 		}
+	}
+	if step == 0 { // nothing trained yet: a failed start-up (mpirun stopping the job) lands here too
+		return fmt.Sprintf("deepgo train: interrupted before step 1 finished (last checkpoint: %s)", last), step
 	}
 	return fmt.Sprintf("deepgo train: interrupted at step %d (last checkpoint: %s)", step, last), step
 }

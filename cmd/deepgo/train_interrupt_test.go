@@ -67,7 +67,7 @@ func TestWatchInterrupt(t *testing.T) {
 		{name: "save_dir without checkpoint", p: &trainProgress{step: 2, saveDir: t.TempDir()}, say: true, signal: syscall.SIGINT, code: 130,
 			want: "deepgo train: interrupted at step 2 (last checkpoint: none)\n"},
 		{name: "no save_dir", p: &trainProgress{}, say: true, signal: syscall.SIGINT, code: 130,
-			want: "deepgo train: interrupted at step 0 (last checkpoint: none)\n"},
+			want: "deepgo train: interrupted before step 1 finished (last checkpoint: none)\n"},
 		{name: "not rank 0", p: &trainProgress{step: 7}, signal: syscall.SIGINT, code: 130},
 		{name: "not rank 0, SIGTERM", p: &trainProgress{step: 7}, signal: syscall.SIGTERM, code: 143},
 		{name: "run ended", p: &trainProgress{step: 7}, say: true, code: -1},
