@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/shareddata"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/stretchr/testify/assert"
@@ -152,4 +154,68 @@ func TestDSLossScalesGolden(t *testing.T) {
 		}
 	}
 	t.Logf("checked %d golden records", n)
+}
+
+// fp16's overflow threshold does not depend on the data-parallel size at
+// ZeRO 1-3: DeepSpeed divides each rank's gradient by the world before the
+// sum there (average_tensor, reduce_scatter_coalesced), so 4 ranks all
+// training on the batch one rank trains on see the same overflows and
+// settle at the same loss scale. At stage 0 it divides after the sum (the
+// engine's all-reduce, post-scaled), which overflows at a quarter of the
+// scale: 4 ranks end two halvings lower. The scale starts at 2^20 with
+// hysteresis 1, so each run halves it until the gradients fit.
+func TestOverflowThresholdAcrossWorlds(t *testing.T) {
+	const steps, micro = 16, 4
+	scales := func(stage, world int) ([]float64, int) {
+		cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": 1,
+			"optimizer": {"type": "AdamW", "params": {"lr": 0.002}},
+			"fp16": {"enabled": true, "initial_scale_power": 20, "hysteresis": 1},
+			"zero_optimization": {"stage": %d, "reduce_bucket_size": 100}}`, micro, stage)
+		data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+		var got []float64
+		skipped := 0
+		err := newWorld(context.Background(), world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+			cfg, err := config.Parse([]byte(cfgJSON))
+			if err != nil {
+				return err
+			}
+			m := testmodel.NewMLP(1, sizes...)
+			e, err := initEngine(ctx, cfg, m, opts...)
+			if err != nil {
+				m.FreeUndonated()
+				return err
+			}
+			defer e.Close()
+			for s := range steps {
+				// every rank the same batch: world 1's
+				if _, err := e.TrainBatch(ctx, data.RankBatch(s, micro, 1, 0, 1)); err != nil {
+					return err
+				}
+				if c.Rank() == 0 {
+					got = append(got, e.LossScale())
+				}
+			}
+			if c.Rank() == 0 {
+				skipped = e.SkippedSteps()
+			}
+			return nil
+		})
+		require.NoError(t, err, "stage %d world %d", stage, world)
+		return got, skipped
+	}
+	for stage := range 4 {
+		t.Run(fmt.Sprintf("stage%d", stage), func(t *testing.T) {
+			one, skipOne := scales(stage, 1)
+			four, skipFour := scales(stage, 4)
+			require.Positive(t, skipOne, "the scale must start too high to test anything: %v", one)
+			require.Less(t, skipOne, steps/2, "most steps must train: %v", one)
+			if stage == 0 {
+				assert.Equal(t, one[steps-1]/4, four[steps-1], "stage 0 sums before dividing: 4 ranks settle 4x lower (%v vs %v)", one, four)
+				return
+			}
+			assert.Equal(t, one, four, "loss scales, 1 rank vs 4 on the same batch")
+			assert.Equal(t, skipOne, skipFour, "skipped steps, 1 rank vs 4")
+			t.Logf("stage %d: %d skipped, scale %g on 1 and 4 ranks", stage, skipOne, one[steps-1])
+		})
+	}
 }

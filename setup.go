@@ -398,6 +398,7 @@ func zeroConfig(cfg *config.Config, d dtypes) zero.Config {
 		PredivideFactor:   cfg.GradientPredivideFactor,
 		PrescaleGradients: cfg.PrescaleGradients,
 		SumOp:             cfg.GradientAllreduceOp == "sum",
+		NoReduceScatter:   !zc.ReduceScatter,
 		CheckOverflow:     cfg.FP16.Enabled || cfg.BF16.Enabled && cfg.BF16.CheckGradOverflow,
 		Coordinator: zero.CoordinatorConfig{
 			PrefetchBucketSize: int64(zc.Stage3PrefetchBucketSize),

@@ -185,3 +185,20 @@ func TestZeroStage3FieldNames(t *testing.T) {
 	assert.True(t, c.IsSet("fp16.fp16_master_weights_and_grads"))
 	assert.Empty(t, c.Warnings)
 }
+
+// With reduce_scatter (the default) ZeRO divides by the world before the
+// sum: at stage 1, where DeepSpeed passes prescale_gradients and
+// gradient_predivide_factor over, each is a warning; with reduce_scatter
+// false, or at stage 0, they apply and nothing is said.
+func TestReduceScalingKeys(t *testing.T) {
+	c := mustParse(t, `{"prescale_gradients":true,"gradient_predivide_factor":4,"zero_optimization":{"stage":1}}`)
+	assert.True(t, warned(c, "prescale_gradients", "no effect at ZeRO stage 1"), "warnings %v", c.Warnings)
+	assert.True(t, warned(c, "gradient_predivide_factor", "no effect at ZeRO stage 1"), "warnings %v", c.Warnings)
+	for _, j := range []string{`{"prescale_gradients":true,"zero_optimization":{"stage":1,"reduce_scatter":false}}`,
+		`{"prescale_gradients":true,"zero_optimization":{"stage":2,"reduce_scatter":false}}`,
+		`{"gradient_predivide_factor":4,"zero_optimization":{"stage":0}}`} {
+		c := mustParse(t, j)
+		assert.False(t, warned(c, "prescale_gradients", ""), "%s: warnings %v", j, c.Warnings)
+		assert.False(t, warned(c, "gradient_predivide_factor", ""), "%s: warnings %v", j, c.Warnings)
+	}
+}

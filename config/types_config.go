@@ -73,9 +73,9 @@ type Config struct {
 	CommunicationDataType *string `json:"communication_data_type,omitempty" ds:"enum=fp16|bf16|fp32;fold"`
 	// SeqParallelCommunicationDataType is the dtype of sequence-parallel all-to-alls.
 	SeqParallelCommunicationDataType string `json:"seq_parallel_communication_data_type" ds:"def=fp32;enum=fp16|bf16|fp32;fold"`
-	// PrescaleGradients divides gradients by the data-parallel size before the all-reduce.
+	// PrescaleGradients divides gradients by the data-parallel size before the all-reduce (stage 0, or reduce_scatter false; ZeRO with reduce_scatter always does).
 	PrescaleGradients bool `json:"prescale_gradients" ds:"def=false"`
-	// GradientPredivideFactor divides gradients by this before the all-reduce and the rest after.
+	// GradientPredivideFactor divides gradients by this before the all-reduce and the rest after (stage 0, or reduce_scatter false).
 	GradientPredivideFactor float64 `json:"gradient_predivide_factor" ds:"def=1.0;gt=0"`
 	// SparseGradients enables CSR all-reduce for embedding gradients.
 	SparseGradients bool `json:"sparse_gradients" ds:"def=false"`

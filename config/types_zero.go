@@ -6,7 +6,7 @@ type ZeroConfig struct {
 	Stage int `json:"stage" ds:"def=0;min=0;max=3"`
 	// ContiguousGradients copies gradients into a contiguous bucket buffer.
 	ContiguousGradients bool `json:"contiguous_gradients" ds:"def=true"`
-	// ReduceScatter reduces each gradient to its owner instead of all-reducing.
+	// ReduceScatter reduces each gradient to its owner instead of all-reducing; at stages 1-3 it divides each by the data-parallel size before the sum.
 	ReduceScatter bool `json:"reduce_scatter" ds:"def=true"`
 	// ReduceBucketSize is the gradient bucket size in elements.
 	ReduceBucketSize int `json:"reduce_bucket_size" ds:"def=500000000;min=0;auto=hidden2"`

@@ -53,6 +53,7 @@ func (l *loader) crossCheck(c *Config) {
 	if z.ElasticCheckpoint && z.Stage == 3 {
 		l.warn("zero_optimization.elastic_checkpoint", "not supported with stage 3; use universal checkpointing")
 	}
+	l.reduceScaling(c)
 	if c.GradientAllreduceOp == "sum" && z.Stage == 3 {
 		l.fail("gradient_allreduce_op", "sum", `"mean" with ZeRO stage 3`, "")
 	}
@@ -131,6 +132,32 @@ func (l *loader) crossCheck(c *Config) {
 // with all three batch keys given, train_batch_size = micro × accumulation
 // × data-parallel size needs train_batch_size to be a multiple of micro ×
 // accumulation (DeepSpeed asserts it once it knows the world).
+// reduceScaling checks prescale_gradients and gradient_predivide_factor
+// against the ZeRO stage: with reduce_scatter (the default) ZeRO divides
+// each gradient by the data-parallel size before the sum and uses neither;
+// DeepSpeed's ZeRO-2 and ZeRO-3 refuse them there, its ZeRO-1 passes them
+// over.
+func (l *loader) reduceScaling(c *Config) {
+	z := &c.ZeroOptimization
+	if z.Stage == 0 || !z.ReduceScatter || c.GradientAllreduceOp == "sum" {
+		return
+	}
+	for _, k := range []struct {
+		key  string
+		v    any
+		used bool
+	}{{"prescale_gradients", true, c.PrescaleGradients}, {"gradient_predivide_factor", c.GradientPredivideFactor, c.GradientPredivideFactor != 1}} {
+		switch {
+		case !k.used:
+		case z.Stage == 1:
+			l.warn(k.key, "no effect at ZeRO stage 1 with zero_optimization.reduce_scatter true: each gradient is divided by the data-parallel size before the sum (DeepSpeed's average_tensor does the same); reduce_scatter false applies it")
+		default:
+			l.fail(k.key, k.v, fmt.Sprintf("%s at ZeRO stage %d with zero_optimization.reduce_scatter true (or set reduce_scatter false)", map[bool]string{true: "false", false: "1"}[k.key == "prescale_gradients"], z.Stage),
+				fmt.Sprintf("DeepSpeed's ZeRO-%d refuses it with reduce_scatter: each gradient is divided by the data-parallel size before the sum", z.Stage))
+		}
+	}
+}
+
 func (l *loader) batchTriad(c *Config) {
 	tb, mb, gas := c.TrainBatchSize, c.TrainMicroBatchSizePerGPU, c.GradientAccumulationSteps
 	if tb == nil || mb == nil || gas == nil || *tb < 1 || *mb < 1 || *gas < 1 || l.o.world > 0 {

@@ -190,18 +190,36 @@ func PlanModules(mods []ModuleSpec, world, align int) (*Layout, error) {
 	return &b.l, nil
 }
 
-// ReduceScaling returns the factors DeepSpeed applies around a gradient
-// sum-reduction over n data-parallel ranks: multiply by pre before, sum,
-// multiply by post after. Defaults (postscale): pre = 1/predivide,
-// post = predivide/n. prescale_gradients: pre = 1/n, post = 1.
-// gradient_allreduce_op "sum" (sumOp): no division by n at all.
-func ReduceScaling(n int, predivide float64, prescale, sumOp bool) (pre, post float64) {
+// ReduceScaling returns the factors DeepSpeed 0.19.8 applies around a
+// gradient sum-reduction over n data-parallel ranks at ZeRO stage: multiply
+// by pre before, sum, multiply by post after. Where the division by n
+// happens matters beyond rounding: a sum of n half-precision gradients can
+// overflow where their average does not, and an fp16 run then skips steps
+// and lowers its loss scale as the world grows.
+//
+//   - gradient_allreduce_op "sum" (sumOp): pre = 1/predivide, post =
+//     predivide, no division by n.
+//   - Stage 0 (the engine's all-reduce), and stages 1-2 with
+//     reduce_scatter false (gradient_reduction_w_predivide): post-scaled
+//     by default, pre = 1/predivide, post = predivide/n;
+//     prescale_gradients: pre = 1/n, post = 1.
+//   - Stages 1-2 with reduce_scatter (the default; average_tensor) and
+//     stage 3 with it (reduce_scatter_coalesced): pre = 1/n, post = 1;
+//     predivide and prescale play no part (at stages 2 and 3 DeepSpeed
+//     refuses them, and so does config's check).
+//   - Stage 3 with reduce_scatter false: pre = 1/(predivide·n), post =
+//     predivide.
+func ReduceScaling(stage, n int, predivide float64, prescale, sumOp, reduceScatter bool) (pre, post float64) {
 	if predivide <= 0 {
 		predivide = 1
 	}
 	switch {
 	case sumOp:
 		return 1 / predivide, predivide
+	case stage >= 1 && reduceScatter:
+		return 1 / float64(n), 1
+	case stage == 3:
+		return 1 / (predivide * float64(n)), predivide
 	case prescale:
 		return 1 / float64(n), 1
 	}

@@ -74,21 +74,32 @@ func TestPlanModules(t *testing.T) {
 	assert.Error(t, err, "world 0 accepted")
 }
 
+// ReduceScaling as a table: DeepSpeed divides by the world before the sum
+// at ZeRO 1-3 with reduce_scatter (its default), after it at stage 0.
 func TestReduceScaling(t *testing.T) {
 	cases := []struct {
-		n        int
+		stage, n int
 		f        float64
 		pre, sum bool
+		rs       bool // reduce_scatter
 		wantPre  float64
 		wantPost float64
 	}{
-		{4, 1, false, false, 1, 0.25},
-		{4, 2, false, false, 0.5, 0.5},
-		{4, 2, true, false, 0.25, 1},
-		{4, 2, false, true, 0.5, 2},
+		{0, 4, 1, false, false, true, 1, 0.25},
+		{0, 4, 2, false, false, true, 0.5, 0.5},
+		{0, 4, 2, true, false, true, 0.25, 1},
+		{0, 4, 2, false, true, true, 0.5, 2},
+		{1, 4, 1, false, false, true, 0.25, 1},
+		{2, 4, 1, false, false, true, 0.25, 1},
+		{3, 4, 1, false, false, true, 0.25, 1},
+		{1, 4, 2, true, false, true, 0.25, 1}, // stage 1 ignores them, as average_tensor does
+		{1, 4, 2, false, false, false, 0.5, 0.5},
+		{2, 4, 1, true, false, false, 0.25, 1},
+		{2, 4, 2, false, true, true, 0.5, 2},
+		{3, 4, 2, false, false, false, 0.125, 2},
 	}
 	for _, c := range cases {
-		pre, post := ReduceScaling(c.n, c.f, c.pre, c.sum)
+		pre, post := ReduceScaling(c.stage, c.n, c.f, c.pre, c.sum, c.rs)
 		assert.Equal(t, c.wantPre, pre, "%+v: pre", c)
 		assert.Equal(t, c.wantPost, post, "%+v: post", c)
 	}

@@ -28,12 +28,15 @@ type Config struct {
 	// OverlapComm is zero_optimization.overlap_comm: stage 2/3 bucket
 	// reductions run while backward continues (up to two in flight).
 	OverlapComm bool
-	// PredivideFactor, PrescaleGradients and SumOp are
-	// gradient_predivide_factor, prescale_gradients and
-	// gradient_allreduce_op == "sum" (see ReduceScaling).
+	// PredivideFactor, PrescaleGradients, SumOp and NoReduceScatter are
+	// gradient_predivide_factor, prescale_gradients,
+	// gradient_allreduce_op == "sum" and zero_optimization.reduce_scatter
+	// false: where the gradient sum is divided by the world (see
+	// ReduceScaling).
 	PredivideFactor   float64
 	PrescaleGradients bool
 	SumOp             bool
+	NoReduceScatter   bool
 	// CheckOverflow enables the inf/nan check at the step (fp16 always,
 	// bf16 per bf16.check_grad_overflow).
 	CheckOverflow bool
@@ -238,7 +241,7 @@ func New(ctx context.Context, cfg Config, c comm.Comm, be backend.Backend, base 
 		cfg.GroupName = "zero"
 	}
 	z := &Optimizer{cfg: cfg, c: c, be: be, base: base, mods: mods, world: c.Size(), rank: c.Rank(), acct: newAccountant()}
-	pre, post := ReduceScaling(z.world, cfg.PredivideFactor, cfg.PrescaleGradients, cfg.SumOp)
+	pre, post := ReduceScaling(cfg.Stage, z.world, cfg.PredivideFactor, cfg.PrescaleGradients, cfg.SumOp, !cfg.NoReduceScatter)
 	z.pre, z.post = float32(pre), float32(post)
 	var err error
 	if cfg.Stage == 3 {
