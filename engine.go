@@ -582,10 +582,16 @@ func (e *Engine) Parameters(ctx context.Context) (map[string][]float32, error) {
 // next (DeepSpeed synchronizes its timers the same way). err is the
 // module's own error, which wins.
 func (e *Engine) timerSync(ctx context.Context, err error) error {
-	if err != nil || e.be.Device().IsCPU() || !(e.cfg.WallClockBreakdown || e.cfg.FlopsProfiler.Enabled) {
+	return syncForTimers(ctx, e.cfg, e.be, err)
+}
+
+// syncForTimers is both engines' timerSync: it waits for be's queued work
+// when be is a device and cfg asks for the time split; err wins.
+func syncForTimers(ctx context.Context, cfg *config.Config, be backend.Backend, err error) error {
+	if err != nil || be.Device().IsCPU() || !(cfg.WallClockBreakdown || cfg.FlopsProfiler.Enabled) {
 		return err
 	}
-	return e.be.Synchronize(ctx)
+	return be.Synchronize(ctx)
 }
 
 // devCtx is ctx carrying the engine's backend, for the collectives: a

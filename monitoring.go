@@ -30,24 +30,10 @@ func WithMonitorOptions(opts ...monitor.Option) Option {
 // startMonitor builds the engine's monitor (every rank: the NaN/Inf check
 // is a collective; rank 0 writes) and, on a GPU, its telemetry.
 func (e *Engine) startMonitor(extra []monitor.Option) error {
-	dev := e.be.Device()
-	capacity := int64(0)
-	switch dev.Kind {
-	case tensor.KindCPU, tensor.KindSim:
-		capacity = monitor.HostMemoryBytes() // sim memory is host memory
-	case tensor.KindCUDA:
-		t, err := gpu.Open(nil, dev.Index)
-		if err != nil {
-			return fmt.Errorf("deepgo.Initialize: GPU telemetry: %w", err)
-		}
-		if t.Available() {
-			e.gpu = t
-			if ss, err := t.Sample(); err == nil && len(ss) == 1 {
-				capacity = int64(ss[0].MemoryTotalBytes)
-			}
-		} else {
-			e.notes = append(e.notes, t.Note())
-		}
+	var capacity int64
+	var err error
+	if e.gpu, capacity, err = deviceTelemetry(e.be.Device(), &e.notes); err != nil {
+		return err
 	}
 	opts := append([]monitor.Option{monitor.WithLog(e.log), monitor.WithMemoryCapacity(capacity),
 		monitor.WithFiniteCheck(0, func(ctx context.Context) (bool, error) { return nonfiniteMasters(ctx, e.be, e.z, e.c) })}, extra...)
@@ -58,6 +44,49 @@ func (e *Engine) startMonitor(extra []monitor.Option) error {
 	e.mon = m
 	e.notes = append(e.notes, m.Notes()...)
 	return nil
+}
+
+// deviceTelemetry is the monitor's view of dev for both engines: the
+// memory its target divides by (the host's RAM on the CPU and the
+// simulated device, whose memory is host memory; the GPU's) and, on a GPU
+// with NVML, its telemetry (nil otherwise, with a note added to notes
+// saying why).
+func deviceTelemetry(dev tensor.Device, notes *[]string) (*gpu.Telemetry, int64, error) {
+	switch dev.Kind {
+	case tensor.KindCPU, tensor.KindSim:
+		return nil, monitor.HostMemoryBytes(), nil // sim memory is host memory
+	case tensor.KindCUDA:
+		t, err := gpu.Open(nil, dev.Index)
+		if err != nil {
+			return nil, 0, fmt.Errorf("deepgo.Initialize: GPU telemetry: %w", err)
+		}
+		if !t.Available() {
+			*notes = append(*notes, t.Note())
+			return nil, 0, nil
+		}
+		var capacity int64
+		if ss, err := t.Sample(); err == nil && len(ss) == 1 {
+			capacity = int64(ss[0].MemoryTotalBytes)
+		}
+		return t, capacity, nil
+	}
+	return nil, 0, nil
+}
+
+// gpuRecord is the GPU's sample for the monitor's record of step (nil
+// without telemetry): once per print interval, as NVML reads cost tens
+// of microseconds.
+func gpuRecord(t *gpu.Telemetry, m *monitor.Monitor, step int) *monitor.GPU {
+	if t == nil || step != 1 && step%m.PrintEvery() != 0 {
+		return nil
+	}
+	ss, err := t.Sample()
+	if err != nil || len(ss) != 1 {
+		return nil
+	}
+	s := ss[0]
+	return &monitor.GPU{MemoryUsedBytes: s.MemoryUsedBytes, MemoryTotalBytes: s.MemoryTotalBytes,
+		UtilizationPct: s.UtilizationPct, PowerW: s.PowerW, TemperatureC: s.TemperatureC}
 }
 
 // Monitor is the engine's monitor: its run directories, its warnings, and
@@ -108,14 +137,7 @@ func (e *Engine) observe(ctx context.Context, loss float64, took time.Duration, 
 		r.Checkpoint = &monitor.Checkpoint{Recompute: st.Recompute - e.ck.monRecompute, SavedBytes: st.SavedBytes, SavedHostBytes: st.SavedHostBytes}
 		e.ck.monRecompute = st.Recompute
 	}
-	if e.gpu != nil && (r.Step == 1 || r.Step%e.mon.PrintEvery() == 0) {
-		// NVML reads cost tens of microseconds: once per print interval
-		if ss, err := e.gpu.Sample(); err == nil && len(ss) == 1 {
-			s := ss[0]
-			r.GPU = &monitor.GPU{MemoryUsedBytes: s.MemoryUsedBytes, MemoryTotalBytes: s.MemoryTotalBytes,
-				UtilizationPct: s.UtilizationPct, PowerW: s.PowerW, TemperatureC: s.TemperatureC}
-		}
-	}
+	r.GPU = gpuRecord(e.gpu, e.mon, r.Step)
 	if err := e.mon.Observe(ctx, r); err != nil {
 		return fmt.Errorf("deepgo: monitor: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
@@ -309,22 +310,32 @@ func (e *Engine) replicated() ([]checkpoint.Named, error) {
 // copy that lives until releaseStaged (checkpoints read engine memory on
 // the host).
 func (e *Engine) hostCopy(t *tensor.Tensor) (*tensor.Tensor, error) {
-	h, free, err := zero.ToHost(e.be, t)
+	return stageOnHost(e.be, &e.staged, t)
+}
+
+// releaseStaged frees the host copies hostCopy made.
+func (e *Engine) releaseStaged() { releaseHostCopies(&e.staged) }
+
+// stageOnHost returns t in host memory: t itself when it is there, else a
+// copy from be's device whose free is added to staged (both engines'
+// hostCopy).
+func stageOnHost(be backend.Backend, staged *[]func(), t *tensor.Tensor) (*tensor.Tensor, error) {
+	h, free, err := zero.ToHost(be, t)
 	if err != nil {
 		return nil, err
 	}
 	if h != t {
-		e.staged = append(e.staged, free)
+		*staged = append(*staged, free)
 	}
 	return h, nil
 }
 
-// releaseStaged frees the host copies hostCopy made.
-func (e *Engine) releaseStaged() {
-	for _, f := range e.staged {
+// releaseHostCopies frees the host copies stageOnHost added to staged.
+func releaseHostCopies(staged *[]func()) {
+	for _, f := range *staged {
 		f()
 	}
-	e.staged = nil
+	*staged = nil
 }
 
 // agree is comm.Agree in the engine's words: every rank gets nil only if

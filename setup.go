@@ -128,20 +128,8 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	if e.scaler, err = newScaler(cfg, stage); err != nil {
 		return nil, err
 	}
-	if e.opt == nil {
-		stepBE := e.be
-		if hostStep(cfg, e.be.Device()) {
-			if e.hostBE, err = backend.NewCPU(max(1, runtime.GOMAXPROCS(0)/n)); err != nil {
-				return nil, fmt.Errorf("deepgo.Initialize: zero_optimization.offload_optimizer.device=%s: host backend: %w", cfg.ZeroOptimization.OffloadOptimizer.Device, err)
-			}
-			stepBE = e.hostBE
-		}
-		if e.opt, err = newOptimizer(cfg, stepBE, o.store, e.c.Rank()); err != nil {
-			return nil, err
-		}
-		e.ownOpt = true
-	} else if hostStep(cfg, e.be.Device()) {
-		e.notes = append(e.notes, "zero_optimization.offload_optimizer.device="+cfg.ZeroOptimization.OffloadOptimizer.Device+": not applied: the optimizer passed with WithOptimizer steps where it was built")
+	if e.opt, e.ownOpt, e.hostBE, err = stepOptimizer(cfg, e.be, e.opt, o.store, e.c.Rank(), max(1, runtime.GOMAXPROCS(0)/n), &e.notes); err != nil {
+		return nil, err
 	}
 	if cfg.Scheduler != nil {
 		var warns []string
@@ -181,31 +169,42 @@ type DeviceComm interface {
 	WrapComm(c comm.Comm) (comm.Comm, error)
 }
 
-// deviceComm checks that the engine's comm can move its backend's memory:
-// on the CPU any comm can; on a device the comm must be bound to a backend
-// on that device (Backend()), be a device communicator on it (Device():
-// NCCL), or the backend wraps it (DeviceComm).
+// deviceComm checks that the engine's comm can move its backend's memory
+// (deviceCommFor) and takes the comm to use.
 func (e *Engine) deviceComm() error {
-	dev := e.be.Device()
-	if dev.IsCPU() {
-		return nil
-	}
-	if bc, ok := e.c.(interface{ Backend() backend.Backend }); ok && bc.Backend() != nil && bc.Backend().Device() == dev {
-		return nil
-	}
-	if dc, ok := e.c.(interface{ Device() tensor.Device }); ok && dc.Device() == dev {
-		return nil // a device communicator (NCCL) on this device
-	}
-	dc, ok := e.be.(DeviceComm)
-	if !ok {
-		return fmt.Errorf("deepgo.Initialize: backend %s on %v: not supported with this comm (%T): it moves host memory, and the backend cannot wrap it; pass WithComm with a comm bound to %v (its Backend() on %v; for GPUs an NCCL comm)", e.be.Name(), dev, e.c, dev, dev)
-	}
-	c, err := dc.WrapComm(e.c)
+	c, err := deviceCommFor(e.be, e.c)
 	if err != nil {
-		return fmt.Errorf("deepgo.Initialize: %w", err)
+		return err
 	}
 	e.c = c
 	return nil
+}
+
+// deviceCommFor returns c, or c wrapped by be, as a comm that can move
+// be's memory: on the CPU any comm can; on a device the comm must be bound
+// to a backend on that device (Backend()), be a device communicator on it
+// (Device(): NCCL), or the backend wraps it (DeviceComm). Both engines
+// use it.
+func deviceCommFor(be backend.Backend, c comm.Comm) (comm.Comm, error) {
+	dev := be.Device()
+	if dev.IsCPU() {
+		return c, nil
+	}
+	if bc, ok := c.(interface{ Backend() backend.Backend }); ok && bc.Backend() != nil && bc.Backend().Device() == dev {
+		return c, nil
+	}
+	if dc, ok := c.(interface{ Device() tensor.Device }); ok && dc.Device() == dev {
+		return c, nil // a device communicator (NCCL) on this device
+	}
+	dc, ok := be.(DeviceComm)
+	if !ok {
+		return nil, fmt.Errorf("deepgo.Initialize: backend %s on %v: not supported with this comm (%T): it moves host memory, and the backend cannot wrap it; pass WithComm with a comm bound to %v (its Backend() on %v; for GPUs an NCCL comm)", be.Name(), dev, c, dev, dev)
+	}
+	w, err := dc.WrapComm(c)
+	if err != nil {
+		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
+	}
+	return w, nil
 }
 
 // newDeviceBackend makes the backend of a device: the simulated device's
@@ -322,6 +321,35 @@ func newOptimizer(cfg *config.Config, be backend.Backend, store optim.StateStore
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
 	return opt, nil
+}
+
+// stepOptimizer is both engines' optimizer: opt when WithOptimizer passed
+// one (with a note to notes when offload_optimizer asks for a host step,
+// which it cannot get), else the config's, made here (own). It steps on be
+// or, with offload_optimizer device cpu or nvme on a device (hostStep), on
+// a host CPU backend of threads threads, returned as host: the engine
+// hands it to zero.Config.HostOffload and closes it.
+func stepOptimizer(cfg *config.Config, be backend.Backend, opt optim.Optimizer, store optim.StateStore, rank, threads int, notes *[]string) (_ optim.Optimizer, own bool, host backend.Backend, err error) {
+	if opt != nil {
+		if hostStep(cfg, be.Device()) {
+			*notes = append(*notes, "zero_optimization.offload_optimizer.device="+cfg.ZeroOptimization.OffloadOptimizer.Device+": not applied: the optimizer passed with WithOptimizer steps where it was built")
+		}
+		return opt, false, nil, nil
+	}
+	stepBE := be
+	if hostStep(cfg, be.Device()) {
+		if host, err = backend.NewCPU(threads); err != nil {
+			return nil, false, nil, fmt.Errorf("deepgo.Initialize: zero_optimization.offload_optimizer.device=%s: host backend: %w", cfg.ZeroOptimization.OffloadOptimizer.Device, err)
+		}
+		stepBE = host
+	}
+	if opt, err = newOptimizer(cfg, stepBE, store, rank); err != nil {
+		if host != nil {
+			err = errors.Join(err, host.Close())
+		}
+		return nil, false, nil, err
+	}
+	return opt, true, host, nil
 }
 
 // nvmeStore is the optimizer-state store offload_optimizer.device "nvme"
