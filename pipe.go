@@ -22,6 +22,7 @@ import (
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/monitor"
 	"github.com/deepgo-ml/deepgo/monitor/flops"
+	"github.com/deepgo-ml/deepgo/monitor/gpu"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/pipeline"
 	"github.com/deepgo-ml/deepgo/tensor"
@@ -38,17 +39,21 @@ import (
 // ZeRO stage 0-1 optimizer over its data-parallel group, sums the
 // gradients of weights tied across stages (the GPT's embedding and head),
 // agrees on fp16/bf16 overflow across all stages and clips by the global
-// norm over all of them. Its methods must be called from one goroutine.
+// norm over all of them. It computes on the CPU backend or, as the
+// data-parallel engine, on a device (WithDevice, WithBackend, or a comm
+// bound to one), without tensor parallelism there. Its methods must be
+// called from one goroutine.
 type PipeEngine struct {
-	cfg   *config.Config
-	net   model.Pipelined
-	be    backend.Backend
-	ownBE bool      // be was made here: Close closes it
-	world comm.Comm // pipe × data (× model under TP)
-	pipe  comm.Comm // this data (and model) coordinate's stages, group rank = stage
-	data  comm.Comm // this stage's data-parallel group
-	tp    comm.Comm // WithTensorParallel's group (pipe_tp.go), nil without TP
-	grid  *comm.Grid
+	cfg    *config.Config
+	net    model.Pipelined
+	be     backend.Backend
+	ownBE  bool            // be was made here: Close closes it
+	hostBE backend.Backend // offload_optimizer.device "cpu" or "nvme" on a device: the host backend the optimizer steps on
+	world  comm.Comm       // pipe × data (× model under TP)
+	pipe   comm.Comm       // this data (and model) coordinate's stages, group rank = stage
+	data   comm.Comm       // this stage's data-parallel group
+	tp     comm.Comm       // WithTensorParallel's group (pipe_tp.go), nil without TP
+	grid   *comm.Grid
 
 	stage, stages, virtual int
 	sched                  pipeline.Schedule
@@ -77,6 +82,7 @@ type PipeEngine struct {
 	gradNorm     float64
 	timers       Timers
 	mon          *monitor.Monitor // fed by TrainBatch (pipe_monitor.go)
+	gpu          *gpu.Telemetry   // the GPU's NVML telemetry, on CUDA
 	comms        *commslog.Logger // comms_logger, when enabled (pipe_monitor.go)
 	log          io.Writer        // reports: the monitor's lines, comms_logger, flops_profiler (pipeLog)
 	flops        *flopsRun        // flops_profiler's batch in progress (pipe_flops.go)
@@ -84,8 +90,9 @@ type PipeEngine struct {
 	idle         []float64        // per TrainBatch: the share of wall time this stage waited on its neighbours
 	notes        []string
 	closers      []comm.Comm
-	closed       bool  // Close ran: every later call says so (openCheck)
-	halfLoaded   error // the error of a Load that failed part way; one that succeeds clears it (guard.go)
+	staged       []func() // frees of host copies a checkpoint reads (hostCopy)
+	closed       bool     // Close ran: every later call says so (openCheck)
+	halfLoaded   error    // the error of a Load that failed part way; one that succeeds clears it (guard.go)
 	// broken is the error of a TrainBatch that failed once it had begun
 	// its instructions (the first included: the other stages are in the
 	// batch by then): gradients half accumulated (the next batch would add
@@ -165,9 +172,6 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if o.tp != nil && o.device != nil && !o.device.IsCPU() {
 		return nil, fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d on %v: not supported yet (TP runs on the CPU backend)", o.tp.Size(), *o.device)
 	}
-	if o.device != nil && !o.device.IsCPU() {
-		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d on device %v: not supported yet (the pipeline engine computes on the CPU)", pp, *o.device)
-	}
 	e := &PipeEngine{cfg: cfg, net: pm, world: o.comm, tp: o.tp, be: o.backend, opt: o.opt, clip: cfg.GradientClipping, log: pipeLog(o),
 		stages: pp, virtual: max(1, cfg.PipelineSchedule.VirtualStages), schedType: cfg.PipelineSchedule.Type}
 	defer func() {
@@ -175,6 +179,15 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 			e.Close()
 		}
 	}()
+	if o.backend == nil && o.device != nil && !o.device.IsCPU() {
+		// WithDevice: the device's backend, as the data-parallel engine
+		// makes it (WithBackend wins)
+		b, err := newDeviceBackend(*o.device, max(1, runtime.GOMAXPROCS(0)/o.comm.Size()))
+		if err != nil {
+			return nil, fmt.Errorf("deepgo.Initialize: device %v: %w", *o.device, err)
+		}
+		e.be, e.ownBE = b, true
+	}
 	if e.be == nil {
 		if bc, ok := o.comm.(interface{ Backend() backend.Backend }); ok {
 			e.be = bc.Backend()
@@ -190,8 +203,15 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		}
 		e.be, e.ownBE = b, true
 	}
-	if !e.be.Device().IsCPU() {
-		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d on backend %s (%v): not supported yet (the pipeline engine computes on the CPU)", pp, e.be.Name(), e.be.Device())
+	if dev := e.be.Device(); !dev.IsCPU() {
+		if e.tp != nil {
+			return nil, fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d on %v: not supported yet (TP runs on the CPU backend)", e.tp.Size(), dev)
+		}
+		// the transfers between stages, the reductions and agreements move
+		// the device's memory, in its stream order
+		if e.world, err = deviceCommFor(e.be, e.world); err != nil {
+			return nil, err
+		}
 	}
 	// without WithLog the world's rank 0 logs the config's warnings, as the
 	// data-parallel engine does
@@ -322,6 +342,11 @@ func (e *PipeEngine) split(net model.Pipelined) error {
 		e.parts[c] = make([]model.Part, nbuf)
 		e.parts[c][0] = part
 		e.bufs[c] = make([]pipeBuffer, nbuf)
+		if !e.be.Device().IsCPU() {
+			for b := range e.bufs[c] {
+				e.bufs[c][b].arena.SetAlloc(e.be.Empty) // activations in device memory, as the data-parallel engine's
+			}
+		}
 		for _, m := range part.Modules() {
 			e.chunks[c] = append(e.chunks[c], len(e.mods))
 			e.mods = append(e.mods, m)
@@ -358,11 +383,8 @@ func (e *PipeEngine) setupOptimizer(ctx context.Context, o options) error {
 	if e.scaler, err = newScaler(e.cfg, e.cfg.ZeroOptimization.Stage); err != nil {
 		return err
 	}
-	if e.opt == nil {
-		if e.opt, err = newOptimizer(e.cfg, e.be, o.store, e.world.Rank()); err != nil {
-			return err
-		}
-		e.ownOpt = true
+	if e.opt, e.ownOpt, e.hostBE, err = stepOptimizer(e.cfg, e.be, e.opt, o.store, e.world.Rank(), max(1, runtime.GOMAXPROCS(0)/e.world.Size()), &e.notes); err != nil {
+		return err
 	}
 	if e.cfg.Scheduler != nil {
 		var warns []string
@@ -371,7 +393,10 @@ func (e *PipeEngine) setupOptimizer(ctx context.Context, o options) error {
 		}
 		e.notes = append(e.notes, warns...)
 	}
-	if e.z, err = zero.New(ctx, zeroConfig(e.cfg, dts), e.data, e.be, e.opt, specs, initial); err != nil {
+	zc := zeroConfig(e.cfg, dts)
+	zc.HostOffload = e.hostBE // offload_optimizer on a device: the step on the host, as the data-parallel engine's
+	zc.PinHost = e.hostBE != nil && e.cfg.ZeroOptimization.OffloadOptimizer.PinMemory
+	if e.z, err = zero.New(ctx, zc, e.data, e.be, e.opt, specs, initial); err != nil {
 		return fmt.Errorf("deepgo.Initialize: pipeline stage %d: %w", e.stage, err)
 	}
 	for m, ps := range e.params {
@@ -488,6 +513,10 @@ func (e *PipeEngine) Close() error {
 	}
 	e.parts = nil
 	errs = append(errs, closeOptimizer(&e.z, &e.opt, e.ownOpt))
+	if e.hostBE != nil {
+		errs = append(errs, e.hostBE.Close())
+		e.hostBE = nil
+	}
 	for _, c := range e.closers {
 		errs = append(errs, c.Close())
 	}

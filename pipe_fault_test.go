@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -82,6 +84,12 @@ func (m hookModule) Forward(ctx context.Context, in model.Activation) (model.Act
 // withPipeGPT is one rank's pipeline engine over a small GPT (2 blocks,
 // width 8, vocab 16, T 8) wrapped by wrap, for the length of fn.
 func withPipeGPT(ctx context.Context, c comm.Comm, cfgJSON string, wrap func(*nn.GPT) model.Model, fn func(tr deepgo.Trainer) error) error {
+	return withPipeGPTOpts(ctx, cfgJSON, wrap, []deepgo.Option{deepgo.WithComm(c)}, fn)
+}
+
+// withPipeGPTOpts is withPipeGPT with Initialize's options (worldFor's:
+// the rank's comm, maybe its device).
+func withPipeGPTOpts(ctx context.Context, cfgJSON string, wrap func(*nn.GPT) model.Model, opts []deepgo.Option, fn func(tr deepgo.Trainer) error) error {
 	cfg, err := config.Parse([]byte(cfgJSON))
 	if err != nil {
 		return err
@@ -91,7 +99,7 @@ func withPipeGPT(ctx context.Context, c comm.Comm, cfgJSON string, wrap func(*nn
 		return err
 	}
 	defer g.Free()
-	tr, err := deepgo.Initialize(ctx, cfg, wrap(g), deepgo.WithComm(c))
+	tr, err := deepgo.Initialize(ctx, cfg, wrap(g), opts...)
 	if err != nil {
 		return err
 	}
@@ -266,12 +274,33 @@ func poisonFirstStep(c comm.Comm, step *int) func(m model.Module) error {
 		if c.Rank() != 3 || *step != 0 || m.Name() != "transformer.ln_f" {
 			return nil
 		}
-		v, err := m.Params()[0].Grad.Uint16s()
+		g := m.Params()[0].Grad
+		if g.Device().IsCPU() {
+			v, err := g.Uint16s()
+			if err != nil {
+				return err
+			}
+			v[0] = 0x7c00 // +Inf in float16
+			return nil
+		}
+		// on a device: copied in, in order with the backward's kernels,
+		// by the rank's backend (sim.Comm's)
+		bc, ok := c.(interface{ Backend() backend.Backend })
+		if !ok {
+			return fmt.Errorf("gradient %v on a device, and comm %T has no backend to write it", g, c)
+		}
+		inf, err := tensor.Empty(tensor.Float16, 1)
 		if err != nil {
 			return err
 		}
-		v[0] = 0x7c00 // +Inf in float16
-		return nil
+		defer inf.Free()
+		v, _ := inf.Uint16s()
+		v[0] = 0x7c00
+		dst, err := g.Slice(0, 1)
+		if err != nil {
+			return err
+		}
+		return bc.Backend().Copy(dst, inf)
 	}
 }
 

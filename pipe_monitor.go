@@ -12,6 +12,7 @@ package deepgo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,10 +24,16 @@ import (
 
 // startMonitor builds the stage's monitor: every rank checks its stage's
 // parameters for NaN/Inf at the check interval (a collective over the
-// world), the world's rank 0 writes. The pipeline computes on the CPU, so
-// the memory target divides by the host's RAM.
+// world), the world's rank 0 writes. The memory target divides by the
+// host's RAM on the CPU and the simulated device, by the GPU's memory on
+// CUDA, whose telemetry the records carry, as the data-parallel engine's.
 func (e *PipeEngine) startMonitor(o options) error {
-	opts := append([]monitor.Option{monitor.WithLog(e.log), monitor.WithMemoryCapacity(monitor.HostMemoryBytes()),
+	t, capacity, err := deviceTelemetry(e.be.Device(), &e.notes)
+	if err != nil {
+		return err
+	}
+	e.gpu = t
+	opts := append([]monitor.Option{monitor.WithLog(e.log), monitor.WithMemoryCapacity(capacity),
 		monitor.WithFiniteCheck(0, func(ctx context.Context) (bool, error) {
 			return nonfiniteMasters(ctx, e.be, e.z, e.world)
 		}), monitor.WithTrainLossAfterStep()}, o.monitor...)
@@ -80,18 +87,24 @@ func (e *PipeEngine) observe(ctx context.Context, loss float64, took time.Durati
 		Timers:   monitor.Timers{Forward: t.Forward, Backward: t.Backward, Comm: t.Comm, Reduce: t.Reduce, Optimizer: t.Optimizer, Step: t.Step},
 		StepTime: took, Tokens: batchTokens(data) * int64(e.data.Size()),
 		HostBytes: mem.HostBytes, DeviceBytes: mem.DeviceBytes, PeakBytes: mem.Peak}
+	r.GPU = gpuRecord(e.gpu, e.mon, r.Step)
 	if err := e.mon.Observe(ctx, r); err != nil {
 		return fmt.Errorf("deepgo: pipeline stage %d: monitor: %w", e.stage, err)
 	}
 	return nil
 }
 
-// closeMonitor writes out and closes the monitor's files.
+// closeMonitor writes out and closes the monitor's files and ends the
+// telemetry.
 func (e *PipeEngine) closeMonitor() error {
-	if e.mon == nil {
-		return nil
+	var errs []error
+	if e.mon != nil {
+		errs = append(errs, e.mon.Close())
+		e.mon = nil
 	}
-	err := e.mon.Close()
-	e.mon = nil
-	return err
+	if e.gpu != nil {
+		errs = append(errs, e.gpu.Close())
+		e.gpu = nil
+	}
+	return errors.Join(errs...)
 }

@@ -8,11 +8,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/comm"
-	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/model"
@@ -32,8 +30,16 @@ import (
 // collective over all four ranks) at every step. The files hold what
 // TrainBatch returned and what the engine reported after each step, and
 // rundir reads them back on steps, from deepgo_run.json or, without it,
-// from the x values alone, as for a directory DeepSpeed wrote.
+// from the x values alone, as for a directory DeepSpeed wrote. On the CPU
+// backend and on the simulated device with kernel delays.
 func TestPipelineMonitorFiles(t *testing.T) {
+	for _, dev := range []string{"", "sim+delay"} {
+		t.Run(devName(dev), func(t *testing.T) { pipelineMonitorFiles(t, dev) })
+	}
+}
+
+// pipelineMonitorFiles is TestPipelineMonitorFiles on dev (worldFor).
+func pipelineMonitorFiles(t *testing.T, dev string) {
 	const pp, dp, steps = 2, 2, 3
 	mk, err := data.NewMarkov(16, 1, 2, 3)
 	require.NoError(t, err)
@@ -55,7 +61,7 @@ func TestPipelineMonitorFiles(t *testing.T) {
 		comms strings.Builder // rank 0's comms_logger summary
 		prof  *flops.Report   // rank 0's flops_profiler report
 	)
-	err = local.Run(context.Background(), pp*dp, local.Options{Timeout: 20 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+	err = worldFor(dev)(context.Background(), pp*dp, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
 		cfg, err := config.Parse([]byte(cfgJSON))
 		if err != nil {
 			return err
@@ -67,7 +73,7 @@ func TestPipelineMonitorFiles(t *testing.T) {
 		defer g.Free()
 		step := 0
 		poison := poisonFirstStep(c, &step)
-		opts := []deepgo.Option{deepgo.WithComm(c), deepgo.WithMonitorOptions(monitor.WithFiniteCheck(1, nil))}
+		opts = append(opts, deepgo.WithMonitorOptions(monitor.WithFiniteCheck(1, nil)))
 		if c.Rank() == 0 {
 			opts = append(opts, deepgo.WithLog(&log)) // only rank 0's goroutine writes it
 		}

@@ -375,6 +375,7 @@ func (e *PipeEngine) forward(ctx context.Context, c, b, mb int, data []model.Mic
 	for i, m := range p.Modules() {
 		t1 := time.Now()
 		out, err := m.Forward(mctx, act)
+		err = syncForTimers(ctx, e.cfg, e.be, err)
 		if err != nil {
 			return 0, fmt.Errorf("forward of module %q: %w", e.mods[e.chunks[c][i]].Name(), err)
 		}
@@ -418,6 +419,7 @@ func (e *PipeEngine) backward(ctx context.Context, c, b int) error {
 		}
 		e.bind(m)
 		gin, err := mods[i].Backward(mctx, g)
+		err = syncForTimers(ctx, e.cfg, e.be, err)
 		if err != nil {
 			return fmt.Errorf("backward of module %q: %w", e.mods[m].Name(), err)
 		}

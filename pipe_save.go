@@ -116,7 +116,10 @@ func (e *PipeEngine) pipeCheckpointState(op, dir string, so SaveOptions) (checkp
 	z := e.z
 	zc, lay := z.Config(), z.Layout()
 	dp, r := e.data.Size(), e.data.Rank()
-	state, steps := z.OptimizerState()
+	state, steps, err := z.ReadOptimizerState()
+	if err != nil {
+		return o, nil, fmt.Errorf("deepgo: pipeline engine: %s: optimizer state: %w", op, err)
+	}
 	names := slices.Sorted(maps.Keys(state))
 	st := &checkpoint.State{
 		Step:      int64(e.globalSteps),
@@ -144,6 +147,9 @@ func (e *PipeEngine) pipeCheckpointState(op, dir string, so SaveOptions) (checkp
 			v, err := full.Slice(a-lo, b-a)
 			if err != nil {
 				return err
+			}
+			if v, err = e.hostCopy(v); err != nil {
+				return fmt.Errorf("%s: %w", prefix+keys[s.Module][s.Param], err)
 			}
 			name := prefix + keys[s.Module][s.Param]
 			if split {
@@ -189,6 +195,7 @@ func (e *PipeEngine) Save(ctx context.Context, dir string, opts SaveOptions) err
 	}
 	ctx = e.devCtx(ctx)
 	o, st, err := e.pipeCheckpointState("Save", dir, opts)
+	defer e.releaseStaged()
 	if err := agreeOn(ctx, e.world, "Save", err); err != nil { // no rank enters the save alone
 		return err
 	}
@@ -197,3 +204,13 @@ func (e *PipeEngine) Save(ctx context.Context, dir string, opts SaveOptions) err
 	}
 	return nil
 }
+
+// hostCopy returns t in host memory: t itself on the CPU backend, else a
+// copy that lives until releaseStaged (checkpoints read engine memory on
+// the host), as Engine.hostCopy.
+func (e *PipeEngine) hostCopy(t *tensor.Tensor) (*tensor.Tensor, error) {
+	return stageOnHost(e.be, &e.staged, t)
+}
+
+// releaseStaged frees the host copies hostCopy made.
+func (e *PipeEngine) releaseStaged() { releaseHostCopies(&e.staged) }

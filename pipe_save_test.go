@@ -9,12 +9,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/comm"
-	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
@@ -27,6 +25,7 @@ import (
 // saves to save when set, and reports its parameters and losses.
 type pipeCkptRun struct {
 	pp, dp, zero   int
+	dev            string // worldFor's device: "" the CPU backend
 	scheduler      string // the "scheduler" member; "": WarmupLR up to 0.01 over 4 steps
 	load, save     string
 	rankLoad       map[int]string // a rank's own copy of load
@@ -58,8 +57,8 @@ func (p *pipeCkptRun) run(t *testing.T) error {
 	p.losses = make([][]float64, world)
 	var mu sync.Mutex
 	asIs := func(g *nn.GPT) model.Model { return g }
-	return local.Run(context.Background(), world, local.Options{Timeout: 20 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
-		return withPipeGPT(ctx, c, p.config(), asIs, func(tr deepgo.Trainer) error {
+	return worldFor(p.dev)(context.Background(), world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+		return withPipeGPTOpts(ctx, p.config(), asIs, opts, func(tr deepgo.Trainer) error {
 			return p.rank(ctx, c, tr, corpus, &mu)
 		})
 	})

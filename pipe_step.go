@@ -298,7 +298,9 @@ func (e *PipeEngine) PartsMade() int {
 // IdleShares lists, per TrainBatch (the latest 1024), the share of the wall time of
 // its schedule in which this stage ran no forward or backward pass (it
 // waited on its neighbours, transferred, or stepped): the measured
-// pipeline bubble.
+// pipeline bubble. On a device a pass's time is its kernels' only when
+// wall_clock_breakdown (or flops_profiler) makes the timers synchronize;
+// otherwise it is the time to queue them, and the rest counts as idle.
 func (e *PipeEngine) IdleShares() []float64 { return slices.Clone(e.idle) }
 
 // Timers returns the cumulative time split.

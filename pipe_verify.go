@@ -25,16 +25,12 @@ import (
 // comparison runs on every rank whatever the others found, so that no
 // group is left waiting; the errors are joined.
 func (e *PipeEngine) verifyIdentical(ctx context.Context) error {
-	keys := e.ckptKeys()
-	idx, ts := e.z.ReplicatedParams()
-	rep := make([]checkpoint.Named, 0, len(ts))
-	for i, t := range ts {
-		rep = append(rep, checkpoint.Named{Name: keys[idx[i][0]][idx[i][1]], Tensor: t})
-	}
-	if e.z.Config().Stage == 0 && e.z.Config().ModelDType != tensor.Float32 {
-		for u := range e.z.Layout().Units {
-			rep = append(rep, checkpoint.Named{Name: masterName(u), Tensor: e.z.Master(u)})
-		}
+	idx, rep, err := e.replicated()
+	defer e.releaseStaged()
+	// a rank whose host copies failed still meets the others here, so that
+	// none waits for it in the comparisons
+	if err := agreeOn(ctx, e.world, "Load", err); err != nil {
+		return err
 	}
 	var errs []error
 	if err := checkpoint.VerifyReplicated(ctx, e.data, rep); err != nil {
@@ -43,7 +39,7 @@ func (e *PipeEngine) verifyIdentical(ctx context.Context) error {
 	if e.tpSize() > 1 {
 		// the parameters TP replicates, across the stage's TP group
 		var tpRep []checkpoint.Named
-		for i := range ts {
+		for i := range idx {
 			if !e.params[idx[i][0]][idx[i][1]].Parallel.Split {
 				tpRep = append(tpRep, rep[i])
 			}
@@ -79,6 +75,36 @@ func (e *PipeEngine) verifyIdentical(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// replicated lists, in host memory (host copies on a device, freed by
+// releaseStaged), the tensors the stage's data-parallel ranks must hold
+// identically: its working-precision parameters, named by their
+// checkpoint keys, and under ZeRO stage 0 with fp16/bf16 weights its fp32
+// masters.
+// idx are the parameters' (module, param) pairs, in the order of the
+// first len(idx) tensors.
+func (e *PipeEngine) replicated() (idx [][2]int, rep []checkpoint.Named, err error) {
+	keys := e.ckptKeys()
+	idx, ts := e.z.ReplicatedParams()
+	rep = make([]checkpoint.Named, 0, len(ts))
+	for i, t := range ts {
+		h, err := e.hostCopy(t)
+		if err != nil {
+			return nil, nil, err
+		}
+		rep = append(rep, checkpoint.Named{Name: keys[idx[i][0]][idx[i][1]], Tensor: h})
+	}
+	if e.z.Config().Stage == 0 && e.z.Config().ModelDType != tensor.Float32 {
+		for u := range e.z.Layout().Units {
+			h, err := e.hostCopy(e.z.Master(u))
+			if err != nil {
+				return nil, nil, err
+			}
+			rep = append(rep, checkpoint.Named{Name: masterName(u), Tensor: h})
+		}
+	}
+	return idx, rep, nil
 }
 
 // dataWorldRanks are the world ranks of this stage's data-parallel group.

@@ -113,8 +113,9 @@ var _ Trainer = (*Engine)(nil)
 // Not supported yet (an error naming the key):
 // offload_optimizer device nvme on a device backend, ZeRO++ (zero_quantized_*,
 // zero_hpz_partition_size > 1), MiCS, apex amp, sequence parallelism with
-// tensor parallelism or pipeline stages, and ZeRO stages 2-3 with
-// pipeline stages. Tensor parallelism runs with
+// tensor parallelism or pipeline stages, ZeRO stages 2-3 with
+// pipeline stages, and tensor parallelism on a device. Either engine runs
+// on the CPU backend or a device (WithDevice). Tensor parallelism runs with
 // either engine (WithTensorParallel; see TensorParallelGroups and
 // PipeTensorParallelGroup).
 func Initialize(ctx context.Context, cfg *config.Config, net model.Model, opts ...Option) (Trainer, error) {

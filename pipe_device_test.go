@@ -1,0 +1,355 @@
+package deepgo_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/deepgo-ml/deepgo/zero"
+	"github.com/stretchr/testify/require"
+)
+
+// pipeDevCase is one pipeline run of the device tables: pp stages × dp
+// data-parallel ranks (ZeRO-1 in each stage's group), gas micro-batches
+// per TrainBatch under schedule sched with virtual stages per rank, in
+// precision prec ("", "bf16", "fp16"), every block checkpointed when ckpt,
+// with offload_optimizer device "cpu" when offload (on a device the step
+// then runs on the host; on the CPU backend nothing moves).
+type pipeDevCase struct {
+	pp, dp, gas int
+	sched       string
+	virtual     int
+	prec        string
+	ckpt        bool
+	offload     bool
+}
+
+func (c pipeDevCase) String() string {
+	p := c.prec
+	if p == "" {
+		p = "fp32"
+	}
+	s := fmt.Sprintf("pp%d-dp%d-%s-v%d-gas%d-%s", c.pp, c.dp, c.sched, c.virtual, c.gas, p)
+	if c.ckpt {
+		s += "-ckpt"
+	}
+	if c.offload {
+		s += "-offload"
+	}
+	return s
+}
+
+// pipeDevClip is the device tables' gradient_clipping: below the GPT's
+// early gradient norms, so the clipped update is what the runs compare.
+const pipeDevClip = 0.5
+
+func (c pipeDevCase) config() string {
+	prec := ""
+	switch c.prec {
+	case "bf16":
+		prec = `, "bf16": {"enabled": true}`
+	case "fp16":
+		prec = `, "fp16": {"enabled": true, "initial_scale_power": 17}`
+	}
+	ckpt, offload := 0, ""
+	if c.ckpt {
+		ckpt = 1
+	}
+	if c.offload {
+		offload = `, "offload_optimizer": {"device": "cpu", "pin_memory": true}`
+	}
+	return fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": %d, "gradient_clipping": %g,
+		"pipeline_model_parallel_size": %d, "pipeline_schedule": {"type": %q, "virtual_stages": %d},
+		"pipeline": {"partition": "uniform", "activation_checkpoint_interval": %d},
+		"zero_optimization": {"stage": 1%s},
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}%s}`,
+		c.gas, pipeDevClip, c.pp, c.sched, c.virtual, ckpt, offload, prec)
+}
+
+// devArenaGPT is a GPT whose pipeline parts' modules each take a small
+// buffer from the call's arena in Forward, as a model keeping its
+// activations there does, and fail when it is not on the device of the
+// call's backend (the GPT's own activations live in memory of its own).
+type devArenaGPT struct{ *nn.GPT }
+
+func (a devArenaGPT) NewPart(start, stop int) (model.Part, error) {
+	p, err := a.GPT.NewPart(start, stop)
+	if err != nil {
+		return nil, err
+	}
+	return devArenaPart{p}, nil
+}
+
+type devArenaPart struct{ model.Part }
+
+func (p devArenaPart) Modules() []model.Module {
+	var out []model.Module
+	for _, m := range p.Part.Modules() {
+		out = append(out, devArenaModule{m})
+	}
+	return out
+}
+
+type devArenaModule struct{ model.Module }
+
+func (m devArenaModule) Forward(ctx context.Context, in model.Activation) (model.Activation, error) {
+	a, ok := tensor.ArenaFromContext(ctx)
+	be, ok2 := backend.FromContext(ctx)
+	if !ok || !ok2 {
+		return nil, fmt.Errorf("module %s: the forward's context carries no arena (%v) or no backend (%v)", m.Name(), ok, ok2)
+	}
+	t, err := a.Float32(64)
+	if err != nil {
+		return nil, fmt.Errorf("module %s: %w", m.Name(), err)
+	}
+	if t.Device() != be.Device() {
+		return nil, fmt.Errorf("module %s: the arena allocates on %v, the backend computes on %v", m.Name(), t.Device(), be.Device())
+	}
+	return m.Module.Forward(ctx, in)
+}
+
+// pipeDevResult is a pipeline run of the device tables: rank 0's losses,
+// loss scales, gradient norms, skipped steps and gathered parameters, and
+// every rank's Memory after its last step.
+type pipeDevResult struct {
+	result
+	norms []float64
+	mem   []zero.Memory
+}
+
+// pipeDevRun trains a small GPT (2 blocks, tied embedding; its 4 modules
+// cut uniformly) with c for steps batches on the ranks of dev (worldFor).
+func pipeDevRun(t *testing.T, dev string, c pipeDevCase, steps int) (*pipeDevResult, error) {
+	t.Helper()
+	const vocab, seqLen, micro = 32, 16, 2
+	src, err := data.NewMarkov(vocab, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: src.Generate(20_000, 4), Vocab: vocab}
+	res := &pipeDevResult{mem: make([]zero.Memory, c.pp*c.dp)}
+	var mu sync.Mutex
+	err = worldFor(dev)(context.Background(), c.pp*c.dp, func(ctx context.Context, cm comm.Comm, opts []deepgo.Option) error {
+		cfg, err := config.Parse([]byte(c.config()))
+		if err != nil {
+			return err
+		}
+		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: seqLen}, nil, 1)
+		if err != nil {
+			return err
+		}
+		defer g.Free()
+		tr, err := deepgo.Initialize(ctx, cfg, devArenaGPT{g}, opts...)
+		if err != nil {
+			return err
+		}
+		defer tr.Close()
+		pe, ok := tr.(*deepgo.PipeEngine)
+		if !ok {
+			return fmt.Errorf("Initialize returned %T, want *deepgo.PipeEngine", tr)
+		}
+		d := cm.Rank() % c.dp // the grid is pipe × data, data fastest: a pipe's stages read the same batches
+		for step := range steps {
+			mbs := make([]model.MicroBatch, c.gas)
+			for i := range mbs {
+				k := ((step*c.dp+d)*c.gas + i) * micro
+				mbs[i] = corpus.MakeBatch([]int{k, k + 1}, seqLen).MicroBatch()
+			}
+			loss, err := pe.TrainBatch(ctx, mbs)
+			if err != nil {
+				return err
+			}
+			if step == steps-1 {
+				mu.Lock()
+				res.mem[cm.Rank()] = pe.Memory()
+				mu.Unlock()
+			}
+			if cm.Rank() == 0 {
+				res.losses = append(res.losses, loss)
+				res.scales = append(res.scales, pe.LossScale())
+				res.norms = append(res.norms, pe.GradNorm())
+			}
+		}
+		p, err := pe.Parameters(ctx)
+		if err != nil {
+			return err
+		}
+		if cm.Rank() == 0 {
+			res.params, res.skipped = p, pe.SkippedSteps()
+		}
+		return nil
+	})
+	return res, err
+}
+
+// pipeDevCases is the device tables' pipelines: 2 stages under 1F1B,
+// GPipe and the interleaved schedule, 2 stages × 2 data-parallel ranks,
+// gradient accumulation, fp32, bf16 and fp16 (a dynamic loss scale that
+// starts high enough to skip steps), and activation checkpointing.
+func pipeDevCases() []pipeDevCase {
+	return []pipeDevCase{
+		{pp: 2, dp: 1, gas: 4, sched: "1F1B", virtual: 1},
+		{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1},
+		{pp: 2, dp: 1, gas: 4, sched: "Interleaved", virtual: 2},
+		{pp: 2, dp: 1, gas: 2, sched: "GPipe", virtual: 1, prec: "bf16"},
+		{pp: 2, dp: 2, gas: 4, sched: "1F1B", virtual: 1, prec: "bf16", ckpt: true},
+		{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, prec: "fp16"},
+		{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1, offload: true},
+		{pp: 2, dp: 1, gas: 2, sched: "Interleaved", virtual: 2, prec: "bf16", offload: true},
+	}
+}
+
+// requirePipeTrained checks that a reference run exercised what the table
+// compares: finite falling losses, every parameter gathered (the tied wte
+// once), and at least one applied step whose gradient was clipped.
+func requirePipeTrained(t *testing.T, want *pipeDevResult) {
+	t.Helper()
+	for i, l := range want.losses {
+		require.False(t, math.IsNaN(l) || math.IsInf(l, 0), "loss of step %d is %v", i, l)
+	}
+	require.Less(t, want.losses[len(want.losses)-1], want.losses[0], "the loss falls: %v", want.losses)
+	require.Contains(t, want.params, "transformer.wte.weight", "the gathered parameters")
+	require.Greater(t, len(want.params), 10, "the gathered parameters: %d", len(want.params))
+	require.Greater(t, slicesMax(want.norms), pipeDevClip, "no step's gradient norm exceeded gradient_clipping: %v", want.norms)
+}
+
+func slicesMax(v []float64) float64 {
+	m := math.Inf(-1)
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
+}
+
+// TestPipelineOnDevice: the pipeline engine trains the GPT on the
+// simulated device (memory Go may not read, kernels queued on a stream,
+// the stages' transfers, the tied-weight and data-parallel reductions and
+// the agreements ordered after it), with and without randomized kernel
+// delays, bit-identical to the CPU backend: every loss, loss scale,
+// gradient norm, skipped step and final parameter; and each rank's engine
+// state lives in device memory, none in host memory. The first case also
+// runs through WithDevice over comm/local ranks (the engine makes the
+// device and wraps the comm).
+func TestPipelineOnDevice(t *testing.T) {
+	const steps = 5
+	for i, c := range pipeDevCases() {
+		t.Run(c.String(), func(t *testing.T) {
+			want, err := pipeDevRun(t, "", c, steps)
+			require.NoError(t, err, "cpu")
+			requirePipeTrained(t, want)
+			if c.prec == "fp16" {
+				require.Positive(t, want.skipped, "fp16: no step overflowed at the initial loss scale: %v", want.scales)
+			}
+			devs := []string{"sim", "sim+delay"}
+			if i == 0 {
+				devs = append(devs, "sim-option")
+			}
+			for _, dev := range devs {
+				got, err := pipeDevRun(t, dev, c, steps)
+				require.NoError(t, err, dev)
+				bitEqualRuns(t, &want.result, &got.result)
+				require.Len(t, got.norms, len(want.norms), "%s: gradient norms", dev)
+				for s := range want.norms {
+					require.Equal(t, math.Float64bits(want.norms[s]), math.Float64bits(got.norms[s]), "%s: gradient norm of step %d: want %v got %v", dev, s, want.norms[s], got.norms[s])
+				}
+				for r, mem := range got.mem {
+					require.Equal(t, tensor.Sim(r), mem.Device, "%s rank %d: Memory().Device", dev, r)
+					require.Positive(t, mem.DeviceBytes, "%s rank %d: device bytes", dev, r)
+					require.Positive(t, mem.OptimizerState, "%s rank %d: optimizer state", dev, r)
+					require.Positive(t, mem.ArenaPeak, "%s rank %d: the activations' arena", dev, r)
+					if c.offload {
+						// the masters and the optimizer state on the host, the step there
+						require.GreaterOrEqual(t, mem.HostBytes, mem.OptimizerState+mem.Master, "%s rank %d: host bytes hold the state and the masters", dev, r)
+						require.GreaterOrEqual(t, mem.DeviceBytes, mem.ParamBytes(), "%s rank %d: device bytes", dev, r)
+						continue
+					}
+					// the stage's state lived on its device, nothing in host memory
+					require.GreaterOrEqual(t, mem.DeviceBytes, mem.ParamBytes()+mem.Grads+mem.OptimizerState, "%s rank %d: device bytes", dev, r)
+					require.Zero(t, mem.HostBytes, "%s rank %d: host bytes of engine state", dev, r)
+				}
+			}
+			t.Logf("loss %.4f -> %.4f, %d skipped, bit-identical on %s", want.losses[0], want.losses[steps-1], want.skipped, strings.Join(devs, ", "))
+		})
+	}
+}
+
+// TestPipelineCheckpointOnDevice: a pipeline of 2 stages × 2 data-parallel
+// ranks (ZeRO-1, AdamW, a warmup schedule) saved after 2 steps on the
+// simulated device with kernel delays and resumed on it, on the CPU
+// backend, and saved on the CPU and resumed on the simulated device,
+// trains the next 2 steps with the losses of the uninterrupted CPU run and
+// ends with its parameters, bit for bit: a checkpoint does not depend on
+// where it was trained.
+func TestPipelineCheckpointOnDevice(t *testing.T) {
+	t.Parallel()
+	ref := &pipeCkptRun{pp: 2, dp: 2, zero: 1, from: 0, to: 4}
+	require.NoError(t, ref.run(t))
+	for _, dev := range [][2]string{{"sim+delay", "sim+delay"}, {"sim+delay", ""}, {"", "sim"}} {
+		t.Run(devName(dev[0])+"->"+devName(dev[1]), func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, (&pipeCkptRun{pp: 2, dp: 2, zero: 1, dev: dev[0], save: dir, from: 0, to: 2}).run(t), "save on %s", devName(dev[0]))
+			res := &pipeCkptRun{pp: 2, dp: 2, zero: 1, dev: dev[1], load: dir, from: 2, to: 4}
+			require.NoError(t, res.run(t), "resume on %s", devName(dev[1]))
+			for r := range ref.losses {
+				want, got := ref.losses[r][2:], res.losses[r]
+				require.Len(t, got, len(want), "rank %d: losses", r)
+				for i := range want {
+					require.Equal(t, math.Float64bits(want[i]), math.Float64bits(got[i]), "rank %d step %d: loss %v, uninterrupted %v", r, 2+i, got[i], want[i])
+				}
+			}
+			require.NotEmpty(t, ref.params)
+			require.NoError(t, bitEqual(ref.params, res.params), "parameters after the resumed steps")
+		})
+	}
+}
+
+// TestPipelineOnDeviceRefusesTP: tensor parallelism in a pipeline is not
+// supported on a device yet (the GPT's TP layers compute on the CPU
+// backend): Initialize says so, naming the device, whether the ranks'
+// comms are on the simulated device or WithDevice asks for it.
+func TestPipelineOnDeviceRefusesTP(t *testing.T) {
+	const pp, tp = 2, 2
+	cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "tensor_model_parallel_size": %d, "pipeline_model_parallel_size": %d,
+		"pipeline": {"partition": "uniform"}, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`, tp, pp)
+	for _, dev := range []string{"sim", "sim-option"} {
+		var mu sync.Mutex
+		errs := map[int]error{}
+		err := worldFor(dev)(context.Background(), pp*tp, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+			cfg, err := config.Parse([]byte(cfgJSON))
+			if err != nil {
+				return err
+			}
+			tc, err := deepgo.PipeTensorParallelGroup(ctx, c, pp, tp)
+			if err != nil {
+				return err
+			}
+			defer tc.Close()
+			g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8, TP: nn.TP{Comm: tc}}, nil, 1)
+			if err != nil {
+				return err
+			}
+			defer g.Free()
+			tr, err := deepgo.Initialize(ctx, cfg, g, append(opts, deepgo.WithTensorParallel(tc))...)
+			if err == nil {
+				tr.Close()
+			}
+			mu.Lock()
+			errs[c.Rank()] = err
+			mu.Unlock()
+			return nil
+		})
+		require.NoError(t, err, dev)
+		for r := range pp * tp {
+			require.ErrorContains(t, errs[r], fmt.Sprintf("tensor_model_parallel_size %d on %v: not supported yet (TP runs on the CPU backend)", tp, tensor.Sim(r)), "%s rank %d", dev, r)
+		}
+	}
+}
