@@ -6,6 +6,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/cuda"
 	"github.com/deepgo-ml/deepgo/internal/gputest"
+	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -65,6 +66,42 @@ func TestGPTOnCUDA(t *testing.T) {
 			got := gptRun(t, "cuda", c.world, c.stage, c.prec, 0, 50)
 			ld, pd := compareRuns(t, "cuda vs cpu", want, got, c.tol, 10*c.tol)
 			t.Logf("loss %.4f -> %.4f; cuda vs cpu: loss %.2e param %.2e", want.losses[0], want.losses[49], ld, pd)
+		})
+	}
+}
+
+// TestPipelineOnCUDA: TestPipelineOnDevice's pipelines (but fp16, whose
+// skipped steps hang on where the first gradient overflows) on GPU 0
+// (in-process ranks sharing it through host staging, the stages'
+// transfers included) against the CPU backend, within TestGPTOnCUDA's
+// bounds (cuBLAS sums in another order than the CPU's tiles), each rank's
+// engine state in GPU memory (with offload_optimizer, the masters and the
+// optimizer state in host memory).
+func TestPipelineOnCUDA(t *testing.T) {
+	needGPU(t)
+	const steps = 5
+	for _, c := range pipeDevCases() {
+		if c.prec == "fp16" {
+			continue
+		}
+		t.Run(c.String(), func(t *testing.T) {
+			want, err := pipeDevRun(t, "", c, steps)
+			require.NoError(t, err, "cpu")
+			got, err := pipeDevRun(t, "cuda", c, steps)
+			require.NoError(t, err, "cuda")
+			tol := map[string]float64{"": 1e-4, "bf16": 1e-2}[c.prec]
+			ld, pd := compareRuns(t, "cuda vs cpu", &want.result, &got.result, tol, 10*tol)
+			assert.Equal(t, want.skipped, got.skipped, "skipped steps")
+			for r, mem := range got.mem {
+				assert.Equal(t, tensor.CUDA(0), mem.Device, "rank %d: Memory().Device", r)
+				assert.Positive(t, mem.DeviceBytes, "rank %d: device bytes", r)
+				if c.offload {
+					assert.GreaterOrEqual(t, mem.HostBytes, mem.OptimizerState+mem.Master, "rank %d: host bytes hold the state and the masters", r)
+				} else {
+					assert.Zero(t, mem.HostBytes, "rank %d: host bytes of engine state", r)
+				}
+			}
+			t.Logf("loss %.4f -> %.4f; cuda vs cpu: loss %.2e param %.2e", want.losses[0], want.losses[steps-1], ld, pd)
 		})
 	}
 }
