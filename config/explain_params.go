@@ -80,7 +80,7 @@ var schedParamDocs = map[string]schedParam{
 		[][2]string{{"WarmupLR", "0"}, {"WarmupDecayLR", "0"}}},
 	keyWarmupMaxLR: {"the rate the warmup reaches",
 		[][2]string{{"WarmupLR", "the optimizer's lr"}, {"WarmupDecayLR", "0.001 (not the optimizer's lr, as in DeepSpeed)"}}},
-	keyWarmupNumSteps: {"the steps of the warmup (raised to 2 if below, as DeepSpeed does)",
+	keyWarmupNumSteps: {"the steps of the warmup (raised to 2 if below, as DeepSpeed does; 0, which DeepSpeed 0.19.8 refuses, is a warning)",
 		[][2]string{{"WarmupLR", "1000"}, {"WarmupDecayLR", "1000"}, {"WarmupCosineLR", "1000"}}},
 	keyWarmupType: {`"log" or "linear": the shape of the warmup (another string falls back to "log" with a warning)`,
 		[][2]string{{"WarmupLR", `"log"`}, {"WarmupDecayLR", `"log"`}, {"WarmupCosineLR", `"log"`}}},

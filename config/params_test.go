@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -152,5 +153,32 @@ func TestOptimizerParamsAllReported(t *testing.T) {
 			got = append(got, e.Path)
 		}
 		assert.Equal(t, want, got)
+	}
+}
+
+// warmup_num_steps 0 trains over 2 steps, as DeepSpeed before 0.19.8 did,
+// and says that 0.19.8 refuses it; 1 is raised to 2 without a word, as in
+// every release, and so is an unresolved "auto" read loosely.
+func TestWarmupZeroSteps(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		warn bool
+	}{{0.0, true}, {int64(0), true}, {1.0, false}, {5.0, false}} {
+		for _, typ := range []string{ScheduleWarmupLR, ScheduleWarmupDecayLR, ScheduleWarmupCosineLR} {
+			params := map[string]any{"warmup_num_steps": c.v}
+			if typ != ScheduleWarmupLR {
+				params["total_num_steps"] = 10.0
+			}
+			s, err := ParseScheduler(typ, params, []float64{1e-3}, true)
+			if !assert.NoError(t, err, "%s %v", typ, c.v) {
+				continue
+			}
+			got := fmt.Sprint(s.Warnings)
+			if c.warn {
+				assert.Contains(t, got, "DeepSpeed 0.19.8 refuses it", "%s %v", typ, c.v)
+			} else {
+				assert.NotContains(t, got, "warmup_num_steps", "%s %v", typ, c.v)
+			}
+		}
 	}
 }

@@ -112,7 +112,8 @@ const schedPrefix = "scheduler.params."
 // Parameters and defaults mirror DeepSpeed:
 //
 //   - WarmupLR: warmup_min_lr (0), warmup_max_lr (the optimizer's lr),
-//     warmup_num_steps (1000, an integer >= 0, raised to 2 if below),
+//     warmup_num_steps (1000, an integer >= 0, raised to 2 if below; 0,
+//     which DeepSpeed 0.19.8 refuses, with a warning),
 //     warmup_type ("log" or "linear"; anything else falls back to "log"
 //     with a warning).
 //   - WarmupDecayLR: as WarmupLR plus total_num_steps (required); its

@@ -282,13 +282,18 @@ func (r *paramReader) warmupType() (string, error) {
 }
 
 // warmupSteps reads warmup_num_steps: an integer >= 0 (default 1000),
-// raised to at least 2 as DeepSpeed does (so 0, which the Hugging Face
-// Trainer writes when it has no warmup, means 2). Negative values, which
-// DeepSpeed also raises, are refused: they are always a mistake.
+// raised to at least 2 as DeepSpeed does (1 is 2 there too). 0, which the
+// Hugging Face Trainer writes when it has no warmup, is a warning:
+// DeepSpeed 0.19.8 raises ValueError for it, earlier releases raised it to
+// 2 as deepgo still does, so the first two steps run at the schedule's
+// minimum. Negative values are refused.
 func (r *paramReader) warmupSteps() (int, error) {
-	n, _, err := r.integer(keyWarmupNumSteps, 1000)
+	n, given, err := r.integer(keyWarmupNumSteps, 1000)
 	if err == nil && n < 0 {
 		err = r.bad(keyWarmupNumSteps, r.params[keyWarmupNumSteps], "must be >= 0", "an integer >= 0")
+	}
+	if err == nil && given && n == 0 && !isAuto(r.params[keyWarmupNumSteps]) {
+		r.warn(keyWarmupNumSteps, "0: DeepSpeed 0.19.8 refuses it (ValueError: warmup_num_steps must be a positive integer); deepgo warms up over 2 steps, as earlier DeepSpeed releases did, so steps 1 and 2 run at the schedule's minimum rate")
 	}
 	return max(2, n), err
 }

@@ -71,7 +71,7 @@ func fillTrainerAutos(cfg *config.Config, a trainerArgs) []string {
 		}
 	}
 	if cfg.Scheduler != nil {
-		schedAuto := map[string]any{"warmup_min_lr": 0.0, "warmup_max_lr": a.lr, "warmup_num_steps": 0,
+		schedAuto := map[string]any{"warmup_min_lr": 0.0, "warmup_max_lr": a.lr, "warmup_num_steps": 2,
 			"total_num_steps": a.steps, "cycle_max_lr": a.lr}
 		fill(cfg.Scheduler.Params, "scheduler.params", schedAuto, note)
 	}
