@@ -125,7 +125,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	modelName := fs.String("model", "small", "model size: small or tiny")
 	ranks := fs.Int("ranks", 0, "in-process data-parallel ranks (0: what the config's batch triad implies, else 2)")
 	steps := fs.Int("steps", 0, "optimizer steps (0: the model's default)")
-	micro := fs.Int("micro-batch", 8, "micro-batch per rank, when the config leaves it absent or \"auto\"")
+	micro := fs.Int("micro-batch", 8, "micro-batch per rank, when the config leaves it absent or \"auto\" with no train_batch_size (given here: beside one too, the accumulation steps following); a config's own and another --micro-batch is an error")
 	lr := fs.Float64("lr", 1e-3, "learning rate, when the config has no optimizer, or its lr is \"auto\" (given here: absent or null too); a config's own lr and another --lr is an error")
 	fallback := fs.Bool("resume-fallback", false, "when the latest checkpoint is damaged, resume from the newest one that verifies (and say so)")
 	device := fs.String("device", "cpu", deviceFlagHelp)
@@ -139,10 +139,11 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 2
 	}
-	ranksGiven, lrGiven := false, false
+	ranksGiven, lrGiven, microGiven := false, false, false
 	fs.Visit(func(f *flag.Flag) {
 		ranksGiven = ranksGiven || f.Name == "ranks"
 		lrGiven = lrGiven || f.Name == "lr"
+		microGiven = microGiven || f.Name == "micro-batch"
 	})
 	job, err := launchedJob(ranksGiven, *backend, *device, os.Getenv)
 	if err == nil && job == nil && *backend != "" {
@@ -167,7 +168,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sig, interruptSignals...)
 	defer func() { signal.Stop(sig); close(sig) }()
 	go watchInterrupt(sig, progress, job.rank() == 0, stderr, os.Exit)
-	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, lr: *lr, lrGiven: lrGiven, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress}, stdout, stderr)
+	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, microGiven: microGiven, lr: *lr, lrGiven: lrGiven, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress}, stdout, stderr)
 	if err != nil && job != nil {
 		fmt.Fprintf(stderr, "deepgo train: rank %d: %v\n", job.rank(), err)
 		return 1
@@ -238,6 +239,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	if err := checkLRFlag(cfgPath, shape, targs); err != nil {
 		return nil, err
 	}
+	if err := checkMicroFlag(cfgPath, shape, targs); err != nil {
+		return nil, err
+	}
 	pp, virtual := pipeShape(shape)
 	tp := tpSize(shape)
 	sp := spSize(shape)
@@ -301,7 +305,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	gpipe := gcfg
 	gpipe.Layers = pipeLayers(gpipe.Layers, pp, virtual)
 	if err := checkMicroBatchMemory(shape, trainShape{gpt: gpipe, world: world, inProc: inProc, tp: tp, pp: pp, sp: sp,
-		device: deviceKind(dev0), flagMicro: targs.microBatch}, uint64(max(0, monitor.HostMemoryBytes()))); err != nil {
+		device: deviceKind(dev0), flagMicro: targs.microBatch, flagMicroGiven: targs.microGiven}, uint64(max(0, monitor.HostMemoryBytes()))); err != nil {
 		return nil, err
 	}
 	res := &trainResult{Steps: steps, Ranks: world, PeakMemory: make([]int64, world), Device: deviceKind(dev0)}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/deepgo-ml/deepgo/config"
@@ -12,6 +13,7 @@ import (
 // own arguments; deepgo train is the trainer here).
 type trainerArgs struct {
 	microBatch int
+	microGiven bool // --micro-batch was on the command line: it also fills a micro-batch a train_batch_size would fix
 	lr         float64
 	lrGiven    bool // --lr was on the command line: it also fills an lr absent or null
 	steps      int
@@ -30,11 +32,21 @@ func fillTrainerAutos(cfg *config.Config, a trainerArgs) []string {
 	var notes []string
 	note := func(path string, v any, why string) {
 		notes = append(notes, fmt.Sprintf("%s: %s; deepgo train uses %v", path, why, v))
+		// the config's warning that the key is unresolved no longer holds
+		cfg.Warnings = slices.DeleteFunc(cfg.Warnings, func(w config.Warning) bool { return w.Path == path })
 	}
-	if cfg.TrainMicroBatchSizePerGPU == nil && cfg.TrainBatchSize == nil {
+	switch {
+	case cfg.TrainMicroBatchSizePerGPU != nil:
+	case cfg.TrainBatchSize == nil:
 		mb := a.microBatch
 		cfg.TrainMicroBatchSizePerGPU = &mb
 		note("train_micro_batch_size_per_gpu", mb, "absent or \"auto\" (with train_batch_size)")
+	case a.microGiven:
+		// given on the command line it wins over the micro-batch
+		// train_batch_size would fix; the accumulation steps follow
+		mb := a.microBatch
+		cfg.TrainMicroBatchSizePerGPU = &mb
+		note("train_micro_batch_size_per_gpu", mb, "absent or \"auto\", and --micro-batch given")
 	}
 	if cfg.Optimizer == nil {
 		cfg.Optimizer = &config.Optimizer{Type: "AdamW", Params: map[string]any{"lr": a.lr}}
@@ -102,6 +114,16 @@ func checkLRFlag(cfgPath string, cfg *config.Config, a trainerArgs) error {
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// checkMicroFlag refuses a --micro-batch given on the command line beside
+// a config that sets another train_micro_batch_size_per_gpu, which would
+// otherwise train silently instead of it.
+func checkMicroFlag(cfgPath string, cfg *config.Config, a trainerArgs) error {
+	if m := cfg.TrainMicroBatchSizePerGPU; a.microGiven && m != nil && *m != a.microBatch {
+		return fmt.Errorf("--micro-batch %d: %s sets train_micro_batch_size_per_gpu %d; give one, or the same value in both (--micro-batch fills a micro-batch that is absent or \"auto\")", a.microBatch, cfgPath, *m)
 	}
 	return nil
 }

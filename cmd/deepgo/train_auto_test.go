@@ -30,6 +30,9 @@ func TestFillTrainerAutos(t *testing.T) {
 	joined := strings.Join(notes, "\n")
 	for _, want := range []string{"train_micro_batch_size_per_gpu", "optimizer.params.lr", "scheduler.params.warmup_max_lr"} {
 		assert.Contains(t, joined, want, "notes do not name it")
+		for _, w := range cfg.Warnings {
+			assert.NotEqual(t, want, w.Path, "the config's warning that %s is unresolved outlives its filling: %v", want, w)
+		}
 	}
 	// a config with no optimizer gets AdamW at the trainer's rate, and says so
 	cfg, _ = config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2}`))
@@ -130,6 +133,55 @@ func TestLRFlagSchedule(t *testing.T) {
 			fillTrainerAutos(cfg, a)
 			peak := map[string]string{"WarmupDecayLR": "warmup_max_lr", "WarmupLR": "warmup_max_lr", "OneCycle": "cycle_max_lr", "WarmupCosineLR": "warmup_max_lr"}[cfg.Scheduler.Type]
 			assert.Equal(t, c.wantPeak, cfg.Scheduler.Params[peak], "scheduler.params.%s", peak)
+		})
+	}
+}
+
+// TestMicroBatchFlag: a --micro-batch given on the command line fills a
+// micro-batch left absent or "auto" even beside a train_batch_size (which
+// would fix it otherwise; the accumulation steps follow), and is refused
+// beside a config's own different micro-batch. Not given, the config's
+// train_batch_size fixes it, as in DeepSpeed.
+func TestMicroBatchFlag(t *testing.T) {
+	for _, c := range []struct {
+		name, doc string
+		given     bool
+		wantMicro int // 0: left to Resolve
+		wantGAS   int // resolved over 2 ranks; 0: not checked
+		wantErr   string
+	}{
+		{"nothing, default", `{}`, false, 8, 1, ""},
+		{"tbs, auto micro, given", `{"train_batch_size": 16, "train_micro_batch_size_per_gpu": "auto"}`, true, 2, 4, ""},
+		{"tbs only, given", `{"train_batch_size": 16}`, true, 2, 4, ""},
+		{"tbs only, default", `{"train_batch_size": 16}`, false, 0, 1, ""},
+		{"same value", `{"train_micro_batch_size_per_gpu": 2}`, true, 2, 1, ""},
+		{"config's own", `{"train_micro_batch_size_per_gpu": 8}`, true, 8, 0, "--micro-batch 2: c.json sets train_micro_batch_size_per_gpu 8; give one"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(c.doc))
+			require.NoError(t, err)
+			a := trainerArgs{microBatch: 2, microGiven: c.given, lr: 1e-3}
+			if !c.given {
+				a.microBatch = 8
+			}
+			err = checkMicroFlag("c.json", cfg, a)
+			if c.wantErr != "" {
+				assert.ErrorContains(t, err, c.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			fillTrainerAutos(cfg, a)
+			if c.wantMicro == 0 {
+				assert.Nil(t, cfg.TrainMicroBatchSizePerGPU, "micro-batch")
+			} else if assert.NotNil(t, cfg.TrainMicroBatchSizePerGPU, "micro-batch") {
+				assert.Equal(t, c.wantMicro, *cfg.TrainMicroBatchSizePerGPU, "micro-batch")
+			}
+			if c.wantGAS > 0 {
+				b, err := cfg.Resolve(2, 1, 1, 1)
+				if assert.NoError(t, err) {
+					assert.Equal(t, c.wantGAS, b.GradAccum, "gradient accumulation over 2 ranks")
+				}
+			}
 		})
 	}
 }

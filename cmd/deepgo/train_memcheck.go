@@ -15,6 +15,9 @@ type trainShape struct {
 	tp, pp, sp int
 	device     string // cpu, sim or cuda: cpu and sim keep activations in host memory
 	flagMicro  int    // --micro-batch, for a config without a batch size
+	// flagMicroGiven: --micro-batch was on the command line, so it also
+	// fills a micro-batch train_batch_size would fix (fillTrainerAutos)
+	flagMicroGiven bool
 }
 
 // microBatchFrom is the micro-batch each rank trains on as the engine
@@ -26,7 +29,7 @@ func microBatchFrom(cfg *config.Config, s trainShape) (b config.BatchSizes, from
 	c := *cfg
 	from = "train_micro_batch_size_per_gpu"
 	switch {
-	case c.TrainMicroBatchSizePerGPU == nil && c.TrainBatchSize == nil:
+	case c.TrainMicroBatchSizePerGPU == nil && (c.TrainBatchSize == nil || s.flagMicroGiven):
 		mb := s.flagMicro
 		c.TrainMicroBatchSizePerGPU = &mb
 		from = "--micro-batch"
