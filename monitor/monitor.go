@@ -34,9 +34,9 @@ func WithFiniteCheck(every int, check FiniteCheck) Option {
 	}
 }
 
-// WithPrintEvery sets the print interval (wall_clock_breakdown lines and
-// target checks); the default is steps_per_print, or 50 when the config
-// leaves it unset, as deepgo train prints.
+// WithPrintEvery sets the interval of the target checks; the default is
+// steps_per_print, or 50 when the config leaves it unset, as deepgo train
+// prints. The wall_clock_breakdown lines come every step, as DeepSpeed's.
 func WithPrintEvery(n int) Option {
 	return func(m *Monitor) {
 		if n > 0 {
@@ -45,8 +45,8 @@ func WithPrintEvery(n int) Option {
 	}
 }
 
-// WithLog sets where rank 0 prints the wall_clock_breakdown lines and the
-// target warnings (default: nowhere).
+// WithLog sets where rank 0 prints the wall_clock_breakdown lines (one
+// per optimizer step) and the target warnings (default: nowhere).
 func WithLog(w io.Writer) Option { return func(m *Monitor) { m.log = w } }
 
 // WithWriter adds a writer rank 0 sends every step's events to (a
@@ -246,10 +246,12 @@ func (m *Monitor) Observe(ctx context.Context, r Record) error {
 	if nonfinite != nil {
 		m.warn(m.finite.check(r.Step, b2f(*nonfinite)))
 	}
+	if m.breakdown && m.log != nil {
+		// every optimizer step, as DeepSpeed logs its global timers at each
+		// accumulation boundary, whatever steps_per_print says
+		fmt.Fprintln(m.log, BreakdownLine(0, dt))
+	}
 	if r.Step%m.printEvery == 0 {
-		if m.breakdown && m.log != nil {
-			fmt.Fprintln(m.log, BreakdownLine(0, dt))
-		}
 		m.checkTargets(r)
 		m.win = window{}
 	}
