@@ -202,3 +202,20 @@ func TestReduceScalingKeys(t *testing.T) {
 		assert.False(t, warned(c, "gradient_predivide_factor", ""), "%s: warnings %v", j, c.Warnings)
 	}
 }
+
+// fp16 keys the loss scaler does not read are warnings: the dynamic ones
+// beside a static loss_scale, the hysteresis pair at ZeRO stage 0; set at
+// stage 1, or left to their defaults, nothing is said.
+func TestFP16UnusedKeys(t *testing.T) {
+	c := mustParse(t, `{"fp16":{"enabled":true,"hysteresis":4,"consecutive_hysteresis":true,"loss_scale_window":100},"zero_optimization":{"stage":0}}`)
+	assert.True(t, warned(c, "fp16.hysteresis", "no effect at ZeRO stage 0"), "warnings %v", c.Warnings)
+	assert.True(t, warned(c, "fp16.consecutive_hysteresis", "no effect at ZeRO stage 0"), "warnings %v", c.Warnings)
+	assert.False(t, warned(c, "fp16.loss_scale_window", ""), "warnings %v", c.Warnings)
+	c = mustParse(t, `{"fp16":{"enabled":true,"hysteresis":4},"zero_optimization":{"stage":1}}`)
+	assert.False(t, warned(c, "fp16.hysteresis", ""), "stage 1: warnings %v", c.Warnings)
+	c = mustParse(t, `{"fp16":{"enabled":true,"loss_scale":128,"initial_scale_power":12,"min_loss_scale":2},"zero_optimization":{"stage":2}}`)
+	assert.True(t, warned(c, "fp16.initial_scale_power", "static scale"), "warnings %v", c.Warnings)
+	assert.True(t, warned(c, "fp16.min_loss_scale", "static scale"), "warnings %v", c.Warnings)
+	c = mustParse(t, `{"fp16":{"enabled":true},"zero_optimization":{"stage":0}}`)
+	assert.Empty(t, c.Warnings, "defaults only")
+}

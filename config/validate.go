@@ -54,6 +54,7 @@ func (l *loader) crossCheck(c *Config) {
 		l.warn("zero_optimization.elastic_checkpoint", "not supported with stage 3; use universal checkpointing")
 	}
 	l.reduceScaling(c)
+	l.fp16Unused(c)
 	if c.GradientAllreduceOp == "sum" && z.Stage == 3 {
 		l.fail("gradient_allreduce_op", "sum", `"mean" with ZeRO stage 3`, "")
 	}
@@ -132,6 +133,27 @@ func (l *loader) crossCheck(c *Config) {
 // with all three batch keys given, train_batch_size = micro × accumulation
 // × data-parallel size needs train_batch_size to be a multiple of micro ×
 // accumulation (DeepSpeed asserts it once it knows the world).
+// fp16Unused warns of the fp16 keys a document sets that its loss scaler
+// does not read: with a static loss_scale none of the dynamic ones, and at
+// ZeRO stage 0 the hysteresis pair, which DeepSpeed's FP16_Optimizer
+// scaler (used without ZeRO) never takes: it halves the scale at every
+// overflow.
+func (l *loader) fp16Unused(c *Config) {
+	if !c.FP16.Enabled {
+		return
+	}
+	for _, k := range []string{"initial_scale_power", "loss_scale_window", "min_loss_scale", "hysteresis", "consecutive_hysteresis"} {
+		p := "fp16." + k
+		switch {
+		case !c.IsSet(p):
+		case c.FP16.LossScale != 0:
+			l.warn(p, "no effect: fp16.loss_scale %v is a static scale", c.FP16.LossScale)
+		case (k == "hysteresis" || k == "consecutive_hysteresis") && c.ZeroOptimization.Stage == 0:
+			l.warn(p, "no effect at ZeRO stage 0: its loss scaler (DeepSpeed's FP16_Optimizer) halves the scale at every overflow; hysteresis applies at stages 1-3")
+		}
+	}
+}
+
 // reduceScaling checks prescale_gradients and gradient_predivide_factor
 // against the ZeRO stage: with reduce_scatter (the default) ZeRO divides
 // each gradient by the data-parallel size before the sum and uses neither;
