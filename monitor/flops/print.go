@@ -87,7 +87,10 @@ func (r *Report) Write(w io.Writer, o Options) error {
 		"number of parameters (params), number of multiply-accumulate operations(MACs),\n" +
 		"number of floating-point operations (flops), floating-point operations per second (FLOPS),\n" +
 		"fwd latency (forward propagation latency), bwd latency (backward propagation latency),\n" +
-		"step (weights update latency), iter latency (sum of fwd, bwd and step latency)\n\n")
+		"step (weights update latency), iter latency (sum of fwd, bwd and step latency)\n")
+	// the one count that differs from DeepSpeed's on purpose (nn.Cost)
+	b.WriteString("deepgo: Attention MACs count the (query, key) pairs its causal or windowed mask keeps,\n" +
+		"about half of the T x T pairs DeepSpeed counts for scaled_dot_product_attention\n\n")
 	mp := max(r.ModelParallel, 1)
 	if r.World > 0 {
 		line("world size: ", r.World)
