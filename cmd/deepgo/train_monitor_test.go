@@ -160,7 +160,7 @@ func TestTrainMetricsEndpoint(t *testing.T) {
 	var out, errb lockedBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "400", "--metrics-addr", ":0"}, &out, &errb)
+		done <- run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "2000", "--metrics-addr", ":0"}, &out, &errb)
 	}()
 	re := regexp.MustCompile(`http://(\S+)/metrics`)
 	var addr string
@@ -188,8 +188,13 @@ func TestTrainMetricsEndpoint(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.Positive(t, first)
-	time.Sleep(200 * time.Millisecond)
+	// scrape again until the step moves: a fixed sleep let a fast machine
+	// finish the run (and close the endpoint) before the second scrape
 	second := step()
+	for second == first && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+		second = step()
+	}
 	assert.Greater(t, second, first, "deepgo_step advances between scrapes")
 	assert.Zero(t, <-done, errb.String())
 	t.Logf("deepgo_step %v then %v", first, second)
