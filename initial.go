@@ -11,18 +11,21 @@ import (
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-// donations checks the donated initial values before anything is copied
-// and returns their Params. A donated tensor must cover its whole storage
-// (freeing it frees the storage, so a view would take its neighbours
-// along), and no two may share one (the second would be read freed).
-func (e *Engine) donations() ([]donation, error) {
+// donations checks the donated initial values among an engine's params
+// before anything is copied and returns their Params. A donated tensor
+// must cover its whole storage (freeing it frees the storage, so a view
+// would take its neighbours along), and no two may share one (the second
+// would be read freed).
+func donations(params [][]*model.Param) ([]donation, error) {
 	owner := map[*tensor.Storage]string{}
+	seen := map[*model.Param]bool{} // a Param two modules share (a tied weight) is one donation
 	var out []donation
-	for _, ps := range e.params {
+	for _, ps := range params {
 		for _, p := range ps {
-			if !p.Donate || p.Data == nil { // a missing value is zero.New's error to report
+			if !p.Donate || p.Data == nil || seen[p] { // a missing value is zero.New's error to report
 				continue
 			}
+			seen[p] = true
 			name := p.Name
 			st := p.Data.Storage()
 			if p.Data.Offset() != 0 || p.Data.Bytes() != st.Bytes() {

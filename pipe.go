@@ -371,6 +371,17 @@ func (e *PipeEngine) setupOptimizer(ctx context.Context, o options) error {
 			specs[i].Params[j] = zero.ParamSpec{Name: p.Name, Shape: p.Shape}
 		}
 	}
+	// every donated initial value of the model, this stage's and the
+	// others' (this rank's engine is the one its copy of the model was
+	// handed to; the other stages' parameters are never copied here)
+	var all [][]*model.Param
+	for _, m := range e.net.Modules() {
+		all = append(all, m.Params())
+	}
+	donated, err := donations(all)
+	if err != nil {
+		return err
+	}
 	initial, free, err := e.tieWeights(ctx)
 	defer free()
 	if err != nil {
@@ -398,6 +409,11 @@ func (e *PipeEngine) setupOptimizer(ctx context.Context, o options) error {
 	zc.PinHost = e.hostBE != nil && e.cfg.ZeroOptimization.OffloadOptimizer.PinMemory
 	if e.z, err = zero.New(ctx, zc, e.data, e.be, e.opt, specs, initial); err != nil {
 		return fmt.Errorf("deepgo.Initialize: pipeline stage %d: %w", e.stage, err)
+	}
+	// donated initial values are copied now: the engine frees them, as the
+	// data-parallel engine does
+	if err := freeDonated(donated); err != nil {
+		return err
 	}
 	for m, ps := range e.params {
 		for j, p := range ps {

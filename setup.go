@@ -138,7 +138,7 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		}
 		e.notes = append(e.notes, warns...)
 	}
-	donated, err := e.donations()
+	donated, err := donations(e.params)
 	if err != nil {
 		return nil, err
 	}
