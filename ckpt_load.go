@@ -195,6 +195,15 @@ func planSmallState(ck *checkpoint.Checkpoint, plan *loadPlan, rank int, cfg *co
 				where, kind(ec.Scaler.Dynamic), ec.Scaler.CurScale, kind(plan.scaler.Dynamic()), plan.scaler.State().CurScale))
 		}
 	}
+	if saved, now := ec.OptimizerType, z.Base().Kind().String(); !opts.SkipOptimizerStates && len(ec.OptimizerState) > 0 && saved != "" && saved != now {
+		// the state names matched (stateNames), so the moments load, but
+		// they were another optimizer's (DeepSpeed loads them as silently)
+		plan.res.Notes = append(plan.res.Notes, fmt.Sprintf("%s: optimizer state %v saved by %s, loaded into this engine's %s, as its config says", where, ec.OptimizerState, saved, now))
+	}
+	if ec.Schedule != nil && !sched && !opts.ModuleOnly && !opts.SkipLRSchedulerStates {
+		plan.res.Notes = append(plan.res.Notes, fmt.Sprintf("%s: the checkpoint's lr schedule %s (at iteration %d) was not restored: this config has no scheduler, so the rate is the optimizer's lr from the config (DeepSpeed would keep the rate the checkpoint's optimizer had)",
+			where, ec.Schedule.Type, ec.Schedule.LastBatchIteration))
+	}
 	if saved, now := ec.ModelDType, z.Config().ModelDType.String(); saved != "" && saved != now {
 		plan.res.Notes = append(plan.res.Notes, fmt.Sprintf("%s: saved training in %s, loaded into an engine training in %s: the working parameters are re-cast from the float32 master weights", where, saved, now))
 	}

@@ -481,3 +481,47 @@ func TestCheckpointPrecisionChangeNotes(t *testing.T) {
 	assert.Contains(t, res.Notes[0], "was not restored: this engine's is static (scale 1)")
 	assert.Contains(t, res.Notes[1], "saved training in float16, loaded into an engine training in bfloat16: the working parameters are re-cast")
 }
+
+// TestCheckpointOptimizerAndScheduleChangeNotes: a checkpoint saved with
+// AdamW and a WarmupLR schedule loads into a Lamb engine (whose moments
+// have the same names) and into an engine without a scheduler; the Load
+// says whose moments were loaded and that the schedule was not restored.
+// The same config has no notes.
+func TestCheckpointOptimizerAndScheduleChangeNotes(t *testing.T) {
+	ctx := context.Background()
+	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	engine := func(opt, sched string) *deepgo.Engine {
+		doc := strings.Replace(run{stage: 1, world: 1, gas: 1}.config(), `"optimizer": {"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}}`,
+			`"optimizer": {"type": "`+opt+`", "params": {"lr": 0.002}}`+sched, 1)
+		cfg, err := config.Parse([]byte(doc))
+		require.NoError(t, err)
+		e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), deepgo.WithLog(discard{}))
+		require.NoError(t, err)
+		t.Cleanup(func() { e.Close() })
+		return e
+	}
+	const warmup = `, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}`
+	dir := t.TempDir()
+	src := engine("AdamW", warmup)
+	for st := 0; st < 2; st++ {
+		_, err := src.TrainBatch(ctx, data.RankBatch(st, globalBatch, 1, 0, 1))
+		require.NoError(t, err)
+	}
+	require.NoError(t, src.Save(ctx, dir, deepgo.SaveOptions{}))
+
+	res, err := engine("AdamW", warmup).Load(ctx, dir, deepgo.LoadOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, res.Notes, "same config")
+
+	res, err = engine("Lamb", warmup).Load(ctx, dir, deepgo.LoadOptions{})
+	require.NoError(t, err)
+	if assert.Len(t, res.Notes, 1, "%q", res.Notes) {
+		assert.Contains(t, res.Notes[0], "saved by adam, loaded into this engine's lamb")
+	}
+
+	res, err = engine("AdamW", "").Load(ctx, dir, deepgo.LoadOptions{})
+	require.NoError(t, err)
+	if assert.Len(t, res.Notes, 1, "%q", res.Notes) {
+		assert.Contains(t, res.Notes[0], "the checkpoint's lr schedule WarmupLR (at iteration 1) was not restored: this config has no scheduler")
+	}
+}
