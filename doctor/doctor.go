@@ -20,6 +20,9 @@ const (
 	SpikeRatio = 1.3
 	// SpikeWindow is how many earlier steps that median covers.
 	SpikeWindow = 20
+	// SpikeMinHistory is how many earlier finite losses a step needs
+	// before it can count as a spike: the first ones have no median yet.
+	SpikeMinHistory = 5
 	// StormRate is the share of steps (after the scaler's first
 	// calibration) skipped for overflow that makes a storm, where DeepSpeed's
 	// dynamic scaler expects one per loss_scale_window (1000) steps.

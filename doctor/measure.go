@@ -159,12 +159,13 @@ type spike struct {
 }
 
 // lossSpikes finds the steps whose loss is not finite or is SpikeRatio times
-// the median of up to SpikeWindow finite losses before it (at least 5).
+// the median of up to SpikeWindow finite losses before it (at least
+// SpikeMinHistory).
 func lossSpikes(s *rundir.Series) []spike {
 	var out []spike
 	var window []float64
 	for i, v := range s.Values {
-		if len(window) >= 5 {
+		if len(window) >= SpikeMinHistory {
 			m := median(window)
 			if !finite(v) || m > 0 && v > SpikeRatio*m {
 				out = append(out, spike{step: s.Steps[i], loss: v, median: m})

@@ -19,7 +19,7 @@ func checkSpikes(in Input) (string, *Finding) {
 		return NotMeasured + ": no " + rundir.TagLoss, nil
 	}
 	spikes := lossSpikes(loss)
-	checked := fmt.Sprintf("%d loss spikes in %d steps (a spike: > %.1fx the median of up to %d steps before, or not finite)", len(spikes), loss.Len(), SpikeRatio, SpikeWindow)
+	checked := fmt.Sprintf("%d loss spikes in %d steps (a spike: > %.1fx the median of up to %d steps before, or not finite; a step needs %d finite losses before it)", len(spikes), loss.Len(), SpikeRatio, SpikeWindow, SpikeMinHistory)
 	if len(spikes) == 0 {
 		return checked, nil
 	}
