@@ -33,6 +33,7 @@ type Engine struct {
 	index    map[string]int
 	hashes   map[int64]string
 	c        comm.Comm
+	wrapped  comm.Comm    // c, when deviceComm wrapped the trainer's comm for the device: Close releases it
 	tp       comm.Comm    // tensor-parallel group (WithTensorParallel), nil without
 	world    *local.World // owned world of one, when no comm was given
 	be       backend.Backend
@@ -550,6 +551,10 @@ func (e *Engine) Close() error {
 	if e.world != nil {
 		errs = append(errs, e.world.Close())
 		e.world = nil
+	}
+	if e.wrapped != nil {
+		errs = append(errs, releaseWrapper(e.wrapped))
+		e.wrapped = nil
 	}
 	return errors.Join(errs...)
 }

@@ -50,10 +50,13 @@ type PipeEngine struct {
 	ownBE  bool            // be was made here: Close closes it
 	hostBE backend.Backend // offload_optimizer.device "cpu" or "nvme" on a device: the host backend the optimizer steps on
 	world  comm.Comm       // pipe × data (× model under TP)
-	pipe   comm.Comm       // this data (and model) coordinate's stages, group rank = stage
-	data   comm.Comm       // this stage's data-parallel group
-	tp     comm.Comm       // WithTensorParallel's group (pipe_tp.go), nil without TP
-	grid   *comm.Grid
+	// wrapped is world when deviceCommFor wrapped the trainer's comm for
+	// the device: Close releases its buffers (the comm is the trainer's)
+	wrapped comm.Comm
+	pipe    comm.Comm // this data (and model) coordinate's stages, group rank = stage
+	data    comm.Comm // this stage's data-parallel group
+	tp      comm.Comm // WithTensorParallel's group (pipe_tp.go), nil without TP
+	grid    *comm.Grid
 
 	stage, stages, virtual int
 	sched                  pipeline.Schedule
@@ -209,9 +212,14 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		}
 		// the transfers between stages, the reductions and agreements move
 		// the device's memory, in its stream order
-		if e.world, err = deviceCommFor(e.be, e.world); err != nil {
+		w, err := deviceCommFor(e.be, e.world)
+		if err != nil {
 			return nil, err
 		}
+		if w != e.world {
+			e.wrapped = w
+		}
+		e.world = w
 	}
 	// without WithLog the world's rank 0 logs the config's warnings, as the
 	// data-parallel engine does
@@ -537,6 +545,10 @@ func (e *PipeEngine) Close() error {
 		errs = append(errs, c.Close())
 	}
 	e.closers = nil
+	if e.wrapped != nil {
+		errs = append(errs, releaseWrapper(e.wrapped))
+		e.wrapped = nil
+	}
 	if e.ownBE {
 		errs = append(errs, e.be.Close())
 		e.ownBE = false

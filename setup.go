@@ -176,7 +176,20 @@ func (e *Engine) deviceComm() error {
 	if err != nil {
 		return err
 	}
+	if c != e.c {
+		e.wrapped = c
+	}
 	e.c = c
+	return nil
+}
+
+// releaseWrapper frees what a comm wrapper deviceCommFor made keeps (its
+// staging buffers, comm/staged's Release); the comm it wraps is the
+// trainer's, so the wrapper is not closed.
+func releaseWrapper(w comm.Comm) error {
+	if r, ok := w.(interface{ Release() error }); ok {
+		return r.Release()
+	}
 	return nil
 }
 

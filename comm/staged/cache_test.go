@@ -64,3 +64,24 @@ func TestBuffersBackendAndSplit(t *testing.T) {
 	assert.Equal(t, 0, staged.CachedBuffers(c))
 	assert.ErrorIs(t, c.AllReduce(ctx, x, comm.Sum), comm.ErrClosed)
 }
+
+// TestRelease: Release frees the kept buffers and leaves the inner comm
+// open; the wrapper still works, keeping no buffer between calls.
+func TestRelease(t *testing.T) {
+	w, err := local.NewWorld(1, local.Options{Timeout: testTimeout})
+	require.NoError(t, err)
+	defer w.Close()
+	be := newSim(t, 0)
+	c := staged.New(w.Comm(0), be)
+	ctx := context.Background()
+	x, err := be.Empty(tensor.Float32, m)
+	require.NoError(t, err)
+	defer x.Free()
+	require.NoError(t, c.AllReduce(ctx, x, comm.Sum))
+	assert.Equal(t, 1, staged.CachedBuffers(c))
+	require.NoError(t, c.Release())
+	assert.Equal(t, 0, staged.CachedBuffers(c))
+	require.NoError(t, c.AllReduce(ctx, x, comm.Sum), "after Release")
+	assert.Equal(t, 0, staged.CachedBuffers(c), "nothing kept after Release")
+	require.NoError(t, w.Comm(0).Barrier(ctx), "the inner comm stays open")
+}

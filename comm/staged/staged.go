@@ -61,6 +61,16 @@ func New(inner comm.Comm, be backend.Backend) *Comm {
 // Backend is the backend whose device's memory this comm moves.
 func (c *Comm) Backend() backend.Backend { return c.be }
 
+// Release frees the staging buffers kept between calls and leaves the
+// inner handle open: for the owner of this wrapper who does not own the
+// comm it wraps (an engine wrapping its trainer's comm). Later calls
+// still work, each freeing its buffers when done. No call may be in
+// flight.
+func (c *Comm) Release() error {
+	c.cache.close()
+	return nil
+}
+
 // Close frees the staging buffers and closes the inner handle. No call
 // may be in flight.
 func (c *Comm) Close() error {
