@@ -57,7 +57,7 @@ func worldFor(dev string) func(ctx context.Context, n int, fn func(ctx context.C
 	switch dev {
 	case "sim":
 		opts.MaxDelay = -1 // no delays even when DEEPGO_SIM_DELAY is set
-	case "sim+delay":
+	case "sim+delay", "sim+delay+device":
 		opts.MaxDelay = simDelay
 	default:
 		panic("unknown test device " + dev)
@@ -72,7 +72,14 @@ func worldFor(dev string) func(ctx context.Context, n int, fn func(ctx context.C
 		for r := range n {
 			g.Go(func() error {
 				c := w.Comm(r)
-				return fn(ctx, c, []deepgo.Option{deepgo.WithComm(c)})
+				o := []deepgo.Option{deepgo.WithComm(c)}
+				if dev == "sim+delay+device" {
+					// WithDevice beside a sim world's comm on that device:
+					// the engine must compute on the comm's backend (its
+					// stream orders the collectives), not a second one
+					o = append(o, deepgo.WithDevice(tensor.Sim(r)))
+				}
+				return fn(ctx, c, o)
 			})
 		}
 		return g.Wait()
@@ -297,4 +304,25 @@ func TestEngineMonitorFromConfig(t *testing.T) {
 		require.NotNil(t, nf, "%s: %s", devName(dev), monitor.TagNonfinite)
 		assert.Equal(t, []float64{0, 0}, nf.Values, "%s: NaN/Inf checks at steps 2 and 4", devName(dev))
 	}
+}
+
+// TestSimWorldWithDevice: a sim world's comm given with WithDevice for the
+// same device trains bit-identical to the CPU in both engines. (It once
+// made a second backend for the device, whose kernels the comm's
+// collectives were not ordered after: random wrong gradients.)
+func TestSimWorldWithDevice(t *testing.T) {
+	r := run{stage: 2, world: 2, gas: 2, steps: 6}
+	want, err := train(t, r)
+	require.NoError(t, err)
+	r.dev = "sim+delay+device"
+	got, err := train(t, r)
+	require.NoError(t, err)
+	bitEqualRuns(t, want, got)
+
+	c := pipeDevCase{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1}
+	pwant, err := pipeDevRun(t, "", c, 3)
+	require.NoError(t, err)
+	pgot, err := pipeDevRun(t, "sim+delay+device", c, 3)
+	require.NoError(t, err)
+	bitEqualRuns(t, &pwant.result, &pgot.result)
 }

@@ -184,12 +184,10 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	}()
 	if o.backend == nil && o.device != nil && !o.device.IsCPU() {
 		// WithDevice: the device's backend, as the data-parallel engine
-		// makes it (WithBackend wins)
-		b, err := newDeviceBackend(*o.device, max(1, runtime.GOMAXPROCS(0)/o.comm.Size()))
-		if err != nil {
-			return nil, fmt.Errorf("deepgo.Initialize: device %v: %w", *o.device, err)
+		// finds or makes it (WithBackend wins)
+		if e.be, e.ownBE, err = deviceBackend(*o.device, o.comm); err != nil {
+			return nil, err
 		}
-		e.be, e.ownBE = b, true
 	}
 	if e.be == nil {
 		if bc, ok := o.comm.(interface{ Backend() backend.Backend }); ok {

@@ -54,11 +54,10 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	}
 	n := e.c.Size()
 	if e.be == nil && o.device != nil && !o.device.IsCPU() {
-		b, err := newDeviceBackend(*o.device, max(1, runtime.GOMAXPROCS(0)/n))
-		if err != nil {
-			return nil, fmt.Errorf("deepgo.Initialize: device %v: %w", *o.device, err)
+		var err error
+		if e.be, e.ownBE, err = deviceBackend(*o.device, e.c); err != nil {
+			return nil, err
 		}
-		e.be, e.ownBE = b, true
 	}
 	if e.be == nil {
 		if bc, ok := e.c.(interface{ Backend() backend.Backend }); ok {
@@ -203,7 +202,9 @@ func deviceCommFor(be backend.Backend, c comm.Comm) (comm.Comm, error) {
 	if dev.IsCPU() {
 		return c, nil
 	}
-	if bc, ok := c.(interface{ Backend() backend.Backend }); ok && bc.Backend() != nil && bc.Backend().Device() == dev {
+	if bc, ok := c.(interface{ Backend() backend.Backend }); ok && bc.Backend() == be {
+		// ordered on this backend's stream; another backend on the same
+		// device has a stream of its own, so its comm is wrapped below
 		return c, nil
 	}
 	if dc, ok := c.(interface{ Device() tensor.Device }); ok && dc.Device() == dev {
@@ -218,6 +219,22 @@ func deviceCommFor(be backend.Backend, c comm.Comm) (comm.Comm, error) {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
 	return w, nil
+}
+
+// deviceBackend is the backend WithDevice(dev) computes on: the comm's
+// own when the comm is bound to dev (a sim world's rank), since a second
+// backend there would run the engine's kernels on another stream than the
+// one the comm orders its collectives after; else a new one (own), with
+// this rank's share of the machine's threads.
+func deviceBackend(dev tensor.Device, c comm.Comm) (be backend.Backend, own bool, err error) {
+	if bc, ok := c.(interface{ Backend() backend.Backend }); ok && bc.Backend() != nil && bc.Backend().Device() == dev {
+		return bc.Backend(), false, nil
+	}
+	be, err = newDeviceBackend(dev, max(1, runtime.GOMAXPROCS(0)/c.Size()))
+	if err != nil {
+		return nil, false, fmt.Errorf("deepgo.Initialize: device %v: %w", dev, err)
+	}
+	return be, true, nil
 }
 
 // newDeviceBackend makes the backend of a device: the simulated device's
