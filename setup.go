@@ -202,9 +202,9 @@ func deviceCommFor(be backend.Backend, c comm.Comm) (comm.Comm, error) {
 	if dev.IsCPU() {
 		return c, nil
 	}
-	if bc, ok := c.(interface{ Backend() backend.Backend }); ok && bc.Backend() == be {
-		// ordered on this backend's stream; another backend on the same
-		// device has a stream of its own, so its comm is wrapped below
+	if bc, ok := c.(interface{ Backend() backend.Backend }); ok && bc.Backend() != nil && bc.Backend().Device() == dev {
+		// bound to this device: the engine's backend is that comm's (see
+		// deviceBackend), or wraps it (a trainer's decorated backend)
 		return c, nil
 	}
 	if dc, ok := c.(interface{ Device() tensor.Device }); ok && dc.Device() == dev {
