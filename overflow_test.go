@@ -166,11 +166,11 @@ func TestDSLossScalesGolden(t *testing.T) {
 // hysteresis 1, so each run halves it until the gradients fit.
 func TestOverflowThresholdAcrossWorlds(t *testing.T) {
 	const steps, micro = 16, 4
-	scales := func(stage, world int) ([]float64, int) {
+	scales := func(stage, world int, zextra, extra string) ([]float64, int) {
 		cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": 1,
 			"optimizer": {"type": "AdamW", "params": {"lr": 0.002}},
 			"fp16": {"enabled": true, "initial_scale_power": 20, "hysteresis": 1},
-			"zero_optimization": {"stage": %d, "reduce_bucket_size": 100}}`, micro, stage)
+			"zero_optimization": {"stage": %d, "reduce_bucket_size": 100%s}%s}`, micro, stage, zextra, extra)
 		data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 		var got []float64
 		skipped := 0
@@ -205,8 +205,8 @@ func TestOverflowThresholdAcrossWorlds(t *testing.T) {
 	}
 	for stage := range 4 {
 		t.Run(fmt.Sprintf("stage%d", stage), func(t *testing.T) {
-			one, skipOne := scales(stage, 1)
-			four, skipFour := scales(stage, 4)
+			one, skipOne := scales(stage, 1, "", "")
+			four, skipFour := scales(stage, 4, "", "")
 			require.Positive(t, skipOne, "the scale must start too high to test anything: %v", one)
 			require.Less(t, skipOne, steps/2, "most steps must train: %v", one)
 			if stage == 0 {
@@ -216,6 +216,22 @@ func TestOverflowThresholdAcrossWorlds(t *testing.T) {
 			assert.Equal(t, one, four, "loss scales, 1 rank vs 4 on the same batch")
 			assert.Equal(t, skipOne, skipFour, "skipped steps, 1 rank vs 4")
 			t.Logf("stage %d: %d skipped, scale %g on 1 and 4 ranks", stage, skipOne, one[steps-1])
+		})
+	}
+	// at stage 0 with fp32 communication the sum is divided in fp32
+	// before the cast back to fp16 (DeepSpeed's allreduce_bucket does the
+	// same), so nothing overflows that one rank does not (with reduce_scatter
+	// off stage 2 divides after the sum too, in the communication dtype)
+	const fp32comm = `, "communication_data_type": "fp32"`
+	for _, c := range []struct {
+		stage  int
+		zextra string
+	}{{0, ""}, {2, `, "reduce_scatter": false`}} {
+		t.Run(fmt.Sprintf("stage%d-fp32comm", c.stage), func(t *testing.T) {
+			one, skipOne := scales(c.stage, 1, c.zextra, fp32comm)
+			four, skipFour := scales(c.stage, 4, c.zextra, fp32comm)
+			assert.Equal(t, one, four, "loss scales, 1 rank vs 4 on the same batch")
+			assert.Equal(t, skipOne, skipFour, "skipped steps, 1 rank vs 4")
 		})
 	}
 }

@@ -115,10 +115,19 @@ func (z *Optimizer) recycle(p pendingReduce) {
 	z.buckets.put(p.buf)
 }
 
-// accumulate does dst += alpha*src, casting src to dst's dtype first.
+// accumulate does dst += alpha*src, casting src to dst's dtype: alpha
+// scales src in its own dtype first (src is a scratch buffer the caller
+// drops), so a reduced sum is divided before a cast to a narrower dtype
+// could overflow it.
 func (z *Optimizer) accumulate(dst, src *tensor.Tensor, alpha float32) error {
 	if src.DType() == dst.DType() {
 		return z.be.Axpy(alpha, []*tensor.Tensor{src}, []*tensor.Tensor{dst})
+	}
+	if alpha != 1 {
+		if err := z.be.Scale([]*tensor.Tensor{src}, alpha); err != nil {
+			return err
+		}
+		alpha = 1
 	}
 	tmp, err := z.buckets.get(dst.DType(), src.Numel())
 	if err != nil {
@@ -193,15 +202,21 @@ func (z *Optimizer) reduceBoundary(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// the division after the sum happens in the communication dtype,
+		// before the cast back, as DeepSpeed's does: an fp32 sum of fp16
+		// gradients may exceed fp16's range where the average does not
+		if z.post != 1 {
+			if err := z.be.Scale([]*tensor.Tensor{cOwn}, z.post); err != nil {
+				if c != acc {
+					z.buckets.put(c)
+				}
+				return err
+			}
+		}
 		if c != acc {
 			err = z.be.Cast([]*tensor.Tensor{aOwn}, []*tensor.Tensor{cOwn})
 			z.buckets.put(c)
 			if err != nil {
-				return err
-			}
-		}
-		if z.post != 1 {
-			if err := z.be.Scale([]*tensor.Tensor{aOwn}, z.post); err != nil {
 				return err
 			}
 		}
