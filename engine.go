@@ -26,27 +26,28 @@ import (
 // Engine trains one data-parallel rank of a Model. Its methods must be
 // called from one goroutine.
 type Engine struct {
-	cfg      *config.Config
-	model    model.Model
-	mods     []model.Module
-	params   [][]*model.Param
-	index    map[string]int
-	hashes   map[int64]string
-	c        comm.Comm
-	wrapped  comm.Comm    // c, when deviceComm wrapped the trainer's comm for the device: Close releases it
-	tp       comm.Comm    // tensor-parallel group (WithTensorParallel), nil without
-	world    *local.World // owned world of one, when no comm was given
-	be       backend.Backend
-	ownBE    bool
-	hostBE   backend.Backend // offload_optimizer.device "cpu" on a device: the host backend the optimizer steps on
-	opt      optim.Optimizer
-	ownOpt   bool
-	z        *zero.Optimizer
-	scaler   optim.LossScaler
-	sched    optim.Schedule
-	batch    config.BatchSizes
-	clip     float64
-	checkSeq bool
+	cfg       *config.Config
+	model     model.Model
+	mods      []model.Module
+	params    [][]*model.Param
+	index     map[string]int
+	hashes    map[int64]string
+	c         comm.Comm
+	wrapped   comm.Comm    // c, when deviceComm wrapped the trainer's comm for the device: Close releases it
+	lrAtClose float64      // LR when Close ran (the optimizer is gone)
+	tp        comm.Comm    // tensor-parallel group (WithTensorParallel), nil without
+	world     *local.World // owned world of one, when no comm was given
+	be        backend.Backend
+	ownBE     bool
+	hostBE    backend.Backend // offload_optimizer.device "cpu" on a device: the host backend the optimizer steps on
+	opt       optim.Optimizer
+	ownOpt    bool
+	z         *zero.Optimizer
+	scaler    optim.LossScaler
+	sched     optim.Schedule
+	batch     config.BatchSizes
+	clip      float64
+	checkSeq  bool
 
 	seq      []int
 	gradOut  model.Activation
@@ -446,8 +447,11 @@ func (e *Engine) allMean(ctx context.Context, v float64) (float64, error) {
 // warmup schedules that is their minimum, usually 0, before the first step
 // (see Trainer.LR).
 func (e *Engine) LR() float64 {
-	if e.sched != nil {
+	switch {
+	case e.sched != nil:
 		return e.sched.LR()[0]
+	case e.opt == nil: // closed
+		return e.lrAtClose
 	}
 	return e.opt.Defaults().LR
 }
@@ -539,6 +543,7 @@ func (e *Engine) Close() error {
 		errs = append(errs, e.saver.Close())
 		e.saver = nil
 	}
+	e.lrAtClose = e.LR() // LR stays answerable without the optimizer
 	errs = append(errs, closeOptimizer(&e.z, &e.opt, e.ownOpt))
 	if e.hostBE != nil {
 		errs = append(errs, e.hostBE.Close())

@@ -212,6 +212,7 @@ func TestUseAfterClose(t *testing.T) {
 	require.ErrorContains(t, err, "closed")
 	require.ErrorContains(t, e.Step(ctx), "closed")
 	assert.NotPanics(t, func() { _ = e.Memory(); _ = e.Timers(); _ = e.Stage3Stats() })
+	assert.NotPanics(t, func() { assert.Positive(t, e.LR(), "LR after Close (no scheduler)") })
 }
 
 // One model object given to two ranks would have both write its Params.

@@ -52,11 +52,12 @@ type PipeEngine struct {
 	world  comm.Comm       // pipe × data (× model under TP)
 	// wrapped is world when deviceCommFor wrapped the trainer's comm for
 	// the device: Close releases its buffers (the comm is the trainer's)
-	wrapped comm.Comm
-	pipe    comm.Comm // this data (and model) coordinate's stages, group rank = stage
-	data    comm.Comm // this stage's data-parallel group
-	tp      comm.Comm // WithTensorParallel's group (pipe_tp.go), nil without TP
-	grid    *comm.Grid
+	wrapped   comm.Comm
+	lrAtClose float64   // LR when Close ran (the optimizer is gone)
+	pipe      comm.Comm // this data (and model) coordinate's stages, group rank = stage
+	data      comm.Comm // this stage's data-parallel group
+	tp        comm.Comm // WithTensorParallel's group (pipe_tp.go), nil without TP
+	grid      *comm.Grid
 
 	stage, stages, virtual int
 	sched                  pipeline.Schedule
@@ -534,6 +535,7 @@ func (e *PipeEngine) Close() error {
 		}
 	}
 	e.parts = nil
+	e.lrAtClose = e.LR() // LR stays answerable without the optimizer
 	errs = append(errs, closeOptimizer(&e.z, &e.opt, e.ownOpt))
 	if e.hostBE != nil {
 		errs = append(errs, e.hostBE.Close())

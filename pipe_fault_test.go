@@ -346,6 +346,7 @@ func TestPipelineEngineNotSupported(t *testing.T) {
 				assert.ErrorContains(t, err, name+": the Trainer is closed", "%s", name)
 			}
 			assert.NotPanics(t, func() { _, _ = tr.Memory(), tr.Timers() })
+			assert.NotPanics(t, func() { assert.Equal(t, 0.1, tr.LR(), "LR after Close") })
 			return nil
 		})
 	})
@@ -378,9 +379,12 @@ func TestPipelineFailedBatchRefusesMore(t *testing.T) {
 		first      func(stage int) []model.MicroBatch // the batch that fails
 		failsOnce  bool                               // stage 1's third module forward errs, once
 		thenRefuse bool
+		wantErr    string // in the first batch's error, when set
 	}{
 		{name: "a stage fails mid-batch", first: func(int) []model.MicroBatch { return batch(4) }, failsOnce: true, thenRefuse: true},
 		{name: "schedules disagree", first: func(stage int) []model.MicroBatch { return batch(4 + 4*stage) }},
+		{name: "every stage short of micro-batches", first: func(int) []model.MicroBatch { return batch(3) },
+			wantErr: "was handed 3 micro-batches, gradient_accumulation_steps is 4"},
 		{name: "a stage's micro-batch has the wrong size", first: func(stage int) []model.MicroBatch {
 			mbs := batch(4)
 			if stage == 1 {
@@ -403,6 +407,8 @@ func TestPipelineFailedBatchRefusesMore(t *testing.T) {
 					start := time.Now()
 					if _, err := tr.TrainBatch(ctx, tc.first(c.Rank())); err == nil {
 						return fmt.Errorf("stage %d: the first batch did not fail", c.Rank())
+					} else if tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr) {
+						return fmt.Errorf("stage %d: the first batch: want an error saying %q, got %v", c.Rank(), tc.wantErr, err)
 					} else if d := time.Since(start); !tc.thenRefuse && d > timeout/2 {
 						return fmt.Errorf("stage %d: a batch refused before it began failed after %v: %v", c.Rank(), d, err)
 					}

@@ -182,8 +182,14 @@ func (e *PipeEngine) agreeSchedule(ctx context.Context, n int, sizesOK bool) err
 		}
 	}
 	for i := 0; i < len(vals); i += 2 {
+		if r, v := i/2, vals[i]; v < 0 {
+			return fmt.Errorf("deepgo: pipeline: stage %d (rank %d) was handed %d micro-batches, gradient_accumulation_steps is %d (TrainBatch takes exactly that many); no stage started the batch",
+				e.grid.CoordOf(r, comm.AxisPipe), r, -v, e.batch.GradAccum)
+		}
+	}
+	for i := 0; i < len(vals); i += 2 {
 		r, v := i/2, vals[i]
-		if v != vals[0] || v < 0 {
+		if v != vals[0] {
 			return fmt.Errorf("deepgo: pipeline: ranks disagree on the schedule: stage %d (rank %d) has %d micro-batches, stage %d (rank %d) has %d micro-batches (this rank's gradient_accumulation_steps is %d)",
 				e.grid.CoordOf(0, comm.AxisPipe), 0, abs64(vals[0]), e.grid.CoordOf(r, comm.AxisPipe), r, abs64(v), e.batch.GradAccum)
 		}

@@ -241,8 +241,11 @@ func (e *PipeEngine) GradNorm() float64 { return e.gradNorm }
 
 // LR is the learning rate the next optimizer step uses (see Trainer.LR).
 func (e *PipeEngine) LR() float64 {
-	if e.lrs != nil {
+	switch {
+	case e.lrs != nil:
 		return e.lrs.LR()[0]
+	case e.opt == nil: // closed
+		return e.lrAtClose
 	}
 	return e.opt.Defaults().LR
 }
