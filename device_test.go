@@ -326,3 +326,14 @@ func TestSimWorldWithDevice(t *testing.T) {
 	require.NoError(t, err)
 	bitEqualRuns(t, &pwant.result, &pgot.result)
 }
+
+// TestDeviceOptionFollowsRankThreads: WithDevice makes the device's
+// backend with the thread count of the rank's CPU pool (comm/local's
+// Options.Threads, 1 here), so a one-rank GPT run on sim gives the CPU's
+// bits on any machine; it once took GOMAXPROCS threads, whose blocking
+// changed the last bits.
+func TestDeviceOptionFollowsRankThreads(t *testing.T) {
+	want := gptRun(t, "", 1, 2, "", 0, 4)
+	got := gptRun(t, "sim-option", 1, 2, "", 0, 4)
+	bitEqualRuns(t, want, got)
+}

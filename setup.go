@@ -225,12 +225,22 @@ func deviceCommFor(be backend.Backend, c comm.Comm) (comm.Comm, error) {
 // own when the comm is bound to dev (a sim world's rank), since a second
 // backend there would run the engine's kernels on another stream than the
 // one the comm orders its collectives after; else a new one (own), with
-// this rank's share of the machine's threads.
+// the thread count of the comm's CPU pool (comm/local's Options.Threads),
+// or this rank's share of the machine's threads.
 func deviceBackend(dev tensor.Device, c comm.Comm) (be backend.Backend, own bool, err error) {
-	if bc, ok := c.(interface{ Backend() backend.Backend }); ok && bc.Backend() != nil && bc.Backend().Device() == dev {
-		return bc.Backend(), false, nil
+	threads := max(1, runtime.GOMAXPROCS(0)/c.Size())
+	if bc, ok := c.(interface{ Backend() backend.Backend }); ok && bc.Backend() != nil {
+		if bc.Backend().Device() == dev {
+			return bc.Backend(), false, nil
+		}
+		// a comm/local or comm/mpi rank's CPU pool: its thread count is
+		// the one place the trainer set it (and the CPU kernels' blocking
+		// follows it, so the device computes the CPU's bits)
+		if t, ok := bc.Backend().(interface{ Threads() int }); ok && t.Threads() > 0 {
+			threads = t.Threads()
+		}
 	}
-	be, err = newDeviceBackend(dev, max(1, runtime.GOMAXPROCS(0)/c.Size()))
+	be, err = newDeviceBackend(dev, threads)
 	if err != nil {
 		return nil, false, fmt.Errorf("deepgo.Initialize: device %v: %w", dev, err)
 	}
