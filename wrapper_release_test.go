@@ -57,7 +57,7 @@ func TestEngineReleasesItsCommWrapper(t *testing.T) {
 					return err
 				}
 				defer sb.Close()
-				var m model.Model = testmodel.NewMLP(1, sizes...)
+				var m model.Model
 				if c.name == "pipeline" {
 					g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: 32, SeqLen: 16}, nil, 1)
 					if err != nil {
@@ -65,6 +65,8 @@ func TestEngineReleasesItsCommWrapper(t *testing.T) {
 					}
 					defer g.Free()
 					m = g
+				} else {
+					m = testmodel.NewMLP(1, sizes...) // its donated values are the engine's to free
 				}
 				tr, err := deepgo.Initialize(ctx, cfg, m, append(opts, deepgo.WithBackend(stagingSim{sb, &released}))...)
 				if err != nil {
