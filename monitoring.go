@@ -160,15 +160,19 @@ func batchTokens(data []model.MicroBatch) int64 {
 }
 
 // closeMonitor flushes the monitor's files and ends the telemetry.
-func (e *Engine) closeMonitor() error {
+func (e *Engine) closeMonitor() error { return closeMonitors(&e.mon, &e.gpu) }
+
+// closeMonitors is both engines' closeMonitor: it closes the monitor and
+// the GPU telemetry an engine holds, clearing both.
+func closeMonitors(mon **monitor.Monitor, t **gpu.Telemetry) error {
 	var errs []error
-	if e.mon != nil {
-		errs = append(errs, e.mon.Close())
-		e.mon = nil
+	if *mon != nil {
+		errs = append(errs, (*mon).Close())
+		*mon = nil
 	}
-	if e.gpu != nil {
-		errs = append(errs, e.gpu.Close())
-		e.gpu = nil
+	if *t != nil {
+		errs = append(errs, (*t).Close())
+		*t = nil
 	}
 	return errors.Join(errs...)
 }

@@ -211,14 +211,9 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		}
 		// the transfers between stages, the reductions and agreements move
 		// the device's memory, in its stream order
-		w, err := deviceCommFor(e.be, e.world)
-		if err != nil {
+		if err := useDeviceComm(e.be, &e.world, &e.wrapped); err != nil {
 			return nil, err
 		}
-		if w != e.world {
-			e.wrapped = w
-		}
-		e.world = w
 	}
 	// without WithLog the world's rank 0 logs the config's warnings, as the
 	// data-parallel engine does

@@ -12,7 +12,6 @@ package deepgo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -96,15 +95,4 @@ func (e *PipeEngine) observe(ctx context.Context, loss float64, took time.Durati
 
 // closeMonitor writes out and closes the monitor's files and ends the
 // telemetry.
-func (e *PipeEngine) closeMonitor() error {
-	var errs []error
-	if e.mon != nil {
-		errs = append(errs, e.mon.Close())
-		e.mon = nil
-	}
-	if e.gpu != nil {
-		errs = append(errs, e.gpu.Close())
-		e.gpu = nil
-	}
-	return errors.Join(errs...)
-}
+func (e *PipeEngine) closeMonitor() error { return closeMonitors(&e.mon, &e.gpu) }

@@ -170,15 +170,20 @@ type DeviceComm interface {
 
 // deviceComm checks that the engine's comm can move its backend's memory
 // (deviceCommFor) and takes the comm to use.
-func (e *Engine) deviceComm() error {
-	c, err := deviceCommFor(e.be, e.c)
+func (e *Engine) deviceComm() error { return useDeviceComm(e.be, &e.c, &e.wrapped) }
+
+// useDeviceComm replaces *c by deviceCommFor's comm for be and, when that
+// is a wrapper made here, records it in *wrapped for releaseWrapper at
+// Close (both engines).
+func useDeviceComm(be backend.Backend, c, wrapped *comm.Comm) error {
+	w, err := deviceCommFor(be, *c)
 	if err != nil {
 		return err
 	}
-	if c != e.c {
-		e.wrapped = c
+	if w != *c {
+		*wrapped = w
 	}
-	e.c = c
+	*c = w
 	return nil
 }
 

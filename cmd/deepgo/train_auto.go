@@ -35,53 +35,29 @@ func fillTrainerAutos(cfg *config.Config, a trainerArgs) []string {
 		// the config's warning that the key is unresolved no longer holds
 		cfg.Warnings = slices.DeleteFunc(cfg.Warnings, func(w config.Warning) bool { return w.Path == path })
 	}
-	switch {
-	case cfg.TrainMicroBatchSizePerGPU != nil:
-	case cfg.TrainBatchSize == nil:
-		mb := a.microBatch
-		cfg.TrainMicroBatchSizePerGPU = &mb
-		note("train_micro_batch_size_per_gpu", mb, "absent or \"auto\" (with train_batch_size)")
-	case a.microGiven:
-		// given on the command line it wins over the micro-batch
+	if cfg.TrainMicroBatchSizePerGPU == nil && (cfg.TrainBatchSize == nil || a.microGiven) {
+		// given on the command line it also wins over the micro-batch
 		// train_batch_size would fix; the accumulation steps follow
+		why := "absent or \"auto\" (with train_batch_size)"
+		if cfg.TrainBatchSize != nil {
+			why = "absent or \"auto\", and --micro-batch given"
+		}
 		mb := a.microBatch
 		cfg.TrainMicroBatchSizePerGPU = &mb
-		note("train_micro_batch_size_per_gpu", mb, "absent or \"auto\", and --micro-batch given")
+		note("train_micro_batch_size_per_gpu", mb, why)
 	}
 	if cfg.Optimizer == nil {
 		cfg.Optimizer = &config.Optimizer{Type: "AdamW", Params: map[string]any{"lr": a.lr}}
 		note("optimizer", fmt.Sprintf("AdamW with lr %g", a.lr), "absent (Megatron-style configs build their own)")
 	}
 	if a.lrGiven {
-		if v, ok := cfg.Optimizer.Params["lr"]; !ok || v == nil {
-			why := "absent"
-			if ok {
-				why = "null"
-			}
-			if cfg.Optimizer.Params == nil {
-				cfg.Optimizer.Params = map[string]any{}
-			}
-			cfg.Optimizer.Params["lr"] = a.lr
-			note("optimizer.params.lr", a.lr, why+", and --lr given")
+		fillFromLRFlag(&cfg.Optimizer.Params, "optimizer.params", "lr", a.lr, note)
+		if s := cfg.Scheduler; s != nil && schedulePeakKey[s.Type] != "" {
+			fillFromLRFlag(&s.Params, "scheduler.params", schedulePeakKey[s.Type], a.lr, note)
 		}
 	}
 	optAuto := map[string]any{"lr": a.lr, "weight_decay": 0.0, "betas": []any{0.9, 0.999}, "eps": 1e-8}
 	fill(cfg.Optimizer.Params, "optimizer.params", optAuto, note)
-	if s := cfg.Scheduler; s != nil && a.lrGiven {
-		if key := schedulePeakKey[s.Type]; key != "" {
-			if v, ok := s.Params[key]; !ok || v == nil {
-				why := "absent"
-				if ok {
-					why = "null"
-				}
-				if s.Params == nil {
-					s.Params = map[string]any{}
-				}
-				s.Params[key] = a.lr
-				note("scheduler.params."+key, a.lr, why+", and --lr given")
-			}
-		}
-	}
 	if cfg.Scheduler != nil {
 		schedAuto := map[string]any{"warmup_min_lr": 0.0, "warmup_max_lr": a.lr, "warmup_num_steps": 2,
 			"total_num_steps": a.steps, "cycle_max_lr": a.lr}
@@ -153,6 +129,24 @@ func lrValues(v any) []float64 {
 		return out
 	}
 	return nil
+}
+
+// fillFromLRFlag sets (*params)[key] to --lr's value v when the key is
+// absent or null, and notes it under path.
+func fillFromLRFlag(params *map[string]any, path, key string, v any, note func(string, any, string)) {
+	old, ok := (*params)[key]
+	if ok && old != nil {
+		return
+	}
+	why := "absent"
+	if ok {
+		why = "null"
+	}
+	if *params == nil {
+		*params = map[string]any{}
+	}
+	(*params)[key] = v
+	note(path+"."+key, v, why+", and --lr given")
 }
 
 // fill replaces "auto" values of params that have a trainer default.
