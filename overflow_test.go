@@ -166,7 +166,7 @@ func TestDSLossScalesGolden(t *testing.T) {
 // hysteresis 1, so each run halves it until the gradients fit.
 func TestOverflowThresholdAcrossWorlds(t *testing.T) {
 	const steps, micro = 16, 4
-	scales := func(stage, world int, zextra, extra string) ([]float64, int) {
+	scales := func(dev string, stage, world int, zextra, extra string) ([]float64, int) {
 		cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": 1,
 			"optimizer": {"type": "AdamW", "params": {"lr": 0.002}},
 			"fp16": {"enabled": true, "initial_scale_power": 20, "hysteresis": 1},
@@ -174,7 +174,7 @@ func TestOverflowThresholdAcrossWorlds(t *testing.T) {
 		data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 		var got []float64
 		skipped := 0
-		err := newWorld(context.Background(), world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+		err := worldFor(dev)(context.Background(), world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
 			cfg, err := config.Parse([]byte(cfgJSON))
 			if err != nil {
 				return err
@@ -205,8 +205,8 @@ func TestOverflowThresholdAcrossWorlds(t *testing.T) {
 	}
 	for stage := range 4 {
 		t.Run(fmt.Sprintf("stage%d", stage), func(t *testing.T) {
-			one, skipOne := scales(stage, 1, "", "")
-			four, skipFour := scales(stage, 4, "", "")
+			one, skipOne := scales("", stage, 1, "", "")
+			four, skipFour := scales("", stage, 4, "", "")
 			require.Positive(t, skipOne, "the scale must start too high to test anything: %v", one)
 			require.Less(t, skipOne, steps/2, "most steps must train: %v", one)
 			if stage == 0 {
@@ -228,10 +228,14 @@ func TestOverflowThresholdAcrossWorlds(t *testing.T) {
 		zextra string
 	}{{0, ""}, {2, `, "reduce_scatter": false`}} {
 		t.Run(fmt.Sprintf("stage%d-fp32comm", c.stage), func(t *testing.T) {
-			one, skipOne := scales(c.stage, 1, c.zextra, fp32comm)
-			four, skipFour := scales(c.stage, 4, c.zextra, fp32comm)
-			assert.Equal(t, one, four, "loss scales, 1 rank vs 4 on the same batch")
-			assert.Equal(t, skipOne, skipFour, "skipped steps, 1 rank vs 4")
+			one, skipOne := scales("", c.stage, 1, c.zextra, fp32comm)
+			// the 4 ranks also on the simulated device: the scale before the
+			// cast runs in its stream order
+			for _, dev := range []string{"", "sim+delay"} {
+				four, skipFour := scales(dev, c.stage, 4, c.zextra, fp32comm)
+				assert.Equal(t, one, four, "%s: loss scales, 1 rank vs 4 on the same batch", devName(dev))
+				assert.Equal(t, skipOne, skipFour, "%s: skipped steps, 1 rank vs 4", devName(dev))
+			}
 		})
 	}
 }
