@@ -60,6 +60,23 @@ func (d DType) IsFloat() bool { return d == Float32 || d == Float16 || d == BFlo
 // IsHalf reports whether d is a 16-bit float type.
 func (d DType) IsHalf() bool { return d == Float16 || d == BFloat16 }
 
+// MarshalText writes the dtype's torch name ("bfloat16"), so JSON and
+// other text encodings of a struct holding one (zero.Memory, a comm call
+// record) say what it is rather than a number. An invalid dtype writes
+// "dtype(N)", as String does, so a report never fails on one; reading it
+// back is an error.
+func (d DType) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText reads any spelling ParseDType accepts.
+func (d *DType) UnmarshalText(b []byte) error {
+	v, err := ParseDType(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
 // ParseDType accepts torch names and the spellings DeepSpeed configs use
 // ("fp16", "bf16", "fp32", "half", "bfloat16", "torch.float16", ...).
 func ParseDType(s string) (DType, error) {

@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"encoding/json"
 	"testing"
 	"unsafe"
 
@@ -140,4 +141,26 @@ func TestWrapStorageKeepsOwnership(t *testing.T) {
 	require.NoError(t, w.Free())
 	raw, _ := x.RawBytes()
 	require.Len(t, raw, 64, "owner storage affected")
+}
+
+func TestDTypeJSON(t *testing.T) {
+	type rec struct {
+		D DType `json:"d"`
+	}
+	for _, d := range []DType{Float32, Float16, BFloat16, Int32, Int64, Uint8, Bool, Float64} {
+		b, err := json.Marshal(rec{d})
+		require.NoError(t, err)
+		assert.Equal(t, `{"d":"`+d.String()+`"}`, string(b))
+		var back rec
+		require.NoError(t, json.Unmarshal(b, &back))
+		assert.Equal(t, d, back.D)
+	}
+	var r rec
+	require.NoError(t, json.Unmarshal([]byte(`{"d":"bf16"}`), &r))
+	assert.Equal(t, BFloat16, r.D)
+	assert.ErrorContains(t, json.Unmarshal([]byte(`{"d":"fp8"}`), &r), `"fp8"`)
+	b, err := json.Marshal(rec{DType(200)})
+	require.NoError(t, err)
+	assert.Equal(t, `{"d":"dtype(200)"}`, string(b))
+	assert.ErrorContains(t, json.Unmarshal(b, &r), `"dtype(200)"`)
 }
