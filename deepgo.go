@@ -9,11 +9,23 @@
 //	}
 //
 // Initialize chooses the engine from the config: the data-parallel ZeRO
-// Engine today (a pipeline engine will implement Trainer too). The Engine
-// wires config → backend → comm group → ZeRO (package zero) → optimizer →
-// loss scaler → LR schedule. Every data-parallel rank runs its own Trainer
-// over its own comm.Comm (in one process: one goroutine per rank over
-// comm/local).
+// Engine (stages 0-3, CPU and NVMe offload), or the pipeline engine
+// (PipeEngine) when the config asks for pipeline stages. Both implement
+// Trainer. The Engine wires config → backend → comm group → ZeRO (package
+// zero) → optimizer → loss scaler → LR schedule. Every data-parallel rank
+// runs its own Trainer over its own comm.Comm (in one process: one
+// goroutine per rank over comm/local; across processes the comm of
+// deepgo launch, over Gloo or MPI).
+//
+// Where the math runs is an option: the CPU backend by default, a device
+// with WithDevice or WithBackend (the simulated device of package sim, or
+// CUDA under the cuda build tag), or the device a DeviceComm is bound to.
+// Tensor and sequence parallelism take their groups as options
+// (WithTensorParallel with TensorParallelGroups or PipeTensorParallelGroup;
+// WithSequenceParallel with SequenceParallelGroups). Save and Load write
+// and read crash-safe sharded checkpoints in DeepSpeed's layout; the
+// config's monitor sections (csv_monitor, tensorboard, wall_clock_breakdown,
+// flops_profiler, comms_logger) write what DeepSpeed's do.
 //
 // A model (package model) is an ordered list of Modules with named
 // parameters and explicit Forward and Backward, so that the engine can
