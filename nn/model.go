@@ -54,8 +54,10 @@ func (g *GPT) Modules() []model.Module {
 }
 
 // compute returns the backend a module call runs on: the one ctx carries,
-// else UseBackend's; it must offer the nn kernels (backend.NN) and compute
-// in host memory, where the model copies tokens and clears its scratch.
+// else UseBackend's; it must offer the nn kernels (backend.NN), and on a
+// device the TP and SP groups must move that device's memory
+// (checkGroupComm). The call's backend is recorded in the groups' state
+// for the host staging of tp_device.go.
 func (g *GPT) compute(ctx context.Context) (backend.Backend, backend.NN, error) {
 	be, ok := backend.FromContext(ctx)
 	if !ok {
@@ -66,19 +68,20 @@ func (g *GPT) compute(ctx context.Context) (backend.Backend, backend.NN, error) 
 	}
 	k, ok := be.(backend.NN)
 	if ok && g.tp != nil {
-		if !be.Device().IsCPU() {
-			return nil, nil, fmt.Errorf("nn.GPT: tensor parallelism on %v: %w yet (the CPU backend only)", be.Device(), backend.ErrUnsupported)
+		if err := checkGroupComm("tensor parallelism", g.tp.c, be); err != nil {
+			return nil, nil, err
 		}
-		g.tp.ctx = ctx
+		g.tp.ctx, g.tp.be = ctx, be
 		if len(g.Blocks) > 0 && g.Blocks[0].tp != nil {
-			g.Blocks[0].tp.ctx = ctx // a pipeline part's blocks share the whole model's TP state
+			// a pipeline part's blocks share the whole model's TP state
+			g.Blocks[0].tp.ctx, g.Blocks[0].tp.be = ctx, be
 		}
 	}
 	if ok && g.sp != nil {
-		if !be.Device().IsCPU() {
-			return nil, nil, fmt.Errorf("nn.GPT: sequence parallelism on %v: %w yet (the CPU backend only)", be.Device(), backend.ErrUnsupported)
+		if err := checkGroupComm("sequence parallelism", g.sp.c, be); err != nil {
+			return nil, nil, err
 		}
-		g.sp.ctx = ctx
+		g.sp.ctx, g.sp.be = ctx, be
 	}
 	if !ok {
 		return nil, nil, fmt.Errorf("nn.GPT: backend %s offers no nn kernels (backend.NN): %w yet", be.Name(), backend.ErrUnsupported)

@@ -18,6 +18,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
@@ -55,36 +56,37 @@ type tpState struct {
 	// which rows' tokens it holds (see tpTokens)
 	tokens *tensor.Tensor
 	held   []bool
-	// seq is TP.SequenceParallel; seqBuf and lnGrad are its host buffers:
-	// the collectives' permutation and a LayerNorm's gradient sum
+	// seq is TP.SequenceParallel; seqBuf and lnGrad are its buffers (on
+	// the backend's device): the collectives' permutation and a
+	// LayerNorm's gradient sum
 	seq            bool
 	seqBuf, lnGrad *tensor.Tensor
+	// be is the module call's backend; on a device, devTokens is tokens
+	// copied there and hostF, hostI the host buffers the per-row loops
+	// read (see tp_device.go)
+	be                      backend.Backend
+	devTokens, hostF, hostI *tensor.Tensor
 }
 
-// free releases the remapped token buffer.
+// free releases the remapped token buffer and the scratch buffers.
 func (s *tpState) free() {
 	if s == nil {
 		return
 	}
-	for _, t := range []**tensor.Tensor{&s.tokens, &s.seqBuf, &s.lnGrad} {
-		if *t != nil {
-			(*t).Free()
-			*t = nil
-		}
-	}
+	freeAll(&s.tokens, &s.seqBuf, &s.lnGrad, &s.devTokens, &s.hostF, &s.hostI)
 	s.held = nil
 }
 
-// bufferBytes is the size of the sequence-parallel host buffers (scratch:
-// used only inside one module call).
+// bufferBytes is the size of the scratch buffers (used only inside one
+// module call).
 func (s *tpState) bufferBytes() int64 {
 	if s == nil {
 		return 0
 	}
 	var n int64
-	for _, t := range []*tensor.Tensor{s.seqBuf, s.lnGrad} {
+	for _, t := range []*tensor.Tensor{s.seqBuf, s.lnGrad, s.hostF, s.hostI} {
 		if t != nil {
-			n += int64(t.Numel()) * 4
+			n += int64(t.Bytes())
 		}
 	}
 	return n

@@ -19,9 +19,11 @@ package nn
 //
 // The gathered LayerNorm outputs stay as the column-parallel linears'
 // saved inputs (Megatron re-gathers them in backward instead, trading a
-// collective for [N, C] of memory per LayerNorm). A sequence on the host
-// is [B, T, C] row-major and the collectives move rank-major chunks
-// [n][B][T/n][C], so both directions pass through one permutation buffer.
+// collective for [N, C] of memory per LayerNorm). A sequence is
+// [B, T, C] row-major and the collectives move rank-major chunks
+// [n][B][T/n][C], so both directions pass through one permutation buffer,
+// on the backend's device: on the CPU the host loop below permutes it, on
+// a device one Copy per chunk of T/n rows does (seqPermuteOn).
 
 import (
 	"fmt"
@@ -57,21 +59,36 @@ func (s *tpState) checkSeqLen(t int) error {
 	return nil
 }
 
-// hostBuf returns the group's float32 buffer *p of at least n elements,
-// reallocating it when smaller.
-func hostBuf(p **tensor.Tensor, n int) (*tensor.Tensor, error) {
-	if *p != nil && (*p).Numel() >= n {
-		return *p, nil
+// buf returns the group's float32 buffer *p of at least n elements on
+// the module call's device, reallocating it when smaller or elsewhere.
+func (s *tpState) buf(p **tensor.Tensor, n int) (*tensor.Tensor, error) {
+	return scratchOn(s.be, p, tensor.Float32, n)
+}
+
+// seqPermuteOn is seqPermute for tensors on a device: each chunk of t/n
+// rows is one contiguous run on both sides, moved by the backend's Copy.
+func seqPermuteOn(be backend.Backend, full, parts *tensor.Tensor, b, t, n, w int, toFull bool) error {
+	tl := t / n
+	for r := 0; r < n; r++ {
+		for i := 0; i < b; i++ {
+			p, err := parts.Slice((r*b+i)*tl*w, tl*w)
+			if err != nil {
+				return err
+			}
+			f, err := full.Slice((i*t+r*tl)*w, tl*w)
+			if err != nil {
+				return err
+			}
+			dst, src := p, f
+			if toFull {
+				dst, src = f, p
+			}
+			if err := be.Copy(dst, src); err != nil {
+				return fmt.Errorf("nn: sequence-parallel permutation: %w", err)
+			}
+		}
 	}
-	if *p != nil {
-		(*p).Free()
-	}
-	t, err := tensor.Empty(tensor.Float32, n)
-	if err != nil {
-		return nil, err
-	}
-	*p = t
-	return t, nil
+	return nil
 }
 
 // seqPermute moves a [b, t, w] sequence batch between full and the
@@ -92,10 +109,10 @@ func seqPermute(full, parts []float32, b, t, n, w int, toFull bool) {
 }
 
 // gatherSeq all-gathers every rank's sequence shard local[b·t/n, w] into
-// full[b·t, w] (host memory).
+// full[b·t, w].
 func (s *tpState) gatherSeq(full, local *tensor.Tensor, b, t, w int) error {
 	n, rows := s.c.Size(), b*t
-	buf, err := hostBuf(&s.seqBuf, rows*w)
+	buf, err := s.buf(&s.seqBuf, rows*w)
 	if err != nil {
 		return err
 	}
@@ -110,6 +127,9 @@ func (s *tpState) gatherSeq(full, local *tensor.Tensor, b, t, w int) error {
 	if err := s.c.AllGather(s.context(), dst, src); err != nil {
 		return fmt.Errorf("nn: sequence-parallel all-gather: %w", err)
 	}
+	if onDevice(s.be) {
+		return seqPermuteOn(s.be, full, dst, b, t, n, w, true)
+	}
 	f, err := full.Float32s()
 	if err != nil {
 		return err
@@ -120,10 +140,10 @@ func (s *tpState) gatherSeq(full, local *tensor.Tensor, b, t, w int) error {
 }
 
 // scatterSeq sums full[b·t, w] over the group and leaves this rank's
-// sequence shard of the sum in local[b·t/n, w] (host memory).
+// sequence shard of the sum in local[b·t/n, w].
 func (s *tpState) scatterSeq(local, full *tensor.Tensor, b, t, w int) error {
 	n, rows := s.c.Size(), b*t
-	buf, err := hostBuf(&s.seqBuf, rows*w)
+	buf, err := s.buf(&s.seqBuf, rows*w)
 	if err != nil {
 		return err
 	}
@@ -131,12 +151,18 @@ func (s *tpState) scatterSeq(local, full *tensor.Tensor, b, t, w int) error {
 	if err != nil {
 		return err
 	}
-	f, err := full.Float32s()
-	if err != nil {
-		return err
+	if onDevice(s.be) {
+		if err := seqPermuteOn(s.be, full, src, b, t, n, w, false); err != nil {
+			return err
+		}
+	} else {
+		f, err := full.Float32s()
+		if err != nil {
+			return err
+		}
+		p, _ := src.Float32s()
+		seqPermute(f, p, b, t, n, w, false)
 	}
-	p, _ := src.Float32s()
-	seqPermute(f, p, b, t, n, w, false)
 	dst, err := local.Slice(0, rows/n*w)
 	if err != nil {
 		return err
@@ -159,7 +185,7 @@ func (s *tpState) lnBackward(be backend.NN, l *LayerNorm, din, dout, in, mean, r
 	if err := needF32(op, dev, "din", din, n*l.Width, "dout", dout, n*l.Width, "mean", mean, n, "rstd", rstd, n, "in", in, n*l.Width); err != nil {
 		return err
 	}
-	buf, err := hostBuf(&s.lnGrad, 2*l.Width)
+	buf, err := s.buf(&s.lnGrad, 2*l.Width)
 	if err != nil {
 		return err
 	}
@@ -174,7 +200,7 @@ func (s *tpState) lnBackward(be backend.NN, l *LayerNorm, din, dout, in, mean, r
 	if err := s.allReduce(buf, 2*l.Width, comm.Sum); err != nil {
 		return err
 	}
-	// TP runs on the CPU backend (GPT.compute), whose kernels also offer Axpy
+	// the kernels come from a backend.Backend (GPT.compute), which has Axpy
 	ax, ok := be.(interface {
 		Axpy(alpha float32, xs, ys []*tensor.Tensor) error
 	})

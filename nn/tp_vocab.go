@@ -6,8 +6,9 @@ package nn
 // and its position row arrive once. The tied head computes only its
 // logits slice, and the cross-entropy combines the slices through three
 // all-reduces of per-row scalars (max, sum of exponentials, target logit),
-// never gathering the [N, V] logits. Activations are float32 host memory
-// (TP runs on the CPU backend), which the per-row loops here read directly.
+// never gathering the [N, V] logits. The per-row loops read float32 host
+// memory: the activations themselves on the CPU backend, host copies of
+// them on a device (staged through the backend's Copy, tp_device.go).
 
 import (
 	"fmt"
@@ -48,13 +49,40 @@ func (g *GPT) tpTokens(ids []int32) error {
 			local[i] = int32(j)
 		}
 	}
+	if !onDevice(s.be) {
+		return nil
+	}
+	d, err := scratchOn(s.be, &s.devTokens, tensor.Int32, len(ids))
+	if err != nil {
+		return err
+	}
+	if d, err = d.Slice(0, len(ids)); err != nil {
+		return err
+	}
+	if err := s.be.Copy(d, s.tokens); err != nil {
+		return fmt.Errorf("nn.GPT.Forward: remapped tokens: %w", err)
+	}
 	return nil
+}
+
+// localTokens is the remapped ids where the kernels read them: the host
+// buffer on the CPU backend, its device copy on a device.
+func (s *tpState) localTokens() *tensor.Tensor {
+	if onDevice(s.be) {
+		v, _ := s.devTokens.Slice(0, s.tokens.Numel())
+		return v
+	}
+	return s.tokens
 }
 
 // clearRows zeroes the rows of x[N, C] whose token this rank does not hold.
 func (g *GPT) clearRows(x *tensor.Tensor) error {
 	c := g.Config.Width
-	v, err := x.Float32s()
+	st, err := stage(g.tp.be, &g.tp.hostF, x, len(g.tp.held)*c, true)
+	if err != nil {
+		return err
+	}
+	v, err := st.host.Float32s()
 	if err != nil {
 		return err
 	}
@@ -63,7 +91,7 @@ func (g *GPT) clearRows(x *tensor.Tensor) error {
 			clear(v[i*c : (i+1)*c])
 		}
 	}
-	return nil
+	return st.store()
 }
 
 // tpEmbedForward writes out[N, C] = wte[ids] + wpe[t], the rows summed
@@ -80,7 +108,7 @@ func (g *GPT) tpEmbedForward(k backend.NN, out *tensor.Tensor, ids []int32, b, t
 	if g.tp.seqOn() {
 		sum = g.st.scratch.Proj // [N, C]; out is this rank's sequence shard
 	}
-	if err := k.EncoderForward(sum, g.tp.tokens, e.Tok.Data, e.Pos.Data, b, t, e.Width, e.Vocab); err != nil {
+	if err := k.EncoderForward(sum, g.tp.localTokens(), e.Tok.Data, e.Pos.Data, b, t, e.Width, e.Vocab); err != nil {
 		return fmt.Errorf("nn.Embedding.Forward: %w", err)
 	}
 	// the holder of a token contributes its row and the position row
@@ -110,7 +138,7 @@ func (g *GPT) tpEmbedBackward(k backend.NN, dtok, dout, spare *tensor.Tensor, b,
 		}
 		dout, spare = full, g.st.scratch.DLN
 	}
-	if err := k.EncoderBackward(nil, e.Pos.Grad, dout, g.tp.tokens, b, t, e.Width, e.Vocab); err != nil {
+	if err := k.EncoderBackward(nil, e.Pos.Grad, dout, g.tp.localTokens(), b, t, e.Width, e.Vocab); err != nil {
 		return fmt.Errorf("nn.Embedding.Backward: %w", err)
 	}
 	if err := copyF32(k, spare, dout, b*t*e.Width); err != nil {
@@ -119,7 +147,7 @@ func (g *GPT) tpEmbedBackward(k backend.NN, dtok, dout, spare *tensor.Tensor, b,
 	if err := g.clearRows(spare); err != nil {
 		return err
 	}
-	if err := k.EncoderBackward(dtok, nil, spare, g.tp.tokens, b, t, e.Width, e.Vocab); err != nil {
+	if err := k.EncoderBackward(dtok, nil, spare, g.tp.localTokens(), b, t, e.Width, e.Vocab); err != nil {
 		return fmt.Errorf("nn.Embedding.Backward: %w", err)
 	}
 	return nil
@@ -130,11 +158,19 @@ func (g *GPT) tpEmbedBackward(k backend.NN, dtok, dout, spare *tensor.Tensor, b,
 // and leaves in logits the gradient of gradScale × that mean.
 func (g *GPT) tpXent(logits, targets *tensor.Tensor, n int, gradScale float64) (float64, error) {
 	lo, v := g.vocabRange()
-	x, err := logits.Float32s()
+	lst, err := stage(g.tp.be, &g.tp.hostF, logits, n*v, true)
 	if err != nil {
 		return 0, err
 	}
-	tg, err := targets.Int32s()
+	x, err := lst.host.Float32s()
+	if err != nil {
+		return 0, err
+	}
+	tst, err := stage(g.tp.be, &g.tp.hostI, targets, n, true)
+	if err != nil {
+		return 0, err
+	}
+	tg, err := tst.host.Int32s()
 	if err != nil {
 		return 0, err
 	}
@@ -192,5 +228,6 @@ func (g *GPT) tpXent(logits, targets *tensor.Tensor, n int, gradScale float64) (
 			row[j] *= d
 		}
 	}
-	return loss / float64(n), nil
+	// the gradient replaces the logits where the head's backward reads them
+	return loss / float64(n), lst.store()
 }

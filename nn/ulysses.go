@@ -49,13 +49,17 @@ func (s SP) size() int {
 // would train on a wrong gradient without any error.
 func (g *GPT) SequenceParallelSize() int { return g.sp.size() }
 
-// spState is a GPT's live SP group: the comm, the context of the module
-// call in progress, and the host buffers the all-to-alls pack into (shared
-// by every block: modules run one at a time).
+// spState is a GPT's live SP group: the comm, the context and backend of
+// the module call in progress, and the host buffers the all-to-alls pack
+// into (shared by every block: modules run one at a time); on a device,
+// hx and hy are the host copies of the exchanged activations the packing
+// loops read and write (tp_device.go).
 type spState struct {
 	c          comm.Comm
 	ctx        context.Context
+	be         backend.Backend
 	send, recv *tensor.Tensor
+	hx, hy     *tensor.Tensor
 }
 
 // size is the SP degree, 1 for a nil state.
@@ -68,21 +72,25 @@ func (s *spState) size() int {
 
 // free releases the exchange buffers.
 func (s *spState) free() {
-	if s == nil || s.send == nil {
+	if s == nil {
 		return
 	}
-	s.send.Free()
-	s.recv.Free()
-	s.send, s.recv = nil, nil
+	freeAll(&s.send, &s.recv, &s.hx, &s.hy)
 }
 
 // bufferBytes is the exchange buffers' size (scratch: used only inside
 // one block's forward or backward).
 func (s *spState) bufferBytes() int64 {
-	if s == nil || s.send == nil {
+	if s == nil {
 		return 0
 	}
-	return int64(s.send.Bytes() + s.recv.Bytes())
+	var n int64
+	for _, t := range []*tensor.Tensor{s.send, s.recv, s.hx, s.hy} {
+		if t != nil {
+			n += int64(t.Bytes())
+		}
+	}
+	return n
 }
 
 // checkSP validates that cfg's heads split over the SP group.
@@ -117,7 +125,7 @@ func (g *GPT) shardSP() {
 // buffers returns send and recv buffers of at least n float32 each.
 func (s *spState) buffers(n int) ([]float32, []float32, error) {
 	if s.send == nil || s.send.Numel() < n {
-		s.free()
+		freeAll(&s.send, &s.recv)
 		var err error
 		if s.send, err = tensor.Empty(tensor.Float32, n); err != nil {
 			return nil, nil, err
@@ -158,13 +166,17 @@ func (s *spState) exchange(n int, pack func(send []float32), unpack func(recv []
 // toHeads moves x[b, tl, parts, c] (this rank's tokens, all heads) to
 // y[b, tl·sp, parts, c/sp] (all tokens, this rank's heads).
 func (s *spState) toHeads(y, x *tensor.Tensor, b, tl, parts, c int) error {
-	xs, ys, err := hostF32(x, y)
+	n, cs := s.size(), c/s.size()
+	rows := b * tl * parts
+	sx, sy, err := s.stage(x, y, rows*c)
 	if err != nil {
 		return err
 	}
-	n, cs := s.size(), c/s.size()
-	rows := b * tl * parts
-	return s.exchange(rows*c, func(send []float32) {
+	xs, ys, err := hostF32(sx.host, sy.host)
+	if err != nil {
+		return err
+	}
+	err = s.exchange(rows*c, func(send []float32) {
 		for j := 0; j < n; j++ {
 			dst := send[j*rows*cs:]
 			for r := 0; r < rows; r++ {
@@ -182,20 +194,28 @@ func (s *spState) toHeads(y, x *tensor.Tensor, b, tl, parts, c int) error {
 			}
 		}
 	})
+	if err != nil {
+		return err
+	}
+	return sy.store()
 }
 
 // toSeq is toHeads' inverse: y[b, tl·sp, parts, c/sp] back to
 // x[b, tl, parts, c].
 func (s *spState) toSeq(x, y *tensor.Tensor, b, tl, parts, c int) error {
-	xs, ys, err := hostF32(x, y)
-	if err != nil {
-		return err
-	}
 	n, cs := s.size(), c/s.size()
 	rows := b * tl * parts
 	t := tl * n
 	w := tl * parts * cs
-	return s.exchange(rows*c, func(send []float32) {
+	sy, sx, err := s.stage(y, x, rows*c)
+	if err != nil {
+		return err
+	}
+	xs, ys, err := hostF32(sx.host, sy.host)
+	if err != nil {
+		return err
+	}
+	err = s.exchange(rows*c, func(send []float32) {
 		for j := 0; j < n; j++ {
 			dst := send[j*rows*cs:]
 			for bi := 0; bi < b; bi++ {
@@ -210,10 +230,30 @@ func (s *spState) toSeq(x, y *tensor.Tensor, b, tl, parts, c int) error {
 			}
 		}
 	})
+	if err != nil {
+		return err
+	}
+	return sx.store()
 }
 
-// hostF32 views two float32 host tensors as slices (SP runs on the CPU
-// backend, where the exchanges pack activations directly).
+// stage gives the exchange's input in and output out (n elements each)
+// host views: the tensors themselves on the CPU backend, where the
+// exchanges pack activations directly; on a device, copies in hx and hy,
+// in's loaded from the device (every element of out is written, so out's
+// is only stored back).
+func (s *spState) stage(in, out *tensor.Tensor, n int) (staged, staged, error) {
+	si, err := stage(s.be, &s.hx, in, n, true)
+	if err != nil {
+		return staged{}, staged{}, err
+	}
+	so, err := stage(s.be, &s.hy, out, n, false)
+	if err != nil {
+		return staged{}, staged{}, err
+	}
+	return si, so, nil
+}
+
+// hostF32 views two float32 host tensors as slices.
 func hostF32(a, b *tensor.Tensor) ([]float32, []float32, error) {
 	as, err := a.Float32s()
 	if err != nil {
