@@ -105,3 +105,42 @@ func TestPipelineOnCUDA(t *testing.T) {
 		})
 	}
 }
+
+// TestModelParallelOnCUDA: TestModelParallelOnDevice's TP, Megatron SP
+// and Ulysses runs on GPU 0 (in-process ranks sharing it; the engine
+// wraps the model's groups in host staging) against the CPU backend,
+// within the CUDA tolerances (cuBLAS sums in another order).
+func TestModelParallelOnCUDA(t *testing.T) {
+	needGPU(t)
+	const steps = 4
+	for _, c := range parDevCases() {
+		t.Run(c.String(), func(t *testing.T) {
+			want, err := parDevRun(t, "", c, steps)
+			require.NoError(t, err, "cpu")
+			got, err := parDevRun(t, "cuda", c, steps)
+			require.NoError(t, err, "cuda")
+			tol := map[string]float64{"": 1e-4, "bf16": 1e-2}[c.prec]
+			ld, pd := compareRuns(t, "cuda vs cpu", want, got, tol, 10*tol)
+			t.Logf("cuda vs cpu: loss %.2e param %.2e", ld, pd)
+		})
+	}
+}
+
+// TestPipelineTensorParallelOnCUDA: TestPipelineTensorParallelOnDevice's
+// TP × PP runs on GPU 0 against the CPU backend, within the CUDA
+// tolerances.
+func TestPipelineTensorParallelOnCUDA(t *testing.T) {
+	needGPU(t)
+	const steps = 4
+	for _, c := range pipeTPDevCases() {
+		t.Run(c.String(), func(t *testing.T) {
+			want, err := pipeDevRun(t, "", c, steps)
+			require.NoError(t, err, "cpu")
+			got, err := pipeDevRun(t, "cuda", c, steps)
+			require.NoError(t, err, "cuda")
+			tol := map[string]float64{"": 1e-4, "bf16": 1e-2}[c.prec]
+			ld, pd := compareRuns(t, "cuda vs cpu", &want.result, &got.result, tol, 10*tol)
+			t.Logf("cuda vs cpu: loss %.2e param %.2e", ld, pd)
+		})
+	}
+}

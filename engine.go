@@ -34,6 +34,7 @@ type Engine struct {
 	hashes    map[int64]string
 	c         comm.Comm
 	wrapped   comm.Comm    // c, when deviceComm wrapped the trainer's comm for the device: Close releases it
+	groups    modelGroups  // the model's TP and SP groups, wrapped for the device: Close gives them back
 	lrAtClose float64      // LR when Close ran (the optimizer is gone)
 	tp        comm.Comm    // tensor-parallel group (WithTensorParallel), nil without
 	world     *local.World // owned world of one, when no comm was given
@@ -561,6 +562,7 @@ func (e *Engine) Close() error {
 		errs = append(errs, releaseWrapper(e.wrapped))
 		e.wrapped = nil
 	}
+	errs = append(errs, e.groups.release())
 	return errors.Join(errs...)
 }
 

@@ -41,7 +41,7 @@ import (
 // agrees on fp16/bf16 overflow across all stages and clips by the global
 // norm over all of them. It computes on the CPU backend or, as the
 // data-parallel engine, on a device (WithDevice, WithBackend, or a comm
-// bound to one), without tensor parallelism there. Its methods must be
+// bound to one), with or without tensor parallelism. Its methods must be
 // called from one goroutine.
 type PipeEngine struct {
 	cfg    *config.Config
@@ -53,10 +53,11 @@ type PipeEngine struct {
 	// wrapped is world when deviceCommFor wrapped the trainer's comm for
 	// the device: Close releases its buffers (the comm is the trainer's)
 	wrapped   comm.Comm
-	lrAtClose float64   // LR when Close ran (the optimizer is gone)
-	pipe      comm.Comm // this data (and model) coordinate's stages, group rank = stage
-	data      comm.Comm // this stage's data-parallel group
-	tp        comm.Comm // WithTensorParallel's group (pipe_tp.go), nil without TP
+	groups    modelGroups // the model's TP group, wrapped for the device: Close gives it back
+	lrAtClose float64     // LR when Close ran (the optimizer is gone)
+	pipe      comm.Comm   // this data (and model) coordinate's stages, group rank = stage
+	data      comm.Comm   // this stage's data-parallel group
+	tp        comm.Comm   // WithTensorParallel's group (pipe_tp.go), nil without TP
 	grid      *comm.Grid
 
 	stage, stages, virtual int
@@ -173,9 +174,6 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		}
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d needs a world of pp × data-parallel ranks (WithComm), got %d ranks", pp, size)
 	}
-	if o.tp != nil && o.device != nil && !o.device.IsCPU() {
-		return nil, fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d on %v: not supported yet (TP runs on the CPU backend)", o.tp.Size(), *o.device)
-	}
 	e := &PipeEngine{cfg: cfg, net: pm, world: o.comm, tp: o.tp, be: o.backend, opt: o.opt, clip: cfg.GradientClipping, log: pipeLog(o),
 		stages: pp, virtual: max(1, cfg.PipelineSchedule.VirtualStages), schedType: cfg.PipelineSchedule.Type}
 	defer func() {
@@ -206,12 +204,14 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		e.be, e.ownBE = b, true
 	}
 	if dev := e.be.Device(); !dev.IsCPU() {
-		if e.tp != nil {
-			return nil, fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d on %v: not supported yet (TP runs on the CPU backend)", e.tp.Size(), dev)
-		}
 		// the transfers between stages, the reductions and agreements move
 		// the device's memory, in its stream order
 		if err := useDeviceComm(e.be, &e.world, &e.wrapped); err != nil {
+			return nil, err
+		}
+		// and so do the TP layers' collectives, before split makes the
+		// parts, which take the model's group
+		if e.tp, err = e.groups.tensorParallel(e.be, net, e.tp); err != nil {
 			return nil, err
 		}
 	}
@@ -544,6 +544,7 @@ func (e *PipeEngine) Close() error {
 		errs = append(errs, releaseWrapper(e.wrapped))
 		e.wrapped = nil
 	}
+	errs = append(errs, e.groups.release())
 	if e.ownBE {
 		errs = append(errs, e.be.Close())
 		e.ownBE = false

@@ -25,9 +25,11 @@ import (
 // per TrainBatch under schedule sched with virtual stages per rank, in
 // precision prec ("", "bf16", "fp16"), every block checkpointed when ckpt,
 // with offload_optimizer device "cpu" when offload (on a device the step
-// then runs on the host; on the CPU backend nothing moves).
+// then runs on the host; on the CPU backend nothing moves), the model
+// sharded over tp tensor-parallel ranks per stage when tp > 1.
 type pipeDevCase struct {
 	pp, dp, gas int
+	tp          int
 	sched       string
 	virtual     int
 	prec        string
@@ -41,6 +43,9 @@ func (c pipeDevCase) String() string {
 		p = "fp32"
 	}
 	s := fmt.Sprintf("pp%d-dp%d-%s-v%d-gas%d-%s", c.pp, c.dp, c.sched, c.virtual, c.gas, p)
+	if c.tp > 1 {
+		s += fmt.Sprintf("-tp%d", c.tp)
+	}
 	if c.ckpt {
 		s += "-ckpt"
 	}
@@ -70,11 +75,11 @@ func (c pipeDevCase) config() string {
 		offload = `, "offload_optimizer": {"device": "cpu", "pin_memory": true}`
 	}
 	return fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": %d, "gradient_clipping": %g,
-		"pipeline_model_parallel_size": %d, "pipeline_schedule": {"type": %q, "virtual_stages": %d},
+		"pipeline_model_parallel_size": %d, "tensor_model_parallel_size": %d, "pipeline_schedule": {"type": %q, "virtual_stages": %d},
 		"pipeline": {"partition": "uniform", "activation_checkpoint_interval": %d},
 		"zero_optimization": {"stage": 1%s},
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}%s}`,
-		c.gas, pipeDevClip, c.pp, c.sched, c.virtual, ckpt, offload, prec)
+		c.gas, pipeDevClip, c.pp, max(1, c.tp), c.sched, c.virtual, ckpt, offload, prec)
 }
 
 // devArenaGPT is a GPT whose pipeline parts' modules each take a small
@@ -129,21 +134,33 @@ type pipeDevResult struct {
 }
 
 // pipeDevRun trains a small GPT (2 blocks, tied embedding; its 4 modules
-// cut uniformly) with c for steps batches on the ranks of dev (worldFor).
+// cut uniformly) with c for steps batches on the ranks of dev (worldFor);
+// under TP the parameters are rank 0's unsharded over its TP group.
 func pipeDevRun(t *testing.T, dev string, c pipeDevCase, steps int) (*pipeDevResult, error) {
 	t.Helper()
 	const vocab, seqLen, micro = 32, 16, 2
 	src, err := data.NewMarkov(vocab, 1, 2, 3)
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: src.Generate(20_000, 4), Vocab: vocab}
-	res := &pipeDevResult{mem: make([]zero.Memory, c.pp*c.dp)}
+	tp := max(1, c.tp)
+	res := &pipeDevResult{mem: make([]zero.Memory, c.pp*c.dp*tp)}
 	var mu sync.Mutex
-	err = worldFor(dev)(context.Background(), c.pp*c.dp, func(ctx context.Context, cm comm.Comm, opts []deepgo.Option) error {
+	err = worldFor(dev)(context.Background(), c.pp*c.dp*tp, func(ctx context.Context, cm comm.Comm, opts []deepgo.Option) error {
 		cfg, err := config.Parse([]byte(c.config()))
 		if err != nil {
 			return err
 		}
-		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: seqLen}, nil, 1)
+		gc := nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: seqLen}
+		if tp > 1 {
+			tc, err := deepgo.PipeTensorParallelGroup(ctx, cm, c.pp, tp)
+			if err != nil {
+				return err
+			}
+			defer tc.Close()
+			gc.TP = nn.TP{Comm: tc}
+			opts = append(opts, deepgo.WithTensorParallel(tc))
+		}
+		g, err := nn.NewReadyGPT(gc, nil, 1)
 		if err != nil {
 			return err
 		}
@@ -157,7 +174,9 @@ func pipeDevRun(t *testing.T, dev string, c pipeDevCase, steps int) (*pipeDevRes
 		if !ok {
 			return fmt.Errorf("Initialize returned %T, want *deepgo.PipeEngine", tr)
 		}
-		d := cm.Rank() % c.dp // the grid is pipe × data, data fastest: a pipe's stages read the same batches
+		// the grid is pipe × data (× model, fastest): a pipe's stages and a
+		// stage's TP ranks read the same batches
+		d := (cm.Rank() / tp) % c.dp
 		for step := range steps {
 			mbs := make([]model.MicroBatch, c.gas)
 			for i := range mbs {
@@ -181,6 +200,9 @@ func pipeDevRun(t *testing.T, dev string, c pipeDevCase, steps int) (*pipeDevRes
 		}
 		p, err := pe.Parameters(ctx)
 		if err != nil {
+			return err
+		}
+		if p, err = g.Unshard(ctx, p); err != nil {
 			return err
 		}
 		if cm.Rank() == 0 {
@@ -312,44 +334,39 @@ func TestPipelineCheckpointOnDevice(t *testing.T) {
 	}
 }
 
-// TestPipelineOnDeviceRefusesTP: tensor parallelism in a pipeline is not
-// supported on a device yet (the GPT's TP layers compute on the CPU
-// backend): Initialize says so, naming the device, whether the ranks'
-// comms are on the simulated device or WithDevice asks for it.
-func TestPipelineOnDeviceRefusesTP(t *testing.T) {
-	const pp, tp = 2, 2
-	cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "tensor_model_parallel_size": %d, "pipeline_model_parallel_size": %d,
-		"pipeline": {"partition": "uniform"}, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`, tp, pp)
-	for _, dev := range []string{"sim", "sim-option"} {
-		var mu sync.Mutex
-		errs := map[int]error{}
-		err := worldFor(dev)(context.Background(), pp*tp, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
-			cfg, err := config.Parse([]byte(cfgJSON))
-			if err != nil {
-				return err
+// pipeTPDevCases are the device tables' TP × PP runs.
+func pipeTPDevCases() []pipeDevCase {
+	return []pipeDevCase{
+		{pp: 2, dp: 1, gas: 4, sched: "1F1B", virtual: 1, tp: 2},
+		{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1, tp: 2},
+		{pp: 2, dp: 1, gas: 2, sched: "Interleaved", virtual: 2, prec: "bf16", ckpt: true, tp: 2},
+	}
+}
+
+// TestPipelineTensorParallelOnDevice: TP 2 in each of 2 pipeline stages
+// (1F1B, 1 and 2 data-parallel ranks; the interleaved schedule in bf16
+// with every block checkpointed) trains on the simulated device, with and
+// without randomized kernel delays, and through WithDevice over comm/local
+// ranks (the engine wraps the model's TP group for the device),
+// bit-identical to the CPU backend: every loss, loss scale, gradient norm
+// and final parameter (unsharded over rank 0's TP group).
+func TestPipelineTensorParallelOnDevice(t *testing.T) {
+	const steps = 4
+	for _, c := range pipeTPDevCases() {
+		t.Run(c.String(), func(t *testing.T) {
+			want, err := pipeDevRun(t, "", c, steps)
+			require.NoError(t, err, "cpu")
+			requirePipeTrained(t, want)
+			for _, dev := range []string{"sim", "sim+delay", "sim-option"} {
+				got, err := pipeDevRun(t, dev, c, steps)
+				require.NoError(t, err, dev)
+				bitEqualRuns(t, &want.result, &got.result)
+				require.Equal(t, want.norms, got.norms, "%s: gradient norms", dev)
+				for r, mem := range got.mem {
+					require.Equal(t, tensor.Sim(r), mem.Device, "%s rank %d: Memory().Device", dev, r)
+					require.Zero(t, mem.HostBytes, "%s rank %d: host bytes of engine state", dev, r)
+				}
 			}
-			tc, err := deepgo.PipeTensorParallelGroup(ctx, c, pp, tp)
-			if err != nil {
-				return err
-			}
-			defer tc.Close()
-			g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8, TP: nn.TP{Comm: tc}}, nil, 1)
-			if err != nil {
-				return err
-			}
-			defer g.Free()
-			tr, err := deepgo.Initialize(ctx, cfg, g, append(opts, deepgo.WithTensorParallel(tc))...)
-			if err == nil {
-				tr.Close()
-			}
-			mu.Lock()
-			errs[c.Rank()] = err
-			mu.Unlock()
-			return nil
 		})
-		require.NoError(t, err, dev)
-		for r := range pp * tp {
-			require.ErrorContains(t, errs[r], fmt.Sprintf("tensor_model_parallel_size %d on %v: not supported yet (TP runs on the CPU backend)", tp, tensor.Sim(r)), "%s rank %d", dev, r)
-		}
 	}
 }

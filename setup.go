@@ -76,6 +76,13 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	if err := e.deviceComm(); err != nil {
 		return nil, err
 	}
+	var err error
+	if e.tp, err = e.groups.tensorParallel(e.be, net, e.tp); err != nil {
+		return nil, err
+	}
+	if _, err := e.groups.sequenceParallel(e.be, net, o.sp); err != nil {
+		return nil, err
+	}
 	e.log = o.log
 	if e.log == nil {
 		e.log = io.Discard

@@ -54,7 +54,7 @@ func SequenceParallelGroups(ctx context.Context, world comm.Comm, sp int) (seqDa
 // checkSP validates the sequence-parallel setup against cfg and the model:
 // the SP group matches sequence_parallel_size and divides the engine's
 // group, a model that says how it shards sequences agrees, and SP runs
-// without TP, on the CPU backend.
+// without TP (on the CPU or a device: groups_device.go).
 func checkSP(cfg *config.Config, net model.Model, o options) error {
 	sp := max(1, cfg.SequenceParallelSize)
 	n := 1
@@ -65,8 +65,6 @@ func checkSP(cfg *config.Config, net model.Model, o options) error {
 	// what cannot run at all is said before what to pass to run it
 	case sp > 1 && cfg.TensorModelParallelSize > 1:
 		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d with tensor_model_parallel_size %d: not supported yet", sp, cfg.TensorModelParallelSize)
-	case sp > 1 && o.device != nil && !o.device.IsCPU():
-		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d on %v: not supported yet (SP runs on the CPU backend)", sp, *o.device)
 	case o.sp == nil && sp > 1:
 		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d: pass WithSequenceParallel (the group the model shards its sequences over) and WithComm the sequence-data-parallel group (see SequenceParallelGroups)", sp)
 	case o.sp != nil && o.sp.Size() != sp:

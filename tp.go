@@ -60,8 +60,6 @@ func checkTP(cfg *config.Config, net model.Model, o options) error {
 		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d: pass WithTensorParallel (the group the model is sharded over; see TensorParallelGroups)", tp)
 	case o.tp != nil && o.tp.Size() != tp:
 		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d, but WithTensorParallel's group has %d ranks", tp, o.tp.Size())
-	case tp > 1 && o.device != nil && !o.device.IsCPU():
-		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d on %v: not supported yet (TP runs on the CPU backend)", tp, *o.device)
 	}
 	if m, ok := net.(interface{ MegatronSequenceParallel() bool }); ok && tp > 1 && m.MegatronSequenceParallel() != cfg.MegatronSequenceParallel {
 		return fmt.Errorf("deepgo.Initialize: megatron_sequence_parallel is %v, but the model was built with nn.TP.SequenceParallel %v: build it as the config says", cfg.MegatronSequenceParallel, m.MegatronSequenceParallel())

@@ -1,0 +1,244 @@
+package deepgo_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/deepgo-ml/deepgo/zero"
+	"github.com/stretchr/testify/require"
+)
+
+// parDevCase is one model-parallel run of the device tables: Megatron TP
+// over tp ranks (Megatron's sequence parallelism when seq) or Ulysses SP
+// over sp ranks, times dp data-parallel ranks at ZeRO stage, with the
+// engine's activation checkpointing when ckpt, in precision prec ("",
+// "bf16").
+type parDevCase struct {
+	tp, sp, dp, stage int
+	seq, ckpt         bool
+	prec              string
+}
+
+func (c parDevCase) String() string {
+	s := fmt.Sprintf("tp%d-sp%d-dp%d-zero%d", c.tp, c.sp, c.dp, c.stage)
+	if c.seq {
+		s += "-megatronsp"
+	}
+	if c.ckpt {
+		s += "-ckpt"
+	}
+	if c.prec != "" {
+		s += "-" + c.prec
+	}
+	return s
+}
+
+func (c parDevCase) config() string {
+	prec := ""
+	if c.prec == "bf16" {
+		prec = `"bf16": {"enabled": true},`
+	}
+	return fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+		"zero_optimization": {"stage": %d, "reduce_bucket_size": 500}, %s
+		"tensor_model_parallel_size": %d, "megatron_sequence_parallel": %v, "sequence_parallel_size": %d,
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}}`, c.stage, prec, max(1, c.tp), c.seq, max(1, c.sp))
+}
+
+// parDevRun trains a GPT (2 blocks, 4 heads, width 16, 16 tokens) with c
+// for steps batches on the ranks of dev (worldFor) and returns rank 0's
+// losses and its parameters (unsharded over its TP group).
+func parDevRun(t *testing.T, dev string, c parDevCase, steps int) (*result, error) {
+	t.Helper()
+	return parDevSegment(t, dev, c, parSeg{to: steps})
+}
+
+// parSeg is a stretch of a parDevRun: it loads from load (unless ""),
+// trains on the batches of steps [from, to) and then saves to save
+// (unless "").
+type parSeg struct {
+	from, to   int
+	load, save string
+}
+
+// parDevSegment is parDevRun over the steps of seg.
+func parDevSegment(t *testing.T, dev string, c parDevCase, seg parSeg) (*result, error) {
+	t.Helper()
+	const vocab, seqLen, micro = 32, 16, 2
+	src, err := data.NewMarkov(vocab, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: src.Generate(20_000, 4), Vocab: vocab}
+	tp, sp := max(1, c.tp), max(1, c.sp)
+	res := &result{}
+	var mu sync.Mutex
+	err = worldFor(dev)(context.Background(), tp*sp*c.dp, func(ctx context.Context, cm comm.Comm, opts []deepgo.Option) error {
+		cfg, err := config.Parse([]byte(c.config()))
+		if err != nil {
+			return err
+		}
+		gc := nn.GPTConfig{Layers: 2, Heads: 4, Width: 16, Vocab: vocab, SeqLen: seqLen}
+		gc.Checkpointing.Enabled = c.ckpt
+		// opts[0] is WithComm(cm): the groups' options follow it and win
+		dataRank, shard := cm.Rank(), func(b model.TokenBatch) (model.TokenBatch, error) { return b, nil }
+		switch {
+		case tp > 1:
+			dc, tc, err := deepgo.TensorParallelGroups(ctx, cm, tp)
+			if err != nil {
+				return err
+			}
+			defer dc.Close()
+			defer tc.Close()
+			gc.TP = nn.TP{Comm: tc, SequenceParallel: c.seq}
+			opts = append(opts, deepgo.WithComm(dc), deepgo.WithTensorParallel(tc))
+			dataRank = dc.Rank()
+		case sp > 1:
+			sdc, sc, d, err := deepgo.SequenceParallelGroups(ctx, cm, sp)
+			if err != nil {
+				return err
+			}
+			defer sdc.Close()
+			defer sc.Close()
+			gc.SP = nn.SP{Comm: sc}
+			opts = append(opts, deepgo.WithComm(sdc), deepgo.WithSequenceParallel(sc))
+			dataRank = d
+			shard = func(b model.TokenBatch) (model.TokenBatch, error) { return b.SequenceShard(sc.Rank(), sp) }
+		}
+		g, err := nn.NewReadyGPT(gc, nil, 1)
+		if err != nil {
+			return err
+		}
+		defer g.Free()
+		tr, err := deepgo.Initialize(ctx, cfg, g, opts...)
+		if err != nil {
+			return err
+		}
+		defer tr.Close()
+		if seg.load != "" {
+			if _, err := tr.Load(ctx, seg.load, deepgo.LoadOptions{}); err != nil {
+				return err
+			}
+		}
+		for step := seg.from; step < seg.to; step++ {
+			k := (step*c.dp + dataRank) * micro
+			b, err := shard(corpus.MakeBatch([]int{k, k + 1}, seqLen))
+			if err != nil {
+				return err
+			}
+			loss, err := tr.TrainBatch(ctx, []model.MicroBatch{b.MicroBatch()})
+			if err != nil {
+				return err
+			}
+			if cm.Rank() == 0 {
+				res.losses = append(res.losses, loss)
+			}
+		}
+		// the run computed where dev says, not on a CPU fallback
+		wantDev := tensor.CPU
+		switch dev {
+		case "":
+		case "cuda":
+			wantDev = tensor.CUDA(0)
+		default:
+			wantDev = tensor.Sim(cm.Rank())
+		}
+		if m := tr.(interface{ Memory() zero.Memory }).Memory(); m.Device != wantDev || dev != "" && m.HostBytes != 0 {
+			return fmt.Errorf("rank %d: Memory() on %v with %d host bytes, want all on %v", cm.Rank(), m.Device, m.HostBytes, wantDev)
+		}
+		if seg.save != "" {
+			if err := tr.Save(ctx, seg.save, deepgo.SaveOptions{}); err != nil {
+				return err
+			}
+		}
+		local, err := tr.Parameters(ctx)
+		if err != nil {
+			return err
+		}
+		full, err := g.Unshard(ctx, local)
+		if err != nil {
+			return err
+		}
+		if cm.Rank() == 0 {
+			mu.Lock()
+			res.params = full
+			mu.Unlock()
+		}
+		return nil
+	})
+	return res, err
+}
+
+// parDevCases: TP 2 alone and × DP 2 at ZeRO 1-3 (with engine
+// checkpointing, and in bf16), Megatron's sequence parallelism at TP 2
+// alone and × DP 2, Ulysses SP 2 alone and × DP 2.
+func parDevCases() []parDevCase {
+	return []parDevCase{
+		{tp: 2, dp: 1},
+		{tp: 2, dp: 2, stage: 1},
+		{tp: 2, dp: 2, stage: 3, ckpt: true},
+		{tp: 2, dp: 1, stage: 2, prec: "bf16"},
+		{tp: 2, dp: 1, seq: true},
+		{tp: 2, dp: 2, stage: 2, seq: true, ckpt: true},
+		{sp: 2, dp: 1},
+		{sp: 2, dp: 2, stage: 1},
+	}
+}
+
+// TestModelParallelOnDevice: Megatron TP (with and without Megatron's
+// sequence parallelism) and Ulysses SP train the GPT through the engine
+// on the simulated device (activations Go cannot read, so the layers'
+// host loops run on staged copies; the model's groups ordered after each
+// rank's stream), with and without randomized kernel delays, and through
+// WithDevice over comm/local ranks (the engine wraps the model's groups),
+// bit-identical to the same run on the CPU backend: every loss and every
+// final parameter.
+func TestModelParallelOnDevice(t *testing.T) {
+	const steps = 4
+	for i, c := range parDevCases() {
+		t.Run(c.String(), func(t *testing.T) {
+			want, err := parDevRun(t, "", c, steps)
+			require.NoError(t, err, "cpu")
+			require.Less(t, want.losses[steps-1], want.losses[0], "the loss falls: %v", want.losses)
+			require.Greater(t, len(want.params), 10, "the gathered parameters")
+			devs := []string{"sim", "sim+delay"}
+			if i%2 == 0 || c.sp > 1 || c.seq {
+				devs = append(devs, "sim-option")
+			}
+			for _, dev := range devs {
+				got, err := parDevRun(t, dev, c, steps)
+				require.NoError(t, err, dev)
+				bitEqualRuns(t, want, got)
+			}
+		})
+	}
+}
+
+// TestModelParallelCheckpointOnDevice: a TP 2 × DP 2 run (ZeRO 1, and
+// with Megatron's sequence parallelism) and a Ulysses SP 2 run saved
+// after 2 steps on the simulated device with kernel delays and resumed
+// there, saved there and resumed on the CPU backend, and saved on the CPU
+// and resumed on the device, train the next 2 steps with the losses of
+// the uninterrupted CPU run and end with its parameters, bit for bit.
+func TestModelParallelCheckpointOnDevice(t *testing.T) {
+	for _, c := range []parDevCase{{tp: 2, dp: 2, stage: 1}, {tp: 2, dp: 1, seq: true}, {sp: 2, dp: 1}} {
+		t.Run(c.String(), func(t *testing.T) {
+			want, err := parDevRun(t, "", c, 4)
+			require.NoError(t, err, "uninterrupted")
+			for _, dev := range [][2]string{{"sim+delay", "sim+delay"}, {"sim+delay", ""}, {"", "sim"}} {
+				dir := t.TempDir()
+				_, err := parDevSegment(t, dev[0], c, parSeg{to: 2, save: dir})
+				require.NoError(t, err, "save on %s", devName(dev[0]))
+				got, err := parDevSegment(t, dev[1], c, parSeg{from: 2, to: 4, load: dir})
+				require.NoError(t, err, "resume on %s", devName(dev[1]))
+				bitEqualRuns(t, &result{losses: want.losses[2:], params: want.params}, got)
+			}
+		})
+	}
+}
