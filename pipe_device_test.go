@@ -138,6 +138,13 @@ type pipeDevResult struct {
 // under TP the parameters are rank 0's unsharded over its TP group.
 func pipeDevRun(t *testing.T, dev string, c pipeDevCase, steps int) (*pipeDevResult, error) {
 	t.Helper()
+	return pipeDevSegment(t, dev, c, parSeg{to: steps})
+}
+
+// pipeDevSegment is pipeDevRun over the steps of seg (loading and saving
+// as it says).
+func pipeDevSegment(t *testing.T, dev string, c pipeDevCase, seg parSeg) (*pipeDevResult, error) {
+	t.Helper()
 	const vocab, seqLen, micro = 32, 16, 2
 	src, err := data.NewMarkov(vocab, 1, 2, 3)
 	require.NoError(t, err)
@@ -177,7 +184,12 @@ func pipeDevRun(t *testing.T, dev string, c pipeDevCase, steps int) (*pipeDevRes
 		// the grid is pipe × data (× model, fastest): a pipe's stages and a
 		// stage's TP ranks read the same batches
 		d := (cm.Rank() / tp) % c.dp
-		for step := range steps {
+		if seg.load != "" {
+			if _, err := pe.Load(ctx, seg.load, deepgo.LoadOptions{}); err != nil {
+				return err
+			}
+		}
+		for step := seg.from; step < seg.to; step++ {
 			mbs := make([]model.MicroBatch, c.gas)
 			for i := range mbs {
 				k := ((step*c.dp+d)*c.gas + i) * micro
@@ -187,7 +199,7 @@ func pipeDevRun(t *testing.T, dev string, c pipeDevCase, steps int) (*pipeDevRes
 			if err != nil {
 				return err
 			}
-			if step == steps-1 {
+			if step == seg.to-1 {
 				mu.Lock()
 				res.mem[cm.Rank()] = pe.Memory()
 				mu.Unlock()
@@ -196,6 +208,11 @@ func pipeDevRun(t *testing.T, dev string, c pipeDevCase, steps int) (*pipeDevRes
 				res.losses = append(res.losses, loss)
 				res.scales = append(res.scales, pe.LossScale())
 				res.norms = append(res.norms, pe.GradNorm())
+			}
+		}
+		if seg.save != "" {
+			if err := pe.Save(ctx, seg.save, deepgo.SaveOptions{}); err != nil {
+				return err
 			}
 		}
 		p, err := pe.Parameters(ctx)
@@ -367,6 +384,27 @@ func TestPipelineTensorParallelOnDevice(t *testing.T) {
 					require.Zero(t, mem.HostBytes, "%s rank %d: host bytes of engine state", dev, r)
 				}
 			}
+		})
+	}
+}
+
+// TestPipelineTensorParallelCheckpointOnDevice: TP 2 × 2 stages saved
+// after 2 steps on the simulated device with kernel delays and resumed
+// there, saved there and resumed on the CPU backend, and saved on the CPU
+// and resumed on the device, trains the next 2 steps with the losses of
+// the uninterrupted CPU run and ends with its parameters, bit for bit.
+func TestPipelineTensorParallelCheckpointOnDevice(t *testing.T) {
+	c := pipeDevCase{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, tp: 2}
+	want, err := pipeDevRun(t, "", c, 4)
+	require.NoError(t, err, "uninterrupted")
+	for _, dev := range [][2]string{{"sim+delay", "sim+delay"}, {"sim+delay", ""}, {"", "sim"}} {
+		t.Run(devName(dev[0])+"->"+devName(dev[1]), func(t *testing.T) {
+			dir := t.TempDir()
+			_, err := pipeDevSegment(t, dev[0], c, parSeg{to: 2, save: dir})
+			require.NoError(t, err, "save on %s", devName(dev[0]))
+			got, err := pipeDevSegment(t, dev[1], c, parSeg{from: 2, to: 4, load: dir})
+			require.NoError(t, err, "resume on %s", devName(dev[1]))
+			bitEqualRuns(t, &result{losses: want.losses[2:], scales: want.scales[2:], params: want.params}, &got.result)
 		})
 	}
 }
