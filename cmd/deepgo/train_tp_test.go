@@ -19,12 +19,18 @@ import (
 // standard output; extra is more config keys (each followed by a comma).
 func trainParallel(t *testing.T, dir, key string, n int, extra ...string) (trainResult, string) {
 	t.Helper()
+	return trainParallelOn(t, "cpu", dir, key, n, extra...)
+}
+
+// trainParallelOn is trainParallel with --device dev.
+func trainParallelOn(t *testing.T, dev, dir, key string, n int, extra ...string) (trainResult, string) {
+	t.Helper()
 	cfg := filepath.Join(dir, fmt.Sprintf("%s-%d-%d.json", key, n, len(extra)))
 	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8,
 		%q: %d, "gradient_clipping": 1.0, "zero_optimization": {"stage": 1}, %s
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}`, key, n, strings.Join(extra, " "))), 0o644))
 	var out, errb bytes.Buffer
-	code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "40"}, &out, &errb)
+	code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "40", "--device", dev}, &out, &errb)
 	require.Zero(t, code, errb.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	var r trainResult
@@ -79,5 +85,24 @@ func TestParallelHeads(t *testing.T) {
 	} {
 		h, w := parallelHeads(c.heads, c.width, c.n)
 		assert.Equal(t, []int{c.wantH, c.wantW}, []int{h, w}, "heads %d width %d n %d", c.heads, c.width, c.n)
+	}
+}
+
+// `deepgo train --device sim` runs TP 2 (with Megatron's sequence
+// parallelism) and Ulysses SP 2 on the simulated device and ends at the
+// CPU's final loss, to the last bit.
+func TestTrainModelParallelDeviceSim(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		key   string
+		extra []string
+	}{
+		{"tensor_model_parallel_size", []string{`"megatron_sequence_parallel": true,`}},
+		{"sequence_parallel_size", nil},
+	} {
+		cpu, _ := trainParallelOn(t, "cpu", dir, tc.key, 2, tc.extra...)
+		sim, _ := trainParallelOn(t, "sim", dir, tc.key, 2, tc.extra...)
+		assert.Equal(t, "sim", sim.Device, "%s: device in the JSON result", tc.key)
+		assert.Equal(t, cpu.FinalLoss, sim.FinalLoss, "%s: final loss cpu vs sim", tc.key)
 	}
 }
