@@ -14,10 +14,11 @@ import (
 // data-parallel engine (*Engine), or the pipeline engine (*PipeEngine) when
 // the config asks for pipeline stages, which runs whole batches only
 // (TrainBatch; its Forward, Backward and Step say they are not supported)
-// and saves and loads checkpoints of the whole pipeline. A trainer loop needs only these methods; the concrete type
-// offers more (a type assertion to *Engine reaches the ZeRO internals, the
-// loss scaler and the step counters; to *PipeEngine the stage, the
-// partition and the measured bubble).
+// and saves and loads checkpoints of the whole pipeline. A trainer loop
+// needs only these methods; the concrete type offers more (a type
+// assertion to *Engine reaches the ZeRO internals, the loss scaler and the
+// step counters; to *PipeEngine the stage, the partition and the measured
+// bubble).
 //
 // A Trainer's methods must be called from one goroutine, and the
 // collective ones (TrainBatch, Step at a boundary, Save, Load,
@@ -113,11 +114,11 @@ var _ Trainer = (*Engine)(nil)
 // Not supported yet (an error naming the key):
 // offload_optimizer device nvme on a device backend, ZeRO++ (zero_quantized_*,
 // zero_hpz_partition_size > 1), MiCS, apex amp, sequence parallelism with
-// tensor parallelism or pipeline stages, ZeRO stages 2-3 with
-// pipeline stages, and tensor parallelism on a device. Either engine runs
-// on the CPU backend or a device (WithDevice). Tensor parallelism runs with
-// either engine (WithTensorParallel; see TensorParallelGroups and
-// PipeTensorParallelGroup).
+// tensor parallelism or pipeline stages, and ZeRO stages 2-3 with
+// pipeline stages. Either engine runs on the CPU backend or a device
+// (WithDevice), tensor and sequence parallelism included. Tensor
+// parallelism runs with either engine (WithTensorParallel; see
+// TensorParallelGroups and PipeTensorParallelGroup).
 func Initialize(ctx context.Context, cfg *config.Config, net model.Model, opts ...Option) (Trainer, error) {
 	if cfg == nil {
 		return nil, errors.New("deepgo.Initialize: cfg is nil")
