@@ -111,8 +111,7 @@ var _ Trainer = (*Engine)(nil)
 // initial tensors stay the caller's, free to free once Initialize returns,
 // except those a Param donates (model.Param.Donate), which it frees.
 //
-// Not supported yet (an error naming the key):
-// offload_optimizer device nvme on a device backend, ZeRO++ (zero_quantized_*,
+// Not supported yet (an error naming the key): ZeRO++ (zero_quantized_*,
 // zero_hpz_partition_size > 1), MiCS, apex amp, sequence parallelism with
 // tensor parallelism or pipeline stages, and ZeRO stages 2-3 with
 // pipeline stages. Either engine runs on the CPU backend or a device
