@@ -85,7 +85,7 @@ func (e *Engine) tpOverflow(ctx context.Context, overflow bool) (bool, error) {
 	if overflow {
 		v[0] = 1
 	}
-	if err := e.tp.AllReduce(ctx, flag, comm.Max); err != nil {
+	if err := comm.AllReduceHost(ctx, e.tp, flag, comm.Max); err != nil { // a host flag: staged over NCCL
 		return false, fmt.Errorf("deepgo: agreeing on overflow over tensor parallelism: %w", err)
 	}
 	return v[0] != 0, nil

@@ -114,7 +114,8 @@ func (e *Engine) tpCollect(ctx context.Context, st *checkpoint.State) error {
 	}
 	if rank != 0 {
 		for _, en := range st.Tensors {
-			if err := e.tp.Send(ctx, en.Data, 0); err != nil {
+			// host copies: staged over a device's collectives (NCCL's)
+			if err := comm.SendHost(ctx, e.tp, en.Data, 0); err != nil {
 				return fmt.Errorf("%s to tensor-parallel rank 0: %w", en.Name, err)
 			}
 		}
@@ -131,7 +132,7 @@ func (e *Engine) tpCollect(ctx context.Context, st *checkpoint.State) error {
 				return err
 			}
 			e.staged = append(e.staged, func() { buf.Free() })
-			if err := e.tp.Recv(ctx, buf, t); err != nil {
+			if err := comm.RecvHost(ctx, e.tp, buf, t); err != nil {
 				return fmt.Errorf("%s from tensor-parallel rank %d: %w", en.Name, t, err)
 			}
 			got := en

@@ -117,7 +117,9 @@ func (s *tpState) allReduce(t *tensor.Tensor, n int, op comm.ReduceOp) error {
 	if err != nil {
 		return err
 	}
-	if err := s.c.AllReduce(s.context(), v, op); err != nil {
+	// comm.AllReduceHost: the cross-entropy's per-row scalars are host
+	// memory, which a device's collectives (NCCL's) move only staged
+	if err := comm.AllReduceHost(s.context(), s.c, v, op); err != nil {
 		return fmt.Errorf("nn: tensor-parallel all-reduce: %w", err)
 	}
 	return nil
@@ -238,7 +240,7 @@ func (g *GPT) Unshard(ctx context.Context, local map[string][]float32) (map[stri
 			src.Free()
 			return nil, err
 		}
-		err = c.AllGather(ctx, all, src)
+		err = comm.AllGatherHost(ctx, c, all, src) // host values: staged over NCCL
 		src.Free()
 		if err != nil {
 			all.Free()

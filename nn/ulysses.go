@@ -156,7 +156,9 @@ func (s *spState) exchange(n int, pack func(send []float32), unpack func(recv []
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if err := s.c.AllToAll(ctx, rt, st); err != nil {
+	// the buffers are host memory: staged on a device whose collectives
+	// move device memory only (NCCL's)
+	if err := comm.AllToAllHost(ctx, s.c, rt, st); err != nil {
 		return fmt.Errorf("nn: sequence-parallel all-to-all: %w", err)
 	}
 	unpack(recv)

@@ -23,6 +23,12 @@ import (
 // inner communicator's deadlines and errors pass through unchanged; a
 // tensor not on the device, or inputs of a device whose kernel failed,
 // fail the operation on every rank as a bad argument would.
+//
+// Like NCCL's, its operations move device memory only: a host tensor is
+// a bad argument. Host data goes through comm.AllGatherHost and
+// comm.AllReduceHost, which stage it on the device (StageHost: Comm is a
+// comm.DeviceStager, as package nccl's communicator is), so that code
+// that works here works over NCCL.
 type Comm struct {
 	comm.Interposed // every operation through Start
 	b               *Backend
@@ -31,7 +37,10 @@ type Comm struct {
 	prev chan struct{} // closed once the previous operation reached inner
 }
 
-var _ comm.Comm = (*Comm)(nil)
+var (
+	_ comm.Comm         = (*Comm)(nil)
+	_ comm.DeviceStager = (*Comm)(nil)
+)
 
 // NewComm wraps inner for tensors of b's device, ordered on b's stream.
 func NewComm(inner comm.Comm, b *Backend) *Comm {
@@ -45,6 +54,28 @@ func NewComm(inner comm.Comm, b *Backend) *Comm {
 // Backend is the rank's backend, for an engine given this communicator.
 func (c *Comm) Backend() backend.Backend { return c.b }
 
+// StageHost lends a device copy of host tensor h (comm.DeviceStager):
+// the copy in is ordered on the backend's stream before the operation
+// that uses it, and done's copy back runs after that operation's Wait.
+func (c *Comm) StageHost(h *tensor.Tensor) (*tensor.Tensor, func(copyBack bool) error, error) {
+	d, err := c.b.Empty(h.DType(), h.Shape()...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.b.Copy(d, h); err != nil {
+		d.Free()
+		return nil, nil, err
+	}
+	return d, func(copyBack bool) error {
+		var err error
+		if copyBack {
+			err = c.b.Copy(h, d)
+		}
+		d.Free()
+		return err
+	}, nil
+}
+
 // host returns a host alias of a device tensor, or nil with an error for
 // a tensor the device cannot move (nil is left to the inner check).
 func (c *Comm) host(a comm.Arg) (*tensor.Tensor, error) {
@@ -53,9 +84,7 @@ func (c *Comm) host(a comm.Arg) (*tensor.Tensor, error) {
 	case t == nil:
 		return nil, nil
 	case t.Device().IsCPU():
-		// host memory (comm.AllGatherBytes and the other agreements) is
-		// not in stream order: the inner comm moves it as it is
-		return t, nil
+		return nil, fmt.Errorf("%w: %s %v is in host memory: collectives on %v move device memory only, as NCCL's do (stage host data with the comm.*Host helpers: AllGatherHost, AllReduceHost, AllToAllHost, SendHost, RecvHost)", comm.ErrInvalid, a.Name, t, c.b.Device())
 	case t.Device() != c.b.Device():
 		return nil, fmt.Errorf("%w: %s %v is not on %v", comm.ErrInvalid, a.Name, t, c.b.Device())
 	case !t.Contiguous():

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -160,8 +161,9 @@ func TestCollectivesMatchCPU(t *testing.T) {
 
 // A tensor on another device given to the device's communicator fails the
 // operation on every rank, as a bad argument on one rank does, within the
-// deadline (host tensors pass through: the rank agreements use them);
-// Split gives wrapped groups on the same backend.
+// deadline; so does a host tensor, as over NCCL, while comm.AllReduceHost
+// stages one through the device and gets the sum; Split gives wrapped
+// groups on the same backend.
 func TestCommArgumentsAndSplit(t *testing.T) {
 	const n = 2
 	w, err := sim.NewWorldTimeout(n, sim.Options{MaxDelay: time.Millisecond}, 5*time.Second)
@@ -201,4 +203,33 @@ func TestCommArgumentsAndSplit(t *testing.T) {
 	}
 	assert.ErrorIs(t, errs[0], comm.ErrInvalid)
 	assert.ErrorContains(t, errs[0], fmt.Sprintf("t float32[4]@%v is not on %v", tensor.Sim(1), tensor.Sim(0)))
+
+	// a fresh world: the failure broke this one's group
+	w2, err := sim.NewWorldTimeout(n, sim.Options{MaxDelay: time.Millisecond}, 5*time.Second)
+	require.NoError(t, err)
+	defer w2.Close()
+	hostRun := func(f func(r int, x *tensor.Tensor) error) [n][]float32 {
+		var got [n][]float32
+		for r := range n {
+			wg.Go(func() {
+				x, _ := tensor.FromFloat32([]float32{float32(r + 1), 2}, 2)
+				defer x.Free()
+				errs[r] = f(r, x)
+				got[r], _ = x.Float32s()
+				got[r] = slices.Clone(got[r])
+			})
+		}
+		wg.Wait()
+		return got
+	}
+	got := hostRun(func(r int, x *tensor.Tensor) error { return comm.AllReduceHost(ctx(t), w2.Comm(r), x, comm.Sum) })
+	for r := range n {
+		require.NoError(t, errs[r], "rank %d: AllReduceHost", r)
+		assert.Equal(t, []float32{3, 4}, got[r], "rank %d: AllReduceHost", r)
+	}
+	hostRun(func(r int, x *tensor.Tensor) error { return w2.Comm(r).AllReduce(ctx(t), x, comm.Sum) })
+	for r := range n {
+		assert.ErrorIs(t, errs[r], comm.ErrInvalid, "rank %d: a host tensor", r)
+	}
+	assert.ErrorContains(t, errors.Join(errs[:]...), "is in host memory")
 }
