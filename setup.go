@@ -134,7 +134,10 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	if e.scaler, err = newScaler(cfg, stage); err != nil {
 		return nil, err
 	}
-	if e.opt, e.ownOpt, e.hostBE, err = stepOptimizer(cfg, e.be, e.opt, o.store, e.c.Rank(), max(1, runtime.GOMAXPROCS(0)/n), &e.notes); err != nil {
+	// the swap folders are per world rank (reportRank): the TP ranks of a
+	// data-parallel rank share its rank in e.c, but not their optimizer
+	// state or parameters
+	if e.opt, e.ownOpt, e.hostBE, err = stepOptimizer(cfg, e.be, e.opt, o.store, e.reportRank(), max(1, runtime.GOMAXPROCS(0)/n), &e.notes); err != nil {
 		return nil, err
 	}
 	if cfg.Scheduler != nil {
@@ -152,7 +155,7 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	zc := zeroConfig(cfg, dts)
 	zc.HostOffload = e.hostBE
 	zc.PinHost = e.hostBE != nil && cfg.ZeroOptimization.OffloadOptimizer.PinMemory
-	zc.ParamStore = paramStore(cfg, e.be, e.c.Rank())
+	zc.ParamStore = paramStore(cfg, e.be, e.reportRank())
 	if e.z, err = zero.New(ctx, zc, e.c, e.be, e.opt, specs, initial); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}

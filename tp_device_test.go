@@ -3,6 +3,7 @@ package deepgo_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -21,11 +22,11 @@ import (
 // over tp ranks (Megatron's sequence parallelism when seq) or Ulysses SP
 // over sp ranks, times dp data-parallel ranks at ZeRO stage, with the
 // engine's activation checkpointing when ckpt, in precision prec ("",
-// "bf16").
+// "bf16"), and zextra (more zero_optimization keys, each after a comma).
 type parDevCase struct {
 	tp, sp, dp, stage int
 	seq, ckpt         bool
-	prec              string
+	prec, zextra      string
 }
 
 func (c parDevCase) String() string {
@@ -48,9 +49,9 @@ func (c parDevCase) config() string {
 		prec = `"bf16": {"enabled": true},`
 	}
 	return fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
-		"zero_optimization": {"stage": %d, "reduce_bucket_size": 500}, %s
+		"zero_optimization": {"stage": %d, "reduce_bucket_size": 500%s}, %s
 		"tensor_model_parallel_size": %d, "megatron_sequence_parallel": %v, "sequence_parallel_size": %d,
-		"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}}`, c.stage, prec, max(1, c.tp), c.seq, max(1, c.sp))
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}}`, c.stage, c.zextra, prec, max(1, c.tp), c.seq, max(1, c.sp))
 }
 
 // parDevRun trains a GPT (2 blocks, 4 heads, width 16, 16 tokens) with c
@@ -149,7 +150,8 @@ func parDevSegment(t *testing.T, dev string, c parDevCase, seg parSeg) (*result,
 		default:
 			wantDev = tensor.Sim(cm.Rank())
 		}
-		if m := tr.(interface{ Memory() zero.Memory }).Memory(); m.Device != wantDev || dev != "" && m.HostBytes != 0 {
+		// (offload keeps state in host memory on purpose)
+		if m := tr.(interface{ Memory() zero.Memory }).Memory(); m.Device != wantDev || dev != "" && c.zextra == "" && m.HostBytes != 0 {
 			return fmt.Errorf("rank %d: Memory() on %v with %d host bytes, want all on %v", cm.Rank(), m.Device, m.HostBytes, wantDev)
 		}
 		if seg.save != "" {
@@ -238,6 +240,34 @@ func TestModelParallelCheckpointOnDevice(t *testing.T) {
 				got, err := parDevSegment(t, dev[1], c, parSeg{from: 2, to: 4, load: dir})
 				require.NoError(t, err, "resume on %s", devName(dev[1]))
 				bitEqualRuns(t, &result{losses: want.losses[2:], params: want.params}, got)
+			}
+		})
+	}
+}
+
+// TestModelParallelNVMeOffload: NVMe offload of the optimizer state, and
+// of stage 3's parameters spilling past max_in_cpu, under TP 2 (× DP 2):
+// the TP ranks of a data-parallel rank each swap through a folder of
+// their own (they once both took the data-parallel rank's and the second
+// failed on the first's lock), on the CPU and on the simulated device,
+// bit-identical to the run without offload.
+func TestModelParallelNVMeOffload(t *testing.T) {
+	for _, c := range []parDevCase{
+		{tp: 2, dp: 2, stage: 2, zextra: `, "offload_optimizer": {"device": "nvme", "nvme_path": "%s"}`},
+		{tp: 2, dp: 1, stage: 3, zextra: `, "offload_optimizer": {"device": "nvme", "nvme_path": "%s"}, "offload_param": {"device": "nvme", "nvme_path": "%s", "max_in_cpu": 1}`},
+	} {
+		t.Run(fmt.Sprintf("tp%d-dp%d-zero%d", c.tp, c.dp, c.stage), func(t *testing.T) {
+			plain := c
+			plain.zextra = ""
+			want, err := parDevRun(t, "", plain, 3)
+			require.NoError(t, err, "without offload")
+			for _, dev := range []string{"", "sim"} {
+				off := c
+				dir := t.TempDir()
+				off.zextra = strings.ReplaceAll(c.zextra, "%s", dir)
+				got, err := parDevRun(t, dev, off, 3)
+				require.NoError(t, err, "NVMe offload on %s", devName(dev))
+				bitEqualRuns(t, want, got)
 			}
 		})
 	}
