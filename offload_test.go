@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/offload"
+	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -98,4 +100,31 @@ func TestSequenceParallelNotes(t *testing.T) {
 	notes := strings.Join(tr.Notes(), "\n")
 	assert.Contains(t, notes, "sequence_parallel.enabled: sequence_parallel_size is 1")
 	assert.Contains(t, notes, "sequence_parallel.attention_window_size=1024")
+}
+
+// At ZeRO stage 0 the config loader warns that offload_optimizer is
+// ignored, and the engine ignores it: on a device no host step, no host
+// memory and no offload note; with device nvme no swap folder.
+func TestOffloadOptimizerIgnoredAtStage0(t *testing.T) {
+	for _, dev := range []string{"cpu", "nvme"} {
+		dir := t.TempDir()
+		cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 0.1}},
+			"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "` + dev + `", "nvme_path": "` + dir + `"}}}`))
+		require.NoError(t, err)
+		m := testmodel.NewMLP(1, 4, 3)
+		e, err := initEngine(context.Background(), cfg, m, deepgo.WithDevice(tensor.Sim(0)))
+		require.NoError(t, err, dev)
+		mem := e.Memory()
+		assert.Zero(t, mem.HostBytes, "%s: host bytes at stage 0", dev)
+		assert.Zero(t, mem.Master, "%s: no host fp32 master at stage 0", dev)
+		for _, n := range e.Notes() {
+			assert.NotContains(t, n, "offload_optimizer.device="+dev+":", "%s: a note says it offloads", dev)
+		}
+		assert.True(t, slices.ContainsFunc(e.Notes(), func(n string) bool { return strings.Contains(n, "ignored at stage 0") }),
+			"%s: the loader's warning among the notes: %q", dev, e.Notes())
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		assert.Empty(t, entries, "%s: nothing swapped under nvme_path", dev)
+		require.NoError(t, e.Close())
+	}
 }

@@ -413,7 +413,7 @@ func stepOptimizer(cfg *config.Config, be backend.Backend, opt optim.Optimizer, 
 // host memory, so be must be a CPU backend: on a device the engine steps on
 // a host backend (hostStep).
 func nvmeStore(cfg *config.Config, be backend.Backend, rank int) (optim.StateStore, error) {
-	oo := cfg.ZeroOptimization.OffloadOptimizer
+	oo := offloadOptimizer(cfg)
 	if oo == nil || oo.Device != "nvme" {
 		return nil, nil
 	}
@@ -499,7 +499,7 @@ func zeroConfig(cfg *config.Config, d dtypes) zero.Config {
 // otherwise step their shard in one call, as DeepSpeed's stage 1/2 do.
 func subGroupSize(cfg *config.Config) int {
 	zc := cfg.ZeroOptimization
-	if zc.Stage == 3 || zc.OffloadOptimizer != nil && zc.OffloadOptimizer.Device == "nvme" {
+	if oo := offloadOptimizer(cfg); zc.Stage == 3 || oo != nil && oo.Device == "nvme" {
 		return zc.SubGroupSize
 	}
 	return 0
@@ -532,19 +532,20 @@ func unsupported(cfg *config.Config) error {
 // configs train unchanged, with a note rather than an error.
 func offloadNotes(cfg *config.Config, dev tensor.Device) []string {
 	z := cfg.ZeroOptimization
+	oo := offloadOptimizer(cfg) // nil at stage 0: the loader's warning says so
 	var notes []string
-	if z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "cpu" && dev.IsCPU() {
-		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: on the CPU backend the optimizer state already lives in host memory and the step runs on the CPU; nothing moves"+pinNote(dev, z.OffloadOptimizer.PinMemory))
+	if oo != nil && oo.Device == "cpu" && dev.IsCPU() {
+		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: on the CPU backend the optimizer state already lives in host memory and the step runs on the CPU; nothing moves"+pinNote(dev, oo.PinMemory))
 	}
-	if hostStep(cfg, dev) && z.OffloadOptimizer.Device == "cpu" {
-		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: the fp32 master weights, gradients for the step and optimizer state live in host memory and the step runs on the CPU; updated weights are copied to "+dev.String()+pinNote(dev, z.OffloadOptimizer.PinMemory))
+	if hostStep(cfg, dev) && oo.Device == "cpu" {
+		notes = append(notes, "zero_optimization.offload_optimizer.device=cpu: the fp32 master weights, gradients for the step and optimizer state live in host memory and the step runs on the CPU; updated weights are copied to "+dev.String()+pinNote(dev, oo.PinMemory))
 	}
-	if z.OffloadOptimizer != nil && z.OffloadOptimizer.Device == "nvme" {
+	if oo != nil && oo.Device == "nvme" {
 		where := ""
 		if hostStep(cfg, dev) {
 			where = "; the fp32 master weights stay in host memory and the step runs on the CPU, as with device cpu"
 		}
-		notes = append(notes, fmt.Sprintf("zero_optimization.offload_optimizer.device=nvme: the optimizer state swaps through nvme_path with the aio engine, one sub-group of at most sub_group_size=%d elements at a time (at most buffer_count=%d of them in host memory: a buffer is allocated when the swap plan first fills it)%s", z.SubGroupSize, z.OffloadOptimizer.BufferCount, where))
+		notes = append(notes, fmt.Sprintf("zero_optimization.offload_optimizer.device=nvme: the optimizer state swaps through nvme_path with the aio engine, one sub-group of at most sub_group_size=%d elements at a time (at most buffer_count=%d of them in host memory: a buffer is allocated when the swap plan first fills it)%s", z.SubGroupSize, oo.BufferCount, where))
 	}
 	if z.OffloadParam != nil && z.OffloadParam.Device == "cpu" && dev.IsCPU() {
 		notes = append(notes, "zero_optimization.offload_param.device=cpu: on the CPU backend parameter partitions already live in host memory; nothing moves"+pinNote(dev, z.OffloadParam.PinMemory))
@@ -575,8 +576,19 @@ func paramOffloadNote(op *config.Offload, dev tensor.Device) string {
 // there). NVMe swaps the state through host buffers, so on a device it is
 // CPU offload with the state in files (ZeRO-Infinity).
 func hostStep(cfg *config.Config, dev tensor.Device) bool {
-	oo := cfg.ZeroOptimization.OffloadOptimizer
+	oo := offloadOptimizer(cfg)
 	return oo != nil && (oo.Device == "cpu" || oo.Device == "nvme") && !dev.IsCPU()
+}
+
+// offloadOptimizer is the offload_optimizer section the engines apply:
+// none at ZeRO stage 0, where the config loader warns that it is ignored
+// (DeepSpeed offloads the ZeRO optimizer's partitions, which stage 0 does
+// not have).
+func offloadOptimizer(cfg *config.Config) *config.Offload {
+	if cfg.ZeroOptimization.Stage == 0 {
+		return nil
+	}
+	return cfg.ZeroOptimization.OffloadOptimizer
 }
 
 // pinNote says what pin_memory does for the host buffers copies to and
