@@ -33,6 +33,8 @@ func TestBadConfigs(t *testing.T) {
 			[]string{`zero_optimization.offload_optimizer.device|"gpu"|one of "none", "cpu", "nvme"`}},
 		{"pipeline with zero3", `{"pipeline_model_parallel_size":2,"zero_optimization":{"stage":3}}`, nil,
 			[]string{"zero_optimization.stage|3|0 or 1 with pipeline_model_parallel_size > 1"}},
+		{"sequence parallel disabled beside its size", `{"sequence_parallel_size":2,"sequence_parallel":{"enabled":false}}`, nil,
+			[]string{"sequence_parallel.enabled|false|true, or no key: sequence_parallel_size 2 shards the sequence"}},
 		{"negative batch", `{"train_batch_size":-8}`, nil,
 			[]string{"train_batch_size|-8|an integer >= 1"}},
 		{"fractional micro batch", `{"train_micro_batch_size_per_gpu":2.5}`, nil,

@@ -132,7 +132,7 @@ func Explain(key string) (string, error) {
 		fmt.Fprintf(&b, "  default: unset\n")
 	}
 	switch {
-	case k.f.deepgo || strings.HasPrefix(k.path, "checkpoint.") && sectionOf(k.parent).byName[k.f.name].deepgo:
+	case k.f.deepgo || deepgoSection(k.path):
 		fmt.Fprintf(&b, "  origin: deepgo extension (DeepSpeed has no such key); see package doc\n")
 	default:
 		origin := "DeepSpeed"
@@ -167,4 +167,15 @@ var extraDocs = map[string]string{
 	"pipeline_model_parallel_size":                  "tp × pp × sequence_parallel_size must divide the world size.",
 	"amp":                                           "recognised; enabled=true is an error (apex is not supported).",
 	"elasticity.enabled":                            "recognised; true is an error (elastic training is not supported).",
+}
+
+// deepgoSection reports whether path lies in a section that is a deepgo
+// extension as a whole (sequence_parallel): its keys are deepgo's too.
+func deepgoSection(path string) bool {
+	top, _, nested := strings.Cut(path, ".")
+	if !nested {
+		return false
+	}
+	f, ok := sectionOf(reflect.TypeOf(Config{})).byName[top]
+	return ok && f.deepgo
 }

@@ -103,6 +103,11 @@ func (l *loader) crossCheck(c *Config) {
 	if c.SequenceParallel.Enabled && c.SequenceParallelSize <= 1 {
 		l.warn("sequence_parallel.enabled", "sequence_parallel_size is 1, so no sequence sharding happens; set sequence_parallel_size > 1")
 	}
+	if l.explicit["sequence_parallel.enabled"] && !c.SequenceParallel.Enabled && c.SequenceParallelSize > 1 {
+		// sequence_parallel_size alone turns Ulysses on, as in DeepSpeed:
+		// an explicit false beside it asks for the opposite
+		l.fail("sequence_parallel.enabled", false, fmt.Sprintf("true, or no key: sequence_parallel_size %d shards the sequence (set it to 1 to train without sequence parallelism)", c.SequenceParallelSize), "")
+	}
 	ck := c.Checkpoint
 	if ck.KeepNMostRecent != nil && ck.NumCheckpointsToKeep != nil && *ck.KeepNMostRecent != *ck.NumCheckpointsToKeep {
 		l.warn("checkpoint", "keep_n_most_recent (%d) and num_checkpoints_to_keep (%d) disagree; the larger wins, so deepgo keeps the %d most recent checkpoints",
