@@ -320,7 +320,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	}
 	start := time.Now()
 	err = targs.job.runRanks(world, cfgPath, modelName, targs, res.PeakMemory, func(ctx context.Context, c comm.Comm) (err error) {
-		cfg, err := config.Load(cfgPath)
+		// the model's width sizes the "auto" ZeRO buckets, as HF's
+		// Trainer sizes them from hidden_size
+		cfg, err := config.Load(cfgPath, config.WithModelHidden(gcfg.Width))
 		if err != nil {
 			return err
 		}
