@@ -204,7 +204,7 @@ var fieldDocs = map[string]map[string]string{
 	},
 	"SequenceParallel": {
 		"attention_window_size":         "attention_window_size limits attention to a sliding window of this many tokens (0 = full).",
-		"enabled":                       "enabled turns sequence parallelism on (its degree is sequence_parallel_size).",
+		"enabled":                       "enabled turns sequence parallelism on (its degree is sequence_parallel_size). JSON leaves out a false: an explicit false beside sequence_parallel_size > 1 is an error, which a round trip of the default must not become.",
 		"gradient_checkpointing_kwargs": "gradient_checkpointing_kwargs are passed to activation checkpointing of the attention blocks.",
 	},
 	"TorchAutocast": {

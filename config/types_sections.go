@@ -46,8 +46,11 @@ type PipelineSchedule struct {
 
 // SequenceParallel is deepgo's sequence_parallel section.
 type SequenceParallel struct {
-	// Enabled turns sequence parallelism on (its degree is sequence_parallel_size).
-	Enabled bool `json:"enabled" ds:"def=false"`
+	// Enabled turns sequence parallelism on (its degree is
+	// sequence_parallel_size). JSON leaves out a false: an explicit false
+	// beside sequence_parallel_size > 1 is an error, which a round trip of
+	// the default must not become.
+	Enabled bool `json:"enabled,omitempty" ds:"def=false"`
 	// AttentionWindowSize limits attention to a sliding window of this many tokens (0 = full).
 	AttentionWindowSize int `json:"attention_window_size" ds:"def=0;min=0"`
 	// GradientCheckpointingKwargs are passed to activation checkpointing of the attention blocks.
