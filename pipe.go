@@ -155,6 +155,9 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if err := unsupported(cfg); err != nil {
 		return nil, err
 	}
+	if err := checkMegatronSP(cfg, net); err != nil {
+		return nil, err
+	}
 	if z := cfg.ZeroOptimization.Stage; z > 1 {
 		return nil, fmt.Errorf("deepgo.Initialize: zero_optimization.stage %d with %d pipeline stages: allowed 0 or 1 (ZeRO-2 and ZeRO-3 partition gradients or parameters, which the pipeline's per-micro-batch backward passes and tied-weight reduction cannot work with; DeepSpeed's PipelineEngine refuses them too)", z, pp)
 	}

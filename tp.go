@@ -61,13 +61,26 @@ func checkTP(cfg *config.Config, net model.Model, o options) error {
 	case o.tp != nil && o.tp.Size() != tp:
 		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d, but WithTensorParallel's group has %d ranks", tp, o.tp.Size())
 	}
-	if m, ok := net.(interface{ MegatronSequenceParallel() bool }); ok && tp > 1 && m.MegatronSequenceParallel() != cfg.MegatronSequenceParallel {
-		return fmt.Errorf("deepgo.Initialize: megatron_sequence_parallel is %v, but the model was built with nn.TP.SequenceParallel %v: build it as the config says", cfg.MegatronSequenceParallel, m.MegatronSequenceParallel())
+	if err := checkMegatronSP(cfg, net); err != nil {
+		return err
 	}
 	rest := *cfg
 	rest.TensorModelParallelSize = 1
 	rest.SequenceParallelSize = 1 // checkSP's
 	return unsupported(&rest)
+}
+
+// checkMegatronSP refuses a model that says whether it splits its
+// sequences Megatron's way and disagrees with megatron_sequence_parallel:
+// the config is what the user reads, so a model built otherwise would
+// train unlike it says (the layouts give the same numbers, but not the
+// same memory).
+func checkMegatronSP(cfg *config.Config, net model.Model) error {
+	tp := max(1, cfg.TensorModelParallelSize)
+	if m, ok := net.(interface{ MegatronSequenceParallel() bool }); ok && tp > 1 && m.MegatronSequenceParallel() != cfg.MegatronSequenceParallel {
+		return fmt.Errorf("deepgo.Initialize: megatron_sequence_parallel is %v, but the model was built with nn.TP.SequenceParallel %v: build it as the config says", cfg.MegatronSequenceParallel, m.MegatronSequenceParallel())
+	}
+	return nil
 }
 
 // tpOverflow agrees on overflow over the TP group: each rank checked only

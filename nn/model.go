@@ -393,8 +393,17 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 	if err != nil {
 		return nil, err
 	}
-	if g.tp.seqOn() && !m.tied { // TP has no pipeline parts (checkTP)
-		return g.seqHeadBackward(k, dlogits)
+	if g.tp.seqOn() {
+		din, err := g.seqHeadBackward(k, dlogits)
+		if err != nil || !m.tied {
+			return din, err
+		}
+		// a part without the embedding: the stage's wte copy takes the
+		// head's share itself (see the non-sequence-parallel path below)
+		if err := be.Axpy(1, []*tensor.Tensor{s.dwteHead}, []*tensor.Tensor{g.Embed.Tok.Grad}); err != nil {
+			return nil, fmt.Errorf("nn.GPT.Backward: tied wte: %w", err)
+		}
+		return din, nil
 	}
 	n := s.b * s.t
 	wte, err := g.headWeight("GPT.Backward", k.Device())

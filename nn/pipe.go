@@ -2,7 +2,6 @@ package nn
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/deepgo-ml/deepgo/model"
@@ -44,18 +43,24 @@ func (g *GPT) inPart(i int) bool { return g.hi == 0 || (i >= g.lo && i < g.hi) }
 // gradient with the embedding stage's.
 //
 // Under tensor parallelism (GPTConfig.TP) the part holds this rank's
-// shards and runs the layers' TP collectives over the model's group; the
-// residual stream it receives and sends is replicated over that group, so
-// each TP rank of a stage exchanges it with the same TP rank of the next,
-// and the head stage's tied wte is its vocabulary shard, summed with the
-// embedding stage's shard of the same TP rank.
+// shards and runs the layers' TP collectives over the model's group; each
+// TP rank of a stage exchanges the residual stream with the same TP rank
+// of the next, and the head stage's tied wte is its vocabulary shard,
+// summed with the embedding stage's shard of the same TP rank. The stream
+// is replicated over the group under plain TP ([B·T, C] on every rank);
+// under Megatron sequence parallelism (TP.SequenceParallel) it stays
+// split along the sequence between stages as between blocks, so a rank
+// sends and receives only its shard [B·T/n, C] (what Input returns to
+// receive into), as Megatron's p2p does: the scatter after the embedding
+// and the gather before the head run on the first and last stage only.
+//
+// Ulysses sequence parallelism (GPTConfig.SP) with parts is refused: the
+// pipeline engine lays out no sequence axis (its data group would have to
+// be the sequence-data group, as the data-parallel engine's is).
 func (g *GPT) NewPart(start, stop int) (model.Part, error) {
 	n := g.Config.Layers + 2
 	if g.sp != nil {
 		return nil, fmt.Errorf("nn.GPT.NewPart: sequence_parallel_size %d with pipeline parts: not supported yet", g.sp.size())
-	}
-	if g.Config.TP.SequenceParallel {
-		return nil, errors.New("nn.GPT.NewPart: Megatron sequence parallelism (megatron_sequence_parallel) with pipeline parts: not supported yet (stages exchange the replicated residual stream)")
 	}
 	if start < 0 || stop > n || start >= stop {
 		return nil, fmt.Errorf("nn.GPT.NewPart: modules [%d, %d): want 0 <= start < stop <= %d", start, stop, n)
@@ -64,7 +69,7 @@ func (g *GPT) NewPart(start, stop int) (model.Part, error) {
 	if g.tp != nil {
 		// the part's own token remap: parts of one stage hold different
 		// micro-batches between their forward and backward
-		r.tp = &tpState{c: g.tp.c, shards: g.tp.shards}
+		r.tp = &tpState{c: g.tp.c, shards: g.tp.shards, seq: g.tp.seq}
 	}
 	for i := start; i < stop; i++ {
 		switch {
@@ -105,6 +110,10 @@ func (p gptPart) Input(ctx context.Context, mb model.MicroBatch) (*tensor.Tensor
 	if b.B < 1 || b.T < 1 || b.T > g.Config.SeqLen || len(b.Inputs) != b.B*b.T || len(b.Targets) != b.B*b.T {
 		return nil, fmt.Errorf("nn.GPT: part input: batch %d x %d with %d inputs and %d targets: need B >= 1, 1 <= T <= %d and B*T of each",
 			b.B, b.T, len(b.Inputs), len(b.Targets), g.Config.SeqLen)
+	}
+	// a later stage learns T here, not from the embedding
+	if err := g.tp.checkSeqLen(b.T); err != nil {
+		return nil, err
 	}
 	if err := g.alloc(be, b.B, b.T); err != nil {
 		return nil, err

@@ -55,7 +55,7 @@ func (s tppSegment) run(corpus *data.Tokens) ([]float64, map[string][]float32, e
 		}
 		defer tc.Close()
 		gc := tpGPT(corpus.Vocab)
-		gc.TP = nn.TP{Comm: tc}
+		gc.TP = nn.TP{Comm: tc, SequenceParallel: r.seq && r.tp > 1}
 		g, err := nn.NewReadyGPT(gc, nil, eqSeed+1)
 		if err != nil {
 			return err

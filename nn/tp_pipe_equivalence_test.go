@@ -23,19 +23,31 @@ type tppRun struct {
 	sched                    string
 	virtual                  int
 	prec                     string // a precision section and its comma, or ""
+	// seq is Megatron's sequence parallelism (megatron_sequence_parallel,
+	// TP.SequenceParallel); ckpt is pipeline.activation_checkpoint_interval
+	seq  bool
+	ckpt int
 }
 
 func (r tppRun) String() string {
-	return fmt.Sprintf("tp%d-pp%d-dp%d-zero%d-%s-v%d-m%d", r.tp, r.pp, r.dp, r.stage, r.sched, r.virtual, r.micro)
+	s := fmt.Sprintf("tp%d-pp%d-dp%d-zero%d-%s-v%d-m%d", r.tp, r.pp, r.dp, r.stage, r.sched, r.virtual, r.micro)
+	if r.seq {
+		s += "-megatronsp"
+	}
+	if r.ckpt > 0 {
+		s += fmt.Sprintf("-ckpt%d", r.ckpt)
+	}
+	return s
 }
 
 func (r tppRun) config(clip float64) string {
 	return fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": %d,
 		"gradient_clipping": %g, "zero_optimization": {"stage": %d}, %s
-		"tensor_model_parallel_size": %d, "pipeline_model_parallel_size": %d,
-		"pipeline_schedule": {"type": %q, "virtual_stages": %d}, "pipeline": {"partition": "uniform"},
+		"tensor_model_parallel_size": %d, "pipeline_model_parallel_size": %d, "megatron_sequence_parallel": %v,
+		"pipeline_schedule": {"type": %q, "virtual_stages": %d},
+		"pipeline": {"partition": "uniform", "activation_checkpoint_interval": %d},
 		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`,
-		pipeB/r.dp/r.micro, r.micro, clip, r.stage, r.prec, r.tp, r.pp, r.sched, r.virtual, eqLR, eqWD)
+		pipeB/r.dp/r.micro, r.micro, clip, r.stage, r.prec, r.tp, r.pp, r.seq && r.tp > 1, r.sched, r.virtual, r.ckpt, eqLR, eqWD)
 }
 
 // runTPP runs fn on each of r's ranks with a pipeline engine over tpGPT
@@ -52,7 +64,7 @@ func runTPP(r tppRun, clip float64, vocab int, fn func(ctx context.Context, c co
 		}
 		defer tc.Close()
 		gc := tpGPT(vocab)
-		gc.TP = nn.TP{Comm: tc}
+		gc.TP = nn.TP{Comm: tc, SequenceParallel: r.seq && r.tp > 1}
 		g, err := nn.NewReadyGPT(gc, nil, eqSeed)
 		if err != nil {
 			return err
@@ -244,25 +256,4 @@ func TestGPTTensorPipelineRefusals(t *testing.T) {
 		})
 		require.ErrorContains(t, err, tc.want)
 	}
-}
-
-// A GPT with Megatron sequence parallelism refuses pipeline parts by name:
-// its stages would exchange a sequence-sharded residual stream.
-func TestGPTMegatronSequenceParallelRefusesParts(t *testing.T) {
-	err := local.Run(context.Background(), 2, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, c comm.Comm) error {
-		gc := tpGPT(32)
-		gc.TP = nn.TP{Comm: c, SequenceParallel: true}
-		g, err := nn.NewGPT(gc)
-		if err != nil {
-			return err
-		}
-		defer g.Free()
-		if _, err := g.NewPart(0, 2); err == nil {
-			return fmt.Errorf("NewPart with Megatron sequence parallelism: want an error")
-		} else if !assert.Contains(t, err.Error(), "megatron_sequence_parallel) with pipeline parts: not supported yet") {
-			return err
-		}
-		return nil
-	})
-	require.NoError(t, err)
 }
