@@ -144,3 +144,22 @@ func TestPipelineTensorParallelOnCUDA(t *testing.T) {
 		})
 	}
 }
+
+// TestPipelineMegatronSequenceParallelOnCUDA:
+// TestPipelineMegatronSequenceParallelOnDevice's TP 2 + Megatron SP × PP 2
+// runs on GPU 0 against the CPU backend, within the CUDA tolerances.
+func TestPipelineMegatronSequenceParallelOnCUDA(t *testing.T) {
+	needGPU(t)
+	const steps = 4
+	for _, c := range pipeSeqDevCases() {
+		t.Run(c.String(), func(t *testing.T) {
+			want, err := pipeDevRun(t, "", c, steps)
+			require.NoError(t, err, "cpu")
+			got, err := pipeDevRun(t, "cuda", c, steps)
+			require.NoError(t, err, "cuda")
+			tol := map[string]float64{"": 1e-4, "bf16": 1e-2}[c.prec]
+			ld, pd := compareRuns(t, "cuda vs cpu", &want.result, &got.result, tol, 10*tol)
+			t.Logf("cuda vs cpu: loss %.2e param %.2e", ld, pd)
+		})
+	}
+}

@@ -35,6 +35,7 @@ type pipeDevCase struct {
 	prec        string
 	ckpt        bool
 	offload     bool
+	seq         bool // Megatron SP (megatron_sequence_parallel) over the TP group
 }
 
 func (c pipeDevCase) String() string {
@@ -45,6 +46,9 @@ func (c pipeDevCase) String() string {
 	s := fmt.Sprintf("pp%d-dp%d-%s-v%d-gas%d-%s", c.pp, c.dp, c.sched, c.virtual, c.gas, p)
 	if c.tp > 1 {
 		s += fmt.Sprintf("-tp%d", c.tp)
+	}
+	if c.seq {
+		s += "-megatronsp"
 	}
 	if c.ckpt {
 		s += "-ckpt"
@@ -75,11 +79,12 @@ func (c pipeDevCase) config() string {
 		offload = `, "offload_optimizer": {"device": "cpu", "pin_memory": true}`
 	}
 	return fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": %d, "gradient_clipping": %g,
-		"pipeline_model_parallel_size": %d, "tensor_model_parallel_size": %d, "pipeline_schedule": {"type": %q, "virtual_stages": %d},
+		"pipeline_model_parallel_size": %d, "tensor_model_parallel_size": %d, "megatron_sequence_parallel": %v,
+		"pipeline_schedule": {"type": %q, "virtual_stages": %d},
 		"pipeline": {"partition": "uniform", "activation_checkpoint_interval": %d},
 		"zero_optimization": {"stage": 1%s},
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}%s}`,
-		c.gas, pipeDevClip, c.pp, max(1, c.tp), c.sched, c.virtual, ckpt, offload, prec)
+		c.gas, pipeDevClip, c.pp, max(1, c.tp), c.seq && c.tp > 1, c.sched, c.virtual, ckpt, offload, prec)
 }
 
 // devArenaGPT is a GPT whose pipeline parts' modules each take a small
@@ -164,7 +169,7 @@ func pipeDevSegment(t *testing.T, dev string, c pipeDevCase, seg parSeg) (*pipeD
 				return err
 			}
 			defer tc.Close()
-			gc.TP = nn.TP{Comm: tc}
+			gc.TP = nn.TP{Comm: tc, SequenceParallel: c.seq}
 			opts = append(opts, deepgo.WithTensorParallel(tc))
 		}
 		g, err := nn.NewReadyGPT(gc, nil, 1)

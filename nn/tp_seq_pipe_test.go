@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -165,5 +167,62 @@ func TestGPTSequenceParallelPipelineRefusals(t *testing.T) {
 			return err
 		})
 		require.ErrorContains(t, err, fmt.Sprintf("megatron_sequence_parallel is %v, but the model was built with nn.TP.SequenceParallel %v", !modelSeq, modelSeq))
+	}
+}
+
+// A part that starts after the embedding receives what the previous
+// part's last module sends: under Megatron SP a TP rank's sequence shard
+// [B·T/tp, C] (Part.Input, which the pipeline engine receives into and
+// sizes the returned gradient by), tp times less than plain TP's [B·T, C].
+func TestGPTMegatronSequenceParallelPartBoundary(t *testing.T) {
+	mk, err := data.NewMarkov(32, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(2000, 4), Vocab: 32}
+	b := eqBatch(corpus, 0, 1, 0)
+	full := b.B * b.T * tpGPT(32).Width
+	for _, tp := range []int{2, 4} {
+		for _, seq := range []bool{false, true} {
+			var sent, recv []int
+			err := local.Run(context.Background(), tp, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+				cfg := tpGPT(32)
+				cfg.TP = nn.TP{Comm: c, SequenceParallel: seq}
+				g, err := nn.NewReadyGPT(cfg, c.(interface{ Backend() backend.Backend }).Backend(), eqSeed)
+				if err != nil {
+					return err
+				}
+				defer g.Free()
+				first, err := g.NewPart(0, 2) // the embedding and block 0
+				if err != nil {
+					return err
+				}
+				defer first.Free()
+				rest, err := g.NewPart(2, len(g.Blocks)+2) // block 1 and the head
+				if err != nil {
+					return err
+				}
+				defer rest.Free()
+				var act model.Activation = b
+				for _, m := range first.Modules() {
+					if act, err = m.Forward(ctx, act); err != nil {
+						return err
+					}
+				}
+				in, err := rest.Input(ctx, b.MicroBatch())
+				if err != nil {
+					return err
+				}
+				if c.Rank() == 0 {
+					sent, recv = []int{act.(interface{ Numel() int }).Numel()}, []int{in.Numel()}
+				}
+				return nil
+			})
+			require.NoError(t, err, "tp %d seq %v", tp, seq)
+			want := full
+			if seq {
+				want /= tp
+			}
+			assert.Equal(t, []int{want}, sent, "tp %d seq %v: the first part's output", tp, seq)
+			assert.Equal(t, []int{want}, recv, "tp %d seq %v: the second part's input", tp, seq)
+		}
 	}
 }

@@ -1,0 +1,133 @@
+package deepgo_test
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/stretchr/testify/require"
+)
+
+// pipeSeqDevCases are the device tables' TP 2 + Megatron SP × PP 2 runs:
+// 1F1B with 1 and 2 data-parallel ranks, the interleaved schedule with
+// every block checkpointed, in fp32 and bf16.
+func pipeSeqDevCases() []pipeDevCase {
+	return []pipeDevCase{
+		{pp: 2, dp: 1, gas: 4, sched: "1F1B", virtual: 1, tp: 2, seq: true},
+		{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1, tp: 2, seq: true},
+		{pp: 2, dp: 2, gas: 2, sched: "Interleaved", virtual: 2, ckpt: true, tp: 2, seq: true},
+		{pp: 2, dp: 1, gas: 2, sched: "Interleaved", virtual: 2, prec: "bf16", ckpt: true, tp: 2, seq: true},
+	}
+}
+
+// TestPipelineMegatronSequenceParallelOnDevice: TP 2 with Megatron's
+// sequence parallelism in each of 2 pipeline stages (the stages exchange
+// sequence shards) trains on the simulated device, with and without
+// randomized kernel delays, and through WithDevice over comm/local ranks,
+// bit-identical to the CPU backend: every loss, loss scale, gradient norm
+// and final parameter. On the CPU it follows the same run without
+// sequence parallelism (TP × PP) and PP alone to float32 summation order
+// in fp32 (only the LayerNorm gradients' sums differ; losses within 1e-6
+// relative, the parameters 5e-6 norm-wise: this table's lr is 10× the nn
+// tests'), to bf16's rounding in bf16.
+func TestPipelineMegatronSequenceParallelOnDevice(t *testing.T) {
+	const steps = 4
+	for _, c := range pipeSeqDevCases() {
+		t.Run(c.String(), func(t *testing.T) {
+			want, err := pipeDevRun(t, "", c, steps)
+			require.NoError(t, err, "cpu")
+			requirePipeTrained(t, want)
+			// measured: fp32 losses 5.7e-8, parameters 1.6e-6; bf16 losses
+			// 1.1e-6, parameters 3.1e-5 (identical to TP × PP's)
+			tol := map[string][2]float64{"": {1e-6, 5e-6}, "bf16": {1e-4, 1e-3}}[c.prec]
+			for _, ref := range []pipeDevCase{withSeq(c, false), withTP(c, 1)} {
+				other, err := pipeDevRun(t, "", ref, steps)
+				require.NoError(t, err, "cpu %v", ref)
+				followsRun(t, ref.String()+" vs "+c.String(), &other.result, &want.result, tol[0], tol[1])
+			}
+			for _, dev := range []string{"sim", "sim+delay", "sim-option"} {
+				got, err := pipeDevRun(t, dev, c, steps)
+				require.NoError(t, err, dev)
+				bitEqualRuns(t, &want.result, &got.result)
+				require.Equal(t, want.norms, got.norms, "%s: gradient norms", dev)
+				for r, mem := range got.mem {
+					require.Equal(t, tensor.Sim(r), mem.Device, "%s rank %d: Memory().Device", dev, r)
+					require.Zero(t, mem.HostBytes, "%s rank %d: host bytes of engine state", dev, r)
+				}
+			}
+		})
+	}
+}
+
+// TestPipelineMegatronSequenceParallelCheckpointOnDevice: TP 2 + Megatron
+// SP × 2 stages saved after 2 steps on the simulated device with kernel
+// delays and resumed there, saved there and resumed on the CPU backend,
+// and saved on the CPU and resumed on the device, trains the next 2 steps
+// with the losses of the uninterrupted CPU run and ends with its
+// parameters, bit for bit; resumed without sequence parallelism (TP × PP,
+// on the device) it follows them to float32 summation order.
+func TestPipelineMegatronSequenceParallelCheckpointOnDevice(t *testing.T) {
+	c := pipeDevCase{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, tp: 2, seq: true}
+	want, err := pipeDevRun(t, "", c, 4)
+	require.NoError(t, err, "uninterrupted")
+	for _, dev := range [][2]string{{"sim+delay", "sim+delay"}, {"sim+delay", ""}, {"", "sim"}} {
+		t.Run(devName(dev[0])+"->"+devName(dev[1]), func(t *testing.T) {
+			dir := t.TempDir()
+			_, err := pipeDevSegment(t, dev[0], c, parSeg{to: 2, save: dir})
+			require.NoError(t, err, "save on %s", devName(dev[0]))
+			got, err := pipeDevSegment(t, dev[1], c, parSeg{from: 2, to: 4, load: dir})
+			require.NoError(t, err, "resume on %s", devName(dev[1]))
+			bitEqualRuns(t, &pipeDevResultTail(want, 2).result, &got.result)
+			if dev[1] == "sim" {
+				plain, err := pipeDevSegment(t, dev[1], withSeq(c, false), parSeg{from: 2, to: 4, load: dir})
+				require.NoError(t, err, "resume without sequence parallelism on %s", devName(dev[1]))
+				followsRun(t, "resumed without megatron_sequence_parallel", &pipeDevResultTail(want, 2).result, &plain.result, 1e-6, 5e-6) // measured: 3.2e-9, 2.6e-6
+			}
+		})
+	}
+}
+
+// withSeq is c with Megatron SP on or off.
+func withSeq(c pipeDevCase, seq bool) pipeDevCase { c.seq = seq; return c }
+
+// withTP is c at another TP degree (Megatron SP only where it is above 1).
+func withTP(c pipeDevCase, tp int) pipeDevCase { c.tp, c.seq = tp, c.seq && tp > 1; return c }
+
+// pipeDevResultTail is r from step from on: what a run resumed there
+// compares with.
+func pipeDevResultTail(r *pipeDevResult, from int) *pipeDevResult {
+	out := *r
+	out.losses, out.scales = r.losses[from:], r.scales[from:]
+	return &out
+}
+
+// followsRun checks got's losses against want's to lossTol relative and
+// its parameters, all of them as one vector, to paramTol norm-wise (the
+// nn equivalence tests' measure: a small parameter such as a bias that
+// AdamW moves by about lr whatever its gradient's size carries float32
+// summation noise that a per-parameter bound would magnify).
+func followsRun(t *testing.T, what string, want, got *result, lossTol, paramTol float64) {
+	t.Helper()
+	require.Len(t, got.losses, len(want.losses), "%s: losses", what)
+	ld := lossDiff(want.losses, got.losses)
+	keys := make([]string, 0, len(want.params))
+	for k := range want.params {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var scale, d float64
+	for _, k := range keys {
+		a, b := want.params[k], got.params[k]
+		require.Len(t, b, len(a), "%s: parameter %s", what, k)
+		for i := range a {
+			scale += float64(a[i]) * float64(a[i])
+			d += (float64(a[i]) - float64(b[i])) * (float64(a[i]) - float64(b[i]))
+		}
+	}
+	pd := math.Sqrt(d / scale)
+	worst, where := relDiff(want.params, got.params)
+	t.Logf("%s: loss %.2e, parameters %.2e norm-wise (worst one %s %.2e)", what, ld, pd, where, worst)
+	require.LessOrEqual(t, ld, lossTol, "%s: losses differ, relative\nwant %v\ngot  %v", what, want.losses, got.losses)
+	require.LessOrEqual(t, pd, paramTol, "%s: parameters differ norm-wise", what)
+}
