@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -33,4 +35,67 @@ func TestTrainMegatronSequenceParallel(t *testing.T) {
 	assert.Equal(t, plain.Ranks, r.Ranks)
 	assert.Less(t, r.PeakMemory[0], plain.PeakMemory[0], "peak memory per rank")
 	assert.LessOrEqual(t, math.Abs(r.FinalLoss-plain.FinalLoss)/plain.FinalLoss, 1e-5, "final loss")
+}
+
+// With pipeline_model_parallel_size 2 too, `deepgo train` runs TP 2 +
+// Megatron SP × PP 2 × 2 data-parallel ranks (8 in-process ranks, the
+// stages exchanging sequence shards), says so, holds less per rank than
+// TP 2 × PP 2 and ends at its final loss (to float32 summation order); on
+// the simulated device it ends at the CPU's final loss to the last bit.
+func TestTrainMegatronSequenceParallelPipeline(t *testing.T) {
+	dir := t.TempDir()
+	pp := `"pipeline_model_parallel_size": 2,`
+	plain, _ := trainParallel(t, dir, "tensor_model_parallel_size", 2, pp)
+	seq, out := trainParallel(t, dir, "tensor_model_parallel_size", 2, pp, `"megatron_sequence_parallel": true,`)
+	assert.Equal(t, 8, seq.Ranks)
+	assert.Contains(t, out, "pipeline: 2 stages x 2 data-parallel ranks")
+	assert.Contains(t, out, "megatron sequence parallel: the residual stream and LayerNorms split along the sequence")
+	t.Logf("final loss %v (TP 2 x PP 2 %v), peak memory rank 0 %v (TP 2 x PP 2 %v)", seq.FinalLoss, plain.FinalLoss, seq.PeakMemory[0], plain.PeakMemory[0])
+	assert.Less(t, seq.PeakMemory[0], plain.PeakMemory[0], "peak memory per rank")
+	assert.LessOrEqual(t, math.Abs(seq.FinalLoss-plain.FinalLoss)/plain.FinalLoss, 1e-5, "final loss")
+	sim, _ := trainParallelOn(t, "sim", dir, "tensor_model_parallel_size", 2, pp, `"megatron_sequence_parallel": true,`)
+	assert.Equal(t, "sim", sim.Device)
+	assert.Equal(t, seq.FinalLoss, sim.FinalLoss, "final loss cpu vs sim")
+}
+
+// `deepgo train` resumes a TP 2 + Megatron SP × PP 2 run: stopped after
+// step 6 and resumed with megatron_sequence_parallel it ends exactly where
+// the uninterrupted run ends, and without it (TP 2 × PP 2; the checkpoint
+// holds parameters, not the residual stream's layout) to 1e-5 relative.
+func TestTrainMegatronSequenceParallelPipelineResumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("several training runs")
+	}
+	dir := t.TempDir()
+	conf := func(seq bool, save, load string) string {
+		loadKey := ""
+		if load != "" {
+			loadKey = fmt.Sprintf(`"load_path": %q, `, load)
+		}
+		p := filepath.Join(dir, fmt.Sprintf("sp%v-%s.json", seq, filepath.Base(save)))
+		js := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 4, "steps_per_print": 6, "gradient_clipping": 1.0,
+			"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "megatron_sequence_parallel": %v,
+			"zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+			"checkpoint": {%s"save_dir": %q}}`, seq, loadKey, save)
+		require.NoError(t, os.WriteFile(p, []byte(js), 0o644))
+		return p
+	}
+	args := trainerArgs{microBatch: 4, lr: 0.003}
+	whole, err := train(conf(true, filepath.Join(dir, "whole"), ""), "", "small", 1, 12, args, io.Discard, io.Discard)
+	require.NoError(t, err)
+	part := filepath.Join(dir, "part")
+	_, err = train(conf(true, part, ""), "", "small", 1, 6, args, io.Discard, io.Discard)
+	require.NoError(t, err)
+	for _, seq := range []bool{true, false} {
+		var out strings.Builder
+		resumed, err := train(conf(seq, filepath.Join(dir, fmt.Sprint("resumed-", seq)), part), "", "small", 1, 12, args, &out, io.Discard)
+		require.NoError(t, err, "resuming with megatron_sequence_parallel %v", seq)
+		assert.Contains(t, out.String(), "resumed at step 6 from "+part)
+		rel := math.Abs(resumed.FinalLoss-whole.FinalLoss) / whole.FinalLoss
+		t.Logf("resumed with megatron_sequence_parallel %v: final loss %.9g, uninterrupted %.9g (rel %.3g)", seq, resumed.FinalLoss, whole.FinalLoss, rel)
+		if seq {
+			assert.Equal(t, whole.FinalLoss, resumed.FinalLoss, "resumed at the saving layout")
+		}
+		assert.LessOrEqual(t, rel, 1e-5, "final loss resumed with megatron_sequence_parallel %v", seq)
+	}
 }
