@@ -6,7 +6,9 @@ package deepgo
 // is sharded over the model axis before Initialize (PipeTensorParallelGroup
 // gives that group), each stage's parts run the layers' TP collectives,
 // activations go from a stage's TP rank to the same TP rank of the next
-// stage (the pipe group fixes the data and model coordinates), the tied
+// stage (the pipe group fixes the data and model coordinates; under
+// megatron_sequence_parallel each carries only that rank's sequence
+// shard, whose size the part's Input gives the receiver), the tied
 // wte is a vocabulary shard summed over the stages holding it per TP rank,
 // and ZeRO runs over the data axis.
 

@@ -34,6 +34,8 @@ type TP struct {
 	// --sequence-parallel; deepgo's megatron_sequence_parallel key): the
 	// residual stream and the LayerNorms are split along the sequence
 	// over the group (see tp_seq.go). It needs a group of 2 or more ranks.
+	// It works in pipeline parts too (NewPart): the stages then exchange
+	// each TP rank's sequence shard of the residual stream.
 	SequenceParallel bool
 }
 

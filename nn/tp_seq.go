@@ -17,6 +17,13 @@ package nn
 // so the engine still sees a replicated parameter with the same gradient
 // on every TP rank.
 //
+// In pipeline parts (NewPart) the stream stays split between stages as
+// between blocks: a stage's TP rank sends its shard to the same TP rank of
+// the next stage, as Megatron's p2p sends the sequence-parallel tensor, so
+// only the first stage scatters (after the embedding) and only the last
+// gathers (before the head). A head part without the embedding adds the
+// head's wte share into its own copy of the tied weight.
+//
 // The gathered LayerNorm outputs stay as the column-parallel linears'
 // saved inputs (Megatron re-gathers them in backward instead, trading a
 // collective for [N, C] of memory per LayerNorm). A sequence is
