@@ -60,7 +60,7 @@ func (g *GPT) inPart(i int) bool { return g.hi == 0 || (i >= g.lo && i < g.hi) }
 func (g *GPT) NewPart(start, stop int) (model.Part, error) {
 	n := g.Config.Layers + 2
 	if g.sp != nil {
-		return nil, fmt.Errorf("nn.GPT.NewPart: sequence_parallel_size %d with pipeline parts: not supported yet", g.sp.size())
+		return nil, fmt.Errorf("nn.GPT.NewPart: sequence_parallel_size %d with pipeline parts: not supported yet (the pipeline engine lays out no sequence axis; Megatron's megatron_sequence_parallel with tensor_model_parallel_size does run with pipeline stages)", g.sp.size())
 	}
 	if start < 0 || stop > n || start >= stop {
 		return nil, fmt.Errorf("nn.GPT.NewPart: modules [%d, %d): want 0 <= start < stop <= %d", start, stop, n)
