@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/deepgo-ml/deepgo"
 	"io"
 	"strings"
 
@@ -107,6 +108,15 @@ func configCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: invalid\n", files[0])
 		return 1
 	}
+	// a config DeepSpeed loads may still ask for what deepgo cannot train:
+	// said now, not when the job starts
+	if err := deepgo.Unsupported(cfg); err != nil {
+		for _, e := range unjoin(err) {
+			fmt.Fprintf(stderr, "  error: %v\n", e)
+		}
+		fmt.Fprintf(stderr, "%s: loads, but deepgo cannot train it\n", files[0])
+		return 1
+	}
 	status := stdout
 	if *asJSON { // stdout holds the JSON alone, for json.load or jq
 		status = stderr
@@ -143,4 +153,12 @@ func printSettings(w io.Writer, cfg *config.Config) {
 	if len(cfg.Unresolved) > 0 {
 		fmt.Fprintf(w, "unresolved \"auto\": %s\n", strings.Join(cfg.Unresolved, ", "))
 	}
+}
+
+// unjoin lists the errors errors.Join put together (err itself otherwise).
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }

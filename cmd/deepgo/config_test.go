@@ -72,6 +72,7 @@ func TestConfigCheckOptimizer(t *testing.T) {
 	onebit := write("onebit.json", `{"optimizer":{"type":"OneBitAdam"}}`)
 	autoLR := write("auto.json", `{"optimizer":{"type":"AdamW","params":{"lr":"auto"}}}`)
 	warmup := write("warmup.json", `{"optimizer":{"type":"Adam"},"scheduler":{"type":"WarmupLR","params":{"warmup_type":"cosine"}}}`)
+	zpp := write("zpp.json", `{"zero_optimization":{"stage":3,"zero_quantized_gradients":true}}`)
 	for _, c := range []struct {
 		args        []string
 		rc          int
@@ -81,6 +82,8 @@ func TestConfigCheckOptimizer(t *testing.T) {
 		{[]string{"check", autoLR}, 0, `unresolved "auto": optimizer.params.lr`, ""},
 		{[]string{"check", "--strict", autoLR}, 1, "", `optimizer.params.lr: got "auto"`},
 		{[]string{"check", warmup}, 0, ": ok", `warning: scheduler.params.warmup_type: "cosine": unknown warmup type, using "log"`},
+		// loads (DeepSpeed's keys), but Initialize would refuse it
+		{[]string{"check", zpp}, 1, "", "zero_quantized_* (ZeRO++): not supported yet\n" + zpp + ": loads, but deepgo cannot train it"},
 	} {
 		var out, errb bytes.Buffer
 		rc := runConfig(c.args, &out, &errb)

@@ -1,0 +1,47 @@
+package deepgo
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo/config"
+)
+
+// Unsupported reports every key of cfg that deepgo cannot train yet, as
+// one error per key joined (nil when there is none): ZeRO++
+// (zero_quantized_*, zero_hpz_partition_size > 1), MiCS
+// (mics_shard_size), apex amp, and Ulysses sequence_parallel_size > 1
+// with tensor parallelism or pipeline stages. Initialize refuses each of
+// these with the same words; deepgo config check reports them all before
+// a job is submitted, as DeepSpeed would load such a config.
+func Unsupported(cfg *config.Config) error {
+	z := cfg.ZeroOptimization
+	var errs []error
+	ns := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("deepgo: "+format+": not supported yet", a...))
+	}
+	if z.ZeroQuantizedWeights || z.ZeroQuantizedGradients || z.ZeroQuantizedNontrainableWeights {
+		ns("zero_optimization.zero_quantized_* (ZeRO++)")
+	}
+	if z.ZeroHPZPartitionSize > 1 {
+		ns("zero_optimization.zero_hpz_partition_size > 1 (ZeRO++ hpZ)")
+	}
+	if z.MicsShardSize > 0 {
+		ns("zero_optimization.mics_shard_size (MiCS)")
+	}
+	if cfg.AMP.Enabled() {
+		ns("amp.enabled (apex)")
+	}
+	if sp := cfg.SequenceParallelSize; sp > 1 {
+		if tp := cfg.TensorModelParallelSize; tp > 1 {
+			ns("sequence_parallel_size %d with tensor_model_parallel_size %d", sp, tp)
+		}
+		pp, err := PipelineStages(cfg)
+		if err != nil {
+			errs = append(errs, err)
+		} else if pp > 1 {
+			ns("sequence_parallel_size %d with %d pipeline stages (SP x PP; Megatron's megatron_sequence_parallel runs with them)", sp, pp)
+		}
+	}
+	return errors.Join(errs...)
+}

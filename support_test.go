@@ -1,0 +1,38 @@
+package deepgo_test
+
+import (
+	"testing"
+
+	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Unsupported names every key deepgo cannot train yet, and nothing for a
+// config it trains.
+func TestUnsupported(t *testing.T) {
+	for _, c := range []struct {
+		doc  string
+		want []string
+	}{
+		{`{"train_micro_batch_size_per_gpu": 1, "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "megatron_sequence_parallel": true}`, nil},
+		{`{"train_micro_batch_size_per_gpu": 1, "sequence_parallel_size": 2}`, nil},
+		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zero_quantized_gradients": true, "zero_hpz_partition_size": 2}}`,
+			[]string{"zero_quantized_* (ZeRO++): not supported yet", "zero_hpz_partition_size > 1 (ZeRO++ hpZ): not supported yet"}},
+		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "mics_shard_size": 2}}`, []string{"mics_shard_size (MiCS)"}},
+		{`{"train_micro_batch_size_per_gpu": 1, "sequence_parallel_size": 2, "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2}`,
+			[]string{"sequence_parallel_size 2 with tensor_model_parallel_size 2", "sequence_parallel_size 2 with 2 pipeline stages"}},
+	} {
+		cfg, err := config.Parse([]byte(c.doc))
+		require.NoError(t, err, c.doc)
+		err = deepgo.Unsupported(cfg)
+		if c.want == nil {
+			assert.NoError(t, err, c.doc)
+			continue
+		}
+		for _, w := range c.want {
+			assert.ErrorContains(t, err, w, c.doc)
+		}
+	}
+}
