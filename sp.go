@@ -27,13 +27,21 @@ import (
 // over; WithComm is then the sequence-data-parallel group (dp × sp ranks:
 // SequenceParallelGroups builds both). sp.Size() must equal
 // sequence_parallel_size.
+//
+// Each rank must be handed its own shard of every sequence: the batch of
+// its data-parallel rank cut with model.TokenBatch.SequenceShard(sp.Rank(),
+// sp.Size()). The engine cannot tell a shard from a shorter whole
+// sequence, so a rank given the full batch trains, on different data,
+// without an error, as long as the sequence fits the model.
 func WithSequenceParallel(sp comm.Comm) Option { return func(o *options) { o.sp = sp } }
 
 // SequenceParallelGroups lays world out as DeepSpeed does for Ulysses
 // (groups.py: sequence-parallel ranks adjacent, data outermost) and
 // returns this rank's sequence-data-parallel group (every rank of world:
 // dp × sp) and its sequence-parallel group, with its data-parallel rank
-// (which micro-batches it is handed). Every rank of world must call it.
+// (which micro-batches it is handed; each rank then trains on its
+// sequence shard of them, model.TokenBatch.SequenceShard). Every rank of
+// world must call it.
 func SequenceParallelGroups(ctx context.Context, world comm.Comm, sp int) (seqData, seq comm.Comm, dataRank int, err error) {
 	if sp < 1 || world.Size()%sp != 0 {
 		return nil, nil, 0, fmt.Errorf("deepgo.SequenceParallelGroups: sequence_parallel_size %d must be >= 1 and divide the world size %d", sp, world.Size())

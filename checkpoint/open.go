@@ -60,6 +60,12 @@ func Open(fsys vfs.FS, saveDir, tag string) (*Checkpoint, error) {
 	if named {
 		t, err := ReadLatest(fsys, saveDir)
 		if err != nil {
+			if _, serr := fsys.Stat(filepath.Join(saveDir, manifestName)); errors.Is(err, fs.ErrNotExist) && serr == nil {
+				// one checkpoint's folder, given where its save
+				// directory belongs
+				return nil, fmt.Errorf("%w (%s is one checkpoint's folder, with a %s: load from its save directory %s with tag %q)",
+					err, saveDir, manifestName, filepath.Dir(filepath.Clean(saveDir)), filepath.Base(filepath.Clean(saveDir)))
+			}
 			return nil, err
 		}
 		tag = t

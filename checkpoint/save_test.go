@@ -148,3 +148,16 @@ func TestSaveFailureOnOneRankFailsAll(t *testing.T) {
 	all, _ := List(nil, dir)
 	require.Empty(t, all, "a failed save left checkpoints")
 }
+
+// Open given one checkpoint's folder where its save directory belongs says
+// so, naming the save directory and the tag to pass.
+func TestOpenTagFolderHint(t *testing.T) {
+	dir := t.TempDir()
+	saveWorld(t, dir, 1, 5, Options{})
+	_, err := Open(nil, filepath.Join(dir, "global_step5"), "")
+	require.ErrorIs(t, err, os.ErrNotExist)
+	assert.ErrorContains(t, err, "is one checkpoint's folder, with a manifest.json: load from its save directory "+dir+` with tag "global_step5"`)
+	_, err = Open(nil, t.TempDir(), "") // an empty folder: no hint
+	require.ErrorIs(t, err, os.ErrNotExist)
+	assert.NotContains(t, err.Error(), "checkpoint's folder")
+}
