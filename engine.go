@@ -85,12 +85,12 @@ type Engine struct {
 
 // Timers are the engine's cumulative wall-clock split.
 type Timers struct {
-	Forward   time.Duration // module forwards and the loss
-	Backward  time.Duration // module backwards (ZeRO hooks excluded)
-	Comm      time.Duration // issuing and waiting on collectives
-	Reduce    time.Duration // bucket casts, scaling, accumulation
-	Optimizer time.Duration // the fused optimizer step
-	Step      time.Duration // the whole boundary Step
+	Forward   time.Duration `json:"forward_ns"`   // module forwards and the loss
+	Backward  time.Duration `json:"backward_ns"`  // module backwards (ZeRO hooks excluded)
+	Comm      time.Duration `json:"comm_ns"`      // issuing and waiting on collectives
+	Reduce    time.Duration `json:"reduce_ns"`    // bucket casts, scaling, accumulation
+	Optimizer time.Duration `json:"optimizer_ns"` // the fused optimizer step
+	Step      time.Duration `json:"step_ns"`      // the whole boundary Step
 }
 
 // bind points module m's Params at the engine's current buffers.
@@ -479,7 +479,8 @@ func (e *Engine) WasStepApplied() bool { return e.stepApplied }
 // GradNorm is the unscaled global gradient norm of the last applied step.
 func (e *Engine) GradNorm() float64 { return e.gradNorm }
 
-// Memory reports this rank's bytes by category, the micro-step arena
+// Memory reports this rank's bytes by category, the micro-step arena and
+// the activations a model keeps itself (ModelActivations: nn.GPT's)
 // included.
 func (e *Engine) Memory() zero.Memory {
 	if e.z == nil { // closed
@@ -487,10 +488,11 @@ func (e *Engine) Memory() zero.Memory {
 	}
 	m := e.z.Memory()
 	m.Arena, m.ArenaPeak = e.arena.Bytes(), e.arena.Peak()
+	m.ModelActivations = modelActivations(e.model)
 	if m.Device.IsCPU() {
-		m.HostBytes += m.Arena
+		m.HostBytes += m.Arena + m.ModelActivations
 	} else {
-		m.DeviceBytes += m.Arena
+		m.DeviceBytes += m.Arena + m.ModelActivations
 	}
 	if e.ck != nil {
 		dev, host := e.ck.bytes()
@@ -620,4 +622,13 @@ func (e *Engine) devCtx(ctx context.Context) context.Context {
 // module and loss calls (backend.FromContext, tensor.ArenaFromContext).
 func (e *Engine) moduleCtx(ctx context.Context) context.Context {
 	return tensor.WithArena(e.devCtx(ctx), &e.arena)
+}
+
+// modelActivations is the activation memory net keeps outside the
+// engine's arena, as it reports it (nn.GPT: ActivationBytes), else 0.
+func modelActivations(net any) int64 {
+	if a, ok := net.(interface{ ActivationBytes() int64 }); ok {
+		return a.ActivationBytes()
+	}
+	return 0
 }

@@ -253,8 +253,10 @@ func (e *PipeEngine) LR() float64 {
 // LossScale is the current loss scale (1 without fp16).
 func (e *PipeEngine) LossScale() float64 { return e.scaler.Scale() }
 
-// Memory reports this rank's model-state bytes (the stage's ZeRO buffers)
-// and, as Arena, the engine's arenas live and at their peak.
+// Memory reports this rank's model-state bytes (the stage's ZeRO buffers),
+// as Arena the engine's arenas live and at their peak, and as
+// ModelActivations the activation memory of the stage's parts
+// (ActivationBytes).
 func (e *PipeEngine) Memory() zero.Memory {
 	if e.z == nil { // closed
 		return zero.Memory{}
@@ -265,6 +267,12 @@ func (e *PipeEngine) Memory() zero.Memory {
 			m.Arena += e.bufs[c][b].arena.Bytes()
 			m.ArenaPeak += e.bufs[c][b].arena.Peak()
 		}
+	}
+	m.ModelActivations = e.ActivationBytes()
+	if m.Device.IsCPU() {
+		m.HostBytes += m.Arena + m.ModelActivations
+	} else {
+		m.DeviceBytes += m.Arena + m.ModelActivations
 	}
 	return m
 }

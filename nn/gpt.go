@@ -388,6 +388,15 @@ func (g *GPT) freeActivations() {
 	}
 }
 
+// ActivationBytes is the GPT's activation memory, live from a forward to
+// its backward, and its layers' scratch (ActivationStats' Bytes and
+// ScratchBytes): deepgo's engines report it in Memory as
+// ModelActivations.
+func (g *GPT) ActivationBytes() int64 {
+	s := g.ActivationStats()
+	return s.Bytes + s.ScratchBytes
+}
+
 // ActivationStats reports the activation memory of the last Forward.
 func (g *GPT) ActivationStats() ActivationStats {
 	if g.st == nil {

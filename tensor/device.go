@@ -48,6 +48,20 @@ func (d Device) String() string {
 	return "cpu"
 }
 
+// MarshalText writes the device as String does ("sim:0"), so a report
+// that holds one (zero.Memory) reads as a device in JSON.
+func (d Device) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText reads what ParseDevice accepts.
+func (d *Device) UnmarshalText(b []byte) error {
+	v, err := ParseDevice(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
 // ParseDevice reads "cpu", "cuda" (device 0), "cuda:N", "sim" (simulated
 // device 0) or "sim:N".
 func ParseDevice(s string) (Device, error) {

@@ -164,3 +164,16 @@ func TestDTypeJSON(t *testing.T) {
 	assert.Equal(t, `{"d":"dtype(200)"}`, string(b))
 	assert.ErrorContains(t, json.Unmarshal(b, &r), `"dtype(200)"`)
 }
+
+func TestDeviceJSON(t *testing.T) {
+	for _, d := range []Device{CPU, CUDA(1), Sim(3)} {
+		b, err := json.Marshal(struct{ D Device }{d})
+		require.NoError(t, err)
+		assert.Equal(t, `{"D":"`+d.String()+`"}`, string(b))
+		var back struct{ D Device }
+		require.NoError(t, json.Unmarshal(b, &back))
+		assert.Equal(t, d, back.D)
+	}
+	var back struct{ D Device }
+	assert.ErrorContains(t, json.Unmarshal([]byte(`{"D":"tpu"}`), &back), `"tpu"`)
+}

@@ -124,9 +124,14 @@ type Memory struct {
 	// gradients modules allocate from it) live now, ArenaPeak its peak.
 	// The engine fills both; they are not part of Peak.
 	Arena, ArenaPeak int64
+	// ModelActivations is the activation memory a model keeps in buffers
+	// of its own rather than the engine's arena (nn.GPT's: its
+	// ActivationBytes), live now; 0 for a model that does not report it.
+	// The engine fills it; it is not part of Peak.
+	ModelActivations int64
 	// Device is where the backend computes; HostBytes and DeviceBytes
-	// split what is live now (every category above, the optimizer state
-	// and the arena) by where it lives: host memory, or Device. On the CPU
+	// split what is live now (every category above, the optimizer state,
+	// the arena and the model's activations) by where it lives: host memory, or Device. On the CPU
 	// backend all of it is host memory.
 	Device                 tensor.Device
 	HostBytes, DeviceBytes int64
