@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
@@ -50,6 +51,18 @@ func dataRank(rank, world, pp, tp int) (r, n int) {
 // stage, the schedule and its virtual stages, and gas, the resolved
 // gradient accumulation steps: the micro-batches of each step.
 func pipeBanner(cfg *config.Config, pp, dp, gas int) string {
-	return fmt.Sprintf("pipeline: %d stages x %d data-parallel ranks, schedule %s, %d virtual stages per stage, %d micro-batches per step",
-		pp, dp, cfg.PipelineSchedule.Type, max(1, cfg.PipelineSchedule.VirtualStages), gas)
+	v := max(1, cfg.PipelineSchedule.VirtualStages)
+	return fmt.Sprintf("pipeline: %s x %s, schedule %s, %s per stage, %s per step",
+		plural(pp, "stage"), plural(dp, "data-parallel rank"), cfg.PipelineSchedule.Type, plural(v, "virtual stage"), plural(gas, "micro-batch"))
+}
+
+// plural is "1 stage", "2 stages", "3 micro-batches".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	if strings.HasSuffix(noun, "ch") || strings.HasSuffix(noun, "s") {
+		return fmt.Sprintf("%d %ses", n, noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -22,7 +22,7 @@ func TestTrainPipeline51(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"train", "--config", "../../configs/5.1-175b-cpu.json", "--model", "tiny", "--steps", "20"}, &out, &errb)
 	require.Zero(t, code, errb.String())
-	assert.Contains(t, out.String(), "pipeline: 4 stages x 1 data-parallel ranks, schedule Interleaved, 2 virtual stages per stage, 16 micro-batches per step")
+	assert.Contains(t, out.String(), "pipeline: 4 stages x 1 data-parallel rank, schedule Interleaved, 2 virtual stages per stage, 16 micro-batches per step")
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	var res trainResult
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &res), "last line %q", lines[len(lines)-1])
