@@ -425,6 +425,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if rank == 0 {
 			targs.progress.atInterrupt(tm.interrupt)
 		}
+		targs.progress.atInterrupt(func(int) error { return removeSwapFolders(cfg, rank) })
 		B, gas := e.BatchSizes().MicroBatch, e.BatchSizes().GradAccum
 		rd, err := rs.resume(ctx, cfg, e, s)
 		if err != nil {

@@ -137,7 +137,8 @@ func TestInterruptFlushAll(t *testing.T) {
 // SIGTERM), ends the run with the interrupted line naming the last step and
 // checkpoint, exit status 128+signal, and no process left; the csv_monitor
 // files hold every step through the one the line names (flushed before the
-// exit), and deepgo_run.json names that step.
+// exit), and deepgo_run.json names that step. The optimizer state swaps
+// to NVMe, and no swap folder is left behind.
 func TestTrainSignalled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs deepgo train processes")
@@ -163,6 +164,9 @@ func TestTrainSignalled(t *testing.T) {
 			require.NoError(t, err)
 			mon := filepath.Join(t.TempDir(), "mon")
 			js = bytes.Replace(js, []byte(`"steps_per_print": 5`), []byte(`"steps_per_print": 1`), 1)
+			nvme := t.TempDir()
+			js = bytes.Replace(js, []byte(`"zero_optimization": {"stage": 2}`),
+				[]byte(fmt.Sprintf(`"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": %q}}`, nvme)), 1)
 			js = bytes.Replace(js, []byte(`"checkpoint"`), []byte(fmt.Sprintf(`"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "j"},
 				"tensorboard": {"enabled": true, "output_path": %q, "job_name": "j"}, "checkpoint"`, mon, mon)), 1)
 			require.NoError(t, os.WriteFile(cfg, js, 0o644))
@@ -214,6 +218,9 @@ func TestTrainSignalled(t *testing.T) {
 			step, _ := strconv.Atoi(m[1])
 			saved, _ := strconv.Atoi(m[2])
 			assert.GreaterOrEqual(t, step, max(saved, 1), "the interrupted line names a step before its checkpoint")
+			left, err := os.ReadDir(nvme)
+			require.NoError(t, err)
+			assert.Empty(t, left, "swap folders left under nvme_path after %v", tc.sig)
 			run, err := rundir.Read(filepath.Join(mon, "j"))
 			require.NoError(t, err)
 			require.NotNil(t, run.Info)
