@@ -218,6 +218,9 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 			return nil, err
 		}
 	}
+	if err := agreeConfig(ctx, cfg, e.world); err != nil {
+		return nil, err
+	}
 	// without WithLog the world's rank 0 logs the config's warnings, as the
 	// data-parallel engine does
 	var warnLog io.Writer

@@ -83,6 +83,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	if _, err := e.groups.sequenceParallel(e.be, net, o.sp); err != nil {
 		return nil, err
 	}
+	if err := agreeConfig(ctx, cfg, e.c, e.tp); err != nil {
+		return nil, err
+	}
 	e.log = o.log
 	if e.log == nil {
 		e.log = io.Discard
