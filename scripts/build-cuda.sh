@@ -260,6 +260,10 @@ if [[ -z "${SKIP_GO:-}" ]] && command -v go >/dev/null 2>&1; then
 		echo "build-cuda: go vet -tags cuda ./nccl; go test -c -tags cuda -o $OUT/nccl.test ./nccl"
 		go vet -tags cuda ./nccl
 		go test -c -tags cuda -o "$OUT/nccl.test" ./nccl
+		# the engines' CUDA tables (TestModelParallelOnCUDA, ...): compiled
+		# wherever the toolchain is, run only where a GPU is (make gpu-check)
+		echo "build-cuda: go vet -tags cuda . ./nn ./cmd/deepgo (the engines' CUDA test tables)"
+		go vet -tags cuda . ./nn ./cmd/deepgo
 	else
 		echo "build-cuda: no nccl.h in $DG_NCCL_INC or /usr/include: skipping package nccl"
 	fi
