@@ -24,6 +24,7 @@ import (
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/monitor"
 	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/deepgo-ml/deepgo/tensor"
 )
 
 func init() {
@@ -135,7 +136,14 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
-	if err := checkTrainFlags(fs.Args(), *steps, *ranks, *micro, *nanEvery, *lr); err != nil {
+	err := checkTrainFlags(fs.Args(), *steps, *ranks, *micro, *nanEvery, *lr)
+	if _, ok := trainModels[*modelName]; !ok && err == nil {
+		err = fmt.Errorf("--model %q: want small or tiny", *modelName)
+	}
+	if _, derr := tensor.ParseDevice(*device); derr != nil && err == nil {
+		err = fmt.Errorf("--device %q: %w", *device, derr)
+	}
+	if err != nil { // a bad flag value is a usage error, as flag.Parse's are
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 2
 	}

@@ -54,9 +54,13 @@ func TestTrainDeviceSim(t *testing.T) {
 func TestTrainDeviceBad(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"train", "--config", "../../configs/demo-zero2.json", "--model", "tiny", "--steps", "1", "--device", "tpu"}, &out, &errb)
-	assert.Equal(t, 1, code)
+	assert.Equal(t, 2, code, "a bad flag value is a usage error, as --steps -1 is")
 	assert.Contains(t, errb.String(), `--device "tpu"`)
 	assert.Contains(t, errb.String(), "allowed cpu, cuda, cuda:N, sim, sim:N")
+	errb.Reset()
+	code = run([]string{"train", "--config", "../../configs/demo-zero2.json", "--model", "huge"}, &out, &errb)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errb.String(), `--model "huge": want small or tiny`)
 }
 
 // TestTrainAttentionWindow: sequence_parallel.attention_window_size reaches
