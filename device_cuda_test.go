@@ -129,10 +129,14 @@ func TestModelParallelOnCUDA(t *testing.T) {
 // TestPipelineTensorParallelOnCUDA: TestPipelineTensorParallelOnDevice's
 // TP × PP runs on GPU 0 against the CPU backend, within the CUDA
 // tolerances.
-func TestPipelineTensorParallelOnCUDA(t *testing.T) {
+func TestPipelineTensorParallelOnCUDA(t *testing.T) { pipeCasesOnCUDA(t, pipeTPDevCases()) }
+
+// pipeCasesOnCUDA runs each pipeline case on GPU 0 and on the CPU
+// backend and compares them within the CUDA tolerances.
+func pipeCasesOnCUDA(t *testing.T, cases []pipeDevCase) {
 	needGPU(t)
 	const steps = 4
-	for _, c := range pipeTPDevCases() {
+	for _, c := range cases {
 		t.Run(c.String(), func(t *testing.T) {
 			want, err := pipeDevRun(t, "", c, steps)
 			require.NoError(t, err, "cpu")
@@ -149,17 +153,5 @@ func TestPipelineTensorParallelOnCUDA(t *testing.T) {
 // TestPipelineMegatronSequenceParallelOnDevice's TP 2 + Megatron SP × PP 2
 // runs on GPU 0 against the CPU backend, within the CUDA tolerances.
 func TestPipelineMegatronSequenceParallelOnCUDA(t *testing.T) {
-	needGPU(t)
-	const steps = 4
-	for _, c := range pipeSeqDevCases() {
-		t.Run(c.String(), func(t *testing.T) {
-			want, err := pipeDevRun(t, "", c, steps)
-			require.NoError(t, err, "cpu")
-			got, err := pipeDevRun(t, "cuda", c, steps)
-			require.NoError(t, err, "cuda")
-			tol := map[string]float64{"": 1e-4, "bf16": 1e-2}[c.prec]
-			ld, pd := compareRuns(t, "cuda vs cpu", &want.result, &got.result, tol, 10*tol)
-			t.Logf("cuda vs cpu: loss %.2e param %.2e", ld, pd)
-		})
-	}
+	pipeCasesOnCUDA(t, pipeSeqDevCases())
 }

@@ -25,9 +25,16 @@ type DeviceStager interface {
 // src, through device copies when c moves device memory only
 // (DeviceStager).
 func AllGatherHost(ctx context.Context, c Comm, dst, src *tensor.Tensor) error {
+	return stagedPair(c, dst, src, func(d, s *tensor.Tensor) error { return c.AllGather(ctx, d, s) })
+}
+
+// stagedPair runs op on host tensors dst and src, through device copies
+// (dst's copied back after a successful op) when c moves device memory
+// only, else on the tensors themselves.
+func stagedPair(c Comm, dst, src *tensor.Tensor, op func(dst, src *tensor.Tensor) error) error {
 	ds := stagerOf(c)
 	if ds == nil || !dst.Device().IsCPU() || !src.Device().IsCPU() {
-		return c.AllGather(ctx, dst, src)
+		return op(dst, src)
 	}
 	d, doneD, err := ds.StageHost(dst)
 	if err != nil {
@@ -37,7 +44,7 @@ func AllGatherHost(ctx context.Context, c Comm, dst, src *tensor.Tensor) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("comm: staging src %v on the device: %w", src, err), doneD(false))
 	}
-	err = c.AllGather(ctx, d, s)
+	err = op(d, s)
 	return errors.Join(err, doneS(false), doneD(err == nil))
 }
 
@@ -46,35 +53,29 @@ func AllGatherHost(ctx context.Context, c Comm, dst, src *tensor.Tensor) error {
 // that reduces a few host scalars per row (the vocabulary-parallel
 // cross-entropy's) works over NCCL as over a host comm.
 func AllReduceHost(ctx context.Context, c Comm, t *tensor.Tensor, op ReduceOp) error {
+	return staged(c, t, true, func(d *tensor.Tensor) error { return c.AllReduce(ctx, d, op) })
+}
+
+// staged runs op on host tensor t, through a device copy (copied back
+// after a successful op when back) when c moves device memory only, else
+// on t itself.
+func staged(c Comm, t *tensor.Tensor, back bool, op func(*tensor.Tensor) error) error {
 	ds := stagerOf(c)
 	if ds == nil || !t.Device().IsCPU() {
-		return c.AllReduce(ctx, t, op)
+		return op(t)
 	}
 	d, done, err := ds.StageHost(t)
 	if err != nil {
 		return fmt.Errorf("comm: staging %v on the device: %w", t, err)
 	}
-	err = c.AllReduce(ctx, d, op)
-	return errors.Join(err, done(err == nil))
+	err = op(d)
+	return errors.Join(err, done(back && err == nil))
 }
 
 // AllToAllHost is c.AllToAll(ctx, dst, src) for host tensors dst and src,
 // through device copies when c moves device memory only (DeviceStager).
 func AllToAllHost(ctx context.Context, c Comm, dst, src *tensor.Tensor) error {
-	ds := stagerOf(c)
-	if ds == nil || !dst.Device().IsCPU() || !src.Device().IsCPU() {
-		return c.AllToAll(ctx, dst, src)
-	}
-	d, doneD, err := ds.StageHost(dst)
-	if err != nil {
-		return fmt.Errorf("comm: staging dst %v on the device: %w", dst, err)
-	}
-	s, doneS, err := ds.StageHost(src)
-	if err != nil {
-		return errors.Join(fmt.Errorf("comm: staging src %v on the device: %w", src, err), doneD(false))
-	}
-	err = c.AllToAll(ctx, d, s)
-	return errors.Join(err, doneS(false), doneD(err == nil))
+	return stagedPair(c, dst, src, func(d, s *tensor.Tensor) error { return c.AllToAll(ctx, d, s) })
 }
 
 // stagerOf is the DeviceStager c is or wraps (a comms_logger wrapper over
@@ -96,28 +97,11 @@ func stagerOf(c Comm) DeviceStager {
 // SendHost is c.Send(ctx, t, peer) for a host tensor t, through a device
 // copy when c moves device memory only (DeviceStager).
 func SendHost(ctx context.Context, c Comm, t *tensor.Tensor, peer int) error {
-	ds := stagerOf(c)
-	if ds == nil || !t.Device().IsCPU() {
-		return c.Send(ctx, t, peer)
-	}
-	d, done, err := ds.StageHost(t)
-	if err != nil {
-		return fmt.Errorf("comm: staging %v on the device: %w", t, err)
-	}
-	return errors.Join(c.Send(ctx, d, peer), done(false))
+	return staged(c, t, false, func(d *tensor.Tensor) error { return c.Send(ctx, d, peer) })
 }
 
 // RecvHost is c.Recv(ctx, t, peer) into a host tensor t, through a device
 // copy when c moves device memory only (DeviceStager).
 func RecvHost(ctx context.Context, c Comm, t *tensor.Tensor, peer int) error {
-	ds := stagerOf(c)
-	if ds == nil || !t.Device().IsCPU() {
-		return c.Recv(ctx, t, peer)
-	}
-	d, done, err := ds.StageHost(t)
-	if err != nil {
-		return fmt.Errorf("comm: staging %v on the device: %w", t, err)
-	}
-	err = c.Recv(ctx, d, peer)
-	return errors.Join(err, done(err == nil))
+	return staged(c, t, true, func(d *tensor.Tensor) error { return c.Recv(ctx, d, peer) })
 }
