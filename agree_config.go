@@ -2,7 +2,6 @@ package deepgo
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,9 +19,9 @@ import (
 // processes already agree on theirs; this covers every trainer. A
 // collective over each group (a few KB each).
 func agreeConfig(ctx context.Context, cfg *config.Config, groups ...comm.Comm) error {
-	mine, err := agreedJSON(cfg)
+	mine, err := agreedSettings(cfg)
 	if err != nil {
-		return fmt.Errorf("deepgo.Initialize: the config's JSON: %w", err)
+		return fmt.Errorf("deepgo.Initialize: the config's settings: %w", err)
 	}
 	for _, g := range groups {
 		if g == nil || g.Size() == 1 {
@@ -42,47 +41,33 @@ func agreeConfig(ctx context.Context, cfg *config.Config, groups ...comm.Comm) e
 	return nil
 }
 
-// agreedJSON is cfg's JSON without what may differ between ranks: the
+// agreedSettings is cfg's leaves (config.Settings), one "path=value" line
+// each in path order, without what may differ between ranks: the
 // nvme_paths, folders on each rank's own machine (the swap folders under
 // them are per rank anyway).
-func agreedJSON(cfg *config.Config) ([]byte, error) {
-	b, err := cfg.JSON()
+func agreedSettings(cfg *config.Config) ([]byte, error) {
+	ss, err := cfg.Settings()
 	if err != nil {
 		return nil, err
 	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
-	}
-	if z, ok := m["zero_optimization"].(map[string]any); ok {
-		for _, k := range []string{"offload_optimizer", "offload_param"} {
-			if o, ok := z[k].(map[string]any); ok {
-				delete(o, "nvme_path")
-			}
+	var b strings.Builder
+	for _, s := range ss {
+		if strings.HasPrefix(s.Path, "zero_optimization.offload_") && strings.HasSuffix(s.Path, ".nvme_path") {
+			continue
 		}
+		fmt.Fprintf(&b, "%s=%s\n", s.Path, s.Value)
 	}
-	return json.Marshal(m)
+	return []byte(b.String()), nil
 }
 
-// configDiff lists the leaf paths whose values differ between two config
-// JSON documents, with both values (at most 5, sorted).
+// configDiff lists the paths whose values differ between two
+// agreedSettings, with b's value then a's (at most 5, in path order).
 func configDiff(a, b []byte) []string {
-	var ma, mb map[string]any
-	if json.Unmarshal(a, &ma) != nil || json.Unmarshal(b, &mb) != nil {
-		return []string{"their JSON"}
-	}
-	la, lb := map[string]string{}, map[string]string{}
-	flattenJSON("", ma, la)
-	flattenJSON("", mb, lb)
-	keys := map[string]bool{}
-	for k := range la {
-		keys[k] = true
-	}
-	for k := range lb {
-		keys[k] = true
-	}
+	la, lb := settingsMap(a), settingsMap(b)
+	paths := maps.Clone(la)
+	maps.Copy(paths, lb)
 	var out []string
-	for _, k := range slices.Sorted(maps.Keys(keys)) {
+	for _, k := range slices.Sorted(maps.Keys(paths)) {
 		va, oka := la[k]
 		vb, okb := lb[k]
 		if va == vb && oka == okb {
@@ -102,18 +87,13 @@ func configDiff(a, b []byte) []string {
 	return out
 }
 
-// flattenJSON records every leaf of v under its dotted path.
-func flattenJSON(path string, v any, out map[string]string) {
-	if m, ok := v.(map[string]any); ok {
-		for k, x := range m {
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
-			flattenJSON(p, x, out)
+// settingsMap reads agreedSettings' lines back into path → value.
+func settingsMap(b []byte) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			m[k] = v
 		}
-		return
 	}
-	b, _ := json.Marshal(v)
-	out[path] = string(b)
+	return m
 }

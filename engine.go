@@ -489,11 +489,7 @@ func (e *Engine) Memory() zero.Memory {
 	m := e.z.Memory()
 	m.Arena, m.ArenaPeak = e.arena.Bytes(), e.arena.Peak()
 	m.ModelActivations = modelActivations(e.model)
-	if m.Device.IsCPU() {
-		m.HostBytes += m.Arena + m.ModelActivations
-	} else {
-		m.DeviceBytes += m.Arena + m.ModelActivations
-	}
+	countLive(&m, m.Arena+m.ModelActivations)
 	if e.ck != nil {
 		dev, host := e.ck.bytes()
 		if m.Device.IsCPU() {
@@ -622,6 +618,16 @@ func (e *Engine) devCtx(ctx context.Context) context.Context {
 // module and loss calls (backend.FromContext, tensor.ArenaFromContext).
 func (e *Engine) moduleCtx(ctx context.Context) context.Context {
 	return tensor.WithArena(e.devCtx(ctx), &e.arena)
+}
+
+// countLive adds n bytes in the memory of m's device to HostBytes (the
+// CPU backend) or DeviceBytes.
+func countLive(m *zero.Memory, n int64) {
+	if m.Device.IsCPU() {
+		m.HostBytes += n
+	} else {
+		m.DeviceBytes += n
+	}
 }
 
 // modelActivations is the activation memory net keeps outside the

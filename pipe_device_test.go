@@ -379,17 +379,26 @@ func TestPipelineTensorParallelOnDevice(t *testing.T) {
 			want, err := pipeDevRun(t, "", c, steps)
 			require.NoError(t, err, "cpu")
 			requirePipeTrained(t, want)
-			for _, dev := range []string{"sim", "sim+delay", "sim-option"} {
-				got, err := pipeDevRun(t, dev, c, steps)
-				require.NoError(t, err, dev)
-				bitEqualRuns(t, &want.result, &got.result)
-				require.Equal(t, want.norms, got.norms, "%s: gradient norms", dev)
-				for r, mem := range got.mem {
-					require.Equal(t, tensor.Sim(r), mem.Device, "%s rank %d: Memory().Device", dev, r)
-					require.Zero(t, mem.HostBytes, "%s rank %d: host bytes of engine state", dev, r)
-				}
-			}
+			requirePipeOnSim(t, c, want, steps)
 		})
+	}
+}
+
+// requirePipeOnSim runs c on the simulated device, with and without
+// kernel delays and through WithDevice, and requires every loss, loss
+// scale, gradient norm and final parameter of the CPU run want, with the
+// engine's state on each rank's device.
+func requirePipeOnSim(t *testing.T, c pipeDevCase, want *pipeDevResult, steps int) {
+	t.Helper()
+	for _, dev := range []string{"sim", "sim+delay", "sim-option"} {
+		got, err := pipeDevRun(t, dev, c, steps)
+		require.NoError(t, err, dev)
+		bitEqualRuns(t, &want.result, &got.result)
+		require.Equal(t, want.norms, got.norms, "%s: gradient norms", dev)
+		for r, mem := range got.mem {
+			require.Equal(t, tensor.Sim(r), mem.Device, "%s rank %d: Memory().Device", dev, r)
+			require.Zero(t, mem.HostBytes, "%s rank %d: host bytes of engine state", dev, r)
+		}
 	}
 }
 
@@ -399,7 +408,16 @@ func TestPipelineTensorParallelOnDevice(t *testing.T) {
 // and resumed on the device, trains the next 2 steps with the losses of
 // the uninterrupted CPU run and ends with its parameters, bit for bit.
 func TestPipelineTensorParallelCheckpointOnDevice(t *testing.T) {
-	c := pipeDevCase{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, tp: 2}
+	pipeCheckpointAcrossDevices(t, pipeDevCase{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, tp: 2}, nil)
+}
+
+// pipeCheckpointAcrossDevices saves c after 2 of 4 steps and resumes it,
+// sim with delays to itself, sim to the CPU and the CPU to sim, and
+// requires the uninterrupted CPU run's last 2 losses and scales and its
+// parameters, bit for bit; then more(dev, dir), when given, checks more
+// resumes from the same save.
+func pipeCheckpointAcrossDevices(t *testing.T, c pipeDevCase, more func(t *testing.T, dev [2]string, dir string, want *pipeDevResult)) {
+	t.Helper()
 	want, err := pipeDevRun(t, "", c, 4)
 	require.NoError(t, err, "uninterrupted")
 	for _, dev := range [][2]string{{"sim+delay", "sim+delay"}, {"sim+delay", ""}, {"", "sim"}} {
@@ -409,7 +427,10 @@ func TestPipelineTensorParallelCheckpointOnDevice(t *testing.T) {
 			require.NoError(t, err, "save on %s", devName(dev[0]))
 			got, err := pipeDevSegment(t, dev[1], c, parSeg{from: 2, to: 4, load: dir})
 			require.NoError(t, err, "resume on %s", devName(dev[1]))
-			bitEqualRuns(t, &result{losses: want.losses[2:], scales: want.scales[2:], params: want.params}, &got.result)
+			bitEqualRuns(t, &pipeDevResultTail(want, 2).result, &got.result)
+			if more != nil {
+				more(t, dev, dir, want)
+			}
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,16 +45,7 @@ func TestPipelineMegatronSequenceParallelOnDevice(t *testing.T) {
 				require.NoError(t, err, "cpu %v", ref)
 				followsRun(t, ref.String()+" vs "+c.String(), &other.result, &want.result, tol[0], tol[1])
 			}
-			for _, dev := range []string{"sim", "sim+delay", "sim-option"} {
-				got, err := pipeDevRun(t, dev, c, steps)
-				require.NoError(t, err, dev)
-				bitEqualRuns(t, &want.result, &got.result)
-				require.Equal(t, want.norms, got.norms, "%s: gradient norms", dev)
-				for r, mem := range got.mem {
-					require.Equal(t, tensor.Sim(r), mem.Device, "%s rank %d: Memory().Device", dev, r)
-					require.Zero(t, mem.HostBytes, "%s rank %d: host bytes of engine state", dev, r)
-				}
-			}
+			requirePipeOnSim(t, c, want, steps)
 		})
 	}
 }
@@ -69,23 +59,14 @@ func TestPipelineMegatronSequenceParallelOnDevice(t *testing.T) {
 // on the device) it follows them to float32 summation order.
 func TestPipelineMegatronSequenceParallelCheckpointOnDevice(t *testing.T) {
 	c := pipeDevCase{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, tp: 2, seq: true}
-	want, err := pipeDevRun(t, "", c, 4)
-	require.NoError(t, err, "uninterrupted")
-	for _, dev := range [][2]string{{"sim+delay", "sim+delay"}, {"sim+delay", ""}, {"", "sim"}} {
-		t.Run(devName(dev[0])+"->"+devName(dev[1]), func(t *testing.T) {
-			dir := t.TempDir()
-			_, err := pipeDevSegment(t, dev[0], c, parSeg{to: 2, save: dir})
-			require.NoError(t, err, "save on %s", devName(dev[0]))
-			got, err := pipeDevSegment(t, dev[1], c, parSeg{from: 2, to: 4, load: dir})
-			require.NoError(t, err, "resume on %s", devName(dev[1]))
-			bitEqualRuns(t, &pipeDevResultTail(want, 2).result, &got.result)
-			if dev[1] == "sim" {
-				plain, err := pipeDevSegment(t, dev[1], withSeq(c, false), parSeg{from: 2, to: 4, load: dir})
-				require.NoError(t, err, "resume without sequence parallelism on %s", devName(dev[1]))
-				followsRun(t, "resumed without megatron_sequence_parallel", &pipeDevResultTail(want, 2).result, &plain.result, 1e-6, 5e-6) // measured: 3.2e-9, 2.6e-6
-			}
-		})
-	}
+	pipeCheckpointAcrossDevices(t, c, func(t *testing.T, dev [2]string, dir string, want *pipeDevResult) {
+		if dev[1] != "sim" {
+			return
+		}
+		plain, err := pipeDevSegment(t, dev[1], withSeq(c, false), parSeg{from: 2, to: 4, load: dir})
+		require.NoError(t, err, "resume without sequence parallelism on %s", devName(dev[1]))
+		followsRun(t, "resumed without megatron_sequence_parallel", &pipeDevResultTail(want, 2).result, &plain.result, 1e-6, 5e-6) // measured: 3.2e-9, 2.6e-6
+	})
 }
 
 // withSeq is c with Megatron SP on or off.

@@ -269,11 +269,7 @@ func (e *PipeEngine) Memory() zero.Memory {
 		}
 	}
 	m.ModelActivations = e.ActivationBytes()
-	if m.Device.IsCPU() {
-		m.HostBytes += m.Arena + m.ModelActivations
-	} else {
-		m.DeviceBytes += m.Arena + m.ModelActivations
-	}
+	countLive(&m, m.Arena+m.ModelActivations)
 	return m
 }
 

@@ -434,6 +434,23 @@ func nvmeStore(cfg *config.Config, be backend.Backend, rank int) (optim.StateSto
 	return s, nil
 }
 
+// SwapFolders are the NVMe swap folders an engine of world rank rank
+// makes under cfg's nvme_paths (the rules nvmeStore and paramStore
+// apply): the optimizer state's with offload_optimizer device nvme at
+// ZeRO stages 1-3, stage 3's parameters' with offload_param device nvme.
+// Close removes them; a process that exits without closing its engines
+// (deepgo train on an interrupt) removes them itself.
+func SwapFolders(cfg *config.Config, rank int) []string {
+	var dirs []string
+	if oo := offloadOptimizer(cfg); oo != nil && oo.Device == "nvme" && oo.NvmePath != nil {
+		dirs = append(dirs, offload.SwapDir(*oo.NvmePath, rank))
+	}
+	if op := cfg.ZeroOptimization.OffloadParam; op != nil && op.Device == "nvme" && cfg.ZeroOptimization.Stage == 3 && op.NvmePath != nil {
+		dirs = append(dirs, offload.ParamSwapDir(*op.NvmePath, rank))
+	}
+	return dirs
+}
+
 // paramStore is where offload_param keeps stage 3's parameter partitions
 // (nil: in the backend's memory, as without it): device "nvme" in swap
 // files under rank's folder of nvme_path, device "cpu" on a device backend
@@ -509,21 +526,8 @@ func subGroupSize(cfg *config.Config) int {
 }
 
 func unsupported(cfg *config.Config) error {
-	z := cfg.ZeroOptimization
-	ns := func(key string) error {
-		return fmt.Errorf("deepgo.Initialize: %s: not supported yet", key)
-	}
-	switch {
-	case z.ZeroQuantizedWeights || z.ZeroQuantizedGradients || z.ZeroQuantizedNontrainableWeights:
-		return ns("zero_optimization.zero_quantized_* (ZeRO++)")
-	case z.ZeroHPZPartitionSize > 1:
-		return ns("zero_optimization.zero_hpz_partition_size > 1 (ZeRO++ hpZ)")
-	case z.MicsShardSize > 0:
-		return ns("zero_optimization.mics_shard_size (MiCS)")
-	case cfg.SequenceParallelSize > 1:
-		return ns("sequence_parallel_size > 1 with pipeline stages (SP x PP)")
-	case cfg.AMP.Enabled():
-		return ns("amp.enabled (apex)")
+	if err := Unsupported(cfg); err != nil {
+		return fmt.Errorf("deepgo.Initialize: %w", err)
 	}
 	return nil
 }

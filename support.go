@@ -13,12 +13,13 @@ import (
 // (mics_shard_size), apex amp, and Ulysses sequence_parallel_size > 1
 // with tensor parallelism or pipeline stages. Initialize refuses each of
 // these with the same words; deepgo config check reports them all before
-// a job is submitted, as DeepSpeed would load such a config.
+// a job is submitted, as DeepSpeed would load such a config. The errors
+// carry no prefix: each caller says who refuses.
 func Unsupported(cfg *config.Config) error {
 	z := cfg.ZeroOptimization
 	var errs []error
 	ns := func(format string, a ...any) {
-		errs = append(errs, fmt.Errorf("deepgo: "+format+": not supported yet", a...))
+		errs = append(errs, fmt.Errorf(format+": not supported yet", a...))
 	}
 	if z.ZeroQuantizedWeights || z.ZeroQuantizedGradients || z.ZeroQuantizedNontrainableWeights {
 		ns("zero_optimization.zero_quantized_* (ZeRO++)")
@@ -40,7 +41,7 @@ func Unsupported(cfg *config.Config) error {
 		if err != nil {
 			errs = append(errs, err)
 		} else if pp > 1 {
-			ns("sequence_parallel_size %d with %d pipeline stages (SP x PP; Megatron's megatron_sequence_parallel runs with them)", sp, pp)
+			ns("sequence_parallel_size > 1 with pipeline stages (sequence_parallel_size %d with %d pipeline stages; Megatron's megatron_sequence_parallel runs with them)", sp, pp)
 		}
 	}
 	return errors.Join(errs...)
