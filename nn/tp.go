@@ -141,7 +141,12 @@ func checkTP(cfg GPTConfig) error {
 		v    int
 	}{{"heads", cfg.Heads}, {"mlp hidden size (4 x width)", 4 * cfg.Width}, {"vocab", cfg.Vocab}} {
 		if d.v%n != 0 {
-			return fmt.Errorf("nn.NewGPT: %s %d is not divisible by tensor_model_parallel_size %d", d.what, d.v, n)
+			hint := ""
+			if d.what == "vocab" {
+				// ids past the tokenizer's are never targets: Megatron pads
+				hint = fmt.Sprintf(" (pad it, as Megatron does: Vocab %d trains the same ids)", (d.v+n-1)/n*n)
+			}
+			return fmt.Errorf("nn.NewGPT: %s %d is not divisible by tensor_model_parallel_size %d%s", d.what, d.v, n, hint)
 		}
 	}
 	if cfg.Checkpointing.ContiguousMemoryOptimization {

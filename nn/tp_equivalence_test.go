@@ -235,7 +235,7 @@ func TestGPTTensorParallelErrors(t *testing.T) {
 		want                    string
 	}{
 		{3, 12, 32, 2, "heads 3 is not divisible by tensor_model_parallel_size 2"},
-		{4, 16, 30, 4, "vocab 30 is not divisible by tensor_model_parallel_size 4"},
+		{4, 16, 30, 4, "vocab 30 is not divisible by tensor_model_parallel_size 4 (pad it, as Megatron does: Vocab 32 trains the same ids)"},
 	} {
 		err := local.Run(context.Background(), tc.tp, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, c comm.Comm) error {
 			_, err := nn.NewGPT(nn.GPTConfig{Layers: 1, Heads: tc.heads, Width: tc.width, Vocab: tc.vocab, SeqLen: 4, TP: nn.TP{Comm: c}})

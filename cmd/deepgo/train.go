@@ -298,6 +298,20 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			modelName, h, w/h, gcfg.Heads, gcfg.Width/gcfg.Heads, tp, sp)
 		gcfg.Heads, gcfg.Width = h, w
 	}
+	if v := parallelVocab(gcfg.Vocab, tp); v != gcfg.Vocab {
+		fmt.Fprintf(stderr, "note: vocab %d padded to %d, a multiple of tensor_model_parallel_size %d (as Megatron pads it): the %d padded ids are never targets\n",
+			gcfg.Vocab, v, tp, v-gcfg.Vocab)
+		gcfg.Vocab = v
+	}
+	seqSplit := sp // Ulysses splits every sequence over the SP ranks, Megatron SP over the TP ranks
+	if tp > 1 && shape.MegatronSequenceParallel {
+		seqSplit *= tp
+	}
+	if t := parallelSeqLen(gcfg.SeqLen, seqSplit); t != gcfg.SeqLen {
+		fmt.Fprintf(stderr, "note: --model %s: context T %d instead of %d: the %d ranks splitting each sequence need a multiple of %d\n",
+			modelName, t, gcfg.SeqLen, seqSplit, seqSplit)
+		gcfg.SeqLen = t
+	}
 	T := gcfg.SeqLen
 	if targs.device == "" {
 		targs.device = "cpu"

@@ -54,3 +54,25 @@ func parallelHeads(heads, width, n int) (int, int) {
 	h := (heads + n - 1) / n * n
 	return h, (width + h - 1) / h * h
 }
+
+// parallelVocab is the built-in model's vocabulary for tp tensor-parallel
+// ranks, which split it evenly: rounded up to a multiple of tp, as
+// Megatron pads its vocabulary (to --make-vocab-size-divisible-by x TP).
+// The padded rows are never targets; their logits join the softmax and
+// learn to stay low, as in Megatron.
+func parallelVocab(vocab, tp int) int {
+	if tp <= 1 {
+		return vocab
+	}
+	return (vocab + tp - 1) / tp * tp
+}
+
+// parallelSeqLen is the built-in model's context for n ranks splitting
+// every sequence (Ulysses SP, or Megatron SP over the TP ranks): rounded
+// down to a multiple of n, never below n.
+func parallelSeqLen(t, n int) int {
+	if n <= 1 || t%n == 0 {
+		return t
+	}
+	return max(n, t/n*n)
+}

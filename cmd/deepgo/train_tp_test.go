@@ -106,3 +106,50 @@ func TestTrainModelParallelDeviceSim(t *testing.T) {
 		assert.Equal(t, cpu.FinalLoss, sim.FinalLoss, "%s: final loss cpu vs sim", tc.key)
 	}
 }
+
+// The built-in models pad their vocabulary to what TP splits (as
+// Megatron does) and shorten their context to what the ranks splitting
+// each sequence share.
+func TestParallelVocabSeqLen(t *testing.T) {
+	for _, c := range []struct{ vocab, tp, want int }{{16, 1, 16}, {16, 2, 16}, {16, 3, 18}, {50257, 2, 50258}, {50257, 8, 50264}} {
+		assert.Equal(t, c.want, parallelVocab(c.vocab, c.tp), "vocab %d tp %d", c.vocab, c.tp)
+	}
+	for _, c := range []struct{ t, n, want int }{{16, 1, 16}, {16, 2, 16}, {16, 3, 15}, {16, 5, 15}, {16, 6, 12}, {2, 3, 3}} {
+		assert.Equal(t, c.want, parallelSeqLen(c.t, c.n), "T %d n %d", c.t, c.n)
+	}
+}
+
+// `deepgo train --model tiny` with a degree of 3, which divides neither
+// the tiny model's vocabulary (16) nor its context (16), trains: TP 3
+// pads the vocabulary to 18, Ulysses SP 3 and Megatron SP over TP 3 cut
+// the context to 15, and each says so on stderr. The loss falls from the
+// uniform guess's ln(vocab).
+func TestTrainParallelDegreeThree(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, keys string
+		notes      []string
+		banner     string
+	}{
+		{"tp3", `"tensor_model_parallel_size": 3,`, []string{"vocab 16 padded to 18"}, "vocab 18, T 16, 6 ranks"},
+		{"tp3-megatron-sp", `"tensor_model_parallel_size": 3, "megatron_sequence_parallel": true,`, []string{"vocab 16 padded to 18", "context T 15 instead of 16"}, "vocab 18, T 15, 6 ranks"},
+		{"sp3", `"sequence_parallel_size": 3,`, []string{"context T 15 instead of 16"}, "vocab 16, T 15, 6 ranks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := filepath.Join(dir, tc.name+".json")
+			require.NoError(t, os.WriteFile(cfg, []byte(`{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8, `+tc.keys+`
+				"optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}`), 0o644))
+			var out, errb bytes.Buffer
+			code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "30"}, &out, &errb)
+			require.Zero(t, code, errb.String())
+			for _, n := range tc.notes {
+				assert.Contains(t, errb.String(), n)
+			}
+			assert.Contains(t, out.String(), tc.banner)
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			var r trainResult
+			require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &r))
+			assert.Less(t, r.FinalLoss, math.Log(16)-0.3, "final loss after 30 steps")
+		})
+	}
+}
