@@ -211,7 +211,7 @@ func run(dir string, total int64, ranks int, typ string, drop bool) error {
 	var blocked, first time.Duration
 	var start3 time.Time
 	if err := onAll(cs, func(r int, c comm.Comm) error {
-		a, err := checkpoint.NewAsyncSaver(ctx, checkpoint.Options{Dir: save, Comm: c, Type: typ}, 0)
+		a, err := checkpoint.NewAsyncSaver(ctx, checkpoint.Options{Dir: save, Comm: c, Type: typ}, checkpoint.AsyncOptions{})
 		if err != nil {
 			return err
 		}
