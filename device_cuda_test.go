@@ -155,3 +155,20 @@ func pipeCasesOnCUDA(t *testing.T, cases []pipeDevCase) {
 func TestPipelineMegatronSequenceParallelOnCUDA(t *testing.T) {
 	pipeCasesOnCUDA(t, pipeSeqDevCases())
 }
+
+// TestSaveAsyncOnCUDA: TestSaveAsyncMatchesSave's runs on GPU 0: a Save
+// and a SaveAsync of the same state write the same files byte for byte,
+// and the run that saves and the run resumed from the background save
+// follow the CPU backend's uninterrupted run within the CUDA tolerances.
+func TestSaveAsyncOnCUDA(t *testing.T) {
+	needGPU(t)
+	for _, c := range asyncCases() {
+		t.Run(c.name, func(t *testing.T) {
+			tol := map[string]float64{"": 1e-4, "bf16": 1e-2}[c.prec]
+			requireAsyncMatchesSave(t, c.run, []string{"cuda"}, func(t *testing.T, want, got *result) {
+				ld, pd := compareRuns(t, "cuda vs cpu", want, got, tol, 10*tol)
+				t.Logf("cuda vs cpu: loss %.2e param %.2e", ld, pd)
+			})
+		})
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo/backend"
-	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/commslog"
 	"github.com/deepgo-ml/deepgo/comm/local"
@@ -71,9 +70,8 @@ type Engine struct {
 	closed     bool
 	claimed    []*model.Param // Params this engine trains (guard.go's liveParams)
 
-	saver    *checkpoint.AsyncSaver // background saves (SaveAsync), closed by Close
-	saverDir string
-	staged   []func() // frees of host copies a checkpoint reads (hostCopy)
+	bg     bgSaver  // background saves (SaveAsync), closed by Close
+	staged []func() // frees of host copies a checkpoint reads (hostCopy)
 
 	log         io.Writer        // DeepSpeed's reports: comms_logger lines, flops_profiler (WithLog)
 	comms       *commslog.Logger // comms_logger, when enabled
@@ -538,10 +536,7 @@ func (e *Engine) Close() error {
 		e.ck.reset()
 		e.ck.close()
 	}
-	if e.saver != nil {
-		errs = append(errs, e.saver.Close())
-		e.saver = nil
-	}
+	errs = append(errs, e.bg.close())
 	e.lrAtClose = e.LR() // LR stays answerable without the optimizer
 	errs = append(errs, closeOptimizer(&e.z, &e.opt, e.ownOpt))
 	if e.hostBE != nil {

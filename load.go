@@ -85,7 +85,9 @@ func (p *loadPlan) free() {
 // and says which checkpoint it loaded and this rank's client state.
 //
 // It is a collective over the data-parallel group, called between
-// optimizer steps. Every rank reads its partition of the fp32 master
+// optimizer steps. A background save in flight (SaveAsync) is waited for
+// first; if it failed, Load fails with its error and changes nothing.
+// Every rank reads its partition of the fp32 master
 // weights and optimizer state (from whichever saved pieces hold it, so
 // the checkpoint may come from another data-parallel world size, ZeRO
 // stage or bucket size), checks that the checkpoint's parameters match

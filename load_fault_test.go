@@ -432,6 +432,7 @@ func TestPipelineLoadFailsPartWay(t *testing.T) {
 			}
 			_, me.refused["TrainBatch"] = tr.TrainBatch(ctx, batch(2))
 			me.refused["Save"] = tr.Save(ctx, never, deepgo.SaveOptions{})
+			me.refused["SaveAsync"] = tr.SaveAsync(ctx, never, deepgo.SaveOptions{})
 			_, me.refused["Parameters"] = tr.Parameters(ctx)
 			_, me.refused["TiedCopies"] = tr.(*deepgo.PipeEngine).TiedCopies(ctx)
 			_, me.partial = tr.Load(ctx, dir, deepgo.LoadOptions{Tag: good, ModuleOnly: true})

@@ -96,6 +96,7 @@ type PipeEngine struct {
 	notes        []string
 	closers      []comm.Comm
 	staged       []func() // frees of host copies a checkpoint reads (hostCopy)
+	bg           bgSaver  // background saves (SaveAsync), closed by Close
 	closed       bool     // Close ran: every later call says so (openCheck)
 	halfLoaded   error    // the error of a Load that failed part way; one that succeeds clears it (guard.go)
 	// broken is the error of a TrainBatch that failed once it had begun
@@ -519,7 +520,7 @@ func (e *PipeEngine) Close() error {
 		return nil
 	}
 	e.closed = true
-	errs := []error{e.closeMonitor()}
+	errs := []error{e.bg.close(), e.closeMonitor()}
 	for c := range e.parts {
 		for b, p := range e.parts[c] {
 			if p != nil {

@@ -195,6 +195,9 @@ func pipeDevSegment(t *testing.T, dev string, c pipeDevCase, seg parSeg) (*pipeD
 			}
 		}
 		for step := seg.from; step < seg.to; step++ {
+			if err := seg.saveAt(ctx, pe, step); err != nil {
+				return err
+			}
 			mbs := make([]model.MicroBatch, c.gas)
 			for i := range mbs {
 				k := ((step*c.dp+d)*c.gas + i) * micro
@@ -215,10 +218,8 @@ func pipeDevSegment(t *testing.T, dev string, c pipeDevCase, seg parSeg) (*pipeD
 				res.norms = append(res.norms, pe.GradNorm())
 			}
 		}
-		if seg.save != "" {
-			if err := pe.Save(ctx, seg.save, deepgo.SaveOptions{}); err != nil {
-				return err
-			}
+		if err := seg.end(ctx, cm.Rank(), pe); err != nil {
+			return err
 		}
 		p, err := pe.Parameters(ctx)
 		if err != nil {

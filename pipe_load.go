@@ -34,7 +34,9 @@ type pipeSlot struct {
 // another pipeline degree, TP degree, data-parallel size or ZeRO stage, or
 // from the data-parallel Engine), every file read verified; only when
 // every rank of the pipeline has succeeded does any rank change its
-// engine. opts.NonStrict is not supported. Finally the parameters meant to
+// engine (a background save in flight, SaveAsync, is waited for first;
+// its failure fails Load, which then changes nothing). opts.NonStrict is
+// not supported. Finally the parameters meant to
 // be identical are compared by digest: each stage's replicated parameters
 // across its data-parallel ranks, those TP replicates across its TP
 // group, and each tied weight's copies (per TP rank) across the stages
@@ -51,7 +53,10 @@ func (e *PipeEngine) Load(ctx context.Context, dir string, opts LoadOptions) (Lo
 		return LoadResult{}, errBroken("Load", "batch", e.broken)
 	}
 	ctx = e.devCtx(ctx)
-	pre := halfLoadedOpts(pipeLoad, opts, e.halfLoaded)
+	pre := e.WaitSave()
+	if pre == nil {
+		pre = halfLoadedOpts(pipeLoad, opts, e.halfLoaded)
+	}
 	if opts.NonStrict {
 		pre = errors.New("deepgo: pipeline engine: Load: NonStrict: not supported yet (a pipeline loads every parameter)")
 	}

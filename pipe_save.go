@@ -188,7 +188,8 @@ func (e *PipeEngine) pipeCheckpointState(op, dir string, so SaveOptions) (checkp
 // separately, the loss scaler, LR schedule and counters, the resolved
 // config and opts.ClientState (this rank's). It is a collective over every
 // rank of the pipeline, atomic and durable (checkpoint.Save), and updates
-// dir/latest and keeps checkpoint.keep_n_most_recent checkpoints.
+// dir/latest and keeps checkpoint.keep_n_most_recent checkpoints. A
+// background save in flight (SaveAsync) is waited for first.
 func (e *PipeEngine) Save(ctx context.Context, dir string, opts SaveOptions) error {
 	if err := e.openCheck("Save"); err != nil {
 		return err
@@ -197,6 +198,9 @@ func (e *PipeEngine) Save(ctx context.Context, dir string, opts SaveOptions) err
 	o, st, err := e.pipeCheckpointState("Save", dir, opts)
 	defer e.releaseStaged()
 	if err := agreeOn(ctx, e.world, "Save", err); err != nil { // no rank enters the save alone
+		return err
+	}
+	if err := e.WaitSave(); err != nil {
 		return err
 	}
 	if _, err := checkpoint.Save(ctx, o, st); err != nil {

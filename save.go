@@ -228,57 +228,6 @@ func (e *Engine) Save(ctx context.Context, dir string, opts SaveOptions) error {
 	return nil
 }
 
-// SaveAsync is Save in the background (checkpoint.AsyncSaver): it copies
-// the state to host memory and returns while a goroutine writes it, on a
-// group of its own. It first waits for the previous background save and
-// returns that save's error if it failed. WaitSave, the next Save, Load
-// and Close wait for it. A collective, like Save.
-func (e *Engine) SaveAsync(ctx context.Context, dir string, opts SaveOptions) error {
-	if err := e.usable(ctx, "SaveAsync"); err != nil {
-		return err
-	}
-	ctx = e.devCtx(ctx)
-	o, st, err := e.checkpointState("SaveAsync", dir, opts)
-	if err == nil {
-		err = e.tpAsync()
-	}
-	defer e.releaseStaged()                                // the saver copies what it writes before Save returns
-	if err := e.agree(ctx, "SaveAsync", err); err != nil { // no rank enters the save alone
-		return err
-	}
-	if e.saver != nil && e.saverDir != o.Dir {
-		err := e.saver.Close()
-		e.saver = nil
-		if err != nil {
-			return fmt.Errorf("deepgo: SaveAsync: previous background save failed: %w", err)
-		}
-	}
-	if e.saver == nil {
-		o.Tag = ""
-		s, err := checkpoint.NewAsyncSaver(ctx, o, 0)
-		if err != nil {
-			return fmt.Errorf("deepgo: SaveAsync: %w", err)
-		}
-		e.saver, e.saverDir = s, o.Dir
-	}
-	if err := e.saver.Save(ctx, opts.Tag, st); err != nil {
-		return fmt.Errorf("deepgo: SaveAsync: %w", err)
-	}
-	return nil
-}
-
-// WaitSave waits for the background save in flight (if any) and returns
-// its error.
-func (e *Engine) WaitSave() error {
-	if e.saver == nil {
-		return nil
-	}
-	if _, err := e.saver.Wait(); err != nil {
-		return fmt.Errorf("deepgo: background save: %w", err)
-	}
-	return nil
-}
-
 // replicated lists the tensors that must be identical on every rank:
 // the working-precision parameters (stage 3: the persistent ones), and
 // for stage 0 the fp32 masters too.

@@ -126,16 +126,6 @@ func (e *Engine) globalNorm(ctx context.Context) (float64, error) {
 	return math.Sqrt(sum), nil
 }
 
-// tpAsync refuses background saves under TP: Save collects the TP
-// shards on TP rank 0 and agrees on the outcome over the TP group, which
-// the background saver, on a group of its own, does not span.
-func (e *Engine) tpAsync() error {
-	if _, n := e.tpDegree(); n > 1 {
-		return fmt.Errorf("deepgo: SaveAsync with tensor_model_parallel_size %d: not supported yet (use Save)", n)
-	}
-	return nil
-}
-
 // reportRank is the rank that logs and writes reports: the world rank in
 // TensorParallelGroups' layout (model fastest), so that only one of the
 // TP ranks holding data rank 0 counts as rank 0.

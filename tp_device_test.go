@@ -64,10 +64,51 @@ func parDevRun(t *testing.T, dev string, c parDevCase, steps int) (*result, erro
 
 // parSeg is a stretch of a parDevRun: it loads from load (unless ""),
 // trains on the batches of steps [from, to) and then saves to save
-// (unless "").
+// (unless ""). With twin set it saves at step mid instead (after the
+// batches before mid): Save to save, then SaveAsync to twin, which is
+// written while the steps from mid train, and waited for (WaitSave) at
+// the end. after, when set, runs on every rank at the end, before the
+// parameters are gathered.
 type parSeg struct {
 	from, to   int
 	load, save string
+	twin       string
+	mid        int
+	after      func(ctx context.Context, rank int, tr deepgo.Trainer) error
+}
+
+// saveAt makes the segment's saves due before the batch of step (step
+// to: after the last).
+func (s parSeg) saveAt(ctx context.Context, tr deepgo.Trainer, step int) error {
+	at := s.to
+	if s.twin != "" {
+		at = s.mid
+	}
+	if s.save == "" || step != at {
+		return nil
+	}
+	if err := tr.Save(ctx, s.save, deepgo.SaveOptions{}); err != nil {
+		return err
+	}
+	if s.twin == "" {
+		return nil
+	}
+	return tr.SaveAsync(ctx, s.twin, deepgo.SaveOptions{})
+}
+
+// end is what the segment does after its last batch: the saves due then,
+// the wait for a background save, and after.
+func (s parSeg) end(ctx context.Context, rank int, tr deepgo.Trainer) error {
+	if err := s.saveAt(ctx, tr, s.to); err != nil {
+		return err
+	}
+	if err := tr.WaitSave(); err != nil {
+		return err
+	}
+	if s.after != nil {
+		return s.after(ctx, rank, tr)
+	}
+	return nil
 }
 
 // parDevSegment is parDevRun over the steps of seg.
@@ -128,6 +169,9 @@ func parDevSegment(t *testing.T, dev string, c parDevCase, seg parSeg) (*result,
 			}
 		}
 		for step := seg.from; step < seg.to; step++ {
+			if err := seg.saveAt(ctx, tr, step); err != nil {
+				return err
+			}
 			k := (step*c.dp + dataRank) * micro
 			b, err := shard(corpus.MakeBatch([]int{k, k + 1}, seqLen))
 			if err != nil {
@@ -154,10 +198,8 @@ func parDevSegment(t *testing.T, dev string, c parDevCase, seg parSeg) (*result,
 		if m := tr.(interface{ Memory() zero.Memory }).Memory(); m.Device != wantDev || dev != "" && c.zextra == "" && m.HostBytes != 0 {
 			return fmt.Errorf("rank %d: Memory() on %v with %d host bytes, want all on %v", cm.Rank(), m.Device, m.HostBytes, wantDev)
 		}
-		if seg.save != "" {
-			if err := tr.Save(ctx, seg.save, deepgo.SaveOptions{}); err != nil {
-				return err
-			}
+		if err := seg.end(ctx, cm.Rank(), tr); err != nil {
+			return err
 		}
 		local, err := tr.Parameters(ctx)
 		if err != nil {

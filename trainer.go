@@ -20,9 +20,10 @@ import (
 // step counters; to *PipeEngine the stage, the partition and the measured
 // bubble).
 //
-// A Trainer's methods must be called from one goroutine, and the
-// collective ones (TrainBatch, Step at a boundary, Save, Load,
-// Parameters) by every rank of its group in the same order.
+// A Trainer's methods must be called from one goroutine (SaveDone
+// excepted), and the collective ones (TrainBatch, Step at a boundary,
+// Save, SaveAsync, Load, Parameters) by every rank of its group in the
+// same order.
 //
 // Cancelling a call's context stops it on every rank promptly: a rank of a
 // group goes on to its next collective and, at the first one it has to
@@ -56,6 +57,23 @@ type Trainer interface {
 	// Save writes a checkpoint (a collective; see Engine.Save and
 	// PipeEngine.Save).
 	Save(ctx context.Context, dir string, opts SaveOptions) error
+	// SaveAsync is Save in the background (a collective; see
+	// Engine.SaveAsync and PipeEngine.SaveAsync): what involves the
+	// training's groups and the copy to host memory are done when it
+	// returns, the files are written while training goes on, and they are
+	// Save's byte for byte. It returns the previous background save's
+	// error if that one failed. WaitSave, the next Save or SaveAsync, Load
+	// and Close wait for the save in flight and report its failure, on
+	// every rank alike.
+	SaveAsync(ctx context.Context, dir string, opts SaveOptions) error
+	// WaitSave waits for the background save in flight, if any, and
+	// returns its error (not a collective).
+	WaitSave() error
+	// SaveDone returns a channel closed once the background save in
+	// flight when it is called is over (closed already when none is). It
+	// alone may be called from any goroutine: a process stopping on a
+	// signal waits on it so as not to cut a checkpoint short.
+	SaveDone() <-chan struct{}
 	// Load restores a checkpoint (a collective; see Engine.Load) and says
 	// which one, with this rank's client state. If it fails before it
 	// changes the engine (a damaged or mismatched checkpoint, found while
@@ -94,7 +112,8 @@ type Trainer interface {
 	// Notes lists what the engine did differently from what the config's
 	// words alone suggest, for the trainer to log.
 	Notes() []string
-	// Close waits for background work and releases what the engine owns.
+	// Close waits for background work (a save in flight included) and
+	// releases what the engine owns.
 	Close() error
 }
 

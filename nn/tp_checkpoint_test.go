@@ -314,32 +314,6 @@ func TestGPTTensorParallelRestoreFailsOnOneRank(t *testing.T) {
 	require.ErrorContains(t, errs[0], "failed on rank 1")
 }
 
-// Background saves under TP are refused (Save is the supported way).
-func TestGPTTensorParallelSaveAsyncRefused(t *testing.T) {
-	dir := t.TempDir()
-	err := local.Run(context.Background(), 2, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, c comm.Comm) error {
-		cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "tensor_model_parallel_size": 2, "optimizer": {"type": "Adam", "params": {"lr": 0.001}}}`))
-		if err != nil {
-			return err
-		}
-		gc := tpGPT(32)
-		gc.TP = nn.TP{Comm: c}
-		g, err := nn.NewReadyGPT(gc, nil, 1)
-		if err != nil {
-			return err
-		}
-		defer g.Free()
-		tr, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithTensorParallel(c))
-		if err != nil {
-			return err
-		}
-		defer tr.Close()
-		assert.ErrorContains(t, tr.(*deepgo.Engine).SaveAsync(ctx, dir, deepgo.SaveOptions{}), "SaveAsync with tensor_model_parallel_size 2: not supported yet")
-		return nil
-	})
-	require.NoError(t, err)
-}
-
 // A TP checkpoint's parameters read back whole (checkpoint.ReadParam, what
 // Consolidate exports) equal the run's unsharded parameters bit for bit,
 // the fused q/k/v weights included, and Consolidate writes them: the
