@@ -156,7 +156,11 @@ func (a *AsyncSaver) start(ctx context.Context, o Options, snap *State) {
 // called is over (already closed when none is). Unlike the other methods
 // it may be called from any goroutine: a process that must exit (on a
 // signal) waits on it, so as not to cut short a checkpoint being written.
+// A nil *AsyncSaver has no save in flight.
 func (a *AsyncSaver) Done() <-chan struct{} {
+	if a == nil {
+		return closedChan
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.done == nil {
