@@ -43,7 +43,7 @@ var fieldDocs = map[string]map[string]string{
 	},
 	"CheckpointWriter": {
 		"data_parallel":    "data_parallel is \"replica\", \"socket\" or \"machine\".",
-		"decoupled":        "decoupled writes in a separate process.",
+		"decoupled":        "decoupled saves in the background while training goes on (DeepSpeed: a separate writer process; deepgo train: Trainer.SaveAsync).",
 		"io_buffer_double": "io_buffer_double double-buffers I/O.",
 		"io_buffer_size":   "io_buffer_size is the I/O buffer size in bytes.",
 		"io_multiplier":    "io_multiplier multiplies I/O parallelism.",

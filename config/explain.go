@@ -156,6 +156,7 @@ func Explain(key string) (string, error) {
 var extraDocs = map[string]string{
 	"checkpoint.keep_n_most_recent":                 "if num_checkpoints_to_keep is also set, the larger of the two wins (with a warning naming both).",
 	"checkpoint.num_checkpoints_to_keep":            "if keep_n_most_recent is also set, the larger of the two wins (with a warning naming both).",
+	"checkpoint.writer.decoupled":                   "deepgo train with checkpoint.save_dir and decoupled true saves each checkpoint in the background (Trainer.SaveAsync): the state is copied to host memory (under tensor parallelism collected on TP rank 0) before training goes on, the files, byte for byte those of a synchronous save, are written meanwhile; each save waits for the one before, and the run's end and an interrupt (SIGINT, SIGTERM) wait for the one in flight (a second signal exits at once and loses it; latest keeps naming the one before). A Go trainer chooses Save or SaveAsync itself. The other writer keys have no effect.",
 	"zero_optimization.offload_param.nvme_path":     `required when device is "nvme".`,
 	"zero_optimization.offload_optimizer.nvme_path": `required when device is "nvme".`,
 	"zero_optimization.stage":                       "stages 2 and 3 are refused with pipeline_model_parallel_size > 1, as DeepSpeed's PipelineEngine does.",

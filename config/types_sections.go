@@ -136,7 +136,8 @@ type ParallelWrite struct {
 type CheckpointWriter struct {
 	// Type is "MOCK", "PYTHON" or "FAST".
 	Type string `json:"type" ds:"def=FAST;enum=MOCK|PYTHON|FAST;fold"`
-	// Decoupled writes in a separate process.
+	// Decoupled saves in the background while training goes on (DeepSpeed: a
+	// separate writer process; deepgo train: Trainer.SaveAsync).
 	Decoupled bool `json:"decoupled" ds:"def=false"`
 	// IOBufferSize is the I/O buffer size in bytes.
 	IOBufferSize int `json:"io_buffer_size" ds:"def=67108864;min=1"`

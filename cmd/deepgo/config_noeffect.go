@@ -61,7 +61,14 @@ var noEffect = map[string]string{
 	"checkpoint.use_node_local_storage":   "every rank writes under save_dir",
 	"checkpoint.parallel_write":           "the writer layout is deepgo's own",
 	"checkpoint.checkpoint_serialization": "deepgo writes safetensors",
-	"checkpoint.writer":                   "the writer layout is deepgo's own",
+	// checkpoint.writer.decoupled has effect: deepgo train saves in the
+	// background (Trainer.SaveAsync)
+	"checkpoint.writer.type":             "deepgo writes its own safetensors files (package checkpoint)",
+	"checkpoint.writer.io_buffer_size":   "files are written through the OS page cache and synced, with no I/O buffer of deepgo's",
+	"checkpoint.writer.io_buffer_double": "files are written through the OS page cache and synced, with no I/O buffer of deepgo's",
+	"checkpoint.writer.show_statistics":  "the writer prints no statistics (examples/bench-ckpt measures saves)",
+	"checkpoint.writer.data_parallel":    "every data-parallel rank writes its own part (TP rank 0 of each under tensor parallelism); there is no writer subset per replica, socket or machine",
+	"checkpoint.writer.io_multiplier":    "each rank writes its files with one writer",
 
 	"pipeline.seed_layers":                            "layers are initialised by the model, not seeded per layer",
 	"pipeline.pipe_partitioned":                       "activations cross stages whole: there is no tensor-parallel group to split them over",

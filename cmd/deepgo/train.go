@@ -10,7 +10,6 @@ import (
 	"math"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,6 +86,11 @@ SIGINT (Ctrl-C) or SIGTERM (deepgo launch stopping the job, a scheduler)
 stops the run: rank 0 prints "deepgo train: interrupted at step N (last
 checkpoint: DIR/TAG or none)" ("before step 1 finished" when no step has)
 and every rank exits 128+signal (130, 143).
+With checkpoint.writer.decoupled true the checkpoints are written in the
+background while the next steps train ("saved checkpoint DIR/TAG (written
+in the background)" once committed); the run's end waits for the last one
+and an interrupt for the one in flight (a second interrupt exits at once;
+under deepgo launch its --grace bounds the wait).
 A rank that stops answering fails the others, naming it, after the
 communication timeout: 5 minutes between in-process ranks; between
 launched processes DEEPGO_TIMEOUT (a Go duration such as 90s, or minutes),
@@ -408,6 +412,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		rank := c.Rank()
 		if rank == 0 {
 			notes := append(append(autoNotes, gpt.Notes()...), e.Notes()...) // config warnings among them
+			notes = append(notes, decoupledNotes(cfg)...)
 			notes = append(notes, trainNoEffectNotes(cfg, notes)...)
 			for _, n := range notes {
 				fmt.Fprintln(stdout, "note:", n)
@@ -480,6 +485,11 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			targs.progress.setSaveDir(cfg.Checkpoint.SaveDir)
 			targs.progress.setStep(first - 1)
 		}
+		saver := newTrainSaver(cfg)
+		if saver.background {
+			// an interrupt waits for the checkpoint being written
+			targs.progress.atInterruptWait(e.SaveDone)
+		}
 		// the engine's count of skipped steps (a checkpoint restores it):
 		// each step that raises it overflowed
 		skipper, _ := e.(interface{ SkippedSteps() int })
@@ -541,15 +551,27 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 				fmt.Fprintf(stdout, "step %d loss %.4f lr %.3g loss_scale %g tokens/s %.0f mem/rank %d\n", step, loss, e.LR(), e.LossScale(), tps, mem)
 			}
 			if cfg.Checkpoint.SaveDir != "" && (step%every == 0 || step == steps) {
-				tag, err := save(ctx, cfg, e, s)
+				tags, err := saver.save(ctx, e, s)
 				if err != nil {
 					return err
 				}
-				if rank == 0 {
-					bar.clear()
-					fmt.Fprintf(stdout, "saved checkpoint %s\n", filepath.Join(cfg.Checkpoint.SaveDir, tag))
+				for _, tag := range tags {
+					if rank == 0 {
+						bar.clear()
+						fmt.Fprintln(stdout, saver.savedLine(tag))
+					}
 				}
 			}
+		}
+		// the last background save is part of the run: its error is the
+		// run's (Close, deferred, would wait for it but drop the error)
+		last, err := saver.wait(e)
+		if err != nil {
+			return err
+		}
+		if last != "" && rank == 0 {
+			bar.clear()
+			fmt.Fprintln(stdout, saver.savedLine(last))
 		}
 		if cs, ok := e.(interface{ CommsSummary(io.Writer) error }); ok && cfg.CommsLogger.Enabled && rank == 0 {
 			bar.clear()

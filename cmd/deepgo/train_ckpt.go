@@ -225,16 +225,77 @@ func (rs *resumer) fallbackTag(ctx context.Context, dir string, loadErr error) (
 	return verified[0], damaged, nil
 }
 
-// save writes a checkpoint under checkpoint.save_dir (tag global_step<N>,
-// keep_n_most_recent rotation as configured) and returns its tag.
-func save(ctx context.Context, cfg *config.Config, e deepgo.Trainer, s *data.DistributedSampler) (string, error) {
+// trainSaver writes deepgo train's checkpoints under checkpoint.save_dir
+// (tag global_step<N>, keep_n_most_recent rotation as configured): with
+// checkpoint.writer.decoupled in the background (Trainer.SaveAsync: the
+// files are written while the next steps train), else synchronously.
+type trainSaver struct {
+	dir        string
+	background bool
+	pending    string // the tag being written in the background; "" for none
+}
+
+// newTrainSaver is cfg's trainSaver.
+func newTrainSaver(cfg *config.Config) *trainSaver {
+	dir, w := cfg.Checkpoint.SaveDir, cfg.Checkpoint.Writer
+	return &trainSaver{dir: dir, background: dir != "" && w != nil && w.Decoupled}
+}
+
+// save checkpoints e with the sampler's position and returns the tags it
+// knows committed: the one it wrote, or, saving in the background, the one
+// written before, which SaveAsync waited for.
+func (ts *trainSaver) save(ctx context.Context, e deepgo.Trainer, s *data.DistributedSampler) ([]string, error) {
 	client, err := json.Marshal(trainState{Sampler: s.Position()})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	tag := checkpoint.DefaultTag(int64(e.GlobalSteps())) // the engine's default tag, named here to be reported
-	if err := e.Save(ctx, cfg.Checkpoint.SaveDir, deepgo.SaveOptions{Tag: tag, ClientState: client}); err != nil {
-		return "", fmt.Errorf("checkpoint to %s: %w", cfg.Checkpoint.SaveDir, err)
+	opts := deepgo.SaveOptions{Tag: tag, ClientState: client}
+	if !ts.background {
+		if err := e.Save(ctx, ts.dir, opts); err != nil {
+			return nil, fmt.Errorf("checkpoint to %s: %w", ts.dir, err)
+		}
+		return []string{tag}, nil
+	}
+	if err := e.SaveAsync(ctx, ts.dir, opts); err != nil {
+		return nil, fmt.Errorf("checkpoint to %s (checkpoint.writer.decoupled): %w", ts.dir, err)
+	}
+	var done []string
+	if ts.pending != "" {
+		done = append(done, ts.pending)
+	}
+	ts.pending = tag
+	return done, nil
+}
+
+// wait waits for the background save in flight and returns its tag ("":
+// none).
+func (ts *trainSaver) wait(e deepgo.Trainer) (string, error) {
+	tag := ts.pending
+	ts.pending = ""
+	if err := e.WaitSave(); err != nil {
+		return "", fmt.Errorf("checkpoint %s to %s (checkpoint.writer.decoupled): %w", tag, ts.dir, err)
 	}
 	return tag, nil
+}
+
+// decoupledNotes is deepgo train's note on checkpoint.writer.decoupled
+// true: what it does, or that it does nothing without save_dir.
+func decoupledNotes(cfg *config.Config) []string {
+	switch w := cfg.Checkpoint.Writer; {
+	case w == nil || !w.Decoupled:
+		return nil
+	case cfg.Checkpoint.SaveDir == "":
+		return []string{"checkpoint.writer.decoupled: no effect: checkpoint.save_dir is not set, so the run saves no checkpoint"}
+	}
+	return []string{"checkpoint.writer.decoupled: checkpoints are written in the background while training goes on (each save first waits for the one before; the run's end and an interrupt wait for the one in flight)"}
+}
+
+// savedLine is the line saying tag was committed.
+func (ts *trainSaver) savedLine(tag string) string {
+	line := "saved checkpoint " + filepath.Join(ts.dir, tag)
+	if ts.background {
+		line += " (written in the background)"
+	}
+	return line
 }

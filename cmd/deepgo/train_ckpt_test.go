@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -257,4 +258,71 @@ func TestTrainResumePrintsLoadNotes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, out.String(), "note: "+filepath.Join(save, "global_step2")+": the checkpoint's dynamic loss scaler")
 	assert.Contains(t, out.String(), "saved training in float16, loaded into an engine training in bfloat16")
+}
+
+// TestTrainDecoupledSaves: with checkpoint.writer.decoupled true deepgo
+// train saves in the background (ZeRO-2 on 2 ranks; TP 2 × PP 2): it says
+// so in a note and, once each checkpoint is committed, "saved checkpoint
+// DIR/TAG (written in the background)"; a run stopped half way and resumed
+// ends exactly where the uninterrupted run with synchronous saves ends,
+// and the last checkpoint's data files are that run's byte for byte.
+func TestTrainDecoupledSaves(t *testing.T) {
+	if testing.Short() {
+		t.Skip("several training runs")
+	}
+	for _, tc := range []struct {
+		name, model string
+		ranks       int
+		steps       int // a multiple of the configs' save interval
+		lr          float64
+		config      func(t *testing.T, dir, save string) string
+	}{
+		{name: "zero2", model: "tiny", ranks: 2, steps: 10, lr: 0.01,
+			config: func(t *testing.T, _, save string) string { return resumeConfig(t, save, 2) }},
+		{name: "tp2-pp2", model: "small", ranks: 1, steps: 12, lr: 0.003,
+			config: func(t *testing.T, dir, save string) string { return tpCheckpointConfig(t, dir, 2, 2, save, "") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := trainerArgs{microBatch: 4, lr: tc.lr}
+			whole, err := train(tc.config(t, dir, filepath.Join(dir, "whole")), "", tc.model, tc.ranks, tc.steps, args, io.Discard, io.Discard)
+			require.NoError(t, err)
+			bg := filepath.Join(dir, "bg")
+			cfg := decoupled(t, tc.config(t, dir, bg))
+			var out strings.Builder
+			_, err = train(cfg, "", tc.model, tc.ranks, tc.steps/2, args, &out, io.Discard)
+			require.NoError(t, err)
+			half := checkpoint.DefaultTag(int64(tc.steps / 2))
+			assert.Contains(t, out.String(), "note: checkpoint.writer.decoupled: checkpoints are written in the background")
+			assert.Contains(t, out.String(), "saved checkpoint "+filepath.Join(bg, half)+" (written in the background)\n")
+			assert.NotContains(t, out.String(), "checkpoint.writer: no effect")
+			resumed, err := train(cfg, "", tc.model, tc.ranks, tc.steps, args, io.Discard, io.Discard)
+			require.NoError(t, err)
+			require.Equal(t, whole.FinalLoss, resumed.FinalLoss, "final loss resumed from background saves vs uninterrupted with synchronous saves")
+			last := checkpoint.DefaultTag(int64(tc.steps))
+			files, _ := filepath.Glob(filepath.Join(dir, "whole", last, "*.safetensors"))
+			require.NotEmpty(t, files)
+			for _, f := range files {
+				want, err := os.ReadFile(f)
+				require.NoError(t, err)
+				got, err := os.ReadFile(filepath.Join(bg, last, filepath.Base(f)))
+				require.NoError(t, err, "the background save's %s", filepath.Base(f))
+				assert.True(t, bytes.Equal(want, got), "%s/%s differs from the synchronous save's", last, filepath.Base(f))
+			}
+			t.Logf("%d data files of %s identical", len(files), last)
+		})
+	}
+}
+
+// decoupled rewrites the config at p with checkpoint.writer.decoupled
+// true, into a file of its own, and returns that file.
+func decoupled(t *testing.T, p string) string {
+	t.Helper()
+	js, err := os.ReadFile(p)
+	require.NoError(t, err)
+	js2 := bytes.Replace(js, []byte(`"checkpoint": {`), []byte(`"checkpoint": {"writer": {"decoupled": true}, `), 1)
+	require.NotEqual(t, string(js), string(js2), "no checkpoint section in %s", p)
+	out := strings.TrimSuffix(p, ".json") + "-decoupled.json"
+	require.NoError(t, os.WriteFile(out, js2, 0o644))
+	return out
 }

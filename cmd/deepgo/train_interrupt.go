@@ -19,9 +19,10 @@ import (
 // monitor files). A nil *trainProgress records nothing.
 type trainProgress struct {
 	mu      sync.Mutex
-	step    int                    // the last step rank 0 finished (the checkpoint's step after a resume); 0 before any
-	saveDir string                 // checkpoint.save_dir, "" when the run saves none
-	flush   []func(step int) error // called with step on an interrupt, before the exit
+	step    int                      // the last step rank 0 finished (the checkpoint's step after a resume); 0 before any
+	saveDir string                   // checkpoint.save_dir, "" when the run saves none
+	flush   []func(step int) error   // called with step on an interrupt, before the exit
+	saves   []func() <-chan struct{} // each rank's background save in flight (Trainer.SaveDone), waited for on an interrupt
 }
 
 // interruptFlushTimeout bounds the flushes on an interrupt: deepgo launch
@@ -37,6 +38,57 @@ func (p *trainProgress) atInterrupt(f func(step int) error) {
 	p.mu.Lock()
 	p.flush = append(p.flush, f)
 	p.mu.Unlock()
+}
+
+// atInterruptWait registers done, a rank's Trainer.SaveDone: on an
+// interrupt the background save it reports in flight is waited for before
+// the process exits, so that the checkpoint being written is committed.
+func (p *trainProgress) atInterruptWait(done func() <-chan struct{}) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.saves = append(p.saves, done)
+	p.mu.Unlock()
+}
+
+// waitSaves waits for the background saves in flight (atInterruptWait),
+// first saying so on stderr when say. A signal on sig stops the wait: it
+// returns false then.
+func (p *trainProgress) waitSaves(sig <-chan os.Signal, say bool, stderr io.Writer) bool {
+	if p == nil {
+		return true
+	}
+	p.mu.Lock()
+	saves := append([]func() <-chan struct{}(nil), p.saves...)
+	p.mu.Unlock()
+	var open []<-chan struct{}
+	for _, f := range saves {
+		done := f()
+		select {
+		case <-done:
+		default:
+			open = append(open, done)
+		}
+	}
+	if len(open) == 0 {
+		return true
+	}
+	if say {
+		fmt.Fprintln(stderr, "deepgo train: waiting for the checkpoint being written in the background (checkpoint.writer.decoupled); interrupt again to exit now and lose it")
+	}
+	for _, done := range open {
+		select {
+		case <-done:
+		case _, ok := <-sig:
+			if ok {
+				return false
+			}
+			sig = nil // closed: the run ended; wait on
+			<-done
+		}
+	}
+	return true
 }
 
 // flushAll runs the atInterrupt functions with step, giving up after
@@ -121,16 +173,23 @@ func (p *trainProgress) interrupted() (string, int) {
 // processes, a job scheduler, kill).
 var interruptSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
 
-// watchInterrupt waits for a signal on sig, then runs p's atInterrupt
-// functions (flushing the monitor files through the step the line names,
-// within interruptFlushTimeout), (when say) writes p's interrupted line to
+// watchInterrupt waits for a signal on sig, then waits for the
+// background saves in flight (checkpoint.writer.decoupled; a second
+// signal stops that wait), runs p's atInterrupt functions (flushing the
+// monitor files through the step the line names, within
+// interruptFlushTimeout), (when say) writes p's interrupted line to
 // stderr and calls exit(128+N), the status a shell gives a process killed
-// by signal N: 130 for SIGINT, 143 for SIGTERM. It returns when sig is
-// closed without a signal.
+// by signal N of the first signal: 130 for SIGINT, 143 for SIGTERM. It
+// returns when sig is closed without a signal.
 func watchInterrupt(sig <-chan os.Signal, p *trainProgress, say bool, stderr io.Writer, exit func(int)) {
 	s, ok := <-sig
 	if !ok {
 		return
+	}
+	// the checkpoint being written first: the line names the last one
+	// committed
+	if !p.waitSaves(sig, say, stderr) && say {
+		fmt.Fprintln(stderr, "deepgo train: interrupted again: the checkpoint being written in the background is lost (the previous one stays the latest)")
 	}
 	// the step first: every step up to it is in the monitor's queue, and
 	// the flush writes at least those while the ranks train on

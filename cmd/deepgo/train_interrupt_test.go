@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/internal/proctest"
 	"github.com/deepgo-ml/deepgo/rundir"
 
@@ -152,8 +154,10 @@ func TestTrainSignalled(t *testing.T) {
 		code    int    // the exit status of what was signalled
 		started string // the stdout line after which the signal is sent
 		prefix  string // of deepgo train's lines
+		bg      bool   // checkpoint.writer.decoupled: the signal comes with a save in flight
 	}{
 		{name: "SIGINT", sig: syscall.SIGINT, code: 130, started: "saved checkpoint "},
+		{name: "SIGTERM, decoupled", sig: syscall.SIGTERM, code: 143, started: "saved checkpoint ", bg: true},
 		{name: "SIGTERM", sig: syscall.SIGTERM, code: 143, started: "saved checkpoint "},
 		{name: "SIGTERM to launch", sig: syscall.SIGTERM, launch: true, code: 1, started: "[rank 0] saved checkpoint ", prefix: "[rank 0] "},
 	} {
@@ -169,6 +173,9 @@ func TestTrainSignalled(t *testing.T) {
 				[]byte(fmt.Sprintf(`"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": %q}}`, nvme)), 1)
 			js = bytes.Replace(js, []byte(`"checkpoint"`), []byte(fmt.Sprintf(`"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "j"},
 				"tensorboard": {"enabled": true, "output_path": %q, "job_name": "j"}, "checkpoint"`, mon, mon)), 1)
+			if tc.bg {
+				js = bytes.Replace(js, []byte(`"checkpoint": {`), []byte(`"checkpoint": {"writer": {"decoupled": true}, `), 1)
+			}
 			require.NoError(t, os.WriteFile(cfg, js, 0o644))
 			args := []string{"train", "--config", cfg, "--model", "tiny", "--ranks", "1", "--steps", "1000000"}
 			env := append(os.Environ(), "DEEPGO_LAUNCH_TEST=deepgo")
@@ -218,6 +225,13 @@ func TestTrainSignalled(t *testing.T) {
 			step, _ := strconv.Atoi(m[1])
 			saved, _ := strconv.Atoi(m[2])
 			assert.GreaterOrEqual(t, step, max(saved, 1), "the interrupted line names a step before its checkpoint")
+			if tc.bg { // what latest names was committed whole
+				ck, err := checkpoint.Open(nil, save, "")
+				require.NoError(t, err)
+				assert.Equal(t, checkpoint.DefaultTag(int64(saved)), ck.Tag, "latest")
+				assert.NoError(t, ck.Verify(context.Background()), "the latest checkpoint after %v", tc.sig)
+				ck.Close()
+			}
 			left, err := os.ReadDir(nvme)
 			require.NoError(t, err)
 			assert.Empty(t, left, "swap folders left under nvme_path after %v", tc.sig)
@@ -240,6 +254,80 @@ func TestTrainSignalled(t *testing.T) {
 				for name, pid := range ps {
 					assert.True(t, proctest.Ended(pid), "%s (pid %d) outlived the launcher", name, pid)
 				}
+			}
+		})
+	}
+}
+
+// TestWatchInterruptWaitsForSave: on an interrupt, deepgo train first
+// waits for the checkpoint being written in the background
+// (checkpoint.writer.decoupled), saying so, and its line names that
+// checkpoint once committed; a second signal stops the wait at once, and
+// the line names the checkpoint before.
+func TestWatchInterruptWaitsForSave(t *testing.T) {
+	const waiting = "deepgo train: waiting for the checkpoint being written in the background"
+	for _, tc := range []struct {
+		name   string
+		again  bool // a second signal during the wait
+		say    bool
+		want   []string
+		latest string
+	}{
+		{name: "waited for", say: true, latest: "global_step6",
+			want: []string{waiting, "deepgo train: interrupted at step 7 (last checkpoint: %s/global_step6)"}},
+		{name: "interrupted again", say: true, again: true, latest: "global_step4",
+			want: []string{waiting, "interrupted again: the checkpoint being written in the background is lost", "deepgo train: interrupted at step 7 (last checkpoint: %s/global_step4)"}},
+		{name: "not rank 0", latest: "global_step6"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			saveSteps(t, dir, 4)
+			p := &trainProgress{step: 7, saveDir: dir}
+			inFlight := make(chan struct{})
+			idle := make(chan struct{})
+			close(idle)
+			p.atInterruptWait(func() <-chan struct{} { return idle }) // a rank with nothing in flight
+			p.atInterruptWait(func() <-chan struct{} { return inFlight })
+			sig := make(chan os.Signal, 2)
+			sig <- syscall.SIGTERM
+			var errb bytes.Buffer
+			code := -1
+			ended := make(chan struct{})
+			go func() {
+				defer close(ended)
+				watchInterrupt(sig, p, tc.say, &errb, func(c int) { code = c })
+			}()
+			// the handler waits for the save: it has not exited
+			select {
+			case <-ended:
+				t.Fatal("the handler exited with a save in flight")
+			case <-time.After(100 * time.Millisecond):
+			}
+			if tc.again {
+				sig <- syscall.SIGINT
+			} else {
+				saveSteps(t, dir, 6) // the background save commits
+				close(inFlight)
+			}
+			select {
+			case <-ended:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the handler did not exit")
+			}
+			assert.Equal(t, 143, code, "the first signal's status")
+			for _, w := range tc.want {
+				if strings.Contains(w, "%s") {
+					w = fmt.Sprintf(w, dir)
+				}
+				assert.Contains(t, errb.String(), w)
+			}
+			if len(tc.want) == 0 {
+				assert.Empty(t, errb.String())
+			}
+			tag, err := checkpoint.ReadLatest(nil, dir)
+			require.NoError(t, err)
+			if !tc.again {
+				assert.Equal(t, tc.latest, tag)
 			}
 		})
 	}
