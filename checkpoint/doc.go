@@ -51,7 +51,9 @@
 // comm.Comm: a rank missing or calling something else makes every rank
 // fail within the group's timeout instead of hanging; a failure on one
 // rank makes every rank fail with a *comm.RankError naming it. AsyncSaver
-// runs saves in the background on a group of its own.
+// runs saves in the background on a group of its own (and, with
+// AsyncOptions.Outcome, agrees on each one's outcome over a second group,
+// so that ranks that write nothing learn it).
 //
 // Files go through vfs.FS, so tests inject faults (vfs.DiskFull,
 // vfs.OnOp) and check what a failed save leaves behind.
