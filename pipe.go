@@ -33,7 +33,9 @@ import (
 // a pipeline of Stages() stages, in a data-parallel group of the ranks
 // holding the same stage (DeepSpeed's PipelineEngine on the pipe × data
 // grid, pipe outermost; with WithTensorParallel the pipe × data × model
-// grid, each stage's layers sharded over its TP group, see pipe_tp.go).
+// grid, each stage's layers sharded over its TP group, see pipe_tp.go;
+// with WithSequenceParallel the pipe × data × seq grid, each stage's
+// ranks on their sequence shards, see pipe_sp.go).
 // It executes the instruction streams of package pipeline (1F1B, GPipe or
 // interleaved), keeps the stage's parameters in a
 // ZeRO stage 0-1 optimizer over its data-parallel group, sums the
@@ -55,9 +57,10 @@ type PipeEngine struct {
 	wrapped   comm.Comm
 	groups    modelGroups // the model's TP group, wrapped for the device: Close gives it back
 	lrAtClose float64     // LR when Close ran (the optimizer is gone)
-	pipe      comm.Comm   // this data (and model) coordinate's stages, group rank = stage
-	data      comm.Comm   // this stage's data-parallel group
+	pipe      comm.Comm   // this data (and model or seq) coordinate's stages, group rank = stage
+	data      comm.Comm   // this stage's data-parallel group (under Ulysses its sequence-data group, dp × sp)
 	tp        comm.Comm   // WithTensorParallel's group (pipe_tp.go), nil without TP
+	sp        comm.Comm   // WithSequenceParallel's Ulysses group (pipe_sp.go), nil without SP
 	grid      *comm.Grid
 
 	stage, stages, virtual int
@@ -159,6 +162,9 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if err := checkMegatronSP(cfg, net); err != nil {
 		return nil, err
 	}
+	if err := checkPipeSP(cfg, net, o, pp); err != nil {
+		return nil, err
+	}
 	if z := cfg.ZeroOptimization.Stage; z > 1 {
 		return nil, fmt.Errorf("deepgo.Initialize: zero_optimization.stage %d with %d pipeline stages: allowed 0 or 1 (ZeRO-2 and ZeRO-3 partition gradients or parameters, which the pipeline's per-micro-batch backward passes and tied-weight reduction cannot work with; DeepSpeed's PipelineEngine refuses them too)", z, pp)
 	}
@@ -178,7 +184,7 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		}
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d needs a world of pp × data-parallel ranks (WithComm), got %d ranks", pp, size)
 	}
-	e := &PipeEngine{cfg: cfg, net: pm, world: o.comm, tp: o.tp, be: o.backend, opt: o.opt, clip: cfg.GradientClipping, log: pipeLog(o),
+	e := &PipeEngine{cfg: cfg, net: pm, world: o.comm, tp: o.tp, sp: o.sp, be: o.backend, opt: o.opt, clip: cfg.GradientClipping, log: pipeLog(o),
 		stages: pp, virtual: max(1, cfg.PipelineSchedule.VirtualStages), schedType: cfg.PipelineSchedule.Type}
 	defer func() {
 		if err != nil {
@@ -218,6 +224,9 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		if e.tp, err = e.groups.tensorParallel(e.be, net, e.tp); err != nil {
 			return nil, err
 		}
+		if e.sp, err = e.groups.sequenceParallel(e.be, net, e.sp); err != nil {
+			return nil, err
+		}
 	}
 	if err := agreeConfig(ctx, cfg, e.world); err != nil {
 		return nil, err
@@ -250,12 +259,12 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline: %w", err)
 	}
 	e.closers = append(e.closers, e.pipe)
-	if e.data, err = e.grid.Group(ctx, e.world, comm.AxisData); err != nil {
+	if e.data, err = e.grid.Group(ctx, e.world, e.dataAxes()...); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline: %w", err)
 	}
 	e.closers = append(e.closers, e.data)
 	e.stage = e.grid.CoordOf(o.comm.Rank(), comm.AxisPipe)
-	if e.batch, err = cfg.Resolve(o.comm.Size(), e.tpSize(), pp, 1); err != nil {
+	if e.batch, err = cfg.Resolve(o.comm.Size(), e.tpSize(), pp, e.spSize()); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
 	if e.sched, err = pipeline.NewTraining(e.schedType, e.virtual, e.batch.GradAccum, pp, e.stage); err != nil {
@@ -282,7 +291,7 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 // keys only the data-parallel engine applies, and the partition method
 // "best".
 func pipeNotes(cfg *config.Config, dev tensor.Device) []string {
-	notes := offloadNotes(cfg, dev)
+	notes := append(offloadNotes(cfg, dev), sequenceParallelNotes(cfg)...)
 	ac := cfg.ActivationCheckpointing
 	for _, k := range []struct {
 		key string

@@ -48,7 +48,7 @@ func (e *PipeEngine) endFlops() error {
 		return fmt.Errorf("deepgo: flops_profiler: %w", err)
 	}
 	t := e.Timers()
-	r.World, r.DataParallel, r.ModelParallel, r.MicroBatch = e.world.Size(), e.data.Size(), e.tpSize(), e.batch.MicroBatch
+	r.World, r.DataParallel, r.ModelParallel, r.MicroBatch = e.world.Size(), e.batch.DataParallel, e.tpSize(), e.batch.MicroBatch
 	r.Forward, r.Backward, r.StepTime = t.Forward-f.timers0.Forward, t.Backward-f.timers0.Backward, time.Since(f.t0)
 	r.RecomputeFwdFactor = e.cfg.FlopsProfiler.RecomputeFwdFactor
 	r.Notes = append(r.Notes, fmt.Sprintf("pipeline stage %d of %d: its own modules only (DeepSpeed's profiler hooks global rank 0's, and its PipelineEngine prints no report)", e.stage, e.stages))

@@ -33,7 +33,11 @@ package deepgo
 // its own, so a checkpoint loads at another TP degree too.
 //
 // Small state is the data-parallel engine's (deepgo.engine, client_state),
-// with the topology {"pipe": pp, "data": dp, "model": tp}.
+// with the topology {"pipe": pp, "data": dp, "model": tp} (and "seq": sp
+// under Ulysses). Under Ulysses the ZeRO group a stage's pieces are cut
+// over is its sequence-data group (dp × sp ranks), and nothing else
+// changes: the sequence shards are not in a checkpoint, so it loads
+// without SP, at another SP degree, or into the data-parallel Engine.
 import (
 	"context"
 	"encoding/json"
@@ -44,6 +48,17 @@ import (
 	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
+
+// topology is the checkpoint's record of the layout: the pipeline, data
+// and TP degrees, and under Ulysses the SP degree (the data degree is then
+// the ZeRO group's size over sp).
+func (e *PipeEngine) topology() map[string]int {
+	t := map[string]int{"data": e.data.Size() / e.spSize(), "pipe": e.stages, "model": e.tpSize()}
+	if sp := e.spSize(); sp > 1 {
+		t["seq"] = sp
+	}
+	return t
+}
 
 // tiedCopyKey is the checkpoint key of a stage's copy of tied weight name
 // held by module mod.
@@ -124,7 +139,7 @@ func (e *PipeEngine) pipeCheckpointState(op, dir string, so SaveOptions) (checkp
 	st := &checkpoint.State{
 		Step:      int64(e.globalSteps),
 		ZeroStage: zc.Stage,
-		Topology:  map[string]int{"data": dp, "pipe": e.stages, "model": e.tpSize()},
+		Topology:  e.topology(),
 		Config:    cfgJSON,
 		Params:    e.modelParams(),
 	}

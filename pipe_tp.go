@@ -38,10 +38,13 @@ func PipeTensorParallelGroup(ctx context.Context, world comm.Comm, pp, tp int) (
 }
 
 // pipeGrid lays out the pipeline engine's world: pipe × data without
-// tensor parallelism, pipe × data × model with it, after checking that the
-// WithTensorParallel group is this rank's model group of that grid.
+// tensor or sequence parallelism, pipe × data × model with TP, pipe ×
+// data × seq with Ulysses SP (pipe_sp.go), after checking that the
+// WithTensorParallel or WithSequenceParallel group is this rank's model or
+// seq group of that grid.
 func pipeGrid(ctx context.Context, cfg *config.Config, pp int, o options) (*comm.Grid, error) {
 	tp := max(1, cfg.TensorModelParallelSize)
+	sp := max(1, cfg.SequenceParallelSize)
 	switch {
 	case o.tp == nil && tp > 1:
 		return nil, fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d with %d pipeline stages: pass WithTensorParallel (the group the model is sharded over; see PipeTensorParallelGroup) and WithComm with the whole world", tp, pp)
@@ -49,35 +52,52 @@ func pipeGrid(ctx context.Context, cfg *config.Config, pp int, o options) (*comm
 		return nil, fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d, but WithTensorParallel's group has %d ranks", tp, o.tp.Size())
 	case o.comm.Size()%(pp*tp) != 0:
 		return nil, fmt.Errorf("deepgo.Initialize: %d pipeline stages x tensor_model_parallel_size %d need a world of pp × tp × data-parallel ranks (WithComm), got %d ranks", pp, tp, o.comm.Size())
+	case o.comm.Size()%(pp*sp) != 0:
+		return nil, fmt.Errorf("deepgo.Initialize: %d pipeline stages x sequence_parallel_size %d need a world of pp × sp × data-parallel ranks (WithComm), got %d ranks", pp, sp, o.comm.Size())
 	}
-	if tp == 1 {
-		return comm.PipeDataGrid(pp, o.comm.Size()/pp)
+	switch {
+	case sp > 1:
+		g, err := pipeSeqGrid(pp, sp, o.comm.Size()/(pp*sp))
+		if err != nil {
+			return nil, err
+		}
+		// stages pair up SP ranks by their seq coordinate
+		return g, checkGridGroup(ctx, g, o.comm, o.sp, comm.AxisSeq, "WithSequenceParallel", "PipeSequenceParallelGroup")
+	case tp > 1:
+		g, err := comm.PipeModelDataGrid(pp, tp, o.comm.Size()/(pp*tp))
+		if err != nil {
+			return nil, err
+		}
+		// activations and tied gradients pair up TP ranks by their model
+		// coordinate
+		return g, checkGridGroup(ctx, g, o.comm, o.tp, comm.AxisModel, "WithTensorParallel", "PipeTensorParallelGroup")
 	}
-	g, err := comm.PipeModelDataGrid(pp, tp, o.comm.Size()/(pp*tp))
+	return comm.PipeDataGrid(pp, o.comm.Size()/pp)
+}
+
+// checkGridGroup refuses a group c (an option's, named by opt) that is not
+// world rank's group along axis of g (built by the constructor named by
+// hint).
+func checkGridGroup(ctx context.Context, g *comm.Grid, world, c comm.Comm, axis, opt, hint string) error {
+	got, err := comm.AllGatherInt64s(ctx, c, []int64{int64(world.Rank())})
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("deepgo.Initialize: checking the %s group: %w", opt, err)
 	}
-	// the model's group must be the grid's: activations and tied
-	// gradients pair up TP ranks by their model coordinate
-	got, err := comm.AllGatherInt64s(ctx, o.tp, []int64{int64(o.comm.Rank())})
+	groups, err := g.Groups(axis)
 	if err != nil {
-		return nil, fmt.Errorf("deepgo.Initialize: checking the tensor-parallel group: %w", err)
-	}
-	groups, err := g.Groups(comm.AxisModel)
-	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, want := range groups {
-		if !slices.Contains(want, o.comm.Rank()) {
+		if !slices.Contains(want, world.Rank()) {
 			continue
 		}
 		for i, r := range got {
-			if int(r) != want[i] {
-				return nil, fmt.Errorf("deepgo.Initialize: WithTensorParallel's group holds world ranks %v, want %v on the grid %v (build it with PipeTensorParallelGroup)", got, want, g)
+			if i >= len(want) || int(r) != want[i] {
+				return fmt.Errorf("deepgo.Initialize: %s's group holds world ranks %v, want %v on the grid %v (build it with %s)", opt, got, want, g, hint)
 			}
 		}
 	}
-	return g, nil
+	return nil
 }
 
 // tpShardNorm is this rank's share of the squared gradient norm under TP:

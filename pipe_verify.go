@@ -11,7 +11,6 @@ import (
 	"slices"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
-	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -109,7 +108,7 @@ func (e *PipeEngine) replicated() (idx [][2]int, rep []checkpoint.Named, err err
 
 // dataWorldRanks are the world ranks of this stage's data-parallel group.
 func (e *PipeEngine) dataWorldRanks() []int {
-	groups, _ := e.grid.Groups(comm.AxisData) // the grid has the axis
+	groups, _ := e.grid.Groups(e.dataAxes()...) // the grid has the axes
 	for _, g := range groups {
 		if slices.Contains(g, e.world.Rank()) {
 			return g

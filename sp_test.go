@@ -41,9 +41,33 @@ func TestSequenceParallelGroups(t *testing.T) {
 	assert.Equal(t, []int{0, 0, 1, 1}, dataRank)
 }
 
+// PipeSequenceParallelGroup lays 8 ranks out as 2 stages × 2 data × 2
+// sequence ranks (pipe outermost, seq fastest): SP groups {0,1}, {2,3},
+// {4,5}, {6,7}, data ranks 0, 0, 1, 1 on each stage; sizes that do not
+// divide the world are refused naming them.
+func TestPipeSequenceParallelGroup(t *testing.T) {
+	seq := make([][]int, 8)
+	dataRank := make([]int, 8)
+	err := local.Run(context.Background(), 8, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, c comm.Comm) error {
+		if _, _, err := deepgo.PipeSequenceParallelGroup(ctx, c, 3, 2); err == nil || !strings.Contains(err.Error(), "3 pipeline stages x sequence_parallel_size 2 must be >= 1 each and divide the world size 8") {
+			return fmt.Errorf("pp 3 x sp 2 of 8: got %v", err)
+		}
+		s, dr, err := deepgo.PipeSequenceParallelGroup(ctx, c, 2, 2)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		seq[c.Rank()], dataRank[c.Rank()] = s.Members(), dr
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, [][]int{{0, 1}, {0, 1}, {2, 3}, {2, 3}, {4, 5}, {4, 5}, {6, 7}, {6, 7}}, seq)
+	assert.Equal(t, []int{0, 0, 1, 1, 0, 0, 1, 1}, dataRank)
+}
+
 // Initialize refuses a sequence-parallel setup it cannot run, naming the
 // key and the sizes: an SP group of the wrong size, SP with TP, SP with
-// pipeline stages, and a model sharded over SP ranks under an engine told
+// pipeline stages on a world too small for both, and a model sharded over SP ranks under an engine told
 // sequence_parallel_size 1 (it would average over the wrong group).
 func TestSequenceParallelRefusals(t *testing.T) {
 	cases := []struct {
@@ -54,7 +78,8 @@ func TestSequenceParallelRefusals(t *testing.T) {
 		{"with tp", `"sequence_parallel_size": 2, "tensor_model_parallel_size": 2`, "sequence_parallel_size 2 with tensor_model_parallel_size 2: not supported yet", false},
 		// the combination is refused before the missing option is asked for
 		{"with tp, no group", `"sequence_parallel_size": 2, "tensor_model_parallel_size": 2`, "sequence_parallel_size 2 with tensor_model_parallel_size 2: not supported yet", true},
-		{"with pipeline", `"sequence_parallel_size": 2, "pipeline_model_parallel_size": 2`, "sequence_parallel_size > 1 with pipeline stages", false},
+		// Ulysses runs with pipeline stages, but not on too few ranks
+		{"with pipeline", `"sequence_parallel_size": 2, "pipeline_model_parallel_size": 2`, "2 pipeline stages x sequence_parallel_size 2 need a world of pp × sp × data-parallel ranks (WithComm), got 2 ranks", false},
 		{"model sharded", `"sequence_parallel_size": 1`, "the model shards its sequences over 2 ranks, sequence_parallel_size is 1", true},
 	}
 	for _, tc := range cases {

@@ -11,7 +11,7 @@ import (
 // one error per key joined (nil when there is none): ZeRO++
 // (zero_quantized_*, zero_hpz_partition_size > 1), MiCS
 // (mics_shard_size), apex amp, and Ulysses sequence_parallel_size > 1
-// with tensor parallelism or pipeline stages. Initialize refuses each of
+// with tensor parallelism (with pipeline stages it runs). Initialize refuses each of
 // these with the same words; deepgo config check reports them all before
 // a job is submitted, as DeepSpeed would load such a config. The errors
 // carry no prefix: each caller says who refuses.
@@ -33,16 +33,8 @@ func Unsupported(cfg *config.Config) error {
 	if cfg.AMP.Enabled() {
 		ns("amp.enabled (apex)")
 	}
-	if sp := cfg.SequenceParallelSize; sp > 1 {
-		if tp := cfg.TensorModelParallelSize; tp > 1 {
-			ns("sequence_parallel_size %d with tensor_model_parallel_size %d", sp, tp)
-		}
-		pp, err := PipelineStages(cfg)
-		if err != nil {
-			errs = append(errs, err)
-		} else if pp > 1 {
-			ns("sequence_parallel_size > 1 with pipeline stages (sequence_parallel_size %d with %d pipeline stages; Megatron's megatron_sequence_parallel runs with them)", sp, pp)
-		}
+	if sp, tp := cfg.SequenceParallelSize, cfg.TensorModelParallelSize; sp > 1 && tp > 1 {
+		ns("sequence_parallel_size %d with tensor_model_parallel_size %d", sp, tp)
 	}
 	return errors.Join(errs...)
 }

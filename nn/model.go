@@ -82,6 +82,11 @@ func (g *GPT) compute(ctx context.Context) (backend.Backend, backend.NN, error) 
 			return nil, nil, err
 		}
 		g.sp.ctx, g.sp.be = ctx, be
+		if len(g.Blocks) > 0 && g.Blocks[0].sp != nil {
+			// a pipeline part's blocks exchange through the whole model's
+			// SP state
+			g.Blocks[0].sp.ctx, g.Blocks[0].sp.be = ctx, be
+		}
 	}
 	if !ok {
 		return nil, nil, fmt.Errorf("nn.GPT: backend %s offers no nn kernels (backend.NN): %w yet", be.Name(), backend.ErrUnsupported)
@@ -187,6 +192,9 @@ func (m embedModule) Backward(ctx context.Context, gout model.Activation) (model
 				spare = s.dB
 			}
 			return nil, g.tpEmbedBackward(k, g.Embed.Tok.Grad, d, spare, s.b, s.t)
+		}
+		if g.sp != nil {
+			return nil, g.spEmbedBackward(k, g.Embed.Tok.Grad, d, s.tokens, s.b, s.t)
 		}
 		return nil, g.Embed.Backward(k, d, s.tokens, s.b, s.t)
 	}

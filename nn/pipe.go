@@ -54,14 +54,18 @@ func (g *GPT) inPart(i int) bool { return g.hi == 0 || (i >= g.lo && i < g.hi) }
 // receive into), as Megatron's p2p does: the scatter after the embedding
 // and the gather before the head run on the first and last stage only.
 //
-// Ulysses sequence parallelism (GPTConfig.SP) with parts is refused: the
-// pipeline engine lays out no sequence axis (its data group would have to
-// be the sequence-data group, as the data-parallel engine's is).
+// Under Ulysses sequence parallelism (GPTConfig.SP) every rank of a
+// stage's SP group runs the part on its sequence shard of the micro-batch
+// ([B, T/sp] tokens, positions at the shard's global offsets) and sends
+// its shard of the residual stream [B·T/sp, C] to the same SP rank of the
+// next stage: everything between the blocks works token by token, so the
+// stream stays sharded from the embedding to the head, and only attention
+// exchanges over the SP group (ulysses.go). The head part's loss is the
+// mean over the SP group's tokens with the gradient of the rank's local
+// mean, as without parts; the engine reduces the gradients over the
+// sequence-data group (dp × sp ranks of a stage).
 func (g *GPT) NewPart(start, stop int) (model.Part, error) {
 	n := g.Config.Layers + 2
-	if g.sp != nil {
-		return nil, fmt.Errorf("nn.GPT.NewPart: sequence_parallel_size %d with pipeline parts: not supported yet (the pipeline engine lays out no sequence axis; Megatron's megatron_sequence_parallel with tensor_model_parallel_size does run with pipeline stages)", g.sp.size())
-	}
 	if start < 0 || stop > n || start >= stop {
 		return nil, fmt.Errorf("nn.GPT.NewPart: modules [%d, %d): want 0 <= start < stop <= %d", start, stop, n)
 	}
@@ -70,6 +74,11 @@ func (g *GPT) NewPart(start, stop int) (model.Part, error) {
 		// the part's own token remap: parts of one stage hold different
 		// micro-batches between their forward and backward
 		r.tp = &tpState{c: g.tp.c, shards: g.tp.shards, seq: g.tp.seq}
+	}
+	if g.sp != nil {
+		// the embedding's positions and the loss's mean; the blocks
+		// exchange through the whole model's state (its buffers)
+		r.sp = &spState{c: g.sp.c}
 	}
 	for i := start; i < stop; i++ {
 		switch {
@@ -110,6 +119,9 @@ func (p gptPart) Input(ctx context.Context, mb model.MicroBatch) (*tensor.Tensor
 	if b.B < 1 || b.T < 1 || b.T > g.Config.SeqLen || len(b.Inputs) != b.B*b.T || len(b.Targets) != b.B*b.T {
 		return nil, fmt.Errorf("nn.GPT: part input: batch %d x %d with %d inputs and %d targets: need B >= 1, 1 <= T <= %d and B*T of each",
 			b.B, b.T, len(b.Inputs), len(b.Targets), g.Config.SeqLen)
+	}
+	if n := g.sp.size(); b.T*n > g.Config.SeqLen {
+		return nil, fmt.Errorf("nn.GPT: part input: sequence shards of %d tokens on %d sequence-parallel ranks: sequences of %d tokens, need at most %d (seq_len)", b.T, n, b.T*n, g.Config.SeqLen)
 	}
 	// a later stage learns T here, not from the embedding
 	if err := g.tp.checkSeqLen(b.T); err != nil {

@@ -120,27 +120,10 @@ func TestGPTTensorSequencePipelineCheckpoint(t *testing.T) {
 	}
 }
 
-// What pipeline parts still refuse: Ulysses sequence parallelism (the
-// pipeline engine has no sequence axis), and the pipeline engine refuses
-// a model whose Megatron sequence parallelism disagrees with
-// megatron_sequence_parallel, as the data-parallel Engine does.
+// The pipeline engine refuses a model whose Megatron sequence parallelism
+// disagrees with megatron_sequence_parallel, as the data-parallel Engine
+// does (Ulysses × PP's refusals are TestGPTUlyssesPipelineRefusals').
 func TestGPTSequenceParallelPipelineRefusals(t *testing.T) {
-	err := local.Run(context.Background(), 2, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, c comm.Comm) error {
-		gc := tpGPT(32)
-		gc.SP = nn.SP{Comm: c}
-		g, err := nn.NewGPT(gc)
-		if err != nil {
-			return err
-		}
-		defer g.Free()
-		_, err = g.NewPart(0, 2)
-		if !assert.ErrorContains(t, err, "sequence_parallel_size 2 with pipeline parts: not supported yet") {
-			return fmt.Errorf("NewPart with Ulysses: %v", err)
-		}
-		return nil
-	})
-	require.NoError(t, err)
-
 	for _, modelSeq := range []bool{true, false} {
 		r := tppRun{tp: 2, pp: 2, dp: 1, stage: 1, micro: 2, sched: "1F1B", virtual: 1, seq: !modelSeq}
 		err := local.Run(context.Background(), 4, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
