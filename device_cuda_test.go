@@ -172,3 +172,16 @@ func TestSaveAsyncOnCUDA(t *testing.T) {
 		})
 	}
 }
+
+// TestPipelineUlyssesOnCUDA: TestPipelineUlyssesOnDevice's Ulysses SP 2 ×
+// PP 2 runs (but fp16, as TestPipelineOnCUDA leaves it out) on GPU 0
+// against the CPU backend, within the CUDA tolerances.
+func TestPipelineUlyssesOnCUDA(t *testing.T) {
+	var cases []pipeDevCase
+	for _, c := range pipeUlyssesDevCases() {
+		if c.prec != "fp16" {
+			cases = append(cases, c)
+		}
+	}
+	pipeCasesOnCUDA(t, cases)
+}

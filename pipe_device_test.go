@@ -26,10 +26,12 @@ import (
 // precision prec ("", "bf16", "fp16"), every block checkpointed when ckpt,
 // with offload_optimizer device "cpu" when offload (on a device the step
 // then runs on the host; on the CPU backend nothing moves), the model
-// sharded over tp tensor-parallel ranks per stage when tp > 1.
+// sharded over tp tensor-parallel ranks per stage when tp > 1, each
+// stage's ranks on sequence shards over sp Ulysses ranks when sp > 1.
 type pipeDevCase struct {
 	pp, dp, gas int
 	tp          int
+	sp          int // Ulysses sequence_parallel_size (pipe × data × seq grid)
 	sched       string
 	virtual     int
 	prec        string
@@ -49,6 +51,9 @@ func (c pipeDevCase) String() string {
 	}
 	if c.seq {
 		s += "-megatronsp"
+	}
+	if c.sp > 1 {
+		s += fmt.Sprintf("-sp%d", c.sp)
 	}
 	if c.ckpt {
 		s += "-ckpt"
@@ -80,11 +85,12 @@ func (c pipeDevCase) config() string {
 	}
 	return fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": %d, "gradient_clipping": %g,
 		"pipeline_model_parallel_size": %d, "tensor_model_parallel_size": %d, "megatron_sequence_parallel": %v,
+		"sequence_parallel_size": %d,
 		"pipeline_schedule": {"type": %q, "virtual_stages": %d},
 		"pipeline": {"partition": "uniform", "activation_checkpoint_interval": %d},
 		"zero_optimization": {"stage": 1%s},
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}%s}`,
-		c.gas, pipeDevClip, c.pp, max(1, c.tp), c.seq && c.tp > 1, c.sched, c.virtual, ckpt, offload, prec)
+		c.gas, pipeDevClip, c.pp, max(1, c.tp), c.seq && c.tp > 1, max(1, c.sp), c.sched, c.virtual, ckpt, offload, prec)
 }
 
 // devArenaGPT is a GPT whose pipeline parts' modules each take a small
@@ -140,7 +146,9 @@ type pipeDevResult struct {
 
 // pipeDevRun trains a small GPT (2 blocks, tied embedding; its 4 modules
 // cut uniformly) with c for steps batches on the ranks of dev (worldFor);
-// under TP the parameters are rank 0's unsharded over its TP group.
+// under TP the parameters are rank 0's unsharded over its TP group; under
+// Ulysses each rank is handed its sequence shard of its data rank's
+// micro-batches.
 func pipeDevRun(t *testing.T, dev string, c pipeDevCase, steps int) (*pipeDevResult, error) {
 	t.Helper()
 	return pipeDevSegment(t, dev, c, parSeg{to: steps})
@@ -154,10 +162,10 @@ func pipeDevSegment(t *testing.T, dev string, c pipeDevCase, seg parSeg) (*pipeD
 	src, err := data.NewMarkov(vocab, 1, 2, 3)
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: src.Generate(20_000, 4), Vocab: vocab}
-	tp := max(1, c.tp)
-	res := &pipeDevResult{mem: make([]zero.Memory, c.pp*c.dp*tp)}
+	tp, sp := max(1, c.tp), max(1, c.sp)
+	res := &pipeDevResult{mem: make([]zero.Memory, c.pp*c.dp*tp*sp)}
 	var mu sync.Mutex
-	err = worldFor(dev)(context.Background(), c.pp*c.dp*tp, func(ctx context.Context, cm comm.Comm, opts []deepgo.Option) error {
+	err = worldFor(dev)(context.Background(), c.pp*c.dp*tp*sp, func(ctx context.Context, cm comm.Comm, opts []deepgo.Option) error {
 		cfg, err := config.Parse([]byte(c.config()))
 		if err != nil {
 			return err
@@ -171,6 +179,19 @@ func pipeDevSegment(t *testing.T, dev string, c pipeDevCase, seg parSeg) (*pipeD
 			defer tc.Close()
 			gc.TP = nn.TP{Comm: tc, SequenceParallel: c.seq}
 			opts = append(opts, deepgo.WithTensorParallel(tc))
+		}
+		// the grid is pipe × data (× model or seq, fastest): a pipe's
+		// stages and a stage's TP ranks read the same batches, its SP
+		// ranks their shards of them
+		d := (cm.Rank() / tp) % c.dp
+		var seq comm.Comm
+		if sp > 1 {
+			if seq, d, err = deepgo.PipeSequenceParallelGroup(ctx, cm, c.pp, sp); err != nil {
+				return err
+			}
+			defer seq.Close()
+			gc.SP = nn.SP{Comm: seq}
+			opts = append(opts, deepgo.WithSequenceParallel(seq))
 		}
 		g, err := nn.NewReadyGPT(gc, nil, 1)
 		if err != nil {
@@ -186,9 +207,6 @@ func pipeDevSegment(t *testing.T, dev string, c pipeDevCase, seg parSeg) (*pipeD
 		if !ok {
 			return fmt.Errorf("Initialize returned %T, want *deepgo.PipeEngine", tr)
 		}
-		// the grid is pipe × data (× model, fastest): a pipe's stages and a
-		// stage's TP ranks read the same batches
-		d := (cm.Rank() / tp) % c.dp
 		if seg.load != "" {
 			if _, err := pe.Load(ctx, seg.load, deepgo.LoadOptions{}); err != nil {
 				return err
@@ -201,7 +219,13 @@ func pipeDevSegment(t *testing.T, dev string, c pipeDevCase, seg parSeg) (*pipeD
 			mbs := make([]model.MicroBatch, c.gas)
 			for i := range mbs {
 				k := ((step*c.dp+d)*c.gas + i) * micro
-				mbs[i] = corpus.MakeBatch([]int{k, k + 1}, seqLen).MicroBatch()
+				b := corpus.MakeBatch([]int{k, k + 1}, seqLen)
+				if seq != nil {
+					if b, err = b.SequenceShard(seq.Rank(), sp); err != nil {
+						return err
+					}
+				}
+				mbs[i] = b.MicroBatch()
 			}
 			loss, err := pe.TrainBatch(ctx, mbs)
 			if err != nil {

@@ -112,3 +112,75 @@ func followsRun(t *testing.T, what string, want, got *result, lossTol, paramTol 
 	require.LessOrEqual(t, ld, lossTol, "%s: losses differ, relative\nwant %v\ngot  %v", what, want.losses, got.losses)
 	require.LessOrEqual(t, pd, paramTol, "%s: parameters differ norm-wise", what)
 }
+
+// pipeUlyssesDevCases are the device tables' Ulysses SP 2 × PP 2 runs:
+// 1F1B with 1 and 2 data-parallel ranks, the interleaved schedule with
+// every block checkpointed, in fp32, bf16 and fp16 (a loss scale that
+// starts high enough to skip steps).
+func pipeUlyssesDevCases() []pipeDevCase {
+	return []pipeDevCase{
+		{pp: 2, dp: 1, gas: 4, sched: "1F1B", virtual: 1, sp: 2},
+		{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1, sp: 2},
+		{pp: 2, dp: 2, gas: 2, sched: "Interleaved", virtual: 2, ckpt: true, sp: 2},
+		{pp: 2, dp: 1, gas: 2, sched: "Interleaved", virtual: 2, prec: "bf16", ckpt: true, sp: 2},
+		{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, prec: "fp16", sp: 2},
+	}
+}
+
+// TestPipelineUlyssesOnDevice: Ulysses SP 2 in each of 2 pipeline stages
+// (each rank on its sequence shard, the stages exchanging shards, the
+// all-to-alls over each stage's SP group, ZeRO-1 over the sequence-data
+// group) trains on the simulated device, with and without randomized
+// kernel delays, and through WithDevice over comm/local ranks (the engine
+// wraps the model's SP group for the device), bit-identical to the CPU
+// backend: every loss, loss scale, gradient norm and final parameter. On
+// the CPU it follows the same pipeline without SP to float32 summation
+// order in fp32 and to bf16's rounding in bf16 (fp16 may skip a step more
+// than without SP: see nn's TestGPTUlyssesPipelineHalf).
+func TestPipelineUlyssesOnDevice(t *testing.T) {
+	const steps = 4
+	for _, c := range pipeUlyssesDevCases() {
+		t.Run(c.String(), func(t *testing.T) {
+			want, err := pipeDevRun(t, "", c, steps)
+			require.NoError(t, err, "cpu")
+			requirePipeTrained(t, want)
+			if c.prec == "fp16" {
+				require.Positive(t, want.skipped, "fp16: no step overflowed at the initial loss scale: %v", want.scales)
+			} else {
+				// measured: fp32 losses 1.8e-8, parameters 1.9e-6; bf16
+				// losses 1.5e-3, parameters 6.4e-3: bf16's own noise at
+				// this table's lr 0.01 (PP alone in bf16 ends 8.6e-4 from
+				// PP alone in fp32, SP × PP in bf16 6.8e-4 on the other
+				// side), as each SP rank rounds its tokens' share of a
+				// gradient into bf16 where one rank rounded the whole
+				tol := map[string][2]float64{"": {1e-6, 5e-6}, "bf16": {3e-3, 2e-2}}[c.prec]
+				other, err := pipeDevRun(t, "", withSP(c, 1), steps)
+				require.NoError(t, err, "cpu without SP")
+				followsRun(t, "PP without SP vs "+c.String(), &other.result, &want.result, tol[0], tol[1])
+			}
+			requirePipeOnSim(t, c, want, steps)
+		})
+	}
+}
+
+// TestPipelineUlyssesCheckpointOnDevice: Ulysses SP 2 × 2 stages saved
+// after 2 steps on the simulated device with kernel delays and resumed
+// there, saved there and resumed on the CPU backend, and saved on the CPU
+// and resumed on the device, trains the next 2 steps with the losses of
+// the uninterrupted CPU run and ends with its parameters, bit for bit;
+// resumed without SP (PP 2 alone, on the device) it follows them to
+// float32 summation order.
+func TestPipelineUlyssesCheckpointOnDevice(t *testing.T) {
+	c := pipeDevCase{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, sp: 2}
+	pipeCheckpointAcrossDevices(t, c, func(t *testing.T, dev [2]string, dir string, want *pipeDevResult) {
+		if dev[1] != "sim" {
+			return
+		}
+		plain, err := pipeDevSegment(t, dev[1], withSP(c, 1), parSeg{from: 2, to: 4, load: dir})
+		require.NoError(t, err, "resume without sequence parallelism on %s", devName(dev[1]))
+		followsRun(t, "resumed without sequence_parallel_size", &pipeDevResultTail(want, 2).result, &plain.result, 1e-6, 5e-6)
+	})
+}
+
+// withSP is c at another Ulysses degree.
+func withSP(c pipeDevCase, sp int) pipeDevCase { c.sp = sp; return c }
