@@ -73,6 +73,8 @@ func TestConfigCheckOptimizer(t *testing.T) {
 	autoLR := write("auto.json", `{"optimizer":{"type":"AdamW","params":{"lr":"auto"}}}`)
 	warmup := write("warmup.json", `{"optimizer":{"type":"Adam"},"scheduler":{"type":"WarmupLR","params":{"warmup_type":"cosine"}}}`)
 	zpp := write("zpp.json", `{"zero_optimization":{"stage":3,"zero_quantized_gradients":true}}`)
+	spPP := write("sppp.json", `{"optimizer":{"type":"AdamW"},"sequence_parallel_size":2,"pipeline_model_parallel_size":2}`)
+	spTP := write("sptp.json", `{"optimizer":{"type":"AdamW"},"sequence_parallel_size":2,"tensor_model_parallel_size":2}`)
 	for _, c := range []struct {
 		args        []string
 		rc          int
@@ -84,6 +86,9 @@ func TestConfigCheckOptimizer(t *testing.T) {
 		{[]string{"check", warmup}, 0, ": ok", `warning: scheduler.params.warmup_type: "cosine": unknown warmup type, using "log"`},
 		// loads (DeepSpeed's keys), but Initialize would refuse it
 		{[]string{"check", zpp}, 1, "", "zero_quantized_* (ZeRO++): not supported yet\n" + zpp + ": loads, but deepgo cannot train it"},
+		// Ulysses with pipeline stages trains; with TP it does not yet
+		{[]string{"check", spPP}, 0, ": ok", ""},
+		{[]string{"check", spTP}, 1, "", "sequence_parallel_size 2 with tensor_model_parallel_size 2: not supported yet"},
 	} {
 		var out, errb bytes.Buffer
 		rc := runConfig(c.args, &out, &errb)

@@ -257,8 +257,8 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	pp, virtual := pipeShape(shape)
 	tp := tpSize(shape)
 	sp := spSize(shape)
-	if sp > 1 && (tp > 1 || pp > 1) {
-		return nil, fmt.Errorf("sequence_parallel_size %d with tensor_model_parallel_size %d and %d pipeline stages: not supported yet (SP runs alone with data parallelism)", sp, tp, pp)
+	if sp > 1 && tp > 1 {
+		return nil, fmt.Errorf("sequence_parallel_size %d with tensor_model_parallel_size %d: not supported yet (Ulysses runs with data parallelism and pipeline stages)", sp, tp)
 	}
 	if targs.job != nil {
 		// one rank per process: the launcher's world holds every stage
@@ -371,7 +371,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		g.TP = tpg
 		// megatron_sequence_parallel with TP 1 is config.Load's warning
 		g.TP.SequenceParallel = tp > 1 && cfg.MegatronSequenceParallel
-		spg, err := spRank(ctx, c, sp)
+		spg, err := spRank(ctx, c, sp, pp)
 		if err != nil {
 			return err
 		}

@@ -19,9 +19,11 @@ func spSize(cfg *config.Config) int {
 	return max(1, cfg.SequenceParallelSize)
 }
 
-// spGroups is one rank's Ulysses layout (deepgo.SequenceParallelGroups):
-// the SP group the model shards its sequences over, the engine options
-// (the sequence-data-parallel group as the engine's), and which
+// spGroups is one rank's Ulysses layout (deepgo.SequenceParallelGroups,
+// or deepgo.PipeSequenceParallelGroup with pipeline stages): the SP group
+// the model shards its sequences over, the engine options (the
+// sequence-data-parallel group as the data-parallel engine's; the
+// pipeline engine takes the whole world and lays it out itself), and which
 // micro-batches the rank is handed (data rank dr of dn).
 type spGroups struct {
 	sp     nn.SP
@@ -29,10 +31,19 @@ type spGroups struct {
 	dr, dn int
 }
 
-// spRank builds c's Ulysses groups for sp > 1; nil with sp 1.
-func spRank(ctx context.Context, c comm.Comm, sp int) (*spGroups, error) {
+// spRank builds c's Ulysses groups for sp > 1 with pp pipeline stages;
+// nil with sp 1.
+func spRank(ctx context.Context, c comm.Comm, sp, pp int) (*spGroups, error) {
 	if sp <= 1 {
 		return nil, nil
+	}
+	if pp > 1 {
+		sc, dr, err := deepgo.PipeSequenceParallelGroup(ctx, c, pp, sp)
+		if err != nil {
+			return nil, err
+		}
+		return &spGroups{sp: nn.SP{Comm: sc}, opts: []deepgo.Option{deepgo.WithSequenceParallel(sc)},
+			dr: dr, dn: c.Size() / (pp * sp)}, nil
 	}
 	sdc, sc, dr, err := deepgo.SequenceParallelGroups(ctx, c, sp)
 	if err != nil {
