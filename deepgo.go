@@ -22,7 +22,8 @@
 // CUDA under the cuda build tag), or the device a DeviceComm is bound to.
 // Tensor and sequence parallelism take their groups as options
 // (WithTensorParallel with TensorParallelGroups or PipeTensorParallelGroup;
-// WithSequenceParallel with SequenceParallelGroups). Save and Load write
+// WithSequenceParallel with SequenceParallelGroups or
+// PipeSequenceParallelGroup). Save and Load write
 // and read crash-safe sharded checkpoints in DeepSpeed's layout; the
 // config's monitor sections (csv_monitor, tensorboard, wall_clock_breakdown,
 // flops_profiler, comms_logger) write what DeepSpeed's do.

@@ -1,11 +1,12 @@
 package deepgo
 
-// DeepSpeed-Ulysses sequence parallelism in the data-parallel engine: the
-// model exchanges attention's q, k and v over an SP group itself
-// (nn.GPTConfig.SP); the engine's part is DeepSpeed's: replicated
-// parameters are reduced, and ZeRO partitions them, over the
-// sequence-data-parallel group (dp × sp ranks, seq_data_parallel_group),
-// which averages the SP ranks' token shares into the full gradient.
+// DeepSpeed-Ulysses sequence parallelism in the data-parallel engine
+// (with pipeline stages: pipe_sp.go): the model exchanges attention's q,
+// k and v over an SP group itself (nn.GPTConfig.SP); the engine's part is
+// DeepSpeed's: replicated parameters are reduced, and ZeRO partitions
+// them, over the sequence-data-parallel group (dp × sp ranks,
+// seq_data_parallel_group), which averages the SP ranks' token shares
+// into the full gradient.
 //
 // Data path: every rank of an SP group is handed the same micro-batches
 // (those of its data-parallel rank) and keeps its sequence shard

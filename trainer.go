@@ -131,12 +131,14 @@ var _ Trainer = (*Engine)(nil)
 // except those a Param donates (model.Param.Donate), which it frees.
 //
 // Not supported yet (an error naming the key): ZeRO++ (zero_quantized_*,
-// zero_hpz_partition_size > 1), MiCS, apex amp, sequence parallelism with
-// tensor parallelism or pipeline stages, and ZeRO stages 2-3 with
-// pipeline stages. Either engine runs on the CPU backend or a device
-// (WithDevice), tensor and sequence parallelism included. Tensor
-// parallelism runs with either engine (WithTensorParallel; see
-// TensorParallelGroups and PipeTensorParallelGroup).
+// zero_hpz_partition_size > 1), MiCS, apex amp, Ulysses sequence
+// parallelism with tensor parallelism, and ZeRO stages 2-3 with pipeline
+// stages. Either engine runs on the CPU backend or a device (WithDevice),
+// tensor and sequence parallelism included. Tensor parallelism runs with
+// either engine (WithTensorParallel; see TensorParallelGroups and
+// PipeTensorParallelGroup), and so does Ulysses sequence parallelism
+// (WithSequenceParallel; see SequenceParallelGroups and
+// PipeSequenceParallelGroup).
 func Initialize(ctx context.Context, cfg *config.Config, net model.Model, opts ...Option) (Trainer, error) {
 	if cfg == nil {
 		return nil, errors.New("deepgo.Initialize: cfg is nil")

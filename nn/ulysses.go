@@ -16,6 +16,11 @@ package nn
 // seq_data_parallel_group) when it averages over that group, which also
 // divides out the SP degree: each rank seeds the gradient of its local mean
 // loss, and the mean of the sp local means is the mean over all tokens.
+//
+// In pipeline parts (NewPart) the residual stream stays sharded between
+// stages as between blocks: a stage's SP rank sends its shard to the same
+// SP rank of the next stage (deepgo's pipeline engine pairs them), and a
+// part's embedding and loss work on the shard as the whole model's do.
 
 import (
 	"context"
