@@ -111,20 +111,7 @@ func trainMicro(ctx context.Context, tr deepgo.Trainer, corpus *data.Tokens, los
 
 // trainMicroFrom is trainMicro on the batches of steps first, first+1, ...
 func trainMicroFrom(ctx context.Context, tr deepgo.Trainer, corpus *data.Tokens, losses []float64, record bool, dp, d, micro, first int) error {
-	for step := range losses {
-		mbs := make([]model.MicroBatch, micro)
-		for i := range mbs {
-			mbs[i] = pipeMicro(corpus, first+step, dp, d, micro, i).MicroBatch()
-		}
-		loss, err := tr.TrainBatch(ctx, mbs)
-		if err != nil {
-			return err
-		}
-		if record {
-			losses[step] = loss
-		}
-	}
-	return nil
+	return trainShards(ctx, tr, corpus, losses, record, dp, d, micro, first, nil)
 }
 
 // pipeCurve trains the GPT with the pipeline engine over pp × dp

@@ -12,7 +12,6 @@ import (
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
-	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -174,28 +173,12 @@ func TestGPTMegatronSequenceParallelPartBoundary(t *testing.T) {
 					return err
 				}
 				defer g.Free()
-				first, err := g.NewPart(0, 2) // the embedding and block 0
-				if err != nil {
-					return err
-				}
-				defer first.Free()
-				rest, err := g.NewPart(2, len(g.Blocks)+2) // block 1 and the head
-				if err != nil {
-					return err
-				}
-				defer rest.Free()
-				var act model.Activation = b
-				for _, m := range first.Modules() {
-					if act, err = m.Forward(ctx, act); err != nil {
-						return err
-					}
-				}
-				in, err := rest.Input(ctx, b.MicroBatch())
+				out, in, err := partBoundary(ctx, g, b)
 				if err != nil {
 					return err
 				}
 				if c.Rank() == 0 {
-					sent, recv = []int{act.(interface{ Numel() int }).Numel()}, []int{in.Numel()}
+					sent, recv = []int{out}, []int{in}
 				}
 				return nil
 			})

@@ -74,6 +74,49 @@ func upGroups(ctx context.Context, c comm.Comm, r upRun) (world, seq comm.Comm, 
 	return c, nil, c.Rank(), closeAll, nil
 }
 
+// upRank is one rank of an upRun: its world comm, Ulysses group (nil at
+// sp 1), data-parallel index, model and trainer.
+type upRank struct {
+	c, seq comm.Comm
+	d      int
+	g      *nn.GPT
+	tr     deepgo.Trainer
+}
+
+// runUlysses runs fn on each of r's ranks with the trainer r asks for
+// (gradient_clipping clip) over tpGPT(vocab) drawn from seed, the model
+// sharded over the rank's Ulysses group.
+func runUlysses(r upRun, clip float64, vocab int, seed uint64, fn func(ctx context.Context, u upRank) error) error {
+	return local.Run(context.Background(), r.pp*r.sp*r.dp, local.Options{Timeout: 60 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+		cfg, err := config.Parse([]byte(r.config(clip)))
+		if err != nil {
+			return err
+		}
+		world, seq, d, closeAll, err := upGroups(ctx, c, r)
+		defer closeAll()
+		if err != nil {
+			return err
+		}
+		gc := tpGPT(vocab)
+		opts := []deepgo.Option{deepgo.WithComm(world)}
+		if seq != nil {
+			gc.SP = nn.SP{Comm: seq}
+			opts = append(opts, deepgo.WithSequenceParallel(seq))
+		}
+		g, err := nn.NewReadyGPT(gc, nil, seed)
+		if err != nil {
+			return err
+		}
+		defer g.Free()
+		tr, err := deepgo.Initialize(ctx, cfg, g, opts...)
+		if err != nil {
+			return err
+		}
+		defer tr.Close()
+		return fn(ctx, upRank{c: c, seq: seq, d: d, g: g, tr: tr})
+	})
+}
+
 // upSegment is one stretch of a run over r's layout: it loads from
 // (unless ""), trains steps steps on the batches of steps first,
 // first+1, ..., saving to save (unless "") after saveAt of them, and
@@ -102,32 +145,8 @@ func (s upSegment) run(corpus *data.Tokens) ([]float64, map[string][]float32, [2
 	if s.save == "" {
 		saveAt = s.steps
 	}
-	err := local.Run(context.Background(), r.pp*r.sp*r.dp, local.Options{Timeout: 60 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
-		cfg, err := config.Parse([]byte(r.config(s.clip)))
-		if err != nil {
-			return err
-		}
-		world, seq, d, closeAll, err := upGroups(ctx, c, r)
-		defer closeAll()
-		if err != nil {
-			return err
-		}
-		gc := tpGPT(corpus.Vocab)
-		opts := []deepgo.Option{deepgo.WithComm(world)}
-		if seq != nil {
-			gc.SP = nn.SP{Comm: seq}
-			opts = append(opts, deepgo.WithSequenceParallel(seq))
-		}
-		g, err := nn.NewReadyGPT(gc, nil, seed)
-		if err != nil {
-			return err
-		}
-		defer g.Free()
-		tr, err := deepgo.Initialize(ctx, cfg, g, opts...)
-		if err != nil {
-			return err
-		}
-		defer tr.Close()
+	err := runUlysses(r, s.clip, corpus.Vocab, seed, func(ctx context.Context, u upRank) error {
+		c, seq, d, g, tr := u.c, u.seq, u.d, u.g, u.tr
 		train := func(off int, losses []float64) error {
 			return trainShards(ctx, tr, corpus, losses, c.Rank() == 0, r.dp, d, r.micro, s.first+off, seq)
 		}
@@ -280,33 +299,9 @@ func TestGPTUlyssesPipelineHalf(t *testing.T) {
 			r := upRun{pp: pp, sp: 2, dp: dp, stage: 1, micro: 2, sched: "1F1B", virtual: 1, prec: prec}
 			losses := make([]float64, steps)
 			skipped := 0
-			err := local.Run(context.Background(), r.pp*r.sp*r.dp, local.Options{Timeout: 60 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
-				cfg, err := config.Parse([]byte(r.config(1.0)))
-				if err != nil {
-					return err
-				}
-				world, seq, d, closeAll, err := upGroups(ctx, c, r)
-				defer closeAll()
-				if err != nil {
-					return err
-				}
-				gc := tpGPT(corpus.Vocab)
-				opts := []deepgo.Option{deepgo.WithComm(world)}
-				if seq != nil {
-					gc.SP = nn.SP{Comm: seq}
-					opts = append(opts, deepgo.WithSequenceParallel(seq))
-				}
-				g, err := nn.NewReadyGPT(gc, nil, eqSeed)
-				if err != nil {
-					return err
-				}
-				defer g.Free()
-				tr, err := deepgo.Initialize(ctx, cfg, g, opts...)
-				if err != nil {
-					return err
-				}
-				defer tr.Close()
-				if err := trainShards(ctx, tr, corpus, losses, c.Rank() == 0, r.dp, d, r.micro, 0, seq); err != nil {
+			err := runUlysses(r, 1.0, corpus.Vocab, eqSeed, func(ctx context.Context, u upRank) error {
+				c, tr := u.c, u.tr
+				if err := trainShards(ctx, tr, corpus, losses, c.Rank() == 0, r.dp, u.d, r.micro, 0, u.seq); err != nil {
 					return err
 				}
 				if c.Rank() == 0 {
@@ -461,28 +456,12 @@ func TestGPTUlyssesPartBoundary(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			first, err := g.NewPart(0, 2) // the embedding and block 0
-			if err != nil {
-				return err
-			}
-			defer first.Free()
-			rest, err := g.NewPart(2, len(g.Blocks)+2) // block 1 and the head
-			if err != nil {
-				return err
-			}
-			defer rest.Free()
-			var act model.Activation = b
-			for _, m := range first.Modules() {
-				if act, err = m.Forward(ctx, act); err != nil {
-					return err
-				}
-			}
-			in, err := rest.Input(ctx, b.MicroBatch())
+			out, in, err := partBoundary(ctx, g, b)
 			if err != nil {
 				return err
 			}
 			if c.Rank() == 0 {
-				sent, recv = []int{act.(interface{ Numel() int }).Numel()}, []int{in.Numel()}
+				sent, recv = []int{out}, []int{in}
 			}
 			return nil
 		})
@@ -490,4 +469,31 @@ func TestGPTUlyssesPartBoundary(t *testing.T) {
 		assert.Equal(t, []int{full / sp}, sent, "sp %d: the first part's output", sp)
 		assert.Equal(t, []int{full / sp}, recv, "sp %d: the second part's input", sp)
 	}
+}
+
+// partBoundary runs g's first pipeline part (the embedding and block 0)
+// forward on b and sizes its second (block 1 and the head) for b: how
+// many elements the first sends and the second receives into.
+func partBoundary(ctx context.Context, g *nn.GPT, b model.TokenBatch) (sent, recv int, err error) {
+	first, err := g.NewPart(0, 2)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer first.Free()
+	rest, err := g.NewPart(2, len(g.Blocks)+2)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rest.Free()
+	var act model.Activation = b
+	for _, m := range first.Modules() {
+		if act, err = m.Forward(ctx, act); err != nil {
+			return 0, 0, err
+		}
+	}
+	in, err := rest.Input(ctx, b.MicroBatch())
+	if err != nil {
+		return 0, 0, err
+	}
+	return act.(interface{ Numel() int }).Numel(), in.Numel(), nil
 }

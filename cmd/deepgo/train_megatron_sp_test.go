@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -66,36 +65,6 @@ func TestTrainMegatronSequenceParallelPipelineResumes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("several training runs")
 	}
-	dir := t.TempDir()
-	conf := func(seq bool, save, load string) string {
-		loadKey := ""
-		if load != "" {
-			loadKey = fmt.Sprintf(`"load_path": %q, `, load)
-		}
-		p := filepath.Join(dir, fmt.Sprintf("sp%v-%s.json", seq, filepath.Base(save)))
-		js := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 4, "steps_per_print": 6, "gradient_clipping": 1.0,
-			"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "megatron_sequence_parallel": %v,
-			"zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
-			"checkpoint": {%s"save_dir": %q}}`, seq, loadKey, save)
-		require.NoError(t, os.WriteFile(p, []byte(js), 0o644))
-		return p
-	}
-	args := trainerArgs{microBatch: 4, lr: 0.003}
-	whole, err := train(conf(true, filepath.Join(dir, "whole"), ""), "", "small", 1, 12, args, io.Discard, io.Discard)
-	require.NoError(t, err)
-	part := filepath.Join(dir, "part")
-	_, err = train(conf(true, part, ""), "", "small", 1, 6, args, io.Discard, io.Discard)
-	require.NoError(t, err)
-	for _, seq := range []bool{true, false} {
-		var out strings.Builder
-		resumed, err := train(conf(seq, filepath.Join(dir, fmt.Sprint("resumed-", seq)), part), "", "small", 1, 12, args, &out, io.Discard)
-		require.NoError(t, err, "resuming with megatron_sequence_parallel %v", seq)
-		assert.Contains(t, out.String(), "resumed at step 6 from "+part)
-		rel := math.Abs(resumed.FinalLoss-whole.FinalLoss) / whole.FinalLoss
-		t.Logf("resumed with megatron_sequence_parallel %v: final loss %.9g, uninterrupted %.9g (rel %.3g)", seq, resumed.FinalLoss, whole.FinalLoss, rel)
-		if seq {
-			assert.Equal(t, whole.FinalLoss, resumed.FinalLoss, "resumed at the saving layout")
-		}
-		assert.LessOrEqual(t, rel, 1e-5, "final loss resumed with megatron_sequence_parallel %v", seq)
-	}
+	layout := `"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "megatron_sequence_parallel": %v,`
+	requireResumesAt(t, fmt.Sprintf(layout, true), fmt.Sprintf(layout, false))
 }

@@ -43,36 +43,45 @@ func TestTrainUlyssesPipelineResumes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("several training runs")
 	}
+	requireResumesAt(t, `"pipeline_model_parallel_size": 2, "sequence_parallel_size": 2,`, `"pipeline_model_parallel_size": 2, "sequence_parallel_size": 1,`)
+}
+
+// requireResumesAt trains the small model 12 steps at layouts[0] (config
+// keys, each with its trailing comma) and, from the same start, 6 steps
+// saving a checkpoint; resumed from it at each layout for the 6 steps
+// left, a run must end where the uninterrupted one ends: exactly at
+// layouts[0], to 1e-5 relative at the others (float32 summation order).
+func requireResumesAt(t *testing.T, layouts ...string) {
+	t.Helper()
 	dir := t.TempDir()
-	conf := func(sp int, save, load string) string {
+	conf := func(i int, save, load string) string {
 		loadKey := ""
 		if load != "" {
 			loadKey = fmt.Sprintf(`"load_path": %q, `, load)
 		}
-		p := filepath.Join(dir, fmt.Sprintf("sp%d-%s.json", sp, filepath.Base(save)))
-		js := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 4, "steps_per_print": 6, "gradient_clipping": 1.0,
-			"pipeline_model_parallel_size": 2, "sequence_parallel_size": %d,
+		p := filepath.Join(dir, fmt.Sprintf("layout%d-%s.json", i, filepath.Base(save)))
+		js := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 4, "steps_per_print": 6, "gradient_clipping": 1.0, %s
 			"zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
-			"checkpoint": {%s"save_dir": %q}}`, sp, loadKey, save)
+			"checkpoint": {%s"save_dir": %q}}`, layouts[i], loadKey, save)
 		require.NoError(t, os.WriteFile(p, []byte(js), 0o644))
 		return p
 	}
 	args := trainerArgs{microBatch: 4, lr: 0.003}
-	whole, err := train(conf(2, filepath.Join(dir, "whole"), ""), "", "small", 1, 12, args, io.Discard, io.Discard)
+	whole, err := train(conf(0, filepath.Join(dir, "whole"), ""), "", "small", 1, 12, args, io.Discard, io.Discard)
 	require.NoError(t, err)
 	part := filepath.Join(dir, "part")
-	_, err = train(conf(2, part, ""), "", "small", 1, 6, args, io.Discard, io.Discard)
+	_, err = train(conf(0, part, ""), "", "small", 1, 6, args, io.Discard, io.Discard)
 	require.NoError(t, err)
-	for _, sp := range []int{2, 1} {
+	for i, l := range layouts {
 		var out strings.Builder
-		resumed, err := train(conf(sp, filepath.Join(dir, fmt.Sprint("resumed-", sp)), part), "", "small", 1, 12, args, &out, io.Discard)
-		require.NoError(t, err, "resuming with sequence_parallel_size %d", sp)
+		resumed, err := train(conf(i, filepath.Join(dir, fmt.Sprint("resumed-", i)), part), "", "small", 1, 12, args, &out, io.Discard)
+		require.NoError(t, err, "resuming with %s", l)
 		assert.Contains(t, out.String(), "resumed at step 6 from "+part)
 		rel := math.Abs(resumed.FinalLoss-whole.FinalLoss) / whole.FinalLoss
-		t.Logf("resumed with sequence_parallel_size %d: final loss %.17g, uninterrupted %.17g (rel %.3g)", sp, resumed.FinalLoss, whole.FinalLoss, rel)
-		if sp == 2 {
+		t.Logf("resumed with %s final loss %.17g, uninterrupted %.17g (rel %.3g)", l, resumed.FinalLoss, whole.FinalLoss, rel)
+		if i == 0 {
 			assert.Equal(t, whole.FinalLoss, resumed.FinalLoss, "resumed at the saving layout")
 		}
-		assert.LessOrEqual(t, rel, 1e-5, "final loss resumed with sequence_parallel_size %d", sp)
+		assert.LessOrEqual(t, rel, 1e-5, "final loss resumed with %s", l)
 	}
 }
