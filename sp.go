@@ -26,8 +26,9 @@ import (
 // WithSequenceParallel runs the engine as one rank of the Ulysses
 // sequence-parallel group sp, the group the model shards its sequences
 // over; WithComm is then the sequence-data-parallel group (dp × sp ranks:
-// SequenceParallelGroups builds both). sp.Size() must equal
-// sequence_parallel_size.
+// SequenceParallelGroups builds both), or with pipeline stages the whole
+// world (pp × dp × sp ranks: PipeSequenceParallelGroup builds sp on that
+// grid). sp.Size() must equal sequence_parallel_size.
 //
 // Each rank must be handed its own shard of every sequence: the batch of
 // its data-parallel rank cut with model.TokenBatch.SequenceShard(sp.Rank(),
