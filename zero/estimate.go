@@ -12,14 +12,18 @@ import (
 // mixed-precision Adam. factor is additional_buffer_factor (1.5).
 //
 //	offload: GPU 2P, CPU P·max(4·G, 16)·factor
-//	else:    GPU 4P + 16P/G, CPU 4P·gpusPerNode·factor      (G = all GPUs)
+//	else:    GPU 2P + 18P/G, CPU 4P·gpusPerNode·factor      (G = all GPUs)
+//
+// (DeepSpeed 0.19's count: 2 bytes of fp16 parameters on every GPU, and 18
+// per parameter partitioned: fp16 and fp32 gradients, fp32 master, two
+// moments.)
 func EstimateZero2(totalParams int64, gpusPerNode, nodes int, cpuOffload bool, factor float64) (cpu, gpu int64) {
 	g := int64(gpusPerNode * nodes)
 	p := float64(totalParams)
 	if cpuOffload {
 		return int64(p * float64(max(4*g, 16)) * factor), 2 * totalParams
 	}
-	return int64(p * 4 * float64(gpusPerNode) * factor), 4*totalParams + int64(16*p/float64(g))
+	return int64(p * 4 * float64(gpusPerNode) * factor), 2*totalParams + int64(18*p/float64(g))
 }
 
 // EstimateZero3 is DeepSpeed's estimate_zero3_model_states_mem_needs
