@@ -33,11 +33,21 @@ type procJob struct {
 
 // launchedJob is the job the environment describes, or nil when no
 // launcher started this process or --ranks asks for in-process ranks.
+// --ranks in a process of a job of several processes is an error: every
+// process would train a whole job of its own, the copies writing the same
+// checkpoints and run files.
 func launchedJob(ranksGiven bool, backendFlag, device string, getenv func(string) string) (*procJob, error) {
-	if ranksGiven || (getenv("RANK") == "" && getenv("OMPI_COMM_WORLD_RANK") == "" && getenv("SLURM_PROCID") == "") {
+	if getenv("RANK") == "" && getenv("OMPI_COMM_WORLD_RANK") == "" && getenv("SLURM_PROCID") == "" {
 		return nil, nil
 	}
 	env, err := comm.EnvFrom(getenv)
+	if ranksGiven {
+		if err == nil && env.WorldSize > 1 {
+			vars := map[string]string{"torchrun": "RANK and WORLD_SIZE", "mpirun": "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE", "slurm": "SLURM_PROCID and SLURM_NTASKS"}[env.Launcher]
+			return nil, fmt.Errorf("--ranks: this process is rank %d of a job of %d processes (%s are set), and each would train all --ranks ranks on its own, writing the same files: drop --ranks to train one rank per process, or unset those variables for in-process ranks", env.Rank, env.WorldSize, vars)
+		}
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,11 @@ func TestLaunchedJob(t *testing.T) {
 		err        string
 	}{
 		{name: "no launcher", env: map[string]string{}, dev: "cpu"},
-		{name: "--ranks wins", env: torchrun, ranksGiven: true, dev: "cpu"},
+		{name: "--ranks wins over a job of one", env: map[string]string{"RANK": "0", "WORLD_SIZE": "1"}, ranksGiven: true, dev: "cpu"},
+		{name: "--ranks wins over a broken environment", env: map[string]string{"RANK": "x"}, ranksGiven: true, dev: "cpu"},
+		// every process would train its own copy of the whole job
+		{name: "--ranks in a job of two", env: torchrun, ranksGiven: true, dev: "cpu", err: "--ranks: this process is rank 1 of a job of 2 processes (RANK and WORLD_SIZE are set)"},
+		{name: "--ranks under srun", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}, ranksGiven: true, dev: "cpu", err: "rank 0 of a job of 4 processes (SLURM_PROCID and SLURM_NTASKS are set)"},
 		{name: "cpu: gloo", env: torchrun, dev: "cpu", backend: "gloo"},
 		{name: "cuda: nccl", env: torchrun, dev: "cuda", backend: "nccl"},
 		{name: "cuda:1: nccl", env: torchrun, dev: "cuda:1", backend: "nccl"},
