@@ -25,7 +25,7 @@ func (e *PipeEngine) beginFlops(data []model.MicroBatch) {
 	if !fp.Enabled || e.world.Rank() != 0 || e.globalSteps != fp.ProfileStep || len(data) == 0 {
 		return
 	}
-	e.flops = &flopsRun{step: e.globalSteps, mb: data[0], lat: map[string]time.Duration{}, timers0: e.Timers(), t0: time.Now()}
+	e.flops = &flopsRun{step: e.globalSteps + 1, mb: data[0], lat: map[string]time.Duration{}, timers0: e.Timers(), t0: time.Now()}
 }
 
 // flopsTime adds d to module m's forward latency when micro-batch mb is the

@@ -75,7 +75,7 @@ func (e *Engine) profiling() bool {
 
 // beginFlops starts the profile of this step's first micro-batch.
 func (e *Engine) beginFlops(mb model.MicroBatch) {
-	e.flops = &flopsRun{step: e.globalSteps, mb: mb, lat: map[string]time.Duration{}, timers0: e.Timers(), t0: time.Now(), open: true}
+	e.flops = &flopsRun{step: e.globalSteps + 1, mb: mb, lat: map[string]time.Duration{}, timers0: e.Timers(), t0: time.Now(), open: true}
 }
 
 // endFlops prints the report once the profiled step is over.

@@ -146,7 +146,7 @@ var fieldDocs = map[string]map[string]string{
 		"enabled":              "enabled turns the profiler on (and forces wall_clock_breakdown).",
 		"module_depth":         "module_depth is the depth of the module tree printed (-1 = all).",
 		"output_file":          "output_file is where the profile goes (nil = stdout).",
-		"profile_step":         "profile_step is the global step profiled.",
+		"profile_step":         "profile_step is the number of optimizer steps done before the one profiled (global_steps when it starts): 1 profiles the second step, whose report says \"at step 2\", as DeepSpeed's does.",
 		"recompute_fwd_factor": "recompute_fwd_factor accounts for recomputed forwards.",
 		"top_modules":          "top_modules is the number of top modules printed.",
 	},

@@ -201,7 +201,9 @@ type FlopsProfiler struct {
 	Enabled bool `json:"enabled" ds:"def=false"`
 	// RecomputeFwdFactor accounts for recomputed forwards.
 	RecomputeFwdFactor float64 `json:"recompute_fwd_factor" ds:"def=0.0;min=0"`
-	// ProfileStep is the global step profiled.
+	// ProfileStep is the number of optimizer steps done before the one
+	// profiled (global_steps when it starts): 1 profiles the second step,
+	// whose report says "at step 2", as DeepSpeed's does.
 	ProfileStep int `json:"profile_step" ds:"def=1"`
 	// ModuleDepth is the depth of the module tree printed (-1 = all).
 	ModuleDepth int `json:"module_depth" ds:"def=-1;min=-1"`

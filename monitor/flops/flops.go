@@ -40,7 +40,10 @@ type Node struct {
 
 // Report is a model's profile at one step.
 type Report struct {
-	// Step is the global step profiled.
+	// Step is the step profiled, counted from 1 as the engines' step
+	// lines count (global_steps once it is done): profile_step + 1, the
+	// number DeepSpeed's report prints, since it profiles the step that
+	// starts at global_steps == profile_step.
 	Step int
 	// Root is the model (depth 0); its children are the engine's modules.
 	Root *Node
