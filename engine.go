@@ -59,7 +59,10 @@ type Engine struct {
 	globalSteps  int
 	skippedSteps int
 	gradNorm     float64
-	lastLoss     float64
+	lastLoss     float64 // the last Forward's loss on this rank
+	lastTokens   int64   // and its micro-batch's tokens
+	acc          stepAcc // the micro-steps of the optimizer step in progress, for the monitor
+	stepLoss     float64 // the last optimizer step's mean loss over its micro-batches and the ranks
 	stepApplied  bool
 	timers       Timers
 	notes        []string
@@ -77,7 +80,7 @@ type Engine struct {
 	comms       *commslog.Logger // comms_logger, when enabled
 	flops       *flopsRun        // flops_profiler's step in progress
 	flopsReport *flops.Report    // its report, once printed
-	mon         *monitor.Monitor // fed by TrainBatch (monitoring.go)
+	mon         *monitor.Monitor // fed by every optimizer step (monitoring.go)
 	gpu         *gpu.Telemetry   // the GPU's NVML telemetry, on CUDA
 }
 
@@ -149,6 +152,10 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 			return 0, err
 		}
 	}
+	if e.microSteps%e.batch.GradAccum == 0 {
+		e.acc.t0 = time.Now() // an optimizer step starts (again, after an evaluation's Forward)
+	}
+	e.lastTokens = batchTokens([]model.MicroBatch{mb})
 	// A Forward not followed by Backward left dead buffers: a new one
 	// replaces it.
 	e.seq, e.gradOut = nil, nil
@@ -306,29 +313,51 @@ func (e *Engine) backwardModule(ctx, mctx context.Context, m int, g model.Activa
 // for overflow (agreed across ranks), updates the loss scale, and either
 // skips the step (counted in SkippedSteps, the LR schedule not advanced)
 // or clips by the global norm, steps the optimizer on this rank's shard,
-// gathers the updated parameters and advances the LR schedule.
+// gathers the updated parameters and advances the LR schedule; then it
+// averages the step's micro-batch losses over the ranks and reports the
+// step to the config's monitors (csv_monitor, tensorboard,
+// wall_clock_breakdown, the NaN/Inf check), as TrainBatch does. An error
+// of the monitor alone (a file it could not write) is returned after the
+// step is done, and training may go on.
 func (e *Engine) Step(ctx context.Context) error {
-	if err := e.usable(ctx, "Step"); err != nil {
+	observeErr, err := e.step(ctx)
+	if err != nil {
 		return err
+	}
+	return observeErr
+}
+
+// step is Step; observeErr is the monitor's error, err the step's.
+func (e *Engine) step(ctx context.Context) (observeErr, err error) {
+	if err := e.usable(ctx, "Step"); err != nil {
+		return nil, err
 	}
 	if e.phase != phaseBackward {
 		what := "no Forward"
 		if e.phase == phaseForward {
 			what = "a Forward but no Backward"
 		}
-		return fmt.Errorf("deepgo: Step: this micro-step had %s: each micro-step is Forward, Backward, Step (a Step alone would still count a step, move the LR schedule and apply weight decay)", what)
+		return nil, fmt.Errorf("deepgo: Step: this micro-step had %s: each micro-step is Forward, Backward, Step (a Step alone would still count a step, move the LR schedule and apply weight decay)", what)
 	}
 	ctx = e.devCtx(ctx)
+	e.acc.add(e.lastLoss, e.lastTokens)
 	if !e.IsGradientAccumulationBoundary() {
 		e.microSteps++
 		e.phase = phaseIdle
-		return nil
+		return nil, nil
 	}
 	if err := e.fail(e.boundaryStep(ctx)); err != nil {
-		return err
+		return nil, err
 	}
 	e.phase = phaseIdle
-	return nil
+	acc := e.acc
+	e.acc = stepAcc{}
+	loss, err := e.allMean(ctx, acc.meanLoss())
+	if err != nil {
+		return nil, e.fail(err)
+	}
+	e.stepLoss = loss
+	return e.observe(ctx, loss, time.Since(acc.t0), acc.tokens), nil
 }
 
 // boundaryStep is Step at a gradient-accumulation boundary.
@@ -400,29 +429,23 @@ func (e *Engine) TrainBatch(ctx context.Context, data []model.MicroBatch) (float
 	if e.microSteps%e.batch.GradAccum != 0 {
 		return 0, fmt.Errorf("deepgo: TrainBatch: called in the middle of an accumulation (micro step %d of %d)", e.microSteps%e.batch.GradAccum, e.batch.GradAccum)
 	}
-	t0 := time.Now()
-	var sum float64
+	var observeErr error
 	for i, mb := range data {
-		l, err := e.Forward(ctx, mb)
-		if err != nil {
+		if _, err := e.Forward(ctx, mb); err != nil {
 			if i > 0 { // earlier micro-batches' gradients are accumulated
 				return 0, e.fail(err)
 			}
 			return 0, err
 		}
-		sum += l
 		if err := e.Backward(ctx); err != nil {
 			return 0, e.fail(err)
 		}
-		if err := e.Step(ctx); err != nil {
+		var err error
+		if observeErr, err = e.step(ctx); err != nil {
 			return 0, e.fail(err)
 		}
 	}
-	loss, err := e.allMean(ctx, sum/float64(len(data)))
-	if err != nil {
-		return 0, e.fail(err)
-	}
-	return loss, e.observe(ctx, loss, time.Since(t0), data)
+	return e.stepLoss, observeErr
 }
 
 // allMean averages v over the ranks, in rank order.

@@ -176,7 +176,7 @@ func (e *Engine) install(ctx context.Context, plan *loadPlan, opts LoadOptions) 
 		e.globalSteps, e.skippedSteps = plan.ec.GlobalSteps, plan.ec.SkippedSteps
 		e.microSteps = e.globalSteps * e.batch.GradAccum
 	}
-	e.stepApplied, e.gradNorm = false, 0
+	e.stepApplied, e.gradNorm, e.acc = false, 0, stepAcc{}
 	for m := range e.params {
 		e.bind(m)
 	}

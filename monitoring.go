@@ -2,7 +2,8 @@ package deepgo
 
 // The engine's monitor: built from the config's tensorboard, csv_monitor,
 // wall_clock_breakdown and steps_per_print sections (package monitor) and
-// fed by TrainBatch once per optimizer step, as DeepSpeed's engine feeds
+// fed by Step once per optimizer step (TrainBatch's or the trainer's own
+// loop of Forward, Backward and Step), as DeepSpeed's engine feeds
 // its monitors, with GPU telemetry (package monitor/gpu) on CUDA.
 
 import (
@@ -121,12 +122,32 @@ func nonfiniteMasters(ctx context.Context, be backend.Backend, z *zero.Optimizer
 	return false, nil
 }
 
-// observe reports the step TrainBatch just ran to the monitor.
-func (e *Engine) observe(ctx context.Context, loss float64, took time.Duration, data []model.MicroBatch) error {
+// stepAcc adds up the micro-steps of an optimizer step for the monitor:
+// when its first Forward started, its losses on this rank, its tokens.
+type stepAcc struct {
+	t0     time.Time
+	loss   float64
+	tokens int64
+	n      int
+}
+
+// add counts a micro-step of loss and tokens.
+func (a *stepAcc) add(loss float64, tokens int64) {
+	a.loss += loss
+	a.tokens += tokens
+	a.n++
+}
+
+// meanLoss is the mean loss of the micro-steps counted.
+func (a *stepAcc) meanLoss() float64 { return a.loss / float64(max(a.n, 1)) }
+
+// observe reports the optimizer step Step just took (its mean loss over
+// the micro-batches and ranks, its time since its first Forward, this
+// rank's tokens) to the monitor.
+func (e *Engine) observe(ctx context.Context, loss float64, took time.Duration, tokens int64) error {
 	if e.mon == nil {
 		return nil
 	}
-	tokens := batchTokens(data)
 	mem, t := e.Memory(), e.Timers()
 	r := monitor.Record{Step: e.globalSteps, Loss: loss, LR: e.LR(), LossScale: e.LossScale(),
 		SkippedSteps: e.skippedSteps, Overflow: !e.stepApplied, GradNorm: e.gradNorm,

@@ -182,3 +182,79 @@ func TestEngineMonitorSamplesAndNotes(t *testing.T) {
 	}
 	assert.Equal(t, []string{"16", "32", "48"}, xs, "lr at step × train_batch_size")
 }
+
+// A trainer's own loop of Forward, Backward and Step (DeepSpeed's
+// engine(batch), backward, step) feeds the config's monitors as TrainBatch
+// does: the same events at the same steps, the loss the mean over the
+// micro-batches and ranks; an evaluation's Forward (no Backward) between
+// steps counts in none of them. On the CPU and on the simulated device.
+func TestMonitorFedByStep(t *testing.T) {
+	for _, dev := range []string{"", "sim"} {
+		t.Run(devName(dev), func(t *testing.T) {
+			const world, gas, nsteps = 2, 2, 3
+			data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+			runLoop := func(manual bool) (*stepRecorder, []float64) {
+				rec := &stepRecorder{}
+				var losses []float64
+				err := worldFor(dev)(context.Background(), world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+					cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+						"zero_optimization": {"stage": 2}, "steps_per_print": 1, "fp16": {"enabled": true, "initial_scale_power": 4},
+						"optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}`))
+					if err != nil {
+						return err
+					}
+					if c.Rank() == 0 {
+						opts = append(opts, deepgo.WithMonitorOptions(monitor.WithWriter(rec)))
+					}
+					e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), opts...)
+					if err != nil {
+						return err
+					}
+					defer e.Close()
+					for s := range nsteps {
+						mbs := data.RankBatch(s, 16, world, c.Rank(), gas)
+						if !manual {
+							l, err := e.TrainBatch(ctx, mbs)
+							if err != nil {
+								return err
+							}
+							if c.Rank() == 0 {
+								losses = append(losses, l)
+							}
+							continue
+						}
+						if _, err := e.Forward(ctx, data.RankBatch(40+s, 16, world, c.Rank(), gas)[0]); err != nil {
+							return err // an evaluation, never followed by Backward
+						}
+						for _, mb := range mbs {
+							if _, err := e.Forward(ctx, mb); err != nil {
+								return err
+							}
+							if err := e.Backward(ctx); err != nil {
+								return err
+							}
+							if err := e.Step(ctx); err != nil {
+								return err
+							}
+						}
+					}
+					return nil
+				})
+				require.NoError(t, err)
+				return rec, losses
+			}
+			want, losses := runLoop(false)
+			got, _ := runLoop(true)
+			require.Len(t, want.steps, nsteps)
+			require.Len(t, got.steps, nsteps, "the monitor's steps of a Forward, Backward, Step loop")
+			for s := 1; s <= nsteps; s++ {
+				assert.Equal(t, losses[s-1], want.steps[s][monitor.TagLoss], "step %d: TrainBatch's loss is the monitor's", s)
+				for _, tag := range []string{monitor.TagLoss, monitor.TagLR, monitor.TagLossScale, monitor.TagGradNorm, monitor.TagSkippedSteps, monitor.TagOverflow} {
+					require.Contains(t, want.steps[s], tag, "step %d", s)
+					assert.Equal(t, want.steps[s][tag], got.steps[s][tag], "step %d: %s", s, tag)
+				}
+				assert.Positive(t, got.steps[s][monitor.TagTokensPerS], "step %d: tokens/s", s)
+			}
+		})
+	}
+}

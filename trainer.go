@@ -47,12 +47,15 @@ type Trainer interface {
 	TrainBatch(ctx context.Context, data []model.MicroBatch) (float64, error)
 	// Forward runs one micro-batch through the model and returns its loss
 	// on this rank (DeepSpeed's engine(batch)). Its size is checked as
-	// TrainBatch checks it: only for a model.Sized Input.
+	// TrainBatch checks it: only for a model.Sized Input. A Forward not
+	// followed by Backward is an evaluation: it changes no parameter,
+	// gradient or step counter, and the next Forward replaces it.
 	Forward(ctx context.Context, mb model.MicroBatch) (float64, error)
 	// Backward runs the backward pass of the last Forward.
 	Backward(ctx context.Context) error
 	// Step ends a micro-step; at a gradient-accumulation boundary it steps
-	// the optimizer.
+	// the optimizer and reports the step to the config's monitors, as
+	// TrainBatch does.
 	Step(ctx context.Context) error
 	// Save writes a checkpoint (a collective; see Engine.Save and
 	// PipeEngine.Save).
