@@ -62,6 +62,7 @@ type Engine struct {
 	lastLoss     float64 // the last Forward's loss on this rank
 	lastTokens   int64   // and its micro-batch's tokens
 	acc          stepAcc // the micro-steps of the optimizer step in progress, for the monitor
+	microTimers  Timers  // the timers at the last micro-step's end (wall_clock_breakdown's micro lines)
 	stepLoss     float64 // the last optimizer step's mean loss over its micro-batches and the ranks
 	stepApplied  bool
 	timers       Timers
@@ -344,12 +345,14 @@ func (e *Engine) step(ctx context.Context) (observeErr, err error) {
 	if !e.IsGradientAccumulationBoundary() {
 		e.microSteps++
 		e.phase = phaseIdle
+		e.logMicroStep()
 		return nil, nil
 	}
 	if err := e.fail(e.boundaryStep(ctx)); err != nil {
 		return nil, err
 	}
 	e.phase = phaseIdle
+	e.logMicroStep()
 	acc := e.acc
 	e.acc = stepAcc{}
 	loss, err := e.allMean(ctx, acc.meanLoss())

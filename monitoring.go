@@ -141,6 +141,28 @@ func (a *stepAcc) add(loss float64, tokens int64) {
 // meanLoss is the mean loss of the micro-steps counted.
 func (a *stepAcc) meanLoss() float64 { return a.loss / float64(max(a.n, 1)) }
 
+// logMicroStep prints wall_clock_breakdown's line of the micro-step Step
+// just ended (on the reporting rank), as DeepSpeed prints its micro timers
+// at every micro-step, before the optimizer step's line.
+func (e *Engine) logMicroStep() {
+	t := e.Timers()
+	dt := t.sub(e.microTimers)
+	e.microTimers = t
+	if (e.cfg.WallClockBreakdown || e.cfg.FlopsProfiler.Enabled) && e.reportRank() == 0 {
+		fmt.Fprintln(e.log, monitor.MicroBreakdownLine(0, dt.monitor()))
+	}
+}
+
+// sub is t - u, field by field.
+func (t Timers) sub(u Timers) Timers {
+	return Timers{t.Forward - u.Forward, t.Backward - u.Backward, t.Comm - u.Comm, t.Reduce - u.Reduce, t.Optimizer - u.Optimizer, t.Step - u.Step}
+}
+
+// monitor is t as the monitor's Timers.
+func (t Timers) monitor() monitor.Timers {
+	return monitor.Timers{Forward: t.Forward, Backward: t.Backward, Comm: t.Comm, Reduce: t.Reduce, Optimizer: t.Optimizer, Step: t.Step}
+}
+
 // observe reports the optimizer step Step just took (its mean loss over
 // the micro-batches and ranks, its time since its first Forward, this
 // rank's tokens) to the monitor.
@@ -151,7 +173,7 @@ func (e *Engine) observe(ctx context.Context, loss float64, took time.Duration, 
 	mem, t := e.Memory(), e.Timers()
 	r := monitor.Record{Step: e.globalSteps, Loss: loss, LR: e.LR(), LossScale: e.LossScale(),
 		SkippedSteps: e.skippedSteps, Overflow: !e.stepApplied, GradNorm: e.gradNorm,
-		Timers:   monitor.Timers{Forward: t.Forward, Backward: t.Backward, Comm: t.Comm, Reduce: t.Reduce, Optimizer: t.Optimizer, Step: t.Step},
+		Timers:   t.monitor(),
 		StepTime: took, Tokens: tokens * int64(e.c.Size()), HostBytes: mem.HostBytes, DeviceBytes: mem.DeviceBytes, PeakBytes: mem.Peak}
 	if e.ck != nil && e.ck.cfg.Profile {
 		st := e.ck.stats

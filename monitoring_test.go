@@ -3,9 +3,12 @@ package deepgo_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -256,5 +259,91 @@ func TestMonitorFedByStep(t *testing.T) {
 				assert.Positive(t, got.steps[s][monitor.TagTokensPerS], "step %d: tokens/s", s)
 			}
 		})
+	}
+}
+
+// wall_clock_breakdown prints DeepSpeed's two kinds of time line: its
+// micro timers at every micro-step (fwd_microstep ... step_microstep) and,
+// at each accumulation boundary after that micro-step's, the step's global
+// timers, whose times are the micro-steps' summed. On the CPU and on the
+// simulated device, from TrainBatch and from a Forward, Backward, Step loop.
+func TestWallClockBreakdownLines(t *testing.T) {
+	micro := regexp.MustCompile(`^\[Rank 0\] time \(ms\) \| fwd_microstep: (\d+\.\d\d) \| bwd_microstep: (\d+\.\d\d) \| bwd_inner_microstep: (\d+\.\d\d) \| bwd_allreduce_microstep: (\d+\.\d\d) \| step_microstep: (\d+\.\d\d)$`)
+	global := regexp.MustCompile(`^\[Rank 0\] time \(ms\) \| fwd: (\d+\.\d\d) \| bwd: (\d+\.\d\d) \| bwd_inner: (\d+\.\d\d) \| bwd_allreduce: (\d+\.\d\d) \| step: (\d+\.\d\d)$`)
+	for _, dev := range []string{"", "sim"} {
+		for _, manual := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/manual=%v", devName(dev), manual), func(t *testing.T) {
+				const world, gas, nsteps = 2, 3, 2
+				data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+				var log strings.Builder
+				err := worldFor(dev)(context.Background(), world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+					cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 3,
+						"zero_optimization": {"stage": 1}, "wall_clock_breakdown": true,
+						"optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}`))
+					if err != nil {
+						return err
+					}
+					w := io.Writer(io.Discard)
+					if c.Rank() == 0 {
+						w = &log
+					}
+					e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), append(opts, deepgo.WithLog(w))...)
+					if err != nil {
+						return err
+					}
+					defer e.Close()
+					for s := range nsteps {
+						mbs := data.RankBatch(s, 24, world, c.Rank(), gas)
+						if !manual {
+							if _, err := e.TrainBatch(ctx, mbs); err != nil {
+								return err
+							}
+							continue
+						}
+						for _, mb := range mbs {
+							if _, err := e.Forward(ctx, mb); err != nil {
+								return err
+							}
+							if err := e.Backward(ctx); err != nil {
+								return err
+							}
+							if err := e.Step(ctx); err != nil {
+								return err
+							}
+						}
+					}
+					return nil
+				})
+				require.NoError(t, err)
+				var lines []string
+				for _, l := range strings.Split(strings.TrimSpace(log.String()), "\n") {
+					if strings.Contains(l, "time (ms)") {
+						lines = append(lines, l)
+					}
+				}
+				require.Len(t, lines, nsteps*(gas+1), "a line per micro-step and per step:\n%s", log.String())
+				for s := range nsteps {
+					var sum [5]float64
+					for m := range gas {
+						l := lines[s*(gas+1)+m]
+						f := micro.FindStringSubmatch(l)
+						require.NotNil(t, f, "step %d micro-step %d: %q", s+1, m+1, l)
+						for i := range sum {
+							v, err := strconv.ParseFloat(f[i+1], 64)
+							require.NoError(t, err)
+							sum[i] += v
+						}
+					}
+					l := lines[s*(gas+1)+gas]
+					f := global.FindStringSubmatch(l)
+					require.NotNil(t, f, "step %d: %q", s+1, l)
+					for i := range sum {
+						v, err := strconv.ParseFloat(f[i+1], 64)
+						require.NoError(t, err)
+						assert.InDelta(t, v, sum[i], 0.005*float64(gas+1), "step %d: field %d is its micro-steps' sum (to the printed rounding)", s+1, i)
+					}
+				}
+			})
+		}
 	}
 }

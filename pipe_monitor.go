@@ -83,7 +83,7 @@ func (e *PipeEngine) observe(ctx context.Context, loss float64, took time.Durati
 	mem, t := e.Memory(), e.Timers()
 	r := monitor.Record{Step: e.globalSteps, Loss: loss, LR: e.LR(), LossScale: e.LossScale(),
 		SkippedSteps: e.skippedSteps, Overflow: overflow, GradNorm: e.gradNorm,
-		Timers:   monitor.Timers{Forward: t.Forward, Backward: t.Backward, Comm: t.Comm, Reduce: t.Reduce, Optimizer: t.Optimizer, Step: t.Step},
+		Timers:   t.monitor(),
 		StepTime: took, Tokens: batchTokens(data) * int64(e.data.Size()),
 		HostBytes: mem.HostBytes, DeviceBytes: mem.DeviceBytes, PeakBytes: mem.Peak}
 	r.GPU = gpuRecord(e.gpu, e.mon, r.Step)

@@ -45,8 +45,9 @@ func WithPrintEvery(n int) Option {
 	}
 }
 
-// WithLog sets where rank 0 prints the wall_clock_breakdown lines (one
-// per optimizer step) and the target warnings (default: nowhere).
+// WithLog sets where rank 0 prints the wall_clock_breakdown lines of the
+// optimizer steps and the target warnings (default: nowhere); the engine
+// prints the micro-steps' lines (MicroBreakdownLine).
 func WithLog(w io.Writer) Option { return func(m *Monitor) { m.log = w } }
 
 // WithWriter adds a writer rank 0 sends every step's events to (a
@@ -287,10 +288,24 @@ func (m *Monitor) warn(s string) {
 // BreakdownLine is DeepSpeed's wall_clock_breakdown line for one step's
 // times (its global timers: fwd, bwd, bwd_inner, bwd_allreduce, step, in
 // ms with two decimals, as log_dist prints it on rank).
-func BreakdownLine(rank int, dt Timers) string {
+func BreakdownLine(rank int, dt Timers) string { return breakdownLine(rank, dt, "") }
+
+// MicroBreakdownLine is DeepSpeed's wall_clock_breakdown line for one
+// micro-step's times (its micro timers, fwd_microstep ... step_microstep),
+// which it prints at every micro-step, before the step's BreakdownLine at
+// an accumulation boundary.
+func MicroBreakdownLine(rank int, dt Timers) string { return breakdownLine(rank, dt, "_microstep") }
+
+func breakdownLine(rank int, dt Timers, suffix string) string {
 	inner, allreduce := float64(dt.Backward), float64(dt.Comm+dt.Reduce)
-	return fmt.Sprintf("[Rank %d] time (ms) | fwd: %.2f | bwd: %.2f | bwd_inner: %.2f | bwd_allreduce: %.2f | step: %.2f",
-		rank, ms(float64(dt.Forward)), ms(inner+allreduce), ms(inner), ms(allreduce), ms(float64(dt.Step)))
+	line := fmt.Sprintf("[Rank %d] time (ms)", rank)
+	for _, t := range []struct {
+		name string
+		ms   float64
+	}{{"fwd", ms(float64(dt.Forward))}, {"bwd", ms(inner + allreduce)}, {"bwd_inner", ms(inner)}, {"bwd_allreduce", ms(allreduce)}, {"step", ms(float64(dt.Step))}} {
+		line += fmt.Sprintf(" | %s%s: %.2f", t.name, suffix, t.ms)
+	}
+	return line
 }
 
 // startWriting starts the goroutine that turns rank 0's steps into events
