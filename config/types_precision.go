@@ -8,7 +8,8 @@ type FP16 struct {
 	AutoCast bool `json:"auto_cast" ds:"def=false"`
 	// LossScale is a static loss scale; 0 selects dynamic scaling.
 	LossScale float64 `json:"loss_scale" ds:"def=0;min=0"`
-	// InitialScalePower sets the initial dynamic scale to 2^InitialScalePower.
+	// InitialScalePower is the power of two the dynamic loss scale starts
+	// at (16: 65536).
 	InitialScalePower int `json:"initial_scale_power" ds:"def=16;min=0;max=64"`
 	// LossScaleWindow is the number of overflow-free steps before the scale grows.
 	LossScaleWindow int `json:"loss_scale_window" ds:"def=1000;min=1"`

@@ -108,7 +108,8 @@ type Checkpoint struct {
 	LoadPath *string `json:"load_path,omitempty" ds:"deepgo"`
 	// KeepNMostRecent keeps only the N newest checkpoints (deepgo; nil or 0 = keep all).
 	KeepNMostRecent *int `json:"keep_n_most_recent,omitempty" ds:"min=0;deepgo"`
-	// NumCheckpointsToKeep is a synonym of KeepNMostRecent (deepgo); see Keep.
+	// NumCheckpointsToKeep is a synonym of KeepNMostRecent (deepgo); with
+	// both set the larger wins.
 	NumCheckpointsToKeep *int `json:"num_checkpoints_to_keep,omitempty" ds:"min=0;deepgo"`
 }
 
