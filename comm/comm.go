@@ -9,7 +9,9 @@
 //
 // Backends live in subpackages: comm/local runs N ranks as goroutines over
 // shared memory (the default on one machine and the engine of every
-// multi-rank test), comm/mpi (build tag mpi) runs over Open MPI.
+// multi-rank test), comm/mpi (build tag mpi) runs over Open MPI, comm/gloo
+// (build tag gloo) runs between CPU processes over TCP, and comm/staged runs
+// device tensors' collectives through host buffers over a host Comm.
 //
 // Fault model: every operation has a deadline (the context's, or the group's
 // timeout, DefaultTimeout unless overridden). A rank that fails, panics,

@@ -31,4 +31,4 @@ func FromEnvOf(ctx context.Context, env comm.Env, opts Options) (c comm.Comm, re
 }
 
 // noGlooHint says how to get a build with Gloo.
-const noGlooHint = "this build has no Gloo: install Debian's libgloo-dev (apt install libgloo-dev) and build with -tags gloo (make build adds the tag when Gloo is installed)"
+const noGlooHint = "this build has no Gloo: install Debian's libgloo-dev (apt install libgloo-dev) and build with -tags gloo (go install -tags gloo ./cmd/deepgo; make adds the tag to its builds and tests when Gloo is installed)"
