@@ -82,7 +82,9 @@ func (p *loadPlan) free() {
 
 // Load restores the engine from a checkpoint of dir ("": the config's
 // checkpoint.load_path, else save_dir), like DeepSpeed's load_checkpoint,
-// and says which checkpoint it loaded and this rank's client state.
+// and says which checkpoint it loaded and this rank's client state. A dir
+// with no checkpoint yet is an error wrapping fs.ErrNotExist (DeepSpeed's
+// load_checkpoint warns and returns None there).
 //
 // It is a collective over the data-parallel group, called between
 // optimizer steps. A background save in flight (SaveAsync) is waited for

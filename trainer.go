@@ -78,7 +78,11 @@ type Trainer interface {
 	// signal waits on it so as not to cut a checkpoint short.
 	SaveDone() <-chan struct{}
 	// Load restores a checkpoint (a collective; see Engine.Load) and says
-	// which one, with this rank's client state. If it fails before it
+	// which one, with this rank's client state. A dir holding no
+	// checkpoint yet (no latest file, or no folder) fails on every rank
+	// with an error wrapping fs.ErrNotExist, the engine unchanged: a
+	// resuming trainer tells a first run from a damaged checkpoint with
+	// errors.Is. If it fails before it
 	// changes the engine (a damaged or mismatched checkpoint, found while
 	// reading and verifying), the engine is as it was. If it fails part
 	// way, after it began installing the checkpoint (the re-gather of the
