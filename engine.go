@@ -229,6 +229,9 @@ func (e *Engine) Backward(ctx context.Context) error {
 	}
 	ctx = e.devCtx(ctx)
 	if e.seq == nil {
+		if e.phase == phaseBackward {
+			return errors.New("deepgo: Backward: this micro-step's Backward already ran: call Step, then Forward the next micro-batch")
+		}
 		return errors.New("deepgo: Backward without a Forward")
 	}
 	if err := e.fail(e.backward(ctx)); err != nil {
@@ -427,7 +430,7 @@ func (e *Engine) TrainBatch(ctx context.Context, data []model.MicroBatch) (float
 	}
 	ctx = e.devCtx(ctx)
 	if len(data) != e.batch.GradAccum {
-		return 0, fmt.Errorf("deepgo: TrainBatch: %d micro-batches, gradient_accumulation_steps is %d", len(data), e.batch.GradAccum)
+		return 0, fmt.Errorf("deepgo: TrainBatch: got %d micro-batches, want gradient_accumulation_steps = %d (one per micro-step of this rank)", len(data), e.batch.GradAccum)
 	}
 	if e.microSteps%e.batch.GradAccum != 0 {
 		return 0, fmt.Errorf("deepgo: TrainBatch: called in the middle of an accumulation (micro step %d of %d)", e.microSteps%e.batch.GradAccum, e.batch.GradAccum)

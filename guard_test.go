@@ -64,6 +64,20 @@ func TestMicroStepOrder(t *testing.T) {
 			_, err := e.TrainBatch(ctx, []model.MicroBatch{mb})
 			return err
 		}, "Backward was not followed by Step"},
+		{"Backward twice", func(e *deepgo.Engine, mb model.MicroBatch) error {
+			if _, err := e.Forward(ctx, mb); err != nil {
+				return err
+			}
+			if err := e.Backward(ctx); err != nil {
+				return err
+			}
+			return e.Backward(ctx)
+		}, "this micro-step's Backward already ran: call Step"},
+		{"Backward alone", func(e *deepgo.Engine, mb model.MicroBatch) error { return e.Backward(ctx) }, "Backward without a Forward"},
+		{"TrainBatch short of micro-batches", func(e *deepgo.Engine, mb model.MicroBatch) error {
+			_, err := e.TrainBatch(ctx, nil)
+			return err
+		}, "TrainBatch: got 0 micro-batches, want gradient_accumulation_steps = 1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
