@@ -18,6 +18,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
+	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/monitor"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/assert"
@@ -215,30 +216,17 @@ func TestMonitorFedByStep(t *testing.T) {
 					}
 					defer e.Close()
 					for s := range nsteps {
-						mbs := data.RankBatch(s, 16, world, c.Rank(), gas)
-						if !manual {
-							l, err := e.TrainBatch(ctx, mbs)
-							if err != nil {
-								return err
+						if manual {
+							if _, err := e.Forward(ctx, data.RankBatch(40+s, 16, world, c.Rank(), gas)[0]); err != nil {
+								return err // an evaluation, never followed by Backward
 							}
-							if c.Rank() == 0 {
-								losses = append(losses, l)
-							}
-							continue
 						}
-						if _, err := e.Forward(ctx, data.RankBatch(40+s, 16, world, c.Rank(), gas)[0]); err != nil {
-							return err // an evaluation, never followed by Backward
+						l, err := trainStep(ctx, e, data.RankBatch(s, 16, world, c.Rank(), gas), manual)
+						if err != nil {
+							return err
 						}
-						for _, mb := range mbs {
-							if _, err := e.Forward(ctx, mb); err != nil {
-								return err
-							}
-							if err := e.Backward(ctx); err != nil {
-								return err
-							}
-							if err := e.Step(ctx); err != nil {
-								return err
-							}
+						if c.Rank() == 0 {
+							losses = append(losses, l)
 						}
 					}
 					return nil
@@ -248,6 +236,7 @@ func TestMonitorFedByStep(t *testing.T) {
 			}
 			want, losses := runLoop(false)
 			got, _ := runLoop(true)
+			require.Len(t, losses, nsteps)
 			require.Len(t, want.steps, nsteps)
 			require.Len(t, got.steps, nsteps, "the monitor's steps of a Forward, Backward, Step loop")
 			for s := 1; s <= nsteps; s++ {
@@ -293,23 +282,8 @@ func TestWallClockBreakdownLines(t *testing.T) {
 					}
 					defer e.Close()
 					for s := range nsteps {
-						mbs := data.RankBatch(s, 24, world, c.Rank(), gas)
-						if !manual {
-							if _, err := e.TrainBatch(ctx, mbs); err != nil {
-								return err
-							}
-							continue
-						}
-						for _, mb := range mbs {
-							if _, err := e.Forward(ctx, mb); err != nil {
-								return err
-							}
-							if err := e.Backward(ctx); err != nil {
-								return err
-							}
-							if err := e.Step(ctx); err != nil {
-								return err
-							}
+						if _, err := trainStep(ctx, e, data.RankBatch(s, 24, world, c.Rank(), gas), manual); err != nil {
+							return err
 						}
 					}
 					return nil
@@ -346,4 +320,25 @@ func TestWallClockBreakdownLines(t *testing.T) {
 			})
 		}
 	}
+}
+
+// trainStep is one optimizer step over mbs: TrainBatch, or with manual the
+// trainer's own loop of Forward, Backward and Step (whose loss it returns
+// as 0: Step does not give it back).
+func trainStep(ctx context.Context, e *deepgo.Engine, mbs []model.MicroBatch, manual bool) (float64, error) {
+	if !manual {
+		return e.TrainBatch(ctx, mbs)
+	}
+	for _, mb := range mbs {
+		if _, err := e.Forward(ctx, mb); err != nil {
+			return 0, err
+		}
+		if err := e.Backward(ctx); err != nil {
+			return 0, err
+		}
+		if err := e.Step(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return 0, nil
 }
