@@ -46,6 +46,14 @@ package csrc
 #cgo nocallback dg_nn_softmax_xent_forward
 #cgo noescape dg_nn_softmax_xent_backward
 #cgo nocallback dg_nn_softmax_xent_backward
+#cgo noescape dg_nn_vocab_xent_max
+#cgo nocallback dg_nn_vocab_xent_max
+#cgo noescape dg_nn_vocab_xent_exp
+#cgo nocallback dg_nn_vocab_xent_exp
+#cgo noescape dg_nn_vocab_xent_grad
+#cgo nocallback dg_nn_vocab_xent_grad
+#cgo noescape dg_nn_vocab_clear_rows
+#cgo nocallback dg_nn_vocab_clear_rows
 #include "deepgo.h"
 */
 import "C"
@@ -178,4 +186,31 @@ func (x *Ctx) SoftmaxXentForward(probs, losses, logits, targets unsafe.Pointer, 
 // dlogits may alias probs.
 func (x *Ctx) SoftmaxXentBackward(dlogits, probs, targets, dlosses unsafe.Pointer, n, v int) error {
 	return check("dg_nn_softmax_xent_backward", C.dg_nn_softmax_xent_backward(x.c, fp(dlogits), fp(probs), ip(targets), fp(dlosses), i64(n), i64(v)))
+}
+
+// VocabXentMax writes maxes[n] = the largest logit of each row of the
+// vocabulary slice logits[n, v] (Go's max: a NaN wins, +0 beats -0).
+func (x *Ctx) VocabXentMax(maxes, logits unsafe.Pointer, n, v int) error {
+	return check("dg_nn_vocab_xent_max", C.dg_nn_vocab_xent_max(x.c, fp(maxes), fp(logits), i64(n), i64(v)))
+}
+
+// VocabXentExp replaces logits[n, v] (token ids [lo, lo+v) of vocab) by
+// e^(logits - maxes[row]) and writes each row's sum and the target's
+// logit minus the max where the slice holds the target (else 0); a target
+// outside [0, vocab) is Invalid, nothing written.
+func (x *Ctx) VocabXentExp(logits, sums, tlogits, maxes, targets unsafe.Pointer, n, v, lo, vocab int) error {
+	return check("dg_nn_vocab_xent_exp", C.dg_nn_vocab_xent_exp(x.c, fp(logits), fp(sums), fp(tlogits), fp(maxes), ip(targets),
+		i64(n), i64(v), i64(lo), i64(vocab)))
+}
+
+// VocabXentGrad turns VocabXentExp's weights into the gradient
+// (logits / sums[row] - onehot) * d in place.
+func (x *Ctx) VocabXentGrad(logits, sums, targets unsafe.Pointer, d float32, n, v, lo int) error {
+	return check("dg_nn_vocab_xent_grad", C.dg_nn_vocab_xent_grad(x.c, fp(logits), fp(sums), ip(targets), C.float(d), i64(n), i64(v), i64(lo)))
+}
+
+// VocabClearRows zeroes the rows r of x[n, c] whose ids[r] is outside
+// [lo, lo+v).
+func (x *Ctx) VocabClearRows(xs, ids unsafe.Pointer, n, c, lo, v int) error {
+	return check("dg_nn_vocab_clear_rows", C.dg_nn_vocab_clear_rows(x.c, fp(xs), ip(ids), i64(n), i64(c), i64(lo), i64(v)))
 }

@@ -10,26 +10,16 @@ typedef struct xent_job {
 	dg_isa isa;
 } xent_job;
 
-static int targets_ok(const int32_t *t, int64_t n, int64_t v)
-{
-	for (int64_t i = 0; i < n; i++)
-		if (t[i] < 0 || t[i] >= v)
-			return 0;
-	return 1;
-}
-
 /* Rows per block of the forward. A row's normaliser is a double sum in
  * element order (below), one chain of V dependent adds; summing a block's
  * rows side by side, each in its own order, pays the adder's latency once
  * per block instead of once per row (the chain was half the GPT's
  * cross-entropy) and leaves every row's bits as they were. */
-#define XENT_ROWS 8
+#define XENT_ROWS DG_NN_SUM_ROWS
 
-/* row_sums sets sum[k] to the double sum of p[k*v + i] over i in order,
- * for the m <= XENT_ROWS rows of a block */
-/* scalar on purpose: packed into vectors, the eight loads took a shuffle
- * each, twice the time of eight scalar conversions */
-static DG_NO_SLP void row_sums(const float *p, int64_t v, int64_t m, double *sum)
+/* dg_nn_row_sums: scalar on purpose: packed into vectors, the eight loads
+ * took a shuffle each, twice the time of eight scalar conversions */
+DG_NO_SLP void dg_nn_row_sums(const float *p, int64_t v, int64_t m, double *sum)
 {
 	if (m < XENT_ROWS) {
 		for (int64_t k = 0; k < m; k++) {
@@ -76,7 +66,7 @@ static void xent_fwd_task(void *vj, int64_t lo, int64_t hi)
 		}
 		/* the normaliser in double: V is large, and float32
 		 * summation error would show first in the loss */
-		row_sums(j->probs + r0 * V, V, m, sum);
+		dg_nn_row_sums(j->probs + r0 * V, V, m, sum);
 		for (int64_t k = 0; k < m; k++) {
 			/* the plain loop, as before: a vectorised copy's scalar
 			 * tail multiplied inv * p, which kept another NaN than
@@ -94,7 +84,7 @@ dg_status dg_nn_softmax_xent_forward(dg_ctx *ctx, float *probs, float *losses, c
 {
 	if (ctx == NULL || probs == NULL || losses == NULL || logits == NULL || targets == NULL || n < 0 || v <= 0)
 		return DG_ERR_INVALID;
-	if (!targets_ok(targets, n, v))
+	if (!dg_nn_ids_ok(targets, n, v))
 		return DG_ERR_INVALID;
 	xent_job j = {.probs = probs, .losses = losses, .logits = logits, .targets = targets, .v = v, .isa = ctx->isa};
 	dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * v * 4, xent_fwd_task, &j);
@@ -124,7 +114,7 @@ dg_status dg_nn_softmax_xent_backward(dg_ctx *ctx, float *dlogits, const float *
 {
 	if (ctx == NULL || dlogits == NULL || probs == NULL || targets == NULL || dlosses == NULL || n < 0 || v <= 0)
 		return DG_ERR_INVALID;
-	if (!targets_ok(targets, n, v))
+	if (!dg_nn_ids_ok(targets, n, v))
 		return DG_ERR_INVALID;
 	xent_job j = {.dlogits = dlogits, .cprobs = probs, .dlosses = dlosses, .targets = targets, .v = v};
 	dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * v * 2, xent_bwd_task, &j);

@@ -18,14 +18,6 @@ typedef struct enc_job {
 	int failed;
 } enc_job;
 
-static int tokens_ok(const int32_t *tok, int64_t n, int64_t v)
-{
-	for (int64_t i = 0; i < n; i++)
-		if (tok[i] < 0 || tok[i] >= v)
-			return 0;
-	return 1;
-}
-
 DG_NN_INLINE void enc_fwd_rows(const enc_job *j, int64_t lo, int64_t hi, dg_dtype wt)
 {
 	for (int64_t r = lo; r < hi; r++) {
@@ -55,7 +47,7 @@ dg_status dg_nn_encoder_forward_mixed(dg_ctx *ctx, float *out, const int32_t *to
 		return DG_ERR_INVALID;
 	if (!dg_is_float(wt))
 		return DG_ERR_DTYPE;
-	if (!tokens_ok(tok, b * t, v))
+	if (!dg_nn_ids_ok(tok, b * t, v))
 		return DG_ERR_INVALID;
 	enc_job j = {.out = out, .wte = wte, .wpe = wpe, .tok = tok, .wt = wt, .t = t, .c = c, .n = b * t};
 	dg_parallel_for(ctx, b * t, DG_NN_ROW_GRAIN, b * t * c * 2, enc_fwd_task, &j);
@@ -138,7 +130,7 @@ dg_status dg_nn_encoder_backward_mixed(dg_ctx *ctx, dg_dtype gt, void *dwte, voi
 		return DG_ERR_INVALID;
 	if (!dg_is_float(gt))
 		return DG_ERR_DTYPE;
-	if (!tokens_ok(tok, b * t, v))
+	if (!dg_nn_ids_ok(tok, b * t, v))
 		return DG_ERR_INVALID;
 	const int64_t n = b * t;
 	enc_job j = {.ctx = ctx, .dwte = dwte, .dwpe = dwpe, .dout = dout, .tok = tok, .gt = gt, .t = t, .c = c,

@@ -20,6 +20,16 @@
 
 static inline int dg_nn_bad_dims(int64_t a, int64_t b) { return a < 0 || b < 0; }
 
+/* dg_nn_ids_ok reports whether every id of ids[0..n) (tokens, targets) is
+ * in [0, v). */
+static inline int dg_nn_ids_ok(const int32_t *ids, int64_t n, int64_t v)
+{
+	for (int64_t i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= v)
+			return 0;
+	return 1;
+}
+
 /* dg_nn_tile_rows is how many rows of c floats, plus one float per row (a
  * bias or its gradient), fit in DG_NN_TILE_FLOATS; at least 1. It depends on
  * c alone, so blocking by it does not depend on how threads split the work. */
@@ -50,6 +60,14 @@ static inline void dg_nn_widen(const dg_kernels *k, dg_dtype t, const void *src,
 /* dg_nn_row_max is the largest of x[0..n), -inf when none is larger, with
  * isa's vector loop (a max does not depend on the order it is taken in). */
 float dg_nn_row_max(dg_isa isa, const float *x, int64_t n);
+
+/* Rows per block of the cross-entropies' row sums (dg_nn_row_sums). */
+#define DG_NN_SUM_ROWS 8
+
+/* dg_nn_row_sums sets sum[k] to the double sum of p[k*v + i] over i in
+ * order, for the m <= DG_NN_SUM_ROWS rows of a block: whole blocks side by
+ * side, each row's bits those of its own loop (nn_crossentropy.c). */
+void dg_nn_row_sums(const float *p, int64_t v, int64_t m, double *sum);
 
 /* dg_nn_softmax_exps sets out[i] = dg_nn_softmax_exp(x[i], mx) for i < n
  * (out may be x) with isa's vector loop: the same bits on every ISA. */

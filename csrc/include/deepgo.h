@@ -460,6 +460,36 @@ dg_status dg_nn_softmax_xent_forward(dg_ctx *ctx, float *probs, float *losses, c
 dg_status dg_nn_softmax_xent_backward(dg_ctx *ctx, float *dlogits, const float *probs, const int32_t *targets,
 				      const float *dlosses, int64_t n, int64_t v);
 
+/* Vocabulary-parallel cross-entropy (tensor parallelism): logits[N,V] is
+ * one rank's slice, token ids [lo, lo+V), of a vocabulary of `vocab` split
+ * over a group, and the loss combines the slices through three all-reduces
+ * of per-row scalars the caller runs between the steps: max of maxes, then
+ * sum of sums and tlogits. Then row n's loss is log(sums[n]) - tlogits[n].
+ * The arithmetic is that of the Go loops these replaced (dg_nn_math.h's
+ * dg_nn_vxent_*), each row in element order.
+ *
+ * dg_nn_vocab_xent_max: maxes[n] = the largest logit of row n (Go's max: a
+ * NaN wins, +0 beats -0). */
+dg_status dg_nn_vocab_xent_max(dg_ctx *ctx, float *maxes, const float *logits, int64_t n, int64_t v);
+/* dg_nn_vocab_xent_exp: logits[n,:] = e^(logits[n,:] - maxes[n]) in place,
+ * sums[n] = their sum (in double, element order, rounded once), tlogits[n] =
+ * the target's logit minus maxes[n] where targets[n] is in [lo, lo+V), else
+ * 0. A target outside [0, vocab) (or lo + V > vocab) is DG_ERR_INVALID and
+ * nothing is written. */
+dg_status dg_nn_vocab_xent_exp(dg_ctx *ctx, float *logits, float *sums, float *tlogits, const float *maxes,
+			       const int32_t *targets, int64_t n, int64_t v, int64_t lo, int64_t vocab);
+/* dg_nn_vocab_xent_grad: logits[n,:] = (logits[n,:] / sums[n] - onehot) * d,
+ * the weights becoming the gradient of d times the summed loss (d = the
+ * mean's 1/N times the loss scale); onehot is 1 at targets[n] - lo when
+ * this slice holds it. */
+dg_status dg_nn_vocab_xent_grad(dg_ctx *ctx, float *logits, const float *sums, const int32_t *targets, float d,
+				int64_t n, int64_t v, int64_t lo);
+/* dg_nn_vocab_clear_rows zeroes row r of x[N,C] wherever ids[r] is outside
+ * [lo, lo+V): the vocabulary-parallel embedding's rows of tokens another
+ * rank holds. */
+dg_status dg_nn_vocab_clear_rows(dg_ctx *ctx, float *x, const int32_t *ids, int64_t n, int64_t c, int64_t lo,
+				 int64_t v);
+
 /* ---- asynchronous file I/O ------------------------------------------------
  * A dg_aio engine moves whole requests (N bytes at an offset, to or from a
  * caller's buffer) between host memory and files opened O_DIRECT. Each

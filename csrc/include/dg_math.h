@@ -31,6 +31,8 @@
  * a __host__ __device__ function may not call the device-only intrinsics */
 DG_HD uint32_t dg_f32_bits(float f) { return __float_as_uint(f); }
 DG_HD float dg_bits_f32(uint32_t u) { return __uint_as_float(u); }
+DG_HD uint64_t dg_f64_bits(double f) { return (uint64_t)__double_as_longlong(f); }
+DG_HD double dg_bits_f64(uint64_t u) { return __longlong_as_double((long long)u); }
 #else
 #include <string.h>
 DG_HD uint32_t dg_f32_bits(float f)
@@ -42,6 +44,18 @@ DG_HD uint32_t dg_f32_bits(float f)
 DG_HD float dg_bits_f32(uint32_t u)
 {
 	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+DG_HD uint64_t dg_f64_bits(double f)
+{
+	uint64_t u;
+	memcpy(&u, &f, sizeof u);
+	return u;
+}
+DG_HD double dg_bits_f64(uint64_t u)
+{
+	double f;
 	memcpy(&f, &u, sizeof f);
 	return f;
 }

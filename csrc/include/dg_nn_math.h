@@ -141,6 +141,83 @@ DG_HD float dg_nn_xent_grad(float p, int is_target, float dloss)
 	return (p - (is_target ? 1.0f : 0.0f)) * dloss;
 }
 
+/* The vocabulary-parallel cross-entropy (deepgo.h's dg_nn_vocab_xent_*)
+ * keeps the arithmetic of the Go loops it replaced (package nn's first TP
+ * cross-entropy), so that the CPU backend's losses and gradients kept
+ * their bits: Go's built-in max for the row max, float32(math.Exp(
+ * float64(x))) for the weights (not dg_nn_exp, whose bits differ), the
+ * rest plain float32 arithmetic in the loops' order. */
+
+/* dg_nn_vxent_max: Go's max(m, z) of two float32 as Go compiles it on
+ * amd64, bit for bit: -min(-m, -z), where min(a, b) ORs the bits of
+ * minss(minss(a, b), a) and minss(a, b), minss(a, b) being a < b ? a : b.
+ * So +0 beats -0 and a NaN wins, its bits ORed with the other operand's;
+ * a row's NaN thus depends on the order the row is taken in, which the C
+ * loops keep (CUDA's lanes combine in another order, and a GPU's NaN is
+ * canonical anyway). */
+DG_HD float dg_nn_vxent_max(float m, float z)
+{
+	const uint32_t sign = 0x80000000u;
+	float a = dg_bits_f32(dg_f32_bits(m) ^ sign), b = dg_bits_f32(dg_f32_bits(z) ^ sign);
+	float t = a < b ? a : b;
+	float u = t < a ? t : a;
+	return dg_bits_f32((dg_f32_bits(u) | dg_f32_bits(t)) ^ sign);
+}
+
+/* dg_nn_vxent_exp: e^x rounded to float32 as Go's float32(math.Exp(
+ * float64(x))) gives it on amd64: math.Exp's exp_amd64.s (Shibata's
+ * method: x = k ln2 + r, ln2 in two parts; e^(r/16) - 1 by its Taylor
+ * series to r^8/8!; squared back four times as y (y + 2); times 2^k) in
+ * plain double arithmetic. Go fuses its multiply-adds with FMA where the
+ * CPU has it, which moves the double by an ulp now and then; rounded to
+ * float32 the FMA path, this one and glibc's exp agree on every float in
+ * [-104, 89] (checked exhaustively on the one machine, 2.2e9 floats), and
+ * outside it the float is 0 (x < -104) or +Inf (x > 89). NaN stays NaN.
+ * k = x log2(e) rounded to nearest-even by adding 1.5 * 2^52, whose bits
+ * then hold k, so the loop has no conversion. */
+DG_HD float dg_nn_vxent_exp(float x)
+{
+	const double log2e = 1.4426950408889634073599246810018920, magic = 6755399441055744.0; /* 1.5 * 2^52 */
+	const double ln2u = 0.69314718055966295651160180568695068359375;
+	const double ln2l = 0.28235290563031577122588448175013436025525412068e-12;
+	float c = x < -104.0f ? -104.0f : x;
+	c = c > 89.0f ? 89.0f : c;
+	double d = c;
+	double t = d * log2e + magic;
+	double k = t - magic;
+	double r = d - k * ln2u;
+	r = r - k * ln2l;
+	r = r * 0.0625;
+	double p = 2.4801587301587301587e-5;
+	p = p * r + 1.9841269841269841270e-4;
+	p = p * r + 1.3888888888888888889e-3;
+	p = p * r + 8.3333333333333333333e-3;
+	p = p * r + 4.1666666666666666667e-2;
+	p = p * r + 1.6666666666666666667e-1;
+	p = p * r + 0.5;
+	p = p * r + 1.0;
+	double y = r * p;
+	y = y * (y + 2.0);
+	y = y * (y + 2.0);
+	y = y * (y + 2.0);
+	y = y * (y + 2.0);
+	y = y + 1.0;
+	/* k in [-150, 129]: 2^k is a normal double, the product exact */
+	uint64_t e2k = (dg_f64_bits(t) - dg_f64_bits(magic) + 1023u) << 52;
+	float e = (float)(y * dg_bits_f64(e2k));
+	e = x < -104.0f ? 0.0f : e;
+	e = x > 89.0f ? (float)INFINITY : e;
+	return x != x ? x : e;
+}
+
+/* dg_nn_vxent_grad: one logit's gradient from its weight w = e^(z - max):
+ * (w * inv - onehot) * d, inv being 1 / the row's sum of weights over the
+ * whole vocabulary and d the mean's scale. */
+DG_HD float dg_nn_vxent_grad(float w, float inv, int is_target, float d)
+{
+	return (w * inv - (is_target ? 1.0f : 0.0f)) * d;
+}
+
 /* dg_nn_first_key: the first key query q attends to (window <= 0: all). */
 DG_HD int64_t dg_nn_first_key(int64_t q, int64_t window)
 {

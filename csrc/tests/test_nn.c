@@ -474,6 +474,85 @@ static void test_xent(dg_ctx *ctx, uint64_t *s)
 	free(x), free(dl), free(p), free(loss), free(rp), free(rl), free(rd);
 }
 
+/* dg_nn_vxent_exp is glibc's exp in double rounded to float (which is Go's
+ * float32(math.Exp(float64(x))), checked in Go) on a stride through [-104,
+ * 89], 0 below, +Inf above, NaN kept; dg_nn_vxent_max prefers +0 and NaN */
+static void test_vxent_math(void)
+{
+	int bad = 0;
+	const uint32_t ends[2][2] = {{0x00000000u, dg_f32_bits(89.0f)}, {0x80000000u, dg_f32_bits(-104.0f)}};
+	for (int k = 0; k < 2; k++)
+		for (uint32_t b = ends[k][0]; b <= ends[k][1]; b += 4001) {
+			float x = dg_bits_f32(b), e = dg_nn_vxent_exp(x), want = (float)exp((double)x);
+			bad += memcmp(&e, &want, 4) != 0;
+		}
+	CHECK(bad == 0);
+	CHECK(dg_nn_vxent_exp(0.0f) == 1.0f && dg_nn_vxent_exp(-0.0f) == 1.0f);
+	CHECK(dg_nn_vxent_exp(-INFINITY) == 0.0f && dg_nn_vxent_exp(-104.5f) == 0.0f);
+	CHECK(dg_nn_vxent_exp(INFINITY) == INFINITY && dg_nn_vxent_exp(89.5f) == INFINITY);
+	CHECK(isnan(dg_nn_vxent_exp(NAN)));
+	CHECK(!signbit(dg_nn_vxent_max(-0.0f, 0.0f)) && !signbit(dg_nn_vxent_max(0.0f, -0.0f)));
+	CHECK(signbit(dg_nn_vxent_max(-0.0f, -0.0f)) && dg_nn_vxent_max(-INFINITY, -1.0f) == -1.0f);
+	CHECK(isnan(dg_nn_vxent_max(NAN, 1.0f)) && isnan(dg_nn_vxent_max(1.0f, NAN)));
+}
+
+/* The vocabulary-parallel steps on the slice [V, 2V) of 3V against plain
+ * loops of the element math: the max, weights, sums (double, in order),
+ * target logits and gradient bit for bit; the row mask; a target outside
+ * the vocabulary refused with nothing written. */
+static void test_vocab_xent(dg_ctx *ctx, uint64_t *s)
+{
+	const int64_t N = 19, V = 77, lo = V, vocab = 3 * V;
+	int32_t tg[19];
+	for (int i = 0; i < 19; i++)
+		tg[i] = (int32_t)(rng_next(s) % vocab);
+	float *x = randv(s, N * V), *w = malloc(sizeof(float) * N * V), mx[19], sums[19], tl[19];
+	for (int64_t i = 0; i < N * V; i++)
+		x[i] *= 10;
+	memcpy(w, x, sizeof(float) * N * V);
+	CHECK_OK(dg_nn_vocab_xent_max(ctx, mx, w, N, V));
+	CHECK_OK(dg_nn_vocab_xent_exp(ctx, w, sums, tl, mx, tg, N, V, lo, vocab));
+	int same = 1;
+	for (int64_t r = 0; r < N; r++) {
+		float m = -INFINITY, t = 0.0f;
+		for (int64_t i = 0; i < V; i++)
+			m = x[r * V + i] > m ? x[r * V + i] : m;
+		if (tg[r] >= lo && tg[r] < lo + V)
+			t = x[r * V + tg[r] - lo] - m;
+		double sum = 0.0;
+		for (int64_t i = 0; i < V; i++) {
+			float e = (float)exp((double)(x[r * V + i] - m));
+			same &= memcmp(&w[r * V + i], &e, 4) == 0;
+			sum += e;
+		}
+		float fs = (float)sum;
+		same &= memcmp(&mx[r], &m, 4) == 0 && memcmp(&sums[r], &fs, 4) == 0 && memcmp(&tl[r], &t, 4) == 0;
+	}
+	CHECK(same);
+	memcpy(x, w, sizeof(float) * N * V);
+	CHECK_OK(dg_nn_vocab_xent_grad(ctx, w, sums, tg, 0.37f, N, V, lo));
+	for (int64_t r = 0; r < N; r++)
+		for (int64_t i = 0; i < V; i++) {
+			float g = (x[r * V + i] * (1.0f / sums[r]) - (i == tg[r] - lo ? 1.0f : 0.0f)) * 0.37f;
+			same &= memcmp(&w[r * V + i], &g, 4) == 0;
+		}
+	CHECK(same);
+	memcpy(x, w, sizeof(float) * N * V);
+	CHECK_OK(dg_nn_vocab_clear_rows(ctx, x, tg, N, V, lo, V));
+	for (int64_t r = 0; r < N; r++) {
+		int held = tg[r] >= lo && tg[r] < lo + V;
+		for (int64_t i = 0; i < V; i++)
+			same &= held ? memcmp(&x[r * V + i], &w[r * V + i], 4) == 0 : dg_f32_bits(x[r * V + i]) == 0;
+	}
+	CHECK(same);
+	tg[3] = (int32_t)vocab;
+	memcpy(x, w, sizeof(float) * N * V);
+	CHECK(dg_nn_vocab_xent_exp(ctx, w, sums, tl, mx, tg, N, V, lo, vocab) == DG_ERR_INVALID);
+	CHECK(memcmp(x, w, sizeof(float) * N * V) == 0);
+	CHECK(dg_nn_vocab_xent_exp(ctx, w, sums, tl, mx, tg, N, V, 2 * V + 1, vocab) == DG_ERR_INVALID);
+	free(x), free(w);
+}
+
 /* Attention's softmax rows (max, exponentials with masked tails, the
  * eight-row sums) and score gradients give the same bits on every ISA: rows
  * of 1 to T keys, T past a tile and not a multiple of a vector, with and
@@ -598,6 +677,7 @@ int main(void)
 {
 	test_tanh();
 	test_exp();
+	test_vxent_math();
 	int threads[] = {1, 3};
 	for (int ti = 0; ti < 2; ti++) {
 		dg_ctx *ctx;
@@ -619,6 +699,7 @@ int main(void)
 		test_attention_unbounded(ctx, &s);
 		test_attention_isas(ctx, &s);
 		test_xent(ctx, &s);
+		test_vocab_xent(ctx, &s);
 		test_softmax_isas(ctx, &s);
 		dg_ctx_destroy(ctx);
 	}
