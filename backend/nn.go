@@ -4,7 +4,8 @@ import "github.com/deepgo-ml/deepgo/tensor"
 
 // NN is the layer kernels package nn computes with (llm.c's forward and
 // backward pairs): the linear layer, LayerNorm, GELU, the residual add, the
-// token + position embedding, causal attention and softmax cross-entropy.
+// token + position embedding, causal attention and softmax cross-entropy,
+// and the vocabulary-parallel ends of a tensor-parallel model.
 // The CPU backend implements it on the C core (and its views, on the
 // simulated device); cuda.Backend on a GPU (cuBLAS for the matmuls).
 //
@@ -27,6 +28,7 @@ import "github.com/deepgo-ml/deepgo/tensor"
 // device's next synchronizing call (the simulated device's, for example).
 type NN interface {
 	Linear
+	VocabParallel
 	// Device is where the kernels' tensors live.
 	Device() tensor.Device
 	// Zero and Copy are Backend's: layers clear gradient scratch and copy

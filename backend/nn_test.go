@@ -155,6 +155,35 @@ func TestNNMatchesCore(t *testing.T) {
 				return c.SoftmaxXentBackward(x["dlogits"].Ptr(), x["probs"].Ptr(), x["targets"].Ptr(), x["dlosses"].Ptr(), n, V)
 			}},
 	)
+	// the vocabulary-parallel kernels on the middle third [V, 2V) of a
+	// vocabulary of 3V
+	cases = append(cases,
+		kcase{"VocabXentMax", []spec{{"maxes", f32, []int{n}, 0}, {"logits", f32, []int{n, V}, 0}},
+			func(be NN, x map[string]*tensor.Tensor) error { return be.VocabXentMax(x["maxes"], x["logits"], n, V) },
+			func(c *csrc.Ctx, x map[string]*tensor.Tensor) error {
+				return c.VocabXentMax(x["maxes"].Ptr(), x["logits"].Ptr(), n, V)
+			}},
+		kcase{"VocabXentExp", []spec{{"logits", f32, []int{n, V}, 0}, {"sums", f32, []int{n}, 0}, {"tlogits", f32, []int{n}, 0},
+			{"maxes", f32, []int{n}, 0}, {"targets", 0, []int{n}, 3 * V}},
+			func(be NN, x map[string]*tensor.Tensor) error {
+				return be.VocabXentExp(x["logits"], x["sums"], x["tlogits"], x["maxes"], x["targets"], n, V, V, 3*V)
+			},
+			func(c *csrc.Ctx, x map[string]*tensor.Tensor) error {
+				return c.VocabXentExp(x["logits"].Ptr(), x["sums"].Ptr(), x["tlogits"].Ptr(), x["maxes"].Ptr(), x["targets"].Ptr(), n, V, V, 3*V)
+			}},
+		kcase{"VocabXentGrad", []spec{{"logits", f32, []int{n, V}, 0}, {"sums", f32, []int{n}, 0}, {"targets", 0, []int{n}, 3 * V}},
+			func(be NN, x map[string]*tensor.Tensor) error {
+				return be.VocabXentGrad(x["logits"], x["sums"], x["targets"], 0.37, n, V, V)
+			},
+			func(c *csrc.Ctx, x map[string]*tensor.Tensor) error {
+				return c.VocabXentGrad(x["logits"].Ptr(), x["sums"].Ptr(), x["targets"].Ptr(), 0.37, n, V, V)
+			}},
+		kcase{"VocabClearRows", []spec{{"x", f32, []int{n, C}, 0}, {"ids", 0, []int{n}, 3 * V}},
+			func(be NN, x map[string]*tensor.Tensor) error { return be.VocabClearRows(x["x"], x["ids"], n, C, V, V) },
+			func(c *csrc.Ctx, x map[string]*tensor.Tensor) error {
+				return c.VocabClearRows(x["x"].Ptr(), x["ids"].Ptr(), n, C, V, V)
+			}},
+	)
 	for _, window := range []int{0, 3} {
 		cases = append(cases,
 			kcase{fmt.Sprintf("AttentionForward/window %d", window),
@@ -214,6 +243,7 @@ func TestNNIDOutOfRange(t *testing.T) {
 		{"EncoderBackward", "tok", func() error { return be.EncoderBackward(wte, nil, out, bad, B, T, C, V) }},
 		{"SoftmaxXentForward", "targets", func() error { return be.SoftmaxXentForward(out, losses, out, bad, B*T, V) }},
 		{"SoftmaxXentBackward", "targets", func() error { return be.SoftmaxXentBackward(out, out, bad, losses, B*T, V) }},
+		{"VocabXentExp", "targets", func() error { return be.VocabXentExp(out, losses, losses, losses, bad, B*T, 2, 3, V) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -303,6 +333,22 @@ func TestNNBadArguments(t *testing.T) {
 		{"xent bwd float targets", "SoftmaxXentBackward", "targets", "ids are int32", func() error { return be.SoftmaxXentBackward(x, x, ftok, mean, n, c) }},
 		{"xent bwd half dlosses", "SoftmaxXentBackward", "dlosses", "activations are float32", func() error {
 			return be.SoftmaxXentBackward(x, x, tok, mk(tensor.BFloat16, n), n, c)
+		}},
+		{"vocab max zero slice", "VocabXentMax", "v", "0: want >= 1", func() error { return be.VocabXentMax(mean, x, n, 0) }},
+		{"vocab max short maxes", "VocabXentMax", "maxes", "has 4 elements, need 6", func() error { return be.VocabXentMax(mean, x, 6, 2) }},
+		{"vocab exp slice past vocab", "VocabXentExp", "lo", "[3, 6) must lie in the vocabulary [0, 5)", func() error {
+			return be.VocabXentExp(x, mean, mean, mean, tok, n, c, 3, 5)
+		}},
+		{"vocab exp negative lo", "VocabXentExp", "lo", "-1: the slice", func() error { return be.VocabXentExp(x, mean, mean, mean, tok, n, c, -1, 5) }},
+		{"vocab exp float targets", "VocabXentExp", "targets", "ids are int32", func() error { return be.VocabXentExp(x, mean, mean, mean, ftok, n, c, 0, c) }},
+		{"vocab exp nil tlogits", "VocabXentExp", "tlogits", "is nil", func() error { return be.VocabXentExp(x, mean, nil, mean, tok, n, c, 0, c) }},
+		{"vocab grad short sums", "VocabXentGrad", "sums", "has 3 elements, need 4", func() error {
+			return be.VocabXentGrad(x, mk(tensor.Float32, n-1), tok, 1, n, c, 0)
+		}},
+		{"vocab grad negative lo", "VocabXentGrad", "lo", "-2: want >= 0", func() error { return be.VocabXentGrad(x, mean, tok, 1, n, c, -2) }},
+		{"vocab clear short x", "VocabClearRows", "x", "has 11 elements, need 12", func() error { return be.VocabClearRows(small, tok, n, c, 0, 2) }},
+		{"vocab clear half x", "VocabClearRows", "x", "activations are float32", func() error {
+			return be.VocabClearRows(mk(tensor.BFloat16, n*c), tok, n, c, 0, 2)
 		}},
 	}
 	for _, k := range cases {

@@ -248,6 +248,18 @@ dg_status dg_cuda_nn_softmax_xent_forward(dg_cuda_ctx *ctx, float *probs, float 
 dg_status dg_cuda_nn_softmax_xent_backward(dg_cuda_ctx *ctx, float *dlogits, const float *probs,
 					   const int32_t *targets, const float *dlosses, int64_t n, int64_t v,
 					   int *invalid);
+/* The vocabulary-parallel cross-entropy and row mask (deepgo.h's
+ * dg_nn_vocab_*; nn_vocab.cu). No log enters: the bits are the CPU's, but
+ * for which NaN a NaN row holds. The target check of _exp sets *invalid
+ * as above (targets outside [0, vocab)). */
+dg_status dg_cuda_nn_vocab_xent_max(dg_cuda_ctx *ctx, float *maxes, const float *logits, int64_t n, int64_t v);
+dg_status dg_cuda_nn_vocab_xent_exp(dg_cuda_ctx *ctx, float *logits, float *sums, float *tlogits, const float *maxes,
+				    const int32_t *targets, int64_t n, int64_t v, int64_t lo, int64_t vocab,
+				    int *invalid);
+dg_status dg_cuda_nn_vocab_xent_grad(dg_cuda_ctx *ctx, float *logits, const float *sums, const int32_t *targets,
+				     float d, int64_t n, int64_t v, int64_t lo);
+dg_status dg_cuda_nn_vocab_clear_rows(dg_cuda_ctx *ctx, float *x, const int32_t *ids, int64_t n, int64_t c,
+				      int64_t lo, int64_t v);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,10 @@ static inline int64_t nn_blocks(int64_t n)
 	return b < 65536 * 16 ? b : 65536 * 16;
 }
 
+/* NN_GRID_STRIDE(i, n) loops i over [0, n) across the grid (nn_blocks). */
+#define NN_GRID_STRIDE(i, n)                                                                                   \
+	for (int64_t i = blockIdx.x * (int64_t)NN_BLOCK + threadIdx.x; i < (n); i += (int64_t)gridDim.x * NN_BLOCK)
+
 /* nn_warp_blocks: blocks for one warp per unit (DG_CU_LAUNCH checks the
  * grid limit). */
 static inline int64_t nn_warp_blocks(int64_t units) { return (units + NN_WARPS - 1) / NN_WARPS; }

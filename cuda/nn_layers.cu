@@ -173,9 +173,6 @@ dg_status dg_cuda_nn_layernorm_backward(dg_cuda_ctx *ctx, float *dinp, float *dw
 
 /* ---- gelu, add ------------------------------------------------------------ */
 
-#define NN_GRID_STRIDE(i, n)                                                                                   \
-	for (int64_t i = blockIdx.x * (int64_t)NN_BLOCK + threadIdx.x; i < (n); i += (int64_t)gridDim.x * NN_BLOCK)
-
 __global__ void __launch_bounds__(NN_BLOCK) gelu_fwd(float *out, const float *inp, int64_t n)
 {
 	NN_GRID_STRIDE(i, n) out[i] = dg_nn_gelu(inp[i]);

@@ -196,6 +196,22 @@ func (b *Backend) SoftmaxXentBackward(dlogits, probs, targets, dlosses *tensor.T
 	return ErrNoCUDA
 }
 
+// VocabXentMax writes each row's largest logit (backend.VocabParallel).
+func (b *Backend) VocabXentMax(maxes, logits *tensor.Tensor, n, v int) error { return ErrNoCUDA }
+
+// VocabXentExp writes the weights, their sums and the target logits.
+func (b *Backend) VocabXentExp(logits, sums, tlogits, maxes, targets *tensor.Tensor, n, v, lo, vocab int) error {
+	return ErrNoCUDA
+}
+
+// VocabXentGrad turns the weights into the gradient.
+func (b *Backend) VocabXentGrad(logits, sums, targets *tensor.Tensor, d float32, n, v, lo int) error {
+	return ErrNoCUDA
+}
+
+// VocabClearRows zeroes the rows of tokens held elsewhere.
+func (b *Backend) VocabClearRows(x, ids *tensor.Tensor, n, c, lo, v int) error { return ErrNoCUDA }
+
 // Synchronize waits for the backend's work, or for ctx.
 func (b *Backend) Synchronize(ctx context.Context) error { return ErrNoCUDA }
 

@@ -148,6 +148,22 @@ func nnCases() []kcase {
 				}
 				return nil, k.SoftmaxXentBackward(x[2], x[0], x[3], x[4], nTok, vv)
 			}},
+		// the vocabulary-parallel steps on the slice [vv, 2vv) of 3vv, the
+		// all-reduces left out (one rank)
+		kcase{"VocabXent", []spec{f32(nTok, vv), f32(nTok), f32(nTok), f32(nTok), ids(3*vv, nTok)},
+			func(k kern, x []*tensor.Tensor) ([]float64, error) {
+				if err := k.VocabXentMax(x[1], x[0], nTok, vv); err != nil {
+					return nil, err
+				}
+				if err := k.VocabXentExp(x[0], x[2], x[3], x[1], x[4], nTok, vv, vv, 3*vv); err != nil {
+					return nil, err
+				}
+				return nil, k.VocabXentGrad(x[0], x[2], x[4], 0.37, nTok, vv, vv)
+			}},
+		kcase{"VocabClearRows", []spec{f32(nTok, cc), ids(3*vv, nTok)},
+			func(k kern, x []*tensor.Tensor) ([]float64, error) {
+				return nil, k.VocabClearRows(x[0], x[1], nTok, cc, vv, vv)
+			}},
 	)
 	return cs
 }

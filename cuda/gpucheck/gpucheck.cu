@@ -792,6 +792,44 @@ static void check_nn_xent(dg_ctx *c, gpu *g, int64_t n, int64_t v)
 	CK(cudaFree(dgl));
 }
 
+/* the vocabulary-parallel cross-entropy on the slice [v, 2v) of 3v: every
+ * step's outputs bit for bit (no log enters) */
+static void check_nn_vocab_xent(dg_ctx *c, gpu *g, int64_t n, int64_t v)
+{
+	char cs[24];
+	snprintf(cs, sizeof cs, "v%lld", (long long)v);
+	float *x = nn_host(n * v, 4), *m = nn_host(n, 1), *s = nn_host(n, 1), *tl = nn_host(n, 1);
+	int32_t *tg = nn_ids(n, 3 * v);
+	float *dx = nn_up(x, 4 * n * v), *dm = nn_up(m, 4 * n), *ds = nn_up(s, 4 * n), *dtl = nn_up(tl, 4 * n);
+	int32_t *dtg = (int32_t *)nn_up(tg, 4 * n);
+	int *dinv;
+	CK(cudaMalloc(&dinv, sizeof(int)));
+	DG(NULL, dg_nn_vocab_xent_max(c, m, x, n, v));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_vocab_xent_max(g->ctx, dm, dx, n, v));
+	float ms = tock(g);
+	nn_cmp("vxent.max", cs, m, dm, n, -1, ms, 4.0 * n * v);
+	DG(NULL, dg_nn_vocab_xent_exp(c, x, s, tl, m, tg, n, v, v, 3 * v));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_vocab_xent_exp(g->ctx, dx, ds, dtl, dm, dtg, n, v, v, 3 * v, dinv));
+	ms = tock(g);
+	nn_cmp("vxent.exp", cs, x, dx, n * v, -1, ms, 8.0 * n * v);
+	nn_cmp("vxent.sum", cs, s, ds, n, -1, 0, 0);
+	nn_cmp("vxent.tgt", cs, tl, dtl, n, -1, 0, 0);
+	DG(NULL, dg_nn_vocab_xent_grad(c, x, s, tg, 0.37f, n, v, v));
+	tick(g);
+	DG(g->ctx, dg_cuda_nn_vocab_xent_grad(g->ctx, dx, ds, dtg, 0.37f, n, v, v));
+	ms = tock(g);
+	nn_cmp("vxent.grad", cs, x, dx, n * v, -1, ms, 8.0 * n * v);
+	free(x), free(m), free(s), free(tl), free(tg);
+	CK(cudaFree(dx));
+	CK(cudaFree(dm));
+	CK(cudaFree(ds));
+	CK(cudaFree(dtl));
+	CK(cudaFree(dtg));
+	CK(cudaFree(dinv));
+}
+
 static void check_nn(dg_ctx *c, gpu *g)
 {
 	printf("nn ops (GB/s column: GFLOP/s for mm rows)\n");
@@ -811,6 +849,8 @@ static void check_nn(dg_ctx *c, gpu *g)
 	check_nn_attention(c, g, 2, 256, 12, 64, 64);
 	check_nn_xent(c, g, 19, 1000);
 	check_nn_xent(c, g, 256, 50257);
+	check_nn_vocab_xent(c, g, 19, 1000);
+	check_nn_vocab_xent(c, g, 1024, 25129);
 }
 
 int main(void)
