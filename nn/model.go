@@ -472,7 +472,7 @@ func (g *GPT) Loss(ctx context.Context, out, target model.Activation, gradScale 
 	}
 	n := s.b * s.t
 	if g.tp != nil {
-		loss, err := g.tpXent(logits, s.targets, n, gradScale)
+		loss, err := g.tpXent(k, logits, s.targets, n, gradScale)
 		return loss, logits, err
 	}
 	loss, err := g.Xent.Forward(k, logits, s.losses, logits, s.targets, n)

@@ -54,20 +54,19 @@ type tpState struct {
 	c      comm.Comm
 	ctx    context.Context
 	shards map[*model.Param]shard
-	// tokens are the batch's ids remapped into this rank's wte shard, held
-	// which rows' tokens it holds (see tpTokens)
+	// tokens are the batch's ids remapped into this rank's wte shard,
+	// then the ids themselves (see tpTokens)
 	tokens *tensor.Tensor
-	held   []bool
 	// seq is TP.SequenceParallel; seqBuf and lnGrad are its buffers (on
 	// the backend's device): the collectives' permutation and a
 	// LayerNorm's gradient sum
 	seq            bool
 	seqBuf, lnGrad *tensor.Tensor
 	// be is the module call's backend; on a device, devTokens is tokens
-	// copied there and hostF, hostI the host buffers the per-row loops
-	// read (see tp_device.go)
-	be                      backend.Backend
-	devTokens, hostF, hostI *tensor.Tensor
+	// copied there. xent holds the cross-entropy's per-row scalars, on
+	// be's device (see tpXent).
+	be              backend.Backend
+	devTokens, xent *tensor.Tensor
 }
 
 // free releases the remapped token buffer and the scratch buffers.
@@ -75,8 +74,7 @@ func (s *tpState) free() {
 	if s == nil {
 		return
 	}
-	freeAll(&s.tokens, &s.seqBuf, &s.lnGrad, &s.devTokens, &s.hostF, &s.hostI)
-	s.held = nil
+	freeAll(&s.tokens, &s.seqBuf, &s.lnGrad, &s.devTokens, &s.xent)
 }
 
 // bufferBytes is the size of the scratch buffers (used only inside one
@@ -86,7 +84,7 @@ func (s *tpState) bufferBytes() int64 {
 		return 0
 	}
 	var n int64
-	for _, t := range []*tensor.Tensor{s.seqBuf, s.lnGrad, s.hostF, s.hostI} {
+	for _, t := range []*tensor.Tensor{s.seqBuf, s.lnGrad, s.xent} {
 		if t != nil {
 			n += int64(t.Bytes())
 		}

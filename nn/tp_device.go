@@ -1,19 +1,20 @@
 package nn
 
 // Tensor and sequence parallelism on a device backend (the simulated
-// device, CUDA). The first design, kept deliberately simple: the per-row
-// host loops of TP and Ulysses (the vocabulary-parallel token remap and
-// cross-entropy, the masking of rows held elsewhere, Ulysses's packing
-// for its all-to-alls) run unchanged on host copies of their device
-// operands, staged in and out with the backend's Copy, so the CPU path
-// keeps its bits and the device computes the same ones. Only Megatron
-// sequence parallelism's permutation runs on the device: it is whole runs
-// of rows moved by Copy, no arithmetic. Collectives in the model move
-// device memory, so its groups must be comms that can (a comm bound to
-// the device, or one the engine wrapped for it: UseTensorParallelComm,
-// UseSequenceParallelComm). The cost is a host round trip of the logits
-// per loss and of q, k, v per Ulysses exchange; device kernels for those
-// loops are what would remove it.
+// device, CUDA). TP's vocabulary-parallel ends run on the device: the
+// cross-entropy and the masking of rows held elsewhere are the backend's
+// VocabParallel kernels (tp_vocab.go), whose arithmetic is that of the Go
+// loops they replaced, so the CPU path kept its bits and a device computes
+// the same ones; only the token ids (remapped on the host, where the batch
+// is) go in, and the loss's per-row scalars come out. Megatron sequence
+// parallelism's permutation is whole runs of rows moved by Copy. Ulysses's
+// packing for its all-to-alls still runs as host loops on host copies of
+// its device operands, staged in and out with the backend's Copy (stage):
+// a host round trip of q, k, v per exchange, which device kernels for the
+// packing would remove. Collectives in the model move device memory, so
+// its groups must be comms that can (a comm bound to the device, or one
+// the engine wrapped for it: UseTensorParallelComm,
+// UseSequenceParallelComm).
 
 import (
 	"fmt"

@@ -6,9 +6,11 @@ package nn
 // and its position row arrive once. The tied head computes only its
 // logits slice, and the cross-entropy combines the slices through three
 // all-reduces of per-row scalars (max, sum of exponentials, target logit),
-// never gathering the [N, V] logits. The per-row loops read float32 host
-// memory: the activations themselves on the CPU backend, host copies of
-// them on a device (staged through the backend's Copy, tp_device.go).
+// never gathering the [N, V] logits. The row work is the backend's
+// (backend.VocabParallel: the row mask, the max, the exponentials and
+// their sums, the gradient), on the activations where they live, so on a
+// device neither the logits nor the embedding's rows visit the host: only
+// the token ids go in, and 2N per-row scalars come out for the loss.
 
 import (
 	"fmt"
@@ -19,44 +21,47 @@ import (
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-// tpTokens remaps ids to this rank's shard (0 for a token held elsewhere)
-// in the group's host buffer and records which rows are held here.
+// tpTokens validates ids and writes, in the group's host buffer, the ids
+// remapped to this rank's shard (0 for a token held elsewhere) followed by
+// the ids themselves (which say what clearRows clears), and copies both to
+// the device on a device backend.
 func (g *GPT) tpTokens(ids []int32) error {
 	s := g.tp
 	lo, v := g.vocabRange()
-	if s.tokens == nil || s.tokens.Numel() != len(ids) {
+	n := len(ids)
+	if s.tokens == nil || s.tokens.Numel() != 2*n {
 		if s.tokens != nil {
 			s.tokens.Free()
 		}
-		t, err := tensor.Empty(tensor.Int32, len(ids))
+		t, err := tensor.Empty(tensor.Int32, 2*n)
 		if err != nil {
 			return err
 		}
-		s.tokens, s.held = t, make([]bool, len(ids))
+		s.tokens = t
 	}
-	local, err := s.tokens.Int32s()
+	both, err := s.tokens.Int32s()
 	if err != nil {
 		return err
 	}
+	local := both[:n]
 	for i, id := range ids {
 		if id < 0 || int(id) >= g.Config.Vocab {
 			return fmt.Errorf("nn.GPT.Forward: token %d at %d: outside the vocabulary [0, %d)", id, i, g.Config.Vocab)
 		}
-		j := int(id) - lo
-		s.held[i] = j >= 0 && j < v
 		local[i] = 0
-		if s.held[i] {
+		if j := int(id) - lo; j >= 0 && j < v {
 			local[i] = int32(j)
 		}
 	}
+	copy(both[n:], ids)
 	if !onDevice(s.be) {
 		return nil
 	}
-	d, err := scratchOn(s.be, &s.devTokens, tensor.Int32, len(ids))
+	d, err := scratchOn(s.be, &s.devTokens, tensor.Int32, 2*n)
 	if err != nil {
 		return err
 	}
-	if d, err = d.Slice(0, len(ids)); err != nil {
+	if d, err = d.Slice(0, 2*n); err != nil {
 		return err
 	}
 	if err := s.be.Copy(d, s.tokens); err != nil {
@@ -65,33 +70,35 @@ func (g *GPT) tpTokens(ids []int32) error {
 	return nil
 }
 
-// localTokens is the remapped ids where the kernels read them: the host
+// tokenIDs is tpTokens's buffer where the kernels read it: the host
 // buffer on the CPU backend, its device copy on a device.
-func (s *tpState) localTokens() *tensor.Tensor {
+func (s *tpState) tokenIDs() *tensor.Tensor {
 	if onDevice(s.be) {
-		v, _ := s.devTokens.Slice(0, s.tokens.Numel())
-		return v
+		return s.devTokens
 	}
 	return s.tokens
 }
 
-// clearRows zeroes the rows of x[N, C] whose token this rank does not hold.
-func (g *GPT) clearRows(x *tensor.Tensor) error {
-	c := g.Config.Width
-	st, err := stage(g.tp.be, &g.tp.hostF, x, len(g.tp.held)*c, true)
+// localTokens is the remapped ids (where the kernels read them).
+func (s *tpState) localTokens() *tensor.Tensor {
+	n := s.tokens.Numel() / 2
+	v, _ := s.tokenIDs().Slice(0, n)
+	return v
+}
+
+// clearRows zeroes the rows of x[N, C] whose token this rank does not
+// hold, with the backend's row mask.
+func (g *GPT) clearRows(k backend.NN, x *tensor.Tensor) error {
+	n := g.tp.tokens.Numel() / 2
+	ids, err := g.tp.tokenIDs().Slice(n, n)
 	if err != nil {
 		return err
 	}
-	v, err := st.host.Float32s()
-	if err != nil {
-		return err
+	lo, v := g.vocabRange()
+	if err := k.VocabClearRows(x, ids, n, g.Config.Width, lo, v); err != nil {
+		return fmt.Errorf("nn.GPT: vocabulary-parallel embedding: %w", err)
 	}
-	for i, h := range g.tp.held {
-		if !h {
-			clear(v[i*c : (i+1)*c])
-		}
-	}
-	return st.store()
+	return nil
 }
 
 // tpEmbedForward writes out[N, C] = wte[ids] + wpe[t], the rows summed
@@ -112,7 +119,7 @@ func (g *GPT) tpEmbedForward(k backend.NN, out *tensor.Tensor, ids []int32, b, t
 		return fmt.Errorf("nn.Embedding.Forward: %w", err)
 	}
 	// the holder of a token contributes its row and the position row
-	if err := g.clearRows(sum); err != nil {
+	if err := g.clearRows(k, sum); err != nil {
 		return err
 	}
 	if g.tp.seqOn() {
@@ -144,7 +151,7 @@ func (g *GPT) tpEmbedBackward(k backend.NN, dtok, dout, spare *tensor.Tensor, b,
 	if err := copyF32(k, spare, dout, b*t*e.Width); err != nil {
 		return err
 	}
-	if err := g.clearRows(spare); err != nil {
+	if err := g.clearRows(k, spare); err != nil {
 		return err
 	}
 	if err := k.EncoderBackward(dtok, nil, spare, g.tp.localTokens(), b, t, e.Width, e.Vocab); err != nil {
@@ -155,79 +162,61 @@ func (g *GPT) tpEmbedBackward(k backend.NN, dtok, dout, spare *tensor.Tensor, b,
 
 // tpXent is the vocabulary-parallel cross-entropy of logits[n, V/size]
 // against targets[n]: it returns the mean loss (the same on every rank)
-// and leaves in logits the gradient of gradScale × that mean.
-func (g *GPT) tpXent(logits, targets *tensor.Tensor, n int, gradScale float64) (float64, error) {
+// and leaves in logits the gradient of gradScale × that mean. The rows
+// stay where they are (the backend's VocabParallel kernels); only the
+// per-row scalars move: all-reduced over the group in the device's memory
+// and, for the loss, 2n of them copied to the host.
+func (g *GPT) tpXent(k backend.NN, logits, targets *tensor.Tensor, n int, gradScale float64) (float64, error) {
 	lo, v := g.vocabRange()
-	lst, err := stage(g.tp.be, &g.tp.hostF, logits, n*v, true)
+	s := g.tp
+	red, err := scratchOn(s.be, &s.xent, tensor.Float32, 3*n) // max | sum exp | target logit
 	if err != nil {
 		return 0, err
 	}
-	x, err := lst.host.Float32s()
+	mx, se, tl, tail, err := xentSlices(red, n)
 	if err != nil {
 		return 0, err
 	}
-	tst, err := stage(g.tp.be, &g.tp.hostI, targets, n, true)
-	if err != nil {
+	if err := k.VocabXentMax(mx, logits, n, v); err != nil {
+		return 0, fmt.Errorf("nn.GPT.Loss: %w", err)
+	}
+	if err := s.allReduce(red, n, comm.Max); err != nil {
 		return 0, err
 	}
-	tg, err := tst.host.Int32s()
-	if err != nil {
+	if err := k.VocabXentExp(logits, se, tl, mx, targets, n, v, lo, g.Config.Vocab); err != nil {
+		return 0, fmt.Errorf("nn.GPT.Loss: %w", err)
+	}
+	if err := s.allReduce(tail, 2*n, comm.Sum); err != nil {
 		return 0, err
 	}
-	red, err := tensor.Empty(tensor.Float32, 3*n) // max | sum exp | target logit
-	if err != nil {
-		return 0, err
-	}
-	defer red.Free()
-	r, _ := red.Float32s()
-	mx, se, tl := r[:n], r[n:2*n], r[2*n:]
-	for i := 0; i < n; i++ {
-		m := float32(math.Inf(-1))
-		for _, z := range x[i*v : (i+1)*v] {
-			m = max(m, z)
-		}
-		mx[i] = m
-	}
-	if err := g.tp.allReduce(red, n, comm.Max); err != nil {
-		return 0, err
-	}
-	for i := 0; i < n; i++ {
-		row := x[i*v : (i+1)*v]
-		tl[i] = 0
-		if j := int(tg[i]) - lo; j >= 0 && j < v {
-			tl[i] = row[j] - mx[i]
-		}
-		var s float64
-		for j, z := range row {
-			e := float32(math.Exp(float64(z - mx[i])))
-			row[j] = e
-			s += float64(e)
-		}
-		se[i] = float32(s)
-	}
-	tail, _ := red.Slice(n, 2*n)
-	if err := g.tp.allReduce(tail, 2*n, comm.Sum); err != nil {
-		return 0, err
+	host := make([]float32, 2*n)
+	if err := download(k, host, tail); err != nil {
+		return 0, fmt.Errorf("nn.GPT.Loss: the loss's sums: %w", err)
 	}
 	var loss float64
-	for i := 0; i < n; i++ {
+	for i, sum := range host[:n] {
 		// -log softmax(target) = log sum exp(z - max) - (target - max)
-		loss += float64(float32(math.Log(float64(se[i])) - float64(tl[i])))
-	}
-	d := float32(gradScale / float64(n))
-	for i := 0; i < n; i++ {
-		row := x[i*v : (i+1)*v]
-		inv := 1 / se[i]
-		for j := range row {
-			row[j] *= inv
-		}
-		if j := int(tg[i]) - lo; j >= 0 && j < v {
-			row[j] -= 1
-		}
-		for j := range row {
-			row[j] *= d
-		}
+		loss += float64(float32(math.Log(float64(sum)) - float64(host[n+i])))
 	}
 	// the gradient replaces the logits where the head's backward reads them
-	return loss / float64(n), lst.store()
+	if err := k.VocabXentGrad(logits, se, targets, float32(gradScale/float64(n)), n, v, lo); err != nil {
+		return 0, fmt.Errorf("nn.GPT.Loss: %w", err)
+	}
+	return loss / float64(n), nil
+}
+
+// xentSlices views red's per-row scalars: the maxes, sums and target
+// logits of n rows, and the last two together.
+func xentSlices(red *tensor.Tensor, n int) (mx, se, tl, tail *tensor.Tensor, err error) {
+	if mx, err = red.Slice(0, n); err != nil {
+		return
+	}
+	if se, err = red.Slice(n, n); err != nil {
+		return
+	}
+	if tl, err = red.Slice(2*n, n); err != nil {
+		return
+	}
+	tail, err = red.Slice(n, 2*n)
+	return
 }

@@ -17,18 +17,43 @@ var _ backend.HostStager = (*Backend)(nil)
 // the destination before Wait computes NaN rather than stale numbers.
 const poison = 0xFF
 
-// CopyStats counts this device's asynchronous copies (CopyAsync).
+// CopyStats counts this device's copies: the asynchronous ones
+// (CopyAsync), and the bytes every copy (Copy and CopyAsync, on any of
+// its streams) moved between host memory and the device's.
 type CopyStats struct {
 	// Async is the number of copies started.
 	Async int64
 	// Overlapped is how many of them ran, delay included, while a kernel
 	// of some stream was running: copy and compute overlapped.
 	Overlapped int64
+	// ToHostBytes and FromHostBytes are the bytes copied from the
+	// device's memory into host memory and the other way.
+	ToHostBytes, FromHostBytes int64
 }
 
-// CopyStats reports the device's asynchronous copies so far.
+// CopyStats reports the device's copies so far.
 func (b *Backend) CopyStats() CopyStats {
-	return CopyStats{Async: b.d.async.Load(), Overlapped: b.d.overlapped.Load()}
+	return CopyStats{Async: b.d.async.Load(), Overlapped: b.d.overlapped.Load(),
+		ToHostBytes: b.d.toHost.Load(), FromHostBytes: b.d.fromHost.Load()}
+}
+
+// Copy is backend.Backend's Copy (the CPU view's), counted in CopyStats.
+func (b *Backend) Copy(dst, src *tensor.Tensor) error {
+	if err := b.kernels.Copy(dst, src); err != nil {
+		return err
+	}
+	b.d.counted(dst.Device().IsCPU(), src.Device().IsCPU(), dst.Bytes())
+	return nil
+}
+
+// counted adds a copy of n bytes to the transfer counts.
+func (d *device) counted(dstHost, srcHost bool, n int) {
+	switch {
+	case dstHost && !srcHost:
+		d.toHost.Add(int64(n))
+	case srcHost && !dstHost:
+		d.fromHost.Add(int64(n))
+	}
 }
 
 // HostEmpty allocates aligned host memory: the simulated device reads the
@@ -83,6 +108,7 @@ func (b *Backend) CopyAsync(dst, src *tensor.Tensor) (backend.Copying, error) {
 		return nil, fmt.Errorf("sim: %v: %s: %w", b.d.dev, op, err)
 	}
 	b.d.async.Add(1)
+	b.d.counted(dstHost, srcHost, dst.Bytes())
 	return &copying{d: b.d, done: done}, nil
 }
 

@@ -146,3 +146,29 @@ func TestCopyAsyncBadArguments(t *testing.T) {
 	require.ErrorAs(t, err, &ae)
 	assert.Equal(t, "dst", ae.Arg)
 }
+
+// CopyStats counts the bytes Copy and CopyAsync move between host memory
+// and the device's, in each direction, and not those within the device.
+func TestCopyStatsBytes(t *testing.T) {
+	ctx := context.Background()
+	b := newSim(t, 0, -1)
+	h, err := b.HostEmpty(tensor.Float32, 256)
+	require.NoError(t, err)
+	defer h.Free()
+	x, err := b.Empty(tensor.Float32, 256)
+	require.NoError(t, err)
+	defer x.Free()
+	y, err := b.Empty(tensor.Float32, 256)
+	require.NoError(t, err)
+	defer y.Free()
+	before := b.CopyStats()
+	require.NoError(t, b.Copy(x, h))
+	require.NoError(t, b.Copy(y, x))
+	require.NoError(t, b.Copy(h, y))
+	c, err := b.CopyAsync(h, x)
+	require.NoError(t, err)
+	require.NoError(t, c.Wait(ctx))
+	after := b.CopyStats()
+	assert.Equal(t, int64(2*1024), after.ToHostBytes-before.ToHostBytes, "bytes to the host")
+	assert.Equal(t, int64(1024), after.FromHostBytes-before.FromHostBytes, "bytes from the host")
+}

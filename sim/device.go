@@ -30,6 +30,8 @@ type device struct {
 	copies     *Stream      // CopyAsync's stream, made at the first
 	async      atomic.Int64 // CopyAsync calls
 	overlapped atomic.Int64 // of those, the ones that ran while a kernel did
+	toHost     atomic.Int64 // bytes Copy and CopyAsync moved to host memory
+	fromHost   atomic.Int64 // and from it
 }
 
 func (d *device) newStream() (*Stream, error) {
