@@ -323,6 +323,24 @@ func CheckSoftmaxXentBackward(dev tensor.Device, dlogits, probs, targets, dlosse
 	return checkActs(op, dev, tensor.Float32, req("dlosses", dlosses, n))
 }
 
+// CheckTransposeBlocks validates TransposeBlocks's arguments on dev,
+// including that dst and src do not overlap.
+func CheckTransposeBlocks(dev tensor.Device, dst, src *tensor.Tensor, a, b, w int) error {
+	const op = "TransposeBlocks"
+	if err := checkSizes(op, size{"a", a, 0}, size{"b", b, 0}, size{"w", w, 0}); err != nil {
+		return err
+	}
+	n := a * b * w
+	if err := checkActs(op, dev, tensor.Float32, req("dst", dst, n), req("src", src, n)); err != nil {
+		return err
+	}
+	d, s, bytes := uintptr(dst.Ptr()), uintptr(src.Ptr()), uintptr(n)*4
+	if n > 0 && d < s+bytes && s < d+bytes {
+		return ArgErr(op, "dst", "overlaps src: want two separate buffers")
+	}
+	return nil
+}
+
 // IDOutOfRange is the *ArgError of a kernel that found an id (a token, a
 // target) outside [0, v) in argument name and wrote nothing.
 func IDOutOfRange(op, name string, v int) error {

@@ -172,6 +172,15 @@ func (b *CPU) SoftmaxXentBackward(dlogits, probs, targets, dlosses *tensor.Tenso
 	})
 }
 
+// TransposeBlocks runs the C core's block transpose (see NN).
+func (b *CPU) TransposeBlocks(dst, src *tensor.Tensor, a, bs, w int) error {
+	if err := CheckTransposeBlocks(b.dev, dst, src, a, bs, w); err != nil || a*bs*w == 0 {
+		return err
+	}
+	pd, ps := dst.Ptr(), src.Ptr()
+	return b.Exec("TransposeBlocks", false, func() error { return b.ctx.TransposeBlocks(pd, ps, a, bs, w) })
+}
+
 // idErr turns the C core's "invalid argument" from a kernel whose other
 // arguments were checked already into the error every backend gives for
 // an id outside [0, v).

@@ -5,7 +5,8 @@ import "github.com/deepgo-ml/deepgo/tensor"
 // NN is the layer kernels package nn computes with (llm.c's forward and
 // backward pairs): the linear layer, LayerNorm, GELU, the residual add, the
 // token + position embedding, causal attention and softmax cross-entropy,
-// and the vocabulary-parallel ends of a tensor-parallel model.
+// the vocabulary-parallel ends of a tensor-parallel model and the block
+// transpose of sequence parallelism's exchanges.
 // The CPU backend implements it on the C core (and its views, on the
 // simulated device); cuda.Backend on a GPU (cuBLAS for the matmuls).
 //
@@ -76,4 +77,8 @@ type NN interface {
 	// SoftmaxXentBackward writes dlogits = (probs - onehot(targets)) *
 	// dlosses per row; dlogits may be probs.
 	SoftmaxXentBackward(dlogits, probs, targets, dlosses *tensor.Tensor, n, v int) error
+	// TransposeBlocks writes dst[j, i, :] = src[i, j, :] for src[a, b, w]
+	// (dst is [b, a, w]): a copy, the packing of Ulysses sequence
+	// parallelism's all-to-alls. dst and src must not overlap.
+	TransposeBlocks(dst, src *tensor.Tensor, a, b, w int) error
 }

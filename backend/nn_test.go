@@ -178,6 +178,11 @@ func TestNNMatchesCore(t *testing.T) {
 			func(c *csrc.Ctx, x map[string]*tensor.Tensor) error {
 				return c.VocabXentGrad(x["logits"].Ptr(), x["sums"].Ptr(), x["targets"].Ptr(), 0.37, n, V, V)
 			}},
+		kcase{"TransposeBlocks", []spec{{"dst", f32, []int{C, n, 3}, 0}, {"src", f32, []int{n, C, 3}, 0}},
+			func(be NN, x map[string]*tensor.Tensor) error { return be.TransposeBlocks(x["dst"], x["src"], n, C, 3) },
+			func(c *csrc.Ctx, x map[string]*tensor.Tensor) error {
+				return c.TransposeBlocks(x["dst"].Ptr(), x["src"].Ptr(), n, C, 3)
+			}},
 		kcase{"VocabClearRows", []spec{{"x", f32, []int{n, C}, 0}, {"ids", 0, []int{n}, 3 * V}},
 			func(be NN, x map[string]*tensor.Tensor) error { return be.VocabClearRows(x["x"], x["ids"], n, C, V, V) },
 			func(c *csrc.Ctx, x map[string]*tensor.Tensor) error {
@@ -334,6 +339,12 @@ func TestNNBadArguments(t *testing.T) {
 		{"xent bwd half dlosses", "SoftmaxXentBackward", "dlosses", "activations are float32", func() error {
 			return be.SoftmaxXentBackward(x, x, tok, mk(tensor.BFloat16, n), n, c)
 		}},
+		{"transpose overlap", "TransposeBlocks", "dst", "overlaps src", func() error {
+			tail, _ := x.Slice(c, n*c-c)
+			return be.TransposeBlocks(tail, x, n-1, 1, c)
+		}},
+		{"transpose short src", "TransposeBlocks", "src", "has 11 elements, need 12", func() error { return be.TransposeBlocks(x, small, n, c, 1) }},
+		{"transpose negative w", "TransposeBlocks", "w", "-1: want >= 0", func() error { return be.TransposeBlocks(x, x, n, c, -1) }},
 		{"vocab max zero slice", "VocabXentMax", "v", "0: want >= 1", func() error { return be.VocabXentMax(mean, x, n, 0) }},
 		{"vocab max short maxes", "VocabXentMax", "maxes", "has 4 elements, need 6", func() error { return be.VocabXentMax(mean, x, 6, 2) }},
 		{"vocab exp slice past vocab", "VocabXentExp", "lo", "[3, 6) must lie in the vocabulary [0, 5)", func() error {

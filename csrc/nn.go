@@ -54,6 +54,8 @@ package csrc
 #cgo nocallback dg_nn_vocab_xent_grad
 #cgo noescape dg_nn_vocab_clear_rows
 #cgo nocallback dg_nn_vocab_clear_rows
+#cgo noescape dg_nn_transpose_blocks
+#cgo nocallback dg_nn_transpose_blocks
 #include "deepgo.h"
 */
 import "C"
@@ -213,4 +215,10 @@ func (x *Ctx) VocabXentGrad(logits, sums, targets unsafe.Pointer, d float32, n, 
 // [lo, lo+v).
 func (x *Ctx) VocabClearRows(xs, ids unsafe.Pointer, n, c, lo, v int) error {
 	return check("dg_nn_vocab_clear_rows", C.dg_nn_vocab_clear_rows(x.c, fp(xs), ip(ids), i64(n), i64(c), i64(lo), i64(v)))
+}
+
+// TransposeBlocks writes dst[j, i, :] = src[i, j, :] for src[a, b, w]
+// (float32; dst and src must not overlap).
+func (x *Ctx) TransposeBlocks(dst, src unsafe.Pointer, a, b, w int) error {
+	return check("dg_nn_transpose_blocks", C.dg_nn_transpose_blocks(x.c, fp(dst), fp(src), i64(a), i64(b), i64(w)))
 }

@@ -194,6 +194,17 @@ func (b *Backend) SoftmaxXentBackward(dlogits, probs, targets, dlosses *tensor.T
 		})
 }
 
+// TransposeBlocks writes dst[j, i, :] = src[i, j, :] for src[a, b, w]
+// (backend.NN).
+func (b *Backend) TransposeBlocks(dst, src *tensor.Tensor, a, bs, w int) error {
+	if err := backend.CheckTransposeBlocks(b.Device(), dst, src, a, bs, w); err != nil || a*bs*w == 0 {
+		return err
+	}
+	return b.run("dg_cuda_nn_transpose_blocks", func(ctx *C.dg_cuda_ctx) C.dg_status {
+		return C.dg_cuda_nn_transpose_blocks(ctx, fptr(dst.Ptr()), fptr(src.Ptr()), c64(a), c64(bs), c64(w))
+	})
+}
+
 // ptrOf is t's address, nil for a nil tensor (an optional C argument).
 func ptrOf(t *tensor.Tensor) unsafe.Pointer {
 	if t == nil {

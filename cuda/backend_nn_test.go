@@ -124,3 +124,26 @@ func f32s(t *testing.T, cpu *backend.CPU, h *tensor.Tensor) []float32 {
 	require.NoError(t, err)
 	return v
 }
+
+// TransposeBlocks on the GPU moves the CPU's bits (edge32's NaNs and
+// infinities among them), for blocks short and long, and refuses
+// overlapping tensors with the CPU's error.
+func TestBackendTransposeBlocks(t *testing.T) {
+	cpu, gpu := setup(t)
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, sz := range [][3]int{{3, 5, 7}, {2, 4, 1}, {64, 3, 1024}, {1, 1, 1}} {
+		a, b, w := sz[0], sz[1], sz[2]
+		src, dst := hostRand(t, r, tensor.Float32, a*b*w, false), hostRand(t, r, tensor.Float32, a*b*w, false)
+		t.Cleanup(func() { src.Free(); dst.Free() })
+		dsrc, ddst := toDevice(t, src), toDevice(t, dst)
+		require.NoError(t, cpu.TransposeBlocks(dst, src, a, b, w))
+		require.NoError(t, gpu.TransposeBlocks(ddst, dsrc, a, b, w))
+		same(t, fmt.Sprintf("transposed %v", sz), dst, ddst, false)
+	}
+	d := toDevice(t, hostRand(t, r, tensor.Float32, 64, true))
+	tail, err := d.Slice(8, 56)
+	require.NoError(t, err)
+	var ae *backend.ArgError
+	require.ErrorAs(t, gpu.TransposeBlocks(tail, d, 7, 1, 8), &ae)
+	require.Equal(t, "dst", ae.Arg)
+}

@@ -248,6 +248,9 @@ dg_status dg_cuda_nn_softmax_xent_forward(dg_cuda_ctx *ctx, float *probs, float 
 dg_status dg_cuda_nn_softmax_xent_backward(dg_cuda_ctx *ctx, float *dlogits, const float *probs,
 					   const int32_t *targets, const float *dlosses, int64_t n, int64_t v,
 					   int *invalid);
+/* The block transpose of Ulysses's all-to-alls (deepgo.h's
+ * dg_nn_transpose_blocks; nn_transpose.cu): a copy, the CPU's bits. */
+dg_status dg_cuda_nn_transpose_blocks(dg_cuda_ctx *ctx, float *dst, const float *src, int64_t a, int64_t b, int64_t w);
 /* The vocabulary-parallel cross-entropy and row mask (deepgo.h's
  * dg_nn_vocab_*; nn_vocab.cu). No log enters: the bits are the CPU's, but
  * for which NaN a NaN row holds. The target check of _exp sets *invalid

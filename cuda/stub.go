@@ -196,6 +196,9 @@ func (b *Backend) SoftmaxXentBackward(dlogits, probs, targets, dlosses *tensor.T
 	return ErrNoCUDA
 }
 
+// TransposeBlocks writes dst[j, i, :] = src[i, j, :].
+func (b *Backend) TransposeBlocks(dst, src *tensor.Tensor, a, bs, w int) error { return ErrNoCUDA }
+
 // VocabXentMax writes each row's largest logit (backend.VocabParallel).
 func (b *Backend) VocabXentMax(maxes, logits *tensor.Tensor, n, v int) error { return ErrNoCUDA }
 

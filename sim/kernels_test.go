@@ -160,6 +160,10 @@ func nnCases() []kcase {
 				}
 				return nil, k.VocabXentGrad(x[0], x[2], x[4], 0.37, nTok, vv, vv)
 			}},
+		kcase{"TransposeBlocks", []spec{f32(cc, nTok, 3), f32(nTok, cc, 3)},
+			func(k kern, x []*tensor.Tensor) ([]float64, error) {
+				return nil, k.TransposeBlocks(x[0], x[1], nTok, cc, 3)
+			}},
 		kcase{"VocabClearRows", []spec{f32(nTok, cc), ids(3*vv, nTok)},
 			func(k kern, x []*tensor.Tensor) ([]float64, error) {
 				return nil, k.VocabClearRows(x[0], x[1], nTok, cc, vv, vv)

@@ -490,6 +490,11 @@ dg_status dg_nn_vocab_xent_grad(dg_ctx *ctx, float *logits, const float *sums, c
 dg_status dg_nn_vocab_clear_rows(dg_ctx *ctx, float *x, const int32_t *ids, int64_t n, int64_t c, int64_t lo,
 				 int64_t v);
 
+/* dg_nn_transpose_blocks: dst[j,i,:] = src[i,j,:] for src[A,B,W] (dst is
+ * [B,A,W]), a copy: the packing of Ulysses's all-to-alls (sequence shards to
+ * head shards and back). dst and src must not overlap (DG_ERR_INVALID). */
+dg_status dg_nn_transpose_blocks(dg_ctx *ctx, float *dst, const float *src, int64_t a, int64_t b, int64_t w);
+
 /* ---- asynchronous file I/O ------------------------------------------------
  * A dg_aio engine moves whole requests (N bytes at an offset, to or from a
  * caller's buffer) between host memory and files opened O_DIRECT. Each

@@ -553,6 +553,22 @@ static void test_vocab_xent(dg_ctx *ctx, uint64_t *s)
 	free(x), free(w);
 }
 
+/* the block transpose moves every block, refuses overlapping buffers */
+static void test_transpose_blocks(dg_ctx *ctx, uint64_t *s)
+{
+	const int64_t A = 13, B = 7, W = 5;
+	float *x = randv(s, A * B * W), *y = malloc(sizeof(float) * A * B * W);
+	CHECK_OK(dg_nn_transpose_blocks(ctx, y, x, A, B, W));
+	int same = 1;
+	for (int64_t i = 0; i < A; i++)
+		for (int64_t j = 0; j < B; j++)
+			same &= memcmp(&y[(j * A + i) * W], &x[(i * B + j) * W], sizeof(float) * W) == 0;
+	CHECK(same);
+	CHECK(dg_nn_transpose_blocks(ctx, x + W, x, A - 1, 1, W) == DG_ERR_INVALID);
+	CHECK_OK(dg_nn_transpose_blocks(ctx, NULL, NULL, A, 0, W));
+	free(x), free(y);
+}
+
 /* Attention's softmax rows (max, exponentials with masked tails, the
  * eight-row sums) and score gradients give the same bits on every ISA: rows
  * of 1 to T keys, T past a tile and not a multiple of a vector, with and
@@ -700,6 +716,7 @@ int main(void)
 		test_attention_isas(ctx, &s);
 		test_xent(ctx, &s);
 		test_vocab_xent(ctx, &s);
+		test_transpose_blocks(ctx, &s);
 		test_softmax_isas(ctx, &s);
 		dg_ctx_destroy(ctx);
 	}
