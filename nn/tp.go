@@ -117,8 +117,9 @@ func (s *tpState) allReduce(t *tensor.Tensor, n int, op comm.ReduceOp) error {
 	if err != nil {
 		return err
 	}
-	// comm.AllReduceHost: the cross-entropy's per-row scalars are host
-	// memory, which a device's collectives (NCCL's) move only staged
+	// comm.AllReduceHost: t is the backend's memory (the device's, or the
+	// host's on the CPU backend, which a comm of device memory only, such
+	// as NCCL's, would move staged)
 	if err := comm.AllReduceHost(s.context(), s.c, v, op); err != nil {
 		return fmt.Errorf("nn: tensor-parallel all-reduce: %w", err)
 	}

@@ -1,20 +1,18 @@
 package nn
 
 // Tensor and sequence parallelism on a device backend (the simulated
-// device, CUDA). TP's vocabulary-parallel ends run on the device: the
-// cross-entropy and the masking of rows held elsewhere are the backend's
-// VocabParallel kernels (tp_vocab.go), whose arithmetic is that of the Go
-// loops they replaced, so the CPU path kept its bits and a device computes
-// the same ones; only the token ids (remapped on the host, where the batch
-// is) go in, and the loss's per-row scalars come out. Megatron sequence
-// parallelism's permutation is whole runs of rows moved by Copy. Ulysses's
-// packing for its all-to-alls still runs as host loops on host copies of
-// its device operands, staged in and out with the backend's Copy (stage):
-// a host round trip of q, k, v per exchange, which device kernels for the
-// packing would remove. Collectives in the model move device memory, so
-// its groups must be comms that can (a comm bound to the device, or one
-// the engine wrapped for it: UseTensorParallelComm,
-// UseSequenceParallelComm).
+// device, CUDA). The per-row and per-block work of TP and Ulysses runs in
+// the backend's kernels, on the activations where they live: TP's
+// vocabulary-parallel cross-entropy and the masking of rows held
+// elsewhere (backend.VocabParallel, tp_vocab.go), Ulysses's packing around
+// its all-to-alls (TransposeBlocks, ulysses.go). Their arithmetic is that
+// of the Go loops they replaced, so the CPU path kept its bits and a
+// device computes the same ones; only the token ids (remapped on the host,
+// where the batch is) go in, and the loss's per-row scalars come out.
+// Megatron sequence parallelism's permutation is whole runs of rows moved
+// by Copy. Collectives in the model move device memory, so its groups must
+// be comms that can (a comm bound to the device, or one the engine wrapped
+// for it: UseTensorParallelComm, UseSequenceParallelComm).
 
 import (
 	"fmt"
@@ -96,52 +94,6 @@ func scratchOn(be backend.Backend, p **tensor.Tensor, dt tensor.DType, n int) (*
 	}
 	*p = t
 	return t, nil
-}
-
-// staged is a host view of the first n elements of a tensor: the tensor
-// itself in host memory, else a host buffer the device's values were
-// copied into (when load). store copies the host values back.
-type staged struct {
-	be   backend.Backend
-	dev  *tensor.Tensor // the device tensor's first n elements; nil on the host
-	host *tensor.Tensor
-}
-
-// stage views t[:n] on the host through the host buffer *buf.
-func stage(be backend.Backend, buf **tensor.Tensor, t *tensor.Tensor, n int, load bool) (staged, error) {
-	v, err := t.Slice(0, n)
-	if err != nil {
-		return staged{}, err
-	}
-	if v.Device().IsCPU() {
-		return staged{host: v}, nil
-	}
-	h, err := scratchOn(nil, buf, t.DType(), n)
-	if err != nil {
-		return staged{}, err
-	}
-	if h, err = h.Slice(0, n); err != nil {
-		return staged{}, err
-	}
-	if load {
-		// a copy into host memory returns once the values are there
-		// (backend.Backend.Copy), after the kernels that wrote them
-		if err := be.Copy(h, v); err != nil {
-			return staged{}, fmt.Errorf("nn: staging %v on the host: %w", t, err)
-		}
-	}
-	return staged{be: be, dev: v, host: h}, nil
-}
-
-// store copies the host values back to the device (nothing on the host).
-func (s staged) store() error {
-	if s.dev == nil {
-		return nil
-	}
-	if err := s.be.Copy(s.dev, s.host); err != nil {
-		return fmt.Errorf("nn: copying staged values back to %v: %w", s.dev.Device(), err)
-	}
-	return nil
 }
 
 // freeAll frees and clears every non-nil tensor *ts[i] points to.

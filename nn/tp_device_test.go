@@ -54,62 +54,91 @@ func TestGPTModelParallelHostCommOnDevice(t *testing.T) {
 	}
 }
 
-// A TP 2 training step on the simulated device moves no [N, V/2] logits
-// shard and no [N, C] embedding rows through host memory: the
-// vocabulary-parallel cross-entropy and the embedding's row mask run as
-// device kernels (backend.VocabParallel), and what a step copies to the
-// host is per-row scalars (the loss's 2N sums) and the engine's own few.
-// The first design staged the logits out and back each step: 4N·V/2 bytes
-// each way, 512 KiB here against the 1 KiB allowed.
-func TestGPTTensorParallelLogitsStayOnDevice(t *testing.T) {
-	const vocab, tp = 4096, 2
-	const n = eqB * eqT // tokens per step on each rank (no data parallelism)
+// A TP 2 or Ulysses SP 2 training step on the simulated device moves no
+// activations through host memory: TP's vocabulary-parallel cross-entropy
+// and embedding row mask (backend.VocabParallel) and Ulysses's packing
+// around its all-to-alls (TransposeBlocks) run as device kernels, and what
+// a step copies to the host is per-row scalars (the loss's) and the
+// engine's own few, at most 4 floats a token. The first design staged the
+// TP logits shard [N, V/2] out and back each step (512 KiB here), and
+// Ulysses's q, k, v and attention output at every exchange (64 KiB).
+func TestGPTModelParallelStaysOnDevice(t *testing.T) {
+	const vocab, ranks = 4096, 2
 	mk, err := data.NewMarkov(vocab, 1, 2, 3)
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(5000, 4), Vocab: vocab}
-	w, err := sim.NewWorldTimeout(tp, sim.Options{Threads: 1, MaxDelay: -1}, 30*time.Second)
-	require.NoError(t, err)
-	defer w.Close()
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "tensor_model_parallel_size": %d,
-		"optimizer": {"type": "AdamW", "params": {"lr": %g}}}`, eqB, tp, eqLR)))
-	require.NoError(t, err)
-	toHost := make([]int64, tp)
-	var g errgroup.Group
-	for r := range tp {
-		g.Go(func() error {
-			ctx := context.Background()
-			dc, tc, err := deepgo.TensorParallelGroups(ctx, w.Comm(r), tp)
+	for _, tc := range []struct {
+		name   string
+		key    string
+		tokens int // per rank and step
+		setup  func(ctx context.Context, c comm.Comm, gc *nn.GPTConfig) (opts []deepgo.Option, shard func(model.TokenBatch) (model.TokenBatch, error), done func(), err error)
+	}{
+		{"tensor parallelism", "tensor_model_parallel_size", eqB * eqT, func(ctx context.Context, c comm.Comm, gc *nn.GPTConfig) ([]deepgo.Option, func(model.TokenBatch) (model.TokenBatch, error), func(), error) {
+			dc, tc, err := deepgo.TensorParallelGroups(ctx, c, ranks)
 			if err != nil {
-				return err
+				return nil, nil, nil, err
 			}
-			defer dc.Close()
-			defer tc.Close()
-			gc := tpGPT(vocab)
 			gc.TP = nn.TP{Comm: tc}
-			m, err := nn.NewReadyGPT(gc, nil, eqSeed)
+			whole := func(b model.TokenBatch) (model.TokenBatch, error) { return b, nil }
+			return []deepgo.Option{deepgo.WithComm(dc), deepgo.WithTensorParallel(tc)}, whole, func() { dc.Close(); tc.Close() }, nil
+		}},
+		{"Ulysses", "sequence_parallel_size", eqB * eqT / ranks, func(ctx context.Context, c comm.Comm, gc *nn.GPTConfig) ([]deepgo.Option, func(model.TokenBatch) (model.TokenBatch, error), func(), error) {
+			sdc, sc, _, err := deepgo.SequenceParallelGroups(ctx, c, ranks)
 			if err != nil {
-				return err
+				return nil, nil, nil, err
 			}
-			defer m.Free()
-			e, err := deepgo.Initialize(ctx, cfg, m, deepgo.WithComm(dc), deepgo.WithTensorParallel(tc))
-			if err != nil {
-				return err
+			gc.SP = nn.SP{Comm: sc}
+			shard := func(b model.TokenBatch) (model.TokenBatch, error) { return b.SequenceShard(sc.Rank(), ranks) }
+			return []deepgo.Option{deepgo.WithComm(sdc), deepgo.WithSequenceParallel(sc)}, shard, func() { sdc.Close(); sc.Close() }, nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := sim.NewWorldTimeout(ranks, sim.Options{Threads: 1, MaxDelay: -1}, 30*time.Second)
+			require.NoError(t, err)
+			defer w.Close()
+			cfg, err := config.Parse([]byte(fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, %q: %d,
+				"optimizer": {"type": "AdamW", "params": {"lr": %g}}}`, eqB, tc.key, ranks, eqLR)))
+			require.NoError(t, err)
+			toHost := make([]int64, ranks)
+			var g errgroup.Group
+			for r := range ranks {
+				g.Go(func() error {
+					ctx := context.Background()
+					gc := tpGPT(vocab)
+					opts, shard, done, err := tc.setup(ctx, w.Comm(r), &gc)
+					if err != nil {
+						return err
+					}
+					defer done()
+					m, err := nn.NewReadyGPT(gc, nil, eqSeed)
+					if err != nil {
+						return err
+					}
+					defer m.Free()
+					e, err := deepgo.Initialize(ctx, cfg, m, opts...)
+					if err != nil {
+						return err
+					}
+					defer e.Close()
+					for step := range 2 { // the second step, after the first's allocations
+						b, err := shard(eqBatch(corpus, step, 1, 0))
+						if err != nil {
+							return err
+						}
+						before := w.Backend(r).CopyStats().ToHostBytes
+						if _, err := e.TrainBatch(ctx, []model.MicroBatch{b.MicroBatch()}); err != nil {
+							return err
+						}
+						toHost[r] = w.Backend(r).CopyStats().ToHostBytes - before
+					}
+					return nil
+				})
 			}
-			defer e.Close()
-			for step := range 2 { // the second step, after the first's allocations
-				before := w.Backend(r).CopyStats().ToHostBytes
-				if _, err := e.TrainBatch(ctx, []model.MicroBatch{eqBatch(corpus, step, 1, 0).MicroBatch()}); err != nil {
-					return err
-				}
-				toHost[r] = w.Backend(r).CopyStats().ToHostBytes - before
+			require.NoError(t, g.Wait())
+			for r, b := range toHost {
+				assert.LessOrEqual(t, b, int64(16*tc.tokens), "rank %d: bytes copied to the host in a step: want at most 4 floats a token", r)
 			}
-			return nil
+			t.Logf("bytes copied to the host in a step: %v", toHost)
 		})
 	}
-	require.NoError(t, g.Wait())
-	shard := int64(n * vocab / tp * 4)
-	for r, b := range toHost {
-		assert.LessOrEqual(t, b, int64(16*n), "rank %d: bytes copied to the host in a step: want at most 4 floats a token (a logits shard is %d bytes)", r, shard)
-	}
-	t.Logf("bytes copied to the host in a step: %v (a logits shard: %d)", toHost, shard)
 }

@@ -55,16 +55,14 @@ func (s SP) size() int {
 func (g *GPT) SequenceParallelSize() int { return g.sp.size() }
 
 // spState is a GPT's live SP group: the comm, the context and backend of
-// the module call in progress, and the host buffers the all-to-alls pack
-// into (shared by every block: modules run one at a time); on a device,
-// hx and hy are the host copies of the exchanged activations the packing
-// loops read and write (tp_device.go).
+// the module call in progress, and the buffers the all-to-alls pack into,
+// on that backend's device (shared by every block: modules run one at a
+// time).
 type spState struct {
 	c          comm.Comm
 	ctx        context.Context
 	be         backend.Backend
 	send, recv *tensor.Tensor
-	hx, hy     *tensor.Tensor
 }
 
 // size is the SP degree, 1 for a nil state.
@@ -80,7 +78,7 @@ func (s *spState) free() {
 	if s == nil {
 		return
 	}
-	freeAll(&s.send, &s.recv, &s.hx, &s.hy)
+	freeAll(&s.send, &s.recv)
 }
 
 // bufferBytes is the exchange buffers' size (scratch: used only inside
@@ -90,7 +88,7 @@ func (s *spState) bufferBytes() int64 {
 		return 0
 	}
 	var n int64
-	for _, t := range []*tensor.Tensor{s.send, s.recv, s.hx, s.hy} {
+	for _, t := range []*tensor.Tensor{s.send, s.recv} {
 		if t != nil {
 			n += int64(t.Bytes())
 		}
@@ -127,150 +125,76 @@ func (g *GPT) shardSP() {
 	}
 }
 
-// buffers returns send and recv buffers of at least n float32 each.
-func (s *spState) buffers(n int) ([]float32, []float32, error) {
-	if s.send == nil || s.send.Numel() < n {
-		freeAll(&s.send, &s.recv)
-		var err error
-		if s.send, err = tensor.Empty(tensor.Float32, n); err != nil {
-			return nil, nil, err
-		}
-		if s.recv, err = tensor.Empty(tensor.Float32, n); err != nil {
-			s.send.Free()
-			s.send = nil
-			return nil, nil, err
-		}
+// buffers returns send and recv buffers of n float32 each, on the module
+// call's device.
+func (s *spState) buffers(n int) (send, recv *tensor.Tensor, err error) {
+	if send, err = scratchOn(s.be, &s.send, tensor.Float32, n); err != nil {
+		return nil, nil, err
 	}
-	a, _ := s.send.Float32s()
-	b, _ := s.recv.Float32s()
-	return a[:n], b[:n], nil
+	if recv, err = scratchOn(s.be, &s.recv, tensor.Float32, n); err != nil {
+		return nil, nil, err
+	}
+	if send, err = send.Slice(0, n); err != nil {
+		return nil, nil, err
+	}
+	recv, err = recv.Slice(0, n)
+	return send, recv, err
 }
 
-// exchange packs with pack, all-to-alls n floats and unpacks with unpack.
-// Both see the buffers as sp chunks of [b, tl, parts, cs] (chunk j goes to,
-// or came from, rank j).
-func (s *spState) exchange(n int, pack func(send []float32), unpack func(recv []float32)) error {
+// exchange packs the send buffer with pack, all-to-alls n floats and
+// unpacks the receive buffer with unpack. Both see the buffers as sp
+// chunks of [b, tl, parts, cs] (chunk j goes to, or came from, rank j).
+func (s *spState) exchange(n int, pack, unpack func(buf *tensor.Tensor) error) error {
 	send, recv, err := s.buffers(n)
 	if err != nil {
 		return err
 	}
-	pack(send)
-	st, _ := s.send.Slice(0, n)
-	rt, _ := s.recv.Slice(0, n)
+	if err := pack(send); err != nil {
+		return fmt.Errorf("nn: sequence-parallel packing: %w", err)
+	}
 	ctx := s.ctx
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	// the buffers are host memory: staged on a device whose collectives
-	// move device memory only (NCCL's)
-	if err := comm.AllToAllHost(ctx, s.c, rt, st); err != nil {
+	// the buffers are the backend's memory (the host's on the CPU backend,
+	// which a comm of device memory only, such as NCCL's, moves staged)
+	if err := comm.AllToAllHost(ctx, s.c, recv, send); err != nil {
 		return fmt.Errorf("nn: sequence-parallel all-to-all: %w", err)
 	}
-	unpack(recv)
+	if err := unpack(recv); err != nil {
+		return fmt.Errorf("nn: sequence-parallel unpacking: %w", err)
+	}
 	return nil
 }
 
 // toHeads moves x[b, tl, parts, c] (this rank's tokens, all heads) to
-// y[b, tl·sp, parts, c/sp] (all tokens, this rank's heads).
-func (s *spState) toHeads(y, x *tensor.Tensor, b, tl, parts, c int) error {
+// y[b, tl·sp, parts, c/sp] (all tokens, this rank's heads): two block
+// transposes around the all-to-all, on k's device.
+func (s *spState) toHeads(k backend.NN, y, x *tensor.Tensor, b, tl, parts, c int) error {
 	n, cs := s.size(), c/s.size()
-	rows := b * tl * parts
-	sx, sy, err := s.stage(x, y, rows*c)
-	if err != nil {
-		return err
-	}
-	xs, ys, err := hostF32(sx.host, sy.host)
-	if err != nil {
-		return err
-	}
-	err = s.exchange(rows*c, func(send []float32) {
-		for j := 0; j < n; j++ {
-			dst := send[j*rows*cs:]
-			for r := 0; r < rows; r++ {
-				copy(dst[r*cs:(r+1)*cs], xs[r*c+j*cs:r*c+(j+1)*cs])
-			}
-		}
-	}, func(recv []float32) {
-		t := tl * n
-		for i := 0; i < n; i++ {
-			src := recv[i*rows*cs:]
-			for bi := 0; bi < b; bi++ {
-				// rank i's tokens are positions [i·tl, (i+1)·tl)
-				w := tl * parts * cs
-				copy(ys[(bi*t+i*tl)*parts*cs:][:w], src[bi*w:(bi+1)*w])
-			}
-		}
+	rows, w := b*tl*parts, tl*parts*cs
+	return s.exchange(rows*c, func(send *tensor.Tensor) error {
+		// chunk j: every row's heads of rank j
+		return k.TransposeBlocks(send, x, rows, n, cs)
+	}, func(recv *tensor.Tensor) error {
+		// chunk i: rank i's tokens, positions [i·tl, (i+1)·tl) of each
+		// sequence
+		return k.TransposeBlocks(y, recv, n, b, w)
 	})
-	if err != nil {
-		return err
-	}
-	return sy.store()
 }
 
 // toSeq is toHeads' inverse: y[b, tl·sp, parts, c/sp] back to
 // x[b, tl, parts, c].
-func (s *spState) toSeq(x, y *tensor.Tensor, b, tl, parts, c int) error {
+func (s *spState) toSeq(k backend.NN, x, y *tensor.Tensor, b, tl, parts, c int) error {
 	n, cs := s.size(), c/s.size()
-	rows := b * tl * parts
-	t := tl * n
-	w := tl * parts * cs
-	sy, sx, err := s.stage(y, x, rows*c)
-	if err != nil {
-		return err
-	}
-	xs, ys, err := hostF32(sx.host, sy.host)
-	if err != nil {
-		return err
-	}
-	err = s.exchange(rows*c, func(send []float32) {
-		for j := 0; j < n; j++ {
-			dst := send[j*rows*cs:]
-			for bi := 0; bi < b; bi++ {
-				copy(dst[bi*w:(bi+1)*w], ys[(bi*t+j*tl)*parts*cs:][:w])
-			}
-		}
-	}, func(recv []float32) {
-		for i := 0; i < n; i++ {
-			src := recv[i*rows*cs:]
-			for r := 0; r < rows; r++ {
-				copy(xs[r*c+i*cs:r*c+(i+1)*cs], src[r*cs:(r+1)*cs])
-			}
-		}
+	rows, w := b*tl*parts, tl*parts*cs
+	return s.exchange(rows*c, func(send *tensor.Tensor) error {
+		// chunk j: rank j's tokens of each sequence
+		return k.TransposeBlocks(send, y, b, n, w)
+	}, func(recv *tensor.Tensor) error {
+		// chunk i: rank i's heads of every row
+		return k.TransposeBlocks(x, recv, n, rows, cs)
 	})
-	if err != nil {
-		return err
-	}
-	return sx.store()
-}
-
-// stage gives the exchange's input in and output out (n elements each)
-// host views: the tensors themselves on the CPU backend, where the
-// exchanges pack activations directly; on a device, copies in hx and hy,
-// in's loaded from the device (every element of out is written, so out's
-// is only stored back).
-func (s *spState) stage(in, out *tensor.Tensor, n int) (staged, staged, error) {
-	si, err := stage(s.be, &s.hx, in, n, true)
-	if err != nil {
-		return staged{}, staged{}, err
-	}
-	so, err := stage(s.be, &s.hy, out, n, false)
-	if err != nil {
-		return staged{}, staged{}, err
-	}
-	return si, so, nil
-}
-
-// hostF32 views two float32 host tensors as slices.
-func hostF32(a, b *tensor.Tensor) ([]float32, []float32, error) {
-	as, err := a.Float32s()
-	if err != nil {
-		return nil, nil, fmt.Errorf("nn: sequence parallelism: %w", err)
-	}
-	bs, err := b.Float32s()
-	if err != nil {
-		return nil, nil, fmt.Errorf("nn: sequence parallelism: %w", err)
-	}
-	return as, bs, nil
 }
 
 // attend is the block's attention: the Attention kernel itself, or under
@@ -280,13 +204,13 @@ func (k *Block) attend(be backend.NN, acts *BlockActivations, s *BlockScratch, b
 	if k.sp == nil {
 		return k.Attn.Forward(be, acts.AttY, acts.Att, acts.QKV, b, t)
 	}
-	if err := k.sp.toHeads(acts.QKVHeads, acts.QKV, b, t, 3, k.Width); err != nil {
+	if err := k.sp.toHeads(be, acts.QKVHeads, acts.QKV, b, t, 3, k.Width); err != nil {
 		return err
 	}
 	if err := k.Attn.Forward(be, s.Heads, acts.Att, acts.QKVHeads, b, t*k.sp.size()); err != nil {
 		return err
 	}
-	return k.sp.toSeq(acts.AttY, s.Heads, b, t, 1, k.Width)
+	return k.sp.toSeq(be, acts.AttY, s.Heads, b, t, 1, k.Width)
 }
 
 // attendBackward sets s.DQKV to the gradient of q, k and v from s.DAttY,
@@ -295,14 +219,14 @@ func (k *Block) attendBackward(be backend.NN, acts *BlockActivations, s *BlockSc
 	if k.sp == nil {
 		return k.Attn.backwardWrite(be, s.DQKV, s.DAttY, acts.QKV, acts.Att, b, t)
 	}
-	if err := k.sp.toHeads(s.Heads, s.DAttY, b, t, 1, k.Width); err != nil {
+	if err := k.sp.toHeads(be, s.Heads, s.DAttY, b, t, 1, k.Width); err != nil {
 		return err
 	}
 	if err := k.Attn.backwardWrite(be, s.DQKVHeads, s.Heads, acts.QKVHeads, acts.Att, b, t*k.sp.size()); err != nil {
 		return err
 	}
 	// every element of DQKV is written: no clearing needed
-	return k.sp.toSeq(s.DQKV, s.DQKVHeads, b, t, 3, k.Width)
+	return k.sp.toSeq(be, s.DQKV, s.DQKVHeads, b, t, 3, k.Width)
 }
 
 // spPositions views rows [rank·t, (rank+1)·t) of a position table (or its
