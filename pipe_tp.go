@@ -14,6 +14,7 @@ package deepgo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -39,9 +40,10 @@ func PipeTensorParallelGroup(ctx context.Context, world comm.Comm, pp, tp int) (
 
 // pipeGrid lays out the pipeline engine's world: pipe × data without
 // tensor or sequence parallelism, pipe × data × model with TP, pipe ×
-// data × seq with Ulysses SP (pipe_sp.go), after checking that the
-// WithTensorParallel or WithSequenceParallel group is this rank's model or
-// seq group of that grid.
+// data × seq with Ulysses SP (pipe_sp.go), pipe × data × seq × model with
+// both (tp_sp.go), after checking that the WithTensorParallel and
+// WithSequenceParallel groups are this rank's model and seq groups of that
+// grid.
 func pipeGrid(ctx context.Context, cfg *config.Config, pp int, o options) (*comm.Grid, error) {
 	tp := max(1, cfg.TensorModelParallelSize)
 	sp := max(1, cfg.SequenceParallelSize)
@@ -54,8 +56,19 @@ func pipeGrid(ctx context.Context, cfg *config.Config, pp int, o options) (*comm
 		return nil, fmt.Errorf("deepgo.Initialize: %d pipeline stages x tensor_model_parallel_size %d need a world of pp × tp × data-parallel ranks (WithComm), got %d ranks", pp, tp, o.comm.Size())
 	case o.comm.Size()%(pp*sp) != 0:
 		return nil, fmt.Errorf("deepgo.Initialize: %d pipeline stages x sequence_parallel_size %d need a world of pp × sp × data-parallel ranks (WithComm), got %d ranks", pp, sp, o.comm.Size())
+	case o.comm.Size()%(pp*tp*sp) != 0:
+		return nil, fmt.Errorf("deepgo.Initialize: %d pipeline stages x tensor_model_parallel_size %d x sequence_parallel_size %d need a world of pp × tp × sp × data-parallel ranks (WithComm), got %d ranks", pp, tp, sp, o.comm.Size())
 	}
 	switch {
+	case sp > 1 && tp > 1:
+		g, err := tensorSeqGrid(pp, tp, sp, o.comm.Size()/(pp*tp*sp))
+		if err != nil {
+			return nil, err
+		}
+		// stages pair up ranks by their (seq, model) coordinates
+		const hint = "PipeTensorSequenceParallelGroups"
+		return g, errors.Join(checkGridGroup(ctx, g, o.comm, o.tp, comm.AxisModel, "WithTensorParallel", hint),
+			checkGridGroup(ctx, g, o.comm, o.sp, comm.AxisSeq, "WithSequenceParallel", hint))
 	case sp > 1:
 		g, err := pipeSeqGrid(pp, sp, o.comm.Size()/(pp*sp))
 		if err != nil {

@@ -39,10 +39,10 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 			e.Close()
 		}
 	}()
-	if err := checkSP(cfg, net, o); err != nil {
+	if err := checkTP(cfg, net, o); err != nil {
 		return nil, err
 	}
-	if err := checkTP(cfg, net, o); err != nil {
+	if err := checkSP(cfg, net, o); err != nil {
 		return nil, err
 	}
 	if e.c == nil {

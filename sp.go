@@ -63,20 +63,21 @@ func SequenceParallelGroups(ctx context.Context, world comm.Comm, sp int) (seqDa
 
 // checkSP validates the sequence-parallel setup against cfg and the model:
 // the SP group matches sequence_parallel_size and divides the engine's
-// group, a model that says how it shards sequences agrees, and SP runs
-// without TP (on the CPU or a device: groups_device.go).
+// group, and a model that says how it shards sequences agrees (with TP
+// too, tp_sp.go; on the CPU or a device: groups_device.go).
 func checkSP(cfg *config.Config, net model.Model, o options) error {
 	sp := max(1, cfg.SequenceParallelSize)
 	n := 1
 	if o.comm != nil {
 		n = o.comm.Size()
 	}
+	hint := "SequenceParallelGroups"
+	if cfg.TensorModelParallelSize > 1 {
+		hint = "TensorSequenceParallelGroups"
+	}
 	switch {
-	// what cannot run at all is said before what to pass to run it
-	case sp > 1 && cfg.TensorModelParallelSize > 1:
-		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d with tensor_model_parallel_size %d: not supported yet", sp, cfg.TensorModelParallelSize)
 	case o.sp == nil && sp > 1:
-		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d: pass WithSequenceParallel (the group the model shards its sequences over) and WithComm the sequence-data-parallel group (see SequenceParallelGroups)", sp)
+		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d: pass WithSequenceParallel (the group the model shards its sequences over) and WithComm the sequence-data-parallel group (see %s)", sp, hint)
 	case o.sp != nil && o.sp.Size() != sp:
 		return fmt.Errorf("deepgo.Initialize: sequence_parallel_size %d, but WithSequenceParallel's group has %d ranks", sp, o.sp.Size())
 	case sp > 1 && n%sp != 0:

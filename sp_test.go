@@ -66,7 +66,8 @@ func TestPipeSequenceParallelGroup(t *testing.T) {
 }
 
 // Initialize refuses a sequence-parallel setup it cannot run, naming the
-// key and the sizes: an SP group of the wrong size, SP with TP, SP with
+// key and the sizes: an SP group of the wrong size, SP with Megatron's
+// sequence parallelism, SP with TP but no TP group, SP with
 // pipeline stages on a world too small for both, and a model sharded over SP ranks under an engine told
 // sequence_parallel_size 1 (it would average over the wrong group).
 func TestSequenceParallelRefusals(t *testing.T) {
@@ -75,9 +76,11 @@ func TestSequenceParallelRefusals(t *testing.T) {
 		noGroup         bool // no WithSequenceParallel
 	}{
 		{"group size", `"sequence_parallel_size": 4`, "sequence_parallel_size 4, but WithSequenceParallel's group has 2 ranks", false},
-		{"with tp", `"sequence_parallel_size": 2, "tensor_model_parallel_size": 2`, "sequence_parallel_size 2 with tensor_model_parallel_size 2: not supported yet", false},
-		// the combination is refused before the missing option is asked for
-		{"with tp, no group", `"sequence_parallel_size": 2, "tensor_model_parallel_size": 2`, "sequence_parallel_size 2 with tensor_model_parallel_size 2: not supported yet", true},
+		{"with megatron sp", `"sequence_parallel_size": 2, "tensor_model_parallel_size": 2, "megatron_sequence_parallel": true`, "sequence_parallel_size 2 (Ulysses) with megatron_sequence_parallel (tensor_model_parallel_size 2): not supported", false},
+		// the combination is refused before the missing options are asked for
+		{"with megatron sp, no group", `"sequence_parallel_size": 2, "tensor_model_parallel_size": 2, "megatron_sequence_parallel": true`, "sequence_parallel_size 2 (Ulysses) with megatron_sequence_parallel (tensor_model_parallel_size 2): not supported", true},
+		// with plain TP it runs, given the TP group too
+		{"with tp, no tp group", `"sequence_parallel_size": 2, "tensor_model_parallel_size": 2`, "tensor_model_parallel_size 2: pass WithTensorParallel", false},
 		// Ulysses runs with pipeline stages, but not on too few ranks
 		{"with pipeline", `"sequence_parallel_size": 2, "pipeline_model_parallel_size": 2`, "2 pipeline stages x sequence_parallel_size 2 need a world of pp × sp × data-parallel ranks (WithComm), got 2 ranks", false},
 		{"model sharded", `"sequence_parallel_size": 1`, "the model shards its sequences over 2 ranks, sequence_parallel_size is 1", true},

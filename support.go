@@ -11,7 +11,8 @@ import (
 // one error per key joined (nil when there is none): ZeRO++
 // (zero_quantized_*, zero_hpz_partition_size > 1), MiCS
 // (mics_shard_size), apex amp, and Ulysses sequence_parallel_size > 1
-// with tensor parallelism (with pipeline stages it runs). Initialize refuses each of
+// with megatron_sequence_parallel (Megatron-DeepSpeed refuses that pair
+// too). Initialize refuses each of
 // these with the same words; deepgo config check reports them all before
 // a job is submitted, as DeepSpeed would load such a config. The errors
 // carry no prefix: each caller says who refuses.
@@ -33,8 +34,10 @@ func Unsupported(cfg *config.Config) error {
 	if cfg.AMP.Enabled() {
 		ns("amp.enabled (apex)")
 	}
-	if sp, tp := cfg.SequenceParallelSize, cfg.TensorModelParallelSize; sp > 1 && tp > 1 {
-		ns("sequence_parallel_size %d with tensor_model_parallel_size %d", sp, tp)
+	if sp, tp := cfg.SequenceParallelSize, cfg.TensorModelParallelSize; sp > 1 && tp > 1 && cfg.MegatronSequenceParallel {
+		// Megatron-DeepSpeed refuses --ds-sequence-parallel-size > 1 with
+		// --sequence-parallel: both split the sequence
+		errs = append(errs, fmt.Errorf("sequence_parallel_size %d (Ulysses) with megatron_sequence_parallel (tensor_model_parallel_size %d): not supported: both split the sequence; set one of them", sp, tp))
 	}
 	return errors.Join(errs...)
 }

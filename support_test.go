@@ -10,7 +10,7 @@ import (
 )
 
 // Unsupported names every key deepgo cannot train yet, and nothing for a
-// config it trains (Ulysses with pipeline stages among them).
+// config it trains (Ulysses with pipeline stages and with TP among them).
 func TestUnsupported(t *testing.T) {
 	for _, c := range []struct {
 		doc  string
@@ -22,8 +22,11 @@ func TestUnsupported(t *testing.T) {
 			[]string{"zero_quantized_* (ZeRO++): not supported yet", "zero_hpz_partition_size > 1 (ZeRO++ hpZ): not supported yet"}},
 		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "mics_shard_size": 2}}`, []string{"mics_shard_size (MiCS)"}},
 		{`{"train_micro_batch_size_per_gpu": 1, "sequence_parallel_size": 2, "pipeline_model_parallel_size": 2}`, nil},
-		{`{"train_micro_batch_size_per_gpu": 1, "sequence_parallel_size": 2, "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2}`,
-			[]string{"sequence_parallel_size 2 with tensor_model_parallel_size 2: not supported yet"}},
+		{`{"train_micro_batch_size_per_gpu": 1, "sequence_parallel_size": 2, "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2}`, nil},
+		{`{"train_micro_batch_size_per_gpu": 1, "sequence_parallel_size": 2, "tensor_model_parallel_size": 2}`, nil},
+		// Megatron-DeepSpeed refuses Ulysses with Megatron's SP too
+		{`{"train_micro_batch_size_per_gpu": 1, "sequence_parallel_size": 2, "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "megatron_sequence_parallel": true}`,
+			[]string{"sequence_parallel_size 2 (Ulysses) with megatron_sequence_parallel (tensor_model_parallel_size 2): not supported"}},
 	} {
 		cfg, err := config.Parse([]byte(c.doc))
 		require.NoError(t, err, c.doc)
@@ -35,7 +38,7 @@ func TestUnsupported(t *testing.T) {
 		for _, w := range c.want {
 			assert.ErrorContains(t, err, w, c.doc)
 		}
-		// Ulysses with pipeline stages trains: only TP is named
+		// Ulysses with pipeline stages trains: only Megatron SP is named
 		assert.NotContains(t, err.Error(), "pipeline", c.doc)
 	}
 }

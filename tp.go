@@ -49,11 +49,13 @@ func TensorParallelGroups(ctx context.Context, world comm.Comm, tp int) (data, m
 	return data, model, nil
 }
 
-// checkTP validates the tensor-parallel setup against cfg, and a model
-// that says whether it splits its sequences Megatron's way against
-// megatron_sequence_parallel, and returns the checks unsupported makes on
-// the rest of it.
+// checkTP refuses what cannot run at all (unsupported), then validates the
+// tensor-parallel setup against cfg, and a model that says whether it
+// splits its sequences Megatron's way against megatron_sequence_parallel.
 func checkTP(cfg *config.Config, net model.Model, o options) error {
+	if err := unsupported(cfg); err != nil {
+		return err
+	}
 	tp := max(1, cfg.TensorModelParallelSize)
 	switch {
 	case o.tp == nil && tp > 1:
@@ -61,13 +63,7 @@ func checkTP(cfg *config.Config, net model.Model, o options) error {
 	case o.tp != nil && o.tp.Size() != tp:
 		return fmt.Errorf("deepgo.Initialize: tensor_model_parallel_size %d, but WithTensorParallel's group has %d ranks", tp, o.tp.Size())
 	}
-	if err := checkMegatronSP(cfg, net); err != nil {
-		return err
-	}
-	rest := *cfg
-	rest.TensorModelParallelSize = 1
-	rest.SequenceParallelSize = 1 // checkSP's
-	return unsupported(&rest)
+	return checkMegatronSP(cfg, net)
 }
 
 // checkMegatronSP refuses a model that says whether it splits its

@@ -142,7 +142,7 @@ func (k *Block) NewScratch(a *Arena, b, t int) (*BlockScratch, error) {
 		}
 	}
 	if k.sp != nil {
-		if s.Heads, err = a.Float32(n, c); err != nil {
+		if s.Heads, err = a.Float32(n, k.Proj.In); err != nil {
 			return nil, err
 		}
 		if s.DQKVHeads, err = a.Float32(n, k.QKV.Out); err != nil {

@@ -473,7 +473,12 @@ func (g *GPT) Loss(ctx context.Context, out, target model.Activation, gradScale 
 	n := s.b * s.t
 	if g.tp != nil {
 		loss, err := g.tpXent(k, logits, s.targets, n, gradScale)
-		return loss, logits, err
+		if err != nil {
+			return 0, nil, err
+		}
+		// under TP × SP the TP group's mean is over this SP rank's tokens
+		mean, err := g.spLoss(loss)
+		return mean, logits, err
 	}
 	loss, err := g.Xent.Forward(k, logits, s.losses, logits, s.targets, n)
 	if err != nil {

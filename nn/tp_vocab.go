@@ -115,7 +115,11 @@ func (g *GPT) tpEmbedForward(k backend.NN, out *tensor.Tensor, ids []int32, b, t
 	if g.tp.seqOn() {
 		sum = g.st.scratch.Proj // [N, C]; out is this rank's sequence shard
 	}
-	if err := k.EncoderForward(sum, g.tp.localTokens(), e.Tok.Data, e.Pos.Data, b, t, e.Width, e.Vocab); err != nil {
+	pos, err := g.positions(e.Pos.Data, t) // a Ulysses shard's rows
+	if err != nil {
+		return err
+	}
+	if err := k.EncoderForward(sum, g.tp.localTokens(), e.Tok.Data, pos, b, t, e.Width, e.Vocab); err != nil {
 		return fmt.Errorf("nn.Embedding.Forward: %w", err)
 	}
 	// the holder of a token contributes its row and the position row
@@ -145,7 +149,11 @@ func (g *GPT) tpEmbedBackward(k backend.NN, dtok, dout, spare *tensor.Tensor, b,
 		}
 		dout, spare = full, g.st.scratch.DLN
 	}
-	if err := k.EncoderBackward(nil, e.Pos.Grad, dout, g.tp.localTokens(), b, t, e.Width, e.Vocab); err != nil {
+	pos, err := g.positions(e.Pos.Grad, t)
+	if err != nil {
+		return err
+	}
+	if err := k.EncoderBackward(nil, pos, dout, g.tp.localTokens(), b, t, e.Width, e.Vocab); err != nil {
 		return fmt.Errorf("nn.Embedding.Backward: %w", err)
 	}
 	if err := copyF32(k, spare, dout, b*t*e.Width); err != nil {

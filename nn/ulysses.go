@@ -96,14 +96,24 @@ func (s *spState) bufferBytes() int64 {
 	return n
 }
 
-// checkSP validates that cfg's heads split over the SP group.
+// checkSP validates that cfg's heads split over the SP group (under TP,
+// a TP rank's heads over its SP group) and that Megatron's sequence
+// parallelism is not asked for as well.
 func checkSP(cfg GPTConfig) error {
 	n := cfg.SP.size()
 	if n == 1 {
 		return nil
 	}
-	if cfg.TP.size() > 1 {
-		return fmt.Errorf("nn.NewGPT: sequence_parallel_size %d with tensor_model_parallel_size %d: not supported yet", n, cfg.TP.size())
+	if cfg.TP.SequenceParallel {
+		// Megatron-DeepSpeed refuses --ds-sequence-parallel-size > 1 with
+		// --sequence-parallel too: both split the sequence
+		return fmt.Errorf("nn.NewGPT: sequence_parallel_size %d (Ulysses) with megatron_sequence_parallel (TP.SequenceParallel): not supported: both split the sequence; use one of them", n)
+	}
+	if tp := cfg.TP.size(); tp > 1 {
+		if cfg.Heads%(tp*n) != 0 {
+			return fmt.Errorf("nn.NewGPT: heads %d is not divisible by tensor_model_parallel_size %d x sequence_parallel_size %d (each TP rank's heads/tp heads go heads/(tp x sp) to each Ulysses rank)", cfg.Heads, tp, n)
+		}
+		return nil
 	}
 	if cfg.Heads%n != 0 {
 		return fmt.Errorf("nn.NewGPT: heads %d is not divisible by sequence_parallel_size %d (Ulysses gives each rank heads/sp heads)", cfg.Heads, n)
@@ -112,7 +122,8 @@ func checkSP(cfg GPTConfig) error {
 }
 
 // shardSP gives every block heads/sp heads for its attention over whole
-// sequences; the parameters stay whole.
+// sequences (of the TP rank's heads/tp under TP, shardTP having run); the
+// parameters stay as they are.
 func (g *GPT) shardSP() {
 	c := g.Config.SP.Comm
 	if c == nil || c.Size() == 1 {
@@ -199,18 +210,19 @@ func (s *spState) toSeq(k backend.NN, x, y *tensor.Tensor, b, tl, parts, c int) 
 
 // attend is the block's attention: the Attention kernel itself, or under
 // SP the exchange to head shards, the kernel on whole sequences and the
-// exchange back. t is the local sequence length.
+// exchange back. t is the local sequence length. Under TP the exchanges
+// move the TP rank's heads only (width Proj.In, C/tp).
 func (k *Block) attend(be backend.NN, acts *BlockActivations, s *BlockScratch, b, t int) error {
 	if k.sp == nil {
 		return k.Attn.Forward(be, acts.AttY, acts.Att, acts.QKV, b, t)
 	}
-	if err := k.sp.toHeads(be, acts.QKVHeads, acts.QKV, b, t, 3, k.Width); err != nil {
+	if err := k.sp.toHeads(be, acts.QKVHeads, acts.QKV, b, t, 3, k.Proj.In); err != nil {
 		return err
 	}
 	if err := k.Attn.Forward(be, s.Heads, acts.Att, acts.QKVHeads, b, t*k.sp.size()); err != nil {
 		return err
 	}
-	return k.sp.toSeq(be, acts.AttY, s.Heads, b, t, 1, k.Width)
+	return k.sp.toSeq(be, acts.AttY, s.Heads, b, t, 1, k.Proj.In)
 }
 
 // attendBackward sets s.DQKV to the gradient of q, k and v from s.DAttY,
@@ -219,14 +231,14 @@ func (k *Block) attendBackward(be backend.NN, acts *BlockActivations, s *BlockSc
 	if k.sp == nil {
 		return k.Attn.backwardWrite(be, s.DQKV, s.DAttY, acts.QKV, acts.Att, b, t)
 	}
-	if err := k.sp.toHeads(be, s.Heads, s.DAttY, b, t, 1, k.Width); err != nil {
+	if err := k.sp.toHeads(be, s.Heads, s.DAttY, b, t, 1, k.Proj.In); err != nil {
 		return err
 	}
 	if err := k.Attn.backwardWrite(be, s.DQKVHeads, s.Heads, acts.QKVHeads, acts.Att, b, t*k.sp.size()); err != nil {
 		return err
 	}
 	// every element of DQKV is written: no clearing needed
-	return k.sp.toSeq(be, s.DQKV, s.DQKVHeads, b, t, 3, k.Width)
+	return k.sp.toSeq(be, s.DQKV, s.DQKVHeads, b, t, 3, k.Proj.In)
 }
 
 // spPositions views rows [rank·t, (rank+1)·t) of a position table (or its
@@ -238,6 +250,16 @@ func (g *GPT) spPositions(p *tensor.Tensor, t int) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("nn.GPT: sequence shard %d of %d tokens: %w", g.sp.c.Rank(), t, err)
 	}
 	return v, nil
+}
+
+// positions is the position table p (or its gradient) as this rank's
+// tokens read it: p itself without SP, rows [rank·t, (rank+1)·t) under SP
+// (the vocabulary-parallel embedding of TP × SP reads them so).
+func (g *GPT) positions(p *tensor.Tensor, t int) (*tensor.Tensor, error) {
+	if g.sp == nil {
+		return p, nil
+	}
+	return g.spPositions(p, t)
 }
 
 // spEmbedForward writes out[N, C] = wte[tokens] + wpe[rank·t + τ].

@@ -369,7 +369,8 @@ func TestGPTUlyssesPipelineCheckpoint(t *testing.T) {
 // What Ulysses × PP refuses: a config asking for SP without
 // WithSequenceParallel, an SP group that is not the grid's seq group
 // (ranks {0,2}, {1,3} where the grid pairs {0,1} and {2,3}), a model
-// sharded over no SP group, and SP with TP (not supported yet).
+// sharded over no SP group, and SP with Megatron's sequence parallelism
+// (with plain TP it runs: tp_sp_pipe_test.go).
 func TestGPTUlyssesPipelineRefusals(t *testing.T) {
 	r := upRun{pp: 2, sp: 2, dp: 1, stage: 1, micro: 2, sched: "1F1B", virtual: 1}
 	wrong := func(ctx context.Context, c comm.Comm) (comm.Comm, error) {
@@ -392,7 +393,7 @@ func TestGPTUlyssesPipelineRefusals(t *testing.T) {
 		{"no option", right, false, true, "", "sequence_parallel_size 2 with 2 pipeline stages: pass WithSequenceParallel"},
 		{"wrong group", wrong, true, true, "", "WithSequenceParallel's group holds world ranks"},
 		{"model without SP", right, true, false, "", "the model shards its sequences over 1 ranks, sequence_parallel_size is 2"},
-		{"with TP", right, true, true, `"tensor_model_parallel_size": 2,`, "sequence_parallel_size 2 with tensor_model_parallel_size 2: not supported yet"},
+		{"with Megatron SP", right, true, true, `"tensor_model_parallel_size": 2, "megatron_sequence_parallel": true,`, "sequence_parallel_size 2 (Ulysses) with megatron_sequence_parallel (tensor_model_parallel_size 2): not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := local.Run(context.Background(), 4, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
