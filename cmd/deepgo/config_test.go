@@ -75,6 +75,7 @@ func TestConfigCheckOptimizer(t *testing.T) {
 	zpp := write("zpp.json", `{"zero_optimization":{"stage":3,"zero_quantized_gradients":true}}`)
 	spPP := write("sppp.json", `{"optimizer":{"type":"AdamW"},"sequence_parallel_size":2,"pipeline_model_parallel_size":2}`)
 	spTP := write("sptp.json", `{"optimizer":{"type":"AdamW"},"sequence_parallel_size":2,"tensor_model_parallel_size":2}`)
+	spMSP := write("spmsp.json", `{"optimizer":{"type":"AdamW"},"sequence_parallel_size":2,"tensor_model_parallel_size":2,"megatron_sequence_parallel":true}`)
 	for _, c := range []struct {
 		args        []string
 		rc          int
@@ -86,9 +87,11 @@ func TestConfigCheckOptimizer(t *testing.T) {
 		{[]string{"check", warmup}, 0, ": ok", `warning: scheduler.params.warmup_type: "cosine": unknown warmup type, using "log"`},
 		// loads (DeepSpeed's keys), but Initialize would refuse it
 		{[]string{"check", zpp}, 1, "", "zero_quantized_* (ZeRO++): not supported yet\n" + zpp + ": loads, but deepgo cannot train it"},
-		// Ulysses with pipeline stages trains; with TP it does not yet
+		// Ulysses trains with pipeline stages and with TP, not with
+		// Megatron's sequence parallelism (Megatron-DeepSpeed refuses it)
 		{[]string{"check", spPP}, 0, ": ok", ""},
-		{[]string{"check", spTP}, 1, "", "sequence_parallel_size 2 with tensor_model_parallel_size 2: not supported yet"},
+		{[]string{"check", spTP}, 0, ": ok", ""},
+		{[]string{"check", spMSP}, 1, "", "sequence_parallel_size 2 (Ulysses) with megatron_sequence_parallel (tensor_model_parallel_size 2): not supported"},
 	} {
 		var out, errb bytes.Buffer
 		rc := runConfig(c.args, &out, &errb)

@@ -257,8 +257,10 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	pp, virtual := pipeShape(shape)
 	tp := tpSize(shape)
 	sp := spSize(shape)
-	if sp > 1 && tp > 1 {
-		return nil, fmt.Errorf("sequence_parallel_size %d with tensor_model_parallel_size %d: not supported yet (Ulysses runs with data parallelism and pipeline stages)", sp, tp)
+	if err := deepgo.Unsupported(shape); err != nil {
+		// before any rank starts (Ulysses with megatron_sequence_parallel
+		// among them), in the words deepgo config check uses
+		return nil, fmt.Errorf("%s: %w", cfgPath, err)
 	}
 	if targs.job != nil {
 		// one rank per process: the launcher's world holds every stage
@@ -364,17 +366,13 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		}
 		// sequence_parallel.attention_window_size is the model's attention window
 		g.AttentionWindow = cfg.SequenceParallel.AttentionWindowSize
-		tpg, tpOpts, err := tpRank(ctx, c, tp, pp)
+		tpg, tpOpts, spg, err := parallelRank(ctx, c, tp, sp, pp)
 		if err != nil {
 			return err
 		}
 		g.TP = tpg
 		// megatron_sequence_parallel with TP 1 is config.Load's warning
 		g.TP.SequenceParallel = tp > 1 && cfg.MegatronSequenceParallel
-		spg, err := spRank(ctx, c, sp, pp)
-		if err != nil {
-			return err
-		}
 		if spg != nil {
 			g.SP = spg.sp
 		}

@@ -53,6 +53,32 @@ func spRank(ctx context.Context, c comm.Comm, sp, pp int) (*spGroups, error) {
 		dr: dr, dn: c.Size() / sp}, nil
 }
 
+// parallelRank builds c's model-parallel groups: TP's (tpRank) and
+// Ulysses's (spRank), or with both the TP × SP grid's
+// (deepgo.TensorSequenceParallelGroups, PipeTensorSequenceParallelGroups
+// with pipeline stages), whose options then all ride on the spGroups.
+func parallelRank(ctx context.Context, c comm.Comm, tp, sp, pp int) (nn.TP, []deepgo.Option, *spGroups, error) {
+	if tp > 1 && sp > 1 {
+		var gs deepgo.TensorSequenceGroups
+		var err error
+		if pp > 1 {
+			gs, err = deepgo.PipeTensorSequenceParallelGroups(ctx, c, pp, tp, sp)
+		} else {
+			gs, err = deepgo.TensorSequenceParallelGroups(ctx, c, tp, sp)
+		}
+		if err != nil {
+			return nn.TP{}, nil, nil, err
+		}
+		return nn.TP{Comm: gs.Tensor}, nil, &spGroups{sp: nn.SP{Comm: gs.Seq}, opts: gs.Options(), dr: gs.DataRank, dn: c.Size() / (pp * tp * sp)}, nil
+	}
+	tpg, opts, err := tpRank(ctx, c, tp, pp)
+	if err != nil {
+		return nn.TP{}, nil, nil, err
+	}
+	spg, err := spRank(ctx, c, sp, pp)
+	return tpg, opts, spg, err
+}
+
 // shard is this rank's sequence shard of b (b itself without SP).
 func (s *spGroups) shard(b model.TokenBatch) (model.TokenBatch, error) {
 	if s == nil {

@@ -1,21 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // deepgo train reads sequence_parallel_size: world = sp × dp in-process
 // ranks, each SP rank training on its shard of its data rank's sequences;
 // the final loss is SP 1's (to float32 summation order) with less memory
-// per rank. SP with TP is refused naming both (with pipeline stages see
-// train_sp_pipe_test.go).
+// per rank (with pipeline stages see train_sp_pipe_test.go, with TP
+// train_tp_sp_test.go).
 func TestTrainSequenceParallel(t *testing.T) {
 	dir := t.TempDir()
 	res := map[int]trainResult{}
@@ -32,10 +28,4 @@ func TestTrainSequenceParallel(t *testing.T) {
 	assert.Less(t, res[2].PeakMemory[0], res[1].PeakMemory[0], "memory per rank at SP 2 vs 1")
 	assert.LessOrEqual(t, math.Abs(res[2].FinalLoss-res[1].FinalLoss)/res[1].FinalLoss, 1e-5, "final loss SP 2 %v vs SP 1 %v", res[2].FinalLoss, res[1].FinalLoss)
 
-	cfg := filepath.Join(dir, "sptp.json")
-	require.NoError(t, os.WriteFile(cfg, []byte(`{"train_micro_batch_size_per_gpu": 8, "tensor_model_parallel_size": 2,
-		"sequence_parallel_size": 2, "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}`), 0o644))
-	var out, errb bytes.Buffer
-	assert.NotZero(t, run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "2"}, &out, &errb))
-	assert.Contains(t, errb.String(), "sequence_parallel_size 2 with tensor_model_parallel_size 2: not supported yet")
 }

@@ -25,12 +25,18 @@ func trainParallel(t *testing.T, dir, key string, n int, extra ...string) (train
 // trainParallelOn is trainParallel with --device dev.
 func trainParallelOn(t *testing.T, dev, dir, key string, n int, extra ...string) (trainResult, string) {
 	t.Helper()
+	return trainParallelModel(t, dev, "tiny", dir, key, n, extra...)
+}
+
+// trainParallelModel is trainParallelOn with --model model.
+func trainParallelModel(t *testing.T, dev, model, dir, key string, n int, extra ...string) (trainResult, string) {
+	t.Helper()
 	cfg := filepath.Join(dir, fmt.Sprintf("%s-%d-%d.json", key, n, len(extra)))
 	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8,
 		%q: %d, "gradient_clipping": 1.0, "zero_optimization": {"stage": 1}, %s
 		"optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}`, key, n, strings.Join(extra, " "))), 0o644))
 	var out, errb bytes.Buffer
-	code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "40", "--device", dev}, &out, &errb)
+	code := run([]string{"train", "--config", cfg, "--model", model, "--steps", "40", "--device", dev}, &out, &errb)
 	require.Zero(t, code, errb.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	var r trainResult
