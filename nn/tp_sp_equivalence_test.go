@@ -2,6 +2,7 @@ package nn_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -23,24 +24,35 @@ import (
 type tspRun struct {
 	tp, sp, dp, stage int
 	ckpt              bool
-	prec              string // a precision section, with its trailing comma
+	extra             string // more config (a precision section), with its trailing comma
 }
 
 func (r tspRun) String() string {
 	return fmt.Sprintf("tp%d-sp%d-dp%d-zero%d-ckpt%v", r.tp, r.sp, r.dp, r.stage, r.ckpt)
 }
 
-// tspCurve trains tpGPT (4 heads, 8 tokens) with the engine over
-// r.tp × r.sp × r.dp in-process ranks: each rank takes its sequence shard
-// of its data rank's micro-batch. It returns rank 0's losses and the
-// parameters unsharded over its TP group.
-func tspCurve(t *testing.T, r tspRun, steps int, clip float64, corpus *data.Tokens) ([]float64, map[string][]float32) {
+// tspSegment is one stretch of a TP × SP training run of tpGPT (4 heads,
+// 8 tokens) over r.tp × r.sp × r.dp in-process ranks, each taking its
+// sequence shard of its data rank's micro-batch: it loads from (unless
+// ""), trains steps steps on the batches of steps first, first+1, ...,
+// saving to save (unless "") after saveAt of them (resumeSegment), and
+// returns rank 0's losses and the parameters unsharded over its TP group.
+type tspSegment struct {
+	r                    tspRun
+	clip                 float64
+	seed                 uint64
+	from, save           string
+	first, steps, saveAt int
+}
+
+func (s tspSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string][]float32, error) {
 	t.Helper()
+	r := s.r
 	cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": 1,
 		"gradient_clipping": %g, "zero_optimization": {"stage": %d, "reduce_bucket_size": 500},
 		"tensor_model_parallel_size": %d, "sequence_parallel_size": %d, %s
-		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`, eqB/r.dp, clip, r.stage, r.tp, r.sp, r.prec, eqLR, eqWD)
-	losses := make([]float64, steps)
+		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`, eqB/r.dp, s.clip, r.stage, r.tp, r.sp, r.extra, eqLR, eqWD)
+	losses := make([]float64, s.steps)
 	var params map[string][]float32
 	err := local.Run(context.Background(), r.tp*r.sp*r.dp, local.Options{Timeout: 120 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 		cfg, err := config.Parse([]byte(cfgJSON))
@@ -52,41 +64,47 @@ func tspCurve(t *testing.T, r tspRun, steps int, clip float64, corpus *data.Toke
 			return err
 		}
 		gc := tpGPT(corpus.Vocab)
-		gc.TP, gc.SP = nn.TP{Comm: gs.Tensor}, nn.SP{Comm: gs.Seq}
+		// size-1 groups stay out: the layouts without TP or SP as their
+		// own tests build them
+		opts := []deepgo.Option{deepgo.WithComm(gs.SeqData)}
+		if r.tp > 1 {
+			gc.TP = nn.TP{Comm: gs.Tensor}
+			opts = append(opts, deepgo.WithTensorParallel(gs.Tensor))
+		}
+		if r.sp > 1 {
+			gc.SP = nn.SP{Comm: gs.Seq}
+			opts = append(opts, deepgo.WithSequenceParallel(gs.Seq))
+		}
 		gc.Checkpointing.Enabled = r.ckpt
-		g, err := nn.NewReadyGPT(gc, nil, eqSeed)
+		g, err := nn.NewReadyGPT(gc, nil, s.seed)
 		if err != nil {
 			return err
 		}
 		defer g.Free()
-		e, err := deepgo.Initialize(ctx, cfg, g, gs.Options()...)
+		e, err := deepgo.Initialize(ctx, cfg, g, opts...)
 		if err != nil {
 			return err
 		}
 		defer e.Close()
-		var shardErr error
-		ps, err := trainSteps(ctx, e, losses, c.Rank() == 0, func(step int) model.TokenBatch {
-			b, err := eqBatch(corpus, step, r.dp, gs.DataRank).SequenceShard(gs.Seq.Rank(), r.sp)
-			if err != nil {
-				shardErr = err
-			}
-			return b
-		})
-		if err != nil {
-			return err
-		}
-		if shardErr != nil {
-			return shardErr
-		}
-		full, err := g.Unshard(ctx, ps)
-		if err != nil {
-			return err
-		}
-		if c.Rank() == 0 {
-			params = full
-		}
-		return nil
+		return resumeSegment(ctx, e.(ckptTrainer), g, s.from, deepgo.LoadOptions{}, s.first, s.save, s.saveAt, func(off int, losses []float64) error {
+			var shardErr error
+			_, err := trainSteps(ctx, e, losses, c.Rank() == 0, func(step int) model.TokenBatch {
+				b, err := eqBatch(corpus, s.first+off+step, r.dp, gs.DataRank).SequenceShard(gs.Seq.Rank(), r.sp)
+				if err != nil {
+					shardErr = err
+				}
+				return b
+			})
+			return errors.Join(err, shardErr)
+		}, losses, c.Rank() == 0, &params)
 	})
+	return losses, params, err
+}
+
+// tspCurve trains r from eqSeed for steps steps at gradient_clipping clip.
+func tspCurve(t *testing.T, r tspRun, steps int, clip float64, corpus *data.Tokens) ([]float64, map[string][]float32) {
+	t.Helper()
+	losses, params, err := tspSegment{r: r, clip: clip, seed: eqSeed, steps: steps, saveAt: steps}.run(t, corpus)
 	require.NoError(t, err, "%v", r)
 	return losses, params
 }
@@ -143,20 +161,20 @@ func TestGPTTensorSequenceParallelBF16(t *testing.T) {
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
 	const prec = `"bf16": {"enabled": true},`
-	got, gotP := tspCurve(t, tspRun{tp: 2, sp: 2, dp: 1, stage: 1, prec: prec}, steps, 1.0, corpus)
+	got, gotP := tspCurve(t, tspRun{tp: 2, sp: 2, dp: 1, stage: 1, extra: prec}, steps, 1.0, corpus)
 	for _, c := range []struct {
 		ref               tspRun
 		lossTol, paramTol float64
 	}{
 		{tspRun{tp: 2, sp: 2, dp: 1, stage: 1}, 5e-4, 1e-2},
-		{tspRun{tp: 1, sp: 1, dp: 1, stage: 1, prec: prec}, 1e-4, 5e-3},
-		{tspRun{tp: 2, sp: 1, dp: 1, stage: 1, prec: prec}, 1e-4, 5e-3},
-		{tspRun{tp: 1, sp: 2, dp: 1, stage: 1, prec: prec}, 1e-4, 5e-3},
+		{tspRun{tp: 1, sp: 1, dp: 1, stage: 1, extra: prec}, 1e-4, 5e-3},
+		{tspRun{tp: 2, sp: 1, dp: 1, stage: 1, extra: prec}, 1e-4, 5e-3},
+		{tspRun{tp: 1, sp: 2, dp: 1, stage: 1, extra: prec}, 1e-4, 5e-3},
 	} {
 		want, wantP := tspCurve(t, c.ref, steps, 1.0, corpus)
 		lr, pr := maxLossRel(want, got), relNorm(flatParams(wantP), flatParams(gotP))
 		name := fmt.Sprintf("bf16 tp2-sp2 vs %v", c.ref)
-		if c.ref.prec == "" {
+		if c.ref.extra == "" {
 			name += " fp32"
 		}
 		t.Logf("%s: loss rel %.3g, param rel %.3g", name, lr, pr)
