@@ -22,9 +22,12 @@ import (
 // upRun is one Ulysses × pipeline layout: pp stages × dp data-parallel
 // ranks × sp sequence-parallel ranks on PipeSequenceParallelGroup's grid
 // (seq fastest, pipe outermost). pp 1 is the data-parallel Engine on
-// SequenceParallelGroups' grid, sp 1 the pipeline without SP.
+// SequenceParallelGroups' grid, sp 1 the pipeline without SP. tp > 1
+// adds Megatron TP on PipeTensorSequenceParallelGroups' grid (model
+// fastest; TensorSequenceParallelGroups' at pp 1).
 type upRun struct {
 	pp, sp, dp, stage, micro int
+	tp                       int // 0 or 1: none
 	sched                    string
 	virtual                  int
 	ckpt                     int    // pipeline.activation_checkpoint_interval
@@ -33,6 +36,9 @@ type upRun struct {
 
 func (r upRun) String() string {
 	s := fmt.Sprintf("pp%d-sp%d-dp%d-zero%d-%s-v%d-m%d", r.pp, r.sp, r.dp, r.stage, r.sched, r.virtual, r.micro)
+	if r.tp > 1 {
+		s = fmt.Sprintf("tp%d-%s", r.tp, s)
+	}
 	if r.ckpt > 0 {
 		s += fmt.Sprintf("-ckpt%d", r.ckpt)
 	}
@@ -42,18 +48,57 @@ func (r upRun) String() string {
 func (r upRun) config(clip float64) string {
 	return fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": %d,
 		"gradient_clipping": %g, "zero_optimization": {"stage": %d}, %s
-		"pipeline_model_parallel_size": %d, "sequence_parallel_size": %d,
+		"pipeline_model_parallel_size": %d, "sequence_parallel_size": %d, "tensor_model_parallel_size": %d,
 		"pipeline_schedule": {"type": %q, "virtual_stages": %d},
 		"pipeline": {"partition": "uniform", "activation_checkpoint_interval": %d},
 		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`,
-		pipeB/r.dp/r.micro, r.micro, clip, r.stage, r.prec, r.pp, r.sp, r.sched, r.virtual, r.ckpt, eqLR, eqWD)
+		pipeB/r.dp/r.micro, r.micro, clip, r.stage, r.prec, r.pp, r.sp, r.tpSize(), r.sched, r.virtual, r.ckpt, eqLR, eqWD)
 }
+
+// tpSize is r's TP degree (1 for tp 0).
+func (r upRun) tpSize() int { return max(1, r.tp) }
+
+// world is r's number of ranks.
+func (r upRun) world() int { return r.pp * r.sp * r.dp * r.tpSize() }
 
 // upGroups builds rank c's groups for r: the engine's comm (the world for
 // a pipeline, the sequence-data group for the Engine), the Ulysses group
-// (nil at sp 1) and the rank's data-parallel index; close releases what
-// it made.
-func upGroups(ctx context.Context, c comm.Comm, r upRun) (world, seq comm.Comm, d int, closeAll func(), err error) {
+// (nil at sp 1), the TP group (nil at tp 1) and the rank's data-parallel
+// index; close releases what it made.
+func upGroups(ctx context.Context, c comm.Comm, r upRun) (world, seq, tensor comm.Comm, d int, closeAll func(), err error) {
+	closeAll = func() {}
+	if r.tp > 1 {
+		var gs deepgo.TensorSequenceGroups
+		if r.pp > 1 {
+			gs, err = deepgo.PipeTensorSequenceParallelGroups(ctx, c, r.pp, r.tp, r.sp)
+		} else {
+			gs, err = deepgo.TensorSequenceParallelGroups(ctx, c, r.tp, r.sp)
+		}
+		if err != nil {
+			return nil, nil, nil, 0, closeAll, err
+		}
+		world, seq = c, gs.Seq
+		if gs.SeqData != nil {
+			world = gs.SeqData
+		}
+		closeAll = func() {
+			for _, g := range []comm.Comm{gs.Seq, gs.Tensor, gs.SeqData} {
+				if g != nil {
+					g.Close()
+				}
+			}
+		}
+		if r.sp == 1 {
+			seq = nil // TP without Ulysses
+		}
+		return world, seq, gs.Tensor, gs.DataRank, closeAll, nil
+	}
+	world, seq, d, closeAll, err = upSPGroups(ctx, c, r)
+	return world, seq, nil, d, closeAll, err
+}
+
+// upSPGroups is upGroups without TP.
+func upSPGroups(ctx context.Context, c comm.Comm, r upRun) (world, seq comm.Comm, d int, closeAll func(), err error) {
 	closeAll = func() {}
 	switch {
 	case r.sp > 1 && r.pp > 1:
@@ -75,9 +120,9 @@ func upGroups(ctx context.Context, c comm.Comm, r upRun) (world, seq comm.Comm, 
 }
 
 // upRank is one rank of an upRun: its world comm, Ulysses group (nil at
-// sp 1), data-parallel index, model and trainer.
+// sp 1), TP group (nil at tp 1), data-parallel index, model and trainer.
 type upRank struct {
-	c, seq comm.Comm
+	c, seq, tp comm.Comm
 	d      int
 	g      *nn.GPT
 	tr     deepgo.Trainer
@@ -85,14 +130,14 @@ type upRank struct {
 
 // runUlysses runs fn on each of r's ranks with the trainer r asks for
 // (gradient_clipping clip) over tpGPT(vocab) drawn from seed, the model
-// sharded over the rank's Ulysses group.
+// sharded over the rank's Ulysses group (and TP group).
 func runUlysses(r upRun, clip float64, vocab int, seed uint64, fn func(ctx context.Context, u upRank) error) error {
-	return local.Run(context.Background(), r.pp*r.sp*r.dp, local.Options{Timeout: 60 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+	return local.Run(context.Background(), r.world(), local.Options{Timeout: 120 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 		cfg, err := config.Parse([]byte(r.config(clip)))
 		if err != nil {
 			return err
 		}
-		world, seq, d, closeAll, err := upGroups(ctx, c, r)
+		world, seq, tc, d, closeAll, err := upGroups(ctx, c, r)
 		defer closeAll()
 		if err != nil {
 			return err
@@ -102,6 +147,10 @@ func runUlysses(r upRun, clip float64, vocab int, seed uint64, fn func(ctx conte
 		if seq != nil {
 			gc.SP = nn.SP{Comm: seq}
 			opts = append(opts, deepgo.WithSequenceParallel(seq))
+		}
+		if tc != nil {
+			gc.TP = nn.TP{Comm: tc}
+			opts = append(opts, deepgo.WithTensorParallel(tc))
 		}
 		g, err := nn.NewReadyGPT(gc, nil, seed)
 		if err != nil {
@@ -113,15 +162,15 @@ func runUlysses(r upRun, clip float64, vocab int, seed uint64, fn func(ctx conte
 			return err
 		}
 		defer tr.Close()
-		return fn(ctx, upRank{c: c, seq: seq, d: d, g: g, tr: tr})
+		return fn(ctx, upRank{c: c, seq: seq, tp: tc, d: d, g: g, tr: tr})
 	})
 }
 
 // upSegment is one stretch of a run over r's layout: it loads from
 // (unless ""), trains steps steps on the batches of steps first,
 // first+1, ..., saving to save (unless "") after saveAt of them, and
-// returns rank 0's losses and parameters and the wte copies of the first
-// and last stage (data and seq coordinate 0). A run that loads starts from
+// returns rank 0's losses and parameters (unsharded over TP) and the wte
+// copies of the first and last stage (data, seq and model coordinate 0). A run that loads starts from
 // other initial values than the plain reference's, so what follows a load
 // is the checkpoint's.
 type upSegment struct {
@@ -161,7 +210,7 @@ func (s upSegment) run(corpus *data.Tokens) ([]float64, map[string][]float32, [2
 		if err != nil {
 			return err
 		}
-		if d == 0 && (seq == nil || seq.Rank() == 0) {
+		if d == 0 && (seq == nil || seq.Rank() == 0) && (u.tp == nil || u.tp.Rank() == 0) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch pe.Stage() {
@@ -389,16 +438,17 @@ func TestGPTUlyssesPipelineRefusals(t *testing.T) {
 		group         func(context.Context, comm.Comm) (comm.Comm, error)
 		pass, modelSP bool
 		extra, want   string
+		tp            int
 	}{
-		{"no option", right, false, true, "", "sequence_parallel_size 2 with 2 pipeline stages: pass WithSequenceParallel"},
-		{"wrong group", wrong, true, true, "", "WithSequenceParallel's group holds world ranks"},
-		{"model without SP", right, true, false, "", "the model shards its sequences over 1 ranks, sequence_parallel_size is 2"},
-		{"with Megatron SP", right, true, true, `"tensor_model_parallel_size": 2, "megatron_sequence_parallel": true,`, "sequence_parallel_size 2 (Ulysses) with megatron_sequence_parallel (tensor_model_parallel_size 2): not supported"},
+		{"no option", right, false, true, "", "sequence_parallel_size 2 with 2 pipeline stages: pass WithSequenceParallel", 1},
+		{"wrong group", wrong, true, true, "", "WithSequenceParallel's group holds world ranks", 1},
+		{"model without SP", right, true, false, "", "the model shards its sequences over 1 ranks, sequence_parallel_size is 2", 1},
+		{"with Megatron SP", right, true, true, `"megatron_sequence_parallel": true,`, "sequence_parallel_size 2 (Ulysses) with megatron_sequence_parallel (tensor_model_parallel_size 2): not supported", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := local.Run(context.Background(), 4, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
 				rc := r
-				rc.prec = tc.extra
+				rc.prec, rc.tp = tc.extra, tc.tp
 				cfg, err := config.Parse([]byte(rc.config(1)))
 				if err != nil {
 					return err
