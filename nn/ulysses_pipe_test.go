@@ -123,9 +123,9 @@ func upSPGroups(ctx context.Context, c comm.Comm, r upRun) (world, seq comm.Comm
 // sp 1), TP group (nil at tp 1), data-parallel index, model and trainer.
 type upRank struct {
 	c, seq, tp comm.Comm
-	d      int
-	g      *nn.GPT
-	tr     deepgo.Trainer
+	d          int
+	g          *nn.GPT
+	tr         deepgo.Trainer
 }
 
 // runUlysses runs fn on each of r's ranks with the trainer r asks for
