@@ -185,3 +185,10 @@ func TestPipelineUlyssesOnCUDA(t *testing.T) {
 	}
 	pipeCasesOnCUDA(t, cases)
 }
+
+// TestPipelineTensorUlyssesOnCUDA: TestPipelineTensorUlyssesOnDevice's
+// TP 2 × SP 2 × PP 2 runs on GPU 0 against the CPU backend, within the
+// CUDA tolerances.
+func TestPipelineTensorUlyssesOnCUDA(t *testing.T) {
+	pipeCasesOnCUDA(t, pipeTensorUlyssesDevCases())
+}

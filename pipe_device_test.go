@@ -171,24 +171,36 @@ func pipeDevSegment(t *testing.T, dev string, c pipeDevCase, seg parSeg) (*pipeD
 			return err
 		}
 		gc := nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: seqLen}
-		if tp > 1 {
-			tc, err := deepgo.PipeTensorParallelGroup(ctx, cm, c.pp, tp)
+		if tp*sp > 2 {
+			gc.Heads = 4 // one per TP × SP rank
+		}
+		// the grid is pipe × data (× seq, × model fastest): a pipe's
+		// stages and a stage's TP ranks read the same batches, its SP
+		// ranks their shards of them
+		d := (cm.Rank() / tp) % c.dp
+		var tc, seq comm.Comm
+		switch {
+		case tp > 1 && sp > 1:
+			gs, err := deepgo.PipeTensorSequenceParallelGroups(ctx, cm, c.pp, tp, sp)
 			if err != nil {
 				return err
 			}
+			tc, seq, d = gs.Tensor, gs.Seq, gs.DataRank
+		case tp > 1:
+			if tc, err = deepgo.PipeTensorParallelGroup(ctx, cm, c.pp, tp); err != nil {
+				return err
+			}
+		case sp > 1:
+			if seq, d, err = deepgo.PipeSequenceParallelGroup(ctx, cm, c.pp, sp); err != nil {
+				return err
+			}
+		}
+		if tc != nil {
 			defer tc.Close()
 			gc.TP = nn.TP{Comm: tc, SequenceParallel: c.seq}
 			opts = append(opts, deepgo.WithTensorParallel(tc))
 		}
-		// the grid is pipe × data (× model or seq, fastest): a pipe's
-		// stages and a stage's TP ranks read the same batches, its SP
-		// ranks their shards of them
-		d := (cm.Rank() / tp) % c.dp
-		var seq comm.Comm
-		if sp > 1 {
-			if seq, d, err = deepgo.PipeSequenceParallelGroup(ctx, cm, c.pp, sp); err != nil {
-				return err
-			}
+		if seq != nil {
 			defer seq.Close()
 			gc.SP = nn.SP{Comm: seq}
 			opts = append(opts, deepgo.WithSequenceParallel(seq))

@@ -184,3 +184,60 @@ func TestPipelineUlyssesCheckpointOnDevice(t *testing.T) {
 
 // withSP is c at another Ulysses degree.
 func withSP(c pipeDevCase, sp int) pipeDevCase { c.sp = sp; return c }
+
+// pipeTensorUlyssesDevCases are the device tables' TP 2 × SP 2 × PP 2
+// runs (8 ranks; the GPT with 4 heads, one per TP × SP rank): 1F1B, and
+// the interleaved schedule with every block checkpointed in bf16.
+func pipeTensorUlyssesDevCases() []pipeDevCase {
+	return []pipeDevCase{
+		{pp: 2, dp: 1, gas: 4, sched: "1F1B", virtual: 1, tp: 2, sp: 2},
+		{pp: 2, dp: 1, gas: 2, sched: "Interleaved", virtual: 2, prec: "bf16", ckpt: true, tp: 2, sp: 2},
+	}
+}
+
+// TestPipelineTensorUlyssesOnDevice: Ulysses SP 2 inside TP 2 in each of
+// 2 pipeline stages (PipeTensorSequenceParallelGroups' grid) trains on
+// the simulated device, with and without randomized kernel delays, and
+// through WithDevice over comm/local ranks (the engine wraps both model
+// groups), bit-identical to the CPU backend: every loss, loss scale,
+// gradient norm and final parameter. On the CPU it follows SP 4 × PP 2
+// (the same 4-head model without TP) to float32 summation order in fp32
+// and to bf16's rounding in bf16.
+func TestPipelineTensorUlyssesOnDevice(t *testing.T) {
+	const steps = 4
+	for _, c := range pipeTensorUlyssesDevCases() {
+		t.Run(c.String(), func(t *testing.T) {
+			want, err := pipeDevRun(t, "", c, steps)
+			require.NoError(t, err, "cpu")
+			requirePipeTrained(t, want)
+			// the bounds of TestPipelineUlyssesOnDevice; measured: fp32
+			// losses 1.8e-7, parameters 3.4e-6 (this table's lr is 10×
+			// the nn tests'); bf16 5.3e-4 and 8.8e-3
+			tol := map[string][2]float64{"": {1e-6, 5e-6}, "bf16": {3e-3, 2e-2}}[c.prec]
+			ref := withSP(withTP(c, 1), 4)
+			other, err := pipeDevRun(t, "", ref, steps)
+			require.NoError(t, err, "cpu %v", ref)
+			followsRun(t, ref.String()+" vs "+c.String(), &other.result, &want.result, tol[0], tol[1])
+			requirePipeOnSim(t, c, want, steps)
+		})
+	}
+}
+
+// TestPipelineTensorUlyssesCheckpointOnDevice: TP 2 × SP 2 × 2 stages
+// saved after 2 steps on the simulated device with kernel delays and
+// resumed there, saved there and resumed on the CPU backend, and saved on
+// the CPU and resumed on the device, trains the next 2 steps with the
+// losses of the uninterrupted CPU run and ends with its parameters, bit
+// for bit; resumed at SP 4 without TP (on the device) it follows them to
+// float32 summation order.
+func TestPipelineTensorUlyssesCheckpointOnDevice(t *testing.T) {
+	c := pipeDevCase{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, tp: 2, sp: 2}
+	pipeCheckpointAcrossDevices(t, c, func(t *testing.T, dev [2]string, dir string, want *pipeDevResult) {
+		if dev[1] != "sim" {
+			return
+		}
+		other, err := pipeDevSegment(t, dev[1], withSP(withTP(c, 1), 4), parSeg{from: 2, to: 4, load: dir})
+		require.NoError(t, err, "resume at SP 4 without TP on %s", devName(dev[1]))
+		followsRun(t, "resumed at SP 4 without TP", &pipeDevResultTail(want, 2).result, &other.result, 1e-6, 5e-6) // measured: 9.6e-9, 3.1e-6
+	})
+}

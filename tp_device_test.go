@@ -131,6 +131,18 @@ func parDevSegment(t *testing.T, dev string, c parDevCase, seg parSeg) (*result,
 		// opts[0] is WithComm(cm): the groups' options follow it and win
 		dataRank, shard := cm.Rank(), func(b model.TokenBatch) (model.TokenBatch, error) { return b, nil }
 		switch {
+		case tp > 1 && sp > 1:
+			gs, err := deepgo.TensorSequenceParallelGroups(ctx, cm, tp, sp)
+			if err != nil {
+				return err
+			}
+			for _, g := range []comm.Comm{gs.SeqData, gs.Tensor, gs.Seq} {
+				defer g.Close()
+			}
+			gc.TP, gc.SP = nn.TP{Comm: gs.Tensor}, nn.SP{Comm: gs.Seq}
+			opts = append(opts, gs.Options()...)
+			dataRank = gs.DataRank
+			shard = func(b model.TokenBatch) (model.TokenBatch, error) { return b.SequenceShard(gs.Seq.Rank(), sp) }
 		case tp > 1:
 			dc, tc, err := deepgo.TensorParallelGroups(ctx, cm, tp)
 			if err != nil {
@@ -221,7 +233,9 @@ func parDevSegment(t *testing.T, dev string, c parDevCase, seg parSeg) (*result,
 
 // parDevCases: TP 2 alone and × DP 2 at ZeRO 1-3 (with engine
 // checkpointing, and in bf16), Megatron's sequence parallelism at TP 2
-// alone and × DP 2, Ulysses SP 2 alone and × DP 2.
+// alone and × DP 2, Ulysses SP 2 alone and × DP 2, and Ulysses SP 2
+// inside TP 2 alone, × DP 2 at ZeRO 3 with engine checkpointing, and in
+// bf16.
 func parDevCases() []parDevCase {
 	return []parDevCase{
 		{tp: 2, dp: 1},
@@ -232,14 +246,18 @@ func parDevCases() []parDevCase {
 		{tp: 2, dp: 2, stage: 2, seq: true, ckpt: true},
 		{sp: 2, dp: 1},
 		{sp: 2, dp: 2, stage: 1},
+		{tp: 2, sp: 2, dp: 1},
+		{tp: 2, sp: 2, dp: 2, stage: 3, ckpt: true},
+		{tp: 2, sp: 2, dp: 1, stage: 2, prec: "bf16"},
 	}
 }
 
 // TestModelParallelOnDevice: Megatron TP (with and without Megatron's
-// sequence parallelism) and Ulysses SP train the GPT through the engine
-// on the simulated device (activations Go cannot read, so the layers'
-// host loops run on staged copies; the model's groups ordered after each
-// rank's stream), with and without randomized kernel delays, and through
+// sequence parallelism) and Ulysses SP (alone and inside TP) train the
+// GPT through the engine on the simulated device (activations Go cannot
+// read, so the layers' host loops run on staged copies; the model's
+// groups ordered after each rank's stream), with and without randomized
+// kernel delays, and through
 // WithDevice over comm/local ranks (the engine wraps the model's groups),
 // bit-identical to the same run on the CPU backend: every loss and every
 // final parameter.
@@ -265,13 +283,14 @@ func TestModelParallelOnDevice(t *testing.T) {
 }
 
 // TestModelParallelCheckpointOnDevice: a TP 2 × DP 2 run (ZeRO 1, and
-// with Megatron's sequence parallelism) and a Ulysses SP 2 run saved
+// with Megatron's sequence parallelism), a Ulysses SP 2 run and a TP 2 ×
+// SP 2 run saved
 // after 2 steps on the simulated device with kernel delays and resumed
 // there, saved there and resumed on the CPU backend, and saved on the CPU
 // and resumed on the device, train the next 2 steps with the losses of
 // the uninterrupted CPU run and end with its parameters, bit for bit.
 func TestModelParallelCheckpointOnDevice(t *testing.T) {
-	for _, c := range []parDevCase{{tp: 2, dp: 2, stage: 1}, {tp: 2, dp: 1, seq: true}, {sp: 2, dp: 1}} {
+	for _, c := range []parDevCase{{tp: 2, dp: 2, stage: 1}, {tp: 2, dp: 1, seq: true}, {sp: 2, dp: 1}, {tp: 2, sp: 2, dp: 1, stage: 1}} {
 		t.Run(c.String(), func(t *testing.T) {
 			want, err := parDevRun(t, "", c, 4)
 			require.NoError(t, err, "uninterrupted")
