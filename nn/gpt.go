@@ -26,6 +26,7 @@ type GPTConfig struct {
 	TP TP
 	// SP is the Ulysses sequence-parallel group (see ulysses.go): each
 	// rank runs on its shard of every sequence; the zero value is none.
+	// With TP, each TP rank's SP group shares that rank's heads.
 	SP SP
 }
 

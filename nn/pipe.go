@@ -63,7 +63,9 @@ func (g *GPT) inPart(i int) bool { return g.hi == 0 || (i >= g.lo && i < g.hi) }
 // exchanges over the SP group (ulysses.go). The head part's loss is the
 // mean over the SP group's tokens with the gradient of the rank's local
 // mean, as without parts; the engine reduces the gradients over the
-// sequence-data group (dp × sp ranks of a stage).
+// sequence-data group (dp × sp ranks of a stage). With both, a rank sends
+// its sequence shard of the TP-replicated stream to the rank of the same
+// TP and SP coordinates in the next stage.
 func (g *GPT) NewPart(start, stop int) (model.Part, error) {
 	n := g.Config.Layers + 2
 	if start < 0 || stop > n || start >= stop {

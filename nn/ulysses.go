@@ -3,7 +3,7 @@ package nn
 // DeepSpeed-Ulysses sequence parallelism for the GPT. Each rank of an SP
 // group holds T/sp consecutive tokens of every sequence of the micro-batch
 // (rank r: positions [r·T/sp, (r+1)·T/sp)) and a full replica of the
-// parameters. Everything but attention works token by token, so it runs on
+// parameters (of its TP shards under TP, below). Everything but attention works token by token, so it runs on
 // the local shard unchanged. Around attention, q, k and v (this rank's
 // tokens, all heads) go through an all-to-all that leaves each rank all T
 // tokens of Heads/sp heads; the attention kernel runs on those whole
@@ -16,6 +16,17 @@ package nn
 // seq_data_parallel_group) when it averages over that group, which also
 // divides out the SP degree: each rank seeds the gradient of its local mean
 // loss, and the mean of the sp local means is the mean over all tokens.
+//
+// With tensor parallelism (GPTConfig.TP too) each TP rank holds its
+// Megatron shards and heads/tp heads; within the TP rank's SP group the
+// all-to-alls move those local heads only (width C/tp, heads divisible by
+// tp × sp), and the vocabulary-parallel embedding and cross-entropy run
+// on the sequence shard over the TP group, the embedding reading its
+// position rows at the shard's offsets. The residual stream is the TP
+// group's replicated one, sharded along the sequence over SP; Megatron's
+// own sequence parallelism (TP.SequenceParallel) is refused with it, as
+// Megatron-DeepSpeed refuses --ds-sequence-parallel-size with
+// --sequence-parallel.
 //
 // In pipeline parts (NewPart) the residual stream stays sharded between
 // stages as between blocks: a stage's SP rank sends its shard to the same

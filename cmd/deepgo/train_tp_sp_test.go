@@ -66,3 +66,25 @@ func TestTrainTensorSequenceParallelResumes(t *testing.T) {
 		`"tensor_model_parallel_size": 2, "sequence_parallel_size": 1,`,
 		`"tensor_model_parallel_size": 1, "sequence_parallel_size": 2,`)
 }
+
+// With pipeline_model_parallel_size 2 too, `deepgo train` runs TP 2 × SP
+// 2 × PP 2 × 2 data-parallel ranks (16 in-process ranks on
+// deepgo.PipeTensorSequenceParallelGroups' grid) and ends at SP 4 × PP 2's
+// final loss (the same 4-head model without TP) to float32 summation
+// order; on the simulated device it ends at the CPU's final loss to the
+// last bit.
+func TestTrainTensorUlyssesPipeline(t *testing.T) {
+	dir := t.TempDir()
+	pp := `"pipeline_model_parallel_size": 2,`
+	ref, _ := trainParallel(t, dir, "sequence_parallel_size", 4, pp)
+	r, out := trainParallel(t, dir, "sequence_parallel_size", 2, pp+` "tensor_model_parallel_size": 2,`)
+	assert.Equal(t, 16, r.Ranks)
+	assert.Contains(t, out, "pipeline: 2 stages x 2 data-parallel ranks")
+	assert.Contains(t, out, "tensor parallel: 2 ranks x 2 data-parallel ranks")
+	assert.Contains(t, out, "sequence parallel (Ulysses): 2 ranks x 2 data-parallel ranks, 8 tokens of each sequence per rank")
+	rel := math.Abs(r.FinalLoss-ref.FinalLoss) / ref.FinalLoss
+	t.Logf("final loss TP 2 x SP 2 x PP 2 %.17g, SP 4 x PP 2 %.17g (rel %.3g)", r.FinalLoss, ref.FinalLoss, rel)
+	assert.LessOrEqual(t, rel, 1e-5, "final loss")
+	sim, _ := trainParallelOn(t, "sim", dir, "sequence_parallel_size", 2, pp+` "tensor_model_parallel_size": 2,`)
+	assert.Equal(t, r.FinalLoss, sim.FinalLoss, "final loss cpu vs sim")
+}
