@@ -32,61 +32,13 @@ func (r spRun) String() string {
 }
 
 // spCurve trains tpGPT (4 heads, 8 tokens) with the engine over
-// r.sp × r.dp in-process ranks (SequenceParallelGroups' layout): each SP
-// rank takes its sequence shard of its data rank's micro-batch. It returns
-// rank 0's losses and parameters.
+// r.sp × r.dp in-process ranks (SequenceParallelGroups' layout, which is
+// TensorSequenceParallelGroups' at TP 1): each SP rank takes its sequence
+// shard of its data rank's micro-batch. It returns rank 0's losses and
+// parameters.
 func spCurve(t *testing.T, r spRun, steps int, clip float64, corpus *data.Tokens) ([]float64, map[string][]float32) {
 	t.Helper()
-	cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": 1,
-		"gradient_clipping": %g, "zero_optimization": {"stage": %d, "reduce_bucket_size": 500},
-		"sequence_parallel_size": %d, %s
-		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`, eqB/r.dp, clip, r.stage, r.sp, r.prec, eqLR, eqWD)
-	losses := make([]float64, steps)
-	var params map[string][]float32
-	err := local.Run(context.Background(), r.sp*r.dp, local.Options{Timeout: 60 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
-		cfg, err := config.Parse([]byte(cfgJSON))
-		if err != nil {
-			return err
-		}
-		sdc, sc, dataRank, err := deepgo.SequenceParallelGroups(ctx, c, r.sp)
-		if err != nil {
-			return err
-		}
-		gc := tpGPT(corpus.Vocab)
-		gc.SP = nn.SP{Comm: sc}
-		gc.Checkpointing.Enabled = r.ckpt
-		gc.AttentionWindow = r.window
-		g, err := nn.NewReadyGPT(gc, nil, eqSeed)
-		if err != nil {
-			return err
-		}
-		defer g.Free()
-		e, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithComm(sdc), deepgo.WithSequenceParallel(sc))
-		if err != nil {
-			return err
-		}
-		defer e.Close()
-		var shardErr error
-		ps, err := trainSteps(ctx, e, losses, c.Rank() == 0, func(step int) model.TokenBatch {
-			b, err := eqBatch(corpus, step, r.dp, dataRank).SequenceShard(sc.Rank(), r.sp)
-			if err != nil {
-				shardErr = err
-			}
-			return b
-		})
-		if err != nil {
-			return err
-		}
-		if shardErr != nil {
-			return shardErr
-		}
-		if c.Rank() == 0 {
-			params = ps
-		}
-		return nil
-	})
-	require.NoError(t, err, "%v", r)
-	return losses, params
+	return tspCurve(t, tspRun{tp: 1, sp: r.sp, dp: r.dp, stage: r.stage, ckpt: r.ckpt, window: r.window, extra: r.prec}, steps, clip, corpus)
 }
 
 // The GPT with Ulysses sequence parallelism over 2 and 4 ranks, alone and
@@ -146,60 +98,90 @@ func TestGPTSequenceParallelHalf(t *testing.T) {
 // (each its local mean's) averaged over the group are the unsharded
 // model's, to float32 summation order.
 func TestGPTSequenceParallelGradients(t *testing.T) {
+	b, wantLoss, want := unshardedGrads(t)
+	for _, sp := range []int{2, 4} {
+		grads := shardedGrads(t, sp, b, wantLoss, func(_ context.Context, c comm.Comm) (nn.GPTConfig, comm.Comm, error) {
+			cfg := tpGPT(32)
+			cfg.SP = nn.SP{Comm: c}
+			return cfg, c, nil
+		})
+		rel := relNorm(want, meanGrads(grads))
+		t.Logf("sp %d: gradient rel %.3g", sp, rel)
+		assert.LessOrEqual(t, rel, 1e-6, "sp %d: averaged gradients vs unsharded", sp)
+	}
+}
+
+// unshardedGrads is one forward and backward of the unsharded tpGPT(32)
+// on the first batch: the batch, the loss and the flattened gradients.
+func unshardedGrads(t *testing.T) (model.TokenBatch, float32, []float32) {
+	t.Helper()
 	mk, err := data.NewMarkov(32, 1, 2, 3)
 	require.NoError(t, err)
 	corpus := &data.Tokens{IDs: mk.Generate(2000, 4), Vocab: 32}
 	b := eqBatch(corpus, 0, 1, 0)
-	be, err := backend.NewCPU(1)
-	require.NoError(t, err)
-	defer be.Close()
-	ref, err := nn.NewReadyGPT(tpGPT(32), be, eqSeed)
-	require.NoError(t, err)
-	defer ref.Free()
-	wantLoss, err := ref.Forward(nil, b.Inputs, b.Targets, b.B, b.T)
+	ref := unshardedGPT(t)
+	loss, err := ref.Forward(nil, b.Inputs, b.Targets, b.B, b.T)
 	require.NoError(t, err)
 	require.NoError(t, ref.Backward(nil))
-	want := flatParams(gradsOf(t, ref))
-	for _, sp := range []int{2, 4} {
-		sum := make([][]float32, sp)
-		err := local.Run(context.Background(), sp, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
-			cfg := tpGPT(32)
-			cfg.SP = nn.SP{Comm: c}
-			g, err := nn.NewReadyGPT(cfg, c.(interface{ Backend() backend.Backend }).Backend(), eqSeed)
-			if err != nil {
-				return err
-			}
-			defer g.Free()
-			mb, err := b.SequenceShard(c.Rank(), sp)
-			if err != nil {
-				return err
-			}
-			loss, err := g.Forward(nil, mb.Inputs, mb.Targets, mb.B, mb.T)
-			if err != nil {
-				return err
-			}
-			if err := g.Backward(nil); err != nil {
-				return err
-			}
-			if d := float64(loss-wantLoss) / float64(wantLoss); d > 1e-6 || d < -1e-6 {
-				return fmt.Errorf("sp %d rank %d: loss %v, unsharded %v", sp, c.Rank(), loss, wantLoss)
-			}
-			sum[c.Rank()] = flatParams(gradsOf(t, g))
-			return nil
-		})
-		require.NoError(t, err, "sp %d", sp)
-		got := make([]float32, len(want))
-		for i := range got {
-			var s float64
-			for r := range sp {
-				s += float64(sum[r][i])
-			}
-			got[i] = float32(s / float64(sp))
+	return b, loss, flatParams(gradsOf(t, ref))
+}
+
+// shardedGrads runs one forward and backward of the GPT that build makes
+// for each of n in-process ranks on b, cut to the rank's sequence shard
+// over the group build returns with it (nil: whole), without an engine.
+// Every rank's loss must be wantLoss to 1e-6 relative; it returns each
+// rank's gradients, unsharded over its TP group and flattened.
+func shardedGrads(t *testing.T, n int, b model.TokenBatch, wantLoss float32, build func(ctx context.Context, c comm.Comm) (nn.GPTConfig, comm.Comm, error)) [][]float32 {
+	t.Helper()
+	out := make([][]float32, n)
+	err := local.Run(context.Background(), n, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+		cfg, seq, err := build(ctx, c)
+		if err != nil {
+			return err
 		}
-		rel := relNorm(want, got)
-		t.Logf("sp %d: gradient rel %.3g", sp, rel)
-		assert.LessOrEqual(t, rel, 1e-6, "sp %d: averaged gradients vs unsharded", sp)
+		g, err := nn.NewReadyGPT(cfg, c.(interface{ Backend() backend.Backend }).Backend(), eqSeed)
+		if err != nil {
+			return err
+		}
+		defer g.Free()
+		mb := b
+		if seq != nil {
+			if mb, err = b.SequenceShard(seq.Rank(), seq.Size()); err != nil {
+				return err
+			}
+		}
+		loss, err := g.Forward(nil, mb.Inputs, mb.Targets, mb.B, mb.T)
+		if err != nil {
+			return err
+		}
+		if err := g.Backward(nil); err != nil {
+			return err
+		}
+		if l := maxLossRel([]float64{float64(wantLoss)}, []float64{float64(loss)}); l > 1e-6 {
+			return fmt.Errorf("rank %d: loss %v, unsharded %v", c.Rank(), loss, wantLoss)
+		}
+		full, err := g.Unshard(ctx, gradsOf(t, g))
+		if err != nil {
+			return err
+		}
+		out[c.Rank()] = flatParams(full)
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// meanGrads is the element-wise mean of the ranks' gradients, in float64.
+func meanGrads(grads [][]float32) []float32 {
+	out := make([]float32, len(grads[0]))
+	for i := range out {
+		var s float64
+		for _, g := range grads {
+			s += float64(g[i])
+		}
+		out[i] = float32(s / float64(len(grads)))
 	}
+	return out
 }
 
 func gradsOf(t *testing.T, g *nn.GPT) map[string][]float32 {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo"
-	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
@@ -24,6 +23,7 @@ import (
 type tspRun struct {
 	tp, sp, dp, stage int
 	ckpt              bool
+	window            int    // the model's attention window (0: full)
 	extra             string // more config (a precision section), with its trailing comma
 }
 
@@ -76,6 +76,7 @@ func (s tspSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[strin
 			opts = append(opts, deepgo.WithSequenceParallel(gs.Seq))
 		}
 		gc.Checkpointing.Enabled = r.ckpt
+		gc.AttentionWindow = r.window
 		g, err := nn.NewReadyGPT(gc, nil, s.seed)
 		if err != nil {
 			return err
@@ -189,69 +190,20 @@ func TestGPTTensorSequenceParallelBF16(t *testing.T) {
 // model's to float32 summation order; with the model's own block
 // checkpointing too (its exchanges and TP collectives run again).
 func TestGPTTensorSequenceParallelGradients(t *testing.T) {
-	mk, err := data.NewMarkov(32, 1, 2, 3)
-	require.NoError(t, err)
-	corpus := &data.Tokens{IDs: mk.Generate(2000, 4), Vocab: 32}
-	b := eqBatch(corpus, 0, 1, 0)
-	ref := unshardedGPT(t)
-	wantLoss, err := ref.Forward(nil, b.Inputs, b.Targets, b.B, b.T)
-	require.NoError(t, err)
-	require.NoError(t, ref.Backward(nil))
-	want := flatParams(gradsOf(t, ref))
-	for _, tc := range []struct {
-		tp, sp int
-		ckpt   bool
-	}{{2, 2, false}, {2, 2, true}} {
-		n := tc.tp * tc.sp
-		sums := make([][]float32, n)
-		err := local.Run(context.Background(), n, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
-			gs, err := deepgo.TensorSequenceParallelGroups(ctx, c, tc.tp, tc.sp)
-			if err != nil {
-				return err
-			}
+	b, wantLoss, want := unshardedGrads(t)
+	for _, ckpt := range []bool{false, true} {
+		grads := shardedGrads(t, 4, b, wantLoss, func(ctx context.Context, c comm.Comm) (nn.GPTConfig, comm.Comm, error) {
+			gs, err := deepgo.TensorSequenceParallelGroups(ctx, c, 2, 2)
 			cfg := tpGPT(32)
 			cfg.TP, cfg.SP = nn.TP{Comm: gs.Tensor}, nn.SP{Comm: gs.Seq}
-			cfg.Checkpointing.Enabled = tc.ckpt
-			g, err := nn.NewReadyGPT(cfg, c.(interface{ Backend() backend.Backend }).Backend(), eqSeed)
-			if err != nil {
-				return err
-			}
-			defer g.Free()
-			mb, err := b.SequenceShard(gs.Seq.Rank(), tc.sp)
-			if err != nil {
-				return err
-			}
-			loss, err := g.Forward(nil, mb.Inputs, mb.Targets, mb.B, mb.T)
-			if err != nil {
-				return err
-			}
-			if err := g.Backward(nil); err != nil {
-				return err
-			}
-			if l := maxLossRel([]float64{float64(wantLoss)}, []float64{float64(loss)}); l > 1e-6 {
-				return fmt.Errorf("rank %d: loss %v, unsharded %v", c.Rank(), loss, wantLoss)
-			}
-			full, err := g.Unshard(ctx, gradsOf(t, g))
-			if err != nil {
-				return err
-			}
-			sums[c.Rank()] = flatParams(full)
-			return nil
+			cfg.Checkpointing.Enabled = ckpt
+			return cfg, gs.Seq, err
 		})
-		require.NoError(t, err, "%+v", tc)
-		got := make([]float32, len(want))
-		for i := range got {
-			var s float64
-			for r := range n {
-				s += float64(sums[r][i])
-			}
-			// every TP rank holds the full (unsharded) gradient of its SP
-			// rank's tokens: the mean over all ranks is the SP average
-			got[i] = float32(s / float64(n))
-		}
-		rel := relNorm(want, got)
-		t.Logf("tp %d sp %d ckpt %v: gradient rel %.3g", tc.tp, tc.sp, tc.ckpt, rel)
-		assert.LessOrEqual(t, rel, 1e-6, "%+v: gradients vs unsharded", tc)
+		// every TP rank holds the full (unsharded) gradient of its SP
+		// rank's tokens: the mean over all ranks is the SP average
+		rel := relNorm(want, meanGrads(grads))
+		t.Logf("tp 2 sp 2 ckpt %v: gradient rel %.3g", ckpt, rel)
+		assert.LessOrEqual(t, rel, 1e-6, "ckpt %v: gradients vs unsharded", ckpt)
 	}
 }
 
