@@ -110,6 +110,19 @@ func TestGPTTensorParallelEquivalence(t *testing.T) {
 	runs := []tpRun{{tp: 2, dp: 1}, {tp: 4, dp: 1, stage: 1}, {tp: 2, dp: 2}, {tp: 2, dp: 2, stage: 1},
 		{tp: 2, dp: 2, stage: 2}, {tp: 4, dp: 1, stage: 2}, {tp: 2, dp: 2, stage: 1, ckpt: true},
 		{tp: 2, dp: 2, stage: 3}, {tp: 2, dp: 1, stage: 3}, {tp: 2, dp: 2, stage: 3, ckpt: true}}
+	requireCurvesFollowPlain(t, corpus, steps, runs, func(t *testing.T, r tpRun, clip float64) ([]float64, map[string][]float32) {
+		loss, params, _ := tpCurve(t, r, steps, clip, corpus)
+		return loss, params
+	}, lossTol, paramTol)
+}
+
+// requireCurvesFollowPlain trains tpGPT with the plain loop for steps
+// steps at gradient_clipping 1.0 and mixedClip and requires each of runs'
+// curves (losses and parameters unsharded) at that clip to follow it
+// (requireFollowsPlain).
+func requireCurvesFollowPlain[R fmt.Stringer](t *testing.T, corpus *data.Tokens, steps int, runs []R,
+	curve func(t *testing.T, r R, clip float64) ([]float64, map[string][]float32), lossTol, paramTol float64) {
+	t.Helper()
 	for _, clip := range []float64{1.0, mixedClip} {
 		plainLoss, plainParams, clipped := plainGPT(t, tpGPT(corpus.Vocab), eqSeed, steps, clip, func(step int) model.TokenBatch {
 			return eqBatch(corpus, step, 1, 0)
@@ -118,7 +131,7 @@ func TestGPTTensorParallelEquivalence(t *testing.T) {
 		want := flatParams(plainParams)
 		for _, r := range runs {
 			t.Run(fmt.Sprintf("clip%g-%v", clip, r), func(t *testing.T) {
-				loss, params, _ := tpCurve(t, r, steps, clip, corpus)
+				loss, params := curve(t, r, clip)
 				requireFollowsPlain(t, fmt.Sprintf("%v clip %g", r, clip), plainLoss, loss, want, flatParams(params), lossTol, paramTol)
 			})
 		}

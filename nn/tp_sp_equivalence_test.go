@@ -133,19 +133,9 @@ func TestGPTTensorSequenceParallelEquivalence(t *testing.T) {
 			}
 		}
 	}
-	for _, clip := range []float64{1.0, mixedClip} {
-		plainLoss, plainParams, clipped := plainGPT(t, tpGPT(corpus.Vocab), eqSeed, steps, clip, func(step int) model.TokenBatch {
-			return eqBatch(corpus, step, 1, 0)
-		})
-		t.Logf("gradient_clipping %g: the plain run clipped %d of %d steps", clip, clipped, steps)
-		want := flatParams(plainParams)
-		for _, r := range runs {
-			t.Run(fmt.Sprintf("clip%g-%v", clip, r), func(t *testing.T) {
-				loss, params := tspCurve(t, r, steps, clip, corpus)
-				requireFollowsPlain(t, fmt.Sprintf("%v clip %g", r, clip), plainLoss, loss, want, flatParams(params), lossTol, paramTol)
-			})
-		}
-	}
+	requireCurvesFollowPlain(t, corpus, steps, runs, func(t *testing.T, r tspRun, clip float64) ([]float64, map[string][]float32) {
+		return tspCurve(t, r, steps, clip, corpus)
+	}, lossTol, paramTol)
 }
 
 // Under bf16 the TP × SP ranks compute on the bf16 weights. Against the
