@@ -117,18 +117,19 @@ func (b *Backend) Scale(xs []*tensor.Tensor, alpha float32) error {
 	return b.err("dg_cuda_scale", C.dg_cuda_scale(b.ctx, cdt(t), ptrList(p), i64List(n), C.int(len(n)), C.float(alpha)))
 }
 
-// Axpy does ys[i] += alpha * xs[i]; xs and ys must share one dtype here
-// (the CPU backend also adds across dtypes).
+// Axpy does ys[i] += alpha * xs[i]; xs and ys may differ in dtype (each
+// y rounded to its dtype once, as the CPU backend does: the GPT adds its
+// float32 tied-embedding share into a half gradient).
 func (b *Backend) Axpy(alpha float32, xs, ys []*tensor.Tensor) error {
 	const op = "Axpy"
 	if err := sameLens(op, "xs", "ys", len(xs), len(ys)); err != nil {
 		return err
 	}
-	t, xp, xn, err := floatList(op, "xs", xs, b.Device())
+	xt, xp, xn, err := floatList(op, "xs", xs, b.Device())
 	if err != nil {
 		return err
 	}
-	yp, yn, err := listLike(op, "ys", ys, b.Device(), t, "xs[0]")
+	yt, yp, yn, err := floatList(op, "ys", ys, b.Device())
 	if err != nil {
 		return err
 	}
@@ -137,7 +138,7 @@ func (b *Backend) Axpy(alpha float32, xs, ys []*tensor.Tensor) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.err("dg_cuda_axpy", C.dg_cuda_axpy(b.ctx, cdt(t), C.float(alpha), ptrList(xp), ptrList(yp), i64List(xn), C.int(len(xn))))
+	return b.err("dg_cuda_axpy", C.dg_cuda_axpy_mixed(b.ctx, cdt(xt), cdt(yt), C.float(alpha), ptrList(xp), ptrList(yp), i64List(xn), C.int(len(xn))))
 }
 
 // results returns the device result buffer with room for n float64s.

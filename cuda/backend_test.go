@@ -174,6 +174,29 @@ func TestScaleAxpy(t *testing.T) {
 	}
 }
 
+// Axpy adds across dtypes as the CPU backend does (the GPT adds its
+// float32 tied-embedding share into a bf16 or f16 gradient): same bits.
+func TestAxpyMixed(t *testing.T) {
+	cpu, gpu := setup(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, n := range sizes {
+		for _, xt := range floats {
+			for _, yt := range floats {
+				if xt == yt {
+					continue
+				}
+				hx, dx := lists(t, r, xt, n, false)
+				hy, dy := lists(t, r, yt, n, false)
+				require.NoError(t, cpu.Axpy(0.75, hx, hy))
+				require.NoError(t, gpu.Axpy(0.75, dx, dy))
+				for i := range hy {
+					same(t, "axpy "+xt.String()+" into "+yt.String(), hy[i], dy[i], true)
+				}
+			}
+		}
+	}
+}
+
 func TestSumSquaresNonFinite(t *testing.T) {
 	cpu, gpu := setup(t)
 	r := rand.New(rand.NewPCG(5, 6))

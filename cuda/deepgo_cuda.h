@@ -117,6 +117,10 @@ dg_status dg_cuda_cast(dg_cuda_ctx *ctx, dg_dtype src, dg_dtype dst, const void 
 dg_status dg_cuda_scale(dg_cuda_ctx *ctx, dg_dtype t, void *const *xs, const int64_t *ns, int count, float alpha);
 dg_status dg_cuda_axpy(dg_cuda_ctx *ctx, dg_dtype t, float alpha, const void *const *xs, void *const *ys,
 		       const int64_t *ns, int count);
+/* dg_cuda_axpy_mixed: xs of dtype tx into ys of dtype ty, each y rounded to
+ * ty once (deepgo.h's dg_axpy_mixed) */
+dg_status dg_cuda_axpy_mixed(dg_cuda_ctx *ctx, dg_dtype tx, dg_dtype ty, float alpha, const void *const *xs,
+			     void *const *ys, const int64_t *ns, int count);
 /* dg_cuda_sumsq writes, in DEVICE memory, the total to *total and (per !=
  * NULL) each tensor's sum to per[i]. Deterministic: fixed chunks of
  * DG_CUDA_CHUNK elements, a fixed-shape tree inside each chunk, then the

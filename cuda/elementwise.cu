@@ -54,15 +54,18 @@ template <dg_dtype T> struct ScaleOp {
 	}
 };
 
-template <dg_dtype T> struct AxpyOp {
+/* y = narrow(dg_axpy_f32(alpha, widen(x), widen(y))): the CPU's
+ * dg_axpy_mixed, which adds a float32 list into a half one as well */
+template <dg_dtype TX, dg_dtype TY> struct AxpyOp {
 	float alpha;
 	__device__ void operator()(void *const *p, int64_t lo, int64_t hi, int64_t) const
 	{
-		const typename Elem<T>::S *x = (const typename Elem<T>::S *)p[0];
-		typename Elem<T>::S *y = (typename Elem<T>::S *)p[1];
+		const typename Elem<TX>::S *x = (const typename Elem<TX>::S *)p[0];
+		typename Elem<TY>::S *y = (typename Elem<TY>::S *)p[1];
 		DG_FOR_STEPS(lo, hi, b)
 		{
-			typename Elem<T>::S rx[DG_CU_ILP], ry[DG_CU_ILP];
+			typename Elem<TX>::S rx[DG_CU_ILP];
+			typename Elem<TY>::S ry[DG_CU_ILP];
 #pragma unroll
 			for (int k = 0; k < DG_CU_ILP; k++) {
 				int64_t i = DG_STEP_INDEX(b, k);
@@ -75,7 +78,7 @@ template <dg_dtype T> struct AxpyOp {
 			for (int k = 0; k < DG_CU_ILP; k++) {
 				int64_t i = DG_STEP_INDEX(b, k);
 				if (i < hi)
-					y[i] = Elem<T>::store(dg_axpy_f32(alpha, Elem<T>::load(rx[k]), Elem<T>::load(ry[k])));
+					y[i] = Elem<TY>::store(dg_axpy_f32(alpha, Elem<TX>::load(rx[k]), Elem<TY>::load(ry[k])));
 			}
 		}
 	}
@@ -133,25 +136,42 @@ dg_status dg_cuda_scale(dg_cuda_ctx *ctx, dg_dtype t, void *const *xs, const int
 	return DG_CU_FLOAT_DISPATCH(t, scale_as, ctx, xs, ns, count, alpha);
 }
 
-template <dg_dtype T>
-static dg_status axpy_as(dg_cuda_ctx *ctx, float alpha, const void *const *xs, void *const *ys, const int64_t *ns,
+template <dg_dtype TX, dg_dtype TY>
+static dg_status axpy_to(dg_cuda_ctx *ctx, float alpha, const void *const *xs, void *const *ys, const int64_t *ns,
 			 int count)
 {
 	const void *const *lists[2] = {xs, (const void *const *)ys};
-	AxpyOp<T> op = {alpha};
+	AxpyOp<TX, TY> op = {alpha};
 	return mta_apply<2>(ctx, lists, ns, count, op, NULL);
 }
 
-dg_status dg_cuda_axpy(dg_cuda_ctx *ctx, dg_dtype t, float alpha, const void *const *xs, void *const *ys,
-		       const int64_t *ns, int count)
+template <dg_dtype TX>
+static dg_status axpy_from(dg_cuda_ctx *ctx, dg_dtype ty, float alpha, const void *const *xs, void *const *ys,
+			   const int64_t *ns, int count)
+{
+	switch (ty) {
+	case DG_F32: return axpy_to<TX, DG_F32>(ctx, alpha, xs, ys, ns, count);
+	case DG_F16: return axpy_to<TX, DG_F16>(ctx, alpha, xs, ys, ns, count);
+	default: return axpy_to<TX, DG_BF16>(ctx, alpha, xs, ys, ns, count);
+	}
+}
+
+dg_status dg_cuda_axpy_mixed(dg_cuda_ctx *ctx, dg_dtype tx, dg_dtype ty, float alpha, const void *const *xs,
+			     void *const *ys, const int64_t *ns, int count)
 {
 	DG_CU_ENTER(ctx);
-	if (!dg_cu_is_float(t))
-		return dg_cu_invalid(ctx, DG_ERR_DTYPE, "dg_cuda_axpy", "dtype: allowed F32, F16, BF16");
+	if (!dg_cu_is_float(tx) || !dg_cu_is_float(ty))
+		return dg_cu_invalid(ctx, DG_ERR_DTYPE, "dg_cuda_axpy", "dtypes: allowed F32, F16, BF16");
 	dg_status s = dg_cu_check_list(ctx, "dg_cuda_axpy", xs, ns, count);
 	if (s == DG_OK)
 		s = dg_cu_check_list(ctx, "dg_cuda_axpy", (const void *const *)ys, ns, count);
 	if (s != DG_OK)
 		return s;
-	return DG_CU_FLOAT_DISPATCH(t, axpy_as, ctx, alpha, xs, ys, ns, count);
+	return DG_CU_FLOAT_DISPATCH(tx, axpy_from, ctx, ty, alpha, xs, ys, ns, count);
+}
+
+dg_status dg_cuda_axpy(dg_cuda_ctx *ctx, dg_dtype t, float alpha, const void *const *xs, void *const *ys,
+		       const int64_t *ns, int count)
+{
+	return dg_cuda_axpy_mixed(ctx, t, t, alpha, xs, ys, ns, count);
 }
