@@ -15,15 +15,18 @@ struct ReduceArgs {
 };
 
 /* red_f32 is csrc's: MAX/MIN keep the first NaN met (acc if it already is
- * one) and ties keep acc, so max(-0, +0) with -0 first is -0. */
+ * one), quieted as the CPU quiets it (a signalling payload would otherwise
+ * survive on the GPU alone), and ties keep acc, so max(-0, +0) with -0
+ * first is -0. SUM is left to the hardware: gpucheck accepts any NaN there,
+ * since the GPU's adder returns its canonical NaN. */
 template <int OP> static __device__ __forceinline__ float red_f32(float acc, float v)
 {
 	if (OP == DG_SUM)
 		return acc + v;
 	if (acc != acc)
-		return acc;
+		return dg_bits_f32(dg_f32_bits(acc) | 0x400000u);
 	if (v != v)
-		return v;
+		return dg_bits_f32(dg_f32_bits(v) | 0x400000u);
 	if (OP == DG_MAX)
 		return v > acc ? v : acc;
 	return v < acc ? v : acc;
