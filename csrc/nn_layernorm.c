@@ -33,7 +33,7 @@ typedef struct ln_job {
  * GPT's rows (C = 384) spent most of LayerNorm there. The order is fixed by
  * C alone, and every ISA's copy runs it lane for lane (no reassociation),
  * so the bits do not depend on the ISA or the thread count. */
-#define LN_LANES 16
+#define LN_LANES 16 /* cuda/nn.cuh NN_LANES runs the same lanes and tree */
 
 /* A row's LN_LANES partial sums are one vector (GCC's vector extension:
  * one zmm on AVX-512, two ymm on AVX2, four xmm on the baseline, the same

@@ -47,6 +47,40 @@ template <typename T> static __device__ __forceinline__ T nn_seq_add(T acc, T v,
 	return acc;
 }
 
+/* NN_LANES is csrc/nn_layernorm.c's LN_LANES: a LayerNorm row sums in 16
+ * interleaved partial sums, element i into partial i % 16 in index order,
+ * then a fixed pairwise tree (partial l += partial l + w, w = 8, 4, 2, 1).
+ * A warp holds partial l in lane l: a 32-element chunk's elements l and
+ * l + 16 both belong to it, added in that order. */
+#define NN_LANES 16
+
+/* nn_lanes_add adds the chunk base..base+m (base a multiple of 32, m 1..32,
+ * lane j holding v for element base + j) into the partials of lanes
+ * 0..15; lanes 16..31 hold nothing. All 32 lanes must call it. */
+template <typename T> static __device__ __forceinline__ T nn_lanes_add(T acc, T v, int m)
+{
+	int lane = threadIdx.x % 32;
+	T hi = __shfl_down_sync(NN_FULL, v, NN_LANES);
+	if (lane < NN_LANES && lane < m)
+		acc += v;
+	if (lane < NN_LANES && lane + NN_LANES < m)
+		acc += hi;
+	return acc;
+}
+
+/* nn_lanes_sum folds lanes 0..15's partials in the CPU's tree and returns
+ * the sum to every lane. All 32 lanes must call it. */
+template <typename T> static __device__ __forceinline__ T nn_lanes_sum(T acc)
+{
+	int lane = threadIdx.x % 32;
+	for (int w = NN_LANES / 2; w >= 1; w /= 2) {
+		T o = __shfl_down_sync(NN_FULL, acc, w);
+		if (lane < w)
+			acc += o;
+	}
+	return __shfl_sync(NN_FULL, acc, 0);
+}
+
 /* nn_warp_max combines the lanes' running maxima as the CPU's
  * `if (x > mx) mx = x` does: NaNs never win. The value does not depend on
  * the order (only a tie of +0 and -0 could pick either sign, and every use

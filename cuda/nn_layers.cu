@@ -47,7 +47,8 @@ dg_status nn_ids_flag(dg_cuda_ctx *ctx, const int32_t *ids, int64_t n, int64_t v
 
 /* ---- layernorm ----------------------------------------------------------- */
 
-/* one warp per row: mean and variance in double, summed in index order */
+/* one warp per row: mean and variance in double, summed in the CPU's 16
+ * interleaved lanes and tree (nn_lanes_add) */
 __global__ void __launch_bounds__(NN_BLOCK)
 	ln_fwd(float *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
 	       const float *__restrict__ inp, const float *__restrict__ w, const float *__restrict__ b, float eps,
@@ -62,16 +63,16 @@ __global__ void __launch_bounds__(NN_BLOCK)
 	for (int64_t base = 0; base < c; base += 32) {
 		int64_t i = base + lane;
 		double xi = i < c ? (double)x[i] : 0.0;
-		m = nn_seq_add(m, xi, (int)min((int64_t)32, c - base));
+		m = nn_lanes_add(m, xi, (int)min((int64_t)32, c - base));
 	}
-	m /= (double)c;
+	m = nn_lanes_sum(m) / (double)c;
 	double var = 0.0;
 	for (int64_t base = 0; base < c; base += 32) {
 		int64_t i = base + lane;
 		double d = i < c ? x[i] - m : 0.0;
-		var = nn_seq_add(var, d * d, (int)min((int64_t)32, c - base));
+		var = nn_lanes_add(var, d * d, (int)min((int64_t)32, c - base));
 	}
-	var /= (double)c;
+	var = nn_lanes_sum(var) / (double)c;
 	float s = (float)(1.0 / sqrt(var + (double)eps));
 	float mf = (float)m;
 	float *o = out + r * c;
@@ -97,7 +98,8 @@ dg_status dg_cuda_nn_layernorm_forward(dg_cuda_ctx *ctx, float *out, float *mean
 	return DG_OK;
 }
 
-/* one warp per row: dx += (dnorm - mean(dnorm) - norm * mean(dnorm*norm)) * rstd */
+/* one warp per row: dx += (dnorm - mean(dnorm) - norm * mean(dnorm*norm)) * rstd,
+ * the two means summed in the CPU's lanes (nn_lanes_add) */
 __global__ void __launch_bounds__(NN_BLOCK)
 	ln_dinp(float *__restrict__ dinp, const float *__restrict__ dout, const float *__restrict__ inp,
 		const float *__restrict__ w, const float *__restrict__ mean, const float *__restrict__ rstd,
@@ -118,11 +120,11 @@ __global__ void __launch_bounds__(NN_BLOCK)
 			dn = w[i] * d[i];
 		}
 		int k = (int)min((int64_t)32, c - base);
-		a = nn_seq_add(a, dn, k);
-		bsum = nn_seq_add(bsum, dn * norm, k);
+		a = nn_lanes_add(a, dn, k);
+		bsum = nn_lanes_add(bsum, dn * norm, k);
 	}
-	a /= (float)c;
-	bsum /= (float)c;
+	a = nn_lanes_sum(a) / (float)c;
+	bsum = nn_lanes_sum(bsum) / (float)c;
 	float *dx = dinp + r * c;
 	for (int64_t i = lane; i < c; i += 32) {
 		float norm = dg_nn_ln_norm(x[i], m, s);
