@@ -189,8 +189,10 @@ dg_status dg_cuda_unscale_check(dg_cuda_ctx *ctx, dg_dtype t, void *const *xs, c
  * twin's exact order (warp-cooperative loads, then the adds in sequence; no
  * float atomics), on dg_nn_math.h's element math, so results are
  * deterministic and match the CPU bit for bit except where log (CUDA's vs
- * glibc's, a few ulp) or cuBLAS's summation order enter; tanh and exp are
- * dg_nn_math.h's own arithmetic on both sides.
+ * glibc's, a few ulp) or a BLAS's summation order enter (cuBLAS here;
+ * OpenBLAS in the CPU's matmuls and attention tiles, so attention agrees
+ * to ~1e-6 relative, not bit for bit); tanh and exp are dg_nn_math.h's own
+ * arithmetic on both sides.
  *
  * Tokens and targets live on the device, so their range check cannot return
  * a status without a wait: a kernel checks them on the stream first, and if

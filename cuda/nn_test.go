@@ -274,7 +274,8 @@ func TestNNAttention(t *testing.T) {
 		dout, dqkv := e.f32(b*tt*c, 1), e.f32(b*tt*3*c, 1)
 		e.ok("cpu", e.cpu.AttentionBackward(dqkv.h.Ptr(), dout.h.Ptr(), qkv.h.Ptr(), att.h.Ptr(), b, tt, nh, hs, win))
 		e.ok("gpu", e.gk.AttentionBackward(dqkv.d, dout.d, qkv.d, att.d, b, tt, nh, hs, win))
-		e.exact("attention dqkv", dqkv)
+		// the CPU's tiles sum through OpenBLAS's sgemm (its order, not ours)
+		e.normwise("attention dqkv", dqkv, 1e-5)
 	}
 }
 
