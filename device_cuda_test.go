@@ -53,7 +53,8 @@ func TestDeviceEquivalenceCUDA(t *testing.T) {
 // trains 50 steps on GPU 0 as on the CPU: losses within 1e-4 relative per
 // step and parameters within 1e-3 norm-wise (cuBLAS sums in another order
 // than the CPU's tiles; 50 Adam steps compound that), fp32 ZeRO-2 and
-// bf16 ZeRO-3 (bf16 bounds: 1e-2).
+// bf16 ZeRO-3 (bf16 bounds: 1e-2), the attention's key biases aside
+// (withoutKeyBias: their gradient is rounding noise).
 func TestGPTOnCUDA(t *testing.T) {
 	needGPU(t)
 	for _, c := range []struct {
@@ -64,8 +65,10 @@ func TestGPTOnCUDA(t *testing.T) {
 		t.Run(fmt.Sprintf("world%d/stage%d/%s", c.world, c.stage, c.prec), func(t *testing.T) {
 			want := gptRun(t, "", c.world, c.stage, c.prec, 0, 50)
 			got := gptRun(t, "cuda", c.world, c.stage, c.prec, 0, 50)
+			kd, _ := relDiff(keyBiases(want.params), keyBiases(got.params))
+			want.params, got.params = withoutKeyBias(want.params), withoutKeyBias(got.params)
 			ld, pd := compareRuns(t, "cuda vs cpu", want, got, c.tol, 10*c.tol)
-			t.Logf("loss %.4f -> %.4f; cuda vs cpu: loss %.2e param %.2e", want.losses[0], want.losses[49], ld, pd)
+			t.Logf("loss %.4f -> %.4f; cuda vs cpu: loss %.2e param %.2e (key biases %.2e)", want.losses[0], want.losses[49], ld, pd, kd)
 		})
 	}
 }
