@@ -128,7 +128,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "DeepSpeed JSON config (required)")
 	dataPath := fs.String("data", "", "token data: .arrow, .parquet (column input_ids) or any other file as bytes; default: a synthetic Markov corpus")
 	modelName := fs.String("model", "small", "model size: small or tiny")
-	ranks := fs.Int("ranks", 0, "in-process data-parallel ranks (0: what the config's batch triad implies, else 2)")
+	ranks := fs.Int("ranks", 0, "in-process data-parallel ranks (0: what the config's batch triad implies, at most 8 when it leaves gradient_accumulation_steps open; else 2)")
 	steps := fs.Int("steps", 0, "optimizer steps (0: the model's default)")
 	micro := fs.Int("micro-batch", 8, "micro-batch per rank, when the config leaves it absent or \"auto\" with no train_batch_size (given here: beside one too, the accumulation steps following); a config's own and another --micro-batch is an error")
 	lr := fs.Float64("lr", 1e-3, "learning rate, when the config has no optimizer, or its lr is \"auto\" (given here: absent or null too); a config's own lr and another --lr is an error")
@@ -207,7 +207,7 @@ func checkTrainFlags(rest []string, steps, ranks, micro, nanEvery int, lr float6
 	case steps < 0:
 		return fmt.Errorf("--steps %d: want >= 0 (0: the model's default)", steps)
 	case ranks < 0:
-		return fmt.Errorf("--ranks %d: want >= 0 (0: what the config's batch triad implies, else 2)", ranks)
+		return fmt.Errorf("--ranks %d: want >= 0 (0: the default, see -ranks in --help)", ranks)
 	case micro < 1:
 		return fmt.Errorf("--micro-batch %d: want >= 1", micro)
 	case nanEvery < 1:
@@ -270,7 +270,11 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		ranks = targs.job.env.WorldSize / (pp * tp * sp)
 	}
 	if ranks <= 0 {
-		ranks = impliedRanks(cfgPath)
+		var note string
+		ranks, note = impliedRanks(cfgPath)
+		if note != "" {
+			fmt.Fprintf(stderr, "note: %s\n", note)
+		}
 	}
 	// pipeline stages × data-parallel ranks (train_pipe.go) × tensor-parallel
 	// ranks (train_tp.go) × sequence-parallel ranks (train_sp.go)
@@ -601,21 +605,49 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	return res, nil
 }
 
-// impliedRanks is the data-parallel size a config's batch triad fixes when
-// it gives train_batch_size and the micro batch (train_batch_size / (micro
-// batch × accumulation, 1 when absent)), else 2: the demo's two ranks.
-func impliedRanks(cfgPath string) int {
+// maxImpliedRanks caps the in-process ranks deepgo train picks by itself
+// when a config leaves gradient_accumulation_steps open: one node's worth
+// of GPUs. A config written for 1024 GPUs at accumulation 1 (a 64k batch of
+// micro-batches of 64) would otherwise start 1024 ranks.
+const maxImpliedRanks = 8
+
+// impliedRanks is the data-parallel size deepgo train uses without --ranks
+// (and a note when it is not what the config alone fixes), from the
+// config's batch triad:
+//   - train_batch_size, the micro batch and gradient_accumulation_steps all
+//     given: train_batch_size / (micro batch × accumulation), the world
+//     they fix (DeepSpeed refuses any other);
+//   - train_batch_size and the micro batch only: DeepSpeed takes the world
+//     from its launcher and derives the accumulation; q = train_batch_size
+//     / micro batch ranks at accumulation 1 when q <= maxImpliedRanks, else
+//     the largest divisor of q up to maxImpliedRanks, the accumulation
+//     making up the rest (noted);
+//   - otherwise 2: the demo's two ranks.
+func impliedRanks(cfgPath string) (int, string) {
 	cfg, err := config.Load(cfgPath)
 	if err != nil || cfg.TrainBatchSize == nil || cfg.TrainMicroBatchSizePerGPU == nil {
-		return 2
+		return 2, ""
 	}
-	gas := 1
+	tb, micro := *cfg.TrainBatchSize, *cfg.TrainMicroBatchSizePerGPU
+	if micro <= 0 || tb%micro != 0 || tb/micro < 1 {
+		return 2, ""
+	}
+	q := tb / micro
 	if cfg.GradientAccumulationSteps != nil {
-		gas = *cfg.GradientAccumulationSteps
+		gas := *cfg.GradientAccumulationSteps
+		if gas <= 0 || q%gas != 0 {
+			return 2, ""
+		}
+		return q / gas, ""
 	}
-	per := *cfg.TrainMicroBatchSizePerGPU * gas
-	if per <= 0 || *cfg.TrainBatchSize%per != 0 || *cfg.TrainBatchSize/per < 1 {
-		return 2
+	if q <= maxImpliedRanks {
+		return q, ""
 	}
-	return *cfg.TrainBatchSize / per
+	r := maxImpliedRanks
+	for q%r != 0 {
+		r--
+	}
+	return r, fmt.Sprintf("train_batch_size %d with train_micro_batch_size_per_gpu %d and no gradient_accumulation_steps: "+
+		"DeepSpeed takes the ranks from its launcher; deepgo train uses %d in-process ranks with gradient_accumulation_steps %d "+
+		"(the config at accumulation 1 would need %d; --ranks N chooses another split)", tb, micro, r, q/r, q)
 }

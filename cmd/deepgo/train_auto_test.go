@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,11 +56,27 @@ func TestImpliedRanks(t *testing.T) {
 		{`{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 32}`, 1},
 		{`{"train_micro_batch_size_per_gpu": 4}`, 2},
 		{`{"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4}`, 2},
+		{`{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8}`, 8},
+		{`{"train_batch_size": 30, "train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 4}`, 2},
+		// beyond maxImpliedRanks without an accumulation: the largest
+		// divisor up to 8, the accumulation making up the rest
+		{`{"train_batch_size": 65536, "train_micro_batch_size_per_gpu": 64}`, 8},
+		{`{"train_batch_size": 18, "train_micro_batch_size_per_gpu": 2}`, 3},
+		{`{"train_batch_size": 22, "train_micro_batch_size_per_gpu": 2}`, 1},
+		// all three given fix the world, large or not
+		{`{"train_batch_size": 65536, "train_micro_batch_size_per_gpu": 64, "gradient_accumulation_steps": 64}`, 16},
 	} {
 		p := filepath.Join(dir, "c.json")
 		require.NoError(t, os.WriteFile(p, []byte(c.json), 0o644))
-		assert.Equal(t, c.want, impliedRanks(p), "%s: ranks", c.json)
-
+		got, note := impliedRanks(p)
+		assert.Equal(t, c.want, got, "%s: ranks", c.json)
+		tb, micro := 0, 0
+		_, err := fmt.Sscanf(c.json, `{"train_batch_size": %d, "train_micro_batch_size_per_gpu": %d`, &tb, &micro)
+		capped := err == nil && !strings.Contains(c.json, "gradient_accumulation") && tb/micro > maxImpliedRanks
+		assert.Equal(t, capped, note != "", "%s: note %q", c.json, note)
+		if capped {
+			assert.Contains(t, note, fmt.Sprintf("gradient_accumulation_steps %d", tb/micro/got), "%s: note", c.json)
+		}
 	}
 }
 

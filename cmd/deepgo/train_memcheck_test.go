@@ -97,7 +97,8 @@ func TestMicroBatchMemorySharedConfigs(t *testing.T) {
 			}
 			pp, virtual := pipeShape(cfg)
 			tp, sp := tpSize(cfg), spSize(cfg)
-			world := impliedRanks(f) * pp * tp * sp
+			ranks, _ := impliedRanks(f)
+			world := ranks * pp * tp * sp
 			for name, mc := range trainModels {
 				g := mc.gpt
 				g.Vocab = mc.vocab
