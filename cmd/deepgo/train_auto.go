@@ -38,7 +38,7 @@ func fillTrainerAutos(cfg *config.Config, a trainerArgs) []string {
 	if cfg.TrainMicroBatchSizePerGPU == nil && (cfg.TrainBatchSize == nil || a.microGiven) {
 		// given on the command line it also wins over the micro-batch
 		// train_batch_size would fix; the accumulation steps follow
-		why := "absent or \"auto\" (with train_batch_size)"
+		why := "absent or \"auto\", as is train_batch_size"
 		if cfg.TrainBatchSize != nil {
 			why = "absent or \"auto\", and --micro-batch given"
 		}
