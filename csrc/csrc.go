@@ -11,7 +11,13 @@
 // -std=c11 matters beyond the dialect: in ISO mode GCC does not contract a*b+c
 // into a fused multiply-add (-ffp-contract=off, which cgo's flag list does not
 // allow naming directly), so the C loops round exactly like dg_math.h says.
+//
+// include_hash.go records the headers of include/ (go generate; see
+// internal/inchash), so that an edit to one of them alone rebuilds this
+// package instead of testing cached objects.
 package csrc
+
+//go:generate go run ../internal/inchash/gen -pkg csrc -dir include
 
 /*
 #cgo CFLAGS: -std=c11 -O2 -Wall -Wextra -Wundef -I${SRCDIR}/include -pthread
