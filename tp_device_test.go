@@ -209,6 +209,8 @@ func parDevSegment(t *testing.T, dev string, c parDevCase, seg parSeg) (*result,
 		// (offload keeps state in host memory on purpose)
 		if m := tr.(interface{ Memory() zero.Memory }).Memory(); m.Device != wantDev || dev != "" && c.zextra == "" && m.HostBytes != 0 {
 			return fmt.Errorf("rank %d: Memory() on %v with %d host bytes, want all on %v", cm.Rank(), m.Device, m.HostBytes, wantDev)
+		} else if strings.Contains(c.zextra, `"offload_optimizer": {"device": "nvme"`) && m.OptimizerStateOnDisk == 0 {
+			return fmt.Errorf("rank %d: offload_optimizer nvme, but no optimizer state on disk", cm.Rank())
 		}
 		if err := seg.end(ctx, cm.Rank(), tr); err != nil {
 			return err
@@ -307,17 +309,21 @@ func TestModelParallelCheckpointOnDevice(t *testing.T) {
 }
 
 // TestModelParallelNVMeOffload: NVMe offload of the optimizer state, and
-// of stage 3's parameters spilling past max_in_cpu, under TP 2 (× DP 2):
-// the TP ranks of a data-parallel rank each swap through a folder of
-// their own (they once both took the data-parallel rank's and the second
-// failed on the first's lock), on the CPU and on the simulated device,
-// bit-identical to the run without offload.
+// of stage 3's parameters spilling past max_in_cpu, under TP 2 (× DP 2)
+// and TP 2 × Ulysses SP 2 (× DP 2): the model-parallel ranks of a
+// data-parallel rank each swap through a folder of their own (the TP
+// ranks once both took the data-parallel rank's and the second failed on
+// the first's lock), on the CPU and on the simulated device, bit-identical
+// to the run without offload.
 func TestModelParallelNVMeOffload(t *testing.T) {
+	const both = `, "offload_optimizer": {"device": "nvme", "nvme_path": "%s"}, "offload_param": {"device": "nvme", "nvme_path": "%s", "max_in_cpu": 1}`
 	for _, c := range []parDevCase{
 		{tp: 2, dp: 2, stage: 2, zextra: `, "offload_optimizer": {"device": "nvme", "nvme_path": "%s"}`},
-		{tp: 2, dp: 1, stage: 3, zextra: `, "offload_optimizer": {"device": "nvme", "nvme_path": "%s"}, "offload_param": {"device": "nvme", "nvme_path": "%s", "max_in_cpu": 1}`},
+		{tp: 2, dp: 1, stage: 3, zextra: both},
+		{tp: 2, sp: 2, dp: 1, stage: 3, zextra: both},
+		{tp: 2, sp: 2, dp: 2, stage: 2, zextra: `, "offload_optimizer": {"device": "nvme", "nvme_path": "%s"}`},
 	} {
-		t.Run(fmt.Sprintf("tp%d-dp%d-zero%d", c.tp, c.dp, c.stage), func(t *testing.T) {
+		t.Run(c.String(), func(t *testing.T) {
 			plain := c
 			plain.zextra = ""
 			want, err := parDevRun(t, "", plain, 3)

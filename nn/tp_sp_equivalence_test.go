@@ -43,6 +43,7 @@ type tspSegment struct {
 	seed                 uint64
 	from, save           string
 	first, steps, saveAt int
+	skipped              *int // if not nil: rank 0's skipped steps, after the run
 }
 
 func (s tspSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string][]float32, error) {
@@ -87,6 +88,9 @@ func (s tspSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[strin
 			return err
 		}
 		defer e.Close()
+		if s.skipped != nil && c.Rank() == 0 {
+			defer func() { *s.skipped = e.(*deepgo.Engine).SkippedSteps() }()
+		}
 		return resumeSegment(ctx, e.(ckptTrainer), g, s.from, deepgo.LoadOptions{}, s.first, s.save, s.saveAt, func(off int, losses []float64) error {
 			var shardErr error
 			_, err := trainSteps(ctx, e, losses, c.Rank() == 0, func(step int) model.TokenBatch {
@@ -171,6 +175,33 @@ func TestGPTTensorSequenceParallelBF16(t *testing.T) {
 		t.Logf("%s: loss rel %.3g, param rel %.3g", name, lr, pr)
 		assert.LessOrEqual(t, lr, c.lossTol, "%s: losses", name)
 		assert.LessOrEqual(t, pr, c.paramTol, "%s: parameters", name)
+	}
+}
+
+// Under fp16 with a loss scale that overflows at first, TP 2 × SP 2 skips
+// the steps SP 2 alone skips (the TP ranks agree on every overflow, each
+// seeing only its shards' gradients) and follows its losses to
+// half-precision rounding, alone and with 2 data-parallel ranks at ZeRO 3.
+// The reference is SP 2, not one rank: SP, like data parallelism, rounds
+// each rank's share of the gradient to fp16 before the sum, which can move
+// an overflow to another step (measured: with 2 data ranks SP 1 and SP 2
+// skip 4 steps each, but not the same ones; the losses part at step 5).
+func TestGPTTensorSequenceParallelHalf(t *testing.T) {
+	const steps = 8
+	mk, err := data.NewMarkov(32, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: mk.Generate(20000, 4), Vocab: 32}
+	const prec = `"fp16": {"enabled": true, "initial_scale_power": 20, "loss_scale_window": 2, "hysteresis": 1},`
+	for _, c := range []struct{ dp, stage int }{{1, 1}, {2, 3}} {
+		var wantSkip, skip int
+		ref := tspRun{tp: 1, sp: 2, dp: c.dp, stage: c.stage, extra: prec}
+		want, _, err := tspSegment{r: ref, clip: 1.0, seed: eqSeed, steps: steps, saveAt: steps, skipped: &wantSkip}.run(t, corpus)
+		require.NoError(t, err, "%v", ref)
+		require.NotZero(t, wantSkip, "%v skipped no step: the test needs overflows", ref)
+		r := tspRun{tp: 2, sp: 2, dp: c.dp, stage: c.stage, extra: prec}
+		got, _, err := tspSegment{r: r, clip: 1.0, seed: eqSeed, steps: steps, saveAt: steps, skipped: &skip}.run(t, corpus)
+		require.NoError(t, err, "%v", r)
+		assertSkipsLike(t, fmt.Sprintf("fp16 %v vs SP alone", r), want, got, wantSkip, skip)
 	}
 }
 
