@@ -9,8 +9,8 @@ package nn
 // of the Go loops they replaced, so the CPU path kept its bits and a
 // device computes the same ones; only the token ids (remapped on the host,
 // where the batch is) go in, and the loss's per-row scalars come out.
-// Megatron sequence parallelism's permutation is whole runs of rows moved
-// by Copy. Collectives in the model move device memory, so its groups must
+// Megatron sequence parallelism's permutation is one TransposeBlocks of
+// whole runs of rows. Collectives in the model move device memory, so its groups must
 // be comms that can (a comm bound to the device, or one the engine wrapped
 // for it: UseTensorParallelComm, UseSequenceParallelComm).
 

@@ -30,7 +30,7 @@ package nn
 // [B, T, C] row-major and the collectives move rank-major chunks
 // [n][B][T/n][C], so both directions pass through one permutation buffer,
 // on the backend's device: on the CPU the host loop below permutes it, on
-// a device one Copy per chunk of T/n rows does (seqPermuteOn).
+// a device one TransposeBlocks does (seqPermuteOn).
 
 import (
 	"fmt"
@@ -72,28 +72,23 @@ func (s *tpState) buf(p **tensor.Tensor, n int) (*tensor.Tensor, error) {
 	return scratchOn(s.be, p, tensor.Float32, n)
 }
 
-// seqPermuteOn is seqPermute for tensors on a device: each chunk of t/n
-// rows is one contiguous run on both sides, moved by the backend's Copy.
+// seqPermuteOn is seqPermute for tensors on a device: full [b, t, w] is
+// [b][n][t/n·w] and parts [n][b][t/n·w], so each direction is one block
+// transpose (the backend's TransposeBlocks, a copy), not n·b copies.
 func seqPermuteOn(be backend.Backend, full, parts *tensor.Tensor, b, t, n, w int, toFull bool) error {
-	tl := t / n
-	for r := 0; r < n; r++ {
-		for i := 0; i < b; i++ {
-			p, err := parts.Slice((r*b+i)*tl*w, tl*w)
-			if err != nil {
-				return err
-			}
-			f, err := full.Slice((i*t+r*tl)*w, tl*w)
-			if err != nil {
-				return err
-			}
-			dst, src := p, f
-			if toFull {
-				dst, src = f, p
-			}
-			if err := be.Copy(dst, src); err != nil {
-				return fmt.Errorf("nn: sequence-parallel permutation: %w", err)
-			}
-		}
+	k, ok := be.(backend.NN)
+	if !ok {
+		return fmt.Errorf("nn: sequence-parallel permutation on %T: no TransposeBlocks: %w", be, backend.ErrUnsupported)
+	}
+	run := t / n * w
+	var err error
+	if toFull {
+		err = k.TransposeBlocks(full, parts, n, b, run)
+	} else {
+		err = k.TransposeBlocks(parts, full, b, n, run)
+	}
+	if err != nil {
+		return fmt.Errorf("nn: sequence-parallel permutation: %w", err)
 	}
 	return nil
 }
