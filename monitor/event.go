@@ -88,17 +88,16 @@ func tagEvents(r Record, dt Timers, rss int64, breakdown bool, nonfinite *bool) 
 		{Tag: TagLossScale, Value: r.LossScale},
 	}
 	if breakdown {
-		// DeepSpeed's bwd is its whole backward call, gradient reduction
-		// included; deepgo times module backwards (inner) and the
-		// reduction (collectives plus bucket work) apart, wherever the
-		// reduction ran.
-		inner, allreduce := float64(dt.Backward), float64(dt.Comm+dt.Reduce)
+		b := derivedBreakdown(dt)
+		if r.Breakdown != nil {
+			b = *r.Breakdown
+		}
 		ev = append(ev,
-			Event{Tag: TagForward, Value: ms(float64(dt.Forward))},
-			Event{Tag: TagBackward, Value: ms(inner + allreduce)},
-			Event{Tag: TagBackwardInner, Value: ms(inner)},
-			Event{Tag: TagBackwardAllreduce, Value: ms(allreduce)},
-			Event{Tag: TagStepElapsed, Value: ms(float64(dt.Step))})
+			Event{Tag: TagForward, Value: ms(float64(b.Forward))},
+			Event{Tag: TagBackward, Value: ms(float64(b.Backward))},
+			Event{Tag: TagBackwardInner, Value: ms(float64(b.BackwardInner))},
+			Event{Tag: TagBackwardAllreduce, Value: ms(float64(b.BackwardAllreduce))},
+			Event{Tag: TagStepElapsed, Value: ms(float64(b.Step))})
 	}
 	tps := 0.0
 	if r.StepTime > 0 {
@@ -134,6 +133,16 @@ func tagEvents(r Record, dt Timers, rss int64, breakdown bool, nonfinite *bool) 
 			Event{Tag: TagGPUTemperature, Value: g.TemperatureC})
 	}
 	return ev
+}
+
+// derivedBreakdown is the data-parallel engine's step as DeepSpeed's
+// global timers: DeepSpeed's bwd is its whole backward call, gradient
+// reduction included; deepgo times module backwards (inner) and the
+// reduction (collectives plus bucket work) apart, wherever the reduction
+// ran.
+func derivedBreakdown(dt Timers) Breakdown {
+	inner, allreduce := dt.Backward, dt.Comm+dt.Reduce
+	return Breakdown{Forward: dt.Forward, Backward: inner + allreduce, BackwardInner: inner, BackwardAllreduce: allreduce, Step: dt.Step}
 }
 
 func b2f(b bool) float64 {

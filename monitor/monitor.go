@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/rundir"
@@ -36,7 +37,9 @@ func WithFiniteCheck(every int, check FiniteCheck) Option {
 
 // WithPrintEvery sets the interval of the target checks; the default is
 // steps_per_print, or 50 when the config leaves it unset, as deepgo train
-// prints. The wall_clock_breakdown lines come every step, as DeepSpeed's.
+// prints. The data-parallel engine's wall_clock_breakdown lines come every
+// step, as DeepSpeed's; the pipeline engine's every steps_per_print, or
+// this interval when the config leaves it unset.
 func WithPrintEvery(n int) Option {
 	return func(m *Monitor) {
 		if n > 0 {
@@ -49,6 +52,12 @@ func WithPrintEvery(n int) Option {
 // optimizer steps and the target warnings (default: nowhere); the engine
 // prints the micro-steps' lines (MicroBreakdownLine).
 func WithLog(w io.Writer) Option { return func(m *Monitor) { m.log = w } }
+
+// WithoutBreakdownLines leaves the wall_clock_breakdown lines to the
+// engine: the pipeline engine prints DeepSpeed's PipelineEngine timers
+// (batch_input, the pipe_* transfers) at its moments, where the Monitor
+// would print the data-parallel engine's global line at every step.
+func WithoutBreakdownLines() Option { return func(m *Monitor) { m.noLines = true } }
 
 // WithWriter adds a writer rank 0 sends every step's events to (a
 // MetricsServer, say); the caller keeps it and closes it.
@@ -78,6 +87,7 @@ type Monitor struct {
 	lossAfter   bool // WithTrainLossAfterStep
 	fp16        bool // fp16.enabled: loss_scale is written
 	breakdown   bool
+	noLines     bool // WithoutBreakdownLines
 	printEvery  int
 	finiteEvery int
 	check       FiniteCheck
@@ -247,7 +257,7 @@ func (m *Monitor) Observe(ctx context.Context, r Record) error {
 	if nonfinite != nil {
 		m.warn(m.finite.check(r.Step, b2f(*nonfinite)))
 	}
-	if m.breakdown && m.log != nil {
+	if m.breakdown && !m.noLines && m.log != nil {
 		// every optimizer step, as DeepSpeed logs its global timers at each
 		// accumulation boundary, whatever steps_per_print says
 		fmt.Fprintln(m.log, BreakdownLine(0, dt))
@@ -297,13 +307,13 @@ func BreakdownLine(rank int, dt Timers) string { return breakdownLine(rank, dt, 
 func MicroBreakdownLine(rank int, dt Timers) string { return breakdownLine(rank, dt, "_microstep") }
 
 func breakdownLine(rank int, dt Timers, suffix string) string {
-	inner, allreduce := float64(dt.Backward), float64(dt.Comm+dt.Reduce)
+	b := derivedBreakdown(dt)
 	line := fmt.Sprintf("[Rank %d] time (ms)", rank)
 	for _, t := range []struct {
 		name string
-		ms   float64
-	}{{"fwd", ms(float64(dt.Forward))}, {"bwd", ms(inner + allreduce)}, {"bwd_inner", ms(inner)}, {"bwd_allreduce", ms(allreduce)}, {"step", ms(float64(dt.Step))}} {
-		line += fmt.Sprintf(" | %s%s: %.2f", t.name, suffix, t.ms)
+		d    time.Duration
+	}{{"fwd", b.Forward}, {"bwd", b.Backward}, {"bwd_inner", b.BackwardInner}, {"bwd_allreduce", b.BackwardAllreduce}, {"step", b.Step}} {
+		line += fmt.Sprintf(" | %s%s: %.2f", t.name, suffix, ms(float64(t.d)))
 	}
 	return line
 }

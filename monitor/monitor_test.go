@@ -84,6 +84,37 @@ func TestMonitorRun(t *testing.T) {
 	assert.Len(t, ents, 1)
 }
 
+// An engine that times DeepSpeed's phases itself (the pipeline engine)
+// hands the step's times in Record.Breakdown and prints its own lines
+// (WithoutBreakdownLines): the elapsed_time tags are those times as they
+// are, not derived from the cumulative Timers, and the Monitor prints no
+// time line (its target warnings still go to the log).
+func TestMonitorEngineBreakdown(t *testing.T) {
+	out := t.TempDir()
+	cfg := loadConfig(t, fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 1, "steps_per_print": 1, "wall_clock_breakdown": true,
+		"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "j"}}`, out))
+	var log bytes.Buffer
+	m, err := New(cfg, 0, WithLog(&log), WithoutBreakdownLines())
+	require.NoError(t, err)
+	for s := 1; s <= 2; s++ {
+		r := record(s, 5) // 50% communication: a target warning
+		ms := func(v float64) time.Duration { return time.Duration(v * float64(s) * 1e6) }
+		r.Breakdown = &Breakdown{Forward: ms(7), Backward: ms(11), BackwardInner: ms(8), BackwardAllreduce: ms(2), Step: ms(3)}
+		require.NoError(t, m.Observe(context.Background(), r))
+	}
+	require.NoError(t, m.Close())
+	assert.NotContains(t, log.String(), "time (ms)")
+	assert.Contains(t, log.String(), "communication share is 50% of step time")
+	for file, want := range map[string]string{
+		"forward": "1,7.0\r\n2,14.0\r\n", "backward": "1,11.0\r\n2,22.0\r\n", "backward_inner": "1,8.0\r\n2,16.0\r\n",
+		"backward_allreduce": "1,2.0\r\n2,4.0\r\n", "step": "1,3.0\r\n2,6.0\r\n",
+	} {
+		b, err := os.ReadFile(filepath.Join(out, "j", "Train_Samples_elapsed_time_ms_"+file+".csv"))
+		require.NoError(t, err)
+		assert.True(t, strings.HasSuffix(string(b), want), "%s: %q", file, b)
+	}
+}
+
 // Without wall_clock_breakdown there are no elapsed_time tags and no
 // lines; a rank other than 0 writes nothing but still runs the check.
 func TestMonitorQuietAndOtherRanks(t *testing.T) {

@@ -19,6 +19,13 @@ func (t Timers) sub(u Timers) Timers {
 		t.Reduce - u.Reduce, t.Optimizer - u.Optimizer, t.Step - u.Step}
 }
 
+// Breakdown is one step's times of DeepSpeed's global timers (fwd, bwd,
+// bwd_inner, bwd_allreduce, step), as an engine that keeps them itself
+// measured them: the elapsed_time_ms tags take them as they are.
+type Breakdown struct {
+	Forward, Backward, BackwardInner, BackwardAllreduce, Step time.Duration
+}
+
 // GPU is one device's telemetry at the step (zero fields are unknown).
 type GPU struct {
 	MemoryUsedBytes, MemoryTotalBytes uint64
@@ -42,6 +49,10 @@ type Record struct {
 	GradNorm float64
 	// Timers is the engine's cumulative split (see Timers).
 	Timers Timers
+	// Breakdown is this step's wall_clock_breakdown times where the
+	// engine times DeepSpeed's phases itself (the pipeline engine:
+	// DeepSpeed's PipelineEngine timers); nil derives them from Timers.
+	Breakdown *Breakdown
 	// StepTime is this step's wall time: every micro-batch's forward,
 	// backward and the boundary step, as the loop measured it.
 	StepTime time.Duration
