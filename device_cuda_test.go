@@ -109,6 +109,17 @@ func TestPipelineOnCUDA(t *testing.T) {
 	}
 }
 
+// TestPipelineWallClockBreakdownOnCUDA: TestPipelineWallClockBreakdown on
+// GPU 0 (in-process ranks sharing it through host staging): DeepSpeed's
+// PipelineEngine lines on rank 0 alone, every timer a stage runs positive
+// with the spans synchronized, the monitor's tags the printed times.
+func TestPipelineWallClockBreakdownOnCUDA(t *testing.T) {
+	needGPU(t)
+	for _, c := range pipeTimerCases() {
+		t.Run(c.String(), func(t *testing.T) { pipeWallClock(t, "cuda", c) })
+	}
+}
+
 // TestModelParallelOnCUDA: TestModelParallelOnDevice's TP, Megatron SP
 // and Ulysses runs on GPU 0 (in-process ranks sharing it; the engine
 // wraps the model's groups in host staging) against the CPU backend,

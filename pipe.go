@@ -89,6 +89,7 @@ type PipeEngine struct {
 	skippedSteps int
 	gradNorm     float64
 	timers       Timers
+	pt           pipeTimers       // DeepSpeed's PipelineEngine timers (pipe_timers.go)
 	mon          *monitor.Monitor // fed by TrainBatch (pipe_monitor.go)
 	gpu          *gpu.Telemetry   // the GPU's NVML telemetry, on CUDA
 	comms        *commslog.Logger // comms_logger, when enabled (pipe_monitor.go)

@@ -7,8 +7,11 @@ package deepgo
 // PipelineEngine's: train_loss is written once the batch's step has run,
 // at the global_samples of lr and loss_scale
 // (monitor.WithTrainLossAfterStep), where the data-parallel engine writes
-// it a batch earlier. With wall_clock_breakdown it also writes the
-// elapsed_time_ms tags, which DeepSpeed's PipelineEngine only prints.
+// it a batch earlier. With wall_clock_breakdown the engine prints
+// DeepSpeed's PipelineEngine timer lines itself (pipe_timers.go; the
+// monitor prints none) and the monitor writes the elapsed_time_ms tags of
+// the batch's global timers (fwd, bwd, bwd_inner, bwd_allreduce, step),
+// which DeepSpeed's PipelineEngine only prints.
 
 import (
 	"context"
@@ -35,7 +38,7 @@ func (e *PipeEngine) startMonitor(o options) error {
 	opts := append([]monitor.Option{monitor.WithLog(e.log), monitor.WithMemoryCapacity(capacity),
 		monitor.WithFiniteCheck(0, func(ctx context.Context) (bool, error) {
 			return nonfiniteMasters(ctx, e.be, e.z, e.world)
-		}), monitor.WithTrainLossAfterStep()}, o.monitor...)
+		}), monitor.WithTrainLossAfterStep(), monitor.WithoutBreakdownLines()}, o.monitor...)
 	m, err := monitor.New(e.cfg, e.world.Rank(), opts...)
 	if err != nil {
 		return err
@@ -43,6 +46,9 @@ func (e *PipeEngine) startMonitor(o options) error {
 	m.SetTrainBatchSize(e.batch.TrainBatchSize)
 	e.mon = m
 	e.notes = append(e.notes, m.Notes()...)
+	if (e.cfg.WallClockBreakdown || e.cfg.FlopsProfiler.Enabled) && e.cfg.StepsPerPrint == nil {
+		e.notes = append(e.notes, pipeTimerNote(m.PrintEvery()))
+	}
 	return nil
 }
 
@@ -83,7 +89,7 @@ func (e *PipeEngine) observe(ctx context.Context, loss float64, took time.Durati
 	mem, t := e.Memory(), e.Timers()
 	r := monitor.Record{Step: e.globalSteps, Loss: loss, LR: e.LR(), LossScale: e.LossScale(),
 		SkippedSteps: e.skippedSteps, Overflow: overflow, GradNorm: e.gradNorm,
-		Timers:   t.monitor(),
+		Timers: t.monitor(), Breakdown: e.pt.breakdown(),
 		StepTime: took, Tokens: batchTokens(data) * int64(e.data.Size()),
 		HostBytes: mem.HostBytes, DeviceBytes: mem.DeviceBytes, PeakBytes: mem.Peak}
 	r.GPU = gpuRecord(e.gpu, e.mon, r.Step)

@@ -123,7 +123,7 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 			e.bufs[c][b].mb = -1
 		}
 	}
-	t0, busy0, skipped0 := time.Now(), e.timers.Forward+e.timers.Backward, e.skippedSteps
+	t0, busy0, skipped0 := time.Now(), e.busy(), e.skippedSteps
 	e.beginFlops(data)
 	var lossSum float64
 	for t, step := range e.steps {
@@ -142,7 +142,7 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 		}
 	}
 	if wall := time.Since(t0); wall > 0 {
-		busy := e.timers.Forward + e.timers.Backward - busy0
+		busy := e.busy() - busy0
 		if len(e.idle) == maxIdleShares {
 			e.idle = append(e.idle[:0], e.idle[1:]...)
 		}
@@ -153,6 +153,7 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 		return 0, err
 	}
 	took := time.Since(t0)
+	e.logTimers(pipeCommLine)
 	// rank 0's report failing must not skip the monitor's collective the
 	// other ranks enter
 	ferr := e.endFlops()
@@ -281,9 +282,32 @@ func (e *PipeEngine) prepare(ctx context.Context, c, b, mb int, data []model.Mic
 	return buf, p, nil
 }
 
+// busy is the time the stage has run forward and backward passes (the
+// loss included), for IdleShares.
+func (e *PipeEngine) busy() time.Duration { return e.timers.Forward + e.pt.total[ptBwd] }
+
 // exec runs one instruction and returns the loss a last-stage forward
-// computed (0 otherwise).
+// computed (0 otherwise), timing it in its DeepSpeed timer when one wraps
+// the whole instruction; after OptimizerStep the step's timer lines.
 func (e *PipeEngine) exec(ctx context.Context, in pipeline.Instruction, data []model.MicroBatch) (float64, error) {
+	pt, timed := pipeOpTimers[in.Op]
+	if !timed {
+		return e.execOp(ctx, in, data)
+	}
+	t0 := time.Now()
+	loss, err := e.execOp(ctx, in, data)
+	if err = syncForTimers(ctx, e.cfg, e.be, err); err != nil {
+		return 0, err
+	}
+	e.pt.add(pt, time.Since(t0))
+	if in.Op == pipeline.OptimizerStep {
+		e.logTimers(pipeMicroLine, pipeGlobalLine)
+	}
+	return loss, nil
+}
+
+// execOp is exec's instruction.
+func (e *PipeEngine) execOp(ctx context.Context, in pipeline.Instruction, data []model.MicroBatch) (float64, error) {
 	c, b := in.Chunk, in.BufferID
 	next, prev := (e.stage+1)%e.stages, (e.stage+e.stages-1)%e.stages
 	switch in.Op {
@@ -388,6 +412,7 @@ func (e *PipeEngine) forward(ctx context.Context, c, b, mb int, data []model.Mic
 		e.flopsTime(mb, e.chunks[c][i], time.Since(t1))
 		act = out
 	}
+	e.pt.add(ptFwd, time.Since(t0)) // the modules: DeepSpeed's fwd leaves out the loss
 	buf.out = act
 	if !e.isLast(c) {
 		return 0, nil
@@ -413,19 +438,22 @@ func (e *PipeEngine) backward(ctx context.Context, c, b int) error {
 		return err
 	}
 	t0 := time.Now()
-	defer func() { e.timers.Backward += time.Since(t0) }()
+	defer func() { e.pt.add(ptBwd, time.Since(t0)) }()
 	mctx := e.moduleCtx(ctx, buf)
 	e.z.BeginMicroStep(e.chunks[c])
 	mods := p.Modules()
 	g := buf.gradOut
+	tInner := time.Now()
 	for i := len(mods) - 1; i >= 0; i-- {
 		m := e.chunks[c][i]
 		if err := e.z.PreBackward(ctx, m); err != nil {
 			return err
 		}
 		e.bind(m)
+		t1 := time.Now()
 		gin, err := mods[i].Backward(mctx, g)
 		err = syncForTimers(ctx, e.cfg, e.be, err)
+		e.timers.Backward += time.Since(t1) // the modules' own, as the data-parallel engine's
 		if err != nil {
 			return fmt.Errorf("backward of module %q: %w", e.mods[m].Name(), err)
 		}
@@ -435,10 +463,17 @@ func (e *PipeEngine) backward(ctx context.Context, c, b int) error {
 		}
 		e.bind(m)
 	}
-	buf.gradIn, buf.gradOut = g, nil
-	if err := e.z.EndBackward(ctx); err != nil {
+	if err := syncForTimers(ctx, e.cfg, e.be, nil); err != nil { // the last hook's work
 		return err
 	}
+	e.pt.add(ptBwdInner, time.Since(tInner))
+	buf.gradIn, buf.gradOut = g, nil
+	tEnd := time.Now()
+	err = syncForTimers(ctx, e.cfg, e.be, e.z.EndBackward(ctx))
+	if err != nil {
+		return err
+	}
+	e.pt.add(ptBwdAllreduce, time.Since(tEnd))
 	if e.isFirst(c) {
 		buf.arena.Close()
 	}

@@ -310,7 +310,12 @@ func (e *PipeEngine) PartsMade() int {
 // otherwise it is the time to queue them, and the rest counts as idle.
 func (e *PipeEngine) IdleShares() []float64 { return slices.Clone(e.idle) }
 
-// Timers returns the cumulative time split.
+// Timers returns the cumulative time split, as the data-parallel
+// engine's: Forward the stage's module forwards and the loss, Backward its
+// module backwards (ZeRO hooks excluded), Comm its transfers, the
+// tied-weight all-reduce and the ZeRO optimizer's collectives, Reduce and
+// Optimizer the optimizer's bucket work and step, Step the whole
+// OptimizerStep. PipeTimers has DeepSpeed's PipelineEngine timers.
 func (e *PipeEngine) Timers() Timers {
 	t := e.timers
 	if e.z == nil { // closed
