@@ -69,6 +69,15 @@ type Coordinator struct {
 	pos        int
 	avail      []bool
 	stats      CoordinatorStats
+	eval       *traceState // the trace as an evaluation found it (BeginEval), nil outside one
+}
+
+// traceState is the Coordinator's trace bookkeeping, kept aside during an
+// evaluation.
+type traceState struct {
+	mode       TraceMode
+	trace, rec []int
+	pos        int
 }
 
 // NewCoordinator plans for modules of numel[m] elements; persistent[m]
@@ -97,8 +106,9 @@ func (c *Coordinator) Stats() CoordinatorStats { return c.stats }
 func (c *Coordinator) Available(m int) bool { return c.persistent[m] || c.avail[m] }
 
 // ResetStep starts a micro-step: a finished recording becomes the trace.
+// During an evaluation it only rewinds to the trace's start.
 func (c *Coordinator) ResetStep() {
-	if c.mode == TraceRecord && len(c.rec) > 0 {
+	if c.eval == nil && c.mode == TraceRecord && len(c.rec) > 0 {
 		c.trace, c.rec, c.mode = c.rec, nil, TraceComplete
 	}
 	c.pos = 0
@@ -117,9 +127,11 @@ func (c *Coordinator) Fetch(m int) Actions {
 	var a Actions
 	if c.mode == TraceComplete && (c.pos >= len(c.trace) || c.trace[c.pos] != m) {
 		c.mode, c.trace, c.rec = TraceRecord, nil, nil
-		c.stats.Invalidations++
+		if c.eval == nil {
+			c.stats.Invalidations++
+		}
 	}
-	if c.mode == TraceRecord {
+	if c.mode == TraceRecord && c.eval == nil {
 		c.rec = append(c.rec, m)
 	}
 	if !c.Available(m) {
@@ -170,6 +182,37 @@ func (c *Coordinator) release(a *Actions, m int) {
 	c.stats.LiveNumel -= c.numel[m]
 	c.stats.Releases++
 	a.Release = append(a.Release, m)
+}
+
+// BeginEval starts an evaluation: forward passes no backward follows. They
+// prefetch along a complete trace while they follow it (a forward is the
+// trace's first half), and otherwise, or once they leave it, gather each
+// module as it runs and release it after, as while recording; they
+// neither record nor invalidate the trace. EndEval puts the trace back as
+// BeginEval found it.
+func (c *Coordinator) BeginEval() {
+	if c.eval != nil {
+		return
+	}
+	c.eval = &traceState{mode: c.mode, trace: c.trace, rec: c.rec, pos: c.pos}
+	if c.mode == TraceRecord {
+		c.trace = nil
+	}
+	c.pos = 0
+}
+
+// EndEval ends an evaluation: it releases every non-persistent module
+// gathered now (those the evaluation gathered or held, and any held from
+// before it, which the next forward gathers again) and restores the trace
+// as BeginEval found it.
+func (c *Coordinator) EndEval() Actions {
+	if c.eval == nil {
+		return Actions{}
+	}
+	a := c.ReleaseAll()
+	s := c.eval
+	c.mode, c.trace, c.rec, c.pos, c.eval = s.mode, s.trace, s.rec, s.pos, nil
+	return a
 }
 
 // ReleaseAll releases every non-persistent gathered module (at the

@@ -217,9 +217,10 @@ type Optimizer struct {
 	held   []int      // units whose pending gather reads a store buffer, oldest first
 	stored int64      // bytes of the partitions the store holds
 
-	timers Timers
-	hyper  *optim.Hyper // SetHyper: what each sub-group steps with (nil: the base's defaults)
-	closed bool         // Close ran
+	timers     Timers
+	evalTimers Timers       // timers when BeginEval ran: EndEval puts them back
+	hyper      *optim.Hyper // SetHyper: what each sub-group steps with (nil: the base's defaults)
+	closed     bool         // Close ran
 }
 
 // New builds the Optimizer for mods over the group c, allocating and
