@@ -21,7 +21,9 @@
 // the pipeline's activations wrap from the last stage back to the first
 // between chunks; it keeps Megatron's per-stage compute order and warmup
 // depth. [NewTraining] picks one of them from the pipeline_schedule config
-// value.
+// value, and [NewInference] the forward-only schedule an evaluation runs
+// beside it: the InferenceSchedule, or under the interleaved schedule its
+// forward half ([ForwardOnly]).
 //
 // The engine's obligations when executing a schedule:
 //

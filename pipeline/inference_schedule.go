@@ -1,5 +1,7 @@
 package pipeline
 
+import "strings"
+
 // inferenceSchedule is DeepSpeed's InferenceSchedule: forward only, one
 // micro-batch per step per stage, double-buffered.
 type inferenceSchedule struct{ shape }
@@ -51,6 +53,57 @@ func (s inferenceSchedule) Steps() [][]Instruction {
 			cmds = append(cmds, buffered(ForwardPass, recvBuf, mb))
 		}
 		steps = append(steps, cmds)
+	}
+	return steps
+}
+
+// NewInference returns the forward-only schedule that evaluates
+// microBatches micro-batches on stage stageID of a pipeline trained under
+// scheduleType with virtualStages model chunks per stage (the arguments
+// of [NewTraining]). A stage holding one chunk (1F1B, GPipe) runs
+// DeepSpeed's InferenceSchedule, as DeepSpeed's eval_batch does whatever
+// the training schedule. A stage holding several (Interleaved) runs the
+// interleaved schedule's forward half ([ForwardOnly]): its forwards and
+// activation transfers in its order, so microBatches must then be a
+// multiple of stages, as for training.
+func NewInference(scheduleType string, virtualStages, microBatches, stages, stageID int) (Schedule, error) {
+	s, err := NewTraining(scheduleType, virtualStages, microBatches, stages, stageID)
+	if err != nil {
+		return nil, err
+	}
+	if strings.EqualFold(scheduleType, ScheduleInterleaved) {
+		return ForwardOnly(s), nil
+	}
+	return NewInferenceSchedule(microBatches, stages, stageID)
+}
+
+// ForwardOnly returns training schedule s without its backward half: each
+// step keeps only its LoadMicroBatch, RecvActivation, SendActivation and
+// ForwardPass, in their order. Every step stays (an emptied step is an
+// idle one), so the stages still run in lockstep, and the activation
+// transfers that remain pair up as in s: dropping both ends of every
+// gradient transfer cannot block a send or receive that s completes. A
+// buffer is free once its activation is sent (or, on the last virtual
+// stage, once its forward ran); NumPipeBuffers is s's.
+func ForwardOnly(s Schedule) Schedule { return forwardOnly{s} }
+
+type forwardOnly struct{ s Schedule }
+
+// NumPipeBuffers is the training schedule's.
+func (f forwardOnly) NumPipeBuffers() int { return f.s.NumPipeBuffers() }
+
+// Steps implements [Schedule].
+func (f forwardOnly) Steps() [][]Instruction {
+	steps := f.s.Steps()
+	for t, step := range steps {
+		kept := []Instruction{}
+		for _, in := range step {
+			switch in.Op {
+			case LoadMicroBatch, RecvActivation, SendActivation, ForwardPass:
+				kept = append(kept, in)
+			}
+		}
+		steps[t] = kept
 	}
 	return steps
 }
