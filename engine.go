@@ -139,14 +139,9 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 	if s, ok := mb.Input.(model.Sized); ok && s.BatchSize() != e.batch.MicroBatch {
 		return 0, fmt.Errorf("deepgo: Forward: the micro-batch holds %d samples, train_micro_batch_size_per_gpu is %d: every rank's micro-batch must have that size", s.BatchSize(), e.batch.MicroBatch)
 	}
-	mods := e.model.Modules()
-	seq := make([]int, len(mods))
-	for i, m := range mods {
-		idx, ok := e.index[m.Name()]
-		if !ok {
-			return 0, fmt.Errorf("deepgo: Forward: module %q (position %d) was not in the model at Initialize", m.Name(), i)
-		}
-		seq[i] = idx
+	mods, seq, err := e.sequence("Forward")
+	if err != nil {
+		return 0, err
 	}
 	if e.checkSeq {
 		if err := e.checkSequence(ctx, seq); err != nil {
@@ -171,17 +166,26 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 	return loss, nil
 }
 
+// sequence is this forward's modules (the model's Modules) and their
+// engine indexes; op names the call in the error.
+func (e *Engine) sequence(op string) ([]model.Module, []int, error) {
+	mods := e.model.Modules()
+	seq := make([]int, len(mods))
+	for i, m := range mods {
+		idx, ok := e.index[m.Name()]
+		if !ok {
+			return nil, nil, fmt.Errorf("deepgo: %s: module %q (position %d) was not in the model at Initialize", op, m.Name(), i)
+		}
+		seq[i] = idx
+	}
+	return mods, seq, nil
+}
+
 // forward runs Forward's passes once its arguments are checked.
 func (e *Engine) forward(ctx context.Context, mb model.MicroBatch, seq []int, mods []model.Module) (float64, error) {
-	mctx := e.moduleCtx(ctx)
-	if e.ck != nil {
-		e.ck.reset()
-		if err := e.ck.plan(e.model, mods); err != nil {
-			return 0, err
-		}
-		if len(e.ck.spans) > 0 {
-			mctx = model.WithCheckpointing(mctx)
-		}
+	mctx, err := e.planForward(ctx, mods)
+	if err != nil {
+		return 0, err
 	}
 	e.z.BeginMicroStep(seq)
 	if err := e.z.SetAccumulationBoundary(e.IsGradientAccumulationBoundary()); err != nil {
@@ -191,19 +195,9 @@ func (e *Engine) forward(ctx context.Context, mb model.MicroBatch, seq []int, mo
 		e.beginFlops(mb)
 		defer func() { e.flops.open = false }()
 	}
-	act := mb.Input
-	for i := 0; i < len(seq); {
-		var err error
-		if s, ok := e.ck.startsAt(i); ok {
-			act, err = e.forwardSegment(ctx, mctx, seq, s, act)
-			i = e.ck.spans[s].hi
-		} else {
-			act, err = e.forwardModule(ctx, mctx, seq[i], act)
-			i++
-		}
-		if err != nil {
-			return 0, err
-		}
+	act, err := e.forwardModules(ctx, mctx, seq, mb.Input)
+	if err != nil {
+		return 0, err
 	}
 	e.ck.endForward()
 	scale := e.scaler.Scale() / float64(e.batch.GradAccum)
@@ -216,6 +210,46 @@ func (e *Engine) forward(ctx context.Context, mb model.MicroBatch, seq []int, mo
 	e.seq, e.gradOut = seq, g
 	e.lastLoss = loss
 	return loss, nil
+}
+
+// planForward is the module context of a forward over mods: the
+// engine's backend and arena, and with activation checkpointing the
+// micro-step's segments planned (what an earlier forward kept dropped) and
+// the checkpointing mark when there is a segment.
+func (e *Engine) planForward(ctx context.Context, mods []model.Module) (context.Context, error) {
+	mctx := e.moduleCtx(ctx)
+	if e.ck == nil {
+		return mctx, nil
+	}
+	e.ck.reset()
+	if err := e.ck.plan(e.model, mods); err != nil {
+		return nil, err
+	}
+	if len(e.ck.spans) > 0 {
+		mctx = model.WithCheckpointing(mctx)
+	}
+	return mctx, nil
+}
+
+// forwardModules runs the modules of seq forward from in, each between
+// the ZeRO hooks, checkpointed segments through forwardSegment, and
+// returns the last module's output.
+func (e *Engine) forwardModules(ctx, mctx context.Context, seq []int, in model.Activation) (model.Activation, error) {
+	act := in
+	for i := 0; i < len(seq); {
+		var err error
+		if s, ok := e.ck.startsAt(i); ok {
+			act, err = e.forwardSegment(ctx, mctx, seq, s, act)
+			i = e.ck.spans[s].hi
+		} else {
+			act, err = e.forwardModule(ctx, mctx, seq[i], act)
+			i++
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return act, nil
 }
 
 // Backward runs the modules' Backward in reverse order from the gradient

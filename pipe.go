@@ -72,8 +72,8 @@ type PipeEngine struct {
 	chunks [][]int // engine module indexes of each chunk's modules
 	mods   []model.Module
 	params [][]*model.Param
-	parts  [][]model.Part // [chunk][buffer], made on first use
-	bufs   [][]pipeBuffer // [chunk][buffer]
+	parts  [][]model.Part  // [chunk][buffer], made on first use
+	bufs   [][]*pipeBuffer // [chunk][buffer]
 
 	tied []tiedParam
 
@@ -345,7 +345,7 @@ func (e *PipeEngine) split(net model.Pipelined) error {
 	}
 	e.chunks = make([][]int, e.virtual)
 	e.parts = make([][]model.Part, e.virtual)
-	e.bufs = make([][]pipeBuffer, e.virtual)
+	e.bufs = make([][]*pipeBuffer, e.virtual)
 	nbuf := e.sched.NumPipeBuffers()
 	for c := range e.virtual {
 		v := c*e.stages + e.stage
@@ -360,11 +360,8 @@ func (e *PipeEngine) split(net model.Pipelined) error {
 		}
 		e.parts[c] = make([]model.Part, nbuf)
 		e.parts[c][0] = part
-		e.bufs[c] = make([]pipeBuffer, nbuf)
-		if !e.be.Device().IsCPU() {
-			for b := range e.bufs[c] {
-				e.bufs[c][b].arena.SetAlloc(e.be.Empty) // activations in device memory, as the data-parallel engine's
-			}
+		for range nbuf {
+			e.bufs[c] = append(e.bufs[c], e.newBuffer())
 		}
 		for _, m := range part.Modules() {
 			e.chunks[c] = append(e.chunks[c], len(e.mods))

@@ -263,7 +263,7 @@ func (e *PipeEngine) part(c, b int) (model.Part, error) {
 // prepare readies buffer b of chunk c for micro-batch mb (once per
 // micro-batch): the part's activation memory and the receive buffer.
 func (e *PipeEngine) prepare(ctx context.Context, c, b, mb int, data []model.MicroBatch) (*pipeBuffer, model.Part, error) {
-	buf := &e.bufs[c][b]
+	buf := e.bufs[c][b]
 	p, err := e.part(c, b)
 	if err != nil {
 		return nil, nil, err
@@ -330,9 +330,9 @@ func (e *PipeEngine) execOp(ctx context.Context, in pipeline.Instruction, data [
 		}
 		return 0, e.p2p(ctx, true, t, next)
 	case pipeline.ForwardPass:
-		return e.forward(ctx, c, b, in.MicroBatch, data)
+		return e.forward(ctx, c, b, in.MicroBatch, data, false)
 	case pipeline.RecvGrad:
-		buf := &e.bufs[c][b]
+		buf := e.bufs[c][b]
 		out, ok := buf.out.(*tensor.Tensor)
 		if !ok {
 			return 0, fmt.Errorf("no forward output of micro-batch %d to receive the gradient of", in.MicroBatch)
@@ -352,7 +352,7 @@ func (e *PipeEngine) execOp(ctx context.Context, in pipeline.Instruction, data [
 	case pipeline.BackwardPass:
 		return 0, e.backward(ctx, c, b)
 	case pipeline.SendGrad:
-		buf := &e.bufs[c][b]
+		buf := e.bufs[c][b]
 		t, ok := buf.gradIn.(*tensor.Tensor)
 		if !ok {
 			return 0, fmt.Errorf("the input gradient to send is %T, want *tensor.Tensor", buf.gradIn)
@@ -387,8 +387,10 @@ func (e *PipeEngine) p2p(ctx context.Context, send bool, t *tensor.Tensor, peer 
 }
 
 // forward runs chunk c's modules on buffer b's micro-batch; on the last
-// virtual stage it computes the loss and its gradient too.
-func (e *PipeEngine) forward(ctx context.Context, c, b, mb int, data []model.MicroBatch) (float64, error) {
+// virtual stage it computes the loss and its gradient too. An evaluation's
+// (eval) computes the loss unscaled and keeps no gradient: the last
+// virtual stage frees the buffer's activations at once.
+func (e *PipeEngine) forward(ctx context.Context, c, b, mb int, data []model.MicroBatch, eval bool) (float64, error) {
 	buf, p, err := e.prepare(ctx, c, b, mb, data)
 	if err != nil {
 		return 0, err
@@ -418,9 +420,16 @@ func (e *PipeEngine) forward(ctx context.Context, c, b, mb int, data []model.Mic
 		return 0, nil
 	}
 	scale := e.scaler.Scale() / float64(e.batch.GradAccum)
+	if eval {
+		scale = 1
+	}
 	loss, g, err := p.Loss(mctx, act, data[mb].Target, scale)
 	if err != nil {
 		return 0, fmt.Errorf("loss: %w", err)
+	}
+	if eval {
+		buf.free()
+		return loss, nil
 	}
 	buf.gradOut, buf.lossDone = g, true
 	return loss, nil
@@ -429,7 +438,7 @@ func (e *PipeEngine) forward(ctx context.Context, c, b, mb int, data []model.Mic
 // backward runs chunk c's modules backward on buffer b, accumulating the
 // parameter gradients through the ZeRO optimizer's micro-step protocol.
 func (e *PipeEngine) backward(ctx context.Context, c, b int) error {
-	buf := &e.bufs[c][b]
+	buf := e.bufs[c][b]
 	if buf.gradOut == nil {
 		return fmt.Errorf("no output gradient for micro-batch %d (no forward, or no RecvGrad)", buf.mb)
 	}

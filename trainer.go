@@ -13,7 +13,8 @@ import (
 // Trainer is one rank's training engine, what Initialize returns: the
 // data-parallel engine (*Engine), or the pipeline engine (*PipeEngine) when
 // the config asks for pipeline stages, which runs whole batches only
-// (TrainBatch; its Forward, Backward and Step say they are not supported)
+// (TrainBatch and EvalBatch; its Forward, Backward and Step say they are
+// not supported)
 // and saves and loads checkpoints of the whole pipeline. A trainer loop
 // needs only these methods; the concrete type offers more (a type
 // assertion to *Engine reaches the ZeRO internals, the loss scaler and the
@@ -21,7 +22,7 @@ import (
 // bubble).
 //
 // A Trainer's methods must be called from one goroutine (SaveDone
-// excepted), and the collective ones (TrainBatch, Step at a boundary,
+// excepted), and the collective ones (TrainBatch, EvalBatch, Step at a boundary,
 // Save, SaveAsync, Load, Parameters) by every rank of its group in the
 // same order.
 //
@@ -45,6 +46,32 @@ type Trainer interface {
 	// the engine cannot tell which of its dimensions holds the samples,
 	// and a wrong count trains on a different batch than the config says.
 	TrainBatch(ctx context.Context, data []model.MicroBatch) (float64, error)
+	// EvalBatch runs the forward pass over data (one or more micro-batches
+	// of this rank) with no gradient and returns the mean loss over the
+	// micro-batches and the data-parallel ranks (a collective), the same
+	// value on every rank of the group: with pipeline stages the last
+	// stage's, handed to every stage (DeepSpeed's PipelineEngine.eval_batch
+	// with its defaults: reduce_output "avg", bcast_loss; len(data) is its
+	// num_micro_batches, any number from 1, the same on every rank).
+	//
+	// It changes no parameter, gradient, optimizer state, step counter, LR
+	// schedule, loss scale or monitor record, nor the Timers: the next
+	// TrainBatch computes what it would have without it. Each micro-batch
+	// runs forward as in training (ZeRO stage 3 gathers the parameters,
+	// checkpointed segments recompute nothing, tensor and sequence
+	// parallelism as configured; the pipeline under DeepSpeed's
+	// InferenceSchedule, or the interleaved schedule's forward order), and
+	// its activations are freed once its loss is known. The loss is the
+	// model's Loss, unscaled (no fp16 loss scale).
+	//
+	// Sizes are checked as TrainBatch checks them: a model.Sized Input must
+	// hold train_micro_batch_size_per_gpu samples. Every rank checks its
+	// data and agrees with the others before any forward, so empty data, a
+	// wrong size or a different number of micro-batches on any rank is an
+	// error on every rank, naming the rank, with nothing run. Cancellation
+	// and failures are TrainBatch's: a failure part way through the
+	// forwards leaves the Trainer refusing every later call but Close.
+	EvalBatch(ctx context.Context, data []model.MicroBatch) (float64, error)
 	// Forward runs one micro-batch through the model and returns its loss
 	// on this rank (DeepSpeed's engine(batch)). Its size is checked as
 	// TrainBatch checks it: only for a model.Sized Input. A Forward not

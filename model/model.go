@@ -183,7 +183,8 @@ type Module interface {
 	// Buffers Forward allocates from tensor.ArenaFromContext(ctx) live
 	// until the engine's Backward for this micro-step returns (for a
 	// Forward never followed by Backward, until the next Forward or
-	// Close), and are then freed by the engine: return them, save them
+	// Close; for an evaluation's, EvalBatch, until its loss is computed),
+	// and are then freed by the engine: return them, save them
 	// for Backward, but do not free them or use them later. The arena is
 	// closed between micro-steps: allocating from it then (a goroutine
 	// that outlived the call, say) fails with tensor.ErrArenaClosed.

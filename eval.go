@@ -1,0 +1,155 @@
+package deepgo
+
+// Evaluation on the data-parallel engine (Trainer.EvalBatch): forward
+// passes with no gradient, each micro-batch's activations freed as soon
+// as its loss is known, and the mean loss over the micro-batches and the
+// ranks.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/model"
+)
+
+// EvalBatch runs the forward pass over data, one or more micro-batches of
+// this rank, with no gradient, and returns the mean loss over the
+// micro-batches and the data-parallel ranks, the same on every rank (see
+// Trainer.EvalBatch). It may come between any two micro-steps (a Forward
+// not followed by Backward is dropped, as another Forward drops it), but
+// not between a Backward and its Step.
+func (e *Engine) EvalBatch(ctx context.Context, data []model.MicroBatch) (float64, error) {
+	if err := e.usable(ctx, "EvalBatch"); err != nil {
+		return 0, err
+	}
+	if e.phase == phaseBackward {
+		return 0, fmt.Errorf("deepgo: EvalBatch: the last micro-step's Backward was not followed by Step: call Step first")
+	}
+	ctx = e.devCtx(ctx)
+	if err := agreeEval(ctx, "deepgo: EvalBatch", data, e.batch.MicroBatch, e.c, e.tp); err != nil {
+		return 0, err
+	}
+	// what a Forward never followed by Backward left goes (evalForward
+	// resets the arena and checkpointing), as at a Forward
+	e.seq, e.gradOut = nil, nil
+	e.phase = phaseIdle
+	timers := e.timers
+	var ckStats CheckpointStats
+	var ckPeak int64
+	if e.ck != nil {
+		ckStats, ckPeak = e.ck.stats, e.ck.peakSaved
+	}
+	e.z.BeginEval()
+	var sum float64
+	for i, mb := range data {
+		loss, err := e.evalForward(ctx, mb)
+		if err != nil {
+			return 0, e.fail(fmt.Errorf("deepgo: EvalBatch: micro-batch %d: %w", i, err))
+		}
+		sum += loss
+	}
+	if err := e.z.EndEval(ctx); err != nil {
+		return 0, e.fail(fmt.Errorf("deepgo: EvalBatch: %w", err))
+	}
+	// the timers and checkpointing's counters are the training's
+	e.timers = timers
+	if e.ck != nil {
+		e.ck.stats, e.ck.peakSaved = ckStats, ckPeak
+	}
+	loss, err := e.allMean(ctx, sum/float64(len(data)))
+	if err != nil {
+		return 0, e.fail(fmt.Errorf("deepgo: EvalBatch: %w", err))
+	}
+	return loss, nil
+}
+
+// evalForward runs mb forward through the model's modules as Forward
+// does (stage 3 gathering each module, checkpointed segments in their
+// scratch arenas) and computes its loss, then frees every activation of
+// the micro-step.
+func (e *Engine) evalForward(ctx context.Context, mb model.MicroBatch) (float64, error) {
+	mods, seq, err := e.sequence("EvalBatch")
+	if err != nil {
+		return 0, err
+	}
+	if e.checkSeq {
+		if err := e.checkSequence(ctx, seq); err != nil {
+			return 0, err
+		}
+	}
+	e.arena.Reset()
+	e.arena.Open()
+	defer e.arena.Close()
+	if e.ck != nil {
+		defer e.ck.reset()
+	}
+	mctx, err := e.planForward(ctx, mods)
+	if err != nil {
+		return 0, err
+	}
+	e.z.BeginMicroStep(seq)
+	act, err := e.forwardModules(ctx, mctx, seq, mb.Input)
+	if err != nil {
+		return 0, err
+	}
+	// no loss scale: the gradient Loss returns is dropped
+	loss, _, err := e.model.Loss(mctx, act, mb.Target, 1)
+	if err != nil {
+		return 0, fmt.Errorf("loss: %w", err)
+	}
+	return loss, nil
+}
+
+// checkEvalData is this rank's refusal of data for EvalBatch (who: the
+// error's prefix), nil when it holds at least one micro-batch and each
+// model.Sized input has micro samples (train_micro_batch_size_per_gpu).
+func checkEvalData(who string, data []model.MicroBatch, micro int) error {
+	if len(data) == 0 {
+		return fmt.Errorf("%s: no micro-batches: want at least one", who)
+	}
+	for i, mb := range data {
+		if s, ok := mb.Input.(model.Sized); ok && s.BatchSize() != micro {
+			return fmt.Errorf("%s: micro-batch %d holds %d samples, train_micro_batch_size_per_gpu is %d: every micro-batch must have that size", who, i, s.BatchSize(), micro)
+		}
+	}
+	return nil
+}
+
+// agreeEval checks data on this rank (checkEvalData; who prefixes the
+// errors) and agrees with the
+// other ranks of each group (those of size 1 and nil skipped) on it
+// before any forward: every rank learns of a rank's refused data, or of
+// ranks handed different numbers of micro-batches (whose collectives would
+// not pair up), and returns an error naming the rank, instead of waiting
+// out the group's timeout. A collective per group (two numbers).
+func agreeEval(ctx context.Context, who string, data []model.MicroBatch, micro int, groups ...comm.Comm) error {
+	mine := checkEvalData(who, data, micro)
+	ok := int64(1)
+	if mine != nil {
+		ok = 0
+	}
+	for _, g := range groups {
+		if g == nil || g.Size() == 1 {
+			continue
+		}
+		vals, err := comm.AllGatherInt64s(ctx, g, []int64{int64(len(data)), ok})
+		if err != nil {
+			return fmt.Errorf("%s: agreeing on the micro-batches over group %s: %w", who, g.Name(), err)
+		}
+		if mine != nil {
+			return mine
+		}
+		for r := 0; r < len(vals); r += 2 {
+			if vals[r+1] == 0 {
+				return fmt.Errorf("%s: rank %d of group %s was handed no micro-batch or one whose size is not train_micro_batch_size_per_gpu (%d); no rank started the evaluation", who, r/2, g.Name(), micro)
+			}
+		}
+		for r := 0; r < len(vals); r += 2 {
+			if vals[r] != vals[0] {
+				return fmt.Errorf("%s: the ranks of group %s were handed different numbers of micro-batches: rank 0 %d, rank %d %d; every rank must evaluate as many; no rank started the evaluation", who, g.Name(), vals[0], r/2, vals[r])
+			}
+		}
+	}
+	return mine
+}
