@@ -206,3 +206,62 @@ func TestPipelineUlyssesOnCUDA(t *testing.T) {
 func TestPipelineTensorUlyssesOnCUDA(t *testing.T) {
 	pipeCasesOnCUDA(t, pipeTensorUlyssesDevCases())
 }
+
+// TestEvalBatchCUDA: TestEvalBatch's runs on GPU 0 (in-process ranks
+// sharing it): the evaluations are consistent on the device (every rank's
+// the same, a step's own micro-batches giving its TrainBatch loss bit for
+// bit, plainEval's within evalTol), the run that evaluates trains
+// bit-identically to the same device's run that does not, and the
+// evaluations follow the CPU's within the CUDA tolerances.
+func TestEvalBatchCUDA(t *testing.T) {
+	needGPU(t)
+	for _, r := range deviceCases([]int{1, 2}, []int{1, 2}) {
+		t.Run(r.String(), func(t *testing.T) {
+			var cpuEv, ev evalLosses
+			cpu, err := train(t, withEvals(r, &cpuEv))
+			require.NoError(t, err, "cpu")
+			r.dev = "cuda"
+			want, err := train(t, r)
+			require.NoError(t, err, "cuda, no evaluations")
+			got, err := train(t, withEvals(r, &ev))
+			require.NoError(t, err, "cuda")
+			bitEqualRuns(t, want, got)
+			requireEvals(t, r, got, &ev)
+			for call, losses := range cpuEv.calls {
+				assert.InEpsilon(t, losses[0], ev.calls[call][0], max(cudaTol[r.precision], 1e-6), "evaluation %q: cpu %v, cuda %v", call, losses[0], ev.calls[call][0])
+			}
+			compareRuns(t, "cuda vs cpu", cpu, got, cudaTol[r.precision], cudaTol[r.precision])
+		})
+	}
+}
+
+// TestPipelineEvalBatchCUDA: TestPipelineEvalBatch's pipelines (but fp16,
+// as TestPipelineOnCUDA leaves it out) on GPU 0: a step's micro-batches
+// evaluated before its TrainBatch give its loss bit for bit on every rank,
+// the run trains bit-identically to the device's run without the
+// evaluations, and the evaluations follow the CPU's within the CUDA
+// tolerances.
+func TestPipelineEvalBatchCUDA(t *testing.T) {
+	needGPU(t)
+	const steps = 4
+	for _, c := range pipeEvalCases() {
+		if c.prec == "fp16" {
+			continue
+		}
+		t.Run(c.String(), func(t *testing.T) {
+			cpuEv, ev := &stepEvals{}, &stepEvals{}
+			_, err := pipeDevSegment(t, "", c, parSeg{to: steps, before: cpuEv.before})
+			require.NoError(t, err, "cpu")
+			want, err := pipeDevRun(t, "cuda", c, steps)
+			require.NoError(t, err, "cuda, no evaluations")
+			got, err := pipeDevSegment(t, "cuda", c, parSeg{to: steps, before: ev.before})
+			require.NoError(t, err, "cuda")
+			bitEqualRuns(t, &want.result, &got.result)
+			ev.require(t, &got.result, len(got.mem), 1e-14)
+			tol := map[string]float64{"": 1e-4, "bf16": 1e-2}[c.prec]
+			for k, v := range cpuEv.own {
+				assert.InEpsilon(t, v, ev.own[k], tol, "step %d rank %d: cpu %v, cuda %v", k[0], k[1], v, ev.own[k])
+			}
+		})
+	}
+}

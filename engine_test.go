@@ -47,6 +47,7 @@ type run struct {
 	clip              float64 // gradient_clipping; 0 means 1.0
 	steps             int
 	hook              func(rank int, m *testmodel.MLP, e *deepgo.Engine, step int) // before each step
+	after             func(ctx context.Context, rank int, e *deepgo.Engine) error  // after the last step, before Parameters
 	dev               string                                                       // "": the CPU; "sim", "sim+delay": the simulated device (device_test.go)
 	opts              []deepgo.Option                                              // more Initialize options
 	sizes             []int                                                        // the MLP's layer sizes; nil: sizes
@@ -151,6 +152,11 @@ func train(t testing.TB, r run) (*result, error) {
 			if c.Rank() == 0 {
 				res.losses = append(res.losses, loss)
 				res.scales = append(res.scales, e.LossScale())
+			}
+		}
+		if r.after != nil {
+			if err := r.after(ctx, c.Rank(), e); err != nil {
+				return err
 			}
 		}
 		p, err := e.Parameters(ctx)

@@ -78,6 +78,16 @@ func TestMicroStepOrder(t *testing.T) {
 			_, err := e.TrainBatch(ctx, nil)
 			return err
 		}, "TrainBatch: got 0 micro-batches, want gradient_accumulation_steps = 1"},
+		{"Backward then EvalBatch", func(e *deepgo.Engine, mb model.MicroBatch) error {
+			if _, err := e.Forward(ctx, mb); err != nil {
+				return err
+			}
+			if err := e.Backward(ctx); err != nil {
+				return err
+			}
+			_, err := e.EvalBatch(ctx, []model.MicroBatch{mb})
+			return err
+		}, "EvalBatch: the last micro-step's Backward was not followed by Step"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -108,6 +118,8 @@ func TestCancelledContextOneRank(t *testing.T) {
 		require.ErrorIs(t, e.Save(ctx, t.TempDir(), deepgo.SaveOptions{}), context.Canceled)
 		_, err = e.Parameters(ctx)
 		require.ErrorIs(t, err, context.Canceled)
+		_, err = e.EvalBatch(ctx, []model.MicroBatch{data.Micro(0, globalBatch, 0, globalBatch)})
+		require.ErrorIs(t, err, context.Canceled)
 		after, err := e.Parameters(context.Background())
 		require.NoError(t, err)
 		assert.Equal(t, before, after, "stage %d: a cancelled TrainBatch stepped", stage)
@@ -127,7 +139,7 @@ func TestCancelledContextGroup(t *testing.T) {
 	require.NoError(t, err)
 	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	dir := t.TempDir()
-	for _, op := range []string{"TrainBatch", "Save"} {
+	for _, op := range []string{"TrainBatch", "EvalBatch", "Save"} {
 		errs := make([]error, 2)
 		start := time.Now()
 		err = newWorld(context.Background(), 2, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
@@ -152,7 +164,12 @@ func TestCancelledContextGroup(t *testing.T) {
 				return nil
 			}
 			half := globalBatch / 2
-			_, errs[c.Rank()] = e.TrainBatch(call, []model.MicroBatch{data.Micro(0, globalBatch, c.Rank()*half, half)})
+			mbs := []model.MicroBatch{data.Micro(0, globalBatch, c.Rank()*half, half)}
+			if op == "EvalBatch" {
+				_, errs[c.Rank()] = e.EvalBatch(call, mbs)
+				return nil
+			}
+			_, errs[c.Rank()] = e.TrainBatch(call, mbs)
 			return nil
 		})
 		require.NoError(t, err)
@@ -222,6 +239,8 @@ func TestUseAfterClose(t *testing.T) {
 	require.NoError(t, e.Close())
 	_, err := e.TrainBatch(ctx, []model.MicroBatch{data.Micro(0, globalBatch, 0, globalBatch)})
 	require.ErrorContains(t, err, "closed")
+	_, err = e.EvalBatch(ctx, []model.MicroBatch{data.Micro(0, globalBatch, 0, globalBatch)})
+	require.ErrorContains(t, err, "EvalBatch: the Trainer is closed")
 	_, err = e.Parameters(ctx)
 	require.ErrorContains(t, err, "closed")
 	require.ErrorContains(t, e.Step(ctx), "closed")

@@ -239,6 +239,11 @@ func pipeDevSegment(t *testing.T, dev string, c pipeDevCase, seg parSeg) (*pipeD
 				}
 				mbs[i] = b.MicroBatch()
 			}
+			if seg.before != nil {
+				if err := seg.before(ctx, cm.Rank(), step, pe, mbs); err != nil {
+					return err
+				}
+			}
 			loss, err := pe.TrainBatch(ctx, mbs)
 			if err != nil {
 				return err

@@ -343,8 +343,9 @@ func TestPipelineEngineNotSupported(t *testing.T) {
 			require.NoError(t, tr.Close())
 			require.NoError(t, tr.Close(), "Close twice")
 			_, terr := tr.TrainBatch(ctx, []model.MicroBatch{{}})
+			_, eerr := tr.EvalBatch(ctx, []model.MicroBatch{{}})
 			_, perr := tr.Parameters(ctx)
-			for name, err := range map[string]error{"TrainBatch": terr, "Parameters": perr, "Save": tr.Save(ctx, t.TempDir(), deepgo.SaveOptions{})} {
+			for name, err := range map[string]error{"TrainBatch": terr, "EvalBatch": eerr, "Parameters": perr, "Save": tr.Save(ctx, t.TempDir(), deepgo.SaveOptions{})} {
 				assert.ErrorContains(t, err, name+": the Trainer is closed", "%s", name)
 			}
 			assert.NotPanics(t, func() { _, _ = tr.Memory(), tr.Timers() })
@@ -359,8 +360,10 @@ func TestPipelineEngineNotSupported(t *testing.T) {
 // first instruction (here a stage's forward errs once, in the middle of the
 // batch) leaves half-accumulated gradients; every later call on every stage
 // but Close is refused at once, naming the failure, where a retry would
-// have added the next batch's gradients to them. A batch refused before it
-// began (the schedules disagree) marks nothing: the next one trains.
+// have added the next batch's gradients to them. An EvalBatch failing so
+// (it may leave a transfer half done, which the next batch would receive)
+// does the same. A batch or evaluation refused before it began (the
+// schedules disagree, a wrong size) marks nothing: the next one trains.
 func TestPipelineFailedBatchRefusesMore(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	mk, err := data.NewMarkov(16, 1, 2, 3)
@@ -382,6 +385,7 @@ func TestPipelineFailedBatchRefusesMore(t *testing.T) {
 		failsOnce  bool                               // stage 1's third module forward errs, once
 		thenRefuse bool
 		wantErr    string // in the first batch's error, when set
+		eval       bool   // the first batch is an EvalBatch
 	}{
 		{name: "a stage fails mid-batch", first: func(int) []model.MicroBatch { return batch(4) }, failsOnce: true, thenRefuse: true},
 		{name: "schedules disagree", first: func(stage int) []model.MicroBatch { return batch(4 + 4*stage) }},
@@ -394,6 +398,16 @@ func TestPipelineFailedBatchRefusesMore(t *testing.T) {
 			}
 			return mbs
 		}},
+		{name: "a stage fails mid-evaluation", first: func(int) []model.MicroBatch { return batch(3) }, failsOnce: true, thenRefuse: true, eval: true},
+		{name: "evaluation: schedules disagree", first: func(stage int) []model.MicroBatch { return batch(2 + stage) }, eval: true,
+			wantErr: "were handed different numbers of micro-batches"},
+		{name: "evaluation: a stage's micro-batch has the wrong size", first: func(stage int) []model.MicroBatch {
+			mbs := batch(2)
+			if stage == 1 {
+				mbs[1] = corpus.MakeBatch([]int{0, 1, 2}, 8).MicroBatch()
+			}
+			return mbs
+		}, eval: true, wantErr: "train_micro_batch_size_per_gpu"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			errs, _ := runPipeRanks(t, 2, timeout, func(ctx context.Context, c comm.Comm) error {
@@ -407,7 +421,11 @@ func TestPipelineFailedBatchRefusesMore(t *testing.T) {
 				wrap := func(g *nn.GPT) model.Model { return hookGPT{g, hook, nil} }
 				return withPipeGPT(ctx, c, cfg, wrap, func(tr deepgo.Trainer) error {
 					start := time.Now()
-					if _, err := tr.TrainBatch(ctx, tc.first(c.Rank())); err == nil {
+					first := tr.TrainBatch
+					if tc.eval {
+						first = tr.EvalBatch
+					}
+					if _, err := first(ctx, tc.first(c.Rank())); err == nil {
 						return fmt.Errorf("stage %d: the first batch did not fail", c.Rank())
 					} else if tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr) {
 						return fmt.Errorf("stage %d: the first batch: want an error saying %q, got %v", c.Rank(), tc.wantErr, err)
@@ -428,9 +446,10 @@ func TestPipelineFailedBatchRefusesMore(t *testing.T) {
 					_, perr := tr.Parameters(ctx)
 					serr := tr.Save(ctx, t.TempDir(), deepgo.SaveOptions{})
 					_, lerr := tr.Load(ctx, t.TempDir(), deepgo.LoadOptions{})
-					for _, e := range []error{perr, serr, lerr} {
+					_, eerr := tr.EvalBatch(ctx, batch(2))
+					for _, e := range []error{perr, serr, lerr, eerr} {
 						if e == nil || !strings.Contains(e.Error(), "an earlier call failed part way through a batch") {
-							return fmt.Errorf("stage %d: want Parameters, Save and Load refused, got %v, %v, %v", c.Rank(), perr, serr, lerr)
+							return fmt.Errorf("stage %d: want Parameters, Save, Load and EvalBatch refused, got %v, %v, %v, %v", c.Rank(), perr, serr, lerr, eerr)
 						}
 					}
 					return nil

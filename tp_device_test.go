@@ -68,13 +68,15 @@ func parDevRun(t *testing.T, dev string, c parDevCase, steps int) (*result, erro
 // batches before mid): Save to save, then SaveAsync to twin, which is
 // written while the steps from mid train, and waited for (WaitSave) at
 // the end. after, when set, runs on every rank at the end, before the
-// parameters are gathered.
+// parameters are gathered; before, on every rank before each step's
+// TrainBatch, with the step's micro-batches (this rank's).
 type parSeg struct {
 	from, to   int
 	load, save string
 	twin       string
 	mid        int
 	after      func(ctx context.Context, rank int, tr deepgo.Trainer) error
+	before     func(ctx context.Context, rank, step int, tr deepgo.Trainer, mbs []model.MicroBatch) error
 }
 
 // saveAt makes the segment's saves due before the batch of step (step
@@ -189,7 +191,13 @@ func parDevSegment(t *testing.T, dev string, c parDevCase, seg parSeg) (*result,
 			if err != nil {
 				return err
 			}
-			loss, err := tr.TrainBatch(ctx, []model.MicroBatch{b.MicroBatch()})
+			mbs := []model.MicroBatch{b.MicroBatch()}
+			if seg.before != nil {
+				if err := seg.before(ctx, cm.Rank(), step, tr, mbs); err != nil {
+					return err
+				}
+			}
+			loss, err := tr.TrainBatch(ctx, mbs)
 			if err != nil {
 				return err
 			}
