@@ -8,7 +8,6 @@ package deepgo
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/pipeline"
@@ -46,23 +45,12 @@ func (e *PipeEngine) EvalBatch(ctx context.Context, data []model.MicroBatch) (fl
 		}
 	}
 	timers := e.timers
-	var lossSum float64
-	for t, step := range sched.Steps() {
-		for _, in := range step {
-			t1 := time.Now()
-			loss, err := e.execEval(ctx, in, data)
-			if err != nil {
-				// a transfer may be half done: the next batch would
-				// receive what this one left
-				se := &PipeStageError{Stage: e.stage, Step: t, Instruction: in.String(), Err: err}
-				if in.Op.IsComm() {
-					se.Unresponsive = e.rollCall(ctx, time.Since(t1))
-				}
-				e.broken = fmt.Errorf("deepgo: EvalBatch: %w", se)
-				return 0, e.broken
-			}
-			lossSum += loss
-		}
+	lossSum, se := e.runSteps(ctx, sched.Steps(), data, e.execEval)
+	if se != nil {
+		// a transfer may be half done: the next batch would receive what
+		// this one left
+		e.broken = fmt.Errorf("deepgo: EvalBatch: %w", se)
+		return 0, e.broken
 	}
 	e.timers = timers // the training's
 	return e.meanLoss(ctx, lossSum/float64(len(data)))

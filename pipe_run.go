@@ -125,21 +125,10 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 	}
 	t0, busy0, skipped0 := time.Now(), e.busy(), e.skippedSteps
 	e.beginFlops(data)
-	var lossSum float64
-	for t, step := range e.steps {
-		for _, in := range step {
-			t1 := time.Now()
-			loss, err := e.exec(ctx, in, data)
-			if err != nil {
-				se := &PipeStageError{Stage: e.stage, Step: t, Instruction: in.String(), Err: err}
-				if in.Op.IsComm() {
-					se.Unresponsive = e.rollCall(ctx, time.Since(t1))
-				}
-				e.broken = se
-				return 0, se
-			}
-			lossSum += loss
-		}
+	lossSum, se := e.runSteps(ctx, e.steps, data, e.exec)
+	if se != nil {
+		e.broken = se
+		return 0, se
 	}
 	if wall := time.Since(t0); wall > 0 {
 		busy := e.busy() - busy0
@@ -158,6 +147,30 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 	// other ranks enter
 	ferr := e.endFlops()
 	return loss, errors.Join(ferr, e.observe(ctx, loss, took, e.skippedSteps > skipped0, data))
+}
+
+// runSteps executes steps instruction by instruction with exec and
+// returns the sum of the losses exec returned (the last stage's forwards'),
+// or the first failure as a *PipeStageError, naming after a failed
+// transfer the stages that did not answer the roll call.
+func (e *PipeEngine) runSteps(ctx context.Context, steps [][]pipeline.Instruction, data []model.MicroBatch,
+	exec func(context.Context, pipeline.Instruction, []model.MicroBatch) (float64, error)) (float64, *PipeStageError) {
+	var lossSum float64
+	for t, step := range steps {
+		for _, in := range step {
+			t1 := time.Now()
+			loss, err := exec(ctx, in, data)
+			if err != nil {
+				se := &PipeStageError{Stage: e.stage, Step: t, Instruction: in.String(), Err: err}
+				if in.Op.IsComm() {
+					se.Unresponsive = e.rollCall(ctx, time.Since(t1))
+				}
+				return 0, se
+			}
+			lossSum += loss
+		}
+	}
+	return lossSum, nil
 }
 
 // agreeSchedule checks that every rank runs the same schedule over the
