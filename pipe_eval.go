@@ -44,7 +44,7 @@ func (e *PipeEngine) EvalBatch(ctx context.Context, data []model.MicroBatch) (fl
 			e.bufs[c][b].mb = -1
 		}
 	}
-	timers := e.timers
+	timers, pt := e.timers, e.pt
 	lossSum, se := e.runSteps(ctx, sched.Steps(), data, e.execEval)
 	if se != nil {
 		// a transfer may be half done: the next batch would receive what
@@ -52,7 +52,10 @@ func (e *PipeEngine) EvalBatch(ctx context.Context, data []model.MicroBatch) (fl
 		e.broken = fmt.Errorf("deepgo: EvalBatch: %w", se)
 		return 0, e.broken
 	}
-	e.timers = timers // the training's
+	// the training's: an evaluation counts in no timer, DeepSpeed's
+	// PipelineEngine timer lines included (its eval_batch runs the timed
+	// instructions too, so there it would)
+	e.timers, e.pt = timers, pt
 	return e.meanLoss(ctx, lossSum/float64(len(data)))
 }
 

@@ -3,6 +3,7 @@ package deepgo_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -125,6 +126,14 @@ func pipeWallClock(t *testing.T, dev string, c pipeTimerCase) {
 				return err
 			}
 			mine = append(mine, pe.PipeTimers())
+			// an evaluation between steps counts in no timer, printed or not
+			pt0, tm0 := pe.PipeTimers(), pe.Timers()
+			if _, err := pe.EvalBatch(ctx, mbs); err != nil {
+				return err
+			}
+			if pt1, tm1 := pe.PipeTimers(), pe.Timers(); !maps.Equal(pt0, pt1) || tm0 != tm1 {
+				return fmt.Errorf("rank %d: EvalBatch moved the timers: %v -> %v, %+v -> %+v", cm.Rank(), pt0, pt1, tm0, tm1)
+			}
 		}
 		mu.Lock()
 		defer mu.Unlock()
