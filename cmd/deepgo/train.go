@@ -49,15 +49,22 @@ type trainResult struct {
 	FinalLossSteps int     `json:"final_loss_steps"`
 	// SkippedSteps counts this run's optimizer steps skipped for fp16
 	// gradient overflow.
-	SkippedSteps int       `json:"skipped_steps"`
-	EntropyFloor *float64  `json:"entropy_floor,omitempty"`
-	Steps        int       `json:"steps"`
-	TokensPerSec float64   `json:"tokens_per_s"`
-	WallSeconds  float64   `json:"wall_s"`
-	PeakMemory   []int64   `json:"peak_memory_per_rank_bytes"`
-	Ranks        int       `json:"ranks"`
-	Device       string    `json:"device"` // cpu, sim or cuda: the kind every rank computes on
-	Losses       []float64 `json:"-"`
+	SkippedSteps int      `json:"skipped_steps"`
+	EntropyFloor *float64 `json:"entropy_floor,omitempty"`
+	// EvalLoss is the last evaluation's loss (after the last step); nil
+	// when evaluation is off.
+	EvalLoss     *float64 `json:"eval_loss,omitempty"`
+	Steps        int      `json:"steps"`
+	TokensPerSec float64  `json:"tokens_per_s"`
+	WallSeconds  float64  `json:"wall_s"`
+	PeakMemory   []int64  `json:"peak_memory_per_rank_bytes"`
+	Ranks        int      `json:"ranks"`
+	Device       string   `json:"device"` // cpu, sim or cuda: the kind every rank computes on
+	// Losses are this run's training losses, one per step (rank 0's: the
+	// mean over the data-parallel ranks).
+	Losses []float64 `json:"-"`
+	// EvalLosses are this run's evaluations' losses, in order.
+	EvalLosses []float64 `json:"-"`
 	// NothingToTrain is set when the checkpoint resumed from is already
 	// at or past --steps: no step ran, and there is no result to report.
 	NothingToTrain bool `json:"-"`
@@ -70,8 +77,11 @@ Trains a GPT on in-process ranks (or one rank per process under deepgo
 launch). Rank 0 prints the config's notes, "note: <key>: no effect: <why>"
 for each key that loads but does nothing in deepgo, a line every
 steps_per_print steps, "step N: gradient overflow, step skipped, loss scale
-A -> B" for each fp16 step skipped, then (synthetic corpus) "final loss
-(mean of the last K steps) L vs entropy floor F", and last one JSON line:
+A -> B" for each fp16 step skipped, with --eval-interval N "step S eval
+loss L (ppl P)" every N steps and after the last (L the mean loss over
+--eval-iters held-out micro-batches per data-parallel rank, P = exp(L)),
+then (synthetic corpus) "final loss (mean of the last K steps) L vs
+entropy floor F", and last one JSON line:
 ` + trainJSONHelp + `
 With checkpoint.save_dir the run saves a checkpoint every steps_per_print
 steps (default 50) and at the end, and resumes from the latest checkpoint
@@ -107,9 +117,12 @@ const trainJSONHelp = `  final_loss                  mean loss of the last final
                               when the run resumed inside that tenth
   entropy_floor               the synthetic source's entropy, nats/token
                               (absent with --data)
+  eval_loss                   the last evaluation's loss (absent without
+                              --eval-interval)
   steps                       --steps: the step the run ends at
   skipped_steps               this run's steps skipped for fp16 overflow
   tokens_per_s                tokens trained per second by this run
+                              (evaluations' time left out)
   wall_s                      seconds the run took
   peak_memory_per_rank_bytes  each rank's peak model states + activations
   ranks                       ranks in all (every parallel dimension)
@@ -136,11 +149,18 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	device := fs.String("device", "cpu", deviceFlagHelp)
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address while training (\":9090\" binds 127.0.0.1; \"0.0.0.0:9090\" every interface, unauthenticated)")
 	nanEvery := fs.Int("nan-check-every", monitor.DefaultFiniteCheckEvery, "check the parameters for NaN/Inf every N optimizer steps")
+	evalInterval := fs.Int("eval-interval", 0, "evaluate on held-out data every N optimizer steps (of the global step, also after a resume) and after the last; 0: no evaluation. Held out: a second synthetic corpus from the same Markov source, or the last 5% of --data's windows (training gets the rest)")
+	evalIters := fs.Int("eval-iters", 0, "micro-batches per evaluation per data-parallel rank, the same ones every time (default: gradient_accumulation_steps)")
 	backend := fs.String("dist-backend", "", "between the processes of a launched job (RANK/WORLD_SIZE, OMPI_* or SLURM_* set, no --ranks): gloo, mpi or nccl (default: DEEPGO_DIST_BACKEND, else nccl with --device cuda, gloo otherwise)")
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
 	err := checkTrainFlags(fs.Args(), *steps, *ranks, *micro, *nanEvery, *lr)
+	evalItersGiven := false
+	fs.Visit(func(f *flag.Flag) { evalItersGiven = evalItersGiven || f.Name == "eval-iters" })
+	if eerr := checkEvalFlags(*evalInterval, *evalIters, evalItersGiven); eerr != nil && err == nil {
+		err = eerr
+	}
 	if _, ok := trainModels[*modelName]; !ok && err == nil {
 		err = fmt.Errorf("--model %q: want small or tiny", *modelName)
 	}
@@ -168,6 +188,9 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "deepgo train:", err)
 		return 2
 	}
+	if evalItersGiven && *evalInterval == 0 && job.rank() == 0 {
+		fmt.Fprintf(stderr, "deepgo train: note: --eval-iters %d: no effect: evaluation is off (--eval-interval 0)\n", *evalIters)
+	}
 	if job.rank() != 0 {
 		*metricsAddr = "" // one /metrics per job, on rank 0
 	}
@@ -180,7 +203,8 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sig, interruptSignals...)
 	defer func() { signal.Stop(sig); close(sig) }()
 	go watchInterrupt(sig, progress, job.rank() == 0, stderr, os.Exit)
-	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, microGiven: microGiven, lr: *lr, lrGiven: lrGiven, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress}, stdout, stderr)
+	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, microGiven: microGiven, lr: *lr, lrGiven: lrGiven, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress,
+		evalInterval: *evalInterval, evalIters: *evalIters}, stdout, stderr)
 	if err != nil && job != nil {
 		fmt.Fprintf(stderr, "deepgo train: rank %d: %v\n", job.rank(), err)
 		return 1
@@ -257,6 +281,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	pp, virtual := pipeShape(shape)
 	tp := tpSize(shape)
 	sp := spSize(shape)
+	if err := checkEvalPipe(shape, pp, targs.evalInterval, targs.evalIters); err != nil {
+		return nil, err
+	}
 	if err := deepgo.Unsupported(shape); err != nil {
 		// before any rank starts (Ulysses with megatron_sequence_parallel
 		// among them), in the words deepgo config check uses
@@ -282,6 +309,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	targs.steps = steps // before the ranks start: they share targs
 	var corpus *data.Tokens
 	var floor *float64
+	evals := &evalSource{interval: targs.evalInterval, iters: targs.evalIters, dataPath: dataPath}
 	switch {
 	case dataPath == "":
 		m, err := data.NewMarkov(mc.vocab, 1, mc.branch, 3)
@@ -291,6 +319,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		h := m.EntropyRate()
 		floor = &h
 		corpus = &data.Tokens{IDs: m.Generate(400000, 4), Vocab: mc.vocab}
+		evals.markov = m
 	case strings.HasSuffix(dataPath, ".arrow"):
 		corpus, err = data.ReadArrow(dataPath, "input_ids")
 	case strings.HasSuffix(dataPath, ".parquet"):
@@ -438,10 +467,18 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if spg != nil {
 			dr, dn = spg.dr, spg.dn // every SP rank is handed its data rank's micro-batches
 		}
-		s, err := data.NewDistributedSampler(corpus.NumWindows(T), dr, dn, 5, true)
+		B, gas := e.BatchSizes().MicroBatch, e.BatchSizes().GradAccum
+		tokens, ev, evNote, err := evals.plan(corpus, T, B, gas, dr, dn, spg)
+		if err != nil {
+			return err
+		}
+		if rank == 0 && evNote != "" {
+			fmt.Fprintln(stdout, "note:", evNote)
+		}
+		s, err := data.NewDistributedSampler(tokens.NumWindows(T), dr, dn, 5, true)
 		if err != nil && dataPath != "" {
 			return fmt.Errorf("--data %s: %d tokens make %d windows of %d (+1) tokens, and each of the %d data-parallel ranks needs at least one (at least %d tokens): %w",
-				dataPath, len(corpus.IDs), corpus.NumWindows(T), T, dn, dn*T+1, err)
+				dataPath, len(tokens.IDs), tokens.NumWindows(T), T, dn, dn*T+1, err)
 		}
 		if err != nil {
 			return err
@@ -455,7 +492,6 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			targs.progress.atInterrupt(tm.interrupt)
 		}
 		targs.progress.atInterrupt(func(int) error { return removeSwapFolders(cfg, rank) })
-		B, gas := e.BatchSizes().MicroBatch, e.BatchSizes().GradAccum
 		rd, err := rs.resume(ctx, cfg, e, s)
 		if err != nil {
 			return err
@@ -505,14 +541,11 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		bar := newProgress(stderr, steps)
 		defer bar.clear()
 		t0 := time.Now()
+		var evalTime time.Duration // not training: out of tokens/s
 		for step := first; step <= steps; step++ {
-			mbs := make([]model.MicroBatch, gas)
-			for i := range mbs {
-				b, err := spg.shard(corpus.MakeBatch(s.Next(B), T))
-				if err != nil {
-					return err
-				}
-				mbs[i] = b.MicroBatch()
+			mbs, err := microBatches(tokens, s, spg, gas, B, T)
+			if err != nil {
+				return err
 			}
 			scale := e.LossScale()
 			loss, err := e.TrainBatch(ctx, mbs) // which feeds the engine's monitor
@@ -545,12 +578,27 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			res.PeakMemory[rank] = max(res.PeakMemory[rank], mem)
 			mu.Unlock()
 			if rank == 0 {
+				res.Losses = append(res.Losses, loss)
 				bar.update(step, loss)
 			}
 			if rank == 0 && (step%every == 0 || step == steps) {
-				tps := float64((step-first+1)*B*gas*T*dn) / time.Since(t0).Seconds()
+				tps := float64((step-first+1)*B*gas*T*dn) / (time.Since(t0) - evalTime).Seconds()
 				bar.clear()
 				fmt.Fprintf(stdout, "step %d loss %.4f lr %.3g loss_scale %g tokens/s %.0f mem/rank %d\n", step, loss, e.LR(), e.LossScale(), tps, mem)
+			}
+			if ev.due(step, steps) {
+				t := time.Now()
+				el, err := ev.run(ctx, e)
+				if err != nil {
+					return fmt.Errorf("evaluation at step %d: %w", step, err)
+				}
+				evalTime += time.Since(t)
+				if rank == 0 {
+					bar.clear()
+					fmt.Fprintf(stdout, "step %d eval loss %.4f (ppl %.4g)\n", step, el, math.Exp(el))
+					res.EvalLosses = append(res.EvalLosses, el)
+					res.EvalLoss = &el
+				}
 			}
 			if cfg.Checkpoint.SaveDir != "" && (step%every == 0 || step == steps) {
 				tags, err := saver.save(ctx, e, s)
@@ -587,7 +635,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			}
 			res.FinalLossSteps = tailN
 			res.SkippedSteps = skipped - skipped0
-			res.TokensPerSec = float64((steps-first+1)*B*gas*T*dn) / time.Since(t0).Seconds()
+			res.TokensPerSec = float64((steps-first+1)*B*gas*T*dn) / (time.Since(t0) - evalTime).Seconds()
 		}
 		return nil
 	})
@@ -603,6 +651,22 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		fmt.Fprintf(stdout, "final loss (mean of the last %d steps) %.4f vs entropy floor %.4f nats/token (%.1f%% above)\n", res.FinalLossSteps, res.FinalLoss, *floor, 100*(res.FinalLoss / *floor - 1))
 	}
 	return res, nil
+}
+
+// microBatches draws n micro-batches of B windows of T tokens from
+// corpus through s, as this rank's engine takes them (its sequence shard
+// under Ulysses SP): a training step's, and an evaluation's from the
+// held-out windows.
+func microBatches(corpus *data.Tokens, s *data.DistributedSampler, spg *spGroups, n, B, T int) ([]model.MicroBatch, error) {
+	mbs := make([]model.MicroBatch, n)
+	for i := range mbs {
+		b, err := spg.shard(corpus.MakeBatch(s.Next(B), T))
+		if err != nil {
+			return nil, err
+		}
+		mbs[i] = b.MicroBatch()
+	}
+	return mbs, nil
 }
 
 // maxImpliedRanks caps the in-process ranks deepgo train picks by itself

@@ -49,6 +49,8 @@ func TestTrainBadArgs(t *testing.T) {
 		{"zero micro-batch", []string{"--model", "tiny", "--steps", "1", "--micro-batch", "0"}, "--micro-batch 0: want >= 1"},
 		{"negative lr", []string{"--model", "tiny", "--steps", "1", "--lr", "-1"}, "--lr -1: want a finite number >= 0"},
 		{"negative nan check", []string{"--model", "tiny", "--steps", "1", "--nan-check-every", "-1"}, "--nan-check-every -1: want >= 1"},
+		{"negative eval interval", []string{"--model", "tiny", "--steps", "1", "--eval-interval", "-1"}, "--eval-interval -1: want >= 0 (optimizer steps between evaluations; 0: no evaluation)"},
+		{"zero eval iters", []string{"--model", "tiny", "--steps", "1", "--eval-interval", "1", "--eval-iters", "0"}, "--eval-iters 0: want >= 1 (micro-batches per evaluation per data-parallel rank"},
 		{"unknown backend in-process", []string{"--model", "tiny", "--steps", "1", "--ranks", "1", "--dist-backend", "foo"}, `--dist-backend "foo": want one of`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -228,7 +230,7 @@ func TestTrainHelp(t *testing.T) {
 	var out, errb bytes.Buffer
 	assert.Zero(t, run([]string{"train", "-h"}, &out, &errb))
 	for _, want := range []string{"final_loss_steps", "skipped_steps", "mean loss of the last final_loss_steps steps",
-		"nothing to train", "no effect", "-steps"} {
+		"nothing to train", "no effect", "-steps", "eval_loss", "eval\nloss L (ppl P)", "-eval-interval", "-eval-iters"} {
 		assert.Contains(t, errb.String(), want)
 	}
 }
