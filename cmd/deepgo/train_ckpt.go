@@ -18,9 +18,14 @@ import (
 )
 
 // trainState is what deepgo train keeps in a checkpoint beside the engine's
-// state (the engine's client_state): where each rank's sampler stands.
+// state (the engine's client_state): where each rank's sampler stands, and
+// over how many training windows (the sampler's shuffle depends on it:
+// --data's hold-out for --eval-interval changes it).
 type trainState struct {
 	Sampler data.Position `json:"sampler"`
+	// Windows is the sampler's N; 0 in checkpoints written before it was
+	// recorded (not checked then).
+	Windows int `json:"windows,omitempty"`
 }
 
 // resumeSource is the checkpoint a run resumes from.
@@ -173,6 +178,11 @@ func (rs *resumer) resume(ctx context.Context, cfg *config.Config, e deepgo.Trai
 	if err := json.Unmarshal(res.ClientState, &st); err != nil {
 		return resumed{}, fmt.Errorf("resume from %s: client state: %w", dir, err)
 	}
+	if st.Windows != 0 && st.Windows != s.N {
+		return resumed{}, fmt.Errorf("resume from %s: the checkpoint trained on %d token windows, this run has %d: "+
+			"resume with the same --data and the same --eval-interval/--eval-iters (evaluating holds out some of --data's windows), "+
+			"or start a new save_dir", dir, st.Windows, s.N)
+	}
 	if err := s.SetPosition(st.Sampler); err != nil {
 		return resumed{}, fmt.Errorf("resume from %s: sampler: %w", dir, err)
 	}
@@ -245,7 +255,7 @@ func newTrainSaver(cfg *config.Config) *trainSaver {
 // knows committed: the one it wrote, or, saving in the background, the one
 // written before, which SaveAsync waited for.
 func (ts *trainSaver) save(ctx context.Context, e deepgo.Trainer, s *data.DistributedSampler) ([]string, error) {
-	client, err := json.Marshal(trainState{Sampler: s.Position()})
+	client, err := json.Marshal(trainState{Sampler: s.Position(), Windows: s.N})
 	if err != nil {
 		return nil, err
 	}

@@ -220,3 +220,24 @@ func TestTrainEvalInterleaved(t *testing.T) {
 	assert.Contains(t, errb.String(), "--eval-iters 3: want a multiple of the 4 pipeline stages with the Interleaved schedule")
 	assert.NotContains(t, out.String(), "training GPT", "trained anyway")
 }
+
+// A --data run saved without evaluation and resumed with it (which holds
+// out windows, so the training sampler shuffles another count) is refused,
+// naming both counts and the flags, rather than resuming in another order.
+func TestTrainEvalResumeRefusesOtherSplit(t *testing.T) {
+	text := filepath.Join(t.TempDir(), "corpus.txt")
+	require.NoError(t, os.WriteFile(text, bytes.Repeat([]byte("the cat sat on a mat. "), 73)[:1601], 0o644))
+	save := t.TempDir()
+	cfg := writeConfig(t, fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "steps_per_print": 2,
+		"checkpoint": {"save_dir": %q}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}`, save))
+	var out, errb bytes.Buffer
+	code := run([]string{"train", "--config", cfg, "--model", "tiny", "--ranks", "2", "--steps", "2", "--data", text}, &out, &errb)
+	require.Zero(t, code, errb.String())
+	errb.Reset()
+	code = run([]string{"train", "--config", cfg, "--model", "tiny", "--ranks", "2", "--steps", "4", "--data", text, "--eval-interval", "1"}, &out, &errb)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errb.String(), "the checkpoint trained on 100 token windows, this run has 92: resume with the same --data and the same --eval-interval/--eval-iters")
+	errb.Reset()
+	code = run([]string{"train", "--config", cfg, "--model", "tiny", "--ranks", "2", "--steps", "4", "--data", text}, &out, &errb)
+	assert.Zero(t, code, "the same split resumes: %s", errb.String())
+}
