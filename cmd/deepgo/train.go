@@ -298,7 +298,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	}
 	if ranks <= 0 {
 		var note string
-		ranks, note = impliedRanks(cfgPath)
+		ranks, note = impliedRanks(shape)
 		if note != "" {
 			fmt.Fprintf(stderr, "note: %s\n", note)
 		}
@@ -687,9 +687,8 @@ const maxImpliedRanks = 8
 //     the largest divisor of q up to maxImpliedRanks, the accumulation
 //     making up the rest (noted);
 //   - otherwise 2: the demo's two ranks.
-func impliedRanks(cfgPath string) (int, string) {
-	cfg, err := config.Load(cfgPath)
-	if err != nil || cfg.TrainBatchSize == nil || cfg.TrainMicroBatchSizePerGPU == nil {
+func impliedRanks(cfg *config.Config) (int, string) {
+	if cfg.TrainBatchSize == nil || cfg.TrainMicroBatchSizePerGPU == nil {
 		return 2, ""
 	}
 	tb, micro := *cfg.TrainBatchSize, *cfg.TrainMicroBatchSizePerGPU

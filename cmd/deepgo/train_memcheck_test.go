@@ -97,7 +97,7 @@ func TestMicroBatchMemorySharedConfigs(t *testing.T) {
 			}
 			pp, virtual := pipeShape(cfg)
 			tp, sp := tpSize(cfg), spSize(cfg)
-			ranks, _ := impliedRanks(f)
+			ranks, _ := impliedRanks(cfg)
 			world := ranks * pp * tp * sp
 			for name, mc := range trainModels {
 				g := mc.gpt
