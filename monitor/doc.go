@@ -6,13 +6,16 @@
 // share, update latency, finiteness) checked at every print.
 //
 // The loop builds a Monitor from its config.Config on every rank (only rank
-// 0 writes) and calls Observe once per optimizer step with a Record. The
+// 0 writes) and calls Observe once per optimizer step with a Record, and
+// ObserveEval with each evaluation's loss. The
 // package knows nothing of the engine: the Record carries plain numbers,
 // and the NaN/Inf check is a function the engine's owner supplies.
 //
 // Tags (the run-directory contract other tools read):
 //   - DeepSpeed's: Train/Samples/train_loss, lr, loss_scale (fp16 only, as
-//     DeepSpeed writes it) and, with
+//     DeepSpeed writes it), eval_loss (ObserveEval: at the samples of the
+//     steps done, 0 before training, as its PipelineEngine.eval_batch
+//     writes it) and, with
 //     wall_clock_breakdown (forced on by flops_profiler), the
 //     elapsed_time_ms_{forward,backward,backward_inner,backward_allreduce,step}.
 //   - deepgo's, always: Train/deepgo/{grad_norm, skipped_steps, overflow,

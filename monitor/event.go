@@ -36,6 +36,7 @@ type Writer interface {
 // of the run directory share.
 const (
 	TagLoss              = rundir.TagLoss
+	TagEvalLoss          = rundir.TagEvalLoss
 	TagLR                = rundir.TagLR
 	TagLossScale         = rundir.TagLossScale
 	TagForward           = rundir.TagForwardMS

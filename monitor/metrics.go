@@ -31,6 +31,7 @@ type MetricsServer struct {
 // metricNames maps the tags /metrics exposes to their gauge names and help.
 var metricNames = map[string][2]string{
 	TagLoss:         {"deepgo_loss", "training loss of the last optimizer step"},
+	TagEvalLoss:     {"deepgo_eval_loss", "mean loss of the last evaluation (EvalBatch)"},
 	TagLR:           {"deepgo_lr", "learning rate"},
 	TagLossScale:    {"deepgo_loss_scale", "loss scale (fp16 only)"},
 	TagTokensPerS:   {"deepgo_tokens_per_s", "tokens per second of the last step, all ranks"},

@@ -118,6 +118,7 @@ type Monitor struct {
 
 // batch is one step for the writer goroutine.
 type batch struct {
+	eval      *float64 // an evaluation's mean loss (ObserveEval): the one event
 	r         Record
 	dt        Timers
 	nonfinite *bool
@@ -244,15 +245,7 @@ func (m *Monitor) Observe(ctx context.Context, r Record) error {
 	if m.rank != 0 {
 		return nil
 	}
-	m.qmu.Lock()
-	if m.queue != nil {
-		m.queue <- batch{r: r, dt: dt, nonfinite: nonfinite, axis: m.axis()}
-	}
-	m.qmu.Unlock()
-	m.errMu.Lock()
-	errs := m.werrs
-	m.werrs = nil
-	m.errMu.Unlock()
+	errs := m.enqueue(batch{r: r, dt: dt, nonfinite: nonfinite, axis: m.axis()})
 	m.win.add(float64(r.StepTime), float64(dt.Comm), float64(dt.Step))
 	if nonfinite != nil {
 		m.warn(m.finite.check(r.Step, b2f(*nonfinite)))
@@ -267,6 +260,34 @@ func (m *Monitor) Observe(ctx context.Context, r Record) error {
 		m.win = window{}
 	}
 	return errors.Join(errs...)
+}
+
+// ObserveEval reports an evaluation's mean loss after step optimizer steps
+// (0: before the first): rank 0 writes it as Train/Samples/eval_loss at
+// those steps' global_samples, as DeepSpeed's PipelineEngine.eval_batch
+// does, and /metrics shows it as deepgo_eval_loss. Any rank may call it
+// (the engines' EvalBatch calls it on every rank); it returns the writers'
+// errors since the last call, as Observe does.
+func (m *Monitor) ObserveEval(step int, loss float64) error {
+	if m.rank != 0 {
+		return nil
+	}
+	return errors.Join(m.enqueue(batch{eval: &loss, r: Record{Step: step}, axis: m.axis()})...)
+}
+
+// enqueue hands b to the writer goroutine (dropped once Close began) and
+// returns the writers' errors since the last call.
+func (m *Monitor) enqueue(b batch) []error {
+	m.qmu.Lock()
+	if m.queue != nil {
+		m.queue <- b
+	}
+	m.qmu.Unlock()
+	m.errMu.Lock()
+	defer m.errMu.Unlock()
+	errs := m.werrs
+	m.werrs = nil
+	return errs
 }
 
 // checkTargets applies the §6 targets to the window since the last print.
@@ -326,7 +347,12 @@ func (m *Monitor) startWriting() {
 	go func(queue <-chan batch) {
 		defer close(m.flushed)
 		for b := range queue {
-			ev := events(b.r, b.dt, rssBytes(), m.breakdown, m.fp16, b.nonfinite, b.axis)
+			var ev []Event
+			if b.eval != nil {
+				ev = []Event{{Tag: TagEvalLoss, Value: *b.eval, Step: b.axis.X(TagEvalLoss, int64(b.r.Step))}}
+			} else {
+				ev = events(b.r, b.dt, rssBytes(), m.breakdown, m.fp16, b.nonfinite, b.axis)
+			}
 			var errs []error
 			for _, w := range m.writers {
 				errs = append(errs, w.WriteEvents(b.r.Step, ev))

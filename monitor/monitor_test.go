@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/rundir"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -178,4 +179,49 @@ func TestMonitorTargets(t *testing.T) {
 	assert.Contains(t, w[3], "step 6: parameter update (boundary step) time is 6 ms, at or above deepgo's health target 5 ms (monitor.UpdateTargetMs)")
 	assert.Contains(t, w[4], "step 8: communication share is 30%")
 	assert.Equal(t, 5, strings.Count(log.String(), "warning: "))
+}
+
+// ObserveEval writes eval_loss at the global_samples of the steps done
+// before the evaluation (0 before the first step), to csv_monitor,
+// tensorboard and /metrics, on rank 0 only; the run directory reads it
+// back keyed on those steps.
+func TestObserveEval(t *testing.T) {
+	out := t.TempDir()
+	cfg := loadConfig(t, fmt.Sprintf(`{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4,
+		"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "j"},
+		"tensorboard": {"enabled": true, "output_path": %q, "job_name": "j"}}`, out, out))
+	srv, err := ServeMetrics(":0")
+	require.NoError(t, err)
+	defer srv.Close()
+	m, err := New(cfg, 0, WithWriter(srv))
+	require.NoError(t, err)
+	other, err := New(loadConfig(t, fmt.Sprintf(`{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4,
+		"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "k"}}`, out)), 1)
+	require.NoError(t, err)
+	require.NoError(t, m.ObserveEval(0, 4.5))
+	require.NoError(t, other.ObserveEval(0, 4.5))
+	for s := 1; s <= 4; s++ {
+		require.NoError(t, m.Observe(context.Background(), record(s, 1)))
+		if s%2 == 0 {
+			require.NoError(t, m.ObserveEval(s, 4-float64(s)/4))
+		}
+	}
+	require.NoError(t, m.Close())
+	require.NoError(t, other.Close())
+	assert.Equal(t, 3.0, scrape(t, srv.Addr(), "deepgo_eval_loss"), "the last evaluation's")
+	assert.Equal(t, 4.0, scrape(t, srv.Addr(), "deepgo_step"))
+
+	b, err := os.ReadFile(filepath.Join(out, "j", "Train_Samples_eval_loss.csv"))
+	require.NoError(t, err)
+	assert.Equal(t, "step,eval_loss\r\n0,4.5\r\n16,3.5\r\n32,3.0\r\n", string(b))
+	_, err = os.Stat(filepath.Join(out, "k"))
+	assert.True(t, os.IsNotExist(err), "rank 1 writes nothing: %v", err)
+	b, err = os.ReadFile(filepath.Join(out, "j", "Train_Samples_train_loss.csv"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(b), "step,train_loss\r\n0,3.0\r\n8,1.5\r\n"), "train_loss keeps its rows: %q", b)
+	run, err := rundir.Read(filepath.Join(out, "j"))
+	require.NoError(t, err)
+	require.NotNil(t, run.Get(TagEvalLoss))
+	assert.Equal(t, []int64{0, 2, 4}, run.Get(TagEvalLoss).Steps)
+	assert.Equal(t, []float64{4.5, 3.5, 3}, run.Get(TagEvalLoss).Values)
 }

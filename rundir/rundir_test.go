@@ -157,6 +157,10 @@ func TestXAxis(t *testing.T) {
 		{tag: rundir.TagLR, step: 5, batch: 1, x: 5},
 		{tag: rundir.TagGradNorm, step: 7, batch: 32, x: 7},
 		{tag: rundir.TagGPUPower, step: 7, batch: 32, x: 7},
+		// an evaluation after step S is at S's samples, before training at 0
+		{tag: rundir.TagEvalLoss, step: 0, batch: 32, x: 0},
+		{tag: rundir.TagEvalLoss, step: 3, batch: 32, x: 96},
+		{tag: rundir.TagEvalLoss, step: 3, batch: 32, pipe: true, x: 96},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s/%d/pipe=%v", c.tag, c.step, c.pipe), func(t *testing.T) {
@@ -177,6 +181,7 @@ func TestXAxis(t *testing.T) {
 		{tag: rundir.TagLR, x: 0, batch: 32, err: "before the first step"},
 		{tag: rundir.TagLoss, x: 0, batch: 32, pipe: true, err: "before the first step"},
 		{tag: rundir.TagLoss, x: 0, batch: 0, err: "train_batch_size 0: want >= 1"},
+		{tag: rundir.TagEvalLoss, x: -32, batch: 32, err: "before the first step"},
 	} {
 		_, err := rundir.XAxis{TrainBatchSize: c.batch, LossAfterStep: c.pipe}.Step(c.tag, c.x)
 		assert.ErrorContains(t, err, c.err, "%s at %d", c.tag, c.x)

@@ -17,7 +17,8 @@ type Series struct {
 	// Tag is the monitor tag, e.g. Train/Samples/train_loss.
 	Tag string
 	// Steps are strictly increasing: in a Run from Read, the global
-	// optimizer steps (1-based); from ReadSeries, the file's step column
+	// optimizer steps (1-based; eval_loss's from 0, an evaluation before
+	// the first step); from ReadSeries, the file's step column
 	// as written (global_samples for a Train/Samples tag, see XAxis).
 	Steps []int64
 	// Values are the values at Steps.

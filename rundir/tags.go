@@ -25,18 +25,23 @@ const (
 	TagBackwardInnerMS  = "Train/Samples/elapsed_time_ms_backward_inner"
 	TagBackwardReduceMS = "Train/Samples/elapsed_time_ms_backward_allreduce"
 	TagStepMS           = "Train/Samples/elapsed_time_ms_step"
-	TagGradNorm         = "Train/deepgo/grad_norm"
-	TagSkippedSteps     = "Train/deepgo/skipped_steps"
-	TagOverflow         = "Train/deepgo/overflow"
-	TagTokensPerS       = "Train/deepgo/tokens_per_s"
-	TagStepTimeMS       = "Train/deepgo/step_time_ms"
-	TagCommTimeMS       = "Train/deepgo/comm_time_ms"
-	TagOptimizerTimeMS  = "Train/deepgo/optimizer_time_ms"
-	TagMemoryHost       = "Train/deepgo/memory_host_bytes"
-	TagMemoryDevice     = "Train/deepgo/memory_device_bytes"
-	TagMemoryPeak       = "Train/deepgo/memory_peak_bytes"
-	TagRSS              = "Train/deepgo/rss_bytes"
-	TagNonfiniteParams  = "Train/deepgo/nonfinite_params"
+	// TagEvalLoss is an evaluation's mean loss (the engines' EvalBatch,
+	// DeepSpeed's PipelineEngine.eval_batch), written at the global_samples
+	// of the optimizer steps done before it: 0 for an evaluation before
+	// the first step, so its series may hold step 0.
+	TagEvalLoss        = "Train/Samples/eval_loss"
+	TagGradNorm        = "Train/deepgo/grad_norm"
+	TagSkippedSteps    = "Train/deepgo/skipped_steps"
+	TagOverflow        = "Train/deepgo/overflow"
+	TagTokensPerS      = "Train/deepgo/tokens_per_s"
+	TagStepTimeMS      = "Train/deepgo/step_time_ms"
+	TagCommTimeMS      = "Train/deepgo/comm_time_ms"
+	TagOptimizerTimeMS = "Train/deepgo/optimizer_time_ms"
+	TagMemoryHost      = "Train/deepgo/memory_host_bytes"
+	TagMemoryDevice    = "Train/deepgo/memory_device_bytes"
+	TagMemoryPeak      = "Train/deepgo/memory_peak_bytes"
+	TagRSS             = "Train/deepgo/rss_bytes"
+	TagNonfiniteParams = "Train/deepgo/nonfinite_params"
 	// With activation_checkpointing.profile: the step's recompute time and
 	// the boundary bytes kept on the device and in host memory.
 	TagCheckpointRecomputeMS = "Train/deepgo/checkpoint_recompute_ms"
@@ -58,7 +63,7 @@ const (
 // Tags lists every tag of the contract, so that a file name (which loses the
 // difference between "/" and "_") maps back to its tag.
 var Tags = []string{
-	TagLoss, TagLR, TagLossScale, TagForwardMS, TagBackwardMS, TagBackwardInnerMS,
+	TagLoss, TagEvalLoss, TagLR, TagLossScale, TagForwardMS, TagBackwardMS, TagBackwardInnerMS,
 	TagBackwardReduceMS, TagStepMS, TagGradNorm, TagSkippedSteps, TagOverflow,
 	TagTokensPerS, TagStepTimeMS, TagCommTimeMS, TagOptimizerTimeMS, TagMemoryHost,
 	TagMemoryDevice, TagMemoryPeak, TagRSS, TagNonfiniteParams, TagGPUMemoryUsed,
@@ -79,8 +84,10 @@ func IsSamplesTag(tag string) bool { return strings.HasPrefix(tag, SamplesPrefix
 // TrainBatchSize, where deepgo's data-parallel engine keeps it (DeepSpeed
 // 0.19.8's writes no train_loss at all); its PipelineEngine writes it once
 // train_batch's step has run, at step × TrainBatchSize like lr
-// (LossAfterStep). deepgo's own tags (Train/deepgo,
-// Train/GPU) go at the step.
+// (LossAfterStep). eval_loss goes at the samples of the steps done before
+// the evaluation, step × TrainBatchSize with step 0 allowed (an evaluation
+// before training). deepgo's own tags (Train/deepgo, Train/GPU) go at the
+// step.
 type XAxis struct {
 	TrainBatchSize int64
 	LossAfterStep  bool
@@ -114,7 +121,7 @@ func (a XAxis) Step(tag string, x int64) (int64, error) {
 	if tag == TagLoss && !a.LossAfterStep {
 		step++
 	}
-	if step < 1 {
+	if step < 1 && (tag != TagEvalLoss || step < 0) {
 		return 0, fmt.Errorf("step %d: global_samples %d is before the first step for %s (train_batch_size %d)", x, x, tag, a.TrainBatchSize)
 	}
 	return step, nil

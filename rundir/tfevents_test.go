@@ -103,27 +103,31 @@ func TestReadEventsDamage(t *testing.T) {
 	assert.ErrorContains(t, err, "length CRC mismatch")
 }
 
-// Event files add only the contract's tags a csv file lacks: a tag outside
-// the contract (DeepSpeed's eval_loss, written at global_samples 0 before
-// the first step) neither fails Read nor doubles its csv series; and beside
-// csv files, an event file that does not read is a note.
+// Event files add only the contract's tags a csv file lacks: a tag the csv
+// files hold (eval_loss, written at global_samples 0 before the first step)
+// is not doubled, a tag outside the contract (a trainer's own) neither
+// fails Read nor doubles its csv series; and beside csv files, an event
+// file that does not read is a note.
 func TestReadEventsBesideCSV(t *testing.T) {
 	dir := t.TempDir()
 	for name, text := range map[string]string{
 		"Train_Samples_train_loss.csv": "step,train_loss\r\n0,4\r\n8,3\r\n",
 		"Train_Samples_lr.csv":         "step,lr\r\n8,0.1\r\n16,0.1\r\n",
-		"Train_Samples_eval_loss.csv":  "step,eval_loss\r\n0,5\r\n",
+		"Train_Samples_eval_loss.csv":  "step,eval_loss\r\n0,5\r\n16,4\r\n",
+		"Train_Samples_my_metric.csv":  "step,my_metric\r\n8,1\r\n",
 	} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644))
 	}
 	w, err := monitor.NewTensorboardWriter(dir)
 	require.NoError(t, err)
-	require.NoError(t, w.WriteEvents(0, []monitor.Event{{Tag: "Train/Samples/eval_loss", Value: 5, Step: 0}, {Tag: rundir.TagLossScale, Value: 2, Step: 8}}))
+	require.NoError(t, w.WriteEvents(0, []monitor.Event{{Tag: rundir.TagEvalLoss, Value: 5, Step: 0}, {Tag: "Train/Samples/my_metric", Value: 1, Step: 8}, {Tag: rundir.TagLossScale, Value: 2, Step: 8}}))
 	require.NoError(t, w.Close())
 	r, err := rundir.Read(dir)
 	require.NoError(t, err)
-	assert.Equal(t, []string{rundir.TagLossScale, rundir.TagLR, rundir.TagLoss, "Train_Samples_eval_loss"}, r.Tags())
+	assert.Equal(t, []string{rundir.TagEvalLoss, rundir.TagLossScale, rundir.TagLR, rundir.TagLoss, "Train_Samples_my_metric"}, r.Tags())
 	assert.Empty(t, r.Notes)
+	assert.Equal(t, []int64{0, 2}, r.Get(rundir.TagEvalLoss).Steps, "eval_loss before training and after step 2")
+	assert.Equal(t, []float64{5, 4}, r.Get(rundir.TagEvalLoss).Values)
 
 	require.NoError(t, os.WriteFile(w.Path(), []byte("not an event file at all"), 0o644))
 	r, err = rundir.Read(dir)
