@@ -11,6 +11,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/monitor"
 )
 
 // EvalBatch runs the forward pass over data, one or more micro-batches of
@@ -61,7 +62,21 @@ func (e *Engine) EvalBatch(ctx context.Context, data []model.MicroBatch) (float6
 	if err != nil {
 		return 0, e.fail(fmt.Errorf("deepgo: EvalBatch: %w", err))
 	}
-	return loss, nil
+	return loss, observeEval(e.mon, e.globalSteps, loss, "deepgo: EvalBatch")
+}
+
+// observeEval hands an evaluation's loss after step optimizer steps to
+// both engines' monitor m (nil: none), which writes
+// Train/Samples/eval_loss on rank 0; a writer's error is returned with
+// who's prefix, the loss being valid all the same.
+func observeEval(m *monitor.Monitor, step int, loss float64, who string) error {
+	if m == nil {
+		return nil
+	}
+	if err := m.ObserveEval(step, loss); err != nil {
+		return fmt.Errorf("%s: monitor: %w", who, err)
+	}
+	return nil
 }
 
 // evalForward runs mb forward through the model's modules as Forward

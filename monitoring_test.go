@@ -20,6 +20,7 @@ import (
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/monitor"
+	"github.com/deepgo-ml/deepgo/rundir"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,11 +38,14 @@ func (r *stepRecorder) WriteEvents(step int, events []monitor.Event) error {
 	if r.steps == nil {
 		r.steps = map[int]map[string]float64{}
 	}
-	m := map[string]float64{}
+	m := r.steps[step] // an evaluation's eval_loss comes as one more call at its step
+	if m == nil {
+		m = map[string]float64{}
+		r.steps[step] = m
+	}
 	for _, ev := range events {
 		m[ev.Tag] = ev.Value
 	}
-	r.steps[step] = m
 	return nil
 }
 
@@ -150,9 +154,19 @@ func restoreMasters(ctx context.Context, e *deepgo.Engine, late bool, delay time
 
 // A trainer whose config leaves train_batch_size to be inferred still gets
 // the Train/Samples x values at DeepSpeed's global_samples (the resolved
-// batch: micro 4 × accumulation 2 × 2 ranks = 16 per step), and the
-// monitor's own notes (wandb, which deepgo cannot write) reach Notes.
+// batch: micro 4 × accumulation 2 × 2 ranks = 16 per step), EvalBatch's
+// losses go to eval_loss at the samples of the steps before them (rank 0
+// writes what every rank returned), and the monitor's own notes (wandb,
+// which deepgo cannot write) reach Notes. On the CPU and the simulated
+// device.
 func TestEngineMonitorSamplesAndNotes(t *testing.T) {
+	for _, dev := range []string{"", "sim"} {
+		t.Run(devName(dev), func(t *testing.T) { engineMonitorSamples(t, dev) })
+	}
+}
+
+// engineMonitorSamples is TestEngineMonitorSamplesAndNotes on dev.
+func engineMonitorSamples(t *testing.T, dev string) {
 	out := t.TempDir()
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
 		"optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "wandb": {"enabled": true},
@@ -160,7 +174,8 @@ func TestEngineMonitorSamplesAndNotes(t *testing.T) {
 	require.NoError(t, err)
 	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	var notes []string
-	err = newWorld(context.Background(), 2, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+	var evals [2][2]float64 // rank → before and after training
+	err = worldFor(dev)(context.Background(), 2, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
 		e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), append(opts, deepgo.WithLog(discard{}))...)
 		if err != nil {
 			return err
@@ -169,22 +184,36 @@ func TestEngineMonitorSamplesAndNotes(t *testing.T) {
 		if c.Rank() == 0 {
 			notes = e.Notes()
 		}
+		held := data.RankBatch(9, 16, 2, c.Rank(), 2)
+		if evals[c.Rank()][0], err = e.EvalBatch(ctx, held); err != nil {
+			return err
+		}
 		for st := 0; st < 3; st++ {
 			if _, err := e.TrainBatch(ctx, data.RankBatch(st, 16, 2, c.Rank(), 2)); err != nil {
 				return err
 			}
 		}
-		return nil
+		evals[c.Rank()][1], err = e.EvalBatch(ctx, held)
+		return err
 	})
 	require.NoError(t, err)
 	assert.True(t, slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "not supported: wandb monitor") }), "%q", notes)
-	b, err := os.ReadFile(filepath.Join(out, "job", "Train_Samples_lr.csv"))
-	require.NoError(t, err)
-	var xs []string
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
-		xs = append(xs, strings.SplitN(line, ",", 2)[0])
+	xs := func(tag string) []string {
+		b, err := os.ReadFile(filepath.Join(out, "job", rundir.FileName(tag)))
+		require.NoError(t, err)
+		var xs []string
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
+			xs = append(xs, strings.SplitN(line, ",", 2)[0])
+		}
+		return xs
 	}
-	assert.Equal(t, []string{"16", "32", "48"}, xs, "lr at step × train_batch_size")
+	assert.Equal(t, []string{"16", "32", "48"}, xs(rundir.TagLR), "lr at step × train_batch_size")
+	assert.Equal(t, []string{"0", "48"}, xs(rundir.TagEvalLoss), "eval_loss before training and after 3 steps")
+	assert.Equal(t, evals[0], evals[1], "every rank's evaluations are the same")
+	s, err := rundir.ReadSeries(filepath.Join(out, "job", rundir.FileName(rundir.TagEvalLoss)))
+	require.NoError(t, err)
+	assert.Equal(t, evals[0][:], s.Values, "eval_loss is what EvalBatch returned")
+	assert.Less(t, evals[0][1], evals[0][0], "training lowered the held-out loss")
 }
 
 // A trainer's own loop of Forward, Backward and Step (DeepSpeed's

@@ -56,7 +56,11 @@ func (e *PipeEngine) EvalBatch(ctx context.Context, data []model.MicroBatch) (fl
 	// PipelineEngine timer lines included (its eval_batch runs the timed
 	// instructions too, so there it would)
 	e.timers, e.pt = timers, pt
-	return e.meanLoss(ctx, lossSum/float64(len(data)))
+	loss, err := e.meanLoss(ctx, lossSum/float64(len(data)))
+	if err != nil {
+		return 0, err
+	}
+	return loss, observeEval(e.mon, e.globalSteps, loss, who)
 }
 
 // execEval runs one instruction of the evaluation's schedule and returns

@@ -25,7 +25,8 @@ import (
 // The pipeline engine feeds csv_monitor and tensorboard as the
 // data-parallel engine does (and comms_logger over all its groups), with
 // DeepSpeed's PipelineEngine's x values
-// (train_loss after the step, beside lr): 2 stages × 2 data ranks, fp16
+// (train_loss after the step, beside lr; eval_loss at the samples of the
+// steps before it, as its eval_batch writes it): 2 stages × 2 data ranks, fp16
 // with the first step overflowing on one rank, the NaN/Inf check (a
 // collective over all four ranks) at every step. The files hold what
 // TrainBatch returned and what the engine reported after each step, and
@@ -56,10 +57,11 @@ func pipelineMonitorFiles(t *testing.T, dev string) {
 	type report struct{ loss, lr, scale, norm float64 }
 	var (
 		mu    sync.Mutex
-		got   []report        // rank 0's, per step
-		log   strings.Builder // rank 0's wall_clock_breakdown lines
-		comms strings.Builder // rank 0's comms_logger summary
-		prof  *flops.Report   // rank 0's flops_profiler report
+		got   []report            // rank 0's, per step
+		evals [pp * dp][2]float64 // each rank's evaluations, before and after training
+		log   strings.Builder     // rank 0's wall_clock_breakdown lines
+		comms strings.Builder     // rank 0's comms_logger summary
+		prof  *flops.Report       // rank 0's flops_profiler report
 	)
 	err = worldFor(dev)(context.Background(), pp*dp, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
 		cfg, err := config.Parse([]byte(cfgJSON))
@@ -83,6 +85,14 @@ func pipelineMonitorFiles(t *testing.T, dev string) {
 		}
 		defer tr.Close()
 		pe := tr.(*deepgo.PipeEngine)
+		evalData := make([]model.MicroBatch, 2)
+		for i := range evalData {
+			k := 400 + 4*(c.Rank()%dp) + 2*i
+			evalData[i] = corpus.MakeBatch([]int{k, k + 1}, 8).MicroBatch()
+		}
+		if evals[c.Rank()][0], err = tr.EvalBatch(ctx, evalData); err != nil {
+			return err
+		}
 		for ; step < steps; step++ {
 			mbs := make([]model.MicroBatch, 2)
 			for i := range mbs {
@@ -98,6 +108,9 @@ func pipelineMonitorFiles(t *testing.T, dev string) {
 				got = append(got, report{loss, pe.LR(), pe.LossScale(), pe.GradNorm()})
 				mu.Unlock()
 			}
+		}
+		if evals[c.Rank()][1], err = tr.EvalBatch(ctx, evalData); err != nil {
+			return err
 		}
 		if c.Rank() == 0 {
 			prof = pe.FlopsProfile()
@@ -137,6 +150,13 @@ func pipelineMonitorFiles(t *testing.T, dev string) {
 	raw, err = rundir.ReadSeries(filepath.Join(dir, rundir.FileName(rundir.TagLR)))
 	require.NoError(t, err)
 	assert.Equal(t, []int64{8, 16, 24}, raw.Steps, "lr at step × train_batch_size")
+	for r := range evals {
+		assert.Equal(t, evals[0], evals[r], "rank %d's evaluations are rank 0's", r)
+	}
+	raw, err = rundir.ReadSeries(filepath.Join(dir, rundir.FileName(rundir.TagEvalLoss)))
+	require.NoError(t, err)
+	assert.Equal(t, []int64{0, 24}, raw.Steps, "eval_loss before training and after 3 steps of 8 samples")
+	assert.Equal(t, evals[0][:], raw.Values, "eval_loss is what EvalBatch returned")
 
 	events, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*"))
 	assert.Len(t, events, 1, "one tensorboard event file")
@@ -161,6 +181,8 @@ func pipelineMonitorFiles(t *testing.T, dev string) {
 				assert.Equal(t, want(rep), s.Values[i], "%s at step %d", tag, i+1)
 			}
 		}
+		require.NotNil(t, r.Get(rundir.TagEvalLoss))
+		assert.Equal(t, []int64{0, 3}, r.Get(rundir.TagEvalLoss).Steps, "eval_loss on steps")
 		assert.Equal(t, []float64{1, 0, 0}, r.Get(rundir.TagOverflow).Values, "the first step overflowed")
 		assert.Equal(t, []float64{1, 1, 1}, r.Get(rundir.TagSkippedSteps).Values)
 		assert.Equal(t, []float64{0, got[1].norm, got[2].norm}, r.Get(rundir.TagGradNorm).Values)

@@ -55,8 +55,12 @@ type Trainer interface {
 	// num_micro_batches, any number from 1, the same on every rank).
 	//
 	// It changes no parameter, gradient, optimizer state, step counter, LR
-	// schedule, loss scale or monitor record, nor the Timers: the next
-	// TrainBatch computes what it would have without it. Each micro-batch
+	// schedule or loss scale, nor the Timers: the next TrainBatch computes
+	// what it would have without it. With csv_monitor, tensorboard or a
+	// /metrics writer, rank 0 writes the loss as Train/Samples/eval_loss
+	// at the global_samples of the steps done (DeepSpeed's eval_batch
+	// writes it so; monitor.Monitor.ObserveEval); a writer's error is
+	// returned beside the loss, which is valid all the same. Each micro-batch
 	// runs forward as in training (ZeRO stage 3 gathers the parameters,
 	// checkpointed segments recompute nothing, tensor and sequence
 	// parallelism as configured; the pipeline under DeepSpeed's

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/deepgo-ml/deepgo/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -41,7 +42,8 @@ func evalConfig(t *testing.T, save string, pipe bool) string {
 // sampler positions) are bit-identical to a run without evaluation, on
 // the CPU and the simulated device, for the data-parallel engine and a
 // 2-stage pipeline. The run evaluates at steps 2 and 4 and after the last
-// (5), and reports the last evaluation as eval_loss.
+// (5), reports the last evaluation as eval_loss, and csv_monitor writes
+// each evaluation at its global_samples.
 func TestTrainEvalChangesNothing(t *testing.T) {
 	for _, dev := range []string{"cpu", "sim"} {
 		for _, pipe := range []bool{false, true} {
@@ -52,10 +54,13 @@ func TestTrainEvalChangesNothing(t *testing.T) {
 				// both runs save into the same save_dir (the manifest holds
 				// the config), the first one's checkpoint moved aside
 				save := filepath.Join(dir, "ck")
-				cfg := evalConfig(t, save, pipe)
+				cfg := withCSVMonitor(t, evalConfig(t, save, pipe), filepath.Join(dir, "mon"))
 				base, err := train(cfg, "", "tiny", 2, 5, args, &plain, io.Discard)
 				require.NoError(t, err)
 				require.NoError(t, os.Rename(save, filepath.Join(dir, "a")))
+				_, err = os.Stat(filepath.Join(dir, "mon", "j", "Train_Samples_eval_loss.csv"))
+				require.True(t, os.IsNotExist(err), "no eval_loss without --eval-interval: %v", err)
+				require.NoError(t, os.RemoveAll(filepath.Join(dir, "mon")))
 				args.evalInterval, args.evalIters = 2, 2
 				res, err := train(cfg, "", "tiny", 2, 5, args, &evald, io.Discard)
 				require.NoError(t, err)
@@ -80,9 +85,31 @@ func TestTrainEvalChangesNothing(t *testing.T) {
 				require.NotNil(t, res.EvalLoss, "eval_loss")
 				assert.Equal(t, res.EvalLosses[2], *res.EvalLoss, "eval_loss is the last evaluation's")
 				assert.Less(t, res.EvalLosses[2], res.EvalLosses[0], "the held-out loss falls as training goes on")
+				csv, err := os.ReadFile(filepath.Join(dir, "mon", "j", "Train_Samples_eval_loss.csv"))
+				require.NoError(t, err)
+				want := "step,eval_loss\r\n"
+				for i, step := range []int{2, 4, 5} {
+					want += fmt.Sprintf("%d,%s\r\n", step*8, config.PyFloatRepr(res.EvalLosses[i]))
+				}
+				assert.Equal(t, want, string(csv), "eval_loss at step × 8 samples")
 			})
 		}
 	}
+}
+
+// withCSVMonitor adds csv_monitor into out (job "j") to the config file
+// cfg and returns cfg.
+func withCSVMonitor(t *testing.T, cfg, out string) string {
+	t.Helper()
+	b, err := os.ReadFile(cfg)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	m["csv_monitor"] = map[string]any{"enabled": true, "output_path": out, "job_name": "j"}
+	b, err = json.Marshal(m)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfg, b, 0o644))
+	return cfg
 }
 
 // sameFiles fails unless folders a and b hold the same files, byte for
