@@ -90,6 +90,12 @@ func lossChart(r *rundir.Run) (*plot.Plot, error) {
 	if err := addLine(p, "train_loss", xy, 0); err != nil {
 		return nil, err
 	}
+	if ev := r.Get(rundir.TagEvalLoss); ev != nil {
+		p.Title.Text = "training and evaluation loss"
+		if err := addLine(p, "eval_loss", points(ev, 1), 1); err != nil {
+			return nil, err
+		}
+	}
 	if r.Info != nil && r.Info.EntropyFloor != nil {
 		if err := addLevel(p, fmt.Sprintf("entropy floor %.4g", *r.Info.EntropyFloor), *r.Info.EntropyFloor, xy); err != nil {
 			return nil, err

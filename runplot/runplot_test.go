@@ -1,6 +1,7 @@
 package runplot_test
 
 import (
+	"image/color"
 	"image/png"
 	"math"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/deepgo-ml/deepgo/runplot"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/plot/plotutil"
 )
 
 func readRun(t *testing.T, run runfixture.Run) *rundir.Run {
@@ -132,4 +134,41 @@ func TestOneStepAndNonFinite(t *testing.T) {
 	for _, p := range res.Written {
 		decodes(t, p)
 	}
+}
+
+// A run with eval_loss draws it on the loss chart beside train_loss, in
+// the palette's second colour, which a run without it does not show.
+func TestLossChartEvalLoss(t *testing.T) {
+	steps := make([]int64, 20)
+	loss := make([]float64, 20)
+	for i := range steps {
+		steps[i], loss[i] = int64(i+1), 4*math.Exp(-float64(i)/8)
+	}
+	evalColor := color.RGBAModel.Convert(plotutil.Color(1)).(color.RGBA)
+	count := func(withEval bool) int {
+		r := &rundir.Run{Series: map[string]*rundir.Series{rundir.TagLoss: {Tag: rundir.TagLoss, Steps: steps, Values: loss}}}
+		if withEval {
+			r.Series[rundir.TagEvalLoss] = &rundir.Series{Tag: rundir.TagEvalLoss, Steps: []int64{0, 10, 20}, Values: []float64{4.2, 2.5, 1.6}}
+		}
+		out := filepath.Join(t.TempDir(), "plots")
+		res, err := runplot.Write(r, out)
+		require.NoError(t, err)
+		require.Contains(t, res.Written, filepath.Join(out, "loss.png"))
+		f, err := os.Open(filepath.Join(out, "loss.png"))
+		require.NoError(t, err)
+		defer f.Close()
+		img, err := png.Decode(f)
+		require.NoError(t, err)
+		n := 0
+		for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y++ {
+			for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
+				if color.RGBAModel.Convert(img.At(x, y)).(color.RGBA) == evalColor {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	assert.Zero(t, count(false), "no eval_loss: no pixel of its colour")
+	assert.Greater(t, count(true), 100, "eval_loss's line and legend")
 }
