@@ -12,6 +12,7 @@ import (
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/deepgo-ml/deepgo/zero"
 )
 
 // LoadOptions are Load's optional arguments. The zero value loads
@@ -357,24 +358,31 @@ func (e *Engine) readOptimizerState(ck *checkpoint.Checkpoint, plan *loadPlan,
 	if err != nil {
 		return err
 	}
-	current, _ := z.OptimizerState()
 	for _, s := range want {
 		ts, err := read(func(r checkpoint.ParamRef) (checkpoint.ParamRef, error) {
 			return r.WithSources(func(src string) (string, error) {
 				return stateTensor(ck, s, src, r.Name, "deepgo: Load")
 			})
-		}, func(u int) *tensor.Tensor {
-			if current[s] == nil {
-				return nil
-			}
-			return current[s][u]
-		})
+		}, currentState(z, s))
 		if err != nil {
 			return err
 		}
 		plan.state[s] = ts
 	}
 	return nil
+}
+
+// currentState is z's present optimizer state s by unit, what a NonStrict
+// Load keeps for the parameters the checkpoint lacks (nil for every unit
+// before the first step: keep then writes zeros).
+func currentState(z *zero.Optimizer, s string) func(u int) *tensor.Tensor {
+	current, _ := z.OptimizerState()
+	return func(u int) *tensor.Tensor {
+		if current[s] == nil {
+			return nil
+		}
+		return current[s][u]
+	}
 }
 
 // keep copies dst's range of the engine's current chunk cur (starting at

@@ -21,9 +21,10 @@ const pipeLoad = "deepgo: pipeline engine: Load"
 
 // pipeSlot is where one of the stage's parameters is read from.
 type pipeSlot struct {
-	name string              // the parameter's name, or its tied copy's key
-	ref  checkpoint.ParamRef // its fp32 value in the checkpoint
-	p    *model.Param        // the stage's parameter (maybe a TP shard)
+	name  string              // the parameter's name, or its tied copy's key
+	ref   checkpoint.ParamRef // its fp32 value in the checkpoint
+	p     *model.Param        // the stage's parameter (maybe a TP shard)
+	found bool                // false: NonStrict, the checkpoint lacks it; it keeps its values
 }
 
 // Load restores the pipeline from a checkpoint of dir ("": the config's
@@ -35,8 +36,11 @@ type pipeSlot struct {
 // from the data-parallel Engine), every file read verified; only when
 // every rank of the pipeline has succeeded does any rank change its
 // engine (a background save in flight, SaveAsync, is waited for first;
-// its failure fails Load, which then changes nothing). opts.NonStrict is
-// not supported. Finally the parameters meant to
+// its failure fails Load, which then changes nothing). With
+// opts.NonStrict (DeepSpeed's load_module_strict=False) the parameters of
+// the whole model the checkpoint lacks keep their values and optimizer
+// state, and checkpoint parameters the model lacks are ignored; both are
+// listed in the LoadResult, the same on every rank. Finally the parameters meant to
 // be identical are compared by digest: each stage's replicated parameters
 // across its data-parallel ranks, those TP replicates across its TP
 // group, and each tied weight's copies (per TP rank) across the stages
@@ -56,9 +60,6 @@ func (e *PipeEngine) Load(ctx context.Context, dir string, opts LoadOptions) (Lo
 	pre := e.WaitSave()
 	if pre == nil {
 		pre = halfLoadedOpts(pipeLoad, opts, e.halfLoaded)
-	}
-	if opts.NonStrict {
-		pre = errors.New("deepgo: pipeline engine: Load: NonStrict: not supported yet (a pipeline loads every parameter)")
 	}
 	plan, err := runLoad(e.cfg, dir, pipeLoad, pre, func(dir string) (*loadPlan, error) {
 		return e.preparePipeLoad(ctx, dir, opts)
@@ -116,11 +117,15 @@ func (e *PipeEngine) preparePipeLoad(ctx context.Context, dir string, opts LoadO
 	if p.ec.ParamNames != paramNamesModel {
 		return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: parameters named by module (a checkpoint older than model-wide names): not supported by the pipeline engine; load it into the data-parallel Engine and save again", where)
 	}
-	slots, err := e.matchPipeParams(ck)
+	slots, err := e.matchPipeParams(ck, opts, &p.res)
 	if err != nil {
 		return nil, err
 	}
-	if p.masters, err = e.readSlots(ctx, ck, slots, func(s pipeSlot) (checkpoint.ParamRef, error) { return s.ref, nil }); err != nil {
+	if e.halfLoaded != nil && len(p.res.Missing) > 0 {
+		return nil, fmt.Errorf("%s: %s: NonStrict: refused: an earlier Load failed part way, and the parameters this checkpoint lacks (%s) would keep values that may be that Load's half; load a checkpoint that has every parameter first (the failure: %w)", pipeLoad, where, strings.Join(p.res.Missing, ", "), e.halfLoaded)
+	}
+	p.masters, err = e.readSlots(ctx, ck, slots, func(s pipeSlot) (checkpoint.ParamRef, error) { return s.ref, nil }, e.z.Master)
+	if err != nil {
 		return nil, err
 	}
 	err = planSmallState(ck, p, e.world.Rank(), e.cfg, e.z, e.lrs != nil, e.opt, opts, pipeLoad, func() error {
@@ -130,10 +135,11 @@ func (e *PipeEngine) preparePipeLoad(ctx context.Context, dir string, opts LoadO
 }
 
 // matchPipeParams checks the checkpoint's parameter map against the whole
-// model's (names and shapes, strictly) and places each of the stage's
+// model's (names and shapes; names strictly unless opts.NonStrict, which
+// lists the differences in res) and places each of the stage's
 // parameters, [unit][slot]: a tied copy in its own module's tensor when
 // the checkpoint has it, else in the parameter's.
-func (e *PipeEngine) matchPipeParams(ck *checkpoint.Checkpoint) ([][]pipeSlot, error) {
+func (e *PipeEngine) matchPipeParams(ck *checkpoint.Checkpoint, opts LoadOptions, res *LoadResult) ([][]pipeSlot, error) {
 	where := ck.Path
 	refs := map[string]checkpoint.ParamRef{}
 	for _, r := range ck.Manifest.Params {
@@ -157,6 +163,10 @@ func (e *PipeEngine) matchPipeParams(ck *checkpoint.Checkpoint) ([][]pipeSlot, e
 		}
 	}
 	slices.Sort(unexpected)
+	if opts.NonStrict {
+		res.Missing, res.Unexpected = missing, unexpected
+		missing, unexpected = nil, nil
+	}
 	switch {
 	case len(missing) > 0:
 		return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: the checkpoint lacks parameters of the model: %s", where, strings.Join(missing, ", "))
@@ -172,9 +182,13 @@ func (e *PipeEngine) matchPipeParams(ck *checkpoint.Checkpoint) ([][]pipeSlot, e
 			p := e.params[s.Module][s.Param]
 			r, ok := refs[p.Name]
 			if !ok {
-				return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: the checkpoint has no parameter %q", where, p.Name)
+				if !opts.NonStrict {
+					return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: the checkpoint has no parameter %q", where, p.Name)
+				}
+				slots[u][i] = pipeSlot{name: p.Name, p: p}
+				continue
 			}
-			sl := pipeSlot{name: p.Name, ref: r, p: p}
+			sl := pipeSlot{name: p.Name, ref: r, p: p, found: true}
 			if k := keys[s.Module][s.Param]; k != p.Name {
 				if c, ok, err := tiedCopyRef(ck, r, p.Name, k); err != nil {
 					return nil, err
@@ -225,11 +239,19 @@ var errNoCopy = errors.New("no tied copy")
 
 // readSlots reads, for every unit, this rank's owned range of each
 // parameter from where ref places it (a TP shard is cut from the
-// parameter's full value, see readTPSlot).
-func (e *PipeEngine) readSlots(ctx context.Context, ck *checkpoint.Checkpoint, slots [][]pipeSlot, ref func(pipeSlot) (checkpoint.ParamRef, error)) ([]*tensor.Tensor, error) {
+// parameter's full value, see readTPSlot), or for one the checkpoint
+// lacks (NonStrict) from current(u), the unit's present values (nil:
+// zeros).
+func (e *PipeEngine) readSlots(ctx context.Context, ck *checkpoint.Checkpoint, slots [][]pipeSlot, ref func(pipeSlot) (checkpoint.ParamRef, error), current func(u int) *tensor.Tensor) ([]*tensor.Tensor, error) {
 	rank, n := e.tpRank(), e.tpSize()
-	return readOwned(e.z, func(u, i int, dst *tensor.Tensor, off, _ int) error {
+	return readOwned(e.z, func(u, i int, dst *tensor.Tensor, off, at int) error {
 		sl := slots[u][i]
+		if !sl.found {
+			if err := keep(e.be, dst, current(u), at); err != nil {
+				return fmt.Errorf("%s: parameter %q: %w", pipeLoad, sl.name, err)
+			}
+			return nil
+		}
 		r, err := ref(sl)
 		if err != nil {
 			return err
@@ -252,7 +274,7 @@ func (e *PipeEngine) readPipeOptimizerState(ctx context.Context, ck *checkpoint.
 	for _, s := range want {
 		ts, err := e.readSlots(ctx, ck, slots, func(sl pipeSlot) (checkpoint.ParamRef, error) {
 			return sl.ref.WithSources(func(src string) (string, error) { return stateTensor(ck, s, src, sl.name, pipeLoad) })
-		})
+		}, currentState(e.z, s))
 		if err != nil {
 			return err
 		}
