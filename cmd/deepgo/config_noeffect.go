@@ -77,6 +77,31 @@ var noEffect = map[string]string{
 	"sequence_parallel.gradient_checkpointing_kwargs": "activation checkpointing takes no kwargs",
 }
 
+// removedByDeepSpeed are the recognised sections DeepSpeed itself has
+// removed: 0.19.8 refuses a config that holds one
+// (runtime/config.py _REMOVED_TOP_LEVEL_CONFIG_KEYS), saying what a
+// leftover block would have meant. deepgo keeps loading them (Config.Other)
+// so that older configs run, and its note says so.
+var removedByDeepSpeed = map[string]string{
+	"compression_training":   "the model trains unquantized and unpruned",
+	"quantize_training":      "the model trains unquantized (MoQ)",
+	"eigenvalue":             "no eigenvalue-based quantization schedule",
+	"sparse_attention":       "attention stays dense",
+	"progressive_layer_drop": "every layer runs at every step",
+	"curriculum_learning":    "the legacy top-level curriculum is not applied (data_efficiency.data_sampling.curriculum_learning is its place in DeepSpeed)",
+	"nebula":                 "checkpoints are deepgo's own files",
+	"graph_harvesting":       "no CUDA graph harvesting",
+}
+
+// otherWhy is the note of a recognised section deepgo keeps but does not
+// model (Config.Other).
+func otherWhy(key string) string {
+	if why, ok := removedByDeepSpeed[key]; ok {
+		return "removed from DeepSpeed (0.19.8 refuses a config holding it); deepgo loads it and ignores it: " + why
+	}
+	return "recognised DeepSpeed section, kept but not modelled"
+}
+
 // noEffectKey is one key of a config document that loads but has no
 // effect in deepgo, and why.
 type noEffectKey struct {
@@ -103,7 +128,7 @@ func noEffectList(cfg *config.Config) []noEffectKey {
 		}
 	}
 	for k := range cfg.Other {
-		found[k] = "recognised DeepSpeed section, kept but not modelled"
+		found[k] = otherWhy(k)
 	}
 	var out []noEffectKey
 	for p, why := range found {

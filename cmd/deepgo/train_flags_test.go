@@ -263,7 +263,7 @@ func TestTrainNoEffectNotes(t *testing.T) {
 	require.Zero(t, code, errb.String())
 	for _, want := range []string{
 		"note: not supported: wandb monitor (wandb.enabled): ", // the engine's note, which covers the key
-		"note: eigenvalue: no effect: recognised DeepSpeed section",
+		"note: eigenvalue: no effect: removed from DeepSpeed",
 		"note: compile: no effect: recognised DeepSpeed section",
 		"note: zero_allow_untested_optimizer: no effect:",
 		"note: zero_optimization.allgather_bucket_size: no effect: the all-gather is not bucketed\n",
