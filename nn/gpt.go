@@ -72,6 +72,9 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 	if cfg.Layers < 1 || cfg.Vocab < 1 || cfg.SeqLen < 1 {
 		return nil, fmt.Errorf("nn.NewGPT: layers %d, vocab %d, seq_len %d: all must be >= 1", cfg.Layers, cfg.Vocab, cfg.SeqLen)
 	}
+	if cfg.Heads < 1 || cfg.Width < 1 || cfg.Width%cfg.Heads != 0 {
+		return nil, fmt.Errorf("nn.NewGPT: width %d, heads %d: heads must be >= 1 and width a positive multiple of heads", cfg.Width, cfg.Heads)
+	}
 	if err := checkTP(cfg); err != nil {
 		return nil, err
 	}

@@ -223,7 +223,7 @@ func TestGPTErrors(t *testing.T) {
 			_, err := g.Forward(be, make([]int32, 8), tg, 1, 8)
 			return err
 		}},
-		{"sequence too long", "T <= 8", func(g *GPT) error {
+		{"sequence too long", "T <= 8 (GPTConfig.SeqLen", func(g *GPT) error {
 			_, err := g.Forward(be, make([]int32, 9), make([]int32, 9), 1, 9)
 			return err
 		}},
@@ -240,8 +240,18 @@ func TestGPTErrors(t *testing.T) {
 			assert.ErrorContains(t, c.run(g), c.want)
 		})
 	}
-	_, err := NewGPT(GPTConfig{Layers: 1, Heads: 3, Width: 16, Vocab: 4, SeqLen: 4})
-	assert.Error(t, err, "width 16 with 3 heads accepted")
+	for _, c := range []struct {
+		cfg  GPTConfig
+		want string
+	}{
+		{GPTConfig{Layers: 1, Heads: 3, Width: 16, Vocab: 4, SeqLen: 4}, "width 16, heads 3: heads must be >= 1 and width a positive multiple of heads"},
+		{GPTConfig{Layers: 1, Width: 16, Vocab: 4, SeqLen: 4}, "width 16, heads 0: heads must be >= 1"},
+		{GPTConfig{Layers: 1, Heads: 2, Vocab: 4, SeqLen: 4}, "width 0, heads 2: "},
+		{GPTConfig{Layers: 1, Heads: 2, Width: 16, Vocab: 4}, "seq_len 0: all must be >= 1"},
+	} {
+		_, err := NewGPT(c.cfg)
+		assert.ErrorContains(t, err, c.want, "%+v", c.cfg)
+	}
 	l := NewLinear("x", 2, 2, true)
 	assert.ErrorContains(t, l.Forward(be, nil, nil, 1), "no value bound", "unbound Linear")
 }

@@ -132,7 +132,7 @@ func (m embedModule) Forward(ctx context.Context, in model.Activation) (model.Ac
 		return nil, err
 	}
 	if b.B < 1 || b.T < 1 || b.T > g.Config.SeqLen {
-		return nil, fmt.Errorf("nn.GPT.Forward: batch %d x %d tokens: need B >= 1 and 1 <= T <= %d", b.B, b.T, g.Config.SeqLen)
+		return nil, fmt.Errorf("nn.GPT.Forward: batch %d x %d tokens: need B >= 1 and 1 <= T <= %d (GPTConfig.SeqLen, the position table's length)", b.B, b.T, g.Config.SeqLen)
 	}
 	if n := g.sp.size(); b.T*n > g.Config.SeqLen {
 		return nil, fmt.Errorf("nn.GPT.Forward: sequence shards of %d tokens on %d sequence-parallel ranks: sequences of %d tokens, need at most %d (seq_len)", b.T, n, b.T*n, g.Config.SeqLen)
