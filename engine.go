@@ -22,7 +22,12 @@ import (
 	"github.com/deepgo-ml/deepgo/zero"
 )
 
-// Engine trains one data-parallel rank of a Model. Its methods must be
+// Engine trains one data-parallel rank of a Model. Initialize builds it
+// from the config: it resolves the batch triad (config.Config.Resolve) for
+// its groups (WithComm's; a world of one without it), builds the optimizer,
+// loss scaler and LR schedule, lays out and partitions the parameters for
+// the ZeRO stage (offload included), rebinds every model.Param to engine
+// memory, and opens the config's monitors (Monitor). Its methods must be
 // called from one goroutine.
 type Engine struct {
 	cfg       *config.Config

@@ -128,8 +128,9 @@ type Trainer interface {
 	// Parameters gathers the full fp32 parameters keyed by name (a
 	// collective).
 	Parameters(ctx context.Context) (map[string][]float32, error)
-	// BatchSizes is the resolved batch triad (micro-batch size per GPU,
-	// gradient accumulation steps, global batch size).
+	// BatchSizes is the resolved batch triad and the data-parallel size
+	// it was resolved for (config.BatchSizes: TrainBatchSize, MicroBatch,
+	// GradAccum, DataParallel, in that order).
 	BatchSizes() config.BatchSizes
 	// GlobalSteps counts optimizer steps, skipped ones included.
 	GlobalSteps() int

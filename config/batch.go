@@ -2,7 +2,9 @@ package config
 
 import "fmt"
 
-// BatchSizes is the resolved batch triad for one run.
+// BatchSizes is the resolved batch triad for one run (train_batch_size,
+// train_micro_batch_size_per_gpu, gradient_accumulation_steps) and the
+// data-parallel size that ties them together.
 type BatchSizes struct {
 	// TrainBatchSize is the global batch: MicroBatch × GradAccum × DataParallel.
 	TrainBatchSize int
