@@ -26,8 +26,10 @@ type options struct {
 }
 
 // WithComm runs the engine as one rank of the data-parallel group c (for
-// in-process ranks: one comm/local rank per goroutine). Without it the
-// engine is a world of one.
+// in-process ranks: one comm/local rank per goroutine, the c that
+// local.Run hands each). Without it the engine is a world of one; inside a
+// local.Run of several ranks that is refused (each rank would train alone)
+// unless WithTensorParallel or WithSequenceParallel gives it its groups.
 func WithComm(c comm.Comm) Option { return func(o *options) { o.comm = c } }
 
 // WithBackend computes on b (the caller closes it). Without it the engine

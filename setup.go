@@ -27,6 +27,26 @@ import (
 	"github.com/deepgo-ml/deepgo/zero"
 )
 
+// checkRunComm refuses a world of one (no WithComm) inside a comm/local.Run
+// of several ranks: each rank would train alone, on its own batch, every one
+// writing the monitor files as rank 0. Tensor or sequence parallel groups
+// make it a real layout, and a model sharded for TP without them is left to
+// checkShards, whose error says more.
+func checkRunComm(ctx context.Context, net model.Model, o options) error {
+	n := local.RunSize(ctx)
+	if o.comm != nil || o.tp != nil || o.sp != nil || n < 2 {
+		return nil
+	}
+	for _, m := range net.Modules() {
+		for _, p := range m.Params() {
+			if p.Parallel.Split {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("deepgo.Initialize: no WithComm inside a comm/local.Run of %d ranks: each rank would train alone as a world of one (its own batch, every rank writing the monitor files as rank 0); pass deepgo.WithComm(c) with the comm Run handed this rank (or, for independent single-rank engines, the comm of a local.NewWorld(1))", n)
+}
+
 // newEngine builds the data-parallel engine: it resolves the batch triad
 // for the data-parallel world, builds the optimizer, loss scaler and LR
 // schedule, lays out and partitions the parameters for the configured ZeRO
@@ -46,6 +66,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		return nil, err
 	}
 	if e.c == nil {
+		if err := checkRunComm(ctx, net, o); err != nil {
+			return nil, err
+		}
 		w, err := local.NewWorld(1, local.Options{})
 		if err != nil {
 			return nil, fmt.Errorf("deepgo.Initialize: %w", err)

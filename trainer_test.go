@@ -40,6 +40,54 @@ func TestInitializeRefusesDeviceBackendWithoutComm(t *testing.T) {
 	require.ErrorContains(t, err, "WithComm", "Initialize on a device backend")
 }
 
+// Inside a local.Run of several ranks, an engine without WithComm (nor
+// tensor or sequence parallel groups) would train each rank alone as a world
+// of one, every rank writing the monitor files as rank 0: refused, saying
+// what to pass. With the rank's comm it trains; a Run of one rank may omit it.
+func TestInitializeRefusesWorldOfOneInsideRun(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`))
+	require.NoError(t, err)
+	for _, c := range []struct {
+		n        int
+		withComm bool
+		want     string
+	}{
+		{2, false, "no WithComm inside a comm/local.Run of 2 ranks: each rank would train alone"},
+		{2, true, ""},
+		{1, false, ""},
+	} {
+		t.Run(fmt.Sprintf("n%d_comm%v", c.n, c.withComm), func(t *testing.T) {
+			errs := make([]error, c.n)
+			worlds := make([]int, c.n)
+			err := local.Run(context.Background(), c.n, local.Options{Timeout: 10 * time.Second}, func(ctx context.Context, cm comm.Comm) error {
+				m := testmodel.NewMLP(1, 4, 3)
+				defer m.FreeUndonated()
+				var opts []deepgo.Option
+				if c.withComm {
+					opts = append(opts, deepgo.WithComm(cm))
+				}
+				tr, err := deepgo.Initialize(ctx, cfg, m, opts...)
+				errs[cm.Rank()] = err
+				if err != nil {
+					return nil
+				}
+				worlds[cm.Rank()] = tr.BatchSizes().DataParallel
+				return tr.Close()
+			})
+			require.NoError(t, err)
+			for r, err := range errs {
+				if c.want != "" {
+					assert.ErrorContains(t, err, c.want, "rank %d", r)
+					assert.ErrorContains(t, err, "deepgo.WithComm(c)", "rank %d", r)
+					continue
+				}
+				assert.NoError(t, err, "rank %d", r)
+				assert.Equal(t, c.n, worlds[r], "rank %d: data-parallel size", r)
+			}
+		})
+	}
+}
+
 // Initialize chooses the engine from the config: the data-parallel engine
 // without pipeline stages, the pipeline engine with them, which needs a
 // model.Pipelined (the MLP is not one: a clear error naming the key, the

@@ -153,13 +153,15 @@ func (w *World) Close() error {
 // cancels the context the others got and aborts the world, so their pending
 // and later operations fail at once naming it. Run returns that first error
 // (a panic becomes an error with the stack) once every rank has returned,
-// then closes the world.
+// then closes the world. The context fn gets says it runs in a Run of n
+// ranks (RunSize).
 func Run(ctx context.Context, n int, opts Options, fn func(ctx context.Context, c comm.Comm) error) error {
 	w, err := NewWorld(n, opts)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
+	ctx = context.WithValue(ctx, runSizeKey{}, n)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
@@ -188,4 +190,17 @@ func Run(ctx context.Context, n int, opts Options, fn func(ctx context.Context, 
 	}
 	wg.Wait()
 	return first
+}
+
+// runSizeKey keys the Run size in a rank's context.
+type runSizeKey struct{}
+
+// RunSize is the number of ranks of the Run whose fn received ctx (or a
+// context derived from it), and 0 for a context from anywhere else.
+// deepgo.Initialize reads it to refuse an engine built inside a Run of
+// several ranks without the comm Run handed that rank, which would train
+// each rank alone as a world of one.
+func RunSize(ctx context.Context) int {
+	n, _ := ctx.Value(runSizeKey{}).(int)
+	return n
 }
