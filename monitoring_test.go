@@ -156,9 +156,11 @@ func restoreMasters(ctx context.Context, e *deepgo.Engine, late bool, delay time
 // the Train/Samples x values at DeepSpeed's global_samples (the resolved
 // batch: micro 4 × accumulation 2 × 2 ranks = 16 per step), EvalBatch's
 // losses go to eval_loss at the samples of the steps before them (rank 0
-// writes what every rank returned), and the monitor's own notes (wandb,
-// which deepgo cannot write) reach Notes. On the CPU and the simulated
-// device.
+// writes what every rank returned), the engine writes deepgo_run.json
+// (rewritten at Close with the steps taken), and the monitor's own notes
+// (wandb, which deepgo cannot write) reach Notes. A second run into the
+// same job folder at another batch size fails Initialize on every rank. On
+// the CPU and the simulated device.
 func TestEngineMonitorSamplesAndNotes(t *testing.T) {
 	for _, dev := range []string{"", "sim"} {
 		t.Run(devName(dev), func(t *testing.T) { engineMonitorSamples(t, dev) })
@@ -214,6 +216,36 @@ func engineMonitorSamples(t *testing.T, dev string) {
 	require.NoError(t, err)
 	assert.Equal(t, evals[0][:], s.Values, "eval_loss is what EvalBatch returned")
 	assert.Less(t, evals[0][1], evals[0][0], "training lowered the held-out loss")
+
+	info, err := rundir.ReadInfo(filepath.Join(out, "job", rundir.InfoFile))
+	require.NoError(t, err, "the engine's deepgo_run.json")
+	want := int64(0)
+	for i := 1; i < len(sizes); i++ {
+		want += int64(sizes[i-1]*sizes[i] + sizes[i])
+	}
+	assert.True(t, info.HasConfig())
+	wantDev := map[string]string{"": "cpu", "sim": "sim:0"}[dev]
+	info.Config = nil
+	assert.Equal(t, rundir.Info{World: 2, Device: wantDev, Params: want,
+		MemoryCapacityBytes: info.MemoryCapacityBytes, Steps: 3, TrainBatchSize: 16}, *info)
+	assert.Positive(t, info.MemoryCapacityBytes)
+
+	// the same job folder at train_batch_size 8: refused on both ranks
+	other, err := config.Parse([]byte(fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+		"csv_monitor": {"enabled": true, "output_path": %q, "job_name": "job"}}`, out)))
+	require.NoError(t, err)
+	var refused [2]error
+	_ = worldFor(dev)(context.Background(), 2, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+		e, err := initEngine(ctx, other, testmodel.NewMLP(1, sizes...), append(opts, deepgo.WithLog(discard{}))...)
+		if err == nil {
+			e.Close()
+		}
+		refused[c.Rank()] = err
+		return nil
+	})
+	for r, err := range refused {
+		assert.ErrorContains(t, err, "holds a run at train_batch_size 16; this run's is 8", "rank %d", r)
+	}
 }
 
 // A trainer's own loop of Forward, Backward and Step (DeepSpeed's

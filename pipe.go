@@ -284,6 +284,14 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if err := e.startMonitor(o); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: %w", err)
 	}
+	var shapes [][]int
+	for _, r := range e.modelParams() {
+		shapes = append(shapes, r.Shape)
+	}
+	info := monitor.RunInfo{World: e.world.Size(), Device: e.be.Device().String(), Params: numParams(shapes...), Steps: int64(e.globalSteps)}
+	if err := startRunInfo(ctx, e.mon, e.cfg, info, e.world); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 

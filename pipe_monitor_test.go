@@ -56,12 +56,13 @@ func pipelineMonitorFiles(t *testing.T, dev string) {
 		"tensorboard": {"enabled": true, "output_path": %q, "job_name": "pipe"}}`, out, out)
 	type report struct{ loss, lr, scale, norm float64 }
 	var (
-		mu    sync.Mutex
-		got   []report            // rank 0's, per step
-		evals [pp * dp][2]float64 // each rank's evaluations, before and after training
-		log   strings.Builder     // rank 0's wall_clock_breakdown lines
-		comms strings.Builder     // rank 0's comms_logger summary
-		prof  *flops.Report       // rank 0's flops_profiler report
+		mu      sync.Mutex
+		got     []report            // rank 0's, per step
+		evals   [pp * dp][2]float64 // each rank's evaluations, before and after training
+		nparams int                 // the GPT's
+		log     strings.Builder     // rank 0's wall_clock_breakdown lines
+		comms   strings.Builder     // rank 0's comms_logger summary
+		prof    *flops.Report       // rank 0's flops_profiler report
 	)
 	err = worldFor(dev)(context.Background(), pp*dp, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
 		cfg, err := config.Parse([]byte(cfgJSON))
@@ -73,6 +74,9 @@ func pipelineMonitorFiles(t *testing.T, dev string) {
 			return err
 		}
 		defer g.Free()
+		if c.Rank() == 0 {
+			nparams = nn.NumParams(g)
+		}
 		step := 0
 		poison := poisonFirstStep(c, &step)
 		opts = append(opts, deepgo.WithMonitorOptions(monitor.WithFiniteCheck(1, nil)))
@@ -114,10 +118,7 @@ func pipelineMonitorFiles(t *testing.T, dev string) {
 		}
 		if c.Rank() == 0 {
 			prof = pe.FlopsProfile()
-			if err := pe.CommsSummary(&comms); err != nil {
-				return err
-			}
-			return pe.Monitor().WriteRunInfo(monitor.RunInfo{World: pp * dp, Steps: steps})
+			return pe.CommsSummary(&comms) // deepgo_run.json: the engine's own
 		}
 		return nil
 	})
@@ -167,6 +168,13 @@ func pipelineMonitorFiles(t *testing.T, dev string) {
 		}
 		r, err := rundir.Read(dir)
 		require.NoError(t, err)
+		if withInfo {
+			require.NotNil(t, r.Info, "the engine writes deepgo_run.json")
+			assert.Equal(t, pp*dp, r.Info.World)
+			assert.Equal(t, int64(3), r.Info.Steps, "rewritten by Close with the steps observed")
+			assert.Equal(t, int64(nparams), r.Info.Params, "the whole GPT's parameters")
+			assert.True(t, r.Info.HasConfig(), "the resolved config")
+		}
 		assert.True(t, r.LossAfterStep, "deepgo_run.json: %v", withInfo)
 		assert.Equal(t, int64(8), r.TrainBatchSize, "deepgo_run.json: %v", withInfo)
 		for tag, want := range map[string]func(report) float64{

@@ -192,6 +192,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	for m := range e.params {
 		e.bind(m)
 	}
+	if err := e.startRunInfo(ctx); err != nil {
+		return nil, err
+	}
 	ok = true
 	return e, nil
 }

@@ -107,6 +107,10 @@ type Monitor struct {
 	finite   target
 	warnings []string
 
+	infoMu sync.Mutex // guards step and info, and serializes deepgo_run.json's writes
+	step   int        // the last step Observe took
+	info   *RunInfo   // the last deepgo_run.json written (WriteRunInfo)
+
 	qmu       sync.Mutex    // guards queue: Close may run beside Observe
 	queue     chan batch    // rank 0's steps on their way to the writers; nil once Close began
 	flushed   chan struct{} // closed when the writer goroutine has stopped
@@ -242,6 +246,9 @@ func (m *Monitor) Observe(ctx context.Context, r Record) error {
 	}
 	dt := r.Timers.sub(m.prev)
 	m.prev = r.Timers
+	m.infoMu.Lock()
+	m.step = r.Step
+	m.infoMu.Unlock()
 	if m.rank != 0 {
 		return nil
 	}
@@ -370,7 +377,9 @@ func (m *Monitor) startWriting() {
 }
 
 // Close writes the steps still queued, then flushes and closes the files
-// the Monitor created, returning any writer error not yet reported. Any
+// the Monitor created and rewrites the last deepgo_run.json written
+// (WriteRunInfo) with the last step observed if that is later than the
+// steps it records, returning any writer error not yet reported. Any
 // goroutine may call it, also while the training loop's goroutine is in
 // Observe (a process exiting on a signal): the steps Observe has handed
 // over are written, later ones are dropped. Later calls wait for the first
@@ -397,5 +406,6 @@ func (m *Monitor) close() error {
 		errs = append(errs, w.Close())
 	}
 	m.writers = nil
+	errs = append(errs, m.rewriteRunInfo())
 	return errors.Join(errs...)
 }

@@ -225,3 +225,26 @@ func TestObserveEval(t *testing.T) {
 	assert.Equal(t, []int64{0, 2, 4}, run.Get(TagEvalLoss).Steps)
 	assert.Equal(t, []float64{4.5, 3.5, 3}, run.Get(TagEvalLoss).Values)
 }
+
+// Close writes the last deepgo_run.json again with the last step observed
+// (what the writer put in it kept), but never lowers the steps a trainer
+// recorded itself.
+func TestCloseRewritesRunInfoSteps(t *testing.T) {
+	for _, c := range []struct{ recorded, observed, want int64 }{{0, 4, 4}, {10, 2, 10}} {
+		out := t.TempDir()
+		m, err := New(loadConfig(t, fmt.Sprintf(`{"train_batch_size": 2, "csv_monitor": {"enabled": true, "output_path": %q, "job_name": "j"}}`, out)), 0)
+		require.NoError(t, err)
+		floor := 0.5
+		require.NoError(t, m.WriteRunInfo(RunInfo{World: 1, Device: "cpu", EntropyFloor: &floor, Steps: c.recorded}))
+		for s := 1; s <= int(c.observed); s++ {
+			require.NoError(t, m.Observe(context.Background(), record(s, 1)))
+		}
+		require.NoError(t, m.Close())
+		info, err := rundir.ReadInfo(filepath.Join(out, "j", RunInfoFile))
+		require.NoError(t, err)
+		assert.Equal(t, c.want, info.Steps, "recorded %d, observed %d", c.recorded, c.observed)
+		require.NotNil(t, info.EntropyFloor)
+		assert.Equal(t, 0.5, *info.EntropyFloor)
+		assert.Equal(t, int64(2), info.TrainBatchSize)
+	}
+}

@@ -28,7 +28,11 @@ type RunInfo = rundir.Info
 
 // WriteRunInfo writes deepgo_run.json into every run directory (rank 0
 // only; a no-op elsewhere or without an enabled monitor), replacing it
-// whole so that a reader never sees half a file. Its train_batch_size and
+// whole so that a reader never sees half a file; Close writes the last
+// one again with the steps observed since. The engines write one as
+// Initialize ends (config, world, device, parameters, memory capacity); a
+// trainer that knows more, such as its data's entropy floor, writes its
+// own over it. Its train_batch_size and
 // train_loss_after_step are the Monitor's (TrainBatchSize,
 // WithTrainLossAfterStep): the axis the Train/Samples x values are on.
 //
@@ -42,6 +46,26 @@ type RunInfo = rundir.Info
 // which readers skip. A deepgo_run.json without train_batch_size, from a
 // deepgo that wrote steps, is not checked.)
 func (m *Monitor) WriteRunInfo(info RunInfo) error {
+	m.infoMu.Lock()
+	defer m.infoMu.Unlock()
+	return m.writeRunInfo(info)
+}
+
+// rewriteRunInfo is Close's: the last deepgo_run.json written, with the
+// last step observed when that is later than the steps it records.
+func (m *Monitor) rewriteRunInfo() error {
+	m.infoMu.Lock()
+	defer m.infoMu.Unlock()
+	if m.info == nil || int64(m.step) <= m.info.Steps {
+		return nil
+	}
+	info := *m.info
+	info.Steps = int64(m.step)
+	return m.writeRunInfo(info)
+}
+
+// writeRunInfo is WriteRunInfo with infoMu held.
+func (m *Monitor) writeRunInfo(info RunInfo) error {
 	info.TrainBatchSize, info.TrainLossAfterStep = int64(m.batch), m.lossAfter
 	for _, dir := range m.runDirs {
 		old, err := rundir.ReadInfo(filepath.Join(dir, RunInfoFile))
@@ -71,6 +95,9 @@ func (m *Monitor) WriteRunInfo(info RunInfo) error {
 		if err := os.Rename(tmp, filepath.Join(dir, RunInfoFile)); err != nil {
 			return fmt.Errorf("monitor: %w", err)
 		}
+	}
+	if len(m.runDirs) > 0 {
+		m.info = &info
 	}
 	return nil
 }
