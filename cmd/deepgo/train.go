@@ -205,6 +205,15 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	go watchInterrupt(sig, progress, job.rank() == 0, stderr, os.Exit)
 	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, microGiven: microGiven, lr: *lr, lrGiven: lrGiven, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress,
 		evalInterval: *evalInterval, evalIters: *evalIters}, stdout, stderr)
+	if err != nil {
+		if code, ok := progress.awaitInterrupt(time.Minute); ok {
+			// the interrupt's exit has not ended the process within a
+			// minute (or it was a test's): its status stands, the
+			// failure is a note
+			fmt.Fprintln(stderr, "deepgo train: after the interrupt:", err)
+			return code
+		}
+	}
 	if err != nil && job != nil {
 		fmt.Fprintf(stderr, "deepgo train: rank %d: %v\n", job.rank(), err)
 		return 1

@@ -23,6 +23,46 @@ type trainProgress struct {
 	saveDir string                   // checkpoint.save_dir, "" when the run saves none
 	flush   []func(step int) error   // called with step on an interrupt, before the exit
 	saves   []func() <-chan struct{} // each rank's background save in flight (Trainer.SaveDone), waited for on an interrupt
+	handled chan struct{}            // made when an interrupt begins, closed if its exit returns (tests)
+	code    int                      // the interrupt's exit status
+}
+
+// beginInterrupt records that an interrupt ending with status code is
+// being handled.
+func (p *trainProgress) beginInterrupt(code int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.handled == nil {
+		p.handled, p.code = make(chan struct{}), code
+	}
+}
+
+// endInterrupt says the interrupt's exit returned (only a test's does).
+func (p *trainProgress) endInterrupt() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.handled)
+}
+
+// awaitInterrupt, when an interrupt is being handled, waits up to max for
+// it to end the process and returns its exit status and true; false when
+// there is none. The
+// ranks train on during the interrupt's flushes and may fail because of
+// them (a Save finding the NVMe swap files the interrupt removed): that
+// failure must not exit first, with status 1 and without the interrupted
+// line.
+func (p *trainProgress) awaitInterrupt(max time.Duration) (int, bool) {
+	p.mu.Lock()
+	ch, code := p.handled, p.code
+	p.mu.Unlock()
+	if ch == nil {
+		return 0, false
+	}
+	select {
+	case <-ch:
+	case <-time.After(max):
+	}
+	return code, true
 }
 
 // interruptFlushTimeout bounds the flushes on an interrupt: deepgo launch
@@ -186,6 +226,11 @@ func watchInterrupt(sig <-chan os.Signal, p *trainProgress, say bool, stderr io.
 	if !ok {
 		return
 	}
+	code := 130
+	if n, ok := s.(syscall.Signal); ok {
+		code = 128 + int(n)
+	}
+	p.beginInterrupt(code)
 	// the checkpoint being written first: the line names the last one
 	// committed
 	if !p.waitSaves(sig, say, stderr) && say {
@@ -200,9 +245,6 @@ func watchInterrupt(sig <-chan os.Signal, p *trainProgress, say bool, stderr io.
 	if say {
 		fmt.Fprintln(stderr, line)
 	}
-	code := 130
-	if n, ok := s.(syscall.Signal); ok {
-		code = 128 + int(n)
-	}
 	exit(code)
+	p.endInterrupt()
 }

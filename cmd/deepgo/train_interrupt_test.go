@@ -238,7 +238,7 @@ func TestTrainSignalled(t *testing.T) {
 			run, err := rundir.Read(filepath.Join(mon, "j"))
 			require.NoError(t, err)
 			require.NotNil(t, run.Info)
-			assert.Equal(t, int64(step), run.Info.Steps, "deepgo_run.json steps")
+			assert.Equal(t, int64(step), run.Info.Steps, "deepgo_run.json steps: %s", errb.String())
 			assert.Equal(t, int64(4), run.Info.TrainBatchSize, "deepgo_run.json train_batch_size: micro-batch 4 x 1 rank")
 			for _, tag := range []string{rundir.TagLoss, rundir.TagLR, rundir.TagGradNorm, rundir.TagStepTimeMS} {
 				s := run.Get(tag)
@@ -331,4 +331,28 @@ func TestWatchInterruptWaitsForSave(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A rank failing while an interrupt is handled (its flushes removed the
+// swap files a Save reads) waits for the interrupt's exit instead of
+// exiting first with status 1: awaitInterrupt says whether one began and
+// returns its status once its exit returned (a test's) or after max.
+func TestAwaitInterrupt(t *testing.T) {
+	p := &trainProgress{}
+	_, ok := p.awaitInterrupt(time.Hour)
+	assert.False(t, ok, "no interrupt: no wait")
+
+	sig := make(chan os.Signal, 1)
+	release := make(chan struct{})
+	go watchInterrupt(sig, p, false, io.Discard, func(int) { <-release })
+	sig <- syscall.SIGTERM
+	require.Eventually(t, func() bool { _, ok := p.awaitInterrupt(time.Millisecond); return ok }, 10*time.Second, time.Millisecond, "the interrupt began")
+	t0 := time.Now()
+	code, ok := p.awaitInterrupt(50 * time.Millisecond)
+	assert.True(t, ok)
+	assert.Equal(t, 143, code)
+	assert.GreaterOrEqual(t, time.Since(t0), 50*time.Millisecond, "waits while the exit has not happened")
+	close(release)
+	code, ok = p.awaitInterrupt(time.Hour)
+	assert.True(t, ok && code == 143, "returns once the exit returned: %d %v", code, ok)
 }

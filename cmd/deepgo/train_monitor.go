@@ -19,10 +19,11 @@ import (
 // x values count, deepgo_run.json with what only the trainer knows (the
 // model's size, the data's entropy floor), and the close on an interrupt.
 type trainMonitor struct {
-	m    *monitor.Monitor
-	e    deepgo.Trainer
-	mu   sync.Mutex // guards info and its writes: interrupt runs on the signal's goroutine
-	info monitor.RunInfo
+	m           *monitor.Monitor
+	e           deepgo.Trainer
+	mu          sync.Mutex // guards info, interrupted and the writes: interrupt runs on the signal's goroutine
+	info        monitor.RunInfo
+	interrupted bool // interrupt wrote the steps the interrupted line names: close leaves them
 }
 
 // runMeta is what deepgo_run.json says besides the config.
@@ -61,13 +62,19 @@ func newTrainMonitor(cfg *config.Config, e deepgo.Trainer, rank int, meta runMet
 }
 
 // close rewrites deepgo_run.json with the global step reached (before
-// the engine closes its monitor).
+// the engine closes its monitor), unless an interrupt has written it: the
+// ranks train on while the process exits (a rank whose NVMe swap files
+// the interrupt removed even returns), and the step they reach is later
+// than the one the interrupted line names.
 func (tm *trainMonitor) close() error {
 	if tm.m == nil {
 		return nil
 	}
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
+	if tm.interrupted {
+		return nil
+	}
 	tm.info.Steps = int64(tm.e.GlobalSteps())
 	return tm.m.WriteRunInfo(tm.info)
 }
@@ -83,6 +90,7 @@ func (tm *trainMonitor) interrupt(step int) error {
 	err := tm.m.Close()
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
+	tm.interrupted = true
 	tm.info.Steps = int64(step)
 	return errors.Join(err, tm.m.WriteRunInfo(tm.info))
 }
