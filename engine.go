@@ -394,6 +394,9 @@ func (e *Engine) step(ctx context.Context) (observeErr, err error) {
 		return nil, err
 	}
 	e.phase = phaseIdle
+	if e.reportRank() == 0 { // DeepSpeed's _take_model_step reports before the timer lines
+		reportProgress(e.log, e.cfg, e.globalSteps, e.skippedSteps, e.LR(), e.opt, e.sched)
+	}
 	e.logMicroStep()
 	acc := e.acc
 	e.acc = stepAcc{}

@@ -403,3 +403,57 @@ func trainStep(ctx context.Context, e *deepgo.Engine, mbs []model.MicroBatch, ma
 	}
 	return 0, nil
 }
+
+// DeepSpeed's progress lines on the reporting rank's log: step=0 as
+// Initialize ends, then every steps_per_print optimizer steps, each with
+// the skipped steps and the lr and betas the next step uses; another
+// rank's log gets none. On the CPU and the simulated device, from
+// TrainBatch and from a Forward, Backward, Step loop.
+func TestProgressLines(t *testing.T) {
+	for _, dev := range []string{"", "sim"} {
+		for _, manual := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/manual=%v", devName(dev), manual), func(t *testing.T) {
+				cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "steps_per_print": 2,
+					"fp16": {"enabled": true, "initial_scale_power": 18, "hysteresis": 1},
+					"optimizer": {"type": "Adam", "params": {"lr": 0.01}},
+					"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.01, "warmup_num_steps": 4, "warmup_type": "linear"}}}`))
+				require.NoError(t, err)
+				data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+				var logs [2]strings.Builder
+				var want []string
+				err = worldFor(dev)(context.Background(), 2, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
+					e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), append(opts, deepgo.WithLog(&logs[c.Rank()]))...)
+					if err != nil {
+						return err
+					}
+					defer e.Close()
+					line := func() string {
+						return fmt.Sprintf("[Rank 0] step=%d, skipped=%d, lr=[%s], mom=[(0.9, 0.999)]", e.GlobalSteps(), e.SkippedSteps(), config.PyFloatRepr(e.LR()))
+					}
+					if c.Rank() == 0 {
+						want = append(want, line())
+					}
+					for s := range 4 {
+						if _, err := trainStep(ctx, e, data.RankBatch(s, 16, 2, c.Rank(), 2), manual); err != nil {
+							return err
+						}
+						if c.Rank() == 0 && e.GlobalSteps()%2 == 0 {
+							want = append(want, line())
+						}
+					}
+					return nil
+				})
+				require.NoError(t, err)
+				var got []string
+				for _, l := range strings.Split(logs[0].String(), "\n") {
+					if strings.HasPrefix(l, "[Rank 0] step=") {
+						got = append(got, l)
+					}
+				}
+				assert.Equal(t, want, got)
+				assert.Contains(t, got[1], "skipped=1", "fp16 at 2^18 overflows at first: %q", got)
+				assert.NotContains(t, logs[1].String(), "step=", "rank 1 prints none")
+			})
+		}
+	}
+}

@@ -94,6 +94,7 @@ type PipeEngine struct {
 	gpu          *gpu.Telemetry   // the GPU's NVML telemetry, on CUDA
 	comms        *commslog.Logger // comms_logger, when enabled (pipe_monitor.go)
 	log          io.Writer        // reports: the monitor's lines, comms_logger, flops_profiler (pipeLog)
+	win          batchWindow      // the batches since the last "steps:" line
 	flops        *flopsRun        // flops_profiler's batch in progress (pipe_flops.go)
 	flopsReport  *flops.Report    // its report, once printed
 	idle         []float64        // per TrainBatch: the share of wall time this stage waited on its neighbours
@@ -291,6 +292,9 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	info := monitor.RunInfo{World: e.world.Size(), Device: e.be.Device().String(), Params: numParams(shapes...), Steps: int64(e.globalSteps)}
 	if err := startRunInfo(ctx, e.mon, e.cfg, info, e.world); err != nil {
 		return nil, err
+	}
+	if e.world.Rank() == 0 {
+		reportProgress(e.log, e.cfg, 0, 0, e.LR(), e.opt, e.lrs)
 	}
 	return e, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -143,6 +144,16 @@ func pipelineMonitorFiles(t *testing.T, dev string) {
 		assert.Contains(t, comms.String(), "\n"+op+"\n", "comms_logger: stage 0's transfers, its ZeRO-1 reductions, the agreements")
 	}
 	assert.Equal(t, steps, strings.Count(log.String(), "time (ms) | fwd:"), "a wall_clock_breakdown line per step (steps_per_print 1)")
+	// DeepSpeed's progress lines (steps_per_print 1): step=0 at Initialize,
+	// then its _take_model_step's and the PipelineEngine's "steps:" line
+	var progress []string
+	for _, m := range regexp.MustCompile(`(?m)^\[Rank 0\] step=(\d+), skipped=(\d+), lr=\[[^]]+\], mom=\[\(0\.9, 0\.999\)\]$`).FindAllStringSubmatch(log.String(), -1) {
+		progress = append(progress, m[1]+"/"+m[2])
+	}
+	assert.Equal(t, []string{"0/0", "1/1", "2/1", "3/1"}, progress, "step/skipped of the progress lines: the first step overflowed")
+	for i, rep := range got {
+		assert.Regexp(t, fmt.Sprintf(`(?m)^steps: %d loss: %.4f iter time \(s\): \d+\.\d{3} samples/sec: \d+\.\d{3}$`, i+1, rep.loss), log.String())
+	}
 
 	dir := filepath.Join(out, "pipe")
 	raw, err := rundir.ReadSeries(filepath.Join(dir, rundir.FileName(rundir.TagLoss)))

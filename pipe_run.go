@@ -142,6 +142,7 @@ func (e *PipeEngine) TrainBatch(ctx context.Context, data []model.MicroBatch) (f
 		return 0, err
 	}
 	took := time.Since(t0)
+	e.reportBatch(loss, took)
 	e.logTimers(pipeCommLine)
 	// rank 0's report failing must not skip the monitor's collective the
 	// other ranks enter

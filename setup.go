@@ -195,6 +195,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	if err := e.startRunInfo(ctx); err != nil {
 		return nil, err
 	}
+	if e.reportRank() == 0 {
+		reportProgress(e.log, cfg, 0, 0, e.LR(), e.opt, e.sched)
+	}
 	ok = true
 	return e, nil
 }
