@@ -7,6 +7,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/monitor"
 	"github.com/deepgo-ml/deepgo/zero"
 )
 
@@ -151,6 +152,12 @@ type Trainer interface {
 	// Notes lists what the engine did differently from what the config's
 	// words alone suggest, for the trainer to log.
 	Notes() []string
+	// Monitor is the monitor built from the config's csv_monitor,
+	// tensorboard and wall_clock_breakdown sections (every rank has one;
+	// rank 0 writes): its run directories and warnings, and WriteRunInfo
+	// for a trainer that knows more of the run (its data's entropy floor)
+	// than the deepgo_run.json the engine writes.
+	Monitor() *monitor.Monitor
 	// Close waits for background work (a save in flight included) and
 	// releases what the engine owns.
 	Close() error

@@ -43,11 +43,10 @@ func newTrainMonitor(cfg *config.Config, e deepgo.Trainer, rank int, meta runMet
 	if rank != 0 {
 		return tm, nil
 	}
-	em, ok := e.(interface{ Monitor() *monitor.Monitor })
-	if !ok || em.Monitor() == nil {
+	if e.Monitor() == nil {
 		return tm, nil
 	}
-	tm.m = em.Monitor()
+	tm.m = e.Monitor()
 	tm.m.SetTrainBatchSize(e.BatchSizes().TrainBatchSize) // global_samples, as the engine resolved the batch
 	b, err := cfg.JSON()
 	if err != nil {
