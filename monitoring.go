@@ -57,8 +57,12 @@ func (e *Engine) startMonitor(extra []monitor.Option) error {
 // (doctor) as deepgo train's does. The verdict is agreed over groups in
 // turn (each a comm every rank calls, nil or of one rank skipped), so a
 // run directory refused for holding another run's batch fails Initialize
-// on every rank at once.
+// on every rank at once. Without csv_monitor and tensorboard (the ranks
+// agreed on the config) there is nothing to write or agree on.
 func startRunInfo(ctx context.Context, m *monitor.Monitor, cfg *config.Config, info monitor.RunInfo, groups ...comm.Comm) error {
+	if !cfg.CSVMonitor.Enabled && !cfg.Tensorboard.Enabled {
+		return nil
+	}
 	var err error
 	if m != nil && len(m.RunDirs()) > 0 {
 		var b []byte
