@@ -29,12 +29,17 @@ func progressLine(step, skipped int, lr float64, mom string) string {
 // leaves it out); for the others the betas: the list the config gave
 // ("[0.9, 0.95]"), else the optimizer's default tuple ("(0.9, 0.999)"), or
 // under a schedule that drives them (OneCycle's cycle_momentum) the tuple
-// it writes, (momentum, 0.99). An integral value the config wrote
+// it writes, (momentum, 0.99); an optimizer passed with WithOptimizer
+// prints as the config's defaults would. An integral value the config wrote
 // without a fraction prints as a float here, where Python keeps an int.
 func momRepr(cfg *config.Config, opt optim.Optimizer, sched optim.Schedule) string {
 	h := opt.Defaults()
+	var given map[string]any // the config's params; none for WithOptimizer's
+	if cfg.Optimizer != nil {
+		given = cfg.Optimizer.Params
+	}
 	if !hasBetas(opt.Kind()) {
-		if _, ok := cfg.Optimizer.Params["momentum"]; !ok {
+		if _, ok := given["momentum"]; !ok {
 			return "0"
 		}
 		return config.PyFloatRepr(h.Momentum)
@@ -45,7 +50,7 @@ func momRepr(cfg *config.Config, opt optim.Optimizer, sched optim.Schedule) stri
 		}
 	}
 	pair := config.PyFloatRepr(h.Beta1) + ", " + config.PyFloatRepr(h.Beta2)
-	if _, ok := cfg.Optimizer.Params["betas"]; ok {
+	if _, ok := given["betas"]; ok {
 		return "[" + pair + "]"
 	}
 	return "(" + pair + ")"

@@ -42,6 +42,11 @@ func TestMomRepr(t *testing.T) {
 	s.Step()
 	assert.Equal(t, "(0.8500000000000001, 0.99)", momRepr(cfg, opt, s), "half way up the first step size")
 	assert.Equal(t, "[Rank 0] step=2, skipped=1, lr=[0.01], mom=[(0.8500000000000001, 0.99)]", progressLine(2, 1, 0.01, momRepr(cfg, opt, s)))
+
+	// an optimizer passed with WithOptimizer: the config has none
+	bare, err := config.Parse([]byte(`{"train_batch_size": 1}`))
+	require.NoError(t, err)
+	assert.Equal(t, "(0.9, 0.95)", momRepr(bare, opt, nil), "betas without a config section: the tuple")
 }
 
 // The PipelineEngine's "steps:" line: every steps_per_print batches, the
