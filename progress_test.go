@@ -1,11 +1,14 @@
 package deepgo
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -67,4 +70,23 @@ func testOptimizer(t *testing.T, cfg *config.Config) optim.Optimizer {
 	require.NoError(t, err)
 	t.Cleanup(func() { opt.Close() })
 	return opt
+}
+
+// An engine built with WithOptimizer from a config with no optimizer
+// section prints its progress line with the optimizer's own betas.
+func TestProgressWithOptimizer(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"train_batch_size": 4, "steps_per_print": 1}`))
+	require.NoError(t, err)
+	be, err := backend.NewCPU(1)
+	require.NoError(t, err)
+	defer be.Close()
+	opt, err := optim.New("AdamW", map[string]any{"lr": 0.5}, be)
+	require.NoError(t, err)
+	defer opt.Close()
+	var log strings.Builder
+	net := testmodel.NewMLP(1, 4, 2)
+	tr, err := Initialize(context.Background(), cfg, net, WithOptimizer(opt), WithBackend(be), WithLog(&log))
+	require.NoError(t, err)
+	require.NoError(t, tr.Close())
+	assert.Contains(t, log.String(), "[Rank 0] step=0, skipped=0, lr=[0.5], mom=[(0.9, 0.999)]\n")
 }
