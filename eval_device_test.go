@@ -10,7 +10,6 @@ import (
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/comm"
-	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
@@ -196,26 +195,16 @@ func TestPipelineEvalMatchesEngine(t *testing.T) {
 			engLoss := make([]float64, c.dp)
 			cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": %d, "gradient_clipping": %g,
 				"zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}}`, c.gas, pipeDevClip)
+			gc := nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: seqLen}
 			err = newWorld(context.Background(), c.dp, func(ctx context.Context, cm comm.Comm, opts []deepgo.Option) error {
-				cfg, err := config.Parse([]byte(cfgJSON))
-				if err != nil {
+				return withGPTOpts(ctx, cfgJSON, gc, 1, asIsGPT, opts, func(tr deepgo.Trainer) error {
+					if _, err := tr.Load(ctx, dir, deepgo.LoadOptions{}); err != nil {
+						return err
+					}
+					var err error
+					engLoss[cm.Rank()], err = tr.EvalBatch(ctx, evalData(cm.Rank()))
 					return err
-				}
-				g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: seqLen}, nil, 1)
-				if err != nil {
-					return err
-				}
-				defer g.Free()
-				tr, err := deepgo.Initialize(ctx, cfg, g, opts...)
-				if err != nil {
-					return err
-				}
-				defer tr.Close()
-				if _, err := tr.Load(ctx, dir, deepgo.LoadOptions{}); err != nil {
-					return err
-				}
-				engLoss[cm.Rank()], err = tr.EvalBatch(ctx, evalData(cm.Rank()))
-				return err
+				})
 			})
 			require.NoError(t, err, "data-parallel engine")
 			require.InEpsilon(t, engLoss[0], pipeLoss[0], 1e-6, "pipeline %v, data-parallel engine %v", pipeLoss[0], engLoss[0])

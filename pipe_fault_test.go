@@ -93,6 +93,9 @@ func withPipeGPTOpts(ctx context.Context, cfgJSON string, wrap func(*nn.GPT) mod
 	return withGPTOpts(ctx, cfgJSON, nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}, 1, wrap, opts, fn)
 }
 
+// asIsGPT hands withGPTOpts's GPT to Initialize unwrapped.
+func asIsGPT(g *nn.GPT) model.Model { return g }
+
 // withGPTOpts is withPipeGPTOpts with the GPT gc, initialized from seed.
 func withGPTOpts(ctx context.Context, cfgJSON string, gc nn.GPTConfig, seed uint64, wrap func(*nn.GPT) model.Model, opts []deepgo.Option, fn func(tr deepgo.Trainer) error) error {
 	cfg, err := config.Parse([]byte(cfgJSON))

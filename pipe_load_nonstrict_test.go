@@ -55,7 +55,7 @@ func TestPipelineLoadNonStrict(t *testing.T) {
 	pipe := func(dev string, layers int, fn func(ctx context.Context, rank int, tr deepgo.Trainer) error) error {
 		return worldFor(dev)(context.Background(), pp*dp, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
 			gc := nn.GPTConfig{Layers: layers, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}
-			return withGPTOpts(ctx, cfgJSON, gc, uint64(layers), func(g *nn.GPT) model.Model { return g }, opts, func(tr deepgo.Trainer) error {
+			return withGPTOpts(ctx, cfgJSON, gc, uint64(layers), asIsGPT, opts, func(tr deepgo.Trainer) error {
 				return fn(ctx, c.Rank(), tr)
 			})
 		})

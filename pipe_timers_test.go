@@ -13,7 +13,6 @@ import (
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/comm"
-	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
@@ -96,49 +95,39 @@ func pipeWallClock(t *testing.T, dev string, c pipeTimerCase) {
 		notes = make([][]string, world)
 	)
 	err = worldFor(dev)(context.Background(), world, func(ctx context.Context, cm comm.Comm, opts []deepgo.Option) error {
-		cfg, err := config.Parse([]byte(cfgJSON))
-		if err != nil {
-			return err
-		}
-		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: seqLen}, nil, 1)
-		if err != nil {
-			return err
-		}
-		defer g.Free()
-		tr, err := deepgo.Initialize(ctx, cfg, g, append(opts, deepgo.WithLog(&logs[cm.Rank()]))...)
-		if err != nil {
-			return err
-		}
-		defer tr.Close()
-		pe, ok := tr.(*deepgo.PipeEngine)
-		if !ok {
-			return fmt.Errorf("Initialize returned %T, want *deepgo.PipeEngine", tr)
-		}
-		d := cm.Rank() % c.dp // pipe outermost: a stage's data ranks are adjacent
-		var mine []map[string]time.Duration
-		for step := range c.steps {
-			mbs := make([]model.MicroBatch, gas)
-			for i := range mbs {
-				k := ((step*c.dp+d)*gas + i) * micro
-				mbs[i] = corpus.MakeBatch([]int{k, k + 1}, seqLen).MicroBatch()
+		gc := nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: seqLen}
+		opts = append(opts, deepgo.WithLog(&logs[cm.Rank()]))
+		return withGPTOpts(ctx, cfgJSON, gc, 1, asIsGPT, opts, func(tr deepgo.Trainer) error {
+			pe, ok := tr.(*deepgo.PipeEngine)
+			if !ok {
+				return fmt.Errorf("Initialize returned %T, want *deepgo.PipeEngine", tr)
 			}
-			if _, err := pe.TrainBatch(ctx, mbs); err != nil {
-				return err
+			d := cm.Rank() % c.dp // pipe outermost: a stage's data ranks are adjacent
+			var mine []map[string]time.Duration
+			for step := range c.steps {
+				mbs := make([]model.MicroBatch, gas)
+				for i := range mbs {
+					k := ((step*c.dp+d)*gas + i) * micro
+					mbs[i] = corpus.MakeBatch([]int{k, k + 1}, seqLen).MicroBatch()
+				}
+				if _, err := pe.TrainBatch(ctx, mbs); err != nil {
+					return err
+				}
+				mine = append(mine, pe.PipeTimers())
+				// an evaluation between steps counts in no timer, printed or not
+				pt0, tm0 := pe.PipeTimers(), pe.Timers()
+				if _, err := pe.EvalBatch(ctx, mbs); err != nil {
+					return err
+				}
+				if pt1, tm1 := pe.PipeTimers(), pe.Timers(); !maps.Equal(pt0, pt1) || tm0 != tm1 {
+					return fmt.Errorf("rank %d: EvalBatch moved the timers: %v -> %v, %+v -> %+v", cm.Rank(), pt0, pt1, tm0, tm1)
+				}
 			}
-			mine = append(mine, pe.PipeTimers())
-			// an evaluation between steps counts in no timer, printed or not
-			pt0, tm0 := pe.PipeTimers(), pe.Timers()
-			if _, err := pe.EvalBatch(ctx, mbs); err != nil {
-				return err
-			}
-			if pt1, tm1 := pe.PipeTimers(), pe.Timers(); !maps.Equal(pt0, pt1) || tm0 != tm1 {
-				return fmt.Errorf("rank %d: EvalBatch moved the timers: %v -> %v, %+v -> %+v", cm.Rank(), pt0, pt1, tm0, tm1)
-			}
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		snaps[cm.Rank()], tms[cm.Rank()], notes[cm.Rank()] = mine, pe.Timers(), pe.Notes()
-		return nil
+			mu.Lock()
+			defer mu.Unlock()
+			snaps[cm.Rank()], tms[cm.Rank()], notes[cm.Rank()] = mine, pe.Timers(), pe.Notes()
+			return nil
+		})
 	})
 	require.NoError(t, err)
 
