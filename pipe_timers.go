@@ -25,8 +25,9 @@ package deepgo
 //     ZeRO optimizer runs at the step and DeepSpeed in its untimed
 //     ReduceGrads. The tied-weight all-reduce is untimed in DeepSpeed and
 //     in no timer here (Timers().Comm has it).
-//   - train_batch is not kept: DeepSpeed uses it only for its "steps: ...
-//     samples/sec" line, which deepgo does not print.
+//   - train_batch is not one of these timers: DeepSpeed uses it only for
+//     its "steps: ... samples/sec" line, whose window progress.go keeps
+//     (batchWindow).
 //   - Without steps_per_print DeepSpeed 0.19.8 stops at its first
 //     optimizer step (global_steps % None); deepgo prints at the monitor's
 //     interval (50) and says so in Notes.
