@@ -240,3 +240,47 @@ func Example_textData() {
 	}
 	// Output: first loss near ln 256: true, halved in 60 steps: true
 }
+
+// After training, SaveModel writes the weights for inference as one
+// safetensors file (DeepSpeed's save_16bit_model): the whole model, in the
+// dtype it computes in (here bf16), whatever ZeRO stage, pipeline or tensor
+// parallelism trained it.
+func ExampleTrainer_SaveModel() {
+	dir, err := os.MkdirTemp("", "deepgo-example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true},
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+		"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": true}}`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	tr, err := deepgo.Initialize(ctx, cfg, mlp.New(1, 8, 32, 4))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer tr.Close()
+	for step := range 3 {
+		if _, err := tr.TrainBatch(ctx, []model.MicroBatch{regression(step, 0, 0)}); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	if err := tr.SaveModel(ctx, filepath.Join(dir, "export"), deepgo.SaveModelOptions{}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	st, err := os.Stat(filepath.Join(dir, "export", deepgo.DefaultModelFile))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(deepgo.DefaultModelFile, st.Size() > 2*(8*32+32+32*4+4))
+	// Output: model.safetensors true
+}

@@ -24,7 +24,7 @@ import (
 //
 // A Trainer's methods must be called from one goroutine (SaveDone
 // excepted), and the collective ones (TrainBatch, EvalBatch, Step at a boundary,
-// Save, SaveAsync, Load, Parameters) by every rank of its group in the
+// Save, SaveAsync, Load, Parameters, SaveModel) by every rank of its group in the
 // same order.
 //
 // Cancelling a call's context stops it on every rank promptly: a rank of a
@@ -129,6 +129,21 @@ type Trainer interface {
 	// Parameters gathers the full fp32 parameters keyed by name (a
 	// collective).
 	Parameters(ctx context.Context) (map[string][]float32, error)
+	// SaveModel writes the trained weights for inference or export, as
+	// DeepSpeed's save_16bit_model does: every parameter of the whole
+	// model, gathered over ZeRO partitions, pipeline stages and
+	// tensor-parallel shards, once each under its model.Param.Name and
+	// full shape, in the dtype the model computes in (fp16 or bf16 under
+	// mixed precision, the rounded fp32 masters; else fp32), as one
+	// safetensors file dir/opts.Name (default DefaultModelFile) that the
+	// first rank writes atomically, creating dir. It is a collective: every
+	// rank must call it, and every rank returns the writer's error. At
+	// ZeRO stage 3 it needs
+	// zero_optimization.stage3_gather_16bit_weights_on_model_save true
+	// and otherwise writes nothing and returns an error wrapping
+	// ErrModelNotGathered, as DeepSpeed saves nothing then. Unlike Save,
+	// it keeps no optimizer state: the file cannot resume training.
+	SaveModel(ctx context.Context, dir string, opts SaveModelOptions) error
 	// BatchSizes is the resolved batch triad and the data-parallel size
 	// it was resolved for (config.BatchSizes: TrainBatchSize, MicroBatch,
 	// GradAccum, DataParallel, in that order).

@@ -17,7 +17,7 @@ import (
 // converted to float32. A checkpoint without Params exports every tensor
 // instead (sharded ones as flat vectors). It reads and verifies the data
 // files it needs, and writes out atomically (temporary file, sync, rename).
-func (c *Checkpoint) Consolidate(ctx context.Context, fsys vfs.FS, out string) (err error) {
+func (c *Checkpoint) Consolidate(ctx context.Context, fsys vfs.FS, out string) error {
 	if fsys == nil {
 		fsys = vfs.OS
 	}
@@ -41,10 +41,25 @@ func (c *Checkpoint) Consolidate(ctx context.Context, fsys vfs.FS, out string) (
 		}
 		named = append(named, safetensors.Named{Name: p.Name, Tensor: t})
 	}
+	meta := map[string]string{"format": "pt", "deepgo.tag": c.Tag, "deepgo.step": fmt.Sprint(c.Manifest.Step)}
+	if err := WriteTensors(fsys, out, named, meta); err != nil {
+		return fmt.Errorf("checkpoint: consolidate: %w", err)
+	}
+	return nil
+}
+
+// WriteTensors writes ts as one safetensors file out, atomically: a
+// temporary file beside it, synced, renamed over out, and the directory
+// synced, so that a crash leaves either the old out or the new one whole.
+// A nil fsys is the operating system's.
+func WriteTensors(fsys vfs.FS, out string, ts []safetensors.Named, meta map[string]string) (err error) {
+	if fsys == nil {
+		fsys = vfs.OS
+	}
 	tmp := filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".tmp")
 	f, err := fsys.Create(tmp)
 	if err != nil {
-		return fmt.Errorf("checkpoint: consolidate: %w", err)
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -52,18 +67,17 @@ func (c *Checkpoint) Consolidate(ctx context.Context, fsys vfs.FS, out string) (
 			fsys.Remove(tmp)
 		}
 	}()
-	meta := map[string]string{"format": "pt", "deepgo.tag": c.Tag, "deepgo.step": fmt.Sprint(c.Manifest.Step)}
-	if _, err = safetensors.Write(f, named, meta); err != nil {
-		return fmt.Errorf("checkpoint: consolidate: writing %s: %w", tmp, err)
+	if _, err = safetensors.Write(f, ts, meta); err != nil {
+		return fmt.Errorf("writing %s: %w", tmp, err)
 	}
 	if err = f.Sync(); err != nil {
-		return fmt.Errorf("checkpoint: consolidate: %w", err)
+		return err
 	}
 	if err = f.Close(); err != nil {
-		return fmt.Errorf("checkpoint: consolidate: %w", err)
+		return err
 	}
 	if err = fsys.Rename(tmp, out); err != nil {
-		return fmt.Errorf("checkpoint: consolidate: %w", err)
+		return err
 	}
 	return syncDir(fsys, filepath.Dir(out))
 }

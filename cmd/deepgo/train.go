@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -151,6 +152,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	nanEvery := fs.Int("nan-check-every", monitor.DefaultFiniteCheckEvery, "check the parameters for NaN/Inf every N optimizer steps")
 	evalInterval := fs.Int("eval-interval", 0, "evaluate on held-out data every N optimizer steps (of the global step, also after a resume) and after the last; 0: no evaluation. Held out: a second synthetic corpus from the same Markov source, or the last 5% of --data's windows (training gets the rest)")
 	evalIters := fs.Int("eval-iters", 0, "micro-batches per evaluation per data-parallel rank, the same ones every time (default: gradient_accumulation_steps)")
+	saveModel := fs.String("save-model", "", "after the last step, write the trained weights, whole and in the model's dtype, to DIR/"+deepgo.DefaultModelFile+" (DeepSpeed's save_16bit_model; at ZeRO stage 3 it needs zero_optimization.stage3_gather_16bit_weights_on_model_save true)")
 	backend := fs.String("dist-backend", "", "between the processes of a launched job (RANK/WORLD_SIZE, OMPI_* or SLURM_* set, no --ranks): gloo, mpi or nccl (default: DEEPGO_DIST_BACKEND, else nccl with --device cuda, gloo otherwise)")
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
@@ -204,7 +206,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	defer func() { signal.Stop(sig); close(sig) }()
 	go watchInterrupt(sig, progress, job.rank() == 0, stderr, os.Exit)
 	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, microGiven: microGiven, lr: *lr, lrGiven: lrGiven, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress,
-		evalInterval: *evalInterval, evalIters: *evalIters}, stdout, stderr)
+		evalInterval: *evalInterval, evalIters: *evalIters, saveModel: *saveModel}, stdout, stderr)
 	if err != nil {
 		if code, ok := progress.awaitInterrupt(time.Minute); ok {
 			// the interrupt's exit has not ended the process within a
@@ -292,6 +294,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	sp := spSize(shape)
 	if err := checkEvalPipe(shape, pp, targs.evalInterval, targs.evalIters); err != nil {
 		return nil, err
+	}
+	if err := checkSaveModel(shape, targs.saveModel); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfgPath, err)
 	}
 	if err := deepgo.Unsupported(shape); err != nil {
 		// before any rank starts (Ulysses with megatron_sequence_parallel
@@ -453,6 +458,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if rank == 0 {
 			notes := append(append(autoNotes, gpt.Notes()...), e.Notes()...) // config warnings among them
 			notes = append(notes, decoupledNotes(cfg)...)
+			notes = append(notes, saveModelNotes(cfg, targs.saveModel)...)
 			notes = append(notes, trainNoEffectNotes(cfg, notes)...)
 			for _, n := range notes {
 				fmt.Fprintln(stdout, "note:", n)
@@ -631,6 +637,15 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if last != "" && rank == 0 {
 			bar.clear()
 			fmt.Fprintln(stdout, saver.savedLine(last))
+		}
+		if targs.saveModel != "" {
+			if err := e.SaveModel(ctx, targs.saveModel, deepgo.SaveModelOptions{}); err != nil {
+				return fmt.Errorf("--save-model %s: %w", targs.saveModel, err)
+			}
+			if rank == 0 {
+				bar.clear()
+				fmt.Fprintln(stdout, "saved model", filepath.Join(targs.saveModel, deepgo.DefaultModelFile))
+			}
 		}
 		if cs, ok := e.(interface{ CommsSummary(io.Writer) error }); ok && cfg.CommsLogger.Enabled && rank == 0 {
 			bar.clear()

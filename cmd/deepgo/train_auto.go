@@ -24,6 +24,7 @@ type trainerArgs struct {
 	nanCheckEvery  int            // --nan-check-every
 	evalInterval   int            // --eval-interval: 0, no evaluation
 	evalIters      int            // --eval-iters: 0, gradient_accumulation_steps
+	saveModel      string         // --save-model: "", no model file
 	job            *procJob       // the launched job this process is one rank of; nil: in-process ranks
 	progress       *trainProgress // where rank 0 stands, for the interrupted line; nil: not recorded
 }

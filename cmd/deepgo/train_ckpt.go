@@ -309,3 +309,23 @@ func (ts *trainSaver) savedLine(tag string) string {
 	}
 	return line
 }
+
+// checkSaveModel refuses --save-model DIR before training when the
+// engine's SaveModel would refuse it after the last step: at ZeRO stage 3
+// without stage3_gather_16bit_weights_on_model_save.
+func checkSaveModel(cfg *config.Config, dir string) error {
+	if dir == "" || cfg.ZeroOptimization.Stage != 3 || cfg.ZeroOptimization.Stage3Gather16bitWeightsOnModelSave {
+		return nil
+	}
+	return fmt.Errorf("--save-model %s: zero_optimization.stage3_gather_16bit_weights_on_model_save is false: at ZeRO stage 3 the weights are partitioned, and the whole model is written only when it is true (as DeepSpeed's save_16bit_model); set it true, or save checkpoints (checkpoint.save_dir) and consolidate one with deepgo ckpt consolidate", dir)
+}
+
+// saveModelNotes is deepgo train's note on
+// stage3_gather_16bit_weights_on_model_save true without --save-model:
+// only the whole-model file reads it.
+func saveModelNotes(cfg *config.Config, dir string) []string {
+	if dir != "" || !cfg.ZeroOptimization.Stage3Gather16bitWeightsOnModelSave {
+		return nil
+	}
+	return []string{"zero_optimization.stage3_gather_16bit_weights_on_model_save: no effect without --save-model: checkpoints hold the partitioned states (consolidate one with deepgo ckpt consolidate); --save-model DIR writes the whole model after the last step"}
+}
