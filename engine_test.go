@@ -51,6 +51,7 @@ type run struct {
 	dev               string                                                       // "": the CPU; "sim", "sim+delay": the simulated device (device_test.go)
 	opts              []deepgo.Option                                              // more Initialize options
 	sizes             []int                                                        // the MLP's layer sizes; nil: sizes
+	wrap              func(c comm.Comm) comm.Comm                                  // the comm each rank's engine gets instead of its world's
 }
 
 // layers is the run's MLP layer sizes.
@@ -132,6 +133,9 @@ func train(t testing.TB, r run) (*result, error) {
 			return err
 		}
 		m := testmodel.NewMLP(uint64(1+c.Rank()*0), sizes...)
+		if r.wrap != nil {
+			opts = append(opts, deepgo.WithComm(r.wrap(c)))
+		}
 		e, err := initEngine(ctx, cfg, m, append(opts, r.opts...)...)
 		if err != nil {
 			m.FreeUndonated() // a failed Initialize leaves the donated initial values to their owner

@@ -539,6 +539,7 @@ func zeroConfig(cfg *config.Config, d dtypes) zero.Config {
 		},
 		PersistenceThreshold: int64(zc.Stage3ParamPersistenceThreshold),
 		SubGroupSize:         subGroupSize(cfg),
+		HPZPartitionSize:     zc.ZeroHPZPartitionSize,
 	}
 }
 

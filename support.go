@@ -9,10 +9,10 @@ import (
 
 // Unsupported reports every key of cfg that deepgo cannot train yet, as
 // one error per key joined (nil when there is none): ZeRO++
-// (zero_quantized_*, zero_hpz_partition_size > 1), MiCS
-// (mics_shard_size), apex amp, and Ulysses sequence_parallel_size > 1
-// with megatron_sequence_parallel (Megatron-DeepSpeed refuses that pair
-// too). Initialize refuses each of
+// (zero_quantized_*; hpZ, zero_hpz_partition_size > 1, with
+// offload_param at stage 3), MiCS (mics_shard_size), apex amp, and
+// Ulysses sequence_parallel_size > 1 with megatron_sequence_parallel
+// (Megatron-DeepSpeed refuses that pair too). Initialize refuses each of
 // these with the same words; deepgo config check reports them all before
 // a job is submitted, as DeepSpeed would load such a config. The errors
 // carry no prefix: each caller says who refuses.
@@ -25,8 +25,8 @@ func Unsupported(cfg *config.Config) error {
 	if z.ZeroQuantizedWeights || z.ZeroQuantizedGradients || z.ZeroQuantizedNontrainableWeights {
 		ns("zero_optimization.zero_quantized_* (ZeRO++)")
 	}
-	if z.ZeroHPZPartitionSize > 1 {
-		ns("zero_optimization.zero_hpz_partition_size > 1 (ZeRO++ hpZ)")
+	if h := z.ZeroHPZPartitionSize; h > 1 && z.Stage == 3 && z.OffloadParam != nil && z.OffloadParam.Device != "none" {
+		ns("zero_optimization.zero_hpz_partition_size %d (ZeRO++ hpZ) with zero_optimization.offload_param.device %q", h, z.OffloadParam.Device)
 	}
 	if z.MicsShardSize > 0 {
 		ns("zero_optimization.mics_shard_size (MiCS)")

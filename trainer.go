@@ -191,8 +191,9 @@ var _ Trainer = (*Engine)(nil)
 // initial tensors stay the caller's, free to free once Initialize returns,
 // except those a Param donates (model.Param.Donate), which it frees.
 //
-// Not supported yet (an error naming the key): ZeRO++ (zero_quantized_*,
-// zero_hpz_partition_size > 1), MiCS, apex amp, Ulysses sequence
+// Not supported yet (an error naming the key): ZeRO++'s zero_quantized_*
+// and hpZ (zero_hpz_partition_size > 1, which stage 3 runs) with
+// offload_param, MiCS, apex amp, Ulysses sequence
 // parallelism with tensor parallelism, and ZeRO stages 2-3 with pipeline
 // stages. Either engine runs on the CPU backend or a device (WithDevice),
 // tensor and sequence parallelism included. Tensor parallelism runs with

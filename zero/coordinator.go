@@ -51,6 +51,11 @@ type CoordinatorStats struct {
 	PeakLiveNumel     int64 // the largest LiveNumel seen
 	PersistentNumel   int64 // elements kept gathered for good
 	PersistentModules int   // modules kept gathered for good
+	// SecondaryGathers counts the Gathers served by the hpZ group from
+	// secondary partitions, SecondaryNumel the secondary elements this
+	// rank holds (zero_hpz_partition_size > 1; the Optimizer fills both).
+	SecondaryGathers int
+	SecondaryNumel   int64
 }
 
 // Coordinator is stage 3's fetch plan as a pure state machine: the executor

@@ -58,7 +58,7 @@ func (z *Optimizer) execute(ctx context.Context, a Actions) error {
 	}
 	for _, m := range a.Gather {
 		u := z.unitOf[m]
-		src, done, err := z.gatherSource(ctx, u)
+		gc, src, done, err := z.gatherFrom(ctx, u)
 		if err != nil {
 			return fmt.Errorf("zero: stage 3: module %q: %w", z.mods[m].Name, err)
 		}
@@ -69,12 +69,15 @@ func (z *Optimizer) execute(ctx context.Context, a Actions) error {
 		}
 		z.full[u] = buf
 		t0 := time.Now()
-		z.gwork[u], z.gsrc[u] = z.c.AllGatherAsync(ctx, buf, src), done
+		z.gwork[u], z.gsrc[u] = gc.AllGatherAsync(ctx, buf, src), done
 		z.timers.Comm += time.Since(t0)
 	}
 	for _, m := range a.Release {
 		u := z.unitOf[m]
 		if err := z.waitGather(u); err != nil {
+			return err
+		}
+		if err := z.fillSecondary(u); err != nil {
 			return err
 		}
 		z.gathered.put(z.full[u])

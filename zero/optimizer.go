@@ -70,6 +70,12 @@ type Config struct {
 	// parameter partitions live in instead of the backend's memory:
 	// offload_param (paramstore.go).
 	ParamStore NewParamStore
+	// HPZPartitionSize is zero_optimization.zero_hpz_partition_size: above
+	// 1 at stage 3, each rank also keeps a secondary 1/H partition of every
+	// non-persistent unit, and gathers after the first one since the
+	// parameters changed run over a group of H consecutive ranks (hpz.go).
+	// It must divide the data-parallel size; stages 0-2 ignore it.
+	HPZPartitionSize int
 }
 
 // Timers accumulate where the Optimizer spent wall time in training
@@ -118,6 +124,9 @@ type Memory struct {
 	// Gathered is the stage-3 gathered-parameter memory now, GatheredPeak
 	// its peak.
 	Gathered, GatheredPeak int64
+	// Secondary is the stage-3 hpZ secondary partitions
+	// (zero_hpz_partition_size > 1) held now.
+	Secondary int64
 	// Peak is the peak of the sum of the categories above.
 	Peak int64
 	// Arena is the engine's micro-step arena (the activations and loss
@@ -216,6 +225,7 @@ type Optimizer struct {
 	gsrc   []func()   // stage 3: gives a pending gather's source back once it is waited for
 	held   []int      // units whose pending gather reads a store buffer, oldest first
 	stored int64      // bytes of the partitions the store holds
+	hpz    *hpz       // ZeRO++ hpZ secondary partitions, nil without (hpz.go)
 
 	timers     Timers
 	evalTimers Timers       // timers when BeginEval ran: EndEval puts them back
@@ -276,6 +286,10 @@ func New(ctx context.Context, cfg Config, c comm.Comm, be backend.Backend, base 
 		return nil, err
 	}
 	if err := z.planSteps(); err != nil {
+		z.Close()
+		return nil, err
+	}
+	if err := z.openHPZ(ctx); err != nil {
 		z.Close()
 		return nil, err
 	}
@@ -513,7 +527,11 @@ func (z *Optimizer) Stage3Stats() CoordinatorStats {
 	if z.coord == nil {
 		return CoordinatorStats{}
 	}
-	return z.coord.Stats()
+	s := z.coord.Stats()
+	if z.hpz != nil {
+		s.SecondaryGathers, s.SecondaryNumel = z.hpz.n, z.hpz.numel
+	}
+	return s
 }
 
 // Trace returns the stage-3 recorded module order (nil otherwise).

@@ -12,11 +12,12 @@ type Category int
 
 // Memory categories.
 const (
-	CatParams   Category = iota // resident model parameters (full, or the stage-3 shard)
-	CatMaster                   // fp32 master weights
-	CatGrads                    // gradients kept across micro-steps
-	CatBuckets                  // gradient buckets and communication staging
-	CatGathered                 // stage-3 gathered parameters
+	CatParams    Category = iota // resident model parameters (full, or the stage-3 shard)
+	CatMaster                    // fp32 master weights
+	CatGrads                     // gradients kept across micro-steps
+	CatBuckets                   // gradient buckets and communication staging
+	CatGathered                  // stage-3 gathered parameters
+	CatSecondary                 // stage-3 hpZ secondary partitions
 	numCats
 )
 

@@ -20,7 +20,7 @@ func (z *Optimizer) Memory() Memory {
 	defer a.mu.Unlock()
 	m := Memory{Params: map[tensor.DType]int64{}, Master: a.cur[CatMaster], Grads: a.cur[CatGrads],
 		Buckets: a.cur[CatBuckets], BucketsPeak: a.peak[CatBuckets],
-		Gathered: a.cur[CatGathered], GatheredPeak: a.peak[CatGathered]}
+		Gathered: a.cur[CatGathered], GatheredPeak: a.peak[CatGathered], Secondary: a.cur[CatSecondary]}
 	for k, v := range a.params {
 		if v != 0 {
 			m.Params[k] = v
@@ -71,6 +71,7 @@ func (z *Optimizer) Close() error {
 		z.acct.free(CatBuckets, z.gbuf[u])
 	}
 	z.freeOffload()
+	errs = append(errs, z.closeHPZ())
 	z.buckets.close()
 	z.gathered.close()
 	z.freeStateCache()
@@ -236,6 +237,7 @@ func (z *Optimizer) restoreLocal(ctx context.Context, state map[string][]*tensor
 	if len(z.pending) > 0 {
 		return errors.New("zero: restore: gradient reductions are in flight (restore between steps only)")
 	}
+	z.staleSecondaries() // before anything is written
 	if state != nil {
 		if err := z.restoreOptimizerState(state, steps); err != nil {
 			return err

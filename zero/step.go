@@ -123,6 +123,7 @@ func (z *Optimizer) Step(ctx context.Context, lr, gradScale float64) error {
 			}
 		}
 	case 3:
+		z.staleSecondaries()
 		if err := z.execute(ctx, z.coord.ReleaseAll()); err != nil {
 			return err
 		}
