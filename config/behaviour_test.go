@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -218,4 +219,15 @@ func TestFP16UnusedKeys(t *testing.T) {
 	assert.True(t, warned(c, "fp16.min_loss_scale", "static scale"), "warnings %v", c.Warnings)
 	c = mustParse(t, `{"fp16":{"enabled":true},"zero_optimization":{"stage":0}}`)
 	assert.Empty(t, c.Warnings, "defaults only")
+}
+
+// zero_hpz_partition_size > 1 is a warning below stage 3, which alone
+// keeps secondary partitions (as in DeepSpeed); at stage 3 nothing is said.
+func TestHPZBelowStage3Warns(t *testing.T) {
+	for _, stage := range []int{0, 1, 2} {
+		c := mustParse(t, fmt.Sprintf(`{"zero_optimization":{"stage":%d,"zero_hpz_partition_size":2}}`, stage))
+		assert.True(t, warned(c, "zero_optimization.zero_hpz_partition_size", fmt.Sprintf("no effect at ZeRO stage %d", stage)), "warnings %v", c.Warnings)
+	}
+	c := mustParse(t, `{"zero_optimization":{"stage":3,"zero_hpz_partition_size":2}}`)
+	assert.False(t, warned(c, "zero_optimization.zero_hpz_partition_size", ""), "stage 3: warnings %v", c.Warnings)
 }

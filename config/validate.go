@@ -22,6 +22,10 @@ func (l *loader) crossCheck(c *Config) {
 	if z.LegacyStage1 {
 		l.fail("zero_optimization.legacy_stage1", true, "false", "legacy stage 1 was removed; DeepSpeed raises an exception")
 	}
+	if h := z.ZeroHPZPartitionSize; h > 1 && z.Stage != 3 {
+		// DeepSpeed reads it in its stage-3 optimizer only
+		l.warn("zero_optimization.zero_hpz_partition_size", "no effect at ZeRO stage %d: hpZ keeps secondary partitions of stage-3 parameters only (as in DeepSpeed); ignored", z.Stage)
+	}
 	for _, o := range []struct {
 		name string
 		off  *Offload
@@ -243,10 +247,6 @@ func (l *loader) worldChecks(c *Config) {
 	z := c.ZeroOptimization
 	if h := z.ZeroHPZPartitionSize; h > 1 && w%h != 0 {
 		l.fail("zero_optimization.zero_hpz_partition_size", h, fmt.Sprintf("a divisor of the world size %d", w), "")
-	}
-	if h := z.ZeroHPZPartitionSize; h > 1 && z.Stage != 3 {
-		// DeepSpeed reads it in its stage-3 optimizer only
-		l.warn("zero_optimization.zero_hpz_partition_size", "no effect at ZeRO stage %d: hpZ keeps secondary partitions of stage-3 parameters only (as in DeepSpeed); ignored", z.Stage)
 	}
 	if m := z.MicsShardSize; m > 0 && w%m != 0 {
 		l.fail("zero_optimization.mics_shard_size", m, fmt.Sprintf("a divisor of the world size %d, or -1", w), "")

@@ -159,9 +159,10 @@ func (m Memory) ParamBytes() int64 {
 }
 
 // ModelStates is parameters + gradients + master weights + optimizer
-// state: what the ZeRO paper's formulas count.
+// state: what the ZeRO paper's formulas count, plus the hpZ secondary
+// parameter partitions (Secondary), as ZeRO++ counts them.
 func (m Memory) ModelStates() int64 {
-	return m.ParamBytes() + m.Grads + m.Master + m.OptimizerState
+	return m.ParamBytes() + m.Secondary + m.Grads + m.Master + m.OptimizerState
 }
 
 type pendingReduce struct {
