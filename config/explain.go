@@ -159,6 +159,7 @@ var extraDocs = map[string]string{
 	"checkpoint.writer.decoupled":                   "deepgo train with checkpoint.save_dir and decoupled true saves each checkpoint in the background (Trainer.SaveAsync): the state is copied to host memory (under tensor parallelism collected on TP rank 0) before training goes on, the files, byte for byte those of a synchronous save, are written meanwhile; each save waits for the one before, and the run's end and an interrupt (SIGINT, SIGTERM) wait for the one in flight (a second signal exits at once and loses it; latest keeps naming the one before). A Go trainer chooses Save or SaveAsync itself. The other writer keys have no effect.",
 	"zero_optimization.offload_param.nvme_path":     `required when device is "nvme".`,
 	"zero_optimization.offload_optimizer.nvme_path": `required when device is "nvme".`,
+	"zero_optimization.zero_hpz_partition_size":     "above 1 (ZeRO++ hpZ), stage 3 also keeps a 1/N secondary partition per group of N consecutive data-parallel ranks and gathers from it after the first gather since a step, bit-identical to plain stage 3; N must divide the world; no effect (a warning) at stages 0-2; refused with offload_param.",
 	"zero_optimization.stage":                       "stages 2 and 3 are refused with pipeline_model_parallel_size > 1, as DeepSpeed's PipelineEngine does.",
 	"fp16.enabled":                                  "fp16 and bf16 cannot both be enabled.",
 	"bf16.enabled":                                  "fp16 and bf16 cannot both be enabled.",
