@@ -49,6 +49,25 @@ func TestDeviceEquivalenceCUDA(t *testing.T) {
 	}
 }
 
+// TestStage3HPZOnCUDA: ZeRO++ hpZ (2 and 4 of 4 ranks on GPU 0) is
+// bit-identical to plain stage 3 on the GPU: it changes only which group
+// gathers the same bytes.
+func TestStage3HPZOnCUDA(t *testing.T) {
+	needGPU(t)
+	for _, base := range hpzCases(t) {
+		base.dev = "cuda"
+		t.Run(base.String(), func(t *testing.T) {
+			want, err := train(t, base)
+			require.NoError(t, err)
+			for _, h := range []int{2, 4} {
+				got, err := train(t, withHPZ(base, h))
+				require.NoError(t, err, "hpZ %d", h)
+				bitEqualRuns(t, want, got)
+			}
+		})
+	}
+}
+
 // TestGPTOnCUDA: the GPT (cuBLAS matmuls, every nn kernel's CUDA twin)
 // trains 50 steps on GPU 0 as on the CPU: losses within 1e-4 relative per
 // step and parameters within 1e-3 norm-wise (cuBLAS sums in another order

@@ -59,16 +59,8 @@ func (u *hpzUse) hook(next func(int, *testmodel.MLP, *deepgo.Engine, int)) func(
 // delays; and fp32 on the CPU matches plainTrain as plain stage 3 does.
 // Each hpZ run must have gathered from secondary partitions and hold them.
 func TestStage3HPZEquivalence(t *testing.T) {
-	var cases []run
-	for _, r := range deviceCases([]int{4}, []int{4}) {
-		if r.stage == 3 {
-			r.world, r.gas = 4, max(r.gas, 2)
-			cases = append(cases, r)
-		}
-	}
-	require.Len(t, cases, 3, "stage-3 device cases")
 	for _, dev := range []string{"", "sim", "sim+delay"} {
-		for _, base := range cases {
+		for _, base := range hpzCases(t) {
 			base.dev = dev
 			t.Run(base.String(), func(t *testing.T) {
 				want, err := train(t, base)
@@ -100,6 +92,20 @@ func TestStage3HPZEquivalence(t *testing.T) {
 			compareRuns(t, fmt.Sprintf("hpZ %d vs plain", h), want, got, plainLossTol, plainParamTol)
 		}
 	})
+}
+
+// hpzCases are the stage-3 cases of the device table on 4 ranks with
+// gradient accumulation: fp32, fp16 with overflowing steps, bf16.
+func hpzCases(t *testing.T) []run {
+	var cases []run
+	for _, r := range deviceCases([]int{4}, []int{4}) {
+		if r.stage == 3 {
+			r.world, r.gas = 4, max(r.gas, 2)
+			cases = append(cases, r)
+		}
+	}
+	require.Len(t, cases, 3, "stage-3 device cases")
+	return cases
 }
 
 // modelDTypeSize is the element size of a run's model dtype: fp32, or a
