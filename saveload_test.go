@@ -43,7 +43,8 @@ type segment struct {
 	load, save string
 	from, to   int
 	async      bool
-	check      func(rank int, e *deepgo.Engine) error // after load
+	check      func(rank int, e *deepgo.Engine) error                      // after load
+	prepare    func(ctx context.Context, rank int, e *deepgo.Engine) error // before load
 }
 
 func (s segment) train(t testing.TB) (map[string][]float32, []json.RawMessage, error) {
@@ -63,6 +64,11 @@ func (s segment) train(t testing.TB) (map[string][]float32, []json.RawMessage, e
 			return err
 		}
 		defer e.Close()
+		if s.prepare != nil {
+			if err := s.prepare(ctx, c.Rank(), e); err != nil {
+				return err
+			}
+		}
 		if s.load != "" {
 			res, err := e.Load(ctx, s.load, deepgo.LoadOptions{})
 			if err != nil {

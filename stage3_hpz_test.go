@@ -10,7 +10,6 @@ import (
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/comm"
-	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
@@ -237,47 +236,25 @@ func TestStage3HPZCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	_, _, err = segment{r: plain, save: dir, from: 0, to: ckptAt}.train(t)
 	require.NoError(t, err)
-	r := withHPZ(plain, 2)
 	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
-	var got map[string][]float32
-	err = worldFor("")(context.Background(), r.world, func(ctx context.Context, c comm.Comm, opts []deepgo.Option) error {
-		cfg, err := config.Parse([]byte(r.config()))
-		if err != nil {
-			return err
-		}
-		e, err := initEngine(ctx, cfg, testmodel.NewMLP(1, sizes...), opts...)
-		if err != nil {
-			return err
-		}
-		defer e.Close()
+	prepare := func(ctx context.Context, rank int, e *deepgo.Engine) error {
 		for st := range ckptSteps {
-			if _, err := e.TrainBatch(ctx, data.RankBatch(st, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
+			if _, err := e.TrainBatch(ctx, data.RankBatch(st, globalBatch, plain.world, rank, plain.gas)); err != nil {
 				return err
 			}
 		}
 		before := e.Stage3Stats().SecondaryGathers
 		for range 2 { // the first gathers over the world and fills the secondaries, the second reads them
-			if _, err := e.EvalBatch(ctx, data.RankBatch(0, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
+			if _, err := e.EvalBatch(ctx, data.RankBatch(0, globalBatch, plain.world, rank, plain.gas)); err != nil {
 				return err
 			}
 		}
 		if e.Stage3Stats().SecondaryGathers == before {
-			return fmt.Errorf("rank %d: the evaluation gathered nothing from secondary partitions", c.Rank())
+			return fmt.Errorf("rank %d: the evaluation gathered nothing from secondary partitions", rank)
 		}
-		if _, err := e.Load(ctx, dir, deepgo.LoadOptions{}); err != nil {
-			return err
-		}
-		for st := ckptAt; st < ckptSteps; st++ {
-			if _, err := e.TrainBatch(ctx, data.RankBatch(st, globalBatch, r.world, c.Rank(), r.gas)); err != nil {
-				return err
-			}
-		}
-		p, err := e.Parameters(ctx)
-		if c.Rank() == 0 {
-			got = p
-		}
-		return err
-	})
+		return nil
+	}
+	got, _, err := segment{r: withHPZ(plain, 2), load: dir, from: ckptAt, to: ckptSteps, prepare: prepare}.train(t)
 	require.NoError(t, err, "load into a trained hpZ engine")
 	require.NoError(t, bitEqual(ref.params, got), "load into a trained hpZ engine")
 }
