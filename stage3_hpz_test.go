@@ -267,3 +267,23 @@ func TestStage3HPZRefusesOffloadParam(t *testing.T) {
 	require.Error(t, err)
 	assert.ErrorContains(t, err, "zero_optimization.zero_hpz_partition_size 2 (ZeRO++ hpZ) with zero_optimization.offload_param.device \"cpu\": not supported")
 }
+
+// TestStage3HPZModelParallel: under tensor parallelism (TP 2 × DP 4, the
+// GPT) hpZ groups consecutive data-parallel ranks of one tensor-parallel
+// rank: the run is bit-identical to plain stage 3, on the CPU and on the
+// simulated device with delays.
+func TestStage3HPZModelParallel(t *testing.T) {
+	const steps = 3
+	// no module persistent and none held from forward to backward: the
+	// backward gathers read the secondaries
+	plain := parDevCase{tp: 2, dp: 4, stage: 3, zextra: `, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0`}
+	hpz := plain
+	hpz.zextra += `, "zero_hpz_partition_size": 2`
+	for _, dev := range []string{"", "sim+delay"} {
+		want, err := parDevRun(t, dev, plain, steps)
+		require.NoError(t, err, "plain on %s", devName(dev))
+		got, err := parDevRun(t, dev, hpz, steps)
+		require.NoError(t, err, "hpZ on %s", devName(dev))
+		bitEqualRuns(t, want, got)
+	}
+}
