@@ -479,3 +479,17 @@ func (x *Ctx) RoofUpdate(p, g, m, v unsafe.Pointer, n int, s float32) error {
 	return check("dg_roof_update", C.dg_roof_update(x.c, (*C.float)(p), (*C.float)(g), (*C.float)(m), (*C.float)(v),
 		C.int64_t(n), C.float(s)))
 }
+
+// QuantizeInt8 quantizes n elements of x (dtype t) in groups equal groups
+// into q (int8) and scales (float32, one per group): dg_quantize_i8.
+func (x *Ctx) QuantizeInt8(t DType, src, q, scales unsafe.Pointer, n, groups int64) error {
+	return check("dg_quantize_i8", C.dg_quantize_i8(x.c, C.dg_dtype(t), src, (*C.int8_t)(q), (*C.float)(scales),
+		C.int64_t(n), C.int64_t(groups)))
+}
+
+// DequantizeInt8 writes n elements of dtype t into y from q (int8) and
+// scales (float32, groups of them): dg_dequantize_i8.
+func (x *Ctx) DequantizeInt8(t DType, q, scales, y unsafe.Pointer, n, groups int64) error {
+	return check("dg_dequantize_i8", C.dg_dequantize_i8(x.c, C.dg_dtype(t), (*C.int8_t)(q), (*C.float)(scales), y,
+		C.int64_t(n), C.int64_t(groups)))
+}

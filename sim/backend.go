@@ -15,6 +15,7 @@ type kernels interface {
 	backend.Backend
 	backend.NN
 	backend.GradWriter
+	backend.Quantizer
 }
 
 // Backend is a backend.Backend, backend.NN and optim.KernelSource on a
@@ -33,6 +34,7 @@ var (
 	_ backend.Backend    = (*Backend)(nil)
 	_ backend.NN         = (*Backend)(nil)
 	_ backend.GradWriter = (*Backend)(nil)
+	_ backend.Quantizer  = (*Backend)(nil)
 	_ optim.KernelSource = (*Backend)(nil)
 )
 

@@ -132,6 +132,20 @@ void dg_free(void *p);
 dg_status dg_cast(dg_ctx *ctx, dg_dtype src, dg_dtype dst, const void *const *srcs, void *const *dsts,
 		  const int64_t *ns, int count);
 
+/* dg_quantize_i8 is ZeRO++ qwZ's weight quantizer (DeepSpeed's symmetric
+ * 8-bit CUDAQuantizer; the element math is dg_quant_math.h): x holds n
+ * elements of dtype t (F32, F16, BF16), split into groups equal groups
+ * (n % groups == 0, groups >= 1); q receives n int8 values and scales one
+ * float32 per group (the dequantization scale, 1/multiplier). */
+dg_status dg_quantize_i8(dg_ctx *ctx, dg_dtype t, const void *x, int8_t *q, float *scales, int64_t n,
+			 int64_t groups);
+/* dg_dequantize_i8 inverts it into y (n elements of dtype t): groups equal
+ * groups of q, group k scaled by scales[k], rounded to float16 and then to
+ * t. Any n divisible by groups: a gathered buffer is world_size partitions
+ * of the same grouping back to back. */
+dg_status dg_dequantize_i8(dg_ctx *ctx, dg_dtype t, const int8_t *q, const float *scales, void *y, int64_t n,
+			   int64_t groups);
+
 /* dg_scale multiplies xs[i] in place by alpha. */
 dg_status dg_scale(dg_ctx *ctx, dg_dtype t, void *const *xs, const int64_t *ns, int count, float alpha);
 
