@@ -540,6 +540,9 @@ func zeroConfig(cfg *config.Config, d dtypes) zero.Config {
 		PersistenceThreshold: int64(zc.Stage3ParamPersistenceThreshold),
 		SubGroupSize:         subGroupSize(cfg),
 		HPZPartitionSize:     zc.ZeroHPZPartitionSize,
+		// qwZ quantizes stage-3 gathers; at stages 0-2 the config loader
+		// warns that it is ignored, as DeepSpeed passes it to stage 3 only
+		QuantizedWeights: zc.ZeroQuantizedWeights && zc.Stage == 3,
 	}
 }
 

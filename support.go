@@ -9,10 +9,12 @@ import (
 
 // Unsupported reports every key of cfg that deepgo cannot train yet, as
 // one error per key joined (nil when there is none): ZeRO++
-// (zero_quantized_*; hpZ, zero_hpz_partition_size > 1, with
-// offload_param at stage 3), MiCS (mics_shard_size), apex amp, and
-// Ulysses sequence_parallel_size > 1 with megatron_sequence_parallel
-// (Megatron-DeepSpeed refuses that pair too). Initialize refuses each of
+// (zero_quantized_gradients, zero_quantized_nontrainable_weights; hpZ,
+// zero_hpz_partition_size > 1, with offload_param at stage 3; qwZ,
+// zero_quantized_weights, and hpZ otherwise are supported), MiCS
+// (mics_shard_size), apex amp, and Ulysses sequence_parallel_size > 1
+// with megatron_sequence_parallel (Megatron-DeepSpeed refuses that pair
+// too). Initialize refuses each of
 // these with the same words; deepgo config check reports them all before
 // a job is submitted, as DeepSpeed would load such a config. The errors
 // carry no prefix: each caller says who refuses.
@@ -22,8 +24,11 @@ func Unsupported(cfg *config.Config) error {
 	ns := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf(format+": not supported yet", a...))
 	}
-	if z.ZeroQuantizedWeights || z.ZeroQuantizedGradients || z.ZeroQuantizedNontrainableWeights {
-		ns("zero_optimization.zero_quantized_* (ZeRO++)")
+	if z.ZeroQuantizedGradients {
+		ns("zero_optimization.zero_quantized_gradients (ZeRO++ qgZ)")
+	}
+	if z.ZeroQuantizedNontrainableWeights {
+		ns("zero_optimization.zero_quantized_nontrainable_weights (ZeRO++)")
 	}
 	if h := z.ZeroHPZPartitionSize; h > 1 && z.Stage == 3 && z.OffloadParam != nil && z.OffloadParam.Device != "none" {
 		ns("zero_optimization.zero_hpz_partition_size %d (ZeRO++ hpZ) with zero_optimization.offload_param.device %q", h, z.OffloadParam.Device)

@@ -19,9 +19,14 @@ func TestUnsupported(t *testing.T) {
 		{`{"train_micro_batch_size_per_gpu": 1, "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "megatron_sequence_parallel": true}`, nil},
 		{`{"train_micro_batch_size_per_gpu": 1, "sequence_parallel_size": 2}`, nil},
 		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zero_quantized_gradients": true, "zero_hpz_partition_size": 2}}`,
-			[]string{"zero_quantized_* (ZeRO++): not supported yet"}},
-		// hpZ trains at stage 3, but not with its parameters offloaded
+			[]string{"zero_quantized_gradients (ZeRO++ qgZ): not supported yet"}},
+		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": true}}`,
+			[]string{"zero_optimization.zero_quantized_nontrainable_weights (ZeRO++): not supported yet"}},
+		// qwZ and hpZ train at stage 3, together too, but hpZ not with its
+		// parameters offloaded
+		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zero_quantized_weights": true}}`, nil},
 		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2}}`, nil},
+		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2, "zero_quantized_weights": true}}`, nil},
 		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2, "offload_param": {"device": "cpu"}}}`,
 			[]string{`zero_optimization.zero_hpz_partition_size 2 (ZeRO++ hpZ) with zero_optimization.offload_param.device "cpu": not supported yet`}},
 		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "mics_shard_size": 2}}`, []string{"mics_shard_size (MiCS)"}},

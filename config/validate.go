@@ -48,6 +48,9 @@ func (l *loader) crossCheck(c *Config) {
 			l.warn(p, "optimizer offload needs ZeRO stage 1, 2 or 3; ignored at stage 0")
 		}
 	}
+	if z.ZeroQuantizedWeights && z.Stage != 3 {
+		l.warn("zero_optimization.zero_quantized_weights", "ZeRO++ qwZ quantizes stage-3 parameter gathers only; ignored at stage %d (DeepSpeed passes it to its stage-3 optimizer only)", z.Stage)
+	}
 	if oo := z.OffloadOptimizer; oo != nil && oo.Ratio < 1 && z.Stage != 3 {
 		l.fail("zero_optimization.offload_optimizer.ratio", oo.Ratio, "1.0 unless zero_optimization.stage is 3", "partial offload (Twin-Flow) is stage 3 only")
 	}

@@ -69,7 +69,7 @@ func (z *Optimizer) execute(ctx context.Context, a Actions) error {
 		}
 		z.full[u] = buf
 		t0 := time.Now()
-		z.gwork[u], z.gsrc[u] = gc.AllGatherAsync(ctx, buf, src), done
+		z.gwork[u], z.gsrc[u] = z.gatherAsync(ctx, gc, u, buf, src), done
 		z.timers.Comm += time.Since(t0)
 	}
 	for _, m := range a.Release {

@@ -66,6 +66,10 @@ type Config struct {
 	// the half weights copied up) the device backend's HostEmpty memory:
 	// page-locked on CUDA.
 	PinHost bool
+	// QuantizedWeights is zero_optimization.zero_quantized_weights (ZeRO++
+	// qwZ, stage 3 only): gathers move int8 weights and per-group scales
+	// and dequantize into the gathered buffer (qwz.go).
+	QuantizedWeights bool
 	// ParamStore, when set (stage 3 only), makes the store the owned
 	// parameter partitions live in instead of the backend's memory:
 	// offload_param (paramstore.go).
@@ -222,6 +226,7 @@ type Optimizer struct {
 	downStats GradDownloads
 	boundary  bool // this micro-step ends with a step (SetAccumulationBoundary)
 
+	qwz    *qwz       // zero_quantized_weights: the quantized gathers' state (qwz.go)
 	pstore ParamStore // stage 3 partitions outside the backend (offload_param); shard is then nil
 	gsrc   []func()   // stage 3: gives a pending gather's source back once it is waited for
 	held   []int      // units whose pending gather reads a store buffer, oldest first
@@ -279,6 +284,10 @@ func New(ctx context.Context, cfg Config, c comm.Comm, be backend.Backend, base 
 	z.direct = cfg.Stage <= 1 && cfg.AccumDType == cfg.ModelDType
 	z.makeSlots() // before anything that can fail: Close indexes them
 	if err := z.openParamStore(); err != nil {
+		z.Close()
+		return nil, err
+	}
+	if err := z.openQwZ(); err != nil {
 		z.Close()
 		return nil, err
 	}

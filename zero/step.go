@@ -150,7 +150,7 @@ func (z *Optimizer) gatherPersistent(ctx context.Context) error {
 			return fmt.Errorf("zero: stage 3: persistent module %q: %w", z.mods[m].Name, err)
 		}
 		t0 := time.Now()
-		err = z.c.AllGather(ctx, z.full[u], src)
+		err = z.gatherPersistentUnit(ctx, u, z.full[u], src)
 		z.timers.Comm += time.Since(t0)
 		z.held = slices.DeleteFunc(z.held, func(h int) bool { return h == u })
 		done()

@@ -73,6 +73,8 @@ func TestConfigCheckOptimizer(t *testing.T) {
 	autoLR := write("auto.json", `{"optimizer":{"type":"AdamW","params":{"lr":"auto"}}}`)
 	warmup := write("warmup.json", `{"optimizer":{"type":"Adam"},"scheduler":{"type":"WarmupLR","params":{"warmup_type":"cosine"}}}`)
 	zpp := write("zpp.json", `{"zero_optimization":{"stage":3,"zero_quantized_gradients":true}}`)
+	qwz := write("qwz.json", `{"optimizer":{"type":"AdamW"},"zero_optimization":{"stage":3,"zero_quantized_weights":true}}`)
+	qwz1 := write("qwz1.json", `{"optimizer":{"type":"AdamW"},"zero_optimization":{"stage":1,"zero_quantized_weights":true}}`)
 	spPP := write("sppp.json", `{"optimizer":{"type":"AdamW"},"sequence_parallel_size":2,"pipeline_model_parallel_size":2}`)
 	spTP := write("sptp.json", `{"optimizer":{"type":"AdamW"},"sequence_parallel_size":2,"tensor_model_parallel_size":2}`)
 	spMSP := write("spmsp.json", `{"optimizer":{"type":"AdamW"},"sequence_parallel_size":2,"tensor_model_parallel_size":2,"megatron_sequence_parallel":true}`)
@@ -86,7 +88,10 @@ func TestConfigCheckOptimizer(t *testing.T) {
 		{[]string{"check", "--strict", autoLR}, 1, "", `optimizer.params.lr: got "auto"`},
 		{[]string{"check", warmup}, 0, ": ok", `warning: scheduler.params.warmup_type: "cosine": unknown warmup type, using "log"`},
 		// loads (DeepSpeed's keys), but Initialize would refuse it
-		{[]string{"check", zpp}, 1, "", "zero_quantized_* (ZeRO++): not supported yet\n" + zpp + ": loads, but deepgo cannot train it"},
+		{[]string{"check", zpp}, 1, "", "zero_quantized_gradients (ZeRO++ qgZ): not supported yet\n" + zpp + ": loads, but deepgo cannot train it"},
+		// qwZ trains at stage 3; below it the key is ignored, with a warning
+		{[]string{"check", qwz}, 0, ": ok", ""},
+		{[]string{"check", qwz1}, 0, ": ok", "warning: zero_optimization.zero_quantized_weights: ZeRO++ qwZ quantizes stage-3 parameter gathers only; ignored at stage 1"},
 		// Ulysses trains with pipeline stages and with TP, not with
 		// Megatron's sequence parallelism (Megatron-DeepSpeed refuses it)
 		{[]string{"check", spPP}, 0, ": ok", ""},
