@@ -262,6 +262,7 @@ func New(ctx context.Context, cfg Config, c comm.Comm, be backend.Backend, base 
 	if cfg.GroupName == "" {
 		cfg.GroupName = "zero"
 	}
+	qwzAlign(&cfg)
 	z := &Optimizer{cfg: cfg, c: c, be: be, base: base, mods: mods, world: c.Size(), rank: c.Rank(), acct: newAccountant()}
 	pre, post := ReduceScaling(cfg.Stage, z.world, cfg.PredivideFactor, cfg.PrescaleGradients, cfg.SumOp, !cfg.NoReduceScatter)
 	z.pre, z.post = float32(pre), float32(post)

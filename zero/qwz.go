@@ -53,6 +53,22 @@ func QuantGroups(n int) (int, error) {
 	return g, nil
 }
 
+// qwzAlign pads stage-3 chunks to a multiple of 8 elements under qwZ: the
+// quantizer needs a partition of a multiple of 8 (DeepSpeed asserts it of
+// each coalesced partition). Checkpoints do not depend on the padding
+// (they reshard across it), so a run may switch qwZ on or off across a
+// save and load.
+func qwzAlign(cfg *Config) {
+	if !cfg.QuantizedWeights || cfg.Stage != 3 {
+		return
+	}
+	a, b := cfg.Align, 8
+	for b != 0 {
+		a, b = b, a%b
+	}
+	cfg.Align = cfg.Align / a * 8
+}
+
 // qwz is the Optimizer's quantized-gather state.
 type qwz struct {
 	quant  backend.Quantizer

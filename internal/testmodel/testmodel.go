@@ -129,6 +129,9 @@ type Linear struct {
 	// InjectInf, when set and returning true, makes Backward write +Inf
 	// into the first weight gradient (overflow tests).
 	InjectInf func() bool
+	// OnForward, when set, sees the weight and bias values each Forward
+	// computes with (the gathered parameters, widened to float32).
+	OnForward func(w, b []float32)
 }
 
 // NewLinear declares a Linear (parameters name.weight and name.bias) with
@@ -200,6 +203,9 @@ func (l *Linear) Forward(ctx context.Context, in model.Activation) (model.Activa
 	b, err := readParam(ctx, l.b.Data)
 	if err != nil {
 		return nil, err
+	}
+	if l.OnForward != nil {
+		l.OnForward(w, b)
 	}
 	y := Batch{Rows: x.Rows, Cols: l.out, X: make([]float32, x.Rows*l.out)}
 	for r := range x.Rows {
