@@ -115,6 +115,13 @@ dg_status dg_cuda_ctx_synchronize(dg_cuda_ctx *ctx);
 dg_status dg_cuda_cast(dg_cuda_ctx *ctx, dg_dtype src, dg_dtype dst, const void *const *srcs, void *const *dsts,
 		       const int64_t *ns, int count);
 dg_status dg_cuda_scale(dg_cuda_ctx *ctx, dg_dtype t, void *const *xs, const int64_t *ns, int count, float alpha);
+/* dg_cuda_quantize_i8 / dg_cuda_dequantize_i8 are deepgo.h's
+ * dg_quantize_i8 / dg_dequantize_i8 (ZeRO++ qwZ) on device memory, the same
+ * bits (dg_quant_math.h). */
+dg_status dg_cuda_quantize_i8(dg_cuda_ctx *ctx, dg_dtype t, const void *x, int8_t *q, float *scales, int64_t n,
+			      int64_t groups);
+dg_status dg_cuda_dequantize_i8(dg_cuda_ctx *ctx, dg_dtype t, const int8_t *q, const float *scales, void *y,
+				int64_t n, int64_t groups);
 dg_status dg_cuda_axpy(dg_cuda_ctx *ctx, dg_dtype t, float alpha, const void *const *xs, void *const *ys,
 		       const int64_t *ns, int count);
 /* dg_cuda_axpy_mixed: xs of dtype tx into ys of dtype ty, each y rounded to

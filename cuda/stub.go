@@ -73,6 +73,7 @@ var (
 	_ backend.NN         = (*Backend)(nil)
 	_ optim.KernelSource = (*Backend)(nil)
 	_ backend.HostStager = (*Backend)(nil)
+	_ backend.Quantizer  = (*Backend)(nil)
 )
 
 // NewBackend makes a backend on device dev with its own stream.
@@ -102,6 +103,12 @@ func (b *Backend) CopyAsync(dst, src *tensor.Tensor) (backend.Copying, error) {
 
 // Cast converts srcs[i] into dsts[i].
 func (b *Backend) Cast(dsts, srcs []*tensor.Tensor) error { return ErrNoCUDA }
+
+// QuantizeInt8 quantizes x to int8 in groups (backend.Quantizer).
+func (b *Backend) QuantizeInt8(q, scales, x *tensor.Tensor) error { return ErrNoCUDA }
+
+// DequantizeInt8 dequantizes q into y (backend.Quantizer).
+func (b *Backend) DequantizeInt8(y, q, scales *tensor.Tensor) error { return ErrNoCUDA }
 
 // Scale multiplies xs[i] by alpha in place.
 func (b *Backend) Scale(xs []*tensor.Tensor, alpha float32) error { return ErrNoCUDA }
