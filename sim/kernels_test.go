@@ -39,6 +39,17 @@ func backendCases() []kcase {
 				func(k kern, x []*tensor.Tensor) ([]float64, error) { return nil, k.Cast(x[2:], x[:2]) }})
 		}
 		cs = append(cs,
+			kcase{"QuantizeInt8+DequantizeInt8/" + from.String(), []spec{half(from, 1024), typed(tensor.Uint8, 1024), f32(8), half(from, 1024)},
+				func(k kern, x []*tensor.Tensor) ([]float64, error) {
+					q, ok := k.(backend.Quantizer)
+					if !ok {
+						return nil, fmt.Errorf("%T is not a backend.Quantizer", k)
+					}
+					if err := q.QuantizeInt8(x[1], x[2], x[0]); err != nil {
+						return nil, err
+					}
+					return nil, q.DequantizeInt8(x[3], x[1], x[2])
+				}},
 			kcase{"Scale/" + from.String(), []spec{half(from, 1000), half(from, 3)},
 				func(k kern, x []*tensor.Tensor) ([]float64, error) { return nil, k.Scale(x, -0.37) }},
 			kcase{"Axpy/f32-" + from.String(), []spec{f32(1000), f32(5), half(from, 1000), half(from, 5)},
