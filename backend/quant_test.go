@@ -11,46 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// hostOf makes a host tensor of dtype dt holding vals (rounded to dt).
-func hostOf(t *testing.T, dt tensor.DType, vals []float32) *tensor.Tensor {
-	t.Helper()
-	x := mustEmpty(t, dt, len(vals))
-	switch dt {
-	case tensor.Float32:
-		f, _ := x.Float32s()
-		copy(f, vals)
-	default:
-		u, _ := x.Uint16s()
-		for i, v := range vals {
-			if dt == tensor.Float16 {
-				u[i] = tensor.Float32ToFloat16(v)
-			} else {
-				u[i] = tensor.Float32ToBFloat16(v)
-			}
-		}
-	}
-	return x
-}
-
-// hostVals widens a host tensor of a float dtype to float32.
-func hostVals(t *testing.T, x *tensor.Tensor) []float32 {
-	t.Helper()
-	if x.DType() == tensor.Float32 {
-		f, _ := x.Float32s()
-		return append([]float32(nil), f...)
-	}
-	u, _ := x.Uint16s()
-	out := make([]float32, len(u))
-	for i, v := range u {
-		if x.DType() == tensor.Float16 {
-			out[i] = tensor.Float16ToFloat32(v)
-		} else {
-			out[i] = tensor.BFloat16ToFloat32(v)
-		}
-	}
-	return out
-}
-
 // The C quantizer gives the int8 values and scales of DeepSpeed's
 // CUDAQuantizer (qwzref) exactly, and dequantizes as it does, for the edge
 // cases and random groups in each model dtype; the first cases are checked
@@ -90,8 +50,8 @@ func TestQuantizeInt8MatchesDeepSpeed(t *testing.T) {
 	forEachISA(t, func(t *testing.T, b *CPU) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
-				x := hostOf(t, c.dt, c.x)
-				xv := hostVals(t, x) // the values in dt
+				x := fill(t, c.dt, c.x)
+				xv := read(t, x) // the values in dt
 				refQ, refS := qwzref.Quantize(xv, c.groups)
 				q := mustEmpty(t, tensor.Uint8, len(c.x))
 				s := mustEmpty(t, tensor.Float32, c.groups)
@@ -112,7 +72,7 @@ func TestQuantizeInt8MatchesDeepSpeed(t *testing.T) {
 				}
 				y := mustEmpty(t, c.dt, len(c.x))
 				require.NoError(t, b.DequantizeInt8(y, q, s))
-				gotY := hostVals(t, y)
+				gotY := read(t, y)
 				refY := qwzref.Dequantize(c.dt, refQ, refS)
 				for i := range refY {
 					require.Equal(t, math.Float32bits(refY[i]), math.Float32bits(gotY[i]), "y[%d]", i)
@@ -131,7 +91,7 @@ func TestQuantizeInt8InfGroup(t *testing.T) {
 	b, err := NewCPU(1)
 	require.NoError(t, err)
 	defer b.Close()
-	x := hostOf(t, tensor.BFloat16, []float32{70000, 1, 2, 3})
+	x := fill(t, tensor.BFloat16, []float32{70000, 1, 2, 3})
 	q := mustEmpty(t, tensor.Uint8, 4)
 	s := mustEmpty(t, tensor.Float32, 1)
 	require.NoError(t, b.QuantizeInt8(q, s, x))
@@ -139,7 +99,7 @@ func TestQuantizeInt8InfGroup(t *testing.T) {
 	assert.True(t, math.IsInf(float64(sv[0]), 1))
 	y := mustEmpty(t, tensor.BFloat16, 4)
 	require.NoError(t, b.DequantizeInt8(y, q, s))
-	for _, v := range hostVals(t, y) {
+	for _, v := range read(t, y) {
 		assert.True(t, math.IsNaN(float64(v)))
 	}
 }
