@@ -185,3 +185,23 @@ func TestStage3QwZLoss(t *testing.T) {
 	assert.Less(t, d, qwzLossTol)
 	assert.Positive(t, d, "qwZ losses identical to ZeRO-3's: nothing was quantized")
 }
+
+// TestStage3QwZOffloadParam: qwZ quantizes the partitions offload_param
+// pages in (from swap files on the CPU, copied up on the simulated device)
+// exactly as resident ones: the runs are bit-identical to qwZ without it.
+func TestStage3QwZOffloadParam(t *testing.T) {
+	const z = `, "zero_quantized_weights": true, "stage3_param_persistence_threshold": 20, "stage3_prefetch_bucket_size": 300`
+	base := run{stage: 3, world: 2, gas: 2, precision: "bf16", zeroExtra: z, steps: 4}
+	want, err := train(t, base)
+	require.NoError(t, err)
+	for _, c := range []struct{ dev, off string }{
+		{"", fmt.Sprintf(`, "offload_param": {"device": "nvme", "nvme_path": %q, "buffer_count": 2, "buffer_size": 1024, "max_in_cpu": 0}`, t.TempDir())},
+		{"sim", `, "offload_param": {"device": "cpu"}`},
+	} {
+		r := base
+		r.dev, r.zeroExtra = c.dev, z+c.off
+		got, err := train(t, r)
+		require.NoError(t, err, c.dev)
+		bitEqualRuns(t, want, got)
+	}
+}
