@@ -205,3 +205,51 @@ func TestStage3QwZOffloadParam(t *testing.T) {
 		bitEqualRuns(t, want, got)
 	}
 }
+
+// TestStage3HPZQwZ: hpZ and qwZ together, as a ZeRO++ config sets them.
+// Every gather goes quantized, the secondary ones over the hpZ group too
+// (DeepSpeed quantizes whatever a quantized fetch gathers): as many
+// quantized gathers as qwZ alone, some of them secondary; the losses stay
+// within qwzLossTol of plain ZeRO-3, and the simulated device with delays
+// is bit-identical to the CPU.
+func TestStage3HPZQwZ(t *testing.T) {
+	const z = `, "zero_quantized_weights": true, "stage3_param_persistence_threshold": 20, "stage3_prefetch_bucket_size": 300`
+	plain := run{stage: 3, world: 4, gas: 2, precision: "bf16", steps: 6}
+	qwzOnly := plain
+	qwzOnly.zeroExtra = z
+	both := withHPZ(qwzOnly, 2)
+	want, err := train(t, plain)
+	require.NoError(t, err)
+	// qwzCount keeps rank 0's quantized-gather count, taken before each step
+	qwzCount := func(n *int64) func(int, *testmodel.MLP, *deepgo.Engine, int) {
+		return func(rank int, _ *testmodel.MLP, e *deepgo.Engine, _ int) {
+			if rank == 0 {
+				*n = e.ZeRO().QwZ().Gathers
+			}
+		}
+	}
+	var alone int64
+	qwzOnly.hook = qwzCount(&alone)
+	_, err = train(t, qwzOnly)
+	require.NoError(t, err)
+	var cpu *result
+	for _, dev := range []string{"", "sim+delay"} {
+		var use hpzUse
+		var n int64
+		r := both
+		r.dev, r.hook = dev, use.hook(qwzCount(&n))
+		got, err := train(t, r)
+		require.NoError(t, err, devName(dev))
+		if cpu == nil {
+			cpu = got
+			d := lossDiff(want.losses, got.losses)
+			t.Logf("hpZ+qwZ vs ZeRO-3 bf16: worst relative loss difference %.3g over %d steps", d, len(want.losses))
+			assert.Less(t, d, qwzLossTol)
+		} else {
+			bitEqualRuns(t, cpu, got)
+		}
+		assert.Positive(t, use.stats.SecondaryGathers, "%s: no gather from the secondary partitions", devName(dev))
+		assert.Positive(t, n)
+		assert.Equal(t, alone, n, "%s: every gather quantized, the secondary ones too", devName(dev))
+	}
+}
