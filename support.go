@@ -9,9 +9,10 @@ import (
 
 // Unsupported reports every key of cfg that deepgo cannot train yet, as
 // one error per key joined (nil when there is none): ZeRO++
-// (zero_quantized_gradients, zero_quantized_nontrainable_weights; hpZ,
-// zero_hpz_partition_size > 1, with offload_param at stage 3; qwZ,
-// zero_quantized_weights, and hpZ otherwise are supported), MiCS
+// (zero_quantized_nontrainable_weights; hpZ, zero_hpz_partition_size > 1,
+// with offload_param at stage 3; qwZ, zero_quantized_weights, and hpZ
+// otherwise are supported, and qgZ, zero_quantized_gradients, loads with a
+// warning that it has no effect), MiCS
 // (mics_shard_size), apex amp, and Ulysses sequence_parallel_size > 1
 // with megatron_sequence_parallel (Megatron-DeepSpeed refuses that pair
 // too). Initialize refuses each of
@@ -23,9 +24,6 @@ func Unsupported(cfg *config.Config) error {
 	var errs []error
 	ns := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf(format+": not supported yet", a...))
-	}
-	if z.ZeroQuantizedGradients {
-		ns("zero_optimization.zero_quantized_gradients (ZeRO++ qgZ)")
 	}
 	if z.ZeroQuantizedNontrainableWeights {
 		ns("zero_optimization.zero_quantized_nontrainable_weights (ZeRO++)")

@@ -194,8 +194,8 @@ var _ Trainer = (*Engine)(nil)
 // ZeRO++ hpZ (zero_hpz_partition_size > 1) and qwZ (zero_quantized_weights)
 // run at stage 3 as DeepSpeed's do (at stages 0-2 the keys are ignored with
 // a config warning, as in DeepSpeed). Not supported yet (an error naming
-// the key): the rest of ZeRO++ (zero_quantized_gradients,
-// zero_quantized_nontrainable_weights), hpZ with offload_param, MiCS,
+// the key): ZeRO++'s zero_quantized_nontrainable_weights, hpZ with
+// offload_param, MiCS,
 // apex amp, Ulysses sequence
 // parallelism with tensor parallelism, and ZeRO stages 2-3 with pipeline
 // stages. Either engine runs on the CPU backend or a device (WithDevice),

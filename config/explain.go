@@ -160,6 +160,8 @@ var extraDocs = map[string]string{
 	"zero_optimization.offload_param.nvme_path":     `required when device is "nvme".`,
 	"zero_optimization.offload_optimizer.nvme_path": `required when device is "nvme".`,
 	"zero_optimization.zero_hpz_partition_size":     "above 1 (ZeRO++ hpZ), stage 3 also keeps a 1/N secondary partition per group of N consecutive data-parallel ranks and gathers from it after the first gather since a step, bit-identical to plain stage 3; N must divide the world; no effect (a warning) at stages 0-2; refused with offload_param.",
+	"zero_optimization.zero_quantized_weights":      "true (ZeRO++ qwZ): stage-3 gathers move int8 values with one float32 scale per group (DeepSpeed's quantizer and grouping) and dequantize into the gathered weights; masters and gradients stay exact; no effect (a warning) at stages 0-2.",
+	"zero_optimization.zero_quantized_gradients":    "no effect (a warning): gradients are reduced unquantized; DeepSpeed's qgZ quantizes them only between nodes.",
 	"zero_optimization.stage":                       "stages 2 and 3 are refused with pipeline_model_parallel_size > 1, as DeepSpeed's PipelineEngine does.",
 	"fp16.enabled":                                  "fp16 and bf16 cannot both be enabled.",
 	"bf16.enabled":                                  "fp16 and bf16 cannot both be enabled.",

@@ -48,6 +48,12 @@ func (l *loader) crossCheck(c *Config) {
 			l.warn(p, "optimizer offload needs ZeRO stage 1, 2 or 3; ignored at stage 0")
 		}
 	}
+	if z.ZeroQuantizedGradients {
+		// DeepSpeed 0.19.8 quantizes only between nodes
+		// (stage3.py: all_to_all_quant_reduce when num_nodes > 1) and
+		// otherwise reduce-scatters the gradients as without the key
+		l.warn("zero_optimization.zero_quantized_gradients", "no effect: deepgo reduces gradients unquantized, so they stay exact (ZeRO++ qgZ's int4 all-to-all is not implemented; DeepSpeed uses it only between nodes at stage 3, and on one node reduce-scatters as without the key)")
+	}
 	if z.ZeroQuantizedWeights && z.Stage != 3 {
 		l.warn("zero_optimization.zero_quantized_weights", "ZeRO++ qwZ quantizes stage-3 parameter gathers only; ignored at stage %d (DeepSpeed passes it to its stage-3 optimizer only)", z.Stage)
 	}

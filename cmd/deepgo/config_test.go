@@ -72,7 +72,8 @@ func TestConfigCheckOptimizer(t *testing.T) {
 	onebit := write("onebit.json", `{"optimizer":{"type":"OneBitAdam"}}`)
 	autoLR := write("auto.json", `{"optimizer":{"type":"AdamW","params":{"lr":"auto"}}}`)
 	warmup := write("warmup.json", `{"optimizer":{"type":"Adam"},"scheduler":{"type":"WarmupLR","params":{"warmup_type":"cosine"}}}`)
-	zpp := write("zpp.json", `{"zero_optimization":{"stage":3,"zero_quantized_gradients":true}}`)
+	zpp := write("zpp.json", `{"zero_optimization":{"stage":3,"zero_quantized_nontrainable_weights":true}}`)
+	qgz := write("qgz.json", `{"optimizer":{"type":"AdamW"},"zero_optimization":{"stage":3,"zero_quantized_gradients":true}}`)
 	qwz := write("qwz.json", `{"optimizer":{"type":"AdamW"},"zero_optimization":{"stage":3,"zero_quantized_weights":true}}`)
 	qwz1 := write("qwz1.json", `{"optimizer":{"type":"AdamW"},"zero_optimization":{"stage":1,"zero_quantized_weights":true}}`)
 	spPP := write("sppp.json", `{"optimizer":{"type":"AdamW"},"sequence_parallel_size":2,"pipeline_model_parallel_size":2}`)
@@ -88,7 +89,9 @@ func TestConfigCheckOptimizer(t *testing.T) {
 		{[]string{"check", "--strict", autoLR}, 1, "", `optimizer.params.lr: got "auto"`},
 		{[]string{"check", warmup}, 0, ": ok", `warning: scheduler.params.warmup_type: "cosine": unknown warmup type, using "log"`},
 		// loads (DeepSpeed's keys), but Initialize would refuse it
-		{[]string{"check", zpp}, 1, "", "zero_quantized_gradients (ZeRO++ qgZ): not supported yet\n" + zpp + ": loads, but deepgo cannot train it"},
+		{[]string{"check", zpp}, 1, "", "zero_quantized_nontrainable_weights (ZeRO++): not supported yet\n" + zpp + ": loads, but deepgo cannot train it"},
+		// qgZ loads, saying that the gradients are reduced unquantized
+		{[]string{"check", qgz}, 0, ": ok", "warning: zero_optimization.zero_quantized_gradients: no effect: deepgo reduces gradients unquantized"},
 		// qwZ trains at stage 3; below it the key is ignored, with a warning
 		{[]string{"check", qwz}, 0, ": ok", ""},
 		{[]string{"check", qwz1}, 0, ": ok", "warning: zero_optimization.zero_quantized_weights: ZeRO++ qwZ quantizes stage-3 parameter gathers only; ignored at stage 1"},
