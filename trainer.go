@@ -193,17 +193,18 @@ var _ Trainer = (*Engine)(nil)
 //
 // ZeRO++ hpZ (zero_hpz_partition_size > 1) and qwZ (zero_quantized_weights)
 // run at stage 3 as DeepSpeed's do (at stages 0-2 the keys are ignored with
-// a config warning, as in DeepSpeed). Not supported yet (an error naming
-// the key): ZeRO++'s zero_quantized_nontrainable_weights, hpZ with
-// offload_param, MiCS,
-// apex amp, Ulysses sequence
-// parallelism with tensor parallelism, and ZeRO stages 2-3 with pipeline
-// stages. Either engine runs on the CPU backend or a device (WithDevice),
-// tensor and sequence parallelism included. Tensor parallelism runs with
-// either engine (WithTensorParallel; see TensorParallelGroups and
-// PipeTensorParallelGroup), and so does Ulysses sequence parallelism
-// (WithSequenceParallel; see SequenceParallelGroups and
-// PipeSequenceParallelGroup).
+// a config warning, as in DeepSpeed); qgZ (zero_quantized_gradients) loads
+// with a warning that gradients are reduced unquantized. Not supported yet
+// (an error naming the key): ZeRO++'s zero_quantized_nontrainable_weights,
+// hpZ with offload_param, MiCS, apex amp, Ulysses sequence parallelism with
+// Megatron's (megatron_sequence_parallel), and ZeRO stages 2-3 with
+// pipeline stages. Either engine runs on the CPU backend or a device
+// (WithDevice), tensor and sequence parallelism included. Tensor
+// parallelism runs with either engine (WithTensorParallel; see
+// TensorParallelGroups and PipeTensorParallelGroup), and so does Ulysses
+// sequence parallelism (WithSequenceParallel; see SequenceParallelGroups
+// and PipeSequenceParallelGroup), with tensor parallelism too
+// (TensorSequenceParallelGroups).
 func Initialize(ctx context.Context, cfg *config.Config, net model.Model, opts ...Option) (Trainer, error) {
 	if cfg == nil {
 		return nil, errors.New("deepgo.Initialize: cfg is nil")
