@@ -188,6 +188,7 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	if err := freeDonated(donated); err != nil {
 		return nil, err
 	}
+	e.notes = append(e.notes, zeroPPNotes(cfg, e.z.OnDemand())...)
 	e.checkSeq = stage >= 2 && n > 1
 	for m := range e.params {
 		e.bind(m)

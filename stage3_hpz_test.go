@@ -287,3 +287,34 @@ func TestStage3HPZModelParallel(t *testing.T) {
 		bitEqualRuns(t, want, got)
 	}
 }
+
+// TestZeroPPNotesAllPersistent: hpZ and qwZ on a model whose every module
+// stays gathered (stage3_param_persistence_threshold above them all) say
+// so in the engine's notes, which deepgo train prints; with modules
+// gathered on demand they say nothing.
+func TestZeroPPNotesAllPersistent(t *testing.T) {
+	for _, c := range []struct {
+		threshold int
+		want      bool
+	}{{100000, true}, {20, false}} {
+		var notes []string
+		r := run{stage: 3, world: 2, gas: 1, precision: "bf16", steps: 1,
+			zeroExtra: fmt.Sprintf(`, "zero_hpz_partition_size": 2, "zero_quantized_weights": true, "stage3_param_persistence_threshold": %d`, c.threshold),
+			after: func(_ context.Context, rank int, e *deepgo.Engine) error {
+				if rank == 0 {
+					notes = e.Notes()
+				}
+				return nil
+			}}
+		_, err := train(t, r)
+		require.NoError(t, err)
+		joined := strings.Join(notes, "\n")
+		for _, key := range []string{"zero_hpz_partition_size: no effect: every module with parameters is persistent", "zero_quantized_weights: every module with parameters is persistent"} {
+			if c.want {
+				assert.Contains(t, joined, key, "threshold %d", c.threshold)
+			} else {
+				assert.NotContains(t, joined, key, "threshold %d", c.threshold)
+			}
+		}
+	}
+}

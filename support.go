@@ -25,7 +25,7 @@ func Unsupported(cfg *config.Config) error {
 	ns := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf(format+": not supported yet", a...))
 	}
-	if z.ZeroQuantizedNontrainableWeights {
+	if z.ZeroQuantizedNontrainableWeights && z.Stage == 3 {
 		ns("zero_optimization.zero_quantized_nontrainable_weights (ZeRO++)")
 	}
 	if h := z.ZeroHPZPartitionSize; h > 1 && z.Stage == 3 && z.OffloadParam != nil && z.OffloadParam.Device != "none" {
@@ -43,4 +43,24 @@ func Unsupported(cfg *config.Config) error {
 		errs = append(errs, fmt.Errorf("sequence_parallel_size %d (Ulysses) with megatron_sequence_parallel (tensor_model_parallel_size %d): not supported: both split the sequence; set one of them", sp, tp))
 	}
 	return errors.Join(errs...)
+}
+
+// zeroPPNotes says when ZeRO++'s stage-3 keys reach no gather: every
+// module with parameters is persistent (onDemand 0), so none is gathered
+// on demand, the only gathers hpZ serves from secondary partitions, and
+// qwZ quantizes only each module's first gather.
+func zeroPPNotes(cfg *config.Config, onDemand int) []string {
+	z := cfg.ZeroOptimization
+	if z.Stage != 3 || onDemand > 0 {
+		return nil
+	}
+	why := fmt.Sprintf("every module with parameters is persistent (at most stage3_param_persistence_threshold=%d elements, or model.Resident), so none is gathered on demand", z.Stage3ParamPersistenceThreshold)
+	var notes []string
+	if z.ZeroHPZPartitionSize > 1 {
+		notes = append(notes, "zero_optimization.zero_hpz_partition_size: no effect: "+why+" and no secondary partition is kept; lower the threshold to use hpZ")
+	}
+	if z.ZeroQuantizedWeights {
+		notes = append(notes, "zero_optimization.zero_quantized_weights: "+why+": only each module's first gather is quantized (persistent modules are re-gathered unquantized after every step, as in DeepSpeed); lower the threshold to quantize every gather")
+	}
+	return notes
 }

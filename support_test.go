@@ -22,6 +22,8 @@ func TestUnsupported(t *testing.T) {
 		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zero_quantized_gradients": true, "zero_hpz_partition_size": 2}}`, nil},
 		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": true}}`,
 			[]string{"zero_optimization.zero_quantized_nontrainable_weights (ZeRO++): not supported yet"}},
+		// below stage 3 it is ignored with a config warning, as DeepSpeed does
+		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "zero_quantized_nontrainable_weights": true}}`, nil},
 		// qwZ and hpZ train at stage 3, together too, but hpZ not with its
 		// parameters offloaded
 		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zero_quantized_weights": true}}`, nil},

@@ -54,6 +54,12 @@ func (l *loader) crossCheck(c *Config) {
 		// otherwise reduce-scatters the gradients as without the key
 		l.warn("zero_optimization.zero_quantized_gradients", "no effect: deepgo reduces gradients unquantized, so they stay exact (ZeRO++ qgZ's int4 all-to-all is not implemented; DeepSpeed uses it only between nodes at stage 3, and on one node reduce-scatters as without the key)")
 	}
+	if z.ZeroppLocoParam != nil {
+		l.warn("zero_optimization.zeropp_loco_param", "removed from DeepSpeed (0.19.8 refuses a config holding it: LoCo-Zero++ has been removed); deepgo loads it and ignores it: gradients are reduced unquantized, without LoCo's error feedback")
+	}
+	if z.ZeroQuantizedNontrainableWeights && z.Stage != 3 {
+		l.warn("zero_optimization.zero_quantized_nontrainable_weights", "no effect at ZeRO stage %d: ZeRO++ quantizes stage-3 partitions only (as in DeepSpeed); ignored", z.Stage)
+	}
 	if z.ZeroQuantizedWeights && z.Stage != 3 {
 		l.warn("zero_optimization.zero_quantized_weights", "ZeRO++ qwZ quantizes stage-3 parameter gathers only; ignored at stage %d (DeepSpeed passes it to its stage-3 optimizer only)", z.Stage)
 	}

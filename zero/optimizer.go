@@ -518,6 +518,22 @@ func (z *Optimizer) init(ctx context.Context, initial func(m, p int) *tensor.Ten
 	return nil
 }
 
+// OnDemand is the number of stage-3 modules gathered before each use and
+// released after (those with parameters that are neither model.Resident
+// nor within stage3_param_persistence_threshold); 0 below stage 3.
+func (z *Optimizer) OnDemand() int {
+	if z.coord == nil {
+		return 0
+	}
+	n := 0
+	for m, u := range z.unitOf {
+		if u >= 0 && !z.coord.persistent[m] {
+			n++
+		}
+	}
+	return n
+}
+
 // Layout is the unit plan.
 func (z *Optimizer) Layout() *Layout { return z.lay }
 

@@ -73,6 +73,8 @@ func TestConfigCheckOptimizer(t *testing.T) {
 	autoLR := write("auto.json", `{"optimizer":{"type":"AdamW","params":{"lr":"auto"}}}`)
 	warmup := write("warmup.json", `{"optimizer":{"type":"Adam"},"scheduler":{"type":"WarmupLR","params":{"warmup_type":"cosine"}}}`)
 	zpp := write("zpp.json", `{"zero_optimization":{"stage":3,"zero_quantized_nontrainable_weights":true}}`)
+	loco := write("loco.json", `{"optimizer":{"type":"AdamW"},"zero_optimization":{"stage":3,"zeropp_loco_param":{"err_beta":0.8,"reset_T":1024}}}`)
+	ntw2 := write("ntw2.json", `{"optimizer":{"type":"AdamW"},"zero_optimization":{"stage":2,"zero_quantized_nontrainable_weights":true}}`)
 	qgz := write("qgz.json", `{"optimizer":{"type":"AdamW"},"zero_optimization":{"stage":3,"zero_quantized_gradients":true}}`)
 	qwz := write("qwz.json", `{"optimizer":{"type":"AdamW"},"zero_optimization":{"stage":3,"zero_quantized_weights":true}}`)
 	qwz1 := write("qwz1.json", `{"optimizer":{"type":"AdamW"},"zero_optimization":{"stage":1,"zero_quantized_weights":true}}`)
@@ -90,6 +92,9 @@ func TestConfigCheckOptimizer(t *testing.T) {
 		{[]string{"check", warmup}, 0, ": ok", `warning: scheduler.params.warmup_type: "cosine": unknown warmup type, using "log"`},
 		// loads (DeepSpeed's keys), but Initialize would refuse it
 		{[]string{"check", zpp}, 1, "", "zero_quantized_nontrainable_weights (ZeRO++): not supported yet\n" + zpp + ": loads, but deepgo cannot train it"},
+		// DeepSpeed 0.19.8 refuses LoCo; deepgo loads it, saying it does nothing
+		{[]string{"check", loco}, 0, ": ok", "warning: zero_optimization.zeropp_loco_param: removed from DeepSpeed"},
+		{[]string{"check", ntw2}, 0, ": ok", "warning: zero_optimization.zero_quantized_nontrainable_weights: no effect at ZeRO stage 2"},
 		// qgZ loads, saying that the gradients are reduced unquantized
 		{[]string{"check", qgz}, 0, ": ok", "warning: zero_optimization.zero_quantized_gradients: no effect: deepgo reduces gradients unquantized"},
 		// qwZ trains at stage 3; below it the key is ignored, with a warning
