@@ -33,18 +33,23 @@ var ErrModelNotGathered = errors.New("stage3_gather_16bit_weights_on_model_save 
 // SaveModelOptions are SaveModel's choices.
 type SaveModelOptions struct {
 	// Name is the file written in the directory (default
-	// DefaultModelFile). A plain file name: no directory part.
+	// DefaultModelFile): a plain file name ending in ".safetensors" (the
+	// file is safetensors, which Hugging Face's loaders tell by that
+	// suffix; DeepSpeed's default pytorch_model.bin is a torch pickle).
 	Name string
 }
 
-// file is the file name opts asks for, checked.
-func (o SaveModelOptions) file() (string, error) {
+// file is the file name opts asks for in dir, checked.
+func (o SaveModelOptions) file(dir string) (string, error) {
+	if dir == "" {
+		return "", fmt.Errorf("dir is empty: want the directory to write %s in", DefaultModelFile)
+	}
 	name := o.Name
 	if name == "" {
 		return DefaultModelFile, nil
 	}
-	if name == "." || name == ".." || strings.ContainsAny(name, `/\`) {
-		return "", fmt.Errorf("SaveModelOptions.Name %q: want a plain file name (no directory part), such as %q", name, DefaultModelFile)
+	if strings.ContainsAny(name, `/\`) || !strings.HasSuffix(name, ".safetensors") || strings.TrimSpace(strings.TrimSuffix(name, ".safetensors")) == "" {
+		return "", fmt.Errorf("SaveModelOptions.Name %q: want a plain file name (no directory part) ending in .safetensors, such as %q", name, DefaultModelFile)
 	}
 	return name, nil
 }
@@ -192,7 +197,7 @@ func (e *Engine) SaveModel(ctx context.Context, dir string, opts SaveModelOption
 	if err := e.usable(ctx, "SaveModel"); err != nil {
 		return err
 	}
-	name, err := opts.file()
+	name, err := opts.file(dir)
 	if err != nil {
 		return fmt.Errorf("deepgo: SaveModel: %w", err)
 	}
@@ -219,7 +224,7 @@ func (e *PipeEngine) SaveModel(ctx context.Context, dir string, opts SaveModelOp
 	if err := e.openCheck("SaveModel"); err != nil {
 		return err
 	}
-	name, err := opts.file()
+	name, err := opts.file(dir)
 	if err != nil {
 		return fmt.Errorf("deepgo: pipeline engine: SaveModel: %w", err)
 	}

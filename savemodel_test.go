@@ -231,7 +231,8 @@ func saveModelRun(t *testing.T, c saveModelCase, corpus *data.Tokens, fn func(ct
 // TestSaveModelRefusals: at ZeRO stage 3 without
 // stage3_gather_16bit_weights_on_model_save every rank gets
 // ErrModelNotGathered and nothing is written, as DeepSpeed saves nothing;
-// a file name with a directory part is refused naming the option.
+// a file name with a directory part or without the .safetensors suffix is
+// refused naming the option, an empty directory naming the argument.
 func TestSaveModelRefusals(t *testing.T) {
 	src, err := data.NewMarkov(32, 1, 2, 3)
 	require.NoError(t, err)
@@ -241,8 +242,13 @@ func TestSaveModelRefusals(t *testing.T) {
 	errs := make([]error, c.ranks)
 	err = saveModelRun(t, c, corpus, func(ctx context.Context, rank int, tr deepgo.Trainer, _ *nn.GPT) error {
 		errs[rank] = tr.SaveModel(ctx, dir, deepgo.SaveModelOptions{})
-		if err := tr.SaveModel(ctx, dir, deepgo.SaveModelOptions{Name: "../x.safetensors"}); err == nil || !strings.Contains(err.Error(), "SaveModelOptions.Name") {
-			return fmt.Errorf("a name with a directory part: got %v", err)
+		for _, name := range []string{"../x.safetensors", "sub/x.safetensors", "pytorch_model.bin", " ", ".safetensors"} {
+			if err := tr.SaveModel(ctx, dir, deepgo.SaveModelOptions{Name: name}); err == nil || !strings.Contains(err.Error(), "SaveModelOptions.Name") {
+				return fmt.Errorf("name %q: got %v", name, err)
+			}
+		}
+		if err := tr.SaveModel(ctx, "", deepgo.SaveModelOptions{}); err == nil || !strings.Contains(err.Error(), "dir is empty") {
+			return fmt.Errorf("an empty dir: got %v", err)
 		}
 		return nil
 	})

@@ -10,7 +10,6 @@ import (
 	"math"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -295,7 +294,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	if err := checkEvalPipe(shape, pp, targs.evalInterval, targs.evalIters); err != nil {
 		return nil, err
 	}
-	if err := checkSaveModel(shape, targs.saveModel); err != nil {
+	if err := checkSaveModel(shape, targs.saveModel, targs.job.rank()); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfgPath, err)
 	}
 	if err := deepgo.Unsupported(shape); err != nil {
@@ -524,12 +523,13 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			}
 		}
 		if first > steps {
-			// every rank loaded the same checkpoint: none trains, none saves
+			// every rank loaded the same checkpoint: none trains, none
+			// saves a checkpoint; --save-model exports the one loaded
 			if rank == 0 {
 				fmt.Fprintf(stdout, "nothing to train: the checkpoint in %s is at step %d, at or past --steps %d; give a larger --steps to train on\n", rd.dir, first-1, steps)
 				res.NothingToTrain = true
 			}
-			return nil
+			return saveModel(ctx, e, targs.saveModel, rank, stdout, func() {})
 		}
 		if rank == 0 && first > 1 {
 			fmt.Fprintf(stdout, "resumed at step %d from %s\n", first-1, rd.dir)
@@ -638,14 +638,8 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			bar.clear()
 			fmt.Fprintln(stdout, saver.savedLine(last))
 		}
-		if targs.saveModel != "" {
-			if err := e.SaveModel(ctx, targs.saveModel, deepgo.SaveModelOptions{}); err != nil {
-				return fmt.Errorf("--save-model %s: %w", targs.saveModel, err)
-			}
-			if rank == 0 {
-				bar.clear()
-				fmt.Fprintln(stdout, "saved model", filepath.Join(targs.saveModel, deepgo.DefaultModelFile))
-			}
+		if err := saveModel(ctx, e, targs.saveModel, rank, stdout, bar.clear); err != nil {
+			return err
 		}
 		if cs, ok := e.(interface{ CommsSummary(io.Writer) error }); ok && cfg.CommsLogger.Enabled && rank == 0 {
 			bar.clear()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -312,12 +313,40 @@ func (ts *trainSaver) savedLine(tag string) string {
 
 // checkSaveModel refuses --save-model DIR before training when the
 // engine's SaveModel would refuse it after the last step: at ZeRO stage 3
-// without stage3_gather_16bit_weights_on_model_save.
-func checkSaveModel(cfg *config.Config, dir string) error {
-	if dir == "" || cfg.ZeroOptimization.Stage != 3 || cfg.ZeroOptimization.Stage3Gather16bitWeightsOnModelSave {
+// without stage3_gather_16bit_weights_on_model_save, or a DIR that cannot
+// be a directory (rank 0 creates it now: a file in the way, no permission).
+// A DIR named like the file is refused: the file is DIR/model.safetensors.
+func checkSaveModel(cfg *config.Config, dir string, rank int) error {
+	switch {
+	case dir == "":
+		return nil
+	case cfg.ZeroOptimization.Stage == 3 && !cfg.ZeroOptimization.Stage3Gather16bitWeightsOnModelSave:
+		return fmt.Errorf("--save-model %s: zero_optimization.stage3_gather_16bit_weights_on_model_save is false: at ZeRO stage 3 the weights are partitioned, and the whole model is written only when it is true (as DeepSpeed's save_16bit_model); set it true, or save checkpoints (checkpoint.save_dir) and consolidate one with deepgo ckpt consolidate", dir)
+	case strings.HasSuffix(dir, ".safetensors") || strings.HasSuffix(dir, ".bin"):
+		return fmt.Errorf("--save-model %s: want a directory: the file written is DIR/%s", dir, deepgo.DefaultModelFile)
+	}
+	if rank == 0 {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("--save-model %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// saveModel writes the trained model for --save-model dir (nothing when
+// dir is empty); rank 0 says where, after clear.
+func saveModel(ctx context.Context, e deepgo.Trainer, dir string, rank int, stdout io.Writer, clear func()) error {
+	if dir == "" {
 		return nil
 	}
-	return fmt.Errorf("--save-model %s: zero_optimization.stage3_gather_16bit_weights_on_model_save is false: at ZeRO stage 3 the weights are partitioned, and the whole model is written only when it is true (as DeepSpeed's save_16bit_model); set it true, or save checkpoints (checkpoint.save_dir) and consolidate one with deepgo ckpt consolidate", dir)
+	if err := e.SaveModel(ctx, dir, deepgo.SaveModelOptions{}); err != nil {
+		return fmt.Errorf("--save-model %s: %w", dir, err)
+	}
+	if rank == 0 {
+		clear()
+		fmt.Fprintln(stdout, "saved model", filepath.Join(dir, deepgo.DefaultModelFile))
+	}
+	return nil
 }
 
 // saveModelNotes is deepgo train's note on

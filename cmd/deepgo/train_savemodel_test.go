@@ -33,8 +33,10 @@ func readTensors(t *testing.T, path string) (*safetensors.Header, map[string][]b
 // stage3_gather_16bit_weights_on_model_save writes DIR/model.safetensors
 // in bf16 whose every value is the fp32 weight `deepgo ckpt consolidate`
 // reads from the final checkpoint, rounded to nearest even: the in-process
-// gather and the checkpoint agree. Without the key, the run is refused
-// before it trains, naming it.
+// gather and the checkpoint agree. Run again with nothing left to train,
+// it exports the checkpoint it resumed from. Without the key, or with a
+// DIR that cannot be a directory or is named like the file, the run is
+// refused before it trains.
 func TestTrainSaveModel(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "ds.json")
@@ -68,6 +70,30 @@ func TestTrainSaveModel(t *testing.T) {
 				t.Fatalf("%s[%d]: model file %#04x, consolidated checkpoint rounded %#04x", ti.Name, i, g, want)
 			}
 		}
+	}
+
+	// a finished run asked again exports the checkpoint it loads: the same file
+	again := filepath.Join(dir, "again")
+	out.Reset()
+	code = run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "4", "--ranks", "2", "--save-model", again}, &out, &errb)
+	require.Zero(t, code, errb.String())
+	assert.Contains(t, out.String(), "nothing to train")
+	want, err := os.ReadFile(model)
+	require.NoError(t, err)
+	got, err := os.ReadFile(filepath.Join(again, "model.safetensors"))
+	require.NoError(t, err)
+	assert.Equal(t, want, got, "the model of the loaded checkpoint")
+
+	// a DIR that cannot be one, or named like the file, is refused before training
+	blocker := filepath.Join(dir, "afile")
+	require.NoError(t, os.WriteFile(blocker, nil, 0o644))
+	for _, bad := range []string{blocker, filepath.Join(dir, "m.safetensors")} {
+		out.Reset()
+		errb.Reset()
+		code = run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "8", "--ranks", "2", "--save-model", bad}, &out, &errb)
+		assert.Equal(t, 1, code, bad)
+		assert.Contains(t, errb.String(), "--save-model "+bad)
+		assert.NotContains(t, out.String(), "training GPT", "refused before training")
 	}
 
 	require.NoError(t, os.WriteFile(cfg, []byte(`{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 3},
