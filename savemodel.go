@@ -65,10 +65,16 @@ type modelWeights struct {
 	step   int
 }
 
-// checkGather refuses what DeepSpeed's save_16bit_model does not save.
-func (w modelWeights) checkGather() error {
+// check refuses, before any collective, what DeepSpeed's save_16bit_model
+// does not save, and a parameter name safetensors reserves.
+func (w modelWeights) check() error {
 	if w.cfg.ZeroOptimization.Stage == 3 && !w.cfg.ZeroOptimization.Stage3Gather16bitWeightsOnModelSave {
 		return fmt.Errorf("zero_optimization.%w: at ZeRO stage 3 the weights are partitioned, and DeepSpeed's save_16bit_model saves nothing unless it is true (set it true, or consolidate a checkpoint with deepgo ckpt consolidate)", ErrModelNotGathered)
+	}
+	for _, p := range w.params {
+		if p.Name == "__metadata__" {
+			return fmt.Errorf("parameter %q: safetensors reserves the name for the file's metadata; rename the parameter (model.Param.Aliases keeps old checkpoints loading)", p.Name)
+		}
 	}
 	return nil
 }
@@ -204,7 +210,7 @@ func (e *Engine) SaveModel(ctx context.Context, dir string, opts SaveModelOption
 	tpRank, _ := e.tpDegree()
 	w := modelWeights{cfg: e.cfg, dtype: e.z.Config().ModelDType, params: wholeModel(e.mods), tp: e.tp,
 		write: e.c.Rank() == 0 && tpRank == 0, step: e.globalSteps}
-	if err := w.checkGather(); err != nil {
+	if err := w.check(); err != nil {
 		return fmt.Errorf("deepgo: SaveModel: %w", err)
 	}
 	vals, err := e.Parameters(ctx)
@@ -230,7 +236,7 @@ func (e *PipeEngine) SaveModel(ctx context.Context, dir string, opts SaveModelOp
 	}
 	w := modelWeights{cfg: e.cfg, dtype: e.z.Config().ModelDType, params: wholeModel(e.net.Modules()), tp: e.tp,
 		write: e.world.Rank() == 0, step: e.globalSteps}
-	if err := w.checkGather(); err != nil {
+	if err := w.check(); err != nil {
 		return fmt.Errorf("deepgo: pipeline engine: SaveModel: %w", err)
 	}
 	vals, err := e.Parameters(ctx)

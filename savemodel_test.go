@@ -260,3 +260,21 @@ func TestSaveModelRefusals(t *testing.T) {
 	_, err = os.Stat(dir)
 	assert.True(t, os.IsNotExist(err), "nothing written: %v", err)
 }
+
+// TestSaveModelReservedName: a parameter called __metadata__ (the key
+// safetensors keeps for the file's metadata) is refused by name before any
+// gather, and nothing is written.
+func TestSaveModelReservedName(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "export")
+	gc := nn.GPTConfig{Layers: 1, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}
+	rename := func(g *nn.GPT) model.Model {
+		g.Params()[0].Name = "__metadata__"
+		return g
+	}
+	err := withGPTOpts(context.Background(), `{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}`, gc, 1, rename, nil, func(tr deepgo.Trainer) error {
+		return tr.SaveModel(context.Background(), dir, deepgo.SaveModelOptions{})
+	})
+	require.ErrorContains(t, err, `parameter "__metadata__": safetensors reserves the name`)
+	_, err = os.Stat(dir)
+	assert.True(t, os.IsNotExist(err), "nothing written: %v", err)
+}
