@@ -68,6 +68,28 @@ func TestStage3HPZOnCUDA(t *testing.T) {
 	}
 }
 
+// TestStage3QwZOnCUDA: TestStage3QwZ on GPU 0 (the quantizer's CUDA
+// twin, cuBLAS matmuls): each forward's weights bit-equal to the
+// reference's quantize-dequantize of the masters.
+func TestStage3QwZOnCUDA(t *testing.T) {
+	needGPU(t)
+	stage3QwZTable(t, []string{"cuda"})
+}
+
+// TestSaveModelOnCUDA: TestSaveModel's cases on GPU 0: the file holds the
+// rounded masters, whole, from device memory.
+func TestSaveModelOnCUDA(t *testing.T) {
+	needGPU(t)
+	var cases []saveModelCase
+	for _, c := range saveModelCases() {
+		if c.dev == "" { // one of each: the sim ones repeat CPU cases
+			c.dev, c.live = "cuda", false
+			cases = append(cases, c)
+		}
+	}
+	saveModelTable(t, cases)
+}
+
 // TestGPTOnCUDA: the GPT (cuBLAS matmuls, every nn kernel's CUDA twin)
 // trains 50 steps on GPU 0 as on the CPU: losses within 1e-4 relative per
 // step and parameters within 1e-3 norm-wise (cuBLAS sums in another order

@@ -111,11 +111,11 @@ type saveModelCase struct {
 // keeps the working weights in host memory they match those bit for bit.
 // ZeRO 0-3, tensor parallelism and pipeline stages, on the CPU and the
 // simulated device.
-func TestSaveModel(t *testing.T) {
-	src, err := data.NewMarkov(32, 1, 2, 3)
-	require.NoError(t, err)
-	corpus := &data.Tokens{IDs: src.Generate(20_000, 4), Vocab: 32}
-	cases := []saveModelCase{
+func TestSaveModel(t *testing.T) { saveModelTable(t, saveModelCases()) }
+
+// saveModelCases are TestSaveModel's cases.
+func saveModelCases() []saveModelCase {
+	return []saveModelCase{
 		{name: "fp32-zero0", ranks: 1, dtype: tensor.Float32, config: `"zero_optimization": {"stage": 0}`, live: true},
 		{name: "bf16-zero2", ranks: 2, dtype: tensor.BFloat16, config: `"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}`, live: true},
 		{name: "fp16-zero1", ranks: 2, dtype: tensor.Float16, config: `"fp16": {"enabled": true}, "zero_optimization": {"stage": 1}`, live: true},
@@ -128,6 +128,13 @@ func TestSaveModel(t *testing.T) {
 		{name: "bf16-zero1-pp2", pp: 2, ranks: 4, dtype: tensor.BFloat16, config: `"bf16": {"enabled": true}, "zero_optimization": {"stage": 1}`},
 		{name: "bf16-zero1-pp2", dev: "sim+delay", pp: 2, ranks: 2, dtype: tensor.BFloat16, config: `"bf16": {"enabled": true}, "zero_optimization": {"stage": 1}`},
 	}
+}
+
+// saveModelTable runs TestSaveModel's checks on cases.
+func saveModelTable(t *testing.T, cases []saveModelCase) {
+	src, err := data.NewMarkov(32, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: src.Generate(20_000, 4), Vocab: 32}
 	for _, c := range cases {
 		t.Run(devName(c.dev)+"/"+c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "export")

@@ -60,7 +60,11 @@ func qwzExpected(t *testing.T, lay *zero.Layout, m *testmodel.MLP, dt tensor.DTy
 // all_gather does. The weights must differ from the unquantized ones, so
 // a gather that silently skipped quantization fails it, and the sim runs
 // are bit-identical to the CPU's.
-func TestStage3QwZ(t *testing.T) {
+func TestStage3QwZ(t *testing.T) { stage3QwZTable(t, []string{"", "sim", "sim+delay"}) }
+
+// stage3QwZTable is TestStage3QwZ on devs, the runs of later devices
+// bit-identical to the first's.
+func stage3QwZTable(t *testing.T, devs []string) {
 	type qcase struct {
 		prec    string
 		world   int
@@ -85,7 +89,7 @@ func TestStage3QwZ(t *testing.T) {
 				zextra = `, "zero_quantized_weights": true, "stage3_param_persistence_threshold": 100, "stage3_prefetch_bucket_size": 300`
 			}
 			var want *result
-			for _, dev := range []string{"", "sim", "sim+delay"} {
+			for _, dev := range devs {
 				var (
 					mu               sync.Mutex
 					expect           map[string][]float32
