@@ -65,11 +65,22 @@ type modelWeights struct {
 	step   int
 }
 
-// check refuses, before any collective, what DeepSpeed's save_16bit_model
-// does not save, and a parameter name safetensors reserves.
+// CheckSaveModel is SaveModel's verdict on cfg alone, for a trainer to ask
+// before training: at ZeRO stage 3 without
+// stage3_gather_16bit_weights_on_model_save, an error wrapping
+// ErrModelNotGathered; nil otherwise.
+func CheckSaveModel(cfg *config.Config) error {
+	if cfg.ZeroOptimization.Stage == 3 && !cfg.ZeroOptimization.Stage3Gather16bitWeightsOnModelSave {
+		return fmt.Errorf("zero_optimization.%w: at ZeRO stage 3 the weights are partitioned, and the whole model is written only when it is true, as DeepSpeed's save_16bit_model saves nothing otherwise (set it true, or save checkpoints and consolidate one with deepgo ckpt consolidate)", ErrModelNotGathered)
+	}
+	return nil
+}
+
+// check refuses, before any collective, what CheckSaveModel refuses and a
+// parameter name safetensors reserves.
 func (w modelWeights) check() error {
-	if w.cfg.ZeroOptimization.Stage == 3 && !w.cfg.ZeroOptimization.Stage3Gather16bitWeightsOnModelSave {
-		return fmt.Errorf("zero_optimization.%w: at ZeRO stage 3 the weights are partitioned, and DeepSpeed's save_16bit_model saves nothing unless it is true (set it true, or consolidate a checkpoint with deepgo ckpt consolidate)", ErrModelNotGathered)
+	if err := CheckSaveModel(w.cfg); err != nil {
+		return err
 	}
 	for _, p := range w.params {
 		if p.Name == "__metadata__" {

@@ -317,12 +317,13 @@ func (ts *trainSaver) savedLine(tag string) string {
 // be a directory (rank 0 creates it now: a file in the way, no permission).
 // A DIR named like the file is refused: the file is DIR/model.safetensors.
 func checkSaveModel(cfg *config.Config, dir string, rank int) error {
-	switch {
-	case dir == "":
+	if dir == "" {
 		return nil
-	case cfg.ZeroOptimization.Stage == 3 && !cfg.ZeroOptimization.Stage3Gather16bitWeightsOnModelSave:
-		return fmt.Errorf("--save-model %s: zero_optimization.stage3_gather_16bit_weights_on_model_save is false: at ZeRO stage 3 the weights are partitioned, and the whole model is written only when it is true (as DeepSpeed's save_16bit_model); set it true, or save checkpoints (checkpoint.save_dir) and consolidate one with deepgo ckpt consolidate", dir)
-	case strings.HasSuffix(dir, ".safetensors") || strings.HasSuffix(dir, ".bin"):
+	}
+	if err := deepgo.CheckSaveModel(cfg); err != nil {
+		return fmt.Errorf("--save-model %s: %w", dir, err)
+	}
+	if strings.HasSuffix(dir, ".safetensors") || strings.HasSuffix(dir, ".bin") {
 		return fmt.Errorf("--save-model %s: want a directory: the file written is DIR/%s", dir, deepgo.DefaultModelFile)
 	}
 	if rank == 0 {
