@@ -48,7 +48,7 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		fmt.Fprint(stdout, s)
+		fmt.Fprint(stdout, s+explainNoEffect(s))
 		return 0
 	}
 	if isHelp(args[0]) || args[0] == "help" {

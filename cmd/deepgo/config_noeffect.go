@@ -55,7 +55,7 @@ var noEffect = map[string]string{
 	"zero_optimization.offload_optimizer.super_offload":        "not implemented",
 	"zero_optimization.offload_optimizer.cpuadam_cores_perc":   "the optimizer uses the engine's thread pool",
 
-	"checkpoint.tag_validation":           "tags are not compared across ranks",
+	"checkpoint.tag_validation":           "tags are always compared across ranks and a mismatch fails every rank (DeepSpeed's \"Fail\"): under \"Warn\" or \"Ignore\" the ranks would write one checkpoint under several tags",
 	"checkpoint.load_universal":           "universal checkpoints are not read",
 	"checkpoint.use_node_local_storage":   "every rank writes under save_dir",
 	"checkpoint.parallel_write":           "the writer layout is deepgo's own",
@@ -99,6 +99,29 @@ func otherWhy(key string) string {
 		return "removed from DeepSpeed (0.19.8 refuses a config holding it); deepgo loads it and ignores it: " + why
 	}
 	return "recognised DeepSpeed section, kept but not modelled"
+}
+
+// explainNoEffect is the line deepgo config explain adds to the
+// explanation s (whose first line is the key's full path) when the key,
+// or a section above it, has no effect in deepgo: the schema's doc says
+// what DeepSpeed does with it, and a user reading it must not take that
+// for deepgo's behaviour.
+func explainNoEffect(s string) string {
+	key, _, _ := strings.Cut(s, "\n")
+	for k := key; k != ""; {
+		if why, ok := noEffect[k]; ok {
+			return fmt.Sprintf("  deepgo: no effect (%s): %s\n", k, why)
+		}
+		if _, ok := removedByDeepSpeed[k]; ok {
+			return "  deepgo: " + otherWhy(k) + "\n"
+		}
+		i := strings.LastIndexByte(k, '.')
+		if i < 0 {
+			break
+		}
+		k = k[:i]
+	}
+	return ""
 }
 
 // noEffectKey is one key of a config document that loads but has no

@@ -28,6 +28,11 @@ func TestRunConfig(t *testing.T) {
 		{[]string{"check", filepath.Join(dir, "missing.json")}, 1, "", "no such file"},
 		{[]string{"explain", "stage"}, 0, "zero_optimization.stage", ""},
 		{[]string{"explain", "nosuchkey"}, 1, "", "unknown key"},
+		// a key without effect says so under DeepSpeed's doc, found
+		// through its section (wandb) or as a removed section
+		{[]string{"explain", "sparse_gradients"}, 0, "deepgo: no effect (sparse_gradients): gradients are always dense", ""},
+		{[]string{"explain", "wandb.project"}, 0, "deepgo: no effect (wandb): nothing is sent to W&B", ""},
+		{[]string{"explain", "nebula"}, 0, "deepgo: removed from DeepSpeed", ""},
 		{[]string{"check"}, 2, "", "usage"},
 	}
 	for _, c := range cases {
@@ -112,5 +117,15 @@ func TestConfigCheckOptimizer(t *testing.T) {
 		assert.Contains(t, out.String(), c.out, "%v: stdout", c.args)
 		assert.Contains(t, errb.String(), c.stderr, "%v: stderr", c.args)
 
+	}
+}
+
+// TestExplainEffectiveKeyQuiet: a key deepgo acts on gets no "no effect"
+// line from explain.
+func TestExplainEffectiveKeyQuiet(t *testing.T) {
+	for _, k := range []string{"zero_optimization.stage", "fp16.loss_scale_window", "checkpoint.writer.decoupled"} {
+		var out, errb bytes.Buffer
+		require.Equal(t, 0, runConfig([]string{"explain", k}, &out, &errb), "%s", errb.String())
+		assert.NotContains(t, out.String(), "deepgo:", k)
 	}
 }
