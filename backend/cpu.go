@@ -369,3 +369,21 @@ func (b *CPU) Close() error {
 	}
 	return nil
 }
+
+var _ MemoryStats = (*CPU)(nil)
+
+// Allocated is HostStats' (on a view of another device, too: its device's
+// backend has that device's).
+func (b *CPU) Allocated() int64 { return tensor.HostMemory().Bytes() }
+
+// PeakAllocated is HostStats'.
+func (b *CPU) PeakAllocated() int64 { return tensor.HostMemory().Peak() }
+
+// Reserved is Allocated: the C allocator keeps nothing for reuse.
+func (b *CPU) Reserved() int64 { return b.Allocated() }
+
+// PeakReserved is PeakAllocated.
+func (b *CPU) PeakReserved() int64 { return b.PeakAllocated() }
+
+// ResetPeak resets HostStats' peak.
+func (b *CPU) ResetPeak() { tensor.HostMemory().ResetPeak() }

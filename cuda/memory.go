@@ -79,9 +79,12 @@ func Malloc(dev int, dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
 	if err := callErr("Malloc", C.dg_cuda_malloc(C.int(dev), C.size_t(nbytes), &p, &cuerr), cuerr); err != nil {
 		return nil, err
 	}
+	mem := memOf(dev)
+	mem.Add(int64(nbytes))
 	st := tensor.WrapStorage(p, nbytes, tensor.CUDA(dev), func(p unsafe.Pointer) {
 		var cuerr C.int
 		C.dg_cuda_free(C.int(dev), p, &cuerr) // Storage.Free has no error to return
+		mem.Add(-int64(nbytes))
 	})
 	t, err := tensor.FromStorage(st, dt, 0, shape...)
 	if err != nil {

@@ -32,6 +32,9 @@ type device struct {
 	overlapped atomic.Int64 // of those, the ones that ran while a kernel did
 	toHost     atomic.Int64 // bytes Copy and CopyAsync moved to host memory
 	fromHost   atomic.Int64 // and from it
+
+	allocated tensor.MemCounter // bytes of live tensors (down at Free)
+	reserved  tensor.MemCounter // and of freed ones whose stream-ordered free has not run
 }
 
 func (d *device) newStream() (*Stream, error) {
@@ -70,12 +73,15 @@ func (d *device) sticky() error {
 
 // free releases p once every stream has run the work issued on it before
 // the Free, like cudaFreeAsync: a kernel still queued never sees its
-// memory go.
-func (d *device) free(p unsafe.Pointer) {
+// memory go. n leaves the allocated count at once and the reserved one
+// when the memory goes.
+func (d *device) free(p unsafe.Pointer, n int64) {
+	d.allocated.Add(-n)
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		csrc.Free(p)
+		d.reserved.Add(-n)
 		return
 	}
 	marks := make([]<-chan struct{}, 0, len(d.streams))
@@ -90,6 +96,7 @@ func (d *device) free(p unsafe.Pointer) {
 			<-m
 		}
 		csrc.Free(p)
+		d.reserved.Add(-n)
 	}()
 }
 
@@ -113,7 +120,10 @@ func (d *device) alloc(dt tensor.DType, shape []int) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: %v: Empty(%v%v): %w", d.dev, dt, shape, err)
 	}
-	st := tensor.WrapStorage(p, n*dt.Size(), d.dev, d.free)
+	nb := int64(n * dt.Size())
+	d.allocated.Add(nb)
+	d.reserved.Add(nb)
+	st := tensor.WrapStorage(p, n*dt.Size(), d.dev, func(p unsafe.Pointer) { d.free(p, nb) })
 	t, err := tensor.FromStorage(st, dt, 0, shape...)
 	if err != nil {
 		st.Free()

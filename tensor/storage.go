@@ -35,6 +35,7 @@ type Storage struct {
 	free   func(unsafe.Pointer)
 	freed  atomic.Bool
 	pin    *runtime.Pinner // Go memory (WrapFloat32 and friends), pinned until Free
+	host   bool            // counted in HostMemory
 }
 
 // NewHostStorage allocates nbytes of zeroed host memory aligned to align
@@ -47,7 +48,8 @@ func NewHostStorage(nbytes, align int) (*Storage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tensor: NewHostStorage(%d bytes, align %d): %w", nbytes, align, err)
 	}
-	return &Storage{ptr: p, nbytes: nbytes, device: CPU, free: csrc.Free}, nil
+	hostMem.Add(int64(nbytes))
+	return &Storage{ptr: p, nbytes: nbytes, device: CPU, free: csrc.Free, host: true}, nil
 }
 
 // WrapStorage adopts memory allocated elsewhere (device memory, pinned host
@@ -82,6 +84,9 @@ func (s *Storage) Free() error {
 	}
 	if s.free != nil {
 		s.free(s.ptr)
+	}
+	if s.host {
+		hostMem.Add(-int64(s.nbytes))
 	}
 	if s.pin != nil {
 		unpin(s)
