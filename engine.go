@@ -64,11 +64,12 @@ type Engine struct {
 	globalSteps  int
 	skippedSteps int
 	gradNorm     float64
-	lastLoss     float64 // the last Forward's loss on this rank
-	lastTokens   int64   // and its micro-batch's tokens
-	acc          stepAcc // the micro-steps of the optimizer step in progress, for the monitor
-	microTimers  Timers  // the timers at the last micro-step's end (wall_clock_breakdown's micro lines)
-	stepLoss     float64 // the last optimizer step's mean loss over its micro-batches and the ranks
+	lastLoss     float64             // the last Forward's loss on this rank
+	lastTokens   int64               // and its micro-batch's tokens
+	acc          stepAcc             // the micro-steps of the optimizer step in progress, for the monitor
+	microTimers  Timers              // the timers at the last micro-step's end (wall_clock_breakdown's micro lines)
+	mem          backend.MemoryStats // memory_breakdown's counters; nil when off
+	stepLoss     float64             // the last optimizer step's mean loss over its micro-batches and the ranks
 	stepApplied  bool
 	timers       Timers
 	notes        []string
@@ -163,11 +164,13 @@ func (e *Engine) Forward(ctx context.Context, mb model.MicroBatch) (float64, err
 	e.phase = phaseIdle
 	e.arena.Reset()
 	e.arena.Open()
+	e.seeMemory("Engine before forward")
 	loss, err := e.forward(ctx, mb, seq, mods)
 	if err != nil {
 		return 0, e.fail(err)
 	}
 	e.phase = phaseForward
+	e.seeMemory("Engine after forward")
 	return loss, nil
 }
 
@@ -273,10 +276,12 @@ func (e *Engine) Backward(ctx context.Context) error {
 		}
 		return errors.New("deepgo: Backward without a Forward")
 	}
+	e.seeMemory("Engine before backward")
 	if err := e.fail(e.backward(ctx)); err != nil {
 		return err
 	}
 	e.phase = phaseBackward
+	e.seeMemory("Engine after backward")
 	return nil
 }
 
@@ -383,11 +388,13 @@ func (e *Engine) step(ctx context.Context) (observeErr, err error) {
 		return nil, fmt.Errorf("deepgo: Step: this micro-step had %s: each micro-step is Forward, Backward, Step (a Step alone would still count a step, move the LR schedule and apply weight decay)", what)
 	}
 	ctx = e.devCtx(ctx)
+	e.seeMemory("Engine before step")
 	e.acc.add(e.lastLoss, e.lastTokens)
 	if !e.IsGradientAccumulationBoundary() {
 		e.microSteps++
 		e.phase = phaseIdle
 		e.logMicroStep()
+		e.seeMemory("Engine after step")
 		return nil, nil
 	}
 	if err := e.fail(e.boundaryStep(ctx)); err != nil {
@@ -405,7 +412,9 @@ func (e *Engine) step(ctx context.Context) (observeErr, err error) {
 		return nil, e.fail(err)
 	}
 	e.stepLoss = loss
-	return e.observe(ctx, loss, time.Since(acc.t0), acc.tokens), nil
+	observeErr = e.observe(ctx, loss, time.Since(acc.t0), acc.tokens)
+	e.seeMemory("Engine after step") // after the step's timer lines, as DeepSpeed's step ends
+	return observeErr, nil
 }
 
 // boundaryStep is Step at a gradient-accumulation boundary.

@@ -104,6 +104,7 @@ func (e *Engine) evalForward(ctx context.Context, mb model.MicroBatch) (float64,
 		return 0, err
 	}
 	e.z.BeginMicroStep(seq)
+	e.seeMemory("Engine before forward") // DeepSpeed's forward hooks run in eval mode too
 	act, err := e.forwardModules(ctx, mctx, seq, mb.Input)
 	if err != nil {
 		return 0, err
@@ -113,6 +114,7 @@ func (e *Engine) evalForward(ctx context.Context, mb model.MicroBatch) (float64,
 	if err != nil {
 		return 0, fmt.Errorf("loss: %w", err)
 	}
+	e.seeMemory("Engine after forward")
 	return loss, nil
 }
 

@@ -122,6 +122,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	if err := e.startMonitor(o.monitor); err != nil {
 		return nil, err
 	}
+	if err := e.startMemoryBreakdown(); err != nil {
+		return nil, err
+	}
 	if dev := e.be.Device(); !dev.IsCPU() {
 		e.arena.SetAlloc(e.be.Empty)
 	}

@@ -17,7 +17,6 @@ import (
 // outside package config. (flops_profiler and comms_logger are not listed:
 // issue 17 adds them.)
 var noEffect = map[string]string{
-	"memory_breakdown":                     "no memory report is printed; deepgo train prints mem/rank every steps_per_print",
 	"dump_state":                           "the engine state is not printed",
 	"sparse_gradients":                     "gradients are always dense",
 	"dataloader_drop_last":                 "deepgo has no DeepSpeed dataloader",
