@@ -29,14 +29,21 @@ import (
 // config asks for memory_breakdown and prints DeepSpeed's two reports of
 // its engine's __init__ (before the model is partitioned).
 func (e *Engine) startMemoryBreakdown() error {
-	m, err := memoryBreakdown(e.cfg.MemoryBreakdown, e.be)
-	if err != nil {
-		return err
-	}
+	m, err := startMemoryReports(e.cfg.MemoryBreakdown, e.be, e.log, e.reportRank())
 	e.mem = m
-	e.seeMemory("DeepSpeed Engine: After args sanity test")
-	e.seeMemory("DeepSpeed Engine: Before configure distributed model")
-	return nil
+	return err
+}
+
+// startMemoryReports is both engines' startMemoryBreakdown: the counters
+// (nil when off) and the two reports of DeepSpeed's __init__ on rank 0.
+func startMemoryReports(on bool, be backend.Backend, w io.Writer, rank int) (backend.MemoryStats, error) {
+	m, err := memoryBreakdown(on, be)
+	if err != nil {
+		return nil, err
+	}
+	seeMemory(w, m, rank, "DeepSpeed Engine: After args sanity test")
+	seeMemory(w, m, rank, "DeepSpeed Engine: Before configure distributed model")
+	return m, nil
 }
 
 // memoryBreakdown is be's memory counters when on, nil when off, and an
@@ -54,11 +61,15 @@ func memoryBreakdown(on bool, be backend.Backend) (backend.MemoryStats, error) {
 
 // seeMemory prints DeepSpeed's report named msg on the reporting rank
 // when memory_breakdown is on.
-func (e *Engine) seeMemory(msg string) {
-	if e.mem == nil || e.reportRank() != 0 {
+func (e *Engine) seeMemory(msg string) { seeMemory(e.log, e.mem, e.reportRank(), msg) }
+
+// seeMemory prints the report named msg to w on rank 0 when m is not nil
+// (memory_breakdown on).
+func seeMemory(w io.Writer, m backend.MemoryStats, rank int, msg string) {
+	if m == nil || rank != 0 {
 		return
 	}
-	writeMemoryUsage(e.log, msg, e.mem, readMeminfo)
+	writeMemoryUsage(w, msg, m, readMeminfo)
 }
 
 // virtualMemory is psutil.virtual_memory's total and available bytes.

@@ -89,15 +89,16 @@ type PipeEngine struct {
 	skippedSteps int
 	gradNorm     float64
 	timers       Timers
-	pt           pipeTimers       // DeepSpeed's PipelineEngine timers (pipe_timers.go)
-	mon          *monitor.Monitor // fed by TrainBatch (pipe_monitor.go)
-	gpu          *gpu.Telemetry   // the GPU's NVML telemetry, on CUDA
-	comms        *commslog.Logger // comms_logger, when enabled (pipe_monitor.go)
-	log          io.Writer        // reports: the monitor's lines, comms_logger, flops_profiler (pipeLog)
-	win          batchWindow      // the batches since the last "steps:" line
-	flops        *flopsRun        // flops_profiler's batch in progress (pipe_flops.go)
-	flopsReport  *flops.Report    // its report, once printed
-	idle         []float64        // per TrainBatch: the share of wall time this stage waited on its neighbours
+	pt           pipeTimers          // DeepSpeed's PipelineEngine timers (pipe_timers.go)
+	mon          *monitor.Monitor    // fed by TrainBatch (pipe_monitor.go)
+	gpu          *gpu.Telemetry      // the GPU's NVML telemetry, on CUDA
+	comms        *commslog.Logger    // comms_logger, when enabled (pipe_monitor.go)
+	log          io.Writer           // reports: the monitor's lines, comms_logger, flops_profiler (pipeLog)
+	mem          backend.MemoryStats // memory_breakdown's counters; nil when off
+	win          batchWindow         // the batches since the last "steps:" line
+	flops        *flopsRun           // flops_profiler's batch in progress (pipe_flops.go)
+	flopsReport  *flops.Report       // its report, once printed
+	idle         []float64           // per TrainBatch: the share of wall time this stage waited on its neighbours
 	notes        []string
 	closers      []comm.Comm
 	staged       []func() // frees of host copies a checkpoint reads (hostCopy)
@@ -256,6 +257,9 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		if e.tp != nil {
 			e.tp = e.comms.Wrap(e.tp)
 		}
+	}
+	if e.mem, err = startMemoryReports(cfg.MemoryBreakdown, e.be, e.log, e.world.Rank()); err != nil {
+		return nil, err
 	}
 	if e.pipe, err = e.grid.Group(ctx, e.world, comm.AxisPipe); err != nil {
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline: %w", err)

@@ -416,6 +416,7 @@ func (e *PipeEngine) forward(ctx context.Context, c, b, mb int, data []model.Mic
 	if e.isFirst(c) {
 		act = data[mb].Input
 	}
+	seeMemory(e.log, e.mem, e.world.Rank(), "Engine before forward") // DeepSpeed's module hooks, in eval too
 	t0 := time.Now()
 	defer func() { e.timers.Forward += time.Since(t0) }()
 	for i, m := range p.Modules() {
@@ -429,6 +430,7 @@ func (e *PipeEngine) forward(ctx context.Context, c, b, mb int, data []model.Mic
 		act = out
 	}
 	e.pt.add(ptFwd, time.Since(t0)) // the modules: DeepSpeed's fwd leaves out the loss
+	seeMemory(e.log, e.mem, e.world.Rank(), "Engine after forward") // before the loss, as DeepSpeed's loss_fn
 	buf.out = act
 	if !e.isLast(c) {
 		return 0, nil
@@ -460,6 +462,7 @@ func (e *PipeEngine) backward(ctx context.Context, c, b int) error {
 	if err != nil {
 		return err
 	}
+	seeMemory(e.log, e.mem, e.world.Rank(), "Engine before backward") // _backward_prologue (the output hook off the last stage)
 	t0 := time.Now()
 	defer func() { e.pt.add(ptBwd, time.Since(t0)) }()
 	mctx := e.moduleCtx(ctx, buf)
@@ -500,6 +503,7 @@ func (e *PipeEngine) backward(ctx context.Context, c, b int) error {
 	if e.isFirst(c) {
 		buf.arena.Close()
 	}
+	seeMemory(e.log, e.mem, e.world.Rank(), "Engine after backward") // _backward_epilogue's
 	return nil
 }
 
