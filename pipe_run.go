@@ -430,7 +430,8 @@ func (e *PipeEngine) forward(ctx context.Context, c, b, mb int, data []model.Mic
 		act = out
 	}
 	e.pt.add(ptFwd, time.Since(t0)) // the modules: DeepSpeed's fwd leaves out the loss
-	seeMemory(e.log, e.mem, e.world.Rank(), "Engine after forward") // before the loss, as DeepSpeed's loss_fn
+	// before the loss, as DeepSpeed's loss_fn runs after its module's hooks
+	seeMemory(e.log, e.mem, e.world.Rank(), "Engine after forward")
 	buf.out = act
 	if !e.isLast(c) {
 		return 0, nil
