@@ -62,6 +62,7 @@ type PipeEngine struct {
 	tp        comm.Comm   // WithTensorParallel's group (pipe_tp.go), nil without TP
 	sp        comm.Comm   // WithSequenceParallel's Ulysses group (pipe_sp.go), nil without SP
 	grid      *comm.Grid
+	eval      *evalRun // the evaluation in progress (Evaluate), nil outside one
 
 	stage, stages, virtual int
 	sched                  pipeline.Schedule

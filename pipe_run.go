@@ -436,17 +436,13 @@ func (e *PipeEngine) forward(ctx context.Context, c, b, mb int, data []model.Mic
 	if !e.isLast(c) {
 		return 0, nil
 	}
-	scale := e.scaler.Scale() / float64(e.batch.GradAccum)
 	if eval {
-		scale = 1
+		return e.evalLast(mctx, p, buf, act, mb, data)
 	}
+	scale := e.scaler.Scale() / float64(e.batch.GradAccum)
 	loss, g, err := p.Loss(mctx, act, data[mb].Target, scale)
 	if err != nil {
 		return 0, fmt.Errorf("loss: %w", err)
-	}
-	if eval {
-		buf.free()
-		return loss, nil
 	}
 	buf.gradOut, buf.lossDone = g, true
 	return loss, nil

@@ -77,6 +77,19 @@ type Trainer interface {
 	// and failures are TrainBatch's: a failure part way through the
 	// forwards leaves the Trainer refusing every later call but Close.
 	EvalBatch(ctx context.Context, data []model.MicroBatch) (float64, error)
+	// Evaluate is EvalBatch with DeepSpeed's other eval_batch arguments
+	// (EvalOptions): the outputs of the model's last module
+	// (return_logits: copied to host memory the caller owns and frees,
+	// with EvalResult.Free), no loss (compute_loss=False), the loss of
+	// each micro-batch (reduce_output=None). Everything EvalBatch says
+	// holds; with no options it returns EvalBatch's loss, bit for bit.
+	// The ranks also agree on opts before any forward: options a rank
+	// refuses (EvalOptions.NoLoss without Outputs, or with PerMicroBatch)
+	// or different options on two ranks are an error on every rank, with
+	// nothing run. An output that is not a *tensor.Tensor is a failure
+	// part way ("not supported"). See EvalResult for where the outputs
+	// are under pipeline, tensor and sequence parallelism.
+	Evaluate(ctx context.Context, data []model.MicroBatch, opts EvalOptions) (EvalResult, error)
 	// Forward runs one micro-batch through the model and returns its loss
 	// on this rank (DeepSpeed's engine(batch)). Its size is checked as
 	// TrainBatch checks it: only for a model.Sized Input. A Forward not
