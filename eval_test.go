@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,7 +25,8 @@ const evalStep, evalOther = 2, 4
 // loss on every rank.
 type evalLosses struct {
 	mu    sync.Mutex
-	calls map[string][]float64 // "at step 2", "other", "after": rank → loss
+	calls map[string][]float64 // "at step 2", "other", "after", "evaluate", "micro-batch i": rank → loss
+	outs  map[int][][]float32  // rank → Evaluate's outputs after training
 }
 
 func (l *evalLosses) add(call string, rank, world int, loss float64) {
@@ -76,7 +78,10 @@ func withEvals(r run, got *evalLosses) run {
 	r.after = func(ctx context.Context, rank int, e *deepgo.Engine) error {
 		loss, err := e.EvalBatch(ctx, evalData(r, 9, rank, 3))
 		got.add("after", rank, r.world, loss)
-		return err
+		if err != nil {
+			return err
+		}
+		return got.evaluate(ctx, rank, r.world, e, evalData(r, 9, rank, 3))
 	}
 	return r
 }
@@ -85,6 +90,28 @@ func withEvals(r run, got *evalLosses) run {
 // over the micro-batches of every rank (data(rank)), each computed by a
 // plain forward of the layers, no engine, with the fp32 values params.
 func plainEval(t *testing.T, r run, params map[string][]float32, data func(rank int) []model.MicroBatch) float64 {
+	t.Helper()
+	var sum float64
+	var n int
+	for _, fwds := range plainForwards(t, r, params, data) {
+		for _, f := range fwds {
+			sum += f.loss
+			n++
+		}
+	}
+	return sum / float64(n)
+}
+
+// plainFwd is a plain forward's output of the last layer and its loss.
+type plainFwd struct {
+	out  []float32
+	loss float64
+}
+
+// plainForwards is the plain forward of the MLP (no engine, the fp32
+// values params) over each micro-batch of every rank (data(rank)): per
+// rank, per micro-batch, the last layer's output and the loss.
+func plainForwards(t *testing.T, r run, params map[string][]float32, data func(rank int) []model.MicroBatch) [][]plainFwd {
 	t.Helper()
 	ctx := context.Background()
 	m := testmodel.NewMLP(1, r.layers()...)
@@ -97,8 +124,7 @@ func plainEval(t *testing.T, r run, params map[string][]float32, data func(rank 
 			copy(v, params[p.Name])
 		}
 	}
-	var sum float64
-	var n int
+	fwds := make([][]plainFwd, r.world)
 	for rank := range r.world {
 		for _, mb := range data(rank) {
 			act := mb.Input
@@ -107,13 +133,13 @@ func plainEval(t *testing.T, r run, params map[string][]float32, data func(rank 
 				act, err = mod.Forward(ctx, act)
 				require.NoError(t, err)
 			}
+			out := slices.Clone(act.(testmodel.Batch).X)
 			loss, _, err := m.Loss(ctx, act, mb.Target, 1)
 			require.NoError(t, err)
-			sum += loss
-			n++
+			fwds[rank] = append(fwds[rank], plainFwd{out, loss})
 		}
 	}
-	return sum / float64(n)
+	return fwds
 }
 
 // evalTol bounds an evaluation against plainEval's fp32 forward: fp32
@@ -141,6 +167,7 @@ func TestEvalBatch(t *testing.T) {
 			want, err := train(t, r)
 			require.NoError(t, err, "without evaluations")
 			var cpuEvals map[string][]float64
+			var cpuOuts map[int][][]float32
 			for _, dev := range []string{"", "sim", "sim+delay"} {
 				r := r
 				r.dev = dev
@@ -150,9 +177,10 @@ func TestEvalBatch(t *testing.T) {
 				bitEqualRuns(t, want, got)
 				requireEvals(t, r, got, &ev)
 				if dev == "" {
-					cpuEvals = ev.calls
+					cpuEvals, cpuOuts = ev.calls, ev.outs
 					continue
 				}
+				require.Equal(t, cpuOuts, ev.outs, "%s: Evaluate's outputs differ from the cpu's", devName(dev))
 				for call, losses := range cpuEvals {
 					for rank, l := range losses {
 						require.Equal(t, math.Float64bits(l), math.Float64bits(ev.calls[call][rank]), "%s: evaluation %q on rank %d: cpu %v, %s %v", devName(dev), call, rank, l, devName(dev), ev.calls[call][rank])
@@ -180,6 +208,8 @@ func requireEvals(t *testing.T, r run, got *result, ev *evalLosses) {
 	require.Equal(t, math.Float64bits(got.losses[evalStep]), math.Float64bits(ev.calls["at step"][0]),
 		"step %d's micro-batches: EvalBatch %v, TrainBatch %v", evalStep, ev.calls["at step"][0], got.losses[evalStep])
 	ref := plainEval(t, r, got.params, func(rank int) []model.MicroBatch { return evalData(r, 9, rank, 3) })
+	fwds := plainForwards(t, r, got.params, func(rank int) []model.MicroBatch { return evalData(r, 9, rank, 3) })
+	ev.requireEvaluate(t, r.precision, fwds)
 	d := math.Abs(ev.calls["after"][0]-ref) / math.Abs(ref)
 	assert.LessOrEqual(t, d, evalTol[r.precision], "after training: EvalBatch %v, plain forward %v", ev.calls["after"][0], ref)
 	t.Logf("%s: eval %.6f, plain %.6f (rel %.1e)", r, ev.calls["after"][0], ref, d)

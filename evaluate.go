@@ -118,15 +118,24 @@ func newEvalRun(opts EvalOptions, n int) *evalRun {
 	return r
 }
 
-// record keeps micro-batch mb's output out (a host copy, made through
-// be, under Outputs) before its loss is computed.
+// record keeps micro-batch mb's output out under Outputs, a host copy
+// (its own HostCopy, or be's Copy of a *tensor.Tensor), before its loss
+// is computed.
 func (r *evalRun) record(be backend.Backend, mb int, out model.Activation) error {
 	if !r.opts.Outputs {
 		return nil
 	}
+	if c, ok := out.(model.HostCopier); ok {
+		h, err := c.HostCopy()
+		if err != nil {
+			return fmt.Errorf("output: %w", err)
+		}
+		r.outs[mb] = h
+		return nil
+	}
 	t, ok := out.(*tensor.Tensor)
 	if !ok {
-		return fmt.Errorf("not supported: EvalOptions.Outputs: the last module's output is a %T, not a *tensor.Tensor", out)
+		return fmt.Errorf("not supported: EvalOptions.Outputs: the last module's output is a %T, neither a *tensor.Tensor nor a model.HostCopier", out)
 	}
 	h, err := tensor.Empty(t.DType(), t.Shape()...)
 	if err != nil {

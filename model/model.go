@@ -44,6 +44,16 @@ import (
 // them).
 type Activation any
 
+// HostCopier is an Activation other than a *tensor.Tensor that can copy
+// its values to host memory. The engine's evaluation returns a last
+// module's output through it (deepgo's EvalOptions.Outputs); a
+// *tensor.Tensor output is copied by the engine itself.
+type HostCopier interface {
+	// HostCopy returns a new contiguous host tensor holding the
+	// activation's values, owned by the caller, who frees it.
+	HostCopy() (*tensor.Tensor, error)
+}
+
 // TPLayout says how tensor parallelism splits a parameter. The zero value
 // is Replicated: every TP rank holds the whole parameter and computes the
 // same gradient for it, so the engine counts it once in the gradient norm,

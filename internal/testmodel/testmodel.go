@@ -74,6 +74,10 @@ type Batch struct {
 // BatchSize is Rows, the number of samples (model.Sized).
 func (b Batch) BatchSize() int { return b.Rows }
 
+// HostCopy is b as a new host float32 tensor [Rows, Cols] the caller
+// frees (model.HostCopier).
+func (b Batch) HostCopy() (*tensor.Tensor, error) { return tensor.FromFloat32(b.X, b.Rows, b.Cols) }
+
 // Read returns t as float32 (t's own memory for float32, a widened copy
 // for float16 and bfloat16).
 func Read(t *tensor.Tensor) []float32 {
