@@ -64,6 +64,9 @@ func (e *PipeEngine) evaluate(ctx context.Context, op string, data []model.Micro
 	timers, pt := e.timers, e.pt
 	e.eval = newEvalRun(opts, len(data))
 	run := e.eval
+	if e.stage != e.stages-1 {
+		run.outs = nil // the last stage's alone: the others return none
+	}
 	defer func() { e.eval = nil; run.free() }() // a failure's outputs; the result takes them otherwise
 	lossSum, se := e.runSteps(ctx, sched.Steps(), data, e.execEval)
 	if se != nil {
