@@ -306,3 +306,17 @@ func TestPipelineEvalBatchCUDA(t *testing.T) {
 		})
 	}
 }
+
+// TestPipelineEvaluateCUDA: TestPipelineEvaluate's pipelines on GPU 0:
+// the last stage's outputs and every stage's per-micro-batch losses
+// follow a plain CPU forward of the same parameters within the CUDA
+// tolerance (1e-4 of the largest logit; losses 1e-5), the other stages
+// get no outputs, and the loss is EvalBatch's bit for bit.
+func TestPipelineEvaluateCUDA(t *testing.T) {
+	needGPU(t)
+	for _, c := range pipeEvaluateCases {
+		t.Run(c.String(), func(t *testing.T) {
+			pipelineEvaluate(t, "cuda", c, 1e-4, 1e-5)
+		})
+	}
+}

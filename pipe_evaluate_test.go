@@ -61,9 +61,9 @@ func plainGPT(t *testing.T, gc nn.GPTConfig, params map[string][]float32, mbs []
 }
 
 // requireGPTOutputs checks outs, one rank's Evaluate outputs, against the
-// plain logits ref, of vocab columns: whole, or this TP rank's slice of
+// plain logits ref (within tol of the largest logit), of vocab columns: whole, or this TP rank's slice of
 // the vocabulary (tpRank of tp) under tensor parallelism.
-func requireGPTOutputs(t *testing.T, what string, outs, ref [][]float32, vocab, tpRank, tp int) float64 {
+func requireGPTOutputs(t *testing.T, what string, outs, ref [][]float32, vocab, tpRank, tp int, tol float64) float64 {
 	t.Helper()
 	require.Len(t, outs, len(ref), "%s: outputs", what)
 	cols := vocab / tp
@@ -79,15 +79,23 @@ func requireGPTOutputs(t *testing.T, what string, outs, ref [][]float32, vocab, 
 				scale = max(scale, math.Abs(v))
 			}
 		}
-		require.LessOrEqual(t, diff/scale, gptOutTol, "%s: micro-batch %d: output off the plain forward's by %v (largest logit %v)", what, i, diff, scale)
+		require.LessOrEqual(t, diff/scale, tol, "%s: micro-batch %d: output off the plain forward's by %v (largest logit %v)", what, i, diff, scale)
 		worst = max(worst, diff/scale)
 	}
 	return worst
 }
 
+// pipeEvaluateCases are TestPipelineEvaluate's pipelines: 2 stages under
+// 1F1B with 1 and 2 data-parallel ranks, interleaved, tensor-parallel.
+var pipeEvaluateCases = []pipeDevCase{
+	{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1},
+	{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1},
+	{pp: 2, dp: 1, gas: 2, sched: "Interleaved", virtual: 2},
+	{pp: 2, dp: 1, gas: 2, tp: 2, sched: "1F1B", virtual: 1},
+}
+
 // TestPipelineEvaluate: Evaluate with Outputs and PerMicroBatch on the
-// pipeline engine (2 stages under 1F1B with 1 and 2 data-parallel ranks,
-// interleaved, tensor-parallel stages), on the CPU backend and the
+// pipeline engine (pipeEvaluateCases), on the CPU backend and the
 // simulated device with kernel delays, after 2 steps of training: the
 // last stage's outputs are a plain GPT forward's logits on the same
 // parameters (under TP, each TP rank's vocabulary slice of them), the
@@ -95,6 +103,35 @@ func requireGPTOutputs(t *testing.T, what string, outs, ref [][]float32, vocab, 
 // per-micro-batch losses, which are the plain forward's; the loss is
 // EvalBatch's bit for bit; and the device's are the CPU's bit for bit.
 func TestPipelineEvaluate(t *testing.T) {
+	for _, c := range pipeEvaluateCases {
+		t.Run(c.String(), func(t *testing.T) {
+			var cpu *pipeEvaluated
+			for _, dev := range []string{"", "sim+delay"} {
+				got := pipelineEvaluate(t, dev, c, gptOutTol, gptLossTol)
+				if cpu == nil {
+					cpu = got
+					continue
+				}
+				require.Equal(t, cpu.outs, got.outs, "%s: outputs differ from the cpu's", devName(dev))
+				require.Equal(t, cpu.losses, got.losses, "%s: losses differ from the cpu's", devName(dev))
+			}
+		})
+	}
+}
+
+// pipeEvaluated is what pipelineEvaluate's ranks got: per rank, the
+// outputs (nil off the last stage) and the per-micro-batch losses.
+type pipeEvaluated struct {
+	outs   [][][]float32
+	losses [][]float64
+}
+
+// pipelineEvaluate trains c 2 steps on dev, evaluates on every rank
+// (EvalBatch, then Evaluate with Outputs and PerMicroBatch) and checks
+// what TestPipelineEvaluate says against plain GPT forwards, within
+// outTol and lossTol.
+func pipelineEvaluate(t *testing.T, dev string, c pipeDevCase, outTol, lossTol float64) *pipeEvaluated {
+	t.Helper()
 	const vocab, seqLen = 32, 16
 	src, err := data.NewMarkov(vocab, 1, 2, 3)
 	require.NoError(t, err)
@@ -108,71 +145,53 @@ func TestPipelineEvaluate(t *testing.T) {
 		return mbs
 	}
 	gc := nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: seqLen}
-	for _, c := range []pipeDevCase{
-		{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1},
-		{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1},
-		{pp: 2, dp: 1, gas: 2, sched: "Interleaved", virtual: 2},
-		{pp: 2, dp: 1, gas: 2, tp: 2, sched: "1F1B", virtual: 1},
-	} {
-		t.Run(c.String(), func(t *testing.T) {
-			tp := max(1, c.tp)
-			ranks := c.pp * c.dp * tp
-			dOf := func(rank int) int { return (rank / tp) % c.dp } // pipe × data × model
-			var cpuOuts [][][]float32
-			var cpuLosses [][]float64
-			for _, dev := range []string{"", "sim+delay"} {
-				var mu sync.Mutex
-				outs, losses := make([][][]float32, ranks), make([][]float64, ranks)
-				got, err := pipeDevSegment(t, dev, c, parSeg{to: 2, after: func(ctx context.Context, rank int, tr deepgo.Trainer) error {
-					mbs := evalData(dOf(rank))
-					want, err := tr.EvalBatch(ctx, mbs)
-					if err != nil {
-						return err
-					}
-					res, err := tr.Evaluate(ctx, mbs, deepgo.EvalOptions{Outputs: true, PerMicroBatch: true})
-					if err != nil {
-						return err
-					}
-					var o [][]float32
-					if res.Outputs != nil {
-						if o, err = outputValues(&res, len(mbs)); err != nil {
-							return fmt.Errorf("rank %d: %w", rank, err)
-						}
-					}
-					if math.Float64bits(res.Loss) != math.Float64bits(want) {
-						return fmt.Errorf("rank %d: Evaluate's loss %v, EvalBatch's %v", rank, res.Loss, want)
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					outs[rank], losses[rank] = o, res.Losses
-					return nil
-				}})
-				require.NoError(t, err, devName(dev))
-				var worst float64
-				for rank := range ranks {
-					d, last := dOf(rank), rank/(c.dp*tp) == c.pp-1
-					ref, refLosses := plainGPT(t, gc, got.params, evalData(d))
-					what := fmt.Sprintf("%s: rank %d", devName(dev), rank)
-					if !last {
-						require.Nil(t, outs[rank], "%s, not the last stage: outputs", what)
-					} else {
-						worst = max(worst, requireGPTOutputs(t, what, outs[rank], ref, vocab, rank%tp, tp))
-					}
-					require.Len(t, losses[rank], len(refLosses), "%s: losses", what)
-					lastRank := ((c.pp-1)*c.dp+d)*tp + rank%tp
-					for i, l := range losses[rank] {
-						require.Equal(t, math.Float64bits(losses[lastRank][i]), math.Float64bits(l), "%s: micro-batch %d: loss %v, the last stage's %v", what, i, l, losses[lastRank][i])
-						require.InEpsilon(t, refLosses[i], l, gptLossTol, "%s: micro-batch %d: loss vs the plain forward's", what, i)
-					}
-				}
-				t.Logf("%s: outputs vs plain forwards: rel %.1e", devName(dev), worst)
-				if cpuOuts == nil {
-					cpuOuts, cpuLosses = outs, losses
-					continue
-				}
-				require.Equal(t, cpuOuts, outs, "%s: outputs differ from the cpu's", devName(dev))
-				require.Equal(t, cpuLosses, losses, "%s: losses differ from the cpu's", devName(dev))
+	tp := max(1, c.tp)
+	ranks := c.pp * c.dp * tp
+	dOf := func(rank int) int { return (rank / tp) % c.dp } // pipe × data × model
+	var mu sync.Mutex
+	ev := &pipeEvaluated{outs: make([][][]float32, ranks), losses: make([][]float64, ranks)}
+	got, err := pipeDevSegment(t, dev, c, parSeg{to: 2, after: func(ctx context.Context, rank int, tr deepgo.Trainer) error {
+		mbs := evalData(dOf(rank))
+		want, err := tr.EvalBatch(ctx, mbs)
+		if err != nil {
+			return err
+		}
+		res, err := tr.Evaluate(ctx, mbs, deepgo.EvalOptions{Outputs: true, PerMicroBatch: true})
+		if err != nil {
+			return err
+		}
+		var o [][]float32
+		if res.Outputs != nil {
+			if o, err = outputValues(&res, len(mbs)); err != nil {
+				return fmt.Errorf("rank %d: %w", rank, err)
 			}
-		})
+		}
+		if math.Float64bits(res.Loss) != math.Float64bits(want) {
+			return fmt.Errorf("rank %d: Evaluate's loss %v, EvalBatch's %v", rank, res.Loss, want)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		ev.outs[rank], ev.losses[rank] = o, res.Losses
+		return nil
+	}})
+	require.NoError(t, err, devName(dev))
+	var worst float64
+	for rank := range ranks {
+		d, last := dOf(rank), rank/(c.dp*tp) == c.pp-1
+		ref, refLosses := plainGPT(t, gc, got.params, evalData(d))
+		what := fmt.Sprintf("%s: rank %d", devName(dev), rank)
+		if !last {
+			require.Nil(t, ev.outs[rank], "%s, not the last stage: outputs", what)
+		} else {
+			worst = max(worst, requireGPTOutputs(t, what, ev.outs[rank], ref, vocab, rank%tp, tp, outTol))
+		}
+		require.Len(t, ev.losses[rank], len(refLosses), "%s: losses", what)
+		lastRank := ((c.pp-1)*c.dp+d)*tp + rank%tp
+		for i, l := range ev.losses[rank] {
+			require.Equal(t, math.Float64bits(ev.losses[lastRank][i]), math.Float64bits(l), "%s: micro-batch %d: loss %v, the last stage's %v", what, i, l, ev.losses[lastRank][i])
+			require.InEpsilon(t, refLosses[i], l, lossTol, "%s: micro-batch %d: loss vs the plain forward's", what, i)
+		}
 	}
+	t.Logf("%s: outputs vs plain forwards: rel %.1e", devName(dev), worst)
+	return ev
 }
