@@ -25,6 +25,11 @@ var evalSteps = []int{1, 3}
 type stepEvals struct {
 	mu         sync.Mutex
 	own, twice map[[2]int]float64 // (step, rank) → loss
+	// Evaluate's of the step's micro-batches (with Outputs and
+	// PerMicroBatch), only where stepEvals.outputs is set
+	outputs bool
+	outs    map[[2]int][][]float32
+	losses  map[[2]int][]float64
 }
 
 // before is a parSeg.before that evaluates before the steps of evalSteps.
@@ -40,12 +45,23 @@ func (s *stepEvals) before(ctx context.Context, rank, step int, tr deepgo.Traine
 	if err != nil {
 		return fmt.Errorf("rank %d step %d: EvalBatch of the step's micro-batches twice over: %w", rank, step, err)
 	}
+	var outs [][]float32
+	var losses []float64
+	if s.outputs {
+		if outs, losses, err = evaluateOwn(ctx, tr, mbs, own); err != nil {
+			return fmt.Errorf("rank %d step %d: %w", rank, step, err)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.own == nil {
 		s.own, s.twice = map[[2]int]float64{}, map[[2]int]float64{}
+		s.outs, s.losses = map[[2]int][][]float32{}, map[[2]int][]float64{}
 	}
 	s.own[[2]int{step, rank}], s.twice[[2]int{step, rank}] = own, twice
+	if s.outputs {
+		s.outs[[2]int{step, rank}], s.losses[[2]int{step, rank}] = outs, losses
+	}
 	return nil
 }
 
@@ -75,6 +91,8 @@ func (s *stepEvals) require(t *testing.T, got *result, ranks int, twiceTol float
 func sameEvals(t *testing.T, what string, a, b *stepEvals) {
 	t.Helper()
 	require.Len(t, b.own, len(a.own), what)
+	require.Equal(t, a.outs, b.outs, "%s: Evaluate's outputs", what)
+	require.Equal(t, a.losses, b.losses, "%s: Evaluate's per-micro-batch losses", what)
 	for k, v := range a.own {
 		require.Equal(t, math.Float64bits(v), math.Float64bits(b.own[k]), "%s: step %d rank %d", what, k[0], k[1])
 		require.Equal(t, math.Float64bits(a.twice[k]), math.Float64bits(b.twice[k]), "%s: step %d rank %d, twice over", what, k[0], k[1])
@@ -87,9 +105,10 @@ func sameEvals(t *testing.T, what string, a, b *stepEvals) {
 // checkpointing and bf16 (the device tables' parDevCases), on the CPU
 // backend and the simulated device with kernel delays: evaluating a
 // step's micro-batches (once, and twice over) before its TrainBatch gives
-// that TrainBatch's loss bit for bit on every rank, the run trains
+// that TrainBatch's loss bit for bit on every rank (Evaluate's too, with
+// outputs and per-micro-batch losses: evaluateOwn), the run trains
 // bit-identically to one without the evaluations, and the device's
-// evaluations are the CPU's.
+// evaluations, outputs and per-micro-batch losses are the CPU's.
 func TestEvalBatchModelParallel(t *testing.T) {
 	const steps = 4
 	for _, c := range parDevCases() {
@@ -99,7 +118,7 @@ func TestEvalBatchModelParallel(t *testing.T) {
 			ranks := max(1, c.tp) * max(1, c.sp) * c.dp
 			var cpu *stepEvals
 			for _, dev := range []string{"", "sim+delay"} {
-				ev := &stepEvals{}
+				ev := &stepEvals{outputs: true}
 				got, err := parDevSegment(t, dev, c, parSeg{to: steps, before: ev.before})
 				require.NoError(t, err, devName(dev))
 				bitEqualRuns(t, want, got)
@@ -131,7 +150,8 @@ func pipeEvalCases() []pipeDevCase {
 // that TrainBatch's loss bit for bit on every rank of every stage (twice
 // over, to float64 rounding of the mean), the run trains bit-identically
 // to one without the evaluations (every loss, scale, gradient norm and
-// parameter), and the device's evaluations are the CPU's.
+// parameter), and the device's evaluations (Evaluate's outputs on the
+// last stage and per-micro-batch losses too: evaluateOwn) are the CPU's.
 func TestPipelineEvalBatch(t *testing.T) {
 	const steps = 4
 	for _, c := range pipeEvalCases() {
@@ -140,7 +160,7 @@ func TestPipelineEvalBatch(t *testing.T) {
 			require.NoError(t, err, "cpu, no evaluations")
 			var cpu *stepEvals
 			for _, dev := range []string{"", "sim+delay"} {
-				ev := &stepEvals{}
+				ev := &stepEvals{outputs: true}
 				got, err := pipeDevSegment(t, dev, c, parSeg{to: steps, before: ev.before})
 				require.NoError(t, err, devName(dev))
 				bitEqualRuns(t, &want.result, &got.result)
@@ -160,7 +180,9 @@ func TestPipelineEvalBatch(t *testing.T) {
 // interleaved, with 1 and 2 data-parallel ranks) trains 2 steps and saves;
 // its EvalBatch of 4 micro-batches per data-parallel rank equals, to fp32
 // summation order, the data-parallel engine's EvalBatch of the same
-// micro-batches on the same parameters (the checkpoint loaded into it).
+// micro-batches on the same parameters (the checkpoint loaded into it),
+// whose Evaluate outputs (the GPT's logits, copied before its loss
+// overwrites them) and per-micro-batch losses are a plain GPT forward's.
 func TestPipelineEvalMatchesEngine(t *testing.T) {
 	const vocab, seqLen = 32, 16
 	src, err := data.NewMarkov(vocab, 1, 2, 3)
@@ -183,7 +205,7 @@ func TestPipelineEvalMatchesEngine(t *testing.T) {
 		t.Run(c.String(), func(t *testing.T) {
 			dir := t.TempDir()
 			pipeLoss := make([]float64, c.pp*c.dp)
-			_, err := pipeDevSegment(t, "", c, parSeg{to: 2, save: dir, after: func(ctx context.Context, rank int, tr deepgo.Trainer) error {
+			got, err := pipeDevSegment(t, "", c, parSeg{to: 2, save: dir, after: func(ctx context.Context, rank int, tr deepgo.Trainer) error {
 				l, err := tr.EvalBatch(ctx, evalData(rank%c.dp)) // the grid is pipe × data
 				pipeLoss[rank] = l
 				return err
@@ -193,6 +215,8 @@ func TestPipelineEvalMatchesEngine(t *testing.T) {
 				require.Equal(t, math.Float64bits(pipeLoss[0]), math.Float64bits(l), "rank %d's evaluation %v, rank 0's %v", r, l, pipeLoss[0])
 			}
 			engLoss := make([]float64, c.dp)
+			engOuts, engLosses := make([][][]float32, c.dp), make([][]float64, c.dp)
+			var mu sync.Mutex
 			cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": %d, "gradient_clipping": %g,
 				"zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}}`, c.gas, pipeDevClip)
 			gc := nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: seqLen}
@@ -203,10 +227,29 @@ func TestPipelineEvalMatchesEngine(t *testing.T) {
 					}
 					var err error
 					engLoss[cm.Rank()], err = tr.EvalBatch(ctx, evalData(cm.Rank()))
+					if err != nil {
+						return err
+					}
+					res, err := tr.Evaluate(ctx, evalData(cm.Rank()), deepgo.EvalOptions{Outputs: true, PerMicroBatch: true})
+					if err != nil {
+						return err
+					}
+					outs, err := outputValues(&res, 4)
+					mu.Lock()
+					defer mu.Unlock()
+					engOuts[cm.Rank()], engLosses[cm.Rank()] = outs, res.Losses
 					return err
 				})
 			})
 			require.NoError(t, err, "data-parallel engine")
+			for d := range c.dp {
+				ref, refLosses := plainGPT(t, gc, got.params, evalData(d))
+				requireGPTOutputs(t, fmt.Sprintf("data-parallel engine rank %d", d), engOuts[d], ref, vocab, 0, 1, gptOutTol)
+				require.Len(t, engLosses[d], len(refLosses), "data-parallel engine rank %d: losses", d)
+				for i, l := range engLosses[d] {
+					require.InEpsilon(t, refLosses[i], l, gptLossTol, "data-parallel engine rank %d micro-batch %d: loss vs the plain forward's", d, i)
+				}
+			}
 			require.InEpsilon(t, engLoss[0], pipeLoss[0], 1e-6, "pipeline %v, data-parallel engine %v", pipeLoss[0], engLoss[0])
 			t.Logf("pipeline %.9f, engine %.9f (rel %.1e)", pipeLoss[0], engLoss[0], math.Abs(pipeLoss[0]-engLoss[0])/engLoss[0])
 		})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/deepgo-ml/deepgo"
@@ -116,4 +117,98 @@ func (l *evalLosses) requireEvaluate(t *testing.T, precision string, fwds [][]pl
 		}
 	}
 	t.Logf("Evaluate vs plain forwards: losses rel %.1e, outputs rel %.1e", worstLoss, worstOut)
+}
+
+// TestEvaluateRefused: options Evaluate refuses, on 2 ranks at ZeRO stage
+// 3, on the CPU backend and the simulated device: NoLoss without Outputs,
+// NoLoss with PerMicroBatch (on both ranks, and on rank 1 only), and
+// different options on the two ranks. Every rank gets an error at once
+// (the ranks agree before any forward), its own or naming the rank at
+// fault, and nothing is marked: the next Evaluate and TrainBatch run.
+func TestEvaluateRefused(t *testing.T) {
+	r := run{stage: 3, world: 2, gas: 1}
+	half := globalBatch / 2
+	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
+	good := func(rank int) []model.MicroBatch {
+		return []model.MicroBatch{data.Micro(0, globalBatch, rank*half, half)}
+	}
+	const noOut = "EvalOptions.NoLoss without EvalOptions.Outputs would return nothing"
+	const noLosses = "EvalOptions.NoLoss with EvalOptions.PerMicroBatch"
+	cases := []struct {
+		name string
+		opts [2]deepgo.EvalOptions // rank 0's, rank 1's
+		want [2]string
+	}{
+		{"NoLoss without Outputs", [2]deepgo.EvalOptions{{NoLoss: true}, {NoLoss: true}}, [2]string{noOut, noOut}},
+		{"NoLoss with PerMicroBatch", [2]deepgo.EvalOptions{{Outputs: true, NoLoss: true, PerMicroBatch: true}, {Outputs: true, NoLoss: true, PerMicroBatch: true}},
+			[2]string{noLosses, noLosses}},
+		{"refused on rank 1", [2]deepgo.EvalOptions{{Outputs: true, NoLoss: true}, {NoLoss: true}},
+			[2]string{"rank 1 of group", noOut}},
+		{"different options", [2]deepgo.EvalOptions{{Outputs: true}, {}},
+			[2]string{"were handed different EvalOptions: rank 0 {Outputs}, rank 1 {}", "were handed different EvalOptions: rank 0 {Outputs}, rank 1 {}"}},
+	}
+	for _, dev := range []string{"", "sim"} {
+		t.Run(devName(dev), func(t *testing.T) {
+			r := r
+			r.dev, r.steps = dev, -1
+			r.after = func(ctx context.Context, rank int, e *deepgo.Engine) error {
+				for _, c := range cases {
+					res, err := e.Evaluate(ctx, good(rank), c.opts[rank])
+					if err == nil || !strings.Contains(err.Error(), "Evaluate: ") || !strings.Contains(err.Error(), c.want[rank]) {
+						res.Free()
+						return fmt.Errorf("%s: rank %d: want an error saying %q, got %v", c.name, rank, c.want[rank], err)
+					}
+					if res.Outputs != nil || res.Losses != nil {
+						return fmt.Errorf("%s: rank %d: a refused evaluation returned outputs or losses", c.name, rank)
+					}
+					res, err = e.Evaluate(ctx, good(rank), deepgo.EvalOptions{Outputs: true})
+					if err != nil {
+						return fmt.Errorf("%s: rank %d: the next Evaluate: %w", c.name, rank, err)
+					}
+					if _, err := outputValues(&res, 1); err != nil {
+						return fmt.Errorf("%s: rank %d: the next Evaluate: %w", c.name, rank, err)
+					}
+				}
+				if _, err := e.TrainBatch(ctx, good(rank)); err != nil {
+					return fmt.Errorf("rank %d: TrainBatch after the refusals: %w", rank, err)
+				}
+				return nil
+			}
+			_, err := train(t, r)
+			require.NoError(t, err)
+		})
+	}
+}
+
+// evaluateOwn runs Evaluate with Outputs and PerMicroBatch over mbs, whose
+// EvalBatch gave loss, and returns the outputs and losses: an error
+// unless its loss is loss bit for bit, it has an output per micro-batch
+// (none off a pipeline's last stage) and a finite positive loss per
+// micro-batch.
+func evaluateOwn(ctx context.Context, tr deepgo.Trainer, mbs []model.MicroBatch, loss float64) ([][]float32, []float64, error) {
+	res, err := tr.Evaluate(ctx, mbs, deepgo.EvalOptions{Outputs: true, PerMicroBatch: true})
+	if err != nil {
+		return nil, nil, fmt.Errorf("Evaluate: %w", err)
+	}
+	var outs [][]float32
+	if pe, ok := tr.(*deepgo.PipeEngine); ok && pe.Stage() != pe.Stages()-1 {
+		if res.Outputs != nil {
+			res.Free()
+			return nil, nil, fmt.Errorf("Evaluate: outputs on stage %d of %d", pe.Stage(), pe.Stages())
+		}
+	} else if outs, err = outputValues(&res, len(mbs)); err != nil {
+		return nil, nil, fmt.Errorf("Evaluate: %w", err)
+	}
+	if math.Float64bits(res.Loss) != math.Float64bits(loss) {
+		return nil, nil, fmt.Errorf("Evaluate's loss %v, EvalBatch's %v", res.Loss, loss)
+	}
+	if len(res.Losses) != len(mbs) {
+		return nil, nil, fmt.Errorf("Evaluate: %d losses for %d micro-batches", len(res.Losses), len(mbs))
+	}
+	for i, l := range res.Losses {
+		if math.IsNaN(l) || math.IsInf(l, 0) || l <= 0 {
+			return nil, nil, fmt.Errorf("Evaluate: micro-batch %d's loss %v", i, l)
+		}
+	}
+	return outs, res.Losses, nil
 }
