@@ -49,8 +49,9 @@ type EvalResult struct {
 	Losses []float64
 	// Outputs (EvalOptions.Outputs) holds each micro-batch's output of the
 	// last module, in the order given: a contiguous host tensor of the
-	// module's dtype and shape, copied before the loss is computed (a
-	// loss may overwrite its input, as nn.GPT's does). The caller owns
+	// module's dtype and shape (a model.HostCopier output: its HostCopy),
+	// copied before the loss is computed (a loss may overwrite its input,
+	// as nn.GPT's does). The caller owns
 	// them and frees them (Free). It is what the last module produced on
 	// this rank: with pipeline stages only the last stage has outputs
 	// (nil elsewhere, as DeepSpeed returns them on the last stage only,

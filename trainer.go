@@ -14,8 +14,8 @@ import (
 // Trainer is one rank's training engine, what Initialize returns: the
 // data-parallel engine (*Engine), or the pipeline engine (*PipeEngine) when
 // the config asks for pipeline stages, which runs whole batches only
-// (TrainBatch and EvalBatch; its Forward, Backward and Step say they are
-// not supported)
+// (TrainBatch, EvalBatch and Evaluate; its Forward, Backward and Step say
+// they are not supported)
 // and saves and loads checkpoints of the whole pipeline. A trainer loop
 // needs only these methods; the concrete type offers more (a type
 // assertion to *Engine reaches the ZeRO internals, the loss scaler and the
@@ -23,7 +23,7 @@ import (
 // bubble).
 //
 // A Trainer's methods must be called from one goroutine (SaveDone
-// excepted), and the collective ones (TrainBatch, EvalBatch, Step at a boundary,
+// excepted), and the collective ones (TrainBatch, EvalBatch, Evaluate, Step at a boundary,
 // Save, SaveAsync, Load, Parameters, SaveModel) by every rank of its group in the
 // same order.
 //
@@ -86,9 +86,10 @@ type Trainer interface {
 	// The ranks also agree on opts before any forward: options a rank
 	// refuses (EvalOptions.NoLoss without Outputs, or with PerMicroBatch)
 	// or different options on two ranks are an error on every rank, with
-	// nothing run. An output that is not a *tensor.Tensor is a failure
-	// part way ("not supported"). See EvalResult for where the outputs
-	// are under pipeline, tensor and sequence parallelism.
+	// nothing run. An output neither a *tensor.Tensor nor a
+	// model.HostCopier is a failure part way ("not supported"). See
+	// EvalResult for where the outputs are under pipeline, tensor and
+	// sequence parallelism.
 	Evaluate(ctx context.Context, data []model.MicroBatch, opts EvalOptions) (EvalResult, error)
 	// Forward runs one micro-batch through the model and returns its loss
 	// on this rank (DeepSpeed's engine(batch)). Its size is checked as
