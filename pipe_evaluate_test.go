@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -101,7 +102,9 @@ var pipeEvaluateCases = []pipeDevCase{
 // parameters (under TP, each TP rank's vocabulary slice of them), the
 // other stages get none; every stage of a pipe gets the last stage's
 // per-micro-batch losses, which are the plain forward's; the loss is
-// EvalBatch's bit for bit; and the device's are the CPU's bit for bit.
+// EvalBatch's bit for bit; NoLoss gives the same outputs; options that
+// differ on one rank are refused on every rank, nothing run; and the
+// device's are the CPU's bit for bit.
 func TestPipelineEvaluate(t *testing.T) {
 	for _, c := range pipeEvaluateCases {
 		t.Run(c.String(), func(t *testing.T) {
@@ -127,9 +130,10 @@ type pipeEvaluated struct {
 }
 
 // pipelineEvaluate trains c 2 steps on dev, evaluates on every rank
-// (EvalBatch, then Evaluate with Outputs and PerMicroBatch) and checks
-// what TestPipelineEvaluate says against plain GPT forwards, within
-// outTol and lossTol.
+// (EvalBatch, then Evaluate with Outputs and PerMicroBatch, then with
+// Outputs and NoLoss: NaN, no losses, the same outputs) and checks what
+// TestPipelineEvaluate says against plain GPT forwards, within outTol and
+// lossTol.
 func pipelineEvaluate(t *testing.T, dev string, c pipeDevCase, outTol, lossTol float64) *pipeEvaluated {
 	t.Helper()
 	const vocab, seqLen = 32, 16
@@ -152,6 +156,10 @@ func pipelineEvaluate(t *testing.T, dev string, c pipeDevCase, outTol, lossTol f
 	ev := &pipeEvaluated{outs: make([][][]float32, ranks), losses: make([][]float64, ranks)}
 	got, err := pipeDevSegment(t, dev, c, parSeg{to: 2, after: func(ctx context.Context, rank int, tr deepgo.Trainer) error {
 		mbs := evalData(dOf(rank))
+		// options that differ on one rank: refused on every stage, nothing run
+		if _, err := tr.Evaluate(ctx, mbs, deepgo.EvalOptions{PerMicroBatch: rank == ranks-1}); err == nil || !strings.Contains(err.Error(), "were handed different EvalOptions") {
+			return fmt.Errorf("rank %d: options differing on rank %d: want them refused, got %v", rank, ranks-1, err)
+		}
 		want, err := tr.EvalBatch(ctx, mbs)
 		if err != nil {
 			return err
@@ -168,6 +176,24 @@ func pipelineEvaluate(t *testing.T, dev string, c pipeDevCase, outTol, lossTol f
 		}
 		if math.Float64bits(res.Loss) != math.Float64bits(want) {
 			return fmt.Errorf("rank %d: Evaluate's loss %v, EvalBatch's %v", rank, res.Loss, want)
+		}
+		nl, err := tr.Evaluate(ctx, mbs, deepgo.EvalOptions{Outputs: true, NoLoss: true})
+		if err != nil {
+			return err
+		}
+		var nlo [][]float32
+		if nl.Outputs != nil {
+			if nlo, err = outputValues(&nl, len(mbs)); err != nil {
+				return fmt.Errorf("rank %d: NoLoss: %w", rank, err)
+			}
+		}
+		if !math.IsNaN(nl.Loss) || nl.Losses != nil || (o == nil) != (nlo == nil) {
+			return fmt.Errorf("rank %d: NoLoss: loss %v, losses %v, outputs %d (with the loss %d)", rank, nl.Loss, nl.Losses, len(nlo), len(o))
+		}
+		for i := range o {
+			if !slices.Equal(o[i], nlo[i]) {
+				return fmt.Errorf("rank %d: NoLoss: micro-batch %d's outputs differ from those with the loss", rank, i)
+			}
 		}
 		mu.Lock()
 		defer mu.Unlock()
