@@ -10,7 +10,6 @@ import (
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/comm"
-	"github.com/deepgo-ml/deepgo/data"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/nn"
 	"github.com/stretchr/testify/require"
@@ -185,17 +184,7 @@ func TestPipelineEvalBatch(t *testing.T) {
 // overwrites them) and per-micro-batch losses are a plain GPT forward's.
 func TestPipelineEvalMatchesEngine(t *testing.T) {
 	const vocab, seqLen = 32, 16
-	src, err := data.NewMarkov(vocab, 1, 2, 3)
-	require.NoError(t, err)
-	corpus := &data.Tokens{IDs: src.Generate(20_000, 4), Vocab: vocab}
-	evalData := func(d int) []model.MicroBatch {
-		mbs := make([]model.MicroBatch, 4)
-		for i := range mbs {
-			k := 1000 + (d*4+i)*2
-			mbs[i] = corpus.MakeBatch([]int{k, k + 1}, seqLen).MicroBatch()
-		}
-		return mbs
-	}
+	evalData := gptEvalData(t, 1000)
 	for _, c := range []pipeDevCase{
 		{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1},
 		{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1},

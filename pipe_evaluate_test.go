@@ -61,6 +61,25 @@ func plainGPT(t *testing.T, gc nn.GPTConfig, params map[string][]float32, mbs []
 	return outs, losses
 }
 
+// gptEvalData is the pipeline tables' GPT data (vocabulary 32, sequences
+// of 16): data-parallel rank d's 4 held-out micro-batches of 2 windows
+// each, from window base on.
+func gptEvalData(t *testing.T, base int) func(d int) []model.MicroBatch {
+	t.Helper()
+	const vocab, seqLen = 32, 16
+	src, err := data.NewMarkov(vocab, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: src.Generate(20_000, 4), Vocab: vocab}
+	return func(d int) []model.MicroBatch {
+		mbs := make([]model.MicroBatch, 4)
+		for i := range mbs {
+			k := base + (d*4+i)*2
+			mbs[i] = corpus.MakeBatch([]int{k, k + 1}, seqLen).MicroBatch()
+		}
+		return mbs
+	}
+}
+
 // requireGPTOutputs checks outs, one rank's Evaluate outputs, against the
 // plain logits ref (within tol of the largest logit), of vocab columns: whole, or this TP rank's slice of
 // the vocabulary (tpRank of tp) under tensor parallelism.
@@ -136,19 +155,9 @@ type pipeEvaluated struct {
 // lossTol.
 func pipelineEvaluate(t *testing.T, dev string, c pipeDevCase, outTol, lossTol float64) *pipeEvaluated {
 	t.Helper()
-	const vocab, seqLen = 32, 16
-	src, err := data.NewMarkov(vocab, 1, 2, 3)
-	require.NoError(t, err)
-	corpus := &data.Tokens{IDs: src.Generate(20_000, 4), Vocab: vocab}
-	evalData := func(d int) []model.MicroBatch {
-		mbs := make([]model.MicroBatch, 4)
-		for i := range mbs {
-			k := 1100 + (d*4+i)*2
-			mbs[i] = corpus.MakeBatch([]int{k, k + 1}, seqLen).MicroBatch()
-		}
-		return mbs
-	}
-	gc := nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: seqLen}
+	const vocab = 32
+	evalData := gptEvalData(t, 1100)
+	gc := nn.GPTConfig{Layers: 2, Heads: 2, Width: 32, Vocab: vocab, SeqLen: 16}
 	tp := max(1, c.tp)
 	ranks := c.pp * c.dp * tp
 	dOf := func(rank int) int { return (rank / tp) % c.dp } // pipe × data × model
