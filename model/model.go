@@ -137,6 +137,19 @@ func (l TPLayout) Check(full []int, n int) error {
 // respect to Data, in the same dtype, valid during Backward. Modules must
 // not keep either across calls, nor free them.
 //
+// Frozen marks a parameter the engine does not train (PyTorch's
+// requires_grad=False, as DeepSpeed handles it): the engine never changes
+// its value after Initialize (rank 0's initial value, broadcast to every
+// rank as for other parameters); it keeps it in the working dtype only (no
+// fp32 master, no optimizer state, no gradient buffer), replicated on
+// every data-parallel rank at every ZeRO stage, outside the ZeRO
+// partition. During Backward its Grad is nil and the module must not
+// write it: a module whose parameters may be frozen skips the gradient of
+// a parameter whose Grad is nil (the nn layers do, saving the GEMM). A
+// frozen parameter takes no part in gradient reduction, the gradient norm
+// and clipping, the overflow check, weight decay or the optimizer step.
+// Set it before Initialize; changing it afterwards has no effect.
+//
 // Name is the parameter's full name in the model, the name PyTorch's
 // model.named_parameters() and a Hugging Face state dict give it
 // ("transformer.h.0.attn.c_attn.weight", "fc1.weight"): unique within the
@@ -154,6 +167,8 @@ type Param struct {
 	Aliases []string
 	// Parallel marks the tensor-parallel layout (Replicated by default).
 	Parallel TPLayout
+	// Frozen: not trained (see above).
+	Frozen bool
 	// Donate hands the initial Data to the engine: once a successful
 	// Initialize has copied it, it frees Data's storage and clears Donate
 	// (a failed Initialize leaves both as they were). Freeing a view
@@ -201,7 +216,9 @@ type Module interface {
 	Forward(ctx context.Context, in Activation) (Activation, error)
 	// Backward takes the gradient of the loss with respect to the output
 	// of the last Forward and returns the gradient with respect to its
-	// input, adding parameter gradients into Param.Grad. Its arena
+	// input, adding parameter gradients into Param.Grad. A module whose
+	// parameters may be frozen (Param.Frozen) skips the gradient of a
+	// parameter whose Grad is nil. Its arena
 	// buffers (the returned gradient included) are freed when the
 	// engine's Backward returns, with the Forward's: by then the
 	// previous module's Backward has consumed them.

@@ -62,7 +62,7 @@ func checkParams(op string, dev tensor.Device, grad bool, ps []*model.Param, sha
 		if err := checkParam(op, dev, p, "value", p.Data); err != nil {
 			return err
 		}
-		if grad {
+		if grad && !noGrad(p) {
 			if err := checkParam(op, dev, p, "gradient", p.Grad); err != nil {
 				return err
 			}
@@ -73,10 +73,31 @@ func checkParams(op string, dev tensor.Device, grad bool, ps []*model.Param, sha
 		if d, d0 := p.Data.DType(), ps[0].Data.DType(); d != d0 {
 			return fmt.Errorf("nn.%s: parameter %s: value has dtype %v, %s's has %v: a layer's values must share one dtype", op, p.Name, d, ps[0].Name, d0)
 		}
-		if grad {
-			if d, d0 := p.Grad.DType(), ps[0].Grad.DType(); d != d0 {
-				return fmt.Errorf("nn.%s: parameter %s: gradient has dtype %v, %s's has %v: a layer's gradients must share one dtype", op, p.Name, d, ps[0].Name, d0)
-			}
+	}
+	if grad {
+		return sameGradDType(op, ps)
+	}
+	return nil
+}
+
+// noGrad reports whether p's gradient is skipped: p is frozen and has no
+// gradient bound (model.Param.Frozen). A trainable parameter without one
+// is an error of checkParam's.
+func noGrad(p *model.Param) bool { return p.Frozen && p.Grad == nil }
+
+// sameGradDType checks that the gradients ps has bound share one dtype.
+func sameGradDType(op string, ps []*model.Param) error {
+	var first *model.Param
+	for _, p := range ps {
+		if noGrad(p) {
+			continue
+		}
+		if first == nil {
+			first = p
+			continue
+		}
+		if d, d0 := p.Grad.DType(), first.Grad.DType(); d != d0 {
+			return fmt.Errorf("nn.%s: parameter %s: gradient has dtype %v, %s's has %v: a layer's gradients must share one dtype", op, p.Name, d, first.Name, d0)
 		}
 	}
 	return nil

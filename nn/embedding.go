@@ -59,7 +59,8 @@ func (e *Embedding) Forward(be backend.NN, out, tokens *tensor.Tensor, b, t int)
 
 // Backward accumulates Tok.Grad[tokens[b, t]] += dout[b, t, :] and
 // Pos.Grad[t] += dout[b, t, :]; a half-precision gradient gets one rounding
-// per element per call (a repeated token's rows are summed first).
+// per element per call (a repeated token's rows are summed first). A frozen
+// table without a gradient bound is skipped.
 func (e *Embedding) Backward(be backend.NN, dout, tokens *tensor.Tensor, b, t int) error {
 	return e.backward(be, "Embedding.Backward", nil, dout, tokens, b, t)
 }
@@ -77,15 +78,18 @@ func (e *Embedding) backward(be backend.NN, op string, dtok, dout, tokens *tenso
 		return err
 	}
 	var err error
-	if dtok == nil {
+	switch {
+	case dtok == nil && e.Tok.Grad == nil && e.Pos.Grad == nil:
+		// both tables frozen: nothing to accumulate
+	case dtok == nil:
 		err = be.EncoderBackward(e.Tok.Grad, e.Pos.Grad, dout, tokens, b, t, e.Width, e.Vocab)
-	} else {
+	default:
 		if err := needF32(op, dev, "token gradient", dtok, e.Vocab*e.Width); err != nil {
 			return err
 		}
 		// two calls: the tables' gradients share one dtype per call
 		err = be.EncoderBackward(dtok, nil, dout, tokens, b, t, e.Width, e.Vocab)
-		if err == nil {
+		if err == nil && e.Pos.Grad != nil {
 			err = be.EncoderBackward(nil, e.Pos.Grad, dout, tokens, b, t, e.Width, e.Vocab)
 		}
 	}

@@ -183,9 +183,10 @@ func (m embedModule) Backward(ctx context.Context, gout model.Activation) (model
 	// the token rows join the head's share of the tied weight's gradient
 	// in float32; the sum goes into wte's gradient with one rounding
 	s := g.st
-	if !g.inPart(g.Config.Layers + 1) {
+	if !g.inPart(g.Config.Layers+1) || g.Embed.Tok.Grad == nil {
 		// a pipeline part without the head: the head's share arrives with
-		// the stages' tied-gradient reduction
+		// the stages' tied-gradient reduction; or wte is frozen (no
+		// gradient bound), and the head left its share out
 		if g.tp != nil {
 			spare := s.dA
 			if d == s.dA {
@@ -418,10 +419,14 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 	if err != nil {
 		return nil, err
 	}
-	if err := zero(k, s.dwteHead); err != nil {
+	// a frozen wte (no gradient bound) skips the head's weight gradient
+	dwte := s.dwteHead
+	if g.Embed.Tok.Grad == nil {
+		dwte = nil
+	} else if err := zero(k, s.dwteHead); err != nil {
 		return nil, err
 	}
-	if err := linearBackward(k, true, s.dB, s.dwteHead, nil, dlogits, s.lnf, wte); err != nil { // dB is dlnf
+	if err := linearBackward(k, true, s.dB, dwte, nil, dlogits, s.lnf, wte); err != nil { // dB is dlnf
 		return nil, fmt.Errorf("nn.GPT.Backward: head: %w", err)
 	}
 	// the head is column-parallel over the vocabulary: sum ln_f's gradient
@@ -434,7 +439,7 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 	if err := g.LNF.Backward(k, s.dA, s.dB, s.headIn, s.lnfMean, s.lnfRstd, n); err != nil {
 		return nil, err
 	}
-	if m.tied {
+	if m.tied && dwte != nil {
 		if err := be.Axpy(1, []*tensor.Tensor{s.dwteHead}, []*tensor.Tensor{g.Embed.Tok.Grad}); err != nil {
 			return nil, fmt.Errorf("nn.GPT.Backward: tied wte: %w", err)
 		}
