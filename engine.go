@@ -33,7 +33,8 @@ type Engine struct {
 	cfg       *config.Config
 	model     model.Model
 	mods      []model.Module
-	params    [][]*model.Param
+	params    [][]*model.Param // the trainable ones, by module: ZeRO's indices
+	frozen    []frozenParam    // the frozen ones, kept outside ZeRO (frozen.go)
 	index     map[string]int
 	hashes    map[int64]string
 	c         comm.Comm
@@ -107,6 +108,7 @@ func (e *Engine) bind(m int) {
 		p.Data = e.z.Data(m, j)
 		p.Grad = e.z.Grad(m, j)
 	}
+	e.bindFrozen(m)
 }
 
 // Notes lists what the engine did differently from what the config's words
@@ -568,6 +570,7 @@ func (e *Engine) Memory() zero.Memory {
 	m.Arena, m.ArenaPeak = e.arena.Bytes(), e.arena.Peak()
 	m.ModelActivations = modelActivations(e.model)
 	countLive(&m, m.Arena+m.ModelActivations)
+	e.frozenMemory(&m)
 	if e.ck != nil {
 		dev, host := e.ck.bytes()
 		if m.Device.IsCPU() {
@@ -618,7 +621,7 @@ func (e *Engine) Close() error {
 	}
 	errs = append(errs, e.bg.close())
 	e.lrAtClose = e.LR() // LR stays answerable without the optimizer
-	errs = append(errs, closeOptimizer(&e.z, &e.opt, e.ownOpt))
+	errs = append(errs, closeOptimizer(&e.z, &e.opt, e.ownOpt), e.freeFrozen())
 	if e.hostBE != nil {
 		errs = append(errs, e.hostBE.Close())
 		e.hostBE = nil
@@ -640,8 +643,9 @@ func (e *Engine) Close() error {
 }
 
 // Parameters returns the full fp32 master weights (the parameters for
-// fp32 models) keyed by model.Param.Name. It is a collective: every rank must
-// call it.
+// fp32 models) keyed by model.Param.Name, and the frozen parameters'
+// values (model.Param.Frozen: the working dtype widened to float32). It is
+// a collective: every rank must call it.
 func (e *Engine) Parameters(ctx context.Context) (map[string][]float32, error) {
 	if err := e.usable(ctx, "Parameters"); err != nil {
 		return nil, err
@@ -656,6 +660,9 @@ func (e *Engine) Parameters(ctx context.Context) (map[string][]float32, error) {
 		for j, p := range ps {
 			out[p.Name] = all[m][j]
 		}
+	}
+	if err := e.frozenFloat32s(out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

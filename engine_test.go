@@ -52,6 +52,7 @@ type run struct {
 	opts              []deepgo.Option                                              // more Initialize options
 	sizes             []int                                                        // the MLP's layer sizes; nil: sizes
 	wrap              func(c comm.Comm) comm.Comm                                  // the comm each rank's engine gets instead of its world's
+	freeze            string                                                       // a regexp: the MLP parameters it matches are frozen (frozen_test.go)
 }
 
 // layers is the run's MLP layer sizes.
@@ -75,6 +76,9 @@ func (r run) String() string {
 	}
 	if r.dev != "" {
 		p += "/" + r.dev
+	}
+	if r.freeze != "" {
+		p += "/freeze=" + r.freeze
 	}
 	return fmt.Sprintf("stage%d/world%d/gas%d/%s", r.stage, r.world, r.gas, p)
 }
@@ -133,6 +137,7 @@ func train(t testing.TB, r run) (*result, error) {
 			return err
 		}
 		m := testmodel.NewMLP(uint64(1+c.Rank()*0), sizes...)
+		freezeMLP(m, r.freeze)
 		if r.wrap != nil {
 			opts = append(opts, deepgo.WithComm(r.wrap(c)))
 		}

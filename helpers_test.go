@@ -3,6 +3,8 @@ package deepgo_test
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"slices"
 
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/config"
@@ -40,12 +42,34 @@ func plainTrain(steps int, maxNorm float64) (*result, error) {
 // plainTrainWith is plainTrain with before(step, opt) called before each
 // step's update, to set the AdamW hyperparameters a schedule gives it.
 func plainTrainWith(steps int, maxNorm float64, before func(step int, opt *testmodel.AdamW)) (*result, error) {
+	return plainTrainFrozen(steps, maxNorm, "", tensor.Float32, before)
+}
+
+// plainTrainFrozen is plainTrainWith with the parameters freeze matches
+// frozen (freezeMLP): they get no gradient, and the clipping and AdamW
+// (its weight decay included) see only the others, so they keep their
+// initial values, rounded to the working dtype dt as the engine keeps
+// them, which the result reports with the trained ones.
+func plainTrainFrozen(steps int, maxNorm float64, freeze string, dt tensor.DType, before func(step int, opt *testmodel.AdamW)) (*result, error) {
 	ctx := context.Background()
 	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	m := testmodel.NewMLP(1, sizes...)
-	var params []*model.Param
+	freezeMLP(m, freeze)
+	var params, frozen []*model.Param
 	for _, l := range m.Layers {
-		params = append(params, l.Params()...)
+		for _, p := range l.Params() {
+			if p.Frozen {
+				frozen = append(frozen, p)
+				defer p.Data.Free()
+				if v, err := p.Data.Float32s(); err == nil && dt != tensor.Float32 {
+					for i := range v {
+						v[i] = tensor.ToHalfPrecision(dt, v[i])
+					}
+				}
+				continue
+			}
+			params = append(params, p)
+		}
 	}
 	for _, p := range params {
 		g, err := tensor.Empty(tensor.Float32, p.Shape...)
@@ -92,5 +116,26 @@ func plainTrainWith(steps int, maxNorm float64, before func(step int, opt *testm
 		res.losses = append(res.losses, loss)
 	}
 	res.params, res.clipped = ref.Values(), ref.Clipped
+	for _, p := range frozen {
+		v, err := p.Data.Float32s()
+		if err != nil {
+			return nil, err
+		}
+		res.params[p.Name] = slices.Clone(v)
+	}
 	return res, nil
+}
+
+// freezeMLP sets Frozen on the parameters of m whose names freeze (a
+// regexp; "" none) matches.
+func freezeMLP(m *testmodel.MLP, freeze string) {
+	if freeze == "" {
+		return
+	}
+	re := regexp.MustCompile(freeze)
+	for _, l := range m.Layers {
+		for _, p := range l.Params() {
+			p.Frozen = re.MatchString(p.Name)
+		}
+	}
 }

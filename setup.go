@@ -152,6 +152,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 	if err == nil {
 		err = e.checkShards()
 	}
+	if err == nil {
+		err = e.checkFrozen(cfg)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -176,8 +179,11 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		}
 		e.notes = append(e.notes, warns...)
 	}
-	donated, err := donations(e.params)
+	donated, err := donations(append(slices.Clip(e.params), e.frozenList()))
 	if err != nil {
+		return nil, err
+	}
+	if err := e.initFrozen(ctx, dts.model); err != nil {
 		return nil, err
 	}
 	initial := func(m, p int) *tensor.Tensor { return e.params[m][p].Data }
@@ -330,8 +336,7 @@ func (e *Engine) declare(net model.Model) ([]zero.ModuleSpec, error) {
 		e.index[name] = i
 		e.hashes[nameHash(name)] = name
 		ps := m.Params()
-		e.params[i] = ps
-		specs[i] = zero.ModuleSpec{Name: name, Params: make([]zero.ParamSpec, len(ps))}
+		specs[i] = zero.ModuleSpec{Name: name}
 		if r, ok := m.(model.Resident); ok && r.Resident() {
 			specs[i].Persistent = true
 		}
@@ -352,7 +357,12 @@ func (e *Engine) declare(net model.Model) ([]zero.ModuleSpec, error) {
 			if p.Data != nil && p.Data.Dim() > 1 && !slices.Equal(p.Data.Shape(), p.Shape) {
 				return nil, fmt.Errorf("deepgo.Initialize: parameter %q: Data is %v but Shape says %v: give Data the declared shape (or a flat view of as many elements)", p.Name, p.Data.Shape(), p.Shape)
 			}
-			specs[i].Params[j] = zero.ParamSpec{Name: p.Name, Shape: p.Shape}
+			if p.Frozen { // kept by the engine, outside ZeRO (frozen.go)
+				e.frozen = append(e.frozen, frozenParam{m: i, p: p})
+				continue
+			}
+			e.params[i] = append(e.params[i], p)
+			specs[i].Params = append(specs[i].Params, zero.ParamSpec{Name: p.Name, Shape: p.Shape})
 		}
 	}
 	return specs, nil

@@ -131,6 +131,10 @@ type Memory struct {
 	// Secondary is the stage-3 hpZ secondary partitions
 	// (zero_hpz_partition_size > 1) held now.
 	Secondary int64
+	// Frozen is the frozen parameters (model.Param.Frozen), which the
+	// engine keeps outside ZeRO, whole on every rank in the working dtype;
+	// the engine fills it (and adds it to Peak, HostBytes or DeviceBytes).
+	Frozen int64
 	// Peak is the peak of the sum of the categories above.
 	Peak int64
 	// Arena is the engine's micro-step arena (the activations and loss
@@ -162,11 +166,11 @@ func (m Memory) ParamBytes() int64 {
 	return n
 }
 
-// ModelStates is parameters + gradients + master weights + optimizer
-// state: what the ZeRO paper's formulas count, plus the hpZ secondary
+// ModelStates is parameters (frozen ones included) + gradients + master
+// weights + optimizer state: what the ZeRO paper's formulas count, plus the hpZ secondary
 // parameter partitions (Secondary), as ZeRO++ counts them.
 func (m Memory) ModelStates() int64 {
-	return m.ParamBytes() + m.Secondary + m.Grads + m.Master + m.OptimizerState
+	return m.ParamBytes() + m.Frozen + m.Secondary + m.Grads + m.Master + m.OptimizerState
 }
 
 type pendingReduce struct {

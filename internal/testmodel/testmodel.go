@@ -51,6 +51,19 @@ func onHost(ctx context.Context, t *tensor.Tensor) (h *tensor.Tensor, done func(
 	}, nil
 }
 
+// gradOnHost is onHost of p's gradient; a frozen p without one
+// (model.Param.Frozen) gets a float32 scratch that is dropped.
+func gradOnHost(ctx context.Context, p *model.Param) (*tensor.Tensor, func(bool) error, error) {
+	if p.Grad != nil {
+		return onHost(ctx, p.Grad)
+	}
+	h, err := tensor.Empty(tensor.Float32, p.Shape...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return h, func(bool) error { return h.Free() }, nil
+}
+
 // readParam is Read of a parameter that may live on the context's device.
 func readParam(ctx context.Context, t *tensor.Tensor) ([]float32, error) {
 	h, done, err := onHost(ctx, t)
@@ -233,18 +246,18 @@ func (l *Linear) Backward(ctx context.Context, gradOut model.Activation) (model.
 	if !ok {
 		return nil, fmt.Errorf("%s: gradient is %T, want testmodel.Batch", l.name, gradOut)
 	}
-	if l.w.Data == nil || l.w.Grad == nil || l.b.Grad == nil {
+	if l.w.Data == nil || l.w.Grad == nil && !l.w.Frozen || l.b.Grad == nil && !l.b.Frozen {
 		return nil, fmt.Errorf("%s: weight or grad not bound in backward", l.name)
 	}
 	w, err := readParam(ctx, l.w.Data)
 	if err != nil {
 		return nil, err
 	}
-	gw, doneW, err := onHost(ctx, l.w.Grad)
+	gw, doneW, err := gradOnHost(ctx, l.w)
 	if err != nil {
 		return nil, err
 	}
-	gb, doneB, err := onHost(ctx, l.b.Grad)
+	gb, doneB, err := gradOnHost(ctx, l.b)
 	if err != nil {
 		doneW(false)
 		return nil, err

@@ -1,0 +1,229 @@
+package deepgo
+
+// Frozen parameters (model.Param.Frozen, PyTorch's requires_grad=False):
+// the engine keeps them itself, outside the ZeRO layout, replicated on
+// every data-parallel rank in the working dtype, bound with Data and a nil
+// Grad. ZeRO (reduction, norm, overflow check, optimizer) sees only the
+// trainable parameters, so e.params and the zero.ModuleSpecs list those
+// alone, and every (module, parameter) index the engine shares with ZeRO
+// counts trainable parameters only.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/model"
+	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/deepgo-ml/deepgo/zero"
+)
+
+// frozenParam is one frozen parameter: its module, the Param, and its
+// value in the engine's memory (the working dtype).
+type frozenParam struct {
+	m int
+	p *model.Param
+	t *tensor.Tensor
+}
+
+// checkFrozen refuses what frozen parameters do not support: a model with
+// nothing left to train, and tensor or sequence parallelism (their layers
+// and gradient paths assume every parameter has a gradient).
+func (e *Engine) checkFrozen(cfg *config.Config) error {
+	if len(e.frozen) == 0 {
+		return nil
+	}
+	trainable := 0
+	for _, ps := range e.params {
+		trainable += len(ps)
+	}
+	if trainable == 0 {
+		return fmt.Errorf("deepgo.Initialize: every parameter is frozen (model.Param.Frozen on all %d): nothing to train", len(e.frozen))
+	}
+	name := e.frozen[0].p.Name
+	if _, n := e.tpDegree(); n > 1 {
+		return fmt.Errorf("deepgo.Initialize: not supported: frozen parameter %s with tensor parallelism (tensor_model_parallel_size %d)", name, n)
+	}
+	if cfg.SequenceParallelSize > 1 {
+		return fmt.Errorf("deepgo.Initialize: not supported: frozen parameter %s with sequence parallelism (sequence_parallel_size %d)", name, cfg.SequenceParallelSize)
+	}
+	return nil
+}
+
+// initFrozen copies every frozen parameter's initial value into engine
+// memory in dt, as ZeRO does a trainable one's (through float32, rank 0's
+// value broadcast to every rank), so that freezing a parameter keeps the
+// bits its working copy would have had.
+func (e *Engine) initFrozen(ctx context.Context, dt tensor.DType) error {
+	for i := range e.frozen {
+		f := &e.frozen[i]
+		src, n := f.p.Data, numel(f.p.Shape)
+		if src == nil {
+			return fmt.Errorf("deepgo.Initialize: frozen parameter %s has no initial value (Param.Data is nil)", f.p.Name)
+		}
+		if src.Numel() != n {
+			return fmt.Errorf("deepgo.Initialize: frozen parameter %s: initial value has %d elements, shape %v says %d", f.p.Name, src.Numel(), f.p.Shape, n)
+		}
+		t, err := e.loadFrozen(ctx, src, dt, f.p.Shape)
+		if err != nil {
+			return fmt.Errorf("deepgo.Initialize: frozen parameter %s: %w", f.p.Name, err)
+		}
+		f.t = t
+	}
+	return nil
+}
+
+// loadFrozen returns a new tensor of dt and shape on the engine's backend
+// holding src (any float dtype, any memory) as rank 0 has it.
+func (e *Engine) loadFrozen(ctx context.Context, src *tensor.Tensor, dt tensor.DType, shape []int) (*tensor.Tensor, error) {
+	n := numel(shape)
+	tmp, err := e.be.Empty(tensor.Float32, n)
+	if err != nil {
+		return nil, err
+	}
+	defer tmp.Free()
+	dev, err := flat(src)
+	if err != nil {
+		return nil, err
+	}
+	if src.Device() != e.be.Device() {
+		d, err := e.be.Empty(src.DType(), n)
+		if err != nil {
+			return nil, err
+		}
+		defer d.Free()
+		if err := e.be.Copy(d, dev); err != nil {
+			return nil, err
+		}
+		dev = d
+	}
+	if err := castFlat(e.be, tmp, dev); err != nil {
+		return nil, err
+	}
+	if e.c.Size() > 1 {
+		if err := e.c.Broadcast(ctx, tmp, 0); err != nil {
+			return nil, fmt.Errorf("broadcasting the initial value: %w", err)
+		}
+	}
+	t, err := e.be.Empty(dt, shape...)
+	if err != nil {
+		return nil, err
+	}
+	if err := castFlat(e.be, t, tmp); err != nil {
+		t.Free()
+		return nil, err
+	}
+	return t, nil
+}
+
+// frozenList is the frozen Params.
+func (e *Engine) frozenList() []*model.Param {
+	ps := make([]*model.Param, len(e.frozen))
+	for i, f := range e.frozen {
+		ps[i] = f.p
+	}
+	return ps
+}
+
+// bindFrozen points module m's frozen parameters at their values, with no
+// gradient.
+func (e *Engine) bindFrozen(m int) {
+	for _, f := range e.frozen {
+		if f.m == m {
+			f.p.Data, f.p.Grad = f.t, nil
+		}
+	}
+}
+
+// frozenBytes is the memory the frozen values take.
+func (e *Engine) frozenBytes() int64 {
+	var n int64
+	for _, f := range e.frozen {
+		if f.t != nil {
+			n += int64(f.t.Bytes())
+		}
+	}
+	return n
+}
+
+// freeFrozen frees the frozen values (Close).
+func (e *Engine) freeFrozen() error {
+	var errs []error
+	for i := range e.frozen {
+		if t := e.frozen[i].t; t != nil {
+			errs = append(errs, t.Free())
+			e.frozen[i].t = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// frozenFloat32s adds the frozen parameters' values, widened to float32,
+// to out (Parameters).
+func (e *Engine) frozenFloat32s(out map[string][]float32) error {
+	for _, f := range e.frozen {
+		v, err := float32sOf(e.be, f.t)
+		if err != nil {
+			return fmt.Errorf("deepgo: frozen parameter %s: %w", f.p.Name, err)
+		}
+		out[f.p.Name] = v
+	}
+	return nil
+}
+
+// float32sOf reads t (any float dtype, on be's device) as float32 values.
+func float32sOf(be backend.Backend, t *tensor.Tensor) ([]float32, error) {
+	w, err := be.Empty(tensor.Float32, t.Numel())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Free()
+	if err := castFlat(be, w, t); err != nil {
+		return nil, err
+	}
+	h, free, err := zero.ToHost(be, w)
+	if err != nil {
+		return nil, err
+	}
+	defer free()
+	v, err := h.Float32s()
+	if err != nil {
+		return nil, err
+	}
+	return append([]float32(nil), v...), nil
+}
+
+// frozenMemory adds the frozen values to m (Memory).
+func (e *Engine) frozenMemory(m *zero.Memory) {
+	n := e.frozenBytes()
+	m.Frozen = n
+	m.Peak += n
+	countLive(m, n)
+}
+
+// numel is the element count of shape.
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// flat views t as 1-D.
+func flat(t *tensor.Tensor) (*tensor.Tensor, error) { return t.Slice(0, t.Numel()) }
+
+// castFlat casts src into dst, element for element, whatever their shapes.
+func castFlat(be backend.Backend, dst, src *tensor.Tensor) error {
+	d, err := flat(dst)
+	if err != nil {
+		return err
+	}
+	s, err := flat(src)
+	if err != nil {
+		return err
+	}
+	return be.Cast([]*tensor.Tensor{d}, []*tensor.Tensor{s})
+}
