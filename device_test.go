@@ -101,7 +101,8 @@ func bitEqualRuns(t *testing.T, want, got *result) {
 
 // deviceCases is the device tables' cases: every ZeRO stage on each of
 // worlds with each of gases in fp32, and on 2 ranks fp16 with steps 2, 3
-// and 7 overflowing on rank 1 and bf16.
+// and 7 overflowing on rank 1, bf16, and fp32 and bf16 with frozen
+// parameters.
 func deviceCases(worlds, gases []int) []run {
 	overflowAt := map[int]bool{2: true, 3: true, 7: true}
 	inject := func(rank int, m *testmodel.MLP, _ *deepgo.Engine, step int) {
@@ -118,7 +119,10 @@ func deviceCases(worlds, gases []int) []run {
 		}
 		cases = append(cases,
 			run{stage: stage, world: 2, gas: 2, precision: "fp16", steps: 10, hook: inject},
-			run{stage: stage, world: 2, gas: 1, precision: "bf16", steps: 6})
+			run{stage: stage, world: 2, gas: 1, precision: "bf16", steps: 6},
+			// frozen parameters (frozen_test.go): kept on the device outside ZeRO
+			run{stage: stage, world: 2, gas: 2, steps: 6, freeze: freezeMixed},
+			run{stage: stage, world: 2, gas: 1, precision: "bf16", steps: 4, freeze: freezeModule})
 	}
 	return cases
 }

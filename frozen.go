@@ -28,10 +28,40 @@ type frozenParam struct {
 	t *tensor.Tensor
 }
 
-// checkFrozen refuses what frozen parameters do not support: a model with
-// nothing left to train, and tensor or sequence parallelism (their layers
-// and gradient paths assume every parameter has a gradient).
-func (e *Engine) checkFrozen(cfg *config.Config) error {
+// refuseFrozen refuses a frozen parameter of net where frozen parameters
+// are not supported (with names the layout: pipeline stages, tensor or
+// sequence parallelism, whose tied-weight reductions, sharded layers and
+// gradient paths assume every parameter has a gradient). Every rank
+// decides alone from the model and the config, before any collective.
+func refuseFrozen(net model.Model, with string) error {
+	for _, m := range net.Modules() {
+		for _, p := range m.Params() {
+			if p != nil && p.Frozen {
+				return fmt.Errorf("deepgo.Initialize: not supported: frozen parameter %s with %s", p.Name, with)
+			}
+		}
+	}
+	return nil
+}
+
+// refuseFrozenParallel is refuseFrozen for the data-parallel engine's
+// tensor and sequence parallelism.
+func refuseFrozenParallel(cfg *config.Config, net model.Model) error {
+	if n := cfg.TensorModelParallelSize; n > 1 {
+		if err := refuseFrozen(net, fmt.Sprintf("tensor parallelism (tensor_model_parallel_size %d)", n)); err != nil {
+			return err
+		}
+	}
+	if n := cfg.SequenceParallelSize; n > 1 {
+		return refuseFrozen(net, fmt.Sprintf("sequence parallelism (sequence_parallel_size %d)", n))
+	}
+	return nil
+}
+
+// checkFrozen refuses a model with nothing left to train, and tensor
+// parallelism given as a group (WithTensorParallel) rather than by the
+// config.
+func (e *Engine) checkFrozen() error {
 	if len(e.frozen) == 0 {
 		return nil
 	}
@@ -42,12 +72,8 @@ func (e *Engine) checkFrozen(cfg *config.Config) error {
 	if trainable == 0 {
 		return fmt.Errorf("deepgo.Initialize: every parameter is frozen (model.Param.Frozen on all %d): nothing to train", len(e.frozen))
 	}
-	name := e.frozen[0].p.Name
 	if _, n := e.tpDegree(); n > 1 {
-		return fmt.Errorf("deepgo.Initialize: not supported: frozen parameter %s with tensor parallelism (tensor_model_parallel_size %d)", name, n)
-	}
-	if cfg.SequenceParallelSize > 1 {
-		return fmt.Errorf("deepgo.Initialize: not supported: frozen parameter %s with sequence parallelism (sequence_parallel_size %d)", name, cfg.SequenceParallelSize)
+		return fmt.Errorf("deepgo.Initialize: not supported: frozen parameter %s with tensor parallelism (a tensor-parallel group of %d)", e.frozen[0].p.Name, n)
 	}
 	return nil
 }

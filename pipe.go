@@ -163,6 +163,9 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 	if err := unsupported(cfg); err != nil {
 		return nil, err
 	}
+	if err := refuseFrozen(net, fmt.Sprintf("pipeline stages (pipeline_model_parallel_size %d)", pp)); err != nil {
+		return nil, err
+	}
 	if err := checkMegatronSP(cfg, net); err != nil {
 		return nil, err
 	}

@@ -59,6 +59,9 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 			e.Close()
 		}
 	}()
+	if err := refuseFrozenParallel(cfg, net); err != nil {
+		return nil, err
+	}
 	if err := checkTP(cfg, net, o); err != nil {
 		return nil, err
 	}
@@ -153,7 +156,7 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 		err = e.checkShards()
 	}
 	if err == nil {
-		err = e.checkFrozen(cfg)
+		err = e.checkFrozen()
 	}
 	if err != nil {
 		return nil, err
