@@ -104,44 +104,56 @@ func (e *Engine) initFrozen(ctx context.Context, dt tensor.DType) error {
 // loadFrozen returns a new tensor of dt and shape on the engine's backend
 // holding src (any float dtype, any memory) as rank 0 has it.
 func (e *Engine) loadFrozen(ctx context.Context, src *tensor.Tensor, dt tensor.DType, shape []int) (*tensor.Tensor, error) {
-	n := numel(shape)
-	tmp, err := e.be.Empty(tensor.Float32, n)
-	if err != nil {
-		return nil, err
-	}
-	defer tmp.Free()
-	dev, err := flat(src)
-	if err != nil {
-		return nil, err
-	}
-	if src.Device() != e.be.Device() {
-		d, err := e.be.Empty(src.DType(), n)
-		if err != nil {
-			return nil, err
-		}
-		defer d.Free()
-		if err := e.be.Copy(d, dev); err != nil {
-			return nil, err
-		}
-		dev = d
-	}
-	if err := castFlat(e.be, tmp, dev); err != nil {
-		return nil, err
-	}
-	if e.c.Size() > 1 {
-		if err := e.c.Broadcast(ctx, tmp, 0); err != nil {
-			return nil, fmt.Errorf("broadcasting the initial value: %w", err)
-		}
-	}
 	t, err := e.be.Empty(dt, shape...)
 	if err != nil {
 		return nil, err
 	}
-	if err := castFlat(e.be, t, tmp); err != nil {
+	if err := e.castVia(ctx, t, src, e.c.Size() > 1); err != nil {
 		t.Free()
 		return nil, err
 	}
 	return t, nil
+}
+
+// castInto writes src (any float dtype, any memory) into dst on the
+// engine's backend, through float32 as Initialize does.
+func (e *Engine) castInto(dst, src *tensor.Tensor) error {
+	return e.castVia(context.Background(), dst, src, false)
+}
+
+// castVia is castInto, with bcast rank 0's float32 value broadcast to
+// every rank first.
+func (e *Engine) castVia(ctx context.Context, dst, src *tensor.Tensor, bcast bool) error {
+	n := src.Numel()
+	tmp, err := e.be.Empty(tensor.Float32, n)
+	if err != nil {
+		return err
+	}
+	defer tmp.Free()
+	dev, err := flat(src)
+	if err != nil {
+		return err
+	}
+	if src.Device() != e.be.Device() {
+		d, err := e.be.Empty(src.DType(), n)
+		if err != nil {
+			return err
+		}
+		defer d.Free()
+		if err := e.be.Copy(d, dev); err != nil {
+			return err
+		}
+		dev = d
+	}
+	if err := castFlat(e.be, tmp, dev); err != nil {
+		return err
+	}
+	if bcast {
+		if err := e.c.Broadcast(ctx, tmp, 0); err != nil {
+			return fmt.Errorf("broadcasting the initial value: %w", err)
+		}
+	}
+	return castFlat(e.be, dst, tmp)
 }
 
 // frozenList is the frozen Params.

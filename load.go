@@ -62,6 +62,7 @@ type loadPlan struct {
 	res     LoadResult
 	ec      engineCheckpoint
 	masters []*tensor.Tensor
+	frozen  []*tensor.Tensor // by e.frozen; nil: keeps its value
 	state   map[string][]*tensor.Tensor
 	scaler  optim.LossScaler
 	sched   optim.Schedule
@@ -71,8 +72,10 @@ func (p *loadPlan) free() {
 	if p == nil {
 		return
 	}
-	for _, t := range p.masters {
-		t.Free()
+	for _, t := range slices.Concat(p.masters, p.frozen) {
+		if t != nil {
+			t.Free()
+		}
 	}
 	for _, ts := range p.state {
 		for _, t := range ts {
@@ -174,6 +177,9 @@ func (e *Engine) install(ctx context.Context, plan *loadPlan, opts LoadOptions) 
 		}
 		return err
 	}
+	if err := e.installFrozen(plan.frozen); err != nil {
+		return fmt.Errorf("deepgo: Load: %w", err)
+	}
 	plan.install(&e.scaler, &e.sched)
 	if !opts.ModuleOnly {
 		e.globalSteps, e.skippedSteps = plan.ec.GlobalSteps, plan.ec.SkippedSteps
@@ -232,7 +238,7 @@ type slotRef struct {
 
 // matchParams pairs every model parameter with its checkpoint entry,
 // by ZeRO unit and slot.
-func (e *Engine) matchParams(ck *checkpoint.Checkpoint, ec engineCheckpoint, opts LoadOptions, res *LoadResult) ([][]slotRef, error) {
+func (e *Engine) matchParams(ck *checkpoint.Checkpoint, ec engineCheckpoint, opts LoadOptions, res *LoadResult) ([][]slotRef, []frozenRef, error) {
 	where := ck.Path
 	refs := map[string]checkpoint.ParamRef{}
 	for _, r := range ck.Manifest.Params {
@@ -255,32 +261,39 @@ func (e *Engine) matchParams(ck *checkpoint.Checkpoint, ec engineCheckpoint, opt
 			}
 			if !sr.found {
 				if !opts.NonStrict {
-					return nil, fmt.Errorf("deepgo: Load: %s: the checkpoint has no parameter %q", where, p.Name)
+					return nil, nil, fmt.Errorf("deepgo: Load: %s: the checkpoint has no parameter %q", where, p.Name)
 				}
 				res.Missing = append(res.Missing, p.Name)
 				sr.name = p.Name
 			} else {
 				if other, dup := claimed[sr.ref.Name]; dup {
-					return nil, fmt.Errorf("deepgo: Load: %s: checkpoint parameter %q matches both %q and %q", where, sr.ref.Name, other, p.Name)
+					return nil, nil, fmt.Errorf("deepgo: Load: %s: checkpoint parameter %q matches both %q and %q", where, sr.ref.Name, other, p.Name)
 				}
 				claimed[sr.ref.Name] = p.Name
 				if full := e.fullShape(p); !slices.Equal(sr.ref.Shape, full) {
-					return nil, fmt.Errorf("deepgo: Load: %s: parameter %q has shape %v in the checkpoint, %v in the model", where, p.Name, sr.ref.Shape, full)
+					return nil, nil, fmt.Errorf("deepgo: Load: %s: parameter %q has shape %v in the checkpoint, %v in the model", where, p.Name, sr.ref.Shape, full)
 				}
 				if _, n := e.tpDegree(); n > 1 && p.Parallel.Split {
 					if err := p.Parallel.Check(sr.ref.Shape, n); err != nil {
-						return nil, fmt.Errorf("deepgo: Load: parameter %q: %w", p.Name, err)
+						return nil, nil, fmt.Errorf("deepgo: Load: parameter %q: %w", p.Name, err)
 					}
+				}
+				if err := refuseThawed(ck, ec, opts, p.Name, sr.ref); err != nil {
+					return nil, nil, err
 				}
 				for _, pc := range sr.ref.Pieces() {
 					if g, ok := ck.Lookup(pc.Source); !ok || g.DType != "F32" {
-						return nil, fmt.Errorf("deepgo: Load: %s: parameter %q: source %q is not a float32 tensor of the checkpoint", where, p.Name, pc.Source)
+						return nil, nil, fmt.Errorf("deepgo: Load: %s: parameter %q: source %q is not a float32 tensor of the checkpoint", where, p.Name, pc.Source)
 					}
 				}
 			}
 			w := lay.Where[m][j]
 			bySlot[w.Unit][w.Slot] = sr
 		}
+	}
+	fz, err := e.matchFrozen(ck, refs, ec, opts, res, claimed)
+	if err != nil {
+		return nil, nil, err
 	}
 	for n := range refs {
 		if _, ok := claimed[n]; !ok {
@@ -289,9 +302,9 @@ func (e *Engine) matchParams(ck *checkpoint.Checkpoint, ec engineCheckpoint, opt
 	}
 	slices.Sort(res.Unexpected)
 	if len(res.Unexpected) > 0 && !opts.NonStrict {
-		return nil, fmt.Errorf("deepgo: Load: %s: the checkpoint has parameters the model lacks: %s", where, strings.Join(res.Unexpected, ", "))
+		return nil, nil, fmt.Errorf("deepgo: Load: %s: the checkpoint has parameters the model lacks: %s", where, strings.Join(res.Unexpected, ", "))
 	}
-	return bySlot, nil
+	return bySlot, fz, nil
 }
 
 // prepareLoad reads and checks everything Load needs, touching nothing.
@@ -309,8 +322,11 @@ func (e *Engine) prepareLoad(ctx context.Context, dir string, opts LoadOptions) 
 		}
 	}()
 	ec := plan.ec
-	bySlot, err := e.matchParams(ck, ec, opts, &plan.res)
+	bySlot, fz, err := e.matchParams(ck, ec, opts, &plan.res)
 	if err != nil {
+		return nil, err
+	}
+	if plan.frozen, err = readFrozen(ctx, ck, fz); err != nil {
 		return nil, err
 	}
 	if e.halfLoaded != nil && len(plan.res.Missing) > 0 {

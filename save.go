@@ -78,6 +78,9 @@ type engineCheckpoint struct {
 	// ParamNames is "model" when parameters are named by model.Param.Name
 	// alone; checkpoints without it prefixed each with its module's name.
 	ParamNames string `json:"param_names,omitempty"`
+	// FrozenExcluded names the frozen parameters SaveOptions.ExcludeFrozen
+	// left out (see ckpt_frozen.go).
+	FrozenExcluded []string `json:"frozen_excluded,omitempty"`
 }
 
 // paramNamesModel marks checkpoints whose parameters carry their
@@ -91,6 +94,10 @@ type SaveOptions struct {
 	// ClientState is this rank's own JSON state (data-sampler position,
 	// RNG states), returned by Load in LoadResult.ClientState; nil for none.
 	ClientState json.RawMessage
+	// ExcludeFrozen leaves the frozen parameters (model.Param.Frozen) out
+	// of the checkpoint (DeepSpeed's exclude_frozen_parameters): Load then
+	// keeps the model's current values for them (see ckpt_frozen.go).
+	ExcludeFrozen bool
 }
 
 // atBoundary reports an error unless the engine is between optimizer
@@ -184,6 +191,9 @@ func (e *Engine) checkpointState(op, dir string, so SaveOptions) (checkpoint.Opt
 		}
 	}
 	ec := newEngineCheckpoint(z, names, steps, e.scaler, e.sched, e.globalSteps, e.skippedSteps, e.microSteps, e.batch)
+	if ec.FrozenExcluded, err = e.saveFrozen(st, so.ExcludeFrozen); err != nil {
+		return o, nil, fmt.Errorf("deepgo: %s: %w", op, err)
+	}
 	if err := st.SetMeta(metaEngine, ec); err != nil {
 		return o, nil, err
 	}
@@ -242,6 +252,13 @@ func (e *Engine) replicated() ([]checkpoint.Named, error) {
 			return nil, err
 		}
 		out = append(out, checkpoint.Named{Name: e.params[m][p].Name, Tensor: h})
+	}
+	for _, f := range e.frozen { // replicated on every rank at every stage
+		h, err := e.hostCopy(f.t)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, checkpoint.Named{Name: f.p.Name, Tensor: h})
 	}
 	if e.z.Config().Stage == 0 && e.z.Config().ModelDType != tensor.Float32 {
 		for u := range e.z.Layout().Units {

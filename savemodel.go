@@ -37,6 +37,10 @@ type SaveModelOptions struct {
 	// file is safetensors, which Hugging Face's loaders tell by that
 	// suffix; DeepSpeed's default pytorch_model.bin is a torch pickle).
 	Name string
+	// ExcludeFrozen leaves the frozen parameters (model.Param.Frozen) out
+	// of the file, as DeepSpeed's save_16bit_model(exclude_frozen_parameters=True):
+	// an adapter's weights alone.
+	ExcludeFrozen bool
 }
 
 // file is the file name opts asks for in dir, checked.
@@ -192,13 +196,13 @@ func castHost(v []float32, dt tensor.DType, shape []int) (*tensor.Tensor, error)
 }
 
 // wholeModel lists mods' parameters once each (a tied weight appears in
-// two modules), in module order.
-func wholeModel(mods []model.Module) []*model.Param {
+// two modules), in module order; with noFrozen, the trainable ones only.
+func wholeModel(mods []model.Module, noFrozen bool) []*model.Param {
 	var out []*model.Param
 	seen := map[string]bool{}
 	for _, m := range mods {
 		for _, p := range m.Params() {
-			if !seen[p.Name] {
+			if !seen[p.Name] && !(noFrozen && p.Frozen) {
 				seen[p.Name] = true
 				out = append(out, p)
 			}
@@ -219,7 +223,7 @@ func (e *Engine) SaveModel(ctx context.Context, dir string, opts SaveModelOption
 		return fmt.Errorf("deepgo: SaveModel: %w", err)
 	}
 	tpRank, _ := e.tpDegree()
-	w := modelWeights{cfg: e.cfg, dtype: e.z.Config().ModelDType, params: wholeModel(e.mods), tp: e.tp,
+	w := modelWeights{cfg: e.cfg, dtype: e.z.Config().ModelDType, params: wholeModel(e.mods, opts.ExcludeFrozen), tp: e.tp,
 		write: e.c.Rank() == 0 && tpRank == 0, step: e.globalSteps}
 	if err := w.check(); err != nil {
 		return fmt.Errorf("deepgo: SaveModel: %w", err)
@@ -245,7 +249,7 @@ func (e *PipeEngine) SaveModel(ctx context.Context, dir string, opts SaveModelOp
 	if err != nil {
 		return fmt.Errorf("deepgo: pipeline engine: SaveModel: %w", err)
 	}
-	w := modelWeights{cfg: e.cfg, dtype: e.z.Config().ModelDType, params: wholeModel(e.net.Modules()), tp: e.tp,
+	w := modelWeights{cfg: e.cfg, dtype: e.z.Config().ModelDType, params: wholeModel(e.net.Modules(), opts.ExcludeFrozen), tp: e.tp,
 		write: e.world.Rank() == 0, step: e.globalSteps}
 	if err := w.check(); err != nil {
 		return fmt.Errorf("deepgo: pipeline engine: SaveModel: %w", err)

@@ -1,0 +1,158 @@
+package deepgo
+
+// Frozen parameters in checkpoints. Save writes each whole, once (rank 0),
+// as the float32 tensor frozen/<name> (its working-dtype value widened:
+// lossless, and what Consolidate and a trainable load read), placed by the
+// manifest's parameter map like any parameter. SaveOptions.ExcludeFrozen
+// (DeepSpeed's exclude_frozen_parameters) leaves them out and lists their
+// names in deepgo.engine's frozen_excluded instead, so that Load knows
+// them deliberately absent: it keeps the model's current values without
+// NonStrict (DeepSpeed's strict load_state_dict reports them missing and
+// needs load_module_strict=False).
+//
+// Load reads a frozen parameter from whatever the checkpoint holds under
+// its name: a frozen value, or a trainable one's fp32 master (rounded to
+// the working dtype). A parameter saved frozen and trainable now has a
+// master (the frozen value) but no optimizer state: Load refuses it,
+// naming it, unless ModuleOnly or SkipOptimizerStates, which keep the
+// optimizer state the engine has (fresh before its first step).
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/deepgo-ml/deepgo/checkpoint"
+	"github.com/deepgo-ml/deepgo/tensor"
+)
+
+// frozenPrefix names the tensors of frozen parameters in a checkpoint.
+const frozenPrefix = "frozen/"
+
+// saveFrozen adds the frozen parameters to st (rank 0's tensors, every
+// rank's parameter map), or with exclude returns their names for
+// engineCheckpoint.FrozenExcluded. The float32 copies live until
+// releaseStaged.
+func (e *Engine) saveFrozen(st *checkpoint.State, exclude bool) ([]string, error) {
+	var excluded []string
+	for _, f := range e.frozen {
+		if exclude {
+			excluded = append(excluded, f.p.Name)
+			continue
+		}
+		name := frozenPrefix + f.p.Name
+		st.Params = append(st.Params, checkpoint.ParamRef{Name: f.p.Name, Shape: slices.Clone(f.p.Shape), Source: name})
+		if e.c.Rank() != 0 {
+			continue
+		}
+		w, err := e.be.Empty(tensor.Float32, f.p.Shape...)
+		if err != nil {
+			return nil, err
+		}
+		if err := castFlat(e.be, w, f.t); err != nil {
+			w.Free()
+			return nil, fmt.Errorf("frozen parameter %s: %w", f.p.Name, err)
+		}
+		h, err := e.hostCopy(w)
+		if h == w {
+			e.staged = append(e.staged, func() { w.Free() })
+		} else {
+			w.Free()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("frozen parameter %s: %w", f.p.Name, err)
+		}
+		st.Tensors = append(st.Tensors, checkpoint.Entry{Name: name, File: "model", Data: h})
+	}
+	return excluded, nil
+}
+
+// frozenRef is where frozen parameter e.frozen[i] loads from (found false:
+// it keeps its value).
+type frozenRef struct {
+	ref   checkpoint.ParamRef
+	found bool
+}
+
+// matchFrozen pairs every frozen parameter with its checkpoint entry, as
+// matchParams does the trainable ones, claiming the entries it takes.
+func (e *Engine) matchFrozen(ck *checkpoint.Checkpoint, refs map[string]checkpoint.ParamRef, ec engineCheckpoint, opts LoadOptions, res *LoadResult, claimed map[string]string) ([]frozenRef, error) {
+	out := make([]frozenRef, len(e.frozen))
+	for i, f := range e.frozen {
+		names := e.checkpointNames(f.m, f.p, ec.ParamNames == "")
+		for _, n := range names {
+			if r, ok := refs[n]; ok {
+				out[i] = frozenRef{ref: r, found: true}
+				break
+			}
+		}
+		if !out[i].found {
+			switch {
+			case slices.ContainsFunc(names, func(n string) bool { return slices.Contains(ec.FrozenExcluded, n) }):
+				res.Notes = append(res.Notes, fmt.Sprintf("frozen parameter %s: saved with ExcludeFrozen; keeps its current value", f.p.Name))
+			case opts.NonStrict:
+				res.Missing = append(res.Missing, f.p.Name)
+			default:
+				return nil, fmt.Errorf("deepgo: Load: %s: the checkpoint has no parameter %q", ck.Path, f.p.Name)
+			}
+			continue
+		}
+		r := out[i].ref
+		if other, dup := claimed[r.Name]; dup {
+			return nil, fmt.Errorf("deepgo: Load: %s: checkpoint parameter %q matches both %q and %q", ck.Path, r.Name, other, f.p.Name)
+		}
+		claimed[r.Name] = f.p.Name
+		if !slices.Equal(r.Shape, f.p.Shape) {
+			return nil, fmt.Errorf("deepgo: Load: %s: parameter %q has shape %v in the checkpoint, %v in the model", ck.Path, f.p.Name, r.Shape, f.p.Shape)
+		}
+	}
+	return out, nil
+}
+
+// refuseThawed refuses to load a trainable parameter from a checkpoint
+// that saved it frozen while the optimizer state is loaded: there is none
+// for it.
+func refuseThawed(ck *checkpoint.Checkpoint, ec engineCheckpoint, opts LoadOptions, name string, r checkpoint.ParamRef) error {
+	if !strings.HasPrefix(r.Source, frozenPrefix) || opts.ModuleOnly || opts.SkipOptimizerStates || len(ec.OptimizerState) == 0 {
+		return nil
+	}
+	return fmt.Errorf("deepgo: Load: %s: parameter %q is trainable but was frozen when saved: the checkpoint has no optimizer state for it; load with ModuleOnly or SkipOptimizerStates to start from its value with the optimizer state the engine has", ck.Path, name)
+}
+
+// readFrozen reads the frozen parameters' values from ck (float32 host
+// tensors; nil where one keeps its value).
+func readFrozen(ctx context.Context, ck *checkpoint.Checkpoint, refs []frozenRef) ([]*tensor.Tensor, error) {
+	out := make([]*tensor.Tensor, len(refs))
+	for i, r := range refs {
+		if !r.found {
+			continue
+		}
+		t, err := ck.ReadParam(ctx, r.ref)
+		if err != nil {
+			for _, o := range out {
+				if o != nil {
+					o.Free()
+				}
+			}
+			return nil, fmt.Errorf("deepgo: Load: %w", err)
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// installFrozen writes the values read into the frozen parameters, rounded
+// to the working dtype (every rank read the same checkpoint: no broadcast).
+func (e *Engine) installFrozen(vals []*tensor.Tensor) error {
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		f := e.frozen[i]
+		if err := e.castInto(f.t, v); err != nil {
+			return fmt.Errorf("frozen parameter %s: %w", f.p.Name, err)
+		}
+	}
+	return nil
+}
