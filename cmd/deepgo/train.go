@@ -152,6 +152,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	evalInterval := fs.Int("eval-interval", 0, "evaluate on held-out data every N optimizer steps (of the global step, also after a resume) and after the last; 0: no evaluation. Held out: a second synthetic corpus from the same Markov source, or the last 5% of --data's windows (training gets the rest)")
 	evalIters := fs.Int("eval-iters", 0, "micro-batches per evaluation per data-parallel rank, the same ones every time (default: gradient_accumulation_steps)")
 	saveModel := fs.String("save-model", "", "after the last step, write the trained weights, whole and in the model's dtype, to DIR/"+deepgo.DefaultModelFile+" (DeepSpeed's save_16bit_model; at ZeRO stage 3 it needs zero_optimization.stage3_gather_16bit_weights_on_model_save true)")
+	freeze := fs.String("freeze", "", freezeFlagHelp)
 	backend := fs.String("dist-backend", "", "between the processes of a launched job (RANK/WORLD_SIZE, OMPI_* or SLURM_* set, no --ranks): gloo, mpi or nccl (default: DEEPGO_DIST_BACKEND, else nccl with --device cuda, gloo otherwise)")
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
@@ -164,6 +165,10 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	}
 	if _, ok := trainModels[*modelName]; !ok && err == nil {
 		err = fmt.Errorf("--model %q: want small or tiny", *modelName)
+	}
+	freezeRE, ferr := parseFreeze(*freeze)
+	if ferr != nil && err == nil {
+		err = ferr
 	}
 	if _, derr := tensor.ParseDevice(*device); derr != nil && err == nil {
 		err = fmt.Errorf("--device %q: %w", *device, derr)
@@ -205,7 +210,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	defer func() { signal.Stop(sig); close(sig) }()
 	go watchInterrupt(sig, progress, job.rank() == 0, stderr, os.Exit)
 	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, microGiven: microGiven, lr: *lr, lrGiven: lrGiven, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress,
-		evalInterval: *evalInterval, evalIters: *evalIters, saveModel: *saveModel}, stdout, stderr)
+		evalInterval: *evalInterval, evalIters: *evalIters, saveModel: *saveModel, freeze: freezeRE}, stdout, stderr)
 	if err != nil {
 		if code, ok := progress.awaitInterrupt(time.Minute); ok {
 			// the interrupt's exit has not ended the process within a
@@ -355,6 +360,15 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			gcfg.Vocab, v, tp, v-gcfg.Vocab)
 		gcfg.Vocab = v
 	}
+	if targs.freeze != nil {
+		line, err := checkFreeze(targs.freeze, gcfg)
+		if err != nil {
+			return nil, err
+		}
+		if targs.job.rank() == 0 {
+			fmt.Fprintln(stderr, "note:", line)
+		}
+	}
 	seqSplit := sp // Ulysses splits every sequence over the SP ranks, Megatron SP over the TP ranks
 	if tp > 1 && shape.MegatronSequenceParallel {
 		seqSplit *= tp
@@ -427,6 +441,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			return err
 		}
 		defer gpt.Free()
+		applyFreeze(gpt, targs.freeze)
 		opts, dev, err := rankOptions(targs.device, c, targs.job.inProcRank(c)) // cpu: on the rank's 1-thread pool
 		if err != nil {
 			return err

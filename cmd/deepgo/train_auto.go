@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 
@@ -25,6 +26,7 @@ type trainerArgs struct {
 	evalInterval   int            // --eval-interval: 0, no evaluation
 	evalIters      int            // --eval-iters: 0, gradient_accumulation_steps
 	saveModel      string         // --save-model: "", no model file
+	freeze         *regexp.Regexp // --freeze: nil, nothing frozen
 	job            *procJob       // the launched job this process is one rank of; nil: in-process ranks
 	progress       *trainProgress // where rank 0 stands, for the interrupted line; nil: not recorded
 }
