@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/deepgo-ml/deepgo"
@@ -283,4 +284,65 @@ func ExampleTrainer_SaveModel() {
 	}
 	fmt.Println(deepgo.DefaultModelFile, st.Size() > 2*(8*32+32+32*4+4))
 	// Output: model.safetensors true
+}
+
+// Fine-tuning with frozen parameters: a GPT whose embeddings and first
+// block are frozen (model.Param.Frozen, PyTorch's requires_grad=False)
+// trains the rest. The frozen values never change; they have no
+// gradient, fp32 master or optimizer state (Memory().Frozen counts them,
+// whole on every rank in the working dtype).
+func ExampleInitialize_frozen() {
+	cfg, err := config.Parse([]byte(`{
+		"train_micro_batch_size_per_gpu": 2,
+		"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}},
+		"zero_optimization": {"stage": 2}
+	}`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 16, Vocab: 32, SeqLen: 8}, nil, 1)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer g.Free()
+	frozen := 0
+	for _, p := range g.Params() {
+		if strings.Contains(p.Name, ".wte.") || strings.Contains(p.Name, ".wpe.") || strings.HasPrefix(p.Name, "transformer.h.0.") {
+			p.Frozen = true
+			frozen++
+		}
+	}
+	wte, _ := g.Embed.Tok.Data.Float32s()
+	before := slices.Clone(wte)
+	trainer, err := deepgo.Initialize(context.Background(), cfg, g)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer trainer.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 5 {
+		b := model.TokenBatch{B: 2, T: 8, Inputs: make([]int32, 16), Targets: make([]int32, 16)}
+		for i := range b.Inputs {
+			b.Inputs[i], b.Targets[i] = int32(rng.IntN(32)), int32(rng.IntN(32))
+		}
+		if _, err := trainer.TrainBatch(context.Background(), []model.MicroBatch{b.MicroBatch()}); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	params, err := trainer.Parameters(context.Background())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("frozen parameters:", frozen)
+	fmt.Println("wte unchanged:", slices.Equal(before, params["transformer.wte.weight"]))
+	fmt.Println("ln_f trained:", params["transformer.ln_f.weight"][0] != 1)
+	// Output:
+	// frozen parameters: 14
+	// wte unchanged: true
+	// ln_f trained: true
 }

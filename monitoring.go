@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/deepgo-ml/deepgo/backend"
@@ -149,7 +150,7 @@ func (e *Engine) startRunInfo(ctx context.Context) error {
 	_, tpN := e.tpDegree()
 	seen := map[string]bool{}
 	var shapes [][]int
-	for _, ps := range e.params {
+	for _, ps := range append(slices.Clip(e.params), e.frozenList()) { // frozen ones count too
 		for _, p := range ps {
 			if !seen[p.Name] {
 				seen[p.Name] = true

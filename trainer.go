@@ -141,7 +141,8 @@ type Trainer interface {
 	// again, so a caller may fall back to an older checkpoint.
 	Load(ctx context.Context, dir string, opts LoadOptions) (LoadResult, error)
 	// Parameters gathers the full fp32 parameters keyed by name (a
-	// collective).
+	// collective); frozen ones (model.Param.Frozen) are their
+	// working-dtype values widened.
 	Parameters(ctx context.Context) (map[string][]float32, error)
 	// SaveModel writes the trained weights for inference or export, as
 	// DeepSpeed's save_16bit_model does: every parameter of the whole
