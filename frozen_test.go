@@ -127,6 +127,22 @@ func TestFrozenMatters(t *testing.T) {
 	}
 }
 
+// TestFrozenNormMatters: at gradient_clipping 0.01 (every step clipped) a
+// norm that also counted the frozen parameters' gradients would move the
+// trained parameters far beyond plainParamTol, so TestFrozenEquivalence's
+// clip 0.01 rows check that the engine's norm covers the trainable
+// parameters alone.
+func TestFrozenNormMatters(t *testing.T) {
+	for _, freeze := range []string{freezeMixed, freezeModule} {
+		want := plainFrozen(t, 0.01, freeze)
+		wrong, err := plainTrainNorm(steps, 0.01, freeze, tensor.Float32, true, nil)
+		require.NoError(t, err)
+		d, where := relDiff(want.params, wrong.params)
+		assert.Greater(t, d, 100*plainParamTol, "freeze %s: at %s", freeze, where)
+		t.Logf("freeze %s: a norm with the frozen gradients moves the parameters by %.2e (at %s)", freeze, d, where)
+	}
+}
+
 // TestFrozenMixedPrecision: fp16 and bf16 with frozen parameters (kept in
 // the working dtype, never updated) track plainTrainFrozen, the loop's
 // frozen values rounded to the format as the engine keeps them. Measured

@@ -51,6 +51,13 @@ func plainTrainWith(steps int, maxNorm float64, before func(step int, opt *testm
 // initial values, rounded to the working dtype dt as the engine keeps
 // them, which the result reports with the trained ones.
 func plainTrainFrozen(steps int, maxNorm float64, freeze string, dt tensor.DType, before func(step int, opt *testmodel.AdamW)) (*result, error) {
+	return plainTrainNorm(steps, maxNorm, freeze, dt, false, before)
+}
+
+// plainTrainNorm is plainTrainFrozen; with normAll the frozen parameters'
+// gradients are computed and count in the clipping norm (not updated):
+// what an engine that let them into the norm would do.
+func plainTrainNorm(steps int, maxNorm float64, freeze string, dt tensor.DType, normAll bool, before func(step int, opt *testmodel.AdamW)) (*result, error) {
 	ctx := context.Background()
 	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
 	m := testmodel.NewMLP(1, sizes...)
@@ -84,10 +91,21 @@ func plainTrainFrozen(steps int, maxNorm float64, freeze string, dt tensor.DType
 	if err != nil {
 		return nil, err
 	}
+	if normAll {
+		for _, p := range frozen {
+			g, err := tensor.Empty(tensor.Float32, p.Shape...)
+			if err != nil {
+				return nil, err
+			}
+			defer g.Free()
+			p.Grad = g
+		}
+		ref.NormOnly = frozen
+	}
 	res := &result{}
 	mods := m.Modules()
 	for s := range steps {
-		for _, p := range params {
+		for _, p := range append(slices.Clip(params), ref.NormOnly...) {
 			g, _ := p.Grad.Float32s()
 			clear(g)
 		}

@@ -86,6 +86,10 @@ type Plain struct {
 	Opt     *AdamW
 	MaxNorm float64 // gradient_clipping; <= 0 disables it
 	Clipped int     // steps whose gradients were clipped
+	// NormOnly are parameters whose float32 gradients count in the
+	// clipping norm but that are not updated: a wrong handling of frozen
+	// parameters, for tests that show it changes the result.
+	NormOnly []*model.Param
 }
 
 // NewPlain copies the values of params (float32 Data, float32 Grad) into
@@ -122,9 +126,21 @@ func (p *Plain) Step() error {
 			grads[j][i] = float64(x)
 		}
 	}
+	for _, prm := range p.NormOnly {
+		g, err := prm.Grad.Float32s()
+		if err != nil {
+			return fmt.Errorf("testmodel.Plain.Step: %s: %w", prm.Name, err)
+		}
+		extra := make([]float64, len(g))
+		for i, x := range g {
+			extra[i] = float64(x)
+		}
+		grads = append(grads, extra)
+	}
 	if _, coef := ClipGrads(grads, p.MaxNorm); coef < 1 {
 		p.Clipped++
 	}
+	grads = grads[:len(p.Params)]
 	p.Opt.Step(p.Master, grads)
 	for j, prm := range p.Params {
 		d, _ := prm.Data.Float32s()
