@@ -85,6 +85,15 @@ func checkParams(op string, dev tensor.Device, grad bool, ps []*model.Param, sha
 // is an error of checkParam's.
 func noGrad(p *model.Param) bool { return p.Frozen && p.Grad == nil }
 
+// gradOf is the gradient a layer accumulates into for p: none for a
+// frozen p, whatever is bound.
+func gradOf(p *model.Param) *tensor.Tensor {
+	if p.Frozen {
+		return nil
+	}
+	return p.Grad
+}
+
 // sameGradDType checks that the gradients ps has bound share one dtype.
 func sameGradDType(op string, ps []*model.Param) error {
 	var first *model.Param

@@ -77,20 +77,21 @@ func (e *Embedding) backward(be backend.NN, op string, dtok, dout, tokens *tenso
 	if err := needF32(op, dev, "dout", dout, b*t*e.Width); err != nil {
 		return err
 	}
+	tok, pos := gradOf(e.Tok), gradOf(e.Pos)
 	var err error
 	switch {
-	case dtok == nil && e.Tok.Grad == nil && e.Pos.Grad == nil:
+	case dtok == nil && tok == nil && pos == nil:
 		// both tables frozen: nothing to accumulate
 	case dtok == nil:
-		err = be.EncoderBackward(e.Tok.Grad, e.Pos.Grad, dout, tokens, b, t, e.Width, e.Vocab)
+		err = be.EncoderBackward(tok, pos, dout, tokens, b, t, e.Width, e.Vocab)
 	default:
 		if err := needF32(op, dev, "token gradient", dtok, e.Vocab*e.Width); err != nil {
 			return err
 		}
 		// two calls: the tables' gradients share one dtype per call
 		err = be.EncoderBackward(dtok, nil, dout, tokens, b, t, e.Width, e.Vocab)
-		if err == nil && e.Pos.Grad != nil {
-			err = be.EncoderBackward(nil, e.Pos.Grad, dout, tokens, b, t, e.Width, e.Vocab)
+		if err == nil && pos != nil {
+			err = be.EncoderBackward(nil, pos, dout, tokens, b, t, e.Width, e.Vocab)
 		}
 	}
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"regexp"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -63,6 +65,13 @@ func flatParams(ps map[string][]float32) []float32 {
 // ranks by the engine) and the fp32 master parameters at the end.
 func gptCurve(t *testing.T, stage, world, steps int, clip float64, corpus *data.Tokens) ([]float64, []float32) {
 	t.Helper()
+	return gptCurveFrozen(t, stage, world, steps, clip, corpus, nil)
+}
+
+// gptCurveFrozen is gptCurve with the parameters freeze matches frozen
+// (nil: none).
+func gptCurveFrozen(t *testing.T, stage, world, steps int, clip float64, corpus *data.Tokens, freeze *regexp.Regexp) ([]float64, []float32) {
+	t.Helper()
 	cfgJSON := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": 1,
 		"gradient_clipping": %g, "zero_optimization": {"stage": %d, "reduce_bucket_size": 500},
 		"optimizer": {"type": "AdamW", "params": {"lr": %g, "weight_decay": %g}}}`, eqB/world, clip, stage, eqLR, eqWD)
@@ -83,6 +92,9 @@ func gptCurve(t *testing.T, stage, world, steps int, clip float64, corpus *data.
 			return err
 		}
 		defer g.Free()
+		for _, p := range g.Params() {
+			p.Frozen = freeze != nil && freeze.MatchString(p.Name)
+		}
 		e, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithComm(c), deepgo.WithBackend(be))
 		if err != nil {
 			return err
@@ -124,6 +136,14 @@ func gptPlain(t *testing.T, steps int, clip float64, corpus *data.Tokens) ([]flo
 // the losses, the parameters by name and the number of clipped steps.
 func plainGPT(t *testing.T, cfg nn.GPTConfig, seed uint64, steps int, clip float64, batch func(step int) model.TokenBatch) ([]float64, map[string][]float32, int) {
 	t.Helper()
+	return plainGPTFrozen(t, cfg, seed, steps, clip, batch, nil)
+}
+
+// plainGPTFrozen is plainGPT with the parameters freeze matches frozen
+// (nil: none): no gradient bound, left out of the clipping norm and the
+// AdamW (weight decay included), reported at their initial values.
+func plainGPTFrozen(t *testing.T, cfg nn.GPTConfig, seed uint64, steps int, clip float64, batch func(step int) model.TokenBatch, freeze *regexp.Regexp) ([]float64, map[string][]float32, int) {
+	t.Helper()
 	be, err := backend.NewCPU(1)
 	require.NoError(t, err)
 	defer be.Close()
@@ -134,7 +154,16 @@ func plainGPT(t *testing.T, cfg nn.GPTConfig, seed uint64, steps int, clip float
 	defer pb.Free()
 	defer g.Free()
 	require.NoError(t, g.Init(seed))
-	ref, err := testmodel.NewPlain(g.Params(), testmodel.NewAdamW(eqLR, eqWD), clip)
+	var trainable, frozen []*model.Param
+	for _, p := range g.Params() {
+		if freeze != nil && freeze.MatchString(p.Name) {
+			p.Frozen, p.Grad = true, nil
+			frozen = append(frozen, p)
+		} else {
+			trainable = append(trainable, p)
+		}
+	}
+	ref, err := testmodel.NewPlain(trainable, testmodel.NewAdamW(eqLR, eqWD), clip)
 	require.NoError(t, err)
 	losses := make([]float64, steps)
 	for step := range steps {
@@ -146,7 +175,13 @@ func plainGPT(t *testing.T, cfg nn.GPTConfig, seed uint64, steps int, clip float
 		require.NoError(t, ref.Step())
 		losses[step] = float64(loss)
 	}
-	return losses, ref.Values(), ref.Clipped
+	vals := ref.Values()
+	for _, p := range frozen {
+		v, err := p.Data.Float32s()
+		require.NoError(t, err)
+		vals[p.Name] = slices.Clone(v)
+	}
+	return losses, vals, ref.Clipped
 }
 
 // relNorm is ||got-want||₂ / ||want||₂.

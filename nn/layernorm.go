@@ -63,7 +63,7 @@ func (l *LayerNorm) Backward(be backend.NN, din, dout, in, mean, rstd *tensor.Te
 			return err
 		}
 	}
-	if err := be.LayerNormBackward(din, l.W.Grad, l.B.Grad, dout, in, l.W.Data, mean, rstd, n, l.Width); err != nil {
+	if err := be.LayerNormBackward(din, gradOf(l.W), gradOf(l.B), dout, in, l.W.Data, mean, rstd, n, l.Width); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
 	}
 	return nil

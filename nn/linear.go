@@ -47,7 +47,7 @@ func (l *Linear) bias(grad bool) *tensor.Tensor {
 		return nil
 	}
 	if grad {
-		return l.B.Grad
+		return gradOf(l.B)
 	}
 	return l.B.Data
 }
@@ -113,7 +113,7 @@ func (l *Linear) backward(be backend.NN, din, dout, in *tensor.Tensor, n int, wr
 			return err
 		}
 	}
-	w, dw, x, dy, dx := l.W.Data, l.W.Grad, in, dout, din
+	w, dw, x, dy, dx := l.W.Data, gradOf(l.W), in, dout, din
 	if err := asMatrices(mat{&w, l.Out, l.In}, mat{&dw, l.Out, l.In}, mat{&x, n, l.In}, mat{&dy, n, l.Out}, mat{&dx, n, l.In}); err != nil {
 		return fmt.Errorf("nn.%s(%s): %w", op, l.W.Name, err)
 	}

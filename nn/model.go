@@ -183,7 +183,7 @@ func (m embedModule) Backward(ctx context.Context, gout model.Activation) (model
 	// the token rows join the head's share of the tied weight's gradient
 	// in float32; the sum goes into wte's gradient with one rounding
 	s := g.st
-	if !g.inPart(g.Config.Layers+1) || g.Embed.Tok.Grad == nil {
+	if !g.inPart(g.Config.Layers+1) || g.Embed.Tok.Frozen {
 		// a pipeline part without the head: the head's share arrives with
 		// the stages' tied-gradient reduction; or wte is frozen (no
 		// gradient bound), and the head left its share out
@@ -419,9 +419,10 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 	if err != nil {
 		return nil, err
 	}
-	// a frozen wte (no gradient bound) skips the head's weight gradient
+	// a frozen wte skips the head's weight gradient (its Grad, the
+	// embedding module's, is not bound while the head runs: ask Frozen)
 	dwte := s.dwteHead
-	if g.Embed.Tok.Grad == nil {
+	if g.Embed.Tok.Frozen {
 		dwte = nil
 	} else if err := zero(k, s.dwteHead); err != nil {
 		return nil, err
