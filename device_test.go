@@ -122,7 +122,7 @@ func deviceCases(worlds, gases []int) []run {
 			run{stage: stage, world: 2, gas: 1, precision: "bf16", steps: 6},
 			// frozen parameters (frozen_test.go): kept on the device outside ZeRO
 			run{stage: stage, world: 2, gas: 2, steps: 6, freeze: freezeMixed},
-			run{stage: stage, world: 2, gas: 1, precision: "bf16", steps: 4, freeze: freezeModule})
+			run{stage: stage, world: 2, gas: 1, precision: "bf16", steps: 6, freeze: freezeModule})
 	}
 	return cases
 }
