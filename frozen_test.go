@@ -106,6 +106,30 @@ func TestFrozenEquivalence(t *testing.T) {
 	t.Log(table.String())
 }
 
+// TestFrozenOffload: with frozen parameters, NVMe offload of the optimizer
+// state (stages 1-3) and of the stage-3 parameters (swap files under
+// nvme_path), and CPU offload on the simulated device (where it moves the
+// master weights and the step to the host), match plainTrainFrozen like
+// TestFrozenEquivalence's runs.
+func TestFrozenOffload(t *testing.T) {
+	want := plainFrozen(t, lowClip, freezeMixed)
+	for _, stage := range []int{1, 2, 3} {
+		dir := t.TempDir()
+		nvme := run{stage: stage, world: 2, gas: 2, clip: lowClip, freeze: freezeMixed,
+			zeroExtra: `, "offload_optimizer": {"device": "nvme", "nvme_path": "` + dir + `", "buffer_count": 2}`}
+		if stage == 3 {
+			nvme.zeroExtra += `, "stage3_param_persistence_threshold": 20, "offload_param": {"device": "nvme", "nvme_path": "` + dir + `", "buffer_count": 2, "buffer_size": 1024, "max_in_cpu": 0}`
+		}
+		cpu := run{stage: stage, world: 2, gas: 2, clip: lowClip, freeze: freezeMixed, dev: "sim+delay",
+			zeroExtra: `, "offload_optimizer": {"device": "cpu"}` + offloadParam(stage)}
+		for i, r := range []run{nvme, cpu} {
+			t.Run(r.String()+"/offload="+[]string{"nvme", "cpu"}[i], func(t *testing.T) {
+				compareRuns(t, "vs plain", want, frozenRun(t, r), plainLossTol, plainParamTol)
+			})
+		}
+	}
+}
+
 // offloadParam is an offload_param section for stage 3 ("" otherwise).
 func offloadParam(stage int) string {
 	if stage != 3 {
