@@ -146,6 +146,8 @@ func (l TPLayout) Check(full []int, n int) error {
 // partition. During Backward its Grad is nil and the module must not
 // write it: a module whose parameters may be frozen skips the gradient of
 // a parameter whose Grad is nil (the nn layers do, saving the GEMM). A
+// module that reads another module's parameter (see Resident) asks Frozen
+// instead: that Grad is bound only while its owner runs Backward. A
 // frozen parameter takes no part in gradient reduction, the gradient norm
 // and clipping, the overflow check, weight decay or the optimizer step.
 // Set it before Initialize; changing it afterwards has no effect.
