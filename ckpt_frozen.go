@@ -19,6 +19,7 @@ package deepgo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -110,6 +111,12 @@ func (e *Engine) matchFrozen(ck *checkpoint.Checkpoint, refs map[string]checkpoi
 	return out, nil
 }
 
+// ErrSavedFrozen is wrapped by Load's error when a parameter the model
+// trains was frozen when the checkpoint was saved, so the checkpoint has
+// no optimizer state for it (LoadOptions.ModuleOnly or
+// SkipOptimizerStates load it).
+var ErrSavedFrozen = errors.New("was frozen when saved")
+
 // refuseThawed refuses to load a trainable parameter from a checkpoint
 // that saved it frozen while the optimizer state is loaded: there is none
 // for it.
@@ -117,7 +124,7 @@ func refuseThawed(ck *checkpoint.Checkpoint, ec engineCheckpoint, opts LoadOptio
 	if !strings.HasPrefix(r.Source, frozenPrefix) || opts.ModuleOnly || opts.SkipOptimizerStates || len(ec.OptimizerState) == 0 {
 		return nil
 	}
-	return fmt.Errorf("deepgo: Load: %s: parameter %q is trainable but was frozen when saved: the checkpoint has no optimizer state for it; load with ModuleOnly or SkipOptimizerStates to start from its value with the optimizer state the engine has", ck.Path, name)
+	return fmt.Errorf("deepgo: Load: %s: parameter %q is trainable but %w: the checkpoint has no optimizer state for it; load with ModuleOnly or SkipOptimizerStates to start from its value with the optimizer state the engine has", ck.Path, name, ErrSavedFrozen)
 }
 
 // readFrozen reads the frozen parameters' values from ck (float32 host

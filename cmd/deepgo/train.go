@@ -146,6 +146,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	micro := fs.Int("micro-batch", 8, "micro-batch per rank, when the config leaves it absent or \"auto\" with no train_batch_size (given here: beside one too, the accumulation steps following); a config's own and another --micro-batch is an error")
 	lr := fs.Float64("lr", 1e-3, "learning rate, when the config has no optimizer, or its lr is \"auto\" (given here: absent or null too); a config's own lr and another --lr is an error")
 	fallback := fs.Bool("resume-fallback", false, "when the latest checkpoint is damaged, resume from the newest one that verifies (and say so)")
+	moduleOnly := fs.Bool("load-module-only", false, loadModuleOnlyHelp)
 	device := fs.String("device", "cpu", deviceFlagHelp)
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address while training (\":9090\" binds 127.0.0.1; \"0.0.0.0:9090\" every interface, unauthenticated)")
 	nanEvery := fs.Int("nan-check-every", monitor.DefaultFiniteCheckEvery, "check the parameters for NaN/Inf every N optimizer steps")
@@ -209,7 +210,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sig, interruptSignals...)
 	defer func() { signal.Stop(sig); close(sig) }()
 	go watchInterrupt(sig, progress, job.rank() == 0, stderr, os.Exit)
-	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, microGiven: microGiven, lr: *lr, lrGiven: lrGiven, resumeFallback: *fallback, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress,
+	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, microGiven: microGiven, lr: *lr, lrGiven: lrGiven, resumeFallback: *fallback, loadModuleOnly: *moduleOnly, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress,
 		evalInterval: *evalInterval, evalIters: *evalIters, saveModel: *saveModel, freeze: freezeRE}, stdout, stderr)
 	if err != nil {
 		if code, ok := progress.awaitInterrupt(time.Minute); ok {
@@ -298,6 +299,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	sp := spSize(shape)
 	if err := checkEvalPipe(shape, pp, targs.evalInterval, targs.evalIters); err != nil {
 		return nil, err
+	}
+	if err := (&resumer{moduleOnly: targs.loadModuleOnly}).check(shape); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfgPath, err)
 	}
 	if err := checkSaveModel(shape, targs.saveModel, targs.job.rank()); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfgPath, err)
@@ -398,7 +402,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	}
 	res := &trainResult{Steps: steps, Ranks: world, PeakMemory: make([]int64, world), Device: deviceKind(dev0)}
 	var mu sync.Mutex
-	rs := &resumer{fallback: targs.resumeFallback}
+	rs := &resumer{fallback: targs.resumeFallback, moduleOnly: targs.loadModuleOnly}
 	metrics, err := serveTrainMetrics(targs.metricsAddr, stdout)
 	if err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ type trainerArgs struct {
 	steps      int
 
 	resumeFallback bool           // --resume-fallback: not a config value, carried along
+	loadModuleOnly bool           // --load-module-only: checkpoint.load_path seeds the parameters only
 	device         string         // --device
 	metricsAddr    string         // --metrics-addr
 	nanCheckEvery  int            // --nan-check-every

@@ -39,6 +39,9 @@ type resumeSource struct {
 	// why, when checkpoint.load_path is set but save_dir's latest is
 	// loaded instead, is the line saying so.
 	why string
+	// seed is true when the checkpoint is checkpoint.load_path's, not
+	// save_dir's own.
+	seed bool
 }
 
 // resumeFrom is the checkpoint a run resumes from. save_dir's latest
@@ -85,11 +88,11 @@ func resumeFrom(cfg *config.Config) (resumeSource, error) {
 		return resumeSource{}, fmt.Errorf("checkpoint.load_path %q: not a directory; %s", lp, want)
 	}
 	if _, err := os.Stat(filepath.Join(lp, "latest")); err == nil {
-		return resumeSource{dir: lp}, nil
+		return resumeSource{dir: lp, seed: true}, nil
 	}
 	if _, err := os.Stat(filepath.Join(lp, "manifest.json")); err == nil {
 		clean := filepath.Clean(lp)
-		return resumeSource{dir: filepath.Dir(clean), tag: filepath.Base(clean)}, nil
+		return resumeSource{dir: filepath.Dir(clean), tag: filepath.Base(clean), seed: true}, nil
 	}
 	if filepath.Clean(lp) == filepath.Clean(save) {
 		return resumeSource{}, nil // save_dir, before the first save
@@ -120,6 +123,9 @@ type resumer struct {
 	// verifies when the latest one is damaged; without it that is an error
 	// listing them.
 	fallback bool
+	// moduleOnly (--load-module-only) loads checkpoint.load_path's
+	// parameters alone and trains from step 1.
+	moduleOnly bool
 
 	once     sync.Once
 	verdicts []checkpoint.Verdict
@@ -140,8 +146,14 @@ func (rs *resumer) resume(ctx context.Context, cfg *config.Config, e deepgo.Trai
 		return resumed{first: 1}, err
 	}
 	dir, tag := src.dir, src.tag
+	if rs.moduleOnly && src.seed {
+		return rs.seedModule(ctx, cfg, e, src)
+	}
 	note := ""
 	res, err := e.Load(ctx, dir, deepgo.LoadOptions{Tag: tag})
+	if errors.Is(err, deepgo.ErrSavedFrozen) {
+		err = fmt.Errorf("%w\n(deepgo train: resume with the --freeze the checkpoint was saved with, or train in a new save_dir seeded from it by checkpoint.load_path with --load-module-only)", err)
+	}
 	if err != nil && tag != "" {
 		return resumed{}, fmt.Errorf("checkpoint.load_path %q: %w", *cfg.Checkpoint.LoadPath, err)
 	}
@@ -188,6 +200,37 @@ func (rs *resumer) resume(ctx context.Context, cfg *config.Config, e deepgo.Trai
 		return resumed{}, fmt.Errorf("resume from %s: sampler: %w", dir, err)
 	}
 	return resumed{first: e.GlobalSteps() + 1, dir: dir, why: src.why, note: note, loadNotes: res.Notes}, nil
+}
+
+// loadModuleOnlyHelp is --load-module-only's flag text.
+const loadModuleOnlyHelp = "load only the parameters of checkpoint.load_path's checkpoint (DeepSpeed's load_checkpoint(load_module_only=True), Megatron's --finetune): the optimizer state, LR schedule, loss scale, step count and data position start fresh and training starts at step 1 (a run that unfreezes or freezes parameters with --freeze, say); a restart that finds this run's own checkpoint in save_dir resumes from it whole"
+
+// check refuses --load-module-only without a checkpoint.load_path outside
+// save_dir to seed from: the run's own checkpoints always resume whole.
+func (rs *resumer) check(cfg *config.Config) error {
+	if !rs.moduleOnly {
+		return nil
+	}
+	if cfg.Checkpoint.LoadPath == nil || *cfg.Checkpoint.LoadPath == "" {
+		return errors.New("--load-module-only: the config has no checkpoint.load_path to load the parameters from")
+	}
+	lp, save := filepath.Clean(*cfg.Checkpoint.LoadPath), filepath.Clean(cfg.Checkpoint.SaveDir)
+	if cfg.Checkpoint.SaveDir != "" && (lp == save || filepath.Dir(lp) == save) {
+		return fmt.Errorf("--load-module-only: checkpoint.load_path %q is checkpoint.save_dir or inside it: the fresh run would save over its steps; seed a new save_dir from it", *cfg.Checkpoint.LoadPath)
+	}
+	return nil
+}
+
+// seedModule loads the parameters alone of src, checkpoint.load_path's
+// checkpoint (--load-module-only): the run starts at step 1 with a fresh
+// sampler, optimizer and schedule.
+func (rs *resumer) seedModule(ctx context.Context, cfg *config.Config, e deepgo.Trainer, src resumeSource) (resumed, error) {
+	res, err := e.Load(ctx, src.dir, deepgo.LoadOptions{Tag: src.tag, ModuleOnly: true})
+	if err != nil {
+		return resumed{}, fmt.Errorf("checkpoint.load_path %q (--load-module-only): %w", *cfg.Checkpoint.LoadPath, err)
+	}
+	note := fmt.Sprintf("--load-module-only: loaded the parameters of %s; the optimizer state, LR schedule, loss scale, step count and data position start fresh", res.Path)
+	return resumed{first: 1, dir: src.dir, note: note, loadNotes: res.Notes}, nil
 }
 
 // fallbackTag decides what to do about loadErr, the failure to load the
