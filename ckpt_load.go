@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/comm"
@@ -237,6 +238,9 @@ func stateNames(ck *checkpoint.Checkpoint, ec engineCheckpoint, z *zero.Optimize
 // stateTensor is the checkpoint's float32 tensor of optimizer state s laid
 // out like master tensor src, for parameter name.
 func stateTensor(ck *checkpoint.Checkpoint, s, src, name, who string) (string, error) {
+	if strings.HasPrefix(src, frozenPrefix) {
+		return "", fmt.Errorf("%s: %s: parameter %q is trainable but %w: the checkpoint has no optimizer state for it; load with ModuleOnly or SkipOptimizerStates to start from its value with the optimizer state the engine has", who, ck.Path, name, ErrSavedFrozen)
+	}
 	t, ok := stateSource(s, src)
 	if g, found := ck.Lookup(t); !ok || !found || g.DType != "F32" {
 		return "", fmt.Errorf("%s: %s: parameter %q: no float32 optimizer state %q", who, ck.Path, name, t)

@@ -15,7 +15,8 @@ import (
 // without it (no optimizer state for the thawed parameters: the error
 // says what to do), and --load-module-only seeds a new save_dir from it
 // with the parameters alone: step 1 is the first step, and at lr 0 the
-// trained weights are the checkpoint's bit for bit. A restart of the
+// trained weights are the checkpoint's bit for bit; the pipeline engine
+// refuses and seeds alike. A restart of the
 // seeded run resumes from its own checkpoint. Without checkpoint.load_path,
 // or with one inside save_dir, the flag is refused before training.
 func TestTrainLoadModuleOnly(t *testing.T) {
@@ -33,7 +34,7 @@ func TestTrainLoadModuleOnly(t *testing.T) {
 
 	train := func(args ...string) (int, string, string) {
 		var out, errb bytes.Buffer
-		code := run(append([]string{"train", "--model", "tiny", "--ranks", "2"}, args...), &out, &errb)
+		code := run(append([]string{"train", "--model", "small", "--ranks", "2"}, args...), &out, &errb)
 		return code, out.String(), errb.String()
 	}
 	code, _, errs := train("--config", cfg1, "--steps", "3", "--freeze", "wte")
@@ -64,6 +65,19 @@ func TestTrainLoadModuleOnly(t *testing.T) {
 	require.Zero(t, code, errs)
 	assert.Contains(t, out, "resumed at step 2 from "+second)
 	assert.NotContains(t, out, "--load-module-only: loaded")
+
+	// the pipeline engine (which has no frozen parameters) says the same
+	pipe := func(name, save string) string {
+		return write(name, fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "pipeline_model_parallel_size": 2,
+			"steps_per_print": 100, "checkpoint": {"save_dir": %q, "load_path": %q}}`, filepath.Join(dir, save), first))
+	}
+	code, _, errs = train("--config", pipe("pipe1.json", "pipe1"), "--steps", "4")
+	assert.NotZero(t, code)
+	assert.Contains(t, errs, "pipeline engine: Load: ")
+	assert.Contains(t, errs, `parameter "transformer.wte.weight" is trainable but was frozen when saved`)
+	code, out, errs = train("--config", pipe("pipe2.json", "pipe2"), "--steps", "1", "--load-module-only")
+	require.Zero(t, code, errs)
+	assert.Contains(t, out, "--load-module-only: loaded the parameters of ")
 
 	for _, c := range []struct{ cfg, want string }{
 		{cfg1, "no checkpoint.load_path"},
