@@ -23,6 +23,9 @@ type Block struct {
 	FC     *Linear // C -> 4C
 	Act    GELU
 	FCProj *Linear  // 4C -> C
+	// MoE replaces FC, Act and FCProj when set (moe.go); FC and FCProj
+	// are then nil.
+	MoE *MoE
 	tp     *tpState // nil without tensor parallelism (see tp.go)
 	sp     *spState // nil without sequence parallelism (see ulysses.go)
 }
@@ -48,7 +51,7 @@ func NewBlock(name string, width, heads, window int) (*Block, error) {
 // Params lists the block's parameters in forward order.
 func (k *Block) Params() []*model.Param {
 	var ps []*model.Param
-	for _, m := range []HasParams{k.LN1, k.QKV, k.Proj, k.LN2, k.FC, k.FCProj} {
+	for _, m := range append([]HasParams{k.LN1, k.QKV, k.Proj, k.LN2}, k.mlpParams()...) {
 		ps = append(ps, m.Params()...)
 	}
 	return ps
@@ -57,7 +60,7 @@ func (k *Block) Params() []*model.Param {
 // check validates every sublayer's parameters before any of them runs, so
 // a bad binding fails the block before it writes anything.
 func (k *Block) check(op string, dev tensor.Device, grad bool) error {
-	for _, c := range []func(string, tensor.Device, bool) error{k.LN1.check, k.QKV.check, k.Proj.check, k.LN2.check, k.FC.check, k.FCProj.check} {
+	for _, c := range []func(string, tensor.Device, bool) error{k.LN1.check, k.QKV.check, k.Proj.check, k.LN2.check, k.mlpCheck} {
 		if err := c(op, dev, grad); err != nil {
 			return err
 		}
@@ -73,7 +76,9 @@ type BlockActivations struct {
 	AttY                  *tensor.Tensor // [N, C]
 	Res2                  *tensor.Tensor // [N, C]: x + attention
 	LN2, LN2Mean, LN2Rstd *tensor.Tensor // [N, C], [N], [N]
-	FC, FCAct             *tensor.Tensor // [N, 4C] before and after GELU
+	FC, FCAct             *tensor.Tensor // [N, 4C] before and after GELU; nil in an MoE block
+	// MoE is an MoE block's gate and expert activations; nil without.
+	MoE *moeActs
 	// QKVHeads is QKV exchanged to head shards under sequence parallelism
 	// ([B, T·sp, 3C/sp], as many elements as QKV); nil without.
 	QKVHeads *tensor.Tensor
@@ -93,7 +98,7 @@ func (k *Block) NewActivations(a *Arena, b, t int) (*BlockActivations, error) {
 	}{
 		{&s.LN1, []int{n, c}}, {&s.LN1Mean, []int{r}}, {&s.LN1Rstd, []int{r}}, {&s.QKV, []int{n, k.QKV.Out}},
 		{&s.Att, []int{b, k.Attn.Heads, tt, k.Attn.Span(tt)}}, {&s.AttY, []int{n, k.Proj.In}}, {&s.Res2, []int{r, c}},
-		{&s.LN2, []int{n, c}}, {&s.LN2Mean, []int{r}}, {&s.LN2Rstd, []int{r}}, {&s.FC, []int{n, k.FC.Out}}, {&s.FCAct, []int{n, k.FC.Out}},
+		{&s.LN2, []int{n, c}}, {&s.LN2Mean, []int{r}}, {&s.LN2Rstd, []int{r}},
 	} {
 		if *f.p, err = a.Float32(f.shape...); err != nil {
 			return nil, err
@@ -103,6 +108,9 @@ func (k *Block) NewActivations(a *Arena, b, t int) (*BlockActivations, error) {
 		if s.QKVHeads, err = a.Float32(n, k.QKV.Out); err != nil {
 			return nil, err
 		}
+	}
+	if err := k.newMLPActivations(a, &s, n); err != nil {
+		return nil, err
 	}
 	return &s, nil
 }
@@ -136,7 +144,7 @@ func (k *Block) NewScratch(a *Arena, b, t int) (*BlockScratch, error) {
 	for _, f := range []struct {
 		p *(*tensor.Tensor)
 		w int
-	}{{&s.Proj, c}, {&s.DRes2, c}, {&s.DLN, c}, {&s.DAttY, k.Proj.In}, {&s.DQKV, k.QKV.Out}, {&s.DFC, k.FC.Out}, {&s.DFCAct, k.FC.Out}} {
+	}{{&s.Proj, c}, {&s.DRes2, c}, {&s.DLN, c}, {&s.DAttY, k.Proj.In}, {&s.DQKV, k.QKV.Out}, {&s.DFC, k.hidden()}, {&s.DFCAct, k.hidden()}} {
 		if *f.p, err = a.Float32(n, f.w); err != nil {
 			return nil, err
 		}
@@ -172,9 +180,7 @@ func (k *Block) Forward(be backend.NN, out, in *tensor.Tensor, acts *BlockActiva
 		func() error { return k.tp.allReduce(s.Proj, n*k.Width, comm.Sum) },
 		func() error { return add(be, acts.Res2, in, s.Proj, n*k.Width) },
 		func() error { return k.LN2.Forward(be, acts.LN2, acts.LN2Mean, acts.LN2Rstd, acts.Res2, n) },
-		func() error { return k.FC.Forward(be, acts.FC, acts.LN2, n) },
-		func() error { return k.Act.Forward(be, acts.FCAct, acts.FC, n*k.FC.Out) },
-		func() error { return k.FCProj.Forward(be, s.Proj, acts.FCAct, n) },
+		func() error { return k.mlpForward(be, s.Proj, acts, n) },
 		func() error { return k.tp.allReduce(s.Proj, n*k.Width, comm.Sum) },
 		func() error { return add(be, out, acts.Res2, s.Proj, n*k.Width) },
 	}
@@ -202,9 +208,7 @@ func (k *Block) Backward(be backend.NN, din, dout, in *tensor.Tensor, acts *Bloc
 	steps := []func() error{
 		// the residual passes dout straight through to h
 		func() error { return copyF32(be, s.DRes2, dout, n*c) },
-		func() error { return k.FCProj.backwardWrite(be, s.DFCAct, dout, acts.FCAct, n) },
-		func() error { return k.Act.backwardWrite(be, s.DFC, acts.FC, s.DFCAct, n*k.FC.Out) },
-		func() error { return k.FC.backwardWrite(be, s.DLN, s.DFC, acts.LN2, n) },
+		func() error { return k.mlpBackward(be, s.DLN, dout, acts, s, n) },
 		func() error { return k.tp.allReduce(s.DLN, n*c, comm.Sum) },
 		func() error { return k.LN2.Backward(be, s.DRes2, s.DLN, acts.Res2, acts.LN2Mean, acts.LN2Rstd, n) },
 		func() error { return k.Proj.backwardWrite(be, s.DAttY, s.DRes2, acts.AttY, n) },

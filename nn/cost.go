@@ -94,10 +94,27 @@ func (k *Block) Cost(name string, b, t int) Cost {
 	n := b * t
 	attn := Cost{Name: name + ".attn", Kind: "SelfAttention", Children: []Cost{
 		k.QKV.Cost(n), k.Attn.Cost(name+".attn.core", b, t), k.Proj.Cost(n)}}
-	mlp := Cost{Name: name + ".mlp", Kind: "MLP", Children: []Cost{
-		k.FC.Cost(n), k.Act.Cost(name+".mlp.act", n, 4*k.Width), k.FCProj.Cost(n)}}
+	var mlp Cost
+	if k.MoE != nil {
+		mlp = k.MoE.Cost(name+".mlp", n)
+	} else {
+		mlp = Cost{Name: name + ".mlp", Kind: "MLP", Children: []Cost{
+			k.FC.Cost(n), k.Act.Cost(name+".mlp.act", n, 4*k.Width), k.FCProj.Cost(n)}}
+	}
 	return Cost{Name: name, Kind: "Block", FLOPs: 2 * int64(n) * int64(k.Width),
 		Children: []Cost{k.LN1.Cost(n), attn, k.LN2.Cost(n), mlp}}
+}
+
+// Cost of an MoE layer on n tokens: the gate and K experts' MLP per token
+// (the most the routing can run: capacity drops only lower it), counted
+// as one expert's MLP over K·n rows; the parameters are all the experts'.
+func (m *MoE) Cost(name string, n int) Cost {
+	k := max(m.Config.K, 1)
+	fc, proj := m.FC[0].Cost(k*n), m.Proj[0].Cost(k*n)
+	fc.Params *= int64(len(m.FC))
+	proj.Params *= int64(len(m.Proj))
+	return Cost{Name: name, Kind: "MoE", Children: []Cost{
+		m.WG.Cost(n), fc, m.Act.Cost(name+".act", k*n, m.Hidden), proj}}
 }
 
 // Cost of embedding b sequences of t tokens: a lookup (no flops) and the

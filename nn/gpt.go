@@ -28,13 +28,22 @@ type GPTConfig struct {
 	// rank runs on its shard of every sequence; the zero value is none.
 	// With TP, each TP rank's SP group shares that rank's heads.
 	SP SP
+	// MoE replaces the MLP of some blocks by a mixture of experts (see
+	// moe_config.go); the zero value is none.
+	MoE MoEConfig
 }
 
 // NumParams is the parameter count of the model cfg describes (the tied
 // embedding counted once).
 func (c GPTConfig) NumParams() int {
 	C := c.Width
-	return c.Vocab*C + c.SeqLen*C + c.Layers*(12*C*C+13*C) + 2*C
+	n := c.Vocab*C + c.SeqLen*C + c.Layers*(12*C*C+13*C) + 2*C
+	for l := 0; l < c.Layers; l++ {
+		if c.MoE.At(l) {
+			n += moeParams(C, c.MoE.Experts)
+		}
+	}
+	return n
 }
 
 // GPT is a GPT-2 style language model: token + position embedding, Layers
@@ -81,6 +90,9 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 	if err := checkSP(cfg); err != nil {
 		return nil, err
 	}
+	if err := checkMoE(cfg); err != nil {
+		return nil, err
+	}
 	g := &GPT{Config: cfg, Embed: NewEmbedding("transformer", cfg.Vocab, cfg.SeqLen, cfg.Width),
 		LNF: NewLayerNorm("transformer.ln_f", cfg.Width), Xent: CrossEntropy{Vocab: cfg.Vocab}}
 	for l := 0; l < cfg.Layers; l++ {
@@ -89,6 +101,9 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 			return nil, fmt.Errorf("nn.NewGPT: %w", err)
 		}
 		g.Blocks = append(g.Blocks, b)
+	}
+	if err := g.buildMoE(); err != nil {
+		return nil, err
 	}
 	g.shardTP()
 	g.shardSP()
@@ -162,12 +177,22 @@ func NewReadyGPT(cfg GPTConfig, be backend.Backend, seed uint64) (*GPT, error) {
 
 // Init fills the bound values GPT-2's way, from seed: weights N(0, 0.02),
 // the residual projections N(0, 0.02/sqrt(2 Layers)), biases 0,
-// LayerNorm gains 1.
+// LayerNorm gains 1; an MoE gate's wg and its experts' weights likewise,
+// every expert its own draw.
 func (g *GPT) Init(seed uint64) error {
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	proj := map[*model.Param]bool{}
 	for _, b := range g.Blocks {
-		proj[b.Proj.W], proj[b.FCProj.W] = true, true
+		proj[b.Proj.W] = true
+		if b.MoE == nil {
+			proj[b.FCProj.W] = true
+			continue
+		}
+		// each expert is drawn on its own (DeepSpeed deep-copies one, so
+		// its experts start equal) and wg like any weight
+		for _, p := range b.MoE.Proj {
+			proj[p.W] = true
+		}
 	}
 	ln := map[*model.Param]bool{g.LNF.W: true}
 	for _, b := range g.Blocks {

@@ -449,8 +449,9 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 }
 
 // Loss is the mean cross-entropy of the head's logits against the batch's
-// targets; the gradient it returns (in place of the logits) is that of
-// gradScale x loss. Under sequence parallelism the loss is the mean over
+// targets, plus MoE.LossCoeff × Σ l_aux of the MoE layers; the gradient
+// it returns (in place of the logits) is that of gradScale x loss (the aux
+// loss's part is added by the MoE layers' Backward). Under sequence parallelism the loss is the mean over
 // the SP group's tokens and the gradient that of this rank's local mean
 // (the engine's average over the sequence-data-parallel group makes the
 // rest; see ulysses.go).
@@ -503,5 +504,6 @@ func (g *GPT) Loss(ctx context.Context, out, target model.Activation, gradScale 
 	}
 	// under SP the gradient stays that of the local mean (see ulysses.go)
 	mean, err := g.spLoss(float64(loss))
-	return mean, logits, err
+	// MoE: LossCoeff × Σ l_aux, whose gradient the MoE layers' Backward adds
+	return mean + g.moeLoss(gradScale), logits, err
 }

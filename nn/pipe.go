@@ -71,6 +71,9 @@ func (g *GPT) NewPart(start, stop int) (model.Part, error) {
 	if start < 0 || stop > n || start >= stop {
 		return nil, fmt.Errorf("nn.GPT.NewPart: modules [%d, %d): want 0 <= start < stop <= %d", start, stop, n)
 	}
+	if g.Config.MoE.On() {
+		return nil, fmt.Errorf("nn.GPT.NewPart: num_experts %d: not supported: MoE with pipeline stages", g.Config.MoE.Experts)
+	}
 	r := &GPT{Config: g.Config, Embed: g.Embed, Blocks: g.Blocks, LNF: g.LNF, Xent: g.Xent, be: g.be, lo: start, hi: stop}
 	if g.tp != nil {
 		// the part's own token remap: parts of one stage hold different

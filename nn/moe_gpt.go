@@ -1,0 +1,83 @@
+package nn
+
+import "fmt"
+
+// checkMoE refuses MoE with what it does not support yet.
+func checkMoE(cfg GPTConfig) error {
+	if err := cfg.MoE.check(); err != nil {
+		return fmt.Errorf("nn.NewGPT: %w", err)
+	}
+	if !cfg.MoE.On() {
+		return nil
+	}
+	if n := cfg.TP.size(); n > 1 {
+		return fmt.Errorf("nn.NewGPT: num_experts %d with tensor_model_parallel_size %d: not supported: MoE with tensor parallelism", cfg.MoE.Experts, n)
+	}
+	if n := cfg.SP.size(); n > 1 {
+		return fmt.Errorf("nn.NewGPT: num_experts %d with sequence_parallel_size %d: not supported: MoE with sequence parallelism (the capacity is per rank's tokens)", cfg.MoE.Experts, n)
+	}
+	return nil
+}
+
+// buildMoE replaces the MLP of the MoE blocks (MoEConfig.At).
+func (g *GPT) buildMoE() error {
+	for l, b := range g.Blocks {
+		if !g.Config.MoE.At(l) {
+			continue
+		}
+		m, err := NewMoE(fmt.Sprintf("transformer.h.%d", l), g.Config.Width, g.Config.MoE)
+		if err != nil {
+			return fmt.Errorf("nn.NewGPT: %w", err)
+		}
+		b.MoE, b.FC, b.FCProj = m, nil, nil
+	}
+	return nil
+}
+
+// moeParams is the parameter count of one MoE layer over c channels
+// with e experts, less the MLP it replaces.
+func moeParams(c, e int) int { return (e-1)*(8*c*c+5*c) + e*c }
+
+// SetTraining selects the MoE layers' capacity factor: CapacityFactor in
+// training (the default), EvalCapacityFactor otherwise (torch's
+// model.train() and model.eval(); deepgo's engines do not switch it).
+func (g *GPT) SetTraining(on bool) {
+	for _, b := range g.Blocks {
+		if b.MoE != nil {
+			b.MoE.eval = !on
+		}
+	}
+}
+
+// MoEStats is one MoE layer's last forward: its l_aux and exp_counts.
+type MoEStats struct {
+	Layer     int
+	LAux      float32
+	ExpCounts []int64
+}
+
+// MoEStats lists the MoE layers' last l_aux and expert counts, in block
+// order; nil without MoE.
+func (g *GPT) MoEStats() []MoEStats {
+	var st []MoEStats
+	for l, b := range g.Blocks {
+		if b.MoE != nil {
+			st = append(st, MoEStats{Layer: l, LAux: b.MoE.LAux, ExpCounts: append([]int64(nil), b.MoE.ExpCounts...)})
+		}
+	}
+	return st
+}
+
+// moeLoss is LossCoeff × Σ l_aux of the last forward, and hands each MoE
+// layer its aux loss's gradient scale for the coming Backward.
+func (g *GPT) moeLoss(gradScale float64) float64 {
+	c := g.Config.MoE.LossCoeff
+	var sum float64
+	for _, b := range g.Blocks {
+		if b.MoE != nil {
+			sum += float64(b.MoE.LAux)
+			b.MoE.dLAux = c * gradScale
+		}
+	}
+	return c * sum
+}
