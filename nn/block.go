@@ -22,12 +22,12 @@ type Block struct {
 	LN2    *LayerNorm
 	FC     *Linear // C -> 4C
 	Act    GELU
-	FCProj *Linear  // 4C -> C
+	FCProj *Linear // 4C -> C
 	// MoE replaces FC, Act and FCProj when set (moe.go); FC and FCProj
 	// are then nil.
 	MoE *MoE
-	tp     *tpState // nil without tensor parallelism (see tp.go)
-	sp     *spState // nil without sequence parallelism (see ulysses.go)
+	tp  *tpState // nil without tensor parallelism (see tp.go)
+	sp  *spState // nil without sequence parallelism (see ulysses.go)
 }
 
 // NewBlock declares a block named name with heads heads over width channels
