@@ -39,6 +39,8 @@ type MoE struct {
 	// LAux and ExpCounts are the last forward's l_aux and exp_counts.
 	LAux      float32
 	ExpCounts []int64
+	// Dropped is the routes the last forward's capacity dropped.
+	Dropped int
 }
 
 // NewMoE declares an MoE layer named name+".mlp.deepspeed_moe" (the
@@ -144,6 +146,7 @@ func (m *MoE) forward(be backend.NN, out, in *tensor.Tensor, a *moeActs, n int) 
 	}
 	m.LAux, m.ExpCounts = r.LAux, r.ExpCounts
 	total := a.off[e]
+	m.Dropped = len(r.Expert) - total
 	xh := make([]float32, n*c)
 	if err := download(be, xh, in); err != nil {
 		return err

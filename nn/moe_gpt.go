@@ -54,6 +54,8 @@ type MoEStats struct {
 	Layer     int
 	LAux      float32
 	ExpCounts []int64
+	// Dropped is the routes capacity dropped.
+	Dropped int
 }
 
 // MoEStats lists the MoE layers' last l_aux and expert counts, in block
@@ -62,7 +64,7 @@ func (g *GPT) MoEStats() []MoEStats {
 	var st []MoEStats
 	for l, b := range g.Blocks {
 		if b.MoE != nil {
-			st = append(st, MoEStats{Layer: l, LAux: b.MoE.LAux, ExpCounts: append([]int64(nil), b.MoE.ExpCounts...)})
+			st = append(st, MoEStats{Layer: l, LAux: b.MoE.LAux, ExpCounts: append([]int64(nil), b.MoE.ExpCounts...), Dropped: b.MoE.Dropped})
 		}
 	}
 	return st
