@@ -165,9 +165,9 @@ func TestGPTMoEEquivalence(t *testing.T) {
 
 // TestGPTMoEBF16: under bf16 the MoE GPT on sim (with delays) gives the
 // CPU's bits, and its losses follow the fp32 plain loop's to bf16's
-// precision (measured below; tolerance 3e-2 relative: a routing decision
-// flipped by a rounded weight moves a token's expert, not the loss's
-// scale).
+// precision (the engine keeps fp32 masters; the model computes on their
+// bf16 copies): measured 3.1e-4 relative over 6 steps of k 2 on 2 ranks
+// (ZeRO 0 and 2), tolerance 2e-3.
 func TestGPTMoEBF16(t *testing.T) {
 	const steps = 6
 	const bf16 = `, "bf16": {"enabled": true}`
@@ -180,7 +180,7 @@ func TestGPTMoEBF16(t *testing.T) {
 		loss, params := moeCurve(t, gc, stage, 2, steps, "cpu", bf16, corpus)
 		worst := maxLossRel(plainLoss, loss)
 		t.Logf("bf16 stage %d: loss rel to the fp32 plain loop %.3g", stage, worst)
-		assert.LessOrEqual(t, worst, 3e-2, "bf16 stage %d vs fp32 plain: loss rel", stage)
+		assert.LessOrEqual(t, worst, 2e-3, "bf16 stage %d vs fp32 plain: loss rel", stage)
 		assert.False(t, math.IsNaN(worst))
 		dl, dp := moeCurve(t, gc, stage, 2, steps, "sim+delay", bf16, corpus)
 		assert.Equal(t, loss, dl, "bf16 stage %d on sim+delay: losses", stage)

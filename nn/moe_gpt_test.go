@@ -1,0 +1,124 @@
+package nn
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/stretchr/testify/require"
+)
+
+func moeTestGPT(coeff float64) GPTConfig {
+	return GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8,
+		MoE: MoEConfig{Experts: 3, K: 2, CapacityFactor: 1, DropTokens: true, LossCoeff: coeff, EveryN: 2}}
+}
+
+// TestGPTMoEAuxLossGradient: the GPT's loss includes LossCoeff × l_aux
+// and its gradient reaches wg: with a large coefficient the analytic
+// gradient of wg follows central differences of the whole GPT's loss
+// (float32 forward, h 1e-3; tolerance 2e-3 + 2e-2 relative; a
+// perturbation that changes a route is skipped), and differs
+// from the gradient without the aux loss by more than that.
+func TestGPTMoEAuxLossGradient(t *testing.T) {
+	be := testBackend(t)
+	in := []int32{1, 5, 7, 2, 9, 3, 3, 12, 0, 4, 15, 8, 6, 6, 1, 10}
+	tg := []int32{5, 7, 2, 9, 3, 3, 12, 0, 4, 15, 8, 6, 6, 1, 10, 11}
+	grads := map[float64][]float32{}
+	for _, coeff := range []float64{0, 5} {
+		g, err := NewReadyGPT(moeTestGPT(coeff), be, 3)
+		require.NoError(t, err)
+		defer g.Free()
+		require.Nil(t, g.Blocks[0].MoE, "EveryN 2: block 0 keeps its MLP")
+		require.NotNil(t, g.Blocks[1].MoE)
+		require.Equal(t, g.Config.NumParams(), NumParams(g))
+		wg := g.Blocks[1].MoE.WG.W
+		// loss returns the loss and the routes taken (first choices,
+		// then the kept routes)
+		loss := func() (float64, []int32) {
+			l, err := g.Forward(be, in, tg, 2, 8)
+			require.NoError(t, err)
+			r := g.actsFor(1).MoE.r
+			return float64(l), append(slices.Clone(r.top1), r.Expert...)
+		}
+		l0, counts := loss()
+		st := g.MoEStats()
+		require.Len(t, st, 1)
+		require.InDelta(t, coeff*float64(st[0].LAux), l0-xentOnly(t, g, be, in, tg), 1e-5, "the loss adds coeff × l_aux")
+		require.NoError(t, g.own.ZeroGrads())
+		_, _ = loss()
+		require.NoError(t, g.Backward(be))
+		gv, _ := wg.Grad.Float32s()
+		grads[coeff] = slices.Clone(gv)
+		if coeff == 0 {
+			continue
+		}
+		wv, _ := wg.Data.Float32s()
+		checked := 0
+		for i := range wv {
+			old := wv[i]
+			const h = 1e-3
+			wv[i] = old + h
+			lp, cp := loss()
+			wv[i] = old - h
+			lm, cm := loss()
+			wv[i] = old
+			if !slices.Equal(cp, counts) || !slices.Equal(cm, counts) {
+				continue
+			}
+			fd := (lp - lm) / (2 * h)
+			require.InDelta(t, fd, float64(gv[i]), 2e-3+2e-2*math.Abs(fd), "wg[%d]", i)
+			checked++
+		}
+		require.GreaterOrEqual(t, checked, len(wv)/3, "perturbations that kept the routing")
+	}
+	var diff float64
+	for i := range grads[0] {
+		diff = max(diff, math.Abs(float64(grads[5][i]-grads[0][i])))
+	}
+	require.Greater(t, diff, 1e-2, "the aux loss's gradient is visible in wg's")
+}
+
+// xentOnly is the GPT's loss less the aux loss: the mean cross-entropy of
+// the last forward, recomputed from the head with LossCoeff 0.
+func xentOnly(t *testing.T, g *GPT, be backend.Backend, in, tg []int32) float64 {
+	t.Helper()
+	c := g.Config.MoE.LossCoeff
+	g.Config.MoE.LossCoeff = 0
+	defer func() { g.Config.MoE.LossCoeff = c }()
+	l, err := g.Forward(be, in, tg, 2, 8)
+	require.NoError(t, err)
+	return float64(l)
+}
+
+// TestGPTMoERefusals: what MoE does not support is refused naming it.
+func TestGPTMoERefusals(t *testing.T) {
+	base := moeTestGPT(0.01)
+	for _, c := range []struct {
+		edit func(*MoEConfig)
+		want string
+	}{
+		{func(m *MoEConfig) { m.EPSize = 2 }, "not supported: expert parallelism (ep_size 2 > 1)"},
+		{func(m *MoEConfig) { m.UseResidual = true }, "moe.use_residual true: not supported"},
+		{func(m *MoEConfig) { m.UseRTS = true }, "moe.use_rts true: not supported"},
+		{func(m *MoEConfig) { m.NoisyGatePolicy = "RSample" }, `moe.noisy_gate_policy "RSample": not supported`},
+		{func(m *MoEConfig) { m.NoisyGatePolicy = "Jitter" }, `moe.noisy_gate_policy "Jitter": not supported`},
+		{func(m *MoEConfig) { m.Top2SecondExpertSampling = true }, "moe.top2_2nd_expert_sampling true: not supported"},
+		{func(m *MoEConfig) { m.K = 3 }, "moe.k 3"},
+		{func(m *MoEConfig) { m.Experts = 1 }, "moe.k 2: more than num_experts 1"},
+		{func(m *MoEConfig) { m.CapacityFactor = -1 }, "moe.capacity_factor -1"},
+		{func(m *MoEConfig) { m.LossCoeff = math.NaN() }, "moe.loss_coeff NaN"},
+	} {
+		cfg := base
+		c.edit(&cfg.MoE)
+		_, err := NewGPT(cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want %q", cfg.MoE, err, c.want)
+		}
+	}
+	g, err := NewGPT(base)
+	require.NoError(t, err)
+	_, err = g.NewPart(0, 2)
+	require.ErrorContains(t, err, "not supported: MoE with pipeline stages")
+}
