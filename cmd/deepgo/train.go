@@ -155,10 +155,15 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	saveModel := fs.String("save-model", "", "after the last step, write the trained weights, whole and in the model's dtype, to DIR/"+deepgo.DefaultModelFile+" (DeepSpeed's save_16bit_model; at ZeRO stage 3 it needs zero_optimization.stage3_gather_16bit_weights_on_model_save true)")
 	freeze := fs.String("freeze", "", freezeFlagHelp)
 	backend := fs.String("dist-backend", "", "between the processes of a launched job (RANK/WORLD_SIZE, OMPI_* or SLURM_* set, no --ranks): gloo, mpi or nccl (default: DEEPGO_DIST_BACKEND, else nccl with --device cuda, gloo otherwise)")
+	moeConfig := moeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
 	err := checkTrainFlags(fs.Args(), *steps, *ranks, *micro, *nanEvery, *lr)
+	moe, merr := moeConfig()
+	if merr != nil && err == nil {
+		err = merr
+	}
 	evalItersGiven := false
 	fs.Visit(func(f *flag.Flag) { evalItersGiven = evalItersGiven || f.Name == "eval-iters" })
 	if eerr := checkEvalFlags(*evalInterval, *evalIters, evalItersGiven); eerr != nil && err == nil {
@@ -211,7 +216,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	defer func() { signal.Stop(sig); close(sig) }()
 	go watchInterrupt(sig, progress, job.rank() == 0, stderr, os.Exit)
 	res, err := train(*cfgPath, *dataPath, *modelName, *ranks, *steps, trainerArgs{microBatch: *micro, microGiven: microGiven, lr: *lr, lrGiven: lrGiven, resumeFallback: *fallback, loadModuleOnly: *moduleOnly, device: *device, metricsAddr: *metricsAddr, nanCheckEvery: *nanEvery, job: job, progress: progress,
-		evalInterval: *evalInterval, evalIters: *evalIters, saveModel: *saveModel, freeze: freezeRE}, stdout, stderr)
+		evalInterval: *evalInterval, evalIters: *evalIters, saveModel: *saveModel, freeze: freezeRE, moe: moe}, stdout, stderr)
 	if err != nil {
 		if code, ok := progress.awaitInterrupt(time.Minute); ok {
 			// the interrupt's exit has not ended the process within a
@@ -297,6 +302,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	pp, virtual := pipeShape(shape)
 	tp := tpSize(shape)
 	sp := spSize(shape)
+	if err := checkMoEShape(targs.moe, pp, tp, sp); err != nil {
+		return nil, err
+	}
 	if err := checkEvalPipe(shape, pp, targs.evalInterval, targs.evalIters); err != nil {
 		return nil, err
 	}
@@ -440,6 +448,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		if spg != nil {
 			g.SP = spg.sp
 		}
+		g.MoE = targs.moe
 		gpt, err := nn.NewReadyGPT(g, nil, 1) // computes on the engine's backend
 		if err != nil {
 			return err
@@ -491,6 +500,10 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 				if g.TP.SequenceParallel {
 					fmt.Fprintf(stdout, "megatron sequence parallel: the residual stream and LayerNorms split along the sequence, %d tokens of each per rank\n", T/tp)
 				}
+			}
+			if g.MoE.On() {
+				fmt.Fprintf(stdout, "mixture of experts: %d experts, top-%d, in %d of %d blocks, capacity factor %g (eval %g), min capacity %d, drop tokens %v; the losses below include loss coeff %g x the layers' l_aux\n",
+					g.MoE.Experts, max(g.MoE.K, 1), len(gpt.MoEStats()), g.Layers, g.MoE.CapacityFactor, g.MoE.EvalCapacityFactor, g.MoE.MinCapacity, g.MoE.DropTokens, g.MoE.LossCoeff)
 			}
 			if sp > 1 {
 				fmt.Fprintf(stdout, "sequence parallel (Ulysses): %d ranks x %d data-parallel ranks, %d tokens of each sequence per rank\n", sp, ranks, T/sp)
@@ -614,6 +627,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			if rank == 0 {
 				res.Losses = append(res.Losses, loss)
 				bar.update(step, loss)
+			}
+			if rank == 0 && (step%every == 0 || step == steps) {
+				printMoE(stdout, gpt, step)
 			}
 			if rank == 0 && (step%every == 0 || step == steps) {
 				tps := float64((step-first+1)*B*gas*T*dn) / (time.Since(t0) - evalTime).Seconds()

@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/nn"
 )
 
 // trainerArgs are the values a trainer owns and a DeepSpeed config may leave
@@ -28,6 +29,7 @@ type trainerArgs struct {
 	evalIters      int            // --eval-iters: 0, gradient_accumulation_steps
 	saveModel      string         // --save-model: "", no model file
 	freeze         *regexp.Regexp // --freeze: nil, nothing frozen
+	moe            nn.MoEConfig   // --moe-*: the GPT's MoE layers
 	job            *procJob       // the launched job this process is one rank of; nil: in-process ranks
 	progress       *trainProgress // where rank 0 stands, for the interrupted line; nil: not recorded
 }

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestTrainMoE: `deepgo train --model tiny --moe-experts 4 --moe-k 2`
+// trains (from ln 16 = 2.77 to within 60% of the entropy floor, the aux
+// loss of ~0.1 included),
+// prints the MoE banner and each print step's l_aux and expert counts, and
+// ends at the same loss on sim as on the cpu.
+func TestTrainMoE(t *testing.T) {
+	final := map[string]float64{}
+	for _, dev := range []string{"cpu", "sim"} {
+		var out, errb bytes.Buffer
+		code := run([]string{"train", "--config", "../../configs/demo-zero2.json", "--model", "tiny", "--steps", "60",
+			"--moe-experts", "4", "--moe-k", "2", "--device", dev}, &out, &errb)
+		require.Zero(t, code, errb.String())
+		s := out.String()
+		assert.Contains(t, s, "mixture of experts: 4 experts, top-2, in 1 of 1 blocks")
+		assert.Contains(t, s, "step 60 moe layer 0: l_aux ")
+		assert.Contains(t, s, "exp_counts [")
+		lines := strings.Split(strings.TrimSpace(s), "\n")
+		var res trainResult
+		require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &res))
+		require.NotNil(t, res.EntropyFloor)
+		assert.Less(t, res.FinalLoss, 1.6**res.EntropyFloor, "final loss %.4f vs floor %.4f\n%s", res.FinalLoss, *res.EntropyFloor, s)
+		final[dev] = res.FinalLoss
+	}
+	assert.Equal(t, final["cpu"], final["sim"], "final loss: cpu vs sim")
+}
+
+// TestTrainMoERefused: what MoE does not support is a usage error naming
+// the flag, or an error naming the config's parallelism.
+func TestTrainMoERefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--moe-experts", "4", "--moe-expert-parallel-size", "2"}, 2, "not supported: expert parallelism (ep_size 2 > 1)"},
+		{[]string{"--moe-k", "2"}, 2, "--moe-* flags given without --moe-experts"},
+		{[]string{"--moe-experts", "4", "--moe-k", "3"}, 2, "moe.k 3"},
+		{[]string{"--moe-experts", "4", "--moe-expert-interval", "0"}, 2, "--moe-expert-interval 0"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"train", "--config", "../../configs/demo-zero2.json", "--model", "tiny", "--steps", "1"}, c.args...), &out, &errb)
+		assert.Equal(t, c.code, code, "%v", c.args)
+		assert.Contains(t, errb.String(), c.want, "%v", c.args)
+	}
+	cfg := writeConfig(t, `{"train_micro_batch_size_per_gpu": 8, "tensor_model_parallel_size": 2, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}`)
+	var out, errb bytes.Buffer
+	code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "1", "--moe-experts", "2"}, &out, &errb)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errb.String(), "--moe-experts 2 with tensor_model_parallel_size 2: not supported")
+}
