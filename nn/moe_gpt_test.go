@@ -122,3 +122,26 @@ func TestGPTMoERefusals(t *testing.T) {
 	_, err = g.NewPart(0, 2)
 	require.ErrorContains(t, err, "not supported: MoE with pipeline stages")
 }
+
+// TestGPTMoEEvalCapacity: SetTraining(false) routes with
+// EvalCapacityFactor (here large enough to drop nothing), true again with
+// CapacityFactor (small enough to drop).
+func TestGPTMoEEvalCapacity(t *testing.T) {
+	be := testBackend(t)
+	cfg := moeTestGPT(0.01)
+	cfg.MoE.CapacityFactor, cfg.MoE.EvalCapacityFactor = 0.25, 2
+	g, err := NewReadyGPT(cfg, be, 3)
+	require.NoError(t, err)
+	defer g.Free()
+	in := []int32{1, 5, 7, 2, 9, 3, 3, 12, 0, 4, 15, 8, 6, 6, 1, 10}
+	dropped := func() int {
+		_, err := g.Forward(be, in, in, 2, 8)
+		require.NoError(t, err)
+		return g.MoEStats()[0].Dropped
+	}
+	require.Positive(t, dropped(), "training capacity factor 0.25")
+	g.SetTraining(false)
+	require.Zero(t, dropped(), "eval capacity factor 2")
+	g.SetTraining(true)
+	require.Positive(t, dropped(), "training again")
+}

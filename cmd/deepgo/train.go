@@ -638,7 +638,7 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 			}
 			if ev.due(step, steps) {
 				t := time.Now()
-				el, err := ev.run(ctx, e)
+				el, err := ev.run(ctx, e, gpt)
 				if err != nil {
 					return fmt.Errorf("evaluation at step %d: %w", step, err)
 				}

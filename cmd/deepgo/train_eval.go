@@ -55,8 +55,12 @@ func (p *evalPlan) due(step, last int) bool {
 }
 
 // run evaluates: the mean loss over the micro-batches and the
-// data-parallel ranks, the same on every rank.
-func (p *evalPlan) run(ctx context.Context, e deepgo.Trainer) (float64, error) {
+// data-parallel ranks, the same on every rank. The model is in evaluation
+// mode meanwhile (torch's model.eval(): the MoE layers' eval capacity
+// factor).
+func (p *evalPlan) run(ctx context.Context, e deepgo.Trainer, m interface{ SetTraining(bool) }) (float64, error) {
+	m.SetTraining(false)
+	defer m.SetTraining(true)
 	return e.EvalBatch(ctx, p.mbs)
 }
 
