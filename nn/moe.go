@@ -187,33 +187,41 @@ func (m *MoE) forward(be backend.NN, out, in *tensor.Tensor, a *moeActs, n int) 
 	return upload(be, out, oh)
 }
 
+// expertViews are expert x's rows of the layer's buffers.
+type expertViews struct{ xin, fc, act, eout, dact, dfc, dxin *tensor.Tensor }
+
+func (m *MoE) views(a *moeActs, x int) (expertViews, error) {
+	lo, nr := a.off[x], a.r.Rows[x]
+	var v expertViews
+	for _, f := range []struct {
+		dst **tensor.Tensor
+		t   *tensor.Tensor
+		w   int
+	}{{&v.xin, a.xin, m.Width}, {&v.fc, a.fc, m.Hidden}, {&v.act, a.fcAct, m.Hidden}, {&v.eout, a.eout, m.Width},
+		{&v.dact, a.dfcAct, m.Hidden}, {&v.dfc, a.dfc, m.Hidden}, {&v.dxin, a.dxin, m.Width}} {
+		var err error
+		if *f.dst, err = rows(f.t, lo, nr, f.w); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
+}
+
 // expertForward runs expert x on its rows of a.xin.
 func (m *MoE) expertForward(be backend.NN, a *moeActs, x int) error {
-	lo, nr := a.off[x], a.r.Rows[x]
+	nr := a.r.Rows[x]
 	if nr == 0 {
 		return nil
 	}
-	xin, err := rows(a.xin, lo, nr, m.Width)
+	v, err := m.views(a, x)
 	if err != nil {
 		return err
 	}
-	fc, err := rows(a.fc, lo, nr, m.Hidden)
-	if err != nil {
+	if err := m.FC[x].Forward(be, v.fc, v.xin, nr); err != nil {
 		return err
 	}
-	act, err := rows(a.fcAct, lo, nr, m.Hidden)
-	if err != nil {
+	if err := m.Act.Forward(be, v.act, v.fc, nr*m.Hidden); err != nil {
 		return err
 	}
-	eo, err := rows(a.eout, lo, nr, m.Width)
-	if err != nil {
-		return err
-	}
-	if err := m.FC[x].Forward(be, fc, xin, nr); err != nil {
-		return err
-	}
-	if err := m.Act.Forward(be, act, fc, nr*m.Hidden); err != nil {
-		return err
-	}
-	return m.Proj[x].Forward(be, eo, act, nr)
+	return m.Proj[x].Forward(be, v.eout, v.act, nr)
 }

@@ -77,30 +77,19 @@ func (m *MoE) backward(be backend.NN, din, dout, in *tensor.Tensor, a *moeActs, 
 // expertBackward runs expert x's backward on its rows: a.eout holds the
 // gradient of its outputs, a.dxin receives its inputs'.
 func (m *MoE) expertBackward(be backend.NN, a *moeActs, x int) error {
-	lo, nr := a.off[x], a.r.Rows[x]
+	nr := a.r.Rows[x]
 	if nr == 0 {
 		return nil
 	}
-	var v [6]*tensor.Tensor
-	for i, f := range []struct {
-		t *tensor.Tensor
-		w int
-	}{{a.xin, m.Width}, {a.fc, m.Hidden}, {a.fcAct, m.Hidden}, {a.eout, m.Width}, {a.dfcAct, m.Hidden}, {a.dfc, m.Hidden}} {
-		var err error
-		if v[i], err = rows(f.t, lo, nr, f.w); err != nil {
-			return err
-		}
-	}
-	dxin, err := rows(a.dxin, lo, nr, m.Width)
+	v, err := m.views(a, x)
 	if err != nil {
 		return err
 	}
-	xin, fc, act, deo, dact, dfc := v[0], v[1], v[2], v[3], v[4], v[5]
-	if err := m.Proj[x].backwardWrite(be, dact, deo, act, nr); err != nil {
+	if err := m.Proj[x].backwardWrite(be, v.dact, v.eout, v.act, nr); err != nil {
 		return err
 	}
-	if err := m.Act.backwardWrite(be, dfc, fc, dact, nr*m.Hidden); err != nil {
+	if err := m.Act.backwardWrite(be, v.dfc, v.fc, v.dact, nr*m.Hidden); err != nil {
 		return err
 	}
-	return m.FC[x].backwardWrite(be, dxin, dfc, xin, nr)
+	return m.FC[x].backwardWrite(be, v.dxin, v.dfc, v.xin, nr)
 }
