@@ -365,7 +365,7 @@ func (g *GPT) allocFor(be backend.Backend, b, t int, engine bool) error {
 		}
 	}
 	if recompute {
-		if s.recompute, err = g.Blocks[0].NewActivations(&s.acts, b, t); err != nil {
+		if s.recompute, err = g.newRecompute(&s.acts, b, t); err != nil {
 			return fail(err)
 		}
 	}

@@ -83,3 +83,27 @@ func (g *GPT) moeLoss(gradScale float64) float64 {
 	}
 	return c * sum
 }
+
+// newRecompute allocates the activations the GPT's own checkpointed
+// blocks share: a dense block's and, when there are MoE blocks too, an
+// MoE layer's beside them.
+func (g *GPT) newRecompute(a *Arena, b, t int) (*BlockActivations, error) {
+	var dense, moe *Block
+	for _, blk := range g.Blocks {
+		switch {
+		case blk.MoE != nil && moe == nil:
+			moe = blk
+		case blk.MoE == nil && dense == nil:
+			dense = blk
+		}
+	}
+	if dense == nil {
+		return moe.NewActivations(a, b, t)
+	}
+	acts, err := dense.NewActivations(a, b, t)
+	if err != nil || moe == nil {
+		return acts, err
+	}
+	acts.MoE, err = moe.MoE.newActs(a, b*t)
+	return acts, err
+}
