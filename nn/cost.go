@@ -107,14 +107,18 @@ func (k *Block) Cost(name string, b, t int) Cost {
 
 // Cost of an MoE layer on n tokens: the gate and K experts' MLP per token
 // (the most the routing can run: capacity drops only lower it), counted
-// as one expert's MLP over K·n rows; the parameters are all the experts'.
+// as one expert's MLP over K·n rows; the parameters are all the experts';
+// PR-MoE adds its dense MLP and coefficient over n rows.
 func (m *MoE) Cost(name string, n int) Cost {
 	k := max(m.Config.K, 1)
 	fc, proj := m.FC[0].Cost(k*n), m.Proj[0].Cost(k*n)
 	fc.Params *= int64(len(m.FC))
 	proj.Params *= int64(len(m.Proj))
-	return Cost{Name: name, Kind: "MoE", Children: []Cost{
-		m.WG.Cost(n), fc, m.Act.Cost(name+".act", k*n, m.Hidden), proj}}
+	ch := []Cost{m.WG.Cost(n), fc, m.Act.Cost(name+".act", k*n, m.Hidden), proj}
+	if r := m.Res; r != nil {
+		ch = append(ch, r.FC.Cost(n), m.Act.Cost(name+".mlp.act", n, m.Hidden), r.Proj.Cost(n), r.Coef.Cost(n))
+	}
+	return Cost{Name: name, Kind: "MoE", Children: ch}
 }
 
 // Cost of embedding b sequences of t tokens: a lookup (no flops) and the

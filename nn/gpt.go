@@ -40,7 +40,7 @@ func (c GPTConfig) NumParams() int {
 	n := c.Vocab*C + c.SeqLen*C + c.Layers*(12*C*C+13*C) + 2*C
 	for l := 0; l < c.Layers; l++ {
 		if c.MoE.At(l) {
-			n += moeParams(C, c.MoE.Experts)
+			n += moeParams(C, c.MoE.Experts, c.MoE.UseResidual)
 		}
 	}
 	return n
@@ -192,6 +192,9 @@ func (g *GPT) Init(seed uint64) error {
 		// its experts start equal) and wg like any weight
 		for _, p := range b.MoE.Proj {
 			proj[p.W] = true
+		}
+		if b.MoE.Res != nil {
+			proj[b.MoE.Res.Proj.W] = true
 		}
 	}
 	ln := map[*model.Param]bool{g.LNF.W: true}

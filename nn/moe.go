@@ -31,6 +31,9 @@ type MoE struct {
 	WG            *Linear   // deepspeed_moe.gate.wg: C -> E, no bias
 	FC, Proj      []*Linear // deepspeed_moe.experts.deepspeed_experts.<i>.c_fc / .c_proj
 	Act           GELU
+	// Res is PR-MoE's residual MLP and coefficient (use_residual); nil
+	// without.
+	Res *residual
 	// eval selects EvalCapacityFactor (GPT.SetTraining(false)).
 	eval bool
 	// dLAux is the aux loss's gradient scale for the next Backward
@@ -59,6 +62,9 @@ func NewMoE(name string, width int, cfg MoEConfig) (*MoE, error) {
 		m.FC = append(m.FC, NewLinear(e+".c_fc", width, 4*width, true))
 		m.Proj = append(m.Proj, NewLinear(e+".c_proj", 4*width, width, true))
 	}
+	if cfg.UseResidual {
+		m.Res = newResidual(name+".mlp", width)
+	}
 	return m, nil
 }
 
@@ -69,12 +75,12 @@ func (m *MoE) Params() []*model.Param {
 		ps = append(ps, m.FC[i].Params()...)
 		ps = append(ps, m.Proj[i].Params()...)
 	}
-	return ps
+	return append(ps, m.Res.params()...)
 }
 
 func (m *MoE) check(op string, dev tensor.Device, grad bool) error {
 	ls := append([]*Linear{m.WG}, m.FC...)
-	for _, l := range append(ls, m.Proj...) {
+	for _, l := range append(append(ls, m.Proj...), m.Res.linears()...) {
 		if err := l.check(op, dev, grad); err != nil {
 			return err
 		}
@@ -95,6 +101,7 @@ type moeActs struct {
 	r               *Routing
 	off             []int     // each expert's first row
 	eoutHost        []float32 // expert outputs, for the weights' gradient
+	res             *residualActs
 }
 
 func (m *MoE) newActs(a *Arena, n int) (*moeActs, error) {
@@ -108,6 +115,11 @@ func (m *MoE) newActs(a *Arena, n int) (*moeActs, error) {
 		{&s.fc, []int{k * n, m.Hidden}}, {&s.fcAct, []int{k * n, m.Hidden}}, {&s.dfc, []int{k * n, m.Hidden}},
 		{&s.dfcAct, []int{k * n, m.Hidden}}, {&s.eout, []int{k * n, c}}, {&s.dx, []int{n, c}}} {
 		if *f.p, err = a.Float32(f.shape...); err != nil {
+			return nil, err
+		}
+	}
+	if m.Res != nil {
+		if s.res, err = m.Res.newActs(a, n, c, m.Hidden); err != nil {
 			return nil, err
 		}
 	}
@@ -126,8 +138,9 @@ func (a *moeActs) slot(i int) int {
 	return a.off[x] + int(a.r.Loc[i])
 }
 
-// forward computes out[n, C] from in[n, C] on be.
-func (m *MoE) forward(be backend.NN, out, in *tensor.Tensor, a *moeActs, n int) error {
+// forwardExperts computes the experts' combined output out[n, C] from
+// in[n, C] on be (the layer's output without PR-MoE's residual).
+func (m *MoE) forwardExperts(be backend.NN, out, in *tensor.Tensor, a *moeActs, n int) error {
 	c, e := m.Width, m.Config.Experts
 	if err := m.WG.Forward(be, a.logits, in, n); err != nil {
 		return err

@@ -5,11 +5,12 @@ import (
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-// backward writes din[n, C] (whatever it held) with the gradient of the
-// forward's input given dout[n, C], and accumulates every parameter
-// gradient: the experts' through their routed rows, wg's through the
+// backwardExperts writes din[n, C] (whatever it held) with the gradient
+// of the forward's input given the gradient dout[n, C] of the experts'
+// combined output, and accumulates every parameter gradient of the gate
+// and experts: the experts' through their routed rows, wg's through the
 // combine weights and the aux loss (m.dLAux × l_aux).
-func (m *MoE) backward(be backend.NN, din, dout, in *tensor.Tensor, a *moeActs, n int) error {
+func (m *MoE) backwardExperts(be backend.NN, din, dout, in *tensor.Tensor, a *moeActs, n int) error {
 	c, e, r := m.Width, m.Config.Experts, a.r
 	total := a.off[e]
 	dh := make([]float32, n*c)

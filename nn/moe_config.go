@@ -42,9 +42,11 @@ type MoEConfig struct {
 	// EveryN is --expert-interval: block l (from 0) is an MoE block when
 	// (l+1) % EveryN == 0; 0 means 1, every block.
 	EveryN int
-	// UseResidual (PR-MoE), UseRTS, a NoisyGatePolicy other than "" or
-	// "None", and Top2SecondExpertSampling are refused (see above).
-	UseResidual              bool
+	// UseResidual is PR-MoE (use_residual): a dense MLP beside the experts,
+	// mixed with them by a softmax over coefficient(x) (see residual.go).
+	UseResidual bool
+	// UseRTS, a NoisyGatePolicy other than "" or "None", and
+	// Top2SecondExpertSampling are refused (see above).
 	UseRTS                   bool
 	NoisyGatePolicy          string
 	Top2SecondExpertSampling bool
@@ -89,8 +91,6 @@ func (c MoEConfig) check() error {
 		return fmt.Errorf("moe.ep_size %d: must be 1", c.EPSize)
 	case c.EveryN < 0:
 		return fmt.Errorf("moe.expert_interval %d: must be >= 1", c.EveryN)
-	case c.UseResidual:
-		return fmt.Errorf("moe.use_residual true: not supported: residual MoE (PR-MoE)")
 	case c.UseRTS:
 		return fmt.Errorf("moe.use_rts true: not supported: random token selection needs torch's random numbers (use false)")
 	case c.NoisyGatePolicy != "" && c.NoisyGatePolicy != "None":

@@ -211,3 +211,23 @@ func TestGPTMoECheckpointing(t *testing.T) {
 		assert.Equal(t, params, dp, "stage %d on sim+delay: parameters", stage)
 	}
 }
+
+// TestGPTMoEResidual: PR-MoE (use_residual) in every block, k 1, trained
+// by the engine at ZeRO 0 and 3 on 2 ranks, follows the plain loop, and
+// sim+delay gives the CPU's bits.
+func TestGPTMoEResidual(t *testing.T) {
+	const steps = 4
+	m, err := data.NewMarkov(32, 1, 2, 3)
+	require.NoError(t, err)
+	corpus := &data.Tokens{IDs: m.Generate(20000, 4), Vocab: 32}
+	gc := moeGPT(corpus.Vocab, 1)
+	gc.MoE.UseResidual = true
+	plainLoss, plainParams, _ := moePlain(t, gc, 2, steps, corpus)
+	for _, stage := range []int{0, 3} {
+		loss, params := moeCurve(t, gc, stage, 2, steps, "cpu", "", corpus)
+		requireFollowsPlain(t, fmt.Sprintf("residual stage %d", stage), plainLoss, loss, plainParams, params, 1e-6, 3e-6)
+		dl, dp := moeCurve(t, gc, stage, 2, steps, "sim+delay", "", corpus)
+		assert.Equal(t, loss, dl, "stage %d on sim+delay: losses", stage)
+		assert.Equal(t, params, dp, "stage %d on sim+delay: parameters", stage)
+	}
+}

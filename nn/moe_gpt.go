@@ -35,8 +35,15 @@ func (g *GPT) buildMoE() error {
 }
 
 // moeParams is the parameter count of one MoE layer over c channels
-// with e experts, less the MLP it replaces.
-func moeParams(c, e int) int { return (e-1)*(8*c*c+5*c) + e*c }
+// with e experts, less the MLP it replaces; residual adds PR-MoE's MLP and
+// coefficient.
+func moeParams(c, e int, residual bool) int {
+	n := (e-1)*(8*c*c+5*c) + e*c
+	if residual {
+		n += 8*c*c + 5*c + 2*c + 2
+	}
+	return n
+}
 
 // SetTraining selects the MoE layers' capacity factor: CapacityFactor in
 // training (the default), EvalCapacityFactor otherwise (torch's

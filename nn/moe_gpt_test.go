@@ -100,7 +100,6 @@ func TestGPTMoERefusals(t *testing.T) {
 		want string
 	}{
 		{func(m *MoEConfig) { m.EPSize = 2 }, "not supported: expert parallelism (ep_size 2 > 1)"},
-		{func(m *MoEConfig) { m.UseResidual = true }, "moe.use_residual true: not supported"},
 		{func(m *MoEConfig) { m.UseRTS = true }, "moe.use_rts true: not supported"},
 		{func(m *MoEConfig) { m.NoisyGatePolicy = "RSample" }, `moe.noisy_gate_policy "RSample": not supported`},
 		{func(m *MoEConfig) { m.NoisyGatePolicy = "Jitter" }, `moe.noisy_gate_policy "Jitter": not supported`},
@@ -144,4 +143,22 @@ func TestGPTMoEEvalCapacity(t *testing.T) {
 	require.Zero(t, dropped(), "eval capacity factor 2")
 	g.SetTraining(true)
 	require.Positive(t, dropped(), "training again")
+}
+
+// TestGPTMoEResidualNames: PR-MoE's parameters carry DeepSpeed's names
+// under the block's MLP and count in NumParams.
+func TestGPTMoEResidualNames(t *testing.T) {
+	cfg := moeTestGPT(0.01)
+	cfg.MoE.UseResidual = true
+	g, err := NewGPT(cfg)
+	require.NoError(t, err)
+	var names []string
+	for _, p := range g.Blocks[1].MoE.Params() {
+		names = append(names, p.Name)
+	}
+	for _, want := range []string{"transformer.h.1.mlp.deepspeed_moe.gate.wg.weight", "transformer.h.1.mlp.deepspeed_moe.experts.deepspeed_experts.2.c_proj.weight",
+		"transformer.h.1.mlp.mlp.c_fc.weight", "transformer.h.1.mlp.mlp.c_proj.bias", "transformer.h.1.mlp.coefficient.weight", "transformer.h.1.mlp.coefficient.bias"} {
+		require.Contains(t, names, want)
+	}
+	require.Equal(t, cfg.NumParams(), NumParams(g))
 }

@@ -54,7 +54,8 @@ func (h *moeHarness) loss(t *testing.T, x, rw []float64) (float64, []int32) {
 // of Σ out·R + coeff·l_aux (float32 forward: h 3e-3, tolerance 3e-4 +
 // 1e-2 relative), over the input, wg and the experts' parameters, for k
 // 1 and 2 with and without dropped tokens, and with R = 0 (the aux loss's
-// gradient alone, which reaches only wg and the input). A perturbation
+// gradient alone, which reaches only wg and the input), and with PR-MoE's
+// residual MLP and coefficient (use_residual). A perturbation
 // that changes the routing is skipped (the loss is not differentiable
 // there).
 func TestMoEGradients(t *testing.T) {
@@ -65,10 +66,12 @@ func TestMoEGradients(t *testing.T) {
 		drop     bool
 		coeff    float64
 		auxAlone bool
-	}{{1, 1, true, 0.5, false}, {1, 0.5, true, 0.5, false}, {1, 1, false, 0.5, false}, {2, 1, true, 0.5, false},
-		{2, 0.4, true, 1, false}, {2, 1, false, 0.5, false}, {1, 1, true, 1, true}, {2, 0.5, true, 1, true}} {
-		t.Run(fmt.Sprintf("k%d_cf%v_drop%v_aux%v", c.k, c.cf, c.drop, c.auxAlone), func(t *testing.T) {
-			cfg := MoEConfig{Experts: 3, K: c.k, CapacityFactor: c.cf, DropTokens: c.drop, LossCoeff: c.coeff}
+		residual bool
+	}{{1, 1, true, 0.5, false, false}, {1, 0.5, true, 0.5, false, false}, {1, 1, false, 0.5, false, false}, {2, 1, true, 0.5, false, false},
+		{2, 0.4, true, 1, false, false}, {2, 1, false, 0.5, false, false}, {1, 1, true, 1, true, false}, {2, 0.5, true, 1, true, false},
+		{1, 1, true, 0.5, false, true}, {2, 0.5, true, 0.5, false, true}} {
+		t.Run(fmt.Sprintf("k%d_cf%v_drop%v_aux%v_residual%v", c.k, c.cf, c.drop, c.auxAlone, c.residual), func(t *testing.T) {
+			cfg := MoEConfig{Experts: 3, K: c.k, CapacityFactor: c.cf, DropTokens: c.drop, LossCoeff: c.coeff, UseResidual: c.residual}
 			h := newMoEHarness(t, cfg, n, width, 3)
 			r := rand.New(rand.NewPCG(5, uint64(c.k)))
 			x := randv(r, n*width, 1)

@@ -22,6 +22,7 @@ func moeFlags(fs *flag.FlagSet) func() (nn.MoEConfig, error) {
 	drop := fs.Bool("moe-drop-tokens", true, "MoE: drop the routes past an expert's capacity (false: the capacity is the busiest expert's count)")
 	coeff := fs.Float64("moe-loss-coeff", 0.1, "MoE: the loss adds this times the sum of the layers' load-balancing loss l_aux")
 	every := fs.Int("moe-expert-interval", 1, "MoE: every Nth block (Megatron-DeepSpeed's --expert-interval, whose default is 2)")
+	res := fs.Bool("moe-use-residual", false, "MoE: PR-MoE, a dense MLP beside the experts mixed by a learned softmax coefficient (DeepSpeed's use_residual)")
 	ep := fs.Int("moe-expert-parallel-size", 1, "MoE: expert parallel size; only 1 (every rank holds every expert)")
 	return func() (nn.MoEConfig, error) {
 		given := false
@@ -36,7 +37,7 @@ func moeFlags(fs *flag.FlagSet) func() (nn.MoEConfig, error) {
 			return nn.MoEConfig{}, fmt.Errorf("--moe-experts %d: want >= 0", *experts)
 		}
 		m := nn.MoEConfig{Experts: *experts, EPSize: *ep, K: *k, CapacityFactor: *cf, EvalCapacityFactor: *ecf,
-			MinCapacity: *minCap, DropTokens: *drop, LossCoeff: *coeff, EveryN: *every}
+			MinCapacity: *minCap, DropTokens: *drop, LossCoeff: *coeff, EveryN: *every, UseResidual: *res}
 		if *every < 1 {
 			return m, fmt.Errorf("--moe-expert-interval %d: want >= 1", *every)
 		}

@@ -36,6 +36,19 @@ func TestTrainMoE(t *testing.T) {
 	assert.Equal(t, final["cpu"], final["sim"], "final loss: cpu vs sim")
 }
 
+// TestTrainMoEResidual: --moe-use-residual (PR-MoE) trains too.
+func TestTrainMoEResidual(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"train", "--config", "../../configs/demo-zero2.json", "--model", "tiny", "--steps", "60",
+		"--moe-experts", "2", "--moe-use-residual"}, &out, &errb)
+	require.Zero(t, code, errb.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var res trainResult
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &res))
+	require.NotNil(t, res.EntropyFloor)
+	assert.Less(t, res.FinalLoss, 1.6**res.EntropyFloor, "final loss %.4f vs floor %.4f", res.FinalLoss, *res.EntropyFloor)
+}
+
 // TestTrainMoERefused: what MoE does not support is a usage error naming
 // the flag, or an error naming the config's parallelism.
 func TestTrainMoERefused(t *testing.T) {
