@@ -31,4 +31,9 @@
 // across the ranks too (tp_vocab.go), and Megatron's sequence parallelism
 // is an option (tp_seq.go). The ranks of a tensor-parallel group must be
 // given the same micro-batches: each computes its shard of the same tokens.
+//
+// Mixture of experts is DeepSpeed's MoE layer at expert parallel size 1
+// (GPTConfig.MoE, moe_*.go): the TopKGate's routing in Go (Route, golden
+// against DeepSpeed's top1gating/top2gating), GPT-MLP experts, PR-MoE's
+// residual, and the aux loss in the GPT's Loss.
 package nn

@@ -43,7 +43,7 @@ type MoEConfig struct {
 	// (l+1) % EveryN == 0; 0 means 1, every block.
 	EveryN int
 	// UseResidual is PR-MoE (use_residual): a dense MLP beside the experts,
-	// mixed with them by a softmax over coefficient(x) (see residual.go).
+	// mixed with them by a softmax over coefficient(x) (see moe_residual.go).
 	UseResidual bool
 	// UseRTS, a NoisyGatePolicy other than "" or "None", and
 	// Top2SecondExpertSampling are refused (see above).
