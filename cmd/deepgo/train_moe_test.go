@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/deepgo-ml/deepgo/nn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -72,4 +75,24 @@ func TestTrainMoERefused(t *testing.T) {
 	code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "1", "--moe-experts", "2"}, &out, &errb)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errb.String(), "--moe-experts 2 with tensor_model_parallel_size 2: not supported")
+}
+
+// TestTrainMoEResumes: an MoE run (k 2, ZeRO 2, 2 ranks) stopped at step
+// 10 resumes from its checkpoint (the experts and gate saved by name like
+// any parameter) and ends exactly where an uninterrupted run ends.
+func TestTrainMoEResumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three training runs")
+	}
+	dir := t.TempDir()
+	args := trainerArgs{microBatch: 4, lr: 0.01, moe: nn.MoEConfig{Experts: 4, K: 2, CapacityFactor: 1, EvalCapacityFactor: 1,
+		MinCapacity: 4, DropTokens: true, LossCoeff: 0.1, EveryN: 1}}
+	whole, err := train(resumeConfig(t, filepath.Join(dir, "a"), 2), "", "tiny", 2, 20, args, io.Discard, io.Discard)
+	require.NoError(t, err)
+	b := resumeConfig(t, filepath.Join(dir, "b"), 2)
+	_, err = train(b, "", "tiny", 2, 10, args, io.Discard, io.Discard)
+	require.NoError(t, err)
+	resumed, err := train(b, "", "tiny", 2, 20, args, io.Discard, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, whole.FinalLoss, resumed.FinalLoss, "final loss after resuming vs uninterrupted")
 }
