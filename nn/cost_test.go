@@ -79,3 +79,41 @@ func TestBlockCostTree(t *testing.T) {
 	assert.Equal(t, int64(2*8*24), c.Children[1].Children[0].MACs, "c_attn: 2 rows x 8 x 24")
 	assert.Equal(t, int64(8*24+24), c.Children[1].Children[0].Params)
 }
+
+// The MoE GPT's cost tree counts every parameter once (experts, gate,
+// PR-MoE's MLP and coefficient) and K experts' MLP MACs per token, the
+// most the routing can run.
+func TestGPTMoECost(t *testing.T) {
+	for _, residual := range []bool{false, true} {
+		cfg := nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 11, SeqLen: 5,
+			MoE: nn.MoEConfig{Experts: 3, K: 2, CapacityFactor: 1, EveryN: 2, UseResidual: residual}}
+		g, err := nn.NewGPT(cfg)
+		require.NoError(t, err)
+		mb := model.TokenBatch{B: 2, T: 5, Inputs: make([]int32, 10), Targets: make([]int32, 10)}.MicroBatch()
+		var params, macs int64
+		for _, m := range g.Modules() {
+			c, err := m.(coster).ForwardCost(mb)
+			require.NoError(t, err)
+			p, mc, _ := c.Total()
+			params, macs = params+p, macs+mc
+		}
+		assert.Equal(t, int64(cfg.NumParams()), params, "residual %v: parameters", residual)
+		assert.Equal(t, int64(nn.NumParams(g)), params, "residual %v: parameters", residual)
+		// against the dense GPT: the MoE block's MLP runs on K·N rows, plus
+		// the gate (and PR-MoE's MLP and coefficient)
+		dense, err := nn.NewGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 11, SeqLen: 5})
+		require.NoError(t, err)
+		var dmacs int64
+		for _, m := range dense.Modules() {
+			c, _ := m.(coster).ForwardCost(mb)
+			_, mc, _ := c.Total()
+			dmacs += mc
+		}
+		N, C := int64(10), int64(8)
+		extra := N*C*3 + N*8*C*C // the gate, a second expert's MLP per token
+		if residual {
+			extra += N*8*C*C + N*C*2
+		}
+		assert.Equal(t, dmacs+extra, macs, "residual %v: MACs", residual)
+	}
+}
