@@ -373,7 +373,9 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		gcfg.Vocab = v
 	}
 	if targs.freeze != nil {
-		line, err := checkFreeze(targs.freeze, gcfg)
+		withMoE := gcfg
+		withMoE.MoE = targs.moe // the names --freeze matches include the experts'
+		line, err := checkFreeze(targs.freeze, withMoE)
 		if err != nil {
 			return nil, err
 		}

@@ -96,3 +96,32 @@ func TestTrainMoEResumes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, whole.FinalLoss, resumed.FinalLoss, "final loss after resuming vs uninterrupted")
 }
+
+// TestTrainMoEFreeze: --freeze matches the experts' names too (the model
+// it counts is the one with MoE layers), and the frozen experts keep
+// their values: after 1 and after 4 steps they are the same bits, while
+// the trainable experts move.
+func TestTrainMoEFreeze(t *testing.T) {
+	dir := t.TempDir()
+	export := func(steps string) map[string][]byte {
+		out := filepath.Join(dir, "export"+steps)
+		var o, errb bytes.Buffer
+		code := run([]string{"train", "--config", "../../configs/demo-zero2.json", "--model", "tiny", "--steps", steps,
+			"--moe-experts", "4", "--moe-k", "2", "--freeze", `deepspeed_experts\.[01]\.`, "--save-model", out}, &o, &errb)
+		require.Zero(t, code, errb.String())
+		assert.Contains(t, errb.String(), `8 parameters frozen`)
+		_, vals := readTensors(t, filepath.Join(out, "model.safetensors"))
+		return vals
+	}
+	one, four := export("1"), export("4")
+	frozen := 0
+	for name, v := range one {
+		if strings.Contains(name, "deepspeed_experts.0.") || strings.Contains(name, "deepspeed_experts.1.") {
+			frozen++
+			assert.True(t, bytes.Equal(v, four[name]), "frozen %s moved", name)
+		} else if strings.Contains(name, "deepspeed_experts.") {
+			assert.False(t, bytes.Equal(v, four[name]), "trainable %s did not move", name)
+		}
+	}
+	assert.Equal(t, 8, frozen)
+}
