@@ -34,10 +34,12 @@ type MoEConfig struct {
 	// MinCapacity is min_capacity (DeepSpeed's MoE default 4; here the
 	// caller sets it, 0 is none).
 	MinCapacity int
-	// DropTokens is drop_tokens.
+	// DropTokens is drop_tokens (DeepSpeed's default is true; the Go zero
+	// value keeps every token, capacity growing to the busiest expert).
 	DropTokens bool
 	// LossCoeff is Megatron-DeepSpeed's --moe-loss-coeff: the GPT's loss
-	// adds LossCoeff × Σ l_aux over its MoE layers.
+	// adds LossCoeff × Σ l_aux over its MoE layers (0: no load-balancing
+	// loss; deepgo train's --moe-loss-coeff defaults to 0.1).
 	LossCoeff float64
 	// EveryN is --expert-interval: block l (from 0) is an MoE block when
 	// (l+1) % EveryN == 0; 0 means 1, every block.
