@@ -42,6 +42,10 @@ type OptimHParams struct {
 	MaxCoeff       float64
 	MinCoeff       float64
 	GradScale      float64 // grads are multiplied by 1/GradScale
+	// BF16Master runs dg_adam_bf16_step instead of dg_optim_step: Adam on
+	// bfloat16 params and grads with DeepSpeedCPUAdam's arithmetic, the
+	// moments in OptimLists.StateDType.
+	BF16Master bool
 }
 
 func cbool(b bool) C.int {
@@ -71,8 +75,9 @@ type OptimLists struct {
 	Params     []unsafe.Pointer
 	GradDType  DType
 	Grads      []unsafe.Pointer
-	ExpAvg     []unsafe.Pointer // float32
-	ExpAvgSq   []unsafe.Pointer // float32
+	ExpAvg     []unsafe.Pointer // float32, or StateDType with BF16Master
+	ExpAvgSq   []unsafe.Pointer // float32, or StateDType with BF16Master
+	StateDType DType            // BF16Master only: Float32 or BFloat16 moments
 	CopyDType  DType
 	Copies     []unsafe.Pointer
 }
@@ -136,6 +141,9 @@ func (x *Ctx) OptimStep(hp *OptimHParams, l *OptimLists, trust []float64) error 
 		tp = (*C.double)(unsafe.Pointer(&trust[0]))
 	}
 	ch := hp.c()
+	if hp.BF16Master {
+		return check("dg_adam_bf16_step", C.dg_adam_bf16_step(x.c, &ch, &cl, C.dg_dtype(l.StateDType)))
+	}
 	return check(op, C.dg_optim_step(x.c, &ch, &cl, tp))
 }
 

@@ -18,6 +18,10 @@ type StepArgs struct {
 	ExpAvg    []*tensor.Tensor // float32; nil for SGD without momentum
 	ExpAvgSq  []*tensor.Tensor // float32; Adam and Lamb only
 	Trust     []float64        // Lamb: receives each tensor's trust ratio
+	// BF16Master: Adam on bfloat16 params and grads with DeepSpeedCPUAdam's
+	// arithmetic (WithBF16Master); ExpAvg and ExpAvgSq are float32 or
+	// bfloat16, one dtype for both.
+	BF16Master bool
 }
 
 // Kernels runs fused optimizer steps on the device where the tensors live.
@@ -77,6 +81,21 @@ func checkGroup(op string, g *ParamGroup) error {
 		if err := sameDType(op, "copies", g.Copies, tensor.Float16, tensor.BFloat16); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkBF16Group is checkGroup's extra rule for WithBF16Master groups:
+// bfloat16 params and grads, no copies (the masters are the bf16 weights).
+func checkBF16Group(op string, g *ParamGroup) error {
+	if len(g.Params) == 0 {
+		return nil
+	}
+	if g.Params[0].DType() != tensor.BFloat16 || g.Grads[0].DType() != tensor.BFloat16 {
+		return fmt.Errorf("%s: bf16 master weights: params %v and grads %v, want bfloat16 both", op, g.Params[0].DType(), g.Grads[0].DType())
+	}
+	if g.Copies != nil {
+		return fmt.Errorf("%s: bf16 master weights: copies given: the masters are the bf16 weights", op)
 	}
 	return nil
 }

@@ -112,6 +112,14 @@ func (c *CPUKernels) Step(a *StepArgs) error {
 			return fmt.Errorf("%s: %w", op, err)
 		}
 	}
+	if a.BF16Master && len(a.ExpAvg) > 0 {
+		l.StateDType = csrc.DType(a.ExpAvg[0].DType())
+		for i := range a.ExpAvg {
+			if a.ExpAvg[i].DType() != a.ExpAvg[0].DType() || a.ExpAvgSq[i].DType() != a.ExpAvg[0].DType() {
+				return fmt.Errorf("%s: optimizer state %d: exp_avg %v, exp_avg_sq %v, want %v", op, i, a.ExpAvg[i].DType(), a.ExpAvgSq[i].DType(), a.ExpAvg[0].DType())
+			}
+		}
+	}
 	if l.Params == nil { // a group of no tensors still has non-nil lists
 		l.Params, l.Grads = []unsafe.Pointer{}, []unsafe.Pointer{}
 	}
@@ -120,7 +128,7 @@ func (c *CPUKernels) Step(a *StepArgs) error {
 		Kind: cKinds[a.Kind], Step: a.Step, LR: h.LR, Beta1: h.Beta1, Beta2: h.Beta2, Eps: h.Eps,
 		WeightDecay: h.WeightDecay, AdamWMode: h.AdamWMode, BiasCorrection: h.BiasCorrection,
 		Momentum: h.Momentum, Dampening: h.Dampening, Nesterov: h.Nesterov,
-		MaxCoeff: h.MaxCoeff, MinCoeff: h.MinCoeff, GradScale: a.GradScale,
+		MaxCoeff: h.MaxCoeff, MinCoeff: h.MinCoeff, GradScale: a.GradScale, BF16Master: a.BF16Master,
 	}
 	trust := a.Trust // a Lamb step reports its trust ratios: wait for them
 	if err := c.exec(op, trust != nil, func() error { return c.ctx.OptimStep(hp, l, trust) }); err != nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/config"
+	"github.com/deepgo-ml/deepgo/tensor"
 )
 
 // ErrUnsupportedOptimizer is wrapped by New's error for an optimizer type
@@ -29,6 +30,8 @@ type Option func(*options)
 type options struct {
 	kernels Kernels
 	store   StateStore
+	bf16    bool         // WithBF16Master
+	states  tensor.DType // its state dtype
 }
 
 // WithKernels runs the steps on k instead of the backend's default kernels.
@@ -36,6 +39,19 @@ func WithKernels(k Kernels) Option { return func(o *options) { o.kernels = k } }
 
 // WithStateStore keeps the optimizer state in s (default: a HostStore).
 func WithStateStore(s StateStore) Option { return func(o *options) { o.store = s } }
+
+// WithBF16Master makes the optimizer step bfloat16 master weights with
+// bfloat16 gradients as DeepSpeedCPUAdam does (ds_config
+// bf16.bf16_master_weights_and_grads): each element widened to float32,
+// updated with DeepSpeed's operation order, fused multiply-adds and float
+// coefficients, and rounded back to nearest even; the moments are kept in
+// states, tensor.Float32 or tensor.BFloat16 (bf16.bf16_optimizer_states).
+// Only Adam and AdamW have this path: New refuses other types with an error
+// matching backend.ErrUnsupported. A store passed with WithStateStore must
+// report states through StateDType (HostStore does).
+func WithBF16Master(states tensor.DType) Option {
+	return func(o *options) { o.bf16, o.states = true, states }
+}
 
 // New builds an optimizer from a ds_config "optimizer" block: typ is its
 // "type" and params its "params", read by config.ParseOptimizer (DeepSpeed's
@@ -61,10 +77,31 @@ func New(typ string, params map[string]any, be backend.Backend, opts ...Option) 
 			return nil, err
 		}
 	}
+	if err := checkBF16Master(kind, o); err != nil {
+		return nil, err
+	}
 	if o.store == nil {
 		o.store = NewResidentStore(be.Empty)
+		if o.bf16 {
+			o.store = NewTypedStore(be.Empty, o.states)
+		}
 	}
-	return &fused{kind: kind, def: spec.Hyper, k: o.kernels, store: o.store, be: be, steps: map[string]int64{}, trust: map[string][]float64{}}, nil
+	return &fused{kind: kind, def: spec.Hyper, k: o.kernels, store: o.store, be: be, bf16: o.bf16, steps: map[string]int64{}, trust: map[string][]float64{}}, nil
+}
+
+// checkBF16Master refuses WithBF16Master where it has no kernel.
+func checkBF16Master(kind Kind, o options) error {
+	switch {
+	case !o.bf16:
+		return nil
+	case o.states != tensor.Float32 && o.states != tensor.BFloat16:
+		return fmt.Errorf("optim.New: bf16 master weights with %v optimizer states: allowed float32 or bfloat16", o.states)
+	case kind != KindAdam:
+		return fmt.Errorf("optim.New: optimizer %s with bf16.bf16_master_weights_and_grads: %w: only Adam and AdamW (DeepSpeedCPUAdam) step bf16 master weights", kind, backend.ErrUnsupported)
+	case o.store != nil && stateDType(o.store) != o.states:
+		return fmt.Errorf("optim.New: %v optimizer states in a %T (which keeps %v state): %w", o.states, o.store, stateDType(o.store), backend.ErrUnsupported)
+	}
+	return nil
 }
 
 // KernelSource is a backend that brings its own optimizer kernels (the

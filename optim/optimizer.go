@@ -134,6 +134,7 @@ type fused struct {
 	k     Kernels
 	store StateStore
 	be    backend.Backend // copies state that lives on its device (LoadState)
+	bf16  bool            // WithBF16Master: DeepSpeedCPUAdam on bf16 masters
 	// lamb keeps the last trust ratios per group (FusedLamb's get_lamb_coeffs)
 	mu    sync.Mutex
 	steps map[string]int64
@@ -206,6 +207,11 @@ func (o *fused) Step(g ParamGroup, lr, gradScale float64) error {
 	if err := checkGroup(op, &g); err != nil {
 		return err
 	}
+	if o.bf16 {
+		if err := checkBF16Group(op, &g); err != nil {
+			return err
+		}
+	}
 	names := stateNames(o.kind, h)
 	st, err := o.store.Acquire(g.Name, names, g.Params)
 	if err != nil {
@@ -214,7 +220,7 @@ func (o *fused) Step(g ParamGroup, lr, gradScale float64) error {
 	o.mu.Lock()
 	t := o.steps[g.Name] + 1
 	o.mu.Unlock()
-	a := &StepArgs{Kind: o.kind, Step: t, Hyper: h, GradScale: gradScale, Group: g}
+	a := &StepArgs{Kind: o.kind, Step: t, Hyper: h, GradScale: gradScale, Group: g, BF16Master: o.bf16}
 	if len(names) > 0 {
 		a.ExpAvg = st[names[0]]
 	}

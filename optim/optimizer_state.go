@@ -28,6 +28,20 @@ type StateStore interface {
 	Close() error
 }
 
+// StateDTyper is implemented by stores whose state is not float32
+// (HostStore from NewTypedStore): the dtype Acquire allocates.
+type StateDTyper interface {
+	StateDType() tensor.DType
+}
+
+// stateDType is the dtype s keeps state in: float32 unless it says.
+func stateDType(s StateStore) tensor.DType {
+	if t, ok := s.(StateDTyper); ok {
+		return t.StateDType()
+	}
+	return tensor.Float32
+}
+
 // StoreOf returns the StateStore an optimizer from New keeps its state in
 // (nil for other Optimizer implementations): callers ask it where the
 // state lives, e.g. whether it is paged from files.
@@ -45,6 +59,7 @@ type HostStore struct {
 	mu     sync.Mutex
 	groups map[string]map[string][]*tensor.Tensor
 	alloc  func(tensor.DType, ...int) (*tensor.Tensor, error)
+	dt     tensor.DType // the state dtype
 }
 
 // NewHostStore returns an empty HostStore over host memory.
@@ -54,8 +69,17 @@ func NewHostStore() *HostStore { return NewResidentStore(tensor.Empty) }
 // (zeroed), e.g. a device backend's Empty: the state of a device-resident
 // optimizer.
 func NewResidentStore(alloc func(tensor.DType, ...int) (*tensor.Tensor, error)) *HostStore {
-	return &HostStore{groups: map[string]map[string][]*tensor.Tensor{}, alloc: alloc}
+	return NewTypedStore(alloc, tensor.Float32)
 }
+
+// NewTypedStore is NewResidentStore keeping the state in dt (float32, or
+// bfloat16 for bf16.bf16_optimizer_states).
+func NewTypedStore(alloc func(tensor.DType, ...int) (*tensor.Tensor, error), dt tensor.DType) *HostStore {
+	return &HostStore{groups: map[string]map[string][]*tensor.Tensor{}, alloc: alloc, dt: dt}
+}
+
+// StateDType implements StateDTyper.
+func (s *HostStore) StateDType() tensor.DType { return s.dt }
 
 // Acquire implements StateStore.
 func (s *HostStore) Acquire(group string, names []string, params []*tensor.Tensor) (map[string][]*tensor.Tensor, error) {
@@ -70,7 +94,7 @@ func (s *HostStore) Acquire(group string, names []string, params []*tensor.Tenso
 		ts, ok := st[name]
 		if !ok {
 			var err error
-			if ts, err = zerosLike(s.alloc, params); err != nil {
+			if ts, err = zerosLike(s.alloc, s.dt, params); err != nil {
 				return nil, fmt.Errorf("%s of group %q: %w", name, group, err)
 			}
 			st[name] = ts
@@ -88,10 +112,10 @@ func (s *HostStore) Acquire(group string, names []string, params []*tensor.Tenso
 	return st, nil
 }
 
-func zerosLike(alloc func(tensor.DType, ...int) (*tensor.Tensor, error), params []*tensor.Tensor) ([]*tensor.Tensor, error) {
+func zerosLike(alloc func(tensor.DType, ...int) (*tensor.Tensor, error), dt tensor.DType, params []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	out := make([]*tensor.Tensor, len(params))
 	for i, p := range params {
-		t, err := alloc(tensor.Float32, p.Shape()...)
+		t, err := alloc(dt, p.Shape()...)
 		if err != nil {
 			for _, u := range out[:i] {
 				u.Free()

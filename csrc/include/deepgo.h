@@ -293,6 +293,13 @@ typedef struct dg_optim_lists {
  * then. */
 dg_status dg_optim_step(dg_ctx *ctx, const dg_optim_hparams *hp, const dg_optim_lists *l, double *trust);
 
+/* dg_adam_bf16_step is Adam/AdamW (hp->kind DG_OPTIM_ADAM) on bfloat16
+ * master weights with DeepSpeedCPUAdam's arithmetic (optim_bf16.c): params
+ * and grads BF16, no copies; exp_avg and exp_avg_sq point at state_dtype
+ * data, DG_F32 or DG_BF16 (bf16_optimizer_states). Same checks and errors as
+ * dg_optim_step. */
+dg_status dg_adam_bf16_step(dg_ctx *ctx, const dg_optim_hparams *hp, const dg_optim_lists *l, dg_dtype state_dtype);
+
 /* dg_unscale_check multiplies xs[i] (dtype t: F32, F16, BF16) in place by
  * inv_scale and sets *found to 1 if any result is Inf or NaN, else 0: the
  * unscale and the overflow check in one read. */
