@@ -147,6 +147,7 @@ func (l *loader) crossCheck(c *Config) {
 			l.fail("data_types."+d.name, *d.v, fmt.Sprintf("%q (must match the precision mode)", mode), "")
 		}
 	}
+	l.bf16Master(c)
 	l.batchTriad(c)
 	if l.o.world > 0 {
 		l.worldChecks(c)

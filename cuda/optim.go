@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"unsafe"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -69,6 +70,10 @@ func (k *OptimKernels) Step(a *optim.StepArgs) error {
 	kind, ok := cKinds[a.Kind]
 	if !ok {
 		return argErr(op, "Kind", "%v: unknown optimizer kind", a.Kind)
+	}
+	if a.BF16Master {
+		// no CUDA twin of optim_bf16.c yet: bf16 masters step on the host (offload_optimizer)
+		return fmt.Errorf("%s: bf16 master weights (bf16.bf16_master_weights_and_grads) stepped on the GPU: %w", op, backend.ErrUnsupported)
 	}
 	dev := k.b.Device()
 	pt, gt, ct := firstDType(g.Params), firstDType(g.Grads), firstDType(g.Copies)

@@ -71,10 +71,17 @@ func checkLoad(group string, names []string, params []*tensor.Tensor, state map[
 }
 
 // copyState copies host src into dst (same names and sizes; nil src
-// zeroes); dst not in host memory is written through be.
+// zeroes); dst not in host memory is written through be. src is float32;
+// bfloat16 dst (bf16_optimizer_states) gets it rounded to nearest even.
 func copyState(be backend.Backend, dst, src map[string][]*tensor.Tensor) error {
 	for n, ts := range dst {
 		for i, d := range ts {
+			if d.DType() == tensor.BFloat16 && len(src) > 0 {
+				if err := castState(be, d, src[n][i]); err != nil {
+					return fmt.Errorf("optim: state %q[%d]: %w", n, i, err)
+				}
+				continue
+			}
 			if !d.Device().IsCPU() {
 				if be == nil {
 					return fmt.Errorf("optim: state %q[%d] is on %v: the optimizer must implement StateLoader to load it", n, i, d.Device())
@@ -135,4 +142,35 @@ func (o *fused) LoadState(group string, params []*tensor.Tensor, state map[strin
 		}
 	}
 	return o.SetSteps(group, steps)
+}
+
+// castState rounds the float32 host tensor src into the bfloat16 d, on the
+// host or through be on its device.
+func castState(be backend.Backend, d, src *tensor.Tensor) error {
+	if d.Device().IsCPU() {
+		out, err := d.Uint16s()
+		if err != nil {
+			return err
+		}
+		in, err := src.Float32s()
+		if err != nil {
+			return err
+		}
+		for i, v := range in {
+			out[i] = tensor.Float32ToBFloat16(v)
+		}
+		return nil
+	}
+	if be == nil {
+		return fmt.Errorf("bfloat16 state on %v: the optimizer must implement StateLoader to load it", d.Device())
+	}
+	tmp, err := be.Empty(tensor.Float32, d.Numel())
+	if err != nil {
+		return err
+	}
+	defer tmp.Free()
+	if err := be.Copy(tmp, src); err != nil {
+		return err
+	}
+	return be.Cast([]*tensor.Tensor{d}, []*tensor.Tensor{tmp})
 }

@@ -30,8 +30,6 @@ var noEffect = map[string]string{
 	"fp16.auto_cast":                       "inputs are not cast",
 	"fp16.fp16_master_weights_and_grads":   "the master copy is always fp32",
 	"bf16.immediate_grad_update":           "gradients are accumulated as configured by data_types.grad_accum_dtype",
-	"bf16.bf16_master_weights_and_grads":   "the master copy is always fp32",
-	"bf16.bf16_optimizer_states":           "optimizer states are always fp32",
 	"data_types.param_dtype":               "the parameter dtype follows fp16/bf16",
 	"data_types.buffer_dtype":              "models have no buffers",
 	"optimizer.legacy_fusion":              "there is one fused implementation",
