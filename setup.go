@@ -417,6 +417,7 @@ func newOptimizer(cfg *config.Config, be backend.Backend, store optim.StateStore
 	if store != nil {
 		oo = append(oo, optim.WithStateStore(store))
 	}
+	oo = append(oo, bf16MasterOptions(cfg)...)
 	opt, err := optim.New(cfg.Optimizer.Type, cfg.Optimizer.Params, be, oo...)
 	if err != nil {
 		if own != nil {
@@ -435,6 +436,9 @@ func newOptimizer(cfg *config.Config, be backend.Backend, store optim.StateStore
 // hands it to zero.Config.HostOffload and closes it.
 func stepOptimizer(cfg *config.Config, be backend.Backend, opt optim.Optimizer, store optim.StateStore, rank, threads int, notes *[]string) (_ optim.Optimizer, own bool, host backend.Backend, err error) {
 	if opt != nil {
+		if err := checkBF16MasterOptimizer(cfg, opt); err != nil {
+			return nil, false, nil, err
+		}
 		if hostStep(cfg, be.Device()) {
 			*notes = append(*notes, "zero_optimization.offload_optimizer.device="+cfg.ZeroOptimization.OffloadOptimizer.Device+": not applied: the optimizer passed with WithOptimizer steps where it was built")
 		}
@@ -541,6 +545,7 @@ func zeroConfig(cfg *config.Config, d dtypes) zero.Config {
 		Stage:             zc.Stage,
 		ModelDType:        d.model,
 		AccumDType:        d.accum,
+		MasterDType:       masterDType(cfg),
 		CommDType:         d.comm,
 		ReduceBucketSize:  zc.ReduceBucketSize,
 		OverlapComm:       overlap,

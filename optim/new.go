@@ -135,3 +135,9 @@ func kindOf(name string) (Kind, error) {
 	}
 	return 0, fmt.Errorf("optim.New: update rule %q: %w: no kernel", name, ErrUnsupportedOptimizer)
 }
+
+// StepsBF16Master reports whether o was built WithBF16Master.
+func StepsBF16Master(o Optimizer) bool {
+	f, ok := o.(*fused)
+	return ok && f.bf16
+}

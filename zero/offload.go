@@ -66,7 +66,7 @@ func (z *Optimizer) allocOffload(u, n int, ownParam *tensor.Tensor) error {
 		return err
 	}
 	z.upload[u] = ownParam // nil with a ParamStore
-	if z.cfg.ModelDType != tensor.Float32 {
+	if z.cfg.ModelDType != tensor.Float32 && !z.bf16Master() {
 		// booked with the master: the host side of the weights, not a resident parameter
 		if z.copies[u], err = z.acct.alloc(host, CatMaster, z.cfg.ModelDType, n); err != nil {
 			return err
@@ -99,7 +99,7 @@ func (z *Optimizer) freeOffload() {
 	}
 	for u := range z.hostGrad {
 		z.acct.free(CatGrads, z.hostGrad[u])
-		if z.cfg.ModelDType != tensor.Float32 {
+		if z.cfg.ModelDType != tensor.Float32 && !z.bf16Master() {
 			z.acct.free(CatMaster, z.copies[u])
 		}
 	}
@@ -160,7 +160,7 @@ func (z *Optimizer) uploadParts(parts []subPart) error {
 		return nil // the partitions live in the store: writeBack stores them after the step
 	}
 	src := z.copies
-	if z.cfg.ModelDType == tensor.Float32 {
+	if z.cfg.ModelDType == tensor.Float32 || z.bf16Master() {
 		src = z.master
 	}
 	from, err := views(parts, src)

@@ -21,6 +21,11 @@ type Config struct {
 	ModelDType tensor.DType
 	// AccumDType is data_types.grad_accum_dtype (default: ModelDType).
 	AccumDType tensor.DType
+	// MasterDType is the dtype of the master weights: float32 (the zero
+	// value), or bfloat16 for bf16.bf16_master_weights_and_grads
+	// (bf16master.go), which needs a bfloat16 model and AccumDType, stage
+	// 1-3, and a base optimizer built with optim.WithBF16Master.
+	MasterDType tensor.DType
 	// CommDType is communication_data_type (default: ModelDType).
 	CommDType tensor.DType
 	// ReduceBucketSize is zero_optimization.reduce_bucket_size (elements).
@@ -222,6 +227,8 @@ type Optimizer struct {
 
 	subs       []*subGroup                 // the optimizer step calls over the shard
 	stateCache map[string][]*tensor.Tensor // OptimizerState's assembled copy (several sub-groups)
+	widened    []*tensor.Tensor            // bf16 masters: float32 copies of state handed out (bf16master.go)
+	masterW    []*tensor.Tensor            // bf16 masters: Master's float32 copies by unit, nil until asked
 
 	hostGrad  []*tensor.Tensor  // HostOffload: the owned gradient chunk in host memory
 	pinned    int64             // bytes of hostGrad and copies from HostEmpty (PinHost)
@@ -259,6 +266,9 @@ func New(ctx context.Context, cfg Config, c comm.Comm, be backend.Backend, base 
 		if d.dt != tensor.Float32 && d.dt != tensor.Float16 && d.dt != tensor.BFloat16 {
 			return nil, fmt.Errorf("zero: %s %v: allowed fp32, fp16, bf16", d.key, d.dt)
 		}
+	}
+	if err := checkMasterDType(cfg); err != nil {
+		return nil, err
 	}
 	if cfg.Align <= 0 {
 		cfg.Align = 2
@@ -369,14 +379,14 @@ func (z *Optimizer) alloc() error {
 		}
 		switch {
 		case z.offloaded():
-			if z.master[u], err = z.acct.alloc(z.cfg.HostOffload, CatMaster, tensor.Float32, n); err != nil {
+			if z.master[u], err = z.acct.alloc(z.cfg.HostOffload, CatMaster, z.cfg.MasterDType, n); err != nil {
 				return err
 			}
 			if err := z.allocOffload(u, n, ownParam); err != nil {
 				return err
 			}
 		case half || z.pstore != nil:
-			if z.master[u], err = z.acct.alloc(z.be, CatMaster, tensor.Float32, n); err != nil {
+			if z.master[u], err = z.acct.alloc(z.be, CatMaster, z.cfg.MasterDType, n); err != nil {
 				return err
 			}
 			z.copies[u] = ownParam // nil with a store: writeBack casts the master
@@ -496,7 +506,7 @@ func (z *Optimizer) init(ctx context.Context, initial func(m, p int) *tensor.Ten
 			}
 			switch {
 			case z.offloaded():
-				if err := z.be.Copy(z.master[u], own); err != nil {
+				if err := z.castInto(z.master[u], own); err != nil {
 					return err
 				}
 			case z.cfg.ModelDType != tensor.Float32 || z.pstore != nil:

@@ -75,6 +75,7 @@ func (z *Optimizer) Close() error {
 	z.buckets.close()
 	z.gathered.close()
 	z.freeStateCache()
+	z.freeMasterCache()
 	if z.pstore != nil {
 		errs = append(errs, z.pstore.Close())
 		z.pstore = nil
@@ -91,14 +92,14 @@ func (z *Optimizer) GatherMaster(ctx context.Context) ([][][]float32, error) {
 		out[m] = make([][]float32, len(z.mods[m].Params))
 	}
 	for u, unit := range z.lay.Units {
-		full := z.master[u]
+		full := z.Master(u)
 		if z.cfg.Stage > 0 {
 			tmp, err := z.be.Empty(tensor.Float32, unit.Numel)
 			if err != nil {
 				return nil, err
 			}
 			defer tmp.Free()
-			src, done, err := onDevice(z.be, z.master[u])
+			src, done, err := onDevice(z.be, full)
 			if err != nil {
 				return nil, err
 			}
@@ -136,7 +137,26 @@ func (z *Optimizer) Own(u int) (lo, n int) { return z.own(u) }
 // Master is this rank's fp32 master chunk of unit u (Own(u) elements; for
 // float32 models the parameters' owned range itself). Callers must not
 // write it; RestoreMaster does.
-func (z *Optimizer) Master(u int) *tensor.Tensor { return z.master[u] }
+//
+// With bfloat16 masters (Config.MasterDType) it is a float32 copy, exact,
+// made on first use and kept until the next Step or Close; the bfloat16
+// chunk itself when the copy cannot be made.
+func (z *Optimizer) Master(u int) *tensor.Tensor {
+	if !z.bf16Master() {
+		return z.master[u]
+	}
+	if z.masterW == nil {
+		z.masterW = make([]*tensor.Tensor, len(z.master))
+	}
+	if z.masterW[u] == nil {
+		w, err := z.widen(z.master[u])
+		if err != nil {
+			return z.master[u]
+		}
+		z.masterW[u] = w
+	}
+	return z.masterW[u]
+}
 
 // Config is the resolved configuration the Optimizer runs with (Align and
 // GroupName filled in).
@@ -170,6 +190,13 @@ func (z *Optimizer) ReadOptimizerState() (map[string][]*tensor.Tensor, int64, er
 		return st, z.base.Steps(z.subs[0].name), nil
 	}
 	st, err := z.readState(z.cfg.GroupName)
+	if err == nil && z.bf16Master() && st != nil {
+		z.freeStateCache()
+		if st, err = z.widenState(st); err != nil {
+			z.freeStateCache()
+			st = nil
+		}
+	}
 	return st, z.base.Steps(z.cfg.GroupName), err
 }
 
@@ -244,15 +271,20 @@ func (z *Optimizer) restoreLocal(ctx context.Context, state map[string][]*tensor
 		}
 	}
 	for u := range z.lay.Units {
-		if err := z.be.Copy(z.master[u], masters[u]); err != nil {
+		if err := z.castInto(z.master[u], masters[u]); err != nil {
 			return fmt.Errorf("zero: restore: unit %d: %w", u, err)
 		}
-		if z.copies[u] != nil {
+		if z.copies[u] != nil && z.bf16Master() {
+			if err := z.be.Copy(z.copies[u], z.master[u]); err != nil {
+				return fmt.Errorf("zero: restore: unit %d: %w", u, err)
+			}
+		} else if z.copies[u] != nil {
 			if err := z.stepBackend().Cast([]*tensor.Tensor{z.copies[u]}, []*tensor.Tensor{z.master[u]}); err != nil {
 				return fmt.Errorf("zero: restore: unit %d: %w", u, err)
 			}
 		}
 	}
+	z.freeMasterCache() // after the copies: masters may be Master's own
 	if z.offloaded() {
 		if err := z.uploadParts(z.allParts()); err != nil {
 			return fmt.Errorf("zero: restore: %w", err)

@@ -42,6 +42,7 @@ type subGroup struct {
 	parts  []subPart
 	params []*tensor.Tensor
 	copies []*tensor.Tensor
+	mirror []*tensor.Tensor // bf16 masters without offload: the parameters copied from params after the step
 }
 
 // planSubGroups cuts the owned chunks (ns[u] elements of unit u, in unit
@@ -130,7 +131,11 @@ func (z *Optimizer) planSteps() error {
 			return err
 		}
 		if z.cfg.ModelDType != tensor.Float32 && z.copies[parts[0].unit] != nil {
-			if sg.copies, err = views(parts, z.copies); err != nil {
+			dst := &sg.copies
+			if z.bf16Master() {
+				dst = &sg.mirror
+			}
+			if *dst, err = views(parts, z.copies); err != nil {
 				return err
 			}
 		}
@@ -148,6 +153,7 @@ func (z *Optimizer) SubGroups() int { return len(z.subs) }
 // sub-groups updated.
 func (z *Optimizer) stepSubGroups(ctx context.Context, g []*tensor.Tensor, lr, gradScale float64) error {
 	z.freeStateCache()
+	z.freeMasterCache()
 	if z.offloaded() {
 		return z.stepOffloaded(ctx, g, lr, gradScale)
 	}
@@ -155,6 +161,9 @@ func (z *Optimizer) stepSubGroups(ctx context.Context, g []*tensor.Tensor, lr, g
 		grads, err := views(sg.parts, g)
 		if err == nil {
 			err = z.stepOne(sg, grads, lr, gradScale)
+		}
+		if err == nil {
+			err = z.mirror(sg)
 		}
 		if err != nil {
 			return z.subErr(sg, err)
@@ -229,7 +238,7 @@ func (z *Optimizer) assembleState() (map[string][]*tensor.Tensor, error) {
 				if err != nil {
 					return nil, err
 				}
-				if err := z.be.Copy(dst, ts[i]); err != nil {
+				if err := z.castInto(dst, ts[i]); err != nil {
 					return nil, fmt.Errorf("zero: state %q of sub-group %q: %w", name, sg.name, err)
 				}
 			}
@@ -239,6 +248,10 @@ func (z *Optimizer) assembleState() (map[string][]*tensor.Tensor, error) {
 }
 
 func (z *Optimizer) freeStateCache() {
+	for _, t := range z.widened {
+		t.Free()
+	}
+	z.widened = nil
 	for _, ts := range z.stateCache {
 		for _, t := range ts {
 			if t != nil {
