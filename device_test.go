@@ -101,8 +101,8 @@ func bitEqualRuns(t *testing.T, want, got *result) {
 
 // deviceCases is the device tables' cases: every ZeRO stage on each of
 // worlds with each of gases in fp32, and on 2 ranks fp16 with steps 2, 3
-// and 7 overflowing on rank 1, bf16, and fp32 and bf16 with frozen
-// parameters.
+// and 7 overflowing on rank 1, bf16, fp32 and bf16 with frozen
+// parameters, and (stages 1-3) bf16 master weights and optimizer states.
 func deviceCases(worlds, gases []int) []run {
 	overflowAt := map[int]bool{2: true, 3: true, 7: true}
 	inject := func(rank int, m *testmodel.MLP, _ *deepgo.Engine, step int) {
@@ -123,6 +123,9 @@ func deviceCases(worlds, gases []int) []run {
 			// frozen parameters (frozen_test.go): kept on the device outside ZeRO
 			run{stage: stage, world: 2, gas: 2, steps: 6, freeze: freezeMixed},
 			run{stage: stage, world: 2, gas: 1, precision: "bf16", steps: 6, freeze: freezeModule})
+		if stage > 0 { // bf16 masters and moments on the device (bf16master_test.go)
+			cases = append(cases, run{stage: stage, world: 2, gas: 2, precision: "bf16m", steps: 6})
+		}
 	}
 	return cases
 }

@@ -102,6 +102,8 @@ func (r run) config() string {
 		prec = `, "fp16": {"enabled": true, "initial_scale_power": 8` + r.fp16Extra + `}`
 	case "bf16":
 		prec = `, "bf16": {"enabled": true}`
+	case "bf16m", "bf16m-off", "bf16m-both-off":
+		prec, z3 = bf16MasterJSON(r.precision), z3+bf16MasterZero(r.precision)
 	}
 	return fmt.Sprintf(`{
 		"train_batch_size": %d,
