@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/cuda"
 	"github.com/deepgo-ml/deepgo/internal/gputest"
 	"github.com/deepgo-ml/deepgo/tensor"
@@ -37,6 +38,12 @@ func TestDeviceEquivalenceCUDA(t *testing.T) {
 	cases := deviceCases([]int{1, 2}, []int{1, 2})
 	for _, r := range cases {
 		t.Run(r.String(), func(t *testing.T) {
+			if r.precision == "bf16m" { // no CUDA kernel for bf16 masters yet: refused
+				r.dev = "cuda"
+				_, err := train(t, r)
+				require.ErrorIs(t, err, backend.ErrUnsupported)
+				return
+			}
 			want, err := train(t, r)
 			require.NoError(t, err)
 			r.dev = "cuda"
@@ -257,6 +264,9 @@ func TestPipelineTensorUlyssesOnCUDA(t *testing.T) {
 func TestEvalBatchCUDA(t *testing.T) {
 	needGPU(t)
 	for _, r := range deviceCases([]int{1, 2}, []int{1, 2}) {
+		if r.precision == "bf16m" {
+			continue // refused on CUDA (TestDeviceEquivalenceCUDA)
+		}
 		t.Run(r.String(), func(t *testing.T) {
 			var cpuEv, ev evalLosses
 			cpu, err := train(t, withEvals(r, &cpuEv))

@@ -94,7 +94,8 @@ func TestStage3HPZEquivalence(t *testing.T) {
 }
 
 // hpzCases are the stage-3 cases of the device table on 4 ranks with
-// gradient accumulation: fp32, fp16 with overflowing steps, bf16.
+// gradient accumulation: fp32, fp16 with overflowing steps, bf16, bf16
+// master weights.
 func hpzCases(t *testing.T) []run {
 	var cases []run
 	for _, r := range deviceCases([]int{4}, []int{4}) {
@@ -103,7 +104,7 @@ func hpzCases(t *testing.T) []run {
 			cases = append(cases, r)
 		}
 	}
-	require.Len(t, cases, 3, "stage-3 device cases")
+	require.Len(t, cases, 4, "stage-3 device cases")
 	return cases
 }
 

@@ -137,6 +137,9 @@ func (c *CPUKernels) Step(a *StepArgs) error {
 	return nil
 }
 
+// StepsBF16Master implements BF16MasterKernels.
+func (c *CPUKernels) StepsBF16Master() bool { return true }
+
 // UnscaleCheck implements Kernels.
 func (c *CPUKernels) UnscaleCheck(xs []*tensor.Tensor, scale float64) (bool, error) {
 	const op = "optim.UnscaleCheck"

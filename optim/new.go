@@ -80,6 +80,9 @@ func New(typ string, params map[string]any, be backend.Backend, opts ...Option) 
 	if err := checkBF16Master(kind, o); err != nil {
 		return nil, err
 	}
+	if _, ok := o.kernels.(BF16MasterKernels); o.bf16 && !ok {
+		return nil, fmt.Errorf("optim.New: bf16 master weights (bf16.bf16_master_weights_and_grads) stepped by %T: %w: only the C core's kernels have the bf16 master step; offload the optimizer to the host (offload_optimizer cpu)", o.kernels, backend.ErrUnsupported)
+	}
 	if o.store == nil {
 		o.store = NewResidentStore(be.Empty)
 		if o.bf16 {
@@ -102,6 +105,14 @@ func checkBF16Master(kind Kind, o options) error {
 		return fmt.Errorf("optim.New: %v optimizer states in a %T (which keeps %v state): %w", o.states, o.store, stateDType(o.store), backend.ErrUnsupported)
 	}
 	return nil
+}
+
+// BF16MasterKernels is implemented by Kernels that run StepArgs.BF16Master
+// steps (CPUKernels: the C core's, on the host or a simulated device).
+type BF16MasterKernels interface {
+	Kernels
+	// StepsBF16Master reports that Step runs BF16Master steps.
+	StepsBF16Master() bool
 }
 
 // KernelSource is a backend that brings its own optimizer kernels (the
