@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
@@ -125,4 +126,31 @@ func widen(b []uint16) []uint32 {
 		out[i] = uint32(v)
 	}
 	return out
+}
+
+// TestBF16MasterRefusals: WithBF16Master is refused for update rules
+// without the bf16 step, for a state dtype other than fp32/bf16 and for a
+// store that keeps other state; its groups must be bf16 params and grads
+// without copies.
+func TestBF16MasterRefusals(t *testing.T) {
+	be := newCPU(t, 1)
+	for _, typ := range []string{"Lamb", "Lion", "SGD"} {
+		_, err := New(typ, nil, be, WithBF16Master(tensor.BFloat16))
+		require.ErrorIs(t, err, backend.ErrUnsupported, typ)
+		require.ErrorContains(t, err, "only Adam and AdamW", typ)
+	}
+	_, err := New("AdamW", nil, be, WithBF16Master(tensor.Float16))
+	require.ErrorContains(t, err, "allowed float32 or bfloat16")
+	_, err = New("AdamW", nil, be, WithBF16Master(tensor.BFloat16), WithStateStore(NewHostStore()))
+	require.ErrorIs(t, err, backend.ErrUnsupported)
+	o, err := New("AdamW", nil, be, WithBF16Master(tensor.Float32))
+	require.NoError(t, err)
+	defer o.Close()
+	p32, p16, g16 := mustEmpty(t, tensor.Float32, 4), mustEmpty(t, tensor.BFloat16, 4), mustEmpty(t, tensor.BFloat16, 4)
+	err = o.Step(ParamGroup{Name: "g", Params: []*tensor.Tensor{p32}, Grads: []*tensor.Tensor{g16}}, 1e-3, 1)
+	require.ErrorContains(t, err, "want bfloat16 both")
+	err = o.Step(ParamGroup{Name: "g", Params: []*tensor.Tensor{p16}, Grads: []*tensor.Tensor{p32}}, 1e-3, 1)
+	require.ErrorContains(t, err, "want bfloat16 both")
+	require.Zero(t, o.Steps("g"), "nothing stepped")
+	require.NoError(t, o.Step(ParamGroup{Name: "g", Params: []*tensor.Tensor{p16}, Grads: []*tensor.Tensor{g16}}, 1e-3, 1))
 }
