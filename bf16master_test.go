@@ -110,28 +110,10 @@ func plainBF16Master(steps int, maxNorm float64, bf16States bool) (*result, erro
 		ms[j], vs[j] = make([]float32, len(d)), make([]float32, len(d))
 	}
 	res := &result{params: map[string][]float32{}}
-	mods := m.Modules()
-	var err error
 	for s := range steps {
-		for _, p := range params {
-			g, _ := p.Grad.Float32s()
-			clear(g)
-		}
-		mb := data.Micro(s, globalBatch, 0, globalBatch)
-		act := mb.Input
-		for _, mod := range mods {
-			if act, err = mod.Forward(ctx, act); err != nil {
-				return nil, err
-			}
-		}
-		loss, grad, err := m.Loss(ctx, act, mb.Target, 1)
+		loss, err := plainGrads(ctx, m, params, data.Micro(s, globalBatch, 0, globalBatch))
 		if err != nil {
 			return nil, err
-		}
-		for i := len(mods) - 1; i >= 0; i-- {
-			if grad, err = mods[i].Backward(ctx, grad); err != nil {
-				return nil, err
-			}
 		}
 		var ss float64
 		for _, p := range params {

@@ -103,27 +103,10 @@ func plainTrainNorm(steps int, maxNorm float64, freeze string, dt tensor.DType, 
 		ref.NormOnly = frozen
 	}
 	res := &result{}
-	mods := m.Modules()
 	for s := range steps {
-		for _, p := range append(slices.Clip(params), ref.NormOnly...) {
-			g, _ := p.Grad.Float32s()
-			clear(g)
-		}
-		mb := data.Micro(s, globalBatch, 0, globalBatch)
-		act := mb.Input
-		for _, mod := range mods {
-			if act, err = mod.Forward(ctx, act); err != nil {
-				return nil, err
-			}
-		}
-		loss, grad, err := m.Loss(ctx, act, mb.Target, 1)
+		loss, err := plainGrads(ctx, m, append(slices.Clip(params), ref.NormOnly...), data.Micro(s, globalBatch, 0, globalBatch))
 		if err != nil {
 			return nil, err
-		}
-		for i := len(mods) - 1; i >= 0; i-- {
-			if grad, err = mods[i].Backward(ctx, grad); err != nil {
-				return nil, err
-			}
 		}
 		if before != nil {
 			before(s, ref.Opt)
@@ -156,4 +139,32 @@ func freezeMLP(m *testmodel.MLP, freeze string) {
 			p.Frozen = re.MatchString(p.Name)
 		}
 	}
+}
+
+// plainGrads leaves in params' float32 Grad the gradient of m's loss on mb
+// (cleared first: one micro-batch, the whole global batch) and returns the
+// loss: plainTrain's forward and backward.
+func plainGrads(ctx context.Context, m *testmodel.MLP, params []*model.Param, mb model.MicroBatch) (float64, error) {
+	for _, p := range params {
+		g, _ := p.Grad.Float32s()
+		clear(g)
+	}
+	mods := m.Modules()
+	act := mb.Input
+	var err error
+	for _, mod := range mods {
+		if act, err = mod.Forward(ctx, act); err != nil {
+			return 0, err
+		}
+	}
+	loss, grad, err := m.Loss(ctx, act, mb.Target, 1)
+	if err != nil {
+		return 0, err
+	}
+	for i := len(mods) - 1; i >= 0; i-- {
+		if grad, err = mods[i].Backward(ctx, grad); err != nil {
+			return 0, err
+		}
+	}
+	return loss, nil
 }
