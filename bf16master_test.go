@@ -14,7 +14,6 @@ import (
 	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/internal/testmodel"
-	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/stretchr/testify/require"
@@ -89,20 +88,13 @@ func dsAdamW(t int, p, g, m, v []float32, bf16States bool) {
 func plainBF16Master(steps int, maxNorm float64, bf16States bool) (*result, error) {
 	ctx := context.Background()
 	data := testmodel.NewDataset(42, 64, sizes[0], sizes[len(sizes)-1])
-	m := testmodel.NewMLP(1, sizes...)
-	var params []*model.Param
-	for _, l := range m.Layers {
-		params = append(params, l.Params()...)
+	m, params, free, err := plainMLP()
+	if err != nil {
+		return nil, err
 	}
+	defer free()
 	ms, vs := make([][]float32, len(params)), make([][]float32, len(params))
 	for j, p := range params {
-		g, err := tensor.Empty(tensor.Float32, p.Shape...)
-		if err != nil {
-			return nil, err
-		}
-		p.Grad = g
-		defer p.Data.Free()
-		defer g.Free()
 		d, _ := p.Data.Float32s()
 		for i := range d {
 			d[i] = bf16(d[i])

@@ -168,3 +168,27 @@ func plainGrads(ctx context.Context, m *testmodel.MLP, params []*model.Param, mb
 	}
 	return loss, nil
 }
+
+// plainMLP is the plain loops' MLP with a float32 gradient bound to each
+// parameter by hand; free frees the parameters and gradients.
+func plainMLP() (m *testmodel.MLP, params []*model.Param, free func(), err error) {
+	m = testmodel.NewMLP(1, sizes...)
+	for _, l := range m.Layers {
+		params = append(params, l.Params()...)
+	}
+	free = func() {
+		for _, p := range params {
+			p.Data.Free()
+			if p.Grad != nil {
+				p.Grad.Free()
+			}
+		}
+	}
+	for _, p := range params {
+		if p.Grad, err = tensor.Empty(tensor.Float32, p.Shape...); err != nil {
+			free()
+			return nil, nil, nil, err
+		}
+	}
+	return m, params, free, nil
+}
