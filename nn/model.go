@@ -449,7 +449,8 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 }
 
 // Loss is the mean cross-entropy of the head's logits against the batch's
-// targets, plus MoE.LossCoeff × Σ l_aux of the MoE layers; the gradient
+// targets, plus MoE.LossCoeff × Σ l_aux of the MoE layers in training
+// (SetTraining: evaluation leaves it out); the gradient
 // it returns (in place of the logits) is that of gradScale x loss (the aux
 // loss's part is added by the MoE layers' Backward). Under sequence parallelism the loss is the mean over
 // the SP group's tokens and the gradient that of this rank's local mean

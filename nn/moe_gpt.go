@@ -48,6 +48,10 @@ func moeParams(c, e int, residual bool) int {
 // SetTraining selects the MoE layers' capacity factor: CapacityFactor in
 // training (the default), EvalCapacityFactor otherwise (torch's
 // model.train() and model.eval(); deepgo's engines do not switch it).
+// Out of training, Loss leaves the aux loss out too: an evaluation
+// reports the language-model loss alone (and its perplexity), as
+// Megatron-DeepSpeed's validation reports "lm loss" apart from the MoE
+// loss.
 func (g *GPT) SetTraining(on bool) {
 	for _, b := range g.Blocks {
 		if b.MoE != nil {
@@ -83,6 +87,10 @@ func (g *GPT) moeLoss(gradScale float64) float64 {
 	c := g.Config.MoE.LossCoeff
 	var sum float64
 	for _, b := range g.Blocks {
+		if b.MoE != nil && b.MoE.eval {
+			b.MoE.dLAux = 0 // an evaluation's loss is the language model's (SetTraining)
+			continue
+		}
 		if b.MoE != nil {
 			sum += float64(b.MoE.LAux)
 			b.MoE.dLAux = c * gradScale

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -161,4 +162,29 @@ func TestGPTMoEResidualNames(t *testing.T) {
 		require.Contains(t, names, want)
 	}
 	require.Equal(t, cfg.NumParams(), NumParams(g))
+}
+
+// TestGPTMoEEvalLoss: in training the GPT's loss adds LossCoeff × Σ l_aux;
+// out of training (SetTraining(false)) it is the language-model loss
+// alone, whatever the coefficient, as Megatron-DeepSpeed's validation
+// reports lm loss apart from the MoE loss.
+func TestGPTMoEEvalLoss(t *testing.T) {
+	be := testBackend(t)
+	in := []int32{1, 5, 7, 2, 9, 3, 3, 12, 0, 4, 15, 8, 6, 6, 1, 10}
+	losses := func(coeff float64, training bool) (float32, float32) {
+		g, err := NewReadyGPT(moeTestGPT(coeff), be, 3)
+		require.NoError(t, err)
+		defer g.Free()
+		g.SetTraining(training)
+		l, err := g.Forward(be, in, in, 2, 8)
+		require.NoError(t, err)
+		return l, g.MoEStats()[0].LAux
+	}
+	lm, _ := losses(0, true)
+	train, aux := losses(0.5, true)
+	require.Positive(t, aux)
+	assert.InDelta(t, lm+0.5*aux, train, 1e-6, "training: lm loss + 0.5 × l_aux")
+	evalLM, _ := losses(0, false)
+	eval, _ := losses(0.5, false)
+	assert.Equal(t, evalLM, eval, "evaluation: the lm loss alone")
 }
