@@ -114,7 +114,8 @@ func (e *Engine) matchFrozen(ck *checkpoint.Checkpoint, refs map[string]checkpoi
 // ErrSavedFrozen is wrapped by Load's error when a parameter the model
 // trains was frozen when the checkpoint was saved, so the checkpoint has
 // no optimizer state for it (LoadOptions.ModuleOnly or
-// SkipOptimizerStates load it).
+// SkipOptimizerStates load it), or, saved with SaveOptions.ExcludeFrozen,
+// no value at all (LoadOptions.NonStrict keeps the model's current one).
 var ErrSavedFrozen = errors.New("was frozen when saved")
 
 // refuseThawed refuses to load a trainable parameter from a checkpoint

@@ -111,6 +111,12 @@ func TestFrozenCheckpoint(t *testing.T) {
 				}
 			}
 			assert.Contains(t, res.Notes[len(res.Notes)-1], "saved with ExcludeFrozen")
+			// trainable now: the checkpoint has no value for it, and says why
+			thawed := into
+			thawed.freeze = ""
+			_, _, _, err = frozenLoad(t, thawed, dir, deepgo.LoadOptions{ModuleOnly: true})
+			require.ErrorIs(t, err, deepgo.ErrSavedFrozen)
+			require.ErrorContains(t, err, "left out (SaveOptions.ExcludeFrozen)")
 			ck, err := checkpoint.Open(nil, dir, "")
 			require.NoError(t, err)
 			defer ck.Close()

@@ -261,6 +261,9 @@ func (e *Engine) matchParams(ck *checkpoint.Checkpoint, ec engineCheckpoint, opt
 			}
 			if !sr.found {
 				if !opts.NonStrict {
+					if slices.ContainsFunc(e.checkpointNames(m, p, ec.ParamNames == ""), func(n string) bool { return slices.Contains(ec.FrozenExcluded, n) }) {
+						return nil, nil, fmt.Errorf("deepgo: Load: %s: parameter %q is trainable but %w and left out (SaveOptions.ExcludeFrozen): the checkpoint has no value for it; freeze it, or load with NonStrict to keep its current value", where, p.Name, ErrSavedFrozen)
+					}
 					return nil, nil, fmt.Errorf("deepgo: Load: %s: the checkpoint has no parameter %q", where, p.Name)
 				}
 				res.Missing = append(res.Missing, p.Name)
