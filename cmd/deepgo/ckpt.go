@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -63,6 +64,9 @@ func runCkpt(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		fmt.Fprintf(stdout, "wrote %s: float32 weights of %s (step %d, world %d)\n", pos[1], ck.Tag, ck.Manifest.Step, ck.Manifest.World)
+		if ex := frozenExcluded(ck); len(ex) > 0 {
+			fmt.Fprintf(stdout, "note: %s saved with ExcludeFrozen, not in %s: %s\n", plural(len(ex), "frozen parameter"), pos[1], strings.Join(ex, ", "))
+		}
 		return 0
 	case want != "":
 		fmt.Fprintf(stderr, "deepgo ckpt %s: want %s, got %d argument(s) %q\n", args[0], want, len(pos), pos)
@@ -207,4 +211,21 @@ func filesOf(m *checkpoint.Manifest) []checkpoint.FileInfo {
 		out = append(out, r.Files...)
 	}
 	return out
+}
+
+// frozenExcluded lists the frozen parameters the engine left out of ck
+// (deepgo.SaveOptions.ExcludeFrozen: its "deepgo.engine" state's
+// frozen_excluded), which a consolidated file therefore lacks.
+func frozenExcluded(ck *checkpoint.Checkpoint) []string {
+	raw, ok := ck.Meta(0, "deepgo.engine")
+	if !ok {
+		return nil
+	}
+	var ec struct {
+		FrozenExcluded []string `json:"frozen_excluded"`
+	}
+	if json.Unmarshal(raw, &ec) != nil {
+		return nil
+	}
+	return ec.FrozenExcluded
 }

@@ -126,3 +126,33 @@ func TestCkptConsolidateEngine(t *testing.T) {
 	}
 
 }
+
+// TestCkptConsolidateExcludeFrozen: consolidating a checkpoint saved with
+// ExcludeFrozen says which frozen parameters the file lacks.
+func TestCkptConsolidateExcludeFrozen(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"train_batch_size": 1, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}}`))
+	require.NoError(t, err)
+	for _, exclude := range []bool{false, true} {
+		dir := t.TempDir()
+		err = local.Run(context.Background(), 1, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+			m := newAffineModel()
+			m[1].Params()[1].Frozen = true // head.bias
+			e, err := deepgo.Initialize(ctx, cfg, m, deepgo.WithComm(c))
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			return e.Save(ctx, dir, deepgo.SaveOptions{ExcludeFrozen: exclude})
+		})
+		require.NoError(t, err)
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"ckpt", "consolidate", dir, filepath.Join(t.TempDir(), "m.safetensors")}, &stdout, &stderr)
+		require.Zero(t, code, "consolidate\n%s", stderr.String())
+		if exclude {
+			require.Contains(t, stdout.String(), "note: 1 frozen parameter saved with ExcludeFrozen, not in ")
+			require.Contains(t, stdout.String(), ": head.bias\n")
+		} else {
+			require.NotContains(t, stdout.String(), "note:")
+		}
+	}
+}
