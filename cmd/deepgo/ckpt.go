@@ -26,6 +26,8 @@ const ckptUsage = `usage:
   deepgo ckpt consolidate [-tag TAG] DIR OUT.safetensors write full float32 weights (zero_to_fp32)
 DIR is a save directory (holding "latest"); -tag picks the checkpoint inspect
 lists file by file and consolidate reads (default: the one latest names).
+DIR may also be one checkpoint's folder (DIR/global_step5, holding its
+manifest.json), as checkpoint.load_path may: -tag global_step5 DIR.
 inspect reads every file of every checkpoint: the time of a full read of DIR.
 `
 
@@ -46,6 +48,9 @@ func runCkpt(args []string, stdout, stderr io.Writer) int {
 	pos, err := parseInterspersed(fs, args[1:])
 	if err != nil {
 		return flagExit(err)
+	}
+	if len(pos) > 0 && *tag == "" {
+		pos[0], *tag = ckptFolder(pos[0])
 	}
 	ctx := context.Background()
 	want := map[string]string{"inspect": "DIR", "consolidate": "DIR OUT.safetensors"}[args[0]]
@@ -228,4 +233,19 @@ func frozenExcluded(ck *checkpoint.Checkpoint) []string {
 		return nil
 	}
 	return ec.FrozenExcluded
+}
+
+// ckptFolder reads a checkpoint's own folder (one holding manifest.json,
+// no latest) as its save directory and tag, as train's
+// checkpoint.load_path does; any other dir is returned as it is, with no
+// tag.
+func ckptFolder(dir string) (string, string) {
+	if _, err := os.Stat(filepath.Join(dir, "latest")); err == nil {
+		return dir, ""
+	}
+	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
+		return dir, ""
+	}
+	clean := filepath.Clean(dir)
+	return filepath.Dir(clean), filepath.Base(clean)
 }

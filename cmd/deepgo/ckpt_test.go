@@ -143,3 +143,19 @@ func TestCkptArgs(t *testing.T) {
 		assert.Contains(t, errb.String(), c.inErr, "%v", c.args)
 	}
 }
+
+// TestCkptTagFolder: inspect and consolidate read one checkpoint's folder
+// (DIR/global_step1) as -tag global_step1 DIR, as checkpoint.load_path
+// does, instead of failing on its missing latest file.
+func TestCkptTagFolder(t *testing.T) {
+	dir := t.TempDir()
+	saveSteps(t, dir, 1, 2)
+	var out, errb bytes.Buffer
+	code := run([]string{"ckpt", "inspect", filepath.Join(dir, "global_step1")}, &out, &errb)
+	require.Zero(t, code, "inspect\n%s%s", out.String(), errb.String())
+	require.Contains(t, out.String(), "verifying global_step1:")
+	out.Reset()
+	code = run([]string{"ckpt", "consolidate", filepath.Join(dir, "global_step1") + "/", filepath.Join(t.TempDir(), "m.safetensors")}, &out, &errb)
+	require.Zero(t, code, "consolidate\n%s", errb.String())
+	require.Contains(t, out.String(), "of global_step1 (step 1,")
+}
