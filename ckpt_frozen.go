@@ -19,6 +19,7 @@ package deepgo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -163,4 +164,20 @@ func (e *Engine) installFrozen(vals []*tensor.Tensor) error {
 		}
 	}
 	return nil
+}
+
+// FrozenExcluded lists the frozen parameters a checkpoint saved with
+// SaveOptions.ExcludeFrozen left out (nil when none, or when ck is not an
+// engine's checkpoint): a consolidated file of ck lacks them, and Load
+// keeps the model's own values for them.
+func FrozenExcluded(ck *checkpoint.Checkpoint) []string {
+	raw, ok := ck.Meta(0, metaEngine)
+	if !ok {
+		return nil
+	}
+	var ec engineCheckpoint
+	if json.Unmarshal(raw, &ec) != nil {
+		return nil
+	}
+	return ec.FrozenExcluded
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/deepgo-ml/deepgo"
 	"github.com/deepgo-ml/deepgo/checkpoint"
 )
 
@@ -69,7 +69,7 @@ func runCkpt(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		fmt.Fprintf(stdout, "wrote %s: float32 weights of %s (step %d, world %d)\n", pos[1], ck.Tag, ck.Manifest.Step, ck.Manifest.World)
-		if ex := frozenExcluded(ck); len(ex) > 0 {
+		if ex := deepgo.FrozenExcluded(ck); len(ex) > 0 {
 			fmt.Fprintf(stdout, "note: %s saved with ExcludeFrozen, not in %s: %s\n", plural(len(ex), "frozen parameter"), pos[1], strings.Join(ex, ", "))
 		}
 		return 0
@@ -216,23 +216,6 @@ func filesOf(m *checkpoint.Manifest) []checkpoint.FileInfo {
 		out = append(out, r.Files...)
 	}
 	return out
-}
-
-// frozenExcluded lists the frozen parameters the engine left out of ck
-// (deepgo.SaveOptions.ExcludeFrozen: its "deepgo.engine" state's
-// frozen_excluded), which a consolidated file therefore lacks.
-func frozenExcluded(ck *checkpoint.Checkpoint) []string {
-	raw, ok := ck.Meta(0, "deepgo.engine")
-	if !ok {
-		return nil
-	}
-	var ec struct {
-		FrozenExcluded []string `json:"frozen_excluded"`
-	}
-	if json.Unmarshal(raw, &ec) != nil {
-		return nil
-	}
-	return ec.FrozenExcluded
 }
 
 // ckptFolder reads a checkpoint's own folder (one holding manifest.json,
