@@ -89,7 +89,7 @@ var fieldDocs = map[string]map[string]string{
 		"gradient_clipping":                    "gradient_clipping is the global gradient-norm clip (0 disables).",
 		"gradient_predivide_factor":            "gradient_predivide_factor divides gradients by this before the all-reduce and the rest after (stage 0, or reduce_scatter false).",
 		"megatron_sequence_parallel":           "megatron_sequence_parallel splits the LayerNorm regions along the sequence inside TP (deepgo key; Megatron's --sequence-parallel).",
-		"memory_breakdown":                     "memory_breakdown prints DeepSpeed's see_memory_usage report on rank 0 at Initialize and before and after every forward, backward and step: device memory allocated and reserved with their peaks (on the CPU backend the host memory deepgo's tensors hold) and the host's used memory.",
+		"memory_breakdown":                     "memory_breakdown prints DeepSpeed's see_memory_usage report on rank 0 at Initialize and before and after every forward, backward and step: device memory allocated and reserved with their peaks (on the CPU backend the host memory deepgo's tensors hold, for all in-process ranks together) and the host's used memory.",
 		"optimizer":                            "optimizer is the optimizer section; nil when absent (client optimizer).",
 		"pipeline":                             "pipeline is the pipeline section (PipelineEngine options).",
 		"pipeline_model_parallel_size":         "pipeline_model_parallel_size is the number of pipeline stages (deepgo key; Megatron's name).",

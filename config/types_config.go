@@ -63,7 +63,7 @@ type Config struct {
 
 	// WallClockBreakdown enables per-phase timing (forced on by the flops profiler).
 	WallClockBreakdown bool `json:"wall_clock_breakdown" ds:"def=false"`
-	// MemoryBreakdown prints DeepSpeed's see_memory_usage report on rank 0 at Initialize and before and after every forward, backward and step: device memory allocated and reserved with their peaks (on the CPU backend the host memory deepgo's tensors hold) and the host's used memory.
+	// MemoryBreakdown prints DeepSpeed's see_memory_usage report on rank 0 at Initialize and before and after every forward, backward and step: device memory allocated and reserved with their peaks (on the CPU backend the host memory deepgo's tensors hold, for all in-process ranks together) and the host's used memory.
 	MemoryBreakdown bool `json:"memory_breakdown" ds:"def=false"`
 	// DumpState prints the resolved engine state at start.
 	DumpState bool `json:"dump_state" ds:"def=false"`
