@@ -70,6 +70,24 @@ func (e *Engine) saveFrozen(st *checkpoint.State, exclude bool) ([]string, error
 	return excluded, nil
 }
 
+// tpFrozenRefs turns saveFrozen's parameter map refs (one per frozen
+// parameter, none with ExcludeFrozen) into TP rank 0's over n TP ranks'
+// tensors (tpCollect): a split one's shards are the TP ranks' copies of
+// its frozen tensor, a replicated one is TP rank 0's.
+func (e *Engine) tpFrozenRefs(refs []checkpoint.ParamRef, n int) []checkpoint.ParamRef {
+	out := make([]checkpoint.ParamRef, 0, len(refs))
+	for i, ref := range refs {
+		p := e.frozen[i].p
+		if !p.Parallel.Split {
+			ref.Source = tpTensorName(ref.Source, 0)
+			out = append(out, ref)
+			continue
+		}
+		out = append(out, tpSplitRef(p, n, func(t int) string { return tpTensorName(ref.Source, t) }, ref.Offset))
+	}
+	return out
+}
+
 // frozenRef is where frozen parameter e.frozen[i] loads from (found false:
 // it keeps its value).
 type frozenRef struct {
@@ -105,8 +123,13 @@ func (e *Engine) matchFrozen(ck *checkpoint.Checkpoint, refs map[string]checkpoi
 			return nil, fmt.Errorf("deepgo: Load: %s: checkpoint parameter %q matches both %q and %q", ck.Path, r.Name, other, f.p.Name)
 		}
 		claimed[r.Name] = f.p.Name
-		if !slices.Equal(r.Shape, f.p.Shape) {
-			return nil, fmt.Errorf("deepgo: Load: %s: parameter %q has shape %v in the checkpoint, %v in the model", ck.Path, f.p.Name, r.Shape, f.p.Shape)
+		if full := e.fullShape(f.p); !slices.Equal(r.Shape, full) {
+			return nil, fmt.Errorf("deepgo: Load: %s: parameter %q has shape %v in the checkpoint, %v in the model", ck.Path, f.p.Name, r.Shape, full)
+		}
+		if _, n := e.tpDegree(); n > 1 && f.p.Parallel.Split {
+			if err := f.p.Parallel.Check(r.Shape, n); err != nil {
+				return nil, fmt.Errorf("deepgo: Load: parameter %q: %w", f.p.Name, err)
+			}
 		}
 	}
 	return out, nil
@@ -123,30 +146,39 @@ var ErrSavedFrozen = errors.New("was frozen when saved")
 // that saved it frozen while the optimizer state is loaded: there is none
 // for it.
 func refuseThawed(ck *checkpoint.Checkpoint, ec engineCheckpoint, opts LoadOptions, name string, r checkpoint.ParamRef) error {
-	if !strings.HasPrefix(r.Source, frozenPrefix) || opts.ModuleOnly || opts.SkipOptimizerStates || len(ec.OptimizerState) == 0 {
+	if !strings.HasPrefix(r.Pieces()[0].Source, frozenPrefix) || opts.ModuleOnly || opts.SkipOptimizerStates || len(ec.OptimizerState) == 0 {
 		return nil
 	}
 	return fmt.Errorf("deepgo: Load: %s: parameter %q is trainable but %w: the checkpoint has no optimizer state for it; load with ModuleOnly or SkipOptimizerStates to start from its value with the optimizer state the engine has", ck.Path, name, ErrSavedFrozen)
 }
 
-// readFrozen reads the frozen parameters' values from ck (float32 host
-// tensors; nil where one keeps its value).
-func readFrozen(ctx context.Context, ck *checkpoint.Checkpoint, refs []frozenRef) ([]*tensor.Tensor, error) {
+// readFrozen reads the frozen parameters' values from ck as this rank
+// holds them (its TP shard of a split one, cut from the full value at any
+// degree the checkpoint was saved with): float32 host tensors, nil where
+// one keeps its value.
+func (e *Engine) readFrozen(ctx context.Context, ck *checkpoint.Checkpoint, refs []frozenRef) ([]*tensor.Tensor, error) {
 	out := make([]*tensor.Tensor, len(refs))
+	fail := func(err error) ([]*tensor.Tensor, error) {
+		for _, o := range out {
+			if o != nil {
+				o.Free()
+			}
+		}
+		return nil, fmt.Errorf("deepgo: Load: %w", err)
+	}
 	for i, r := range refs {
 		if !r.found {
 			continue
 		}
-		t, err := ck.ReadParam(ctx, r.ref)
+		p := e.frozen[i].p
+		t, err := tensor.Empty(tensor.Float32, p.Shape...)
 		if err != nil {
-			for _, o := range out {
-				if o != nil {
-					o.Free()
-				}
-			}
-			return nil, fmt.Errorf("deepgo: Load: %w", err)
+			return fail(err)
 		}
 		out[i] = t
+		if err := e.readSlot(ctx, ck, r.ref, p, 0, t); err != nil {
+			return fail(fmt.Errorf("frozen parameter %s: %w", p.Name, err))
+		}
 	}
 	return out, nil
 }

@@ -2,8 +2,8 @@ package deepgo
 
 // Frozen parameters (model.Param.Frozen, PyTorch's requires_grad=False):
 // the engine keeps them itself, outside the ZeRO layout, replicated on
-// every data-parallel rank in the working dtype, bound with Data and a nil
-// Grad. ZeRO (reduction, norm, overflow check, optimizer) sees only the
+// every data-parallel rank in the working dtype (under tensor parallelism
+// each TP rank its shard of a split one), bound with Data and a nil Grad. ZeRO (reduction, norm, overflow check, optimizer) sees only the
 // trainable parameters, so e.params and the zero.ModuleSpecs list those
 // alone, and every (module, parameter) index the engine shares with ZeRO
 // counts trainable parameters only.
@@ -45,22 +45,16 @@ func refuseFrozen(net model.Model, with string) error {
 }
 
 // refuseFrozenParallel is refuseFrozen for the data-parallel engine's
-// tensor and sequence parallelism.
+// sequence parallelism (tensor parallelism keeps frozen TP shards: see
+// tpFrozenRefs).
 func refuseFrozenParallel(cfg *config.Config, net model.Model) error {
-	if n := cfg.TensorModelParallelSize; n > 1 {
-		if err := refuseFrozen(net, fmt.Sprintf("tensor parallelism (tensor_model_parallel_size %d)", n)); err != nil {
-			return err
-		}
-	}
 	if n := cfg.SequenceParallelSize; n > 1 {
 		return refuseFrozen(net, fmt.Sprintf("sequence parallelism (sequence_parallel_size %d)", n))
 	}
 	return nil
 }
 
-// checkFrozen refuses a model with nothing left to train, and tensor
-// parallelism given as a group (WithTensorParallel) rather than by the
-// config.
+// checkFrozen refuses a model with nothing left to train.
 func (e *Engine) checkFrozen() error {
 	if len(e.frozen) == 0 {
 		return nil
@@ -71,9 +65,6 @@ func (e *Engine) checkFrozen() error {
 	}
 	if trainable == 0 {
 		return fmt.Errorf("deepgo.Initialize: every parameter is frozen (model.Param.Frozen on all %d): nothing to train", len(e.frozen))
-	}
-	if _, n := e.tpDegree(); n > 1 {
-		return fmt.Errorf("deepgo.Initialize: not supported: frozen parameter %s with tensor parallelism (a tensor-parallel group of %d)", e.frozen[0].p.Name, n)
 	}
 	return nil
 }

@@ -329,7 +329,7 @@ func (e *Engine) prepareLoad(ctx context.Context, dir string, opts LoadOptions) 
 	if err != nil {
 		return nil, err
 	}
-	if plan.frozen, err = readFrozen(ctx, ck, fz); err != nil {
+	if plan.frozen, err = e.readFrozen(ctx, ck, fz); err != nil {
 		return nil, err
 	}
 	if e.halfLoaded != nil && len(plan.res.Missing) > 0 {

@@ -156,7 +156,7 @@ func (e *Engine) tpCollect(ctx context.Context, st *checkpoint.State) error {
 			params = append(params, tpSplitRef(p, n, func(t int) string { return tpTensorName(ref.Source, t) }, ref.Offset))
 		}
 	}
-	st.Params = params
+	st.Params = append(params, e.tpFrozenRefs(st.Params[i:], n)...)
 	return nil
 }
 

@@ -192,10 +192,10 @@ func (m embedModule) Backward(ctx context.Context, gout model.Activation) (model
 			if d == s.dA {
 				spare = s.dB
 			}
-			return nil, g.tpEmbedBackward(k, g.Embed.Tok.Grad, d, spare, s.b, s.t)
+			return nil, g.tpEmbedBackward(k, gradOf(g.Embed.Tok), d, spare, s.b, s.t)
 		}
 		if g.sp != nil {
-			return nil, g.spEmbedBackward(k, g.Embed.Tok.Grad, d, s.tokens, s.b, s.t)
+			return nil, g.spEmbedBackward(k, gradOf(g.Embed.Tok), d, s.tokens, s.b, s.t)
 		}
 		return nil, g.Embed.Backward(k, d, s.tokens, s.b, s.t)
 	}
@@ -404,7 +404,7 @@ func (m headModule) Backward(ctx context.Context, gout model.Activation) (model.
 	}
 	if g.tp.seqOn() {
 		din, err := g.seqHeadBackward(k, dlogits)
-		if err != nil || !m.tied {
+		if err != nil || !m.tied || g.Embed.Tok.Frozen {
 			return din, err
 		}
 		// a part without the embedding: the stage's wte copy takes the

@@ -71,6 +71,7 @@ func (s tpSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[string
 			return err
 		}
 		defer g.Free()
+		freezeGPT(g, r.freeze)
 		opts := []deepgo.Option{deepgo.WithComm(dc), deepgo.WithTensorParallel(tc)}
 		if s.opts != nil {
 			opts = append(opts, s.opts(c.Rank(), c)...)

@@ -24,10 +24,11 @@ func tpGPT(vocab int) nn.GPTConfig {
 
 // tpRun is one tensor × data parallel layout; prec is extra config
 // (a precision section), ckpt turns on activation checkpointing, seq
-// Megatron's sequence parallelism (TP.SequenceParallel).
+// Megatron's sequence parallelism (TP.SequenceParallel), freeze (a
+// regular expression, "": none) the parameters it marks frozen.
 type tpRun struct {
 	tp, dp, stage int
-	prec          string
+	prec, freeze  string
 	ckpt, seq     bool
 }
 
@@ -68,6 +69,7 @@ func tpCurve(t *testing.T, r tpRun, steps int, clip float64, corpus *data.Tokens
 			return err
 		}
 		defer g.Free()
+		freezeGPT(g, r.freeze)
 		e, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithComm(dc), deepgo.WithTensorParallel(tc))
 		if err != nil {
 			return err

@@ -209,7 +209,18 @@ func (s *tpState) lnBackward(be backend.NN, l *LayerNorm, din, dout, in, mean, r
 	if !ok {
 		return fmt.Errorf("nn.%s(%s): sequence parallelism on %T: no Axpy: %w", op, l.W.Name, be, backend.ErrUnsupported)
 	}
-	if err := ax.Axpy(1, []*tensor.Tensor{dw, db}, []*tensor.Tensor{l.W.Grad, l.B.Grad}); err != nil {
+	// a frozen weight or bias (model.Param.Frozen) takes no gradient; the
+	// sum above still runs, the same on every rank of the group
+	var xs, ys []*tensor.Tensor
+	for i, p := range []*model.Param{l.W, l.B} {
+		if g := gradOf(p); g != nil {
+			xs, ys = append(xs, []*tensor.Tensor{dw, db}[i]), append(ys, g)
+		}
+	}
+	if len(xs) == 0 {
+		return nil
+	}
+	if err := ax.Axpy(1, xs, ys); err != nil {
 		return fmt.Errorf("nn.%s(%s): sequence-parallel gradient: %w", op, l.W.Name, err)
 	}
 	return nil
@@ -327,7 +338,11 @@ func (g *GPT) seqHeadBackward(k backend.NN, dlogits *tensor.Tensor) (*tensor.Ten
 	if err := zero(k, dlnf, s.dwteHead, s.dA); err != nil {
 		return nil, err
 	}
-	if err := k.LinearBackward(dlnf, s.dwteHead, nil, dlogits, s.lnf, wte); err != nil {
+	dwte := s.dwteHead
+	if g.Embed.Tok.Frozen { // no weight gradient (see the head's Backward)
+		dwte = nil
+	}
+	if err := k.LinearBackward(dlnf, dwte, nil, dlogits, s.lnf, wte); err != nil {
 		return nil, fmt.Errorf("nn.GPT.Backward: head: %w", err)
 	}
 	if err := g.tp.scatterSeq(s.dB, dlnf, s.b, s.t, c); err != nil {

@@ -149,12 +149,18 @@ func (g *GPT) tpEmbedBackward(k backend.NN, dtok, dout, spare *tensor.Tensor, b,
 		}
 		dout, spare = full, g.st.scratch.DLN
 	}
-	pos, err := g.positions(e.Pos.Grad, t)
-	if err != nil {
-		return err
+	// a frozen table (model.Param.Frozen: dtok or Pos.Grad nil) is skipped
+	if pg := gradOf(e.Pos); pg != nil {
+		pos, err := g.positions(pg, t)
+		if err != nil {
+			return err
+		}
+		if err := k.EncoderBackward(nil, pos, dout, g.tp.localTokens(), b, t, e.Width, e.Vocab); err != nil {
+			return fmt.Errorf("nn.Embedding.Backward: %w", err)
+		}
 	}
-	if err := k.EncoderBackward(nil, pos, dout, g.tp.localTokens(), b, t, e.Width, e.Vocab); err != nil {
-		return fmt.Errorf("nn.Embedding.Backward: %w", err)
+	if dtok == nil {
+		return nil
 	}
 	if err := copyF32(k, spare, dout, b*t*e.Width); err != nil {
 		return err

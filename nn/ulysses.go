@@ -296,12 +296,19 @@ func (g *GPT) spEmbedBackward(k backend.NN, dtok, dout, tokens *tensor.Tensor, b
 	if err := e.check("GPT.Backward", k.Device(), tokens, b, t, true); err != nil {
 		return err
 	}
-	pos, err := g.spPositions(e.Pos.Grad, t)
+	// a frozen table (model.Param.Frozen: dtok or Pos.Grad nil) is skipped
+	if dtok != nil {
+		if err := k.EncoderBackward(dtok, nil, dout, tokens, b, t, e.Width, e.Vocab); err != nil {
+			return fmt.Errorf("nn.Embedding.Backward: %w", err)
+		}
+	}
+	pg := gradOf(e.Pos)
+	if pg == nil {
+		return nil
+	}
+	pos, err := g.spPositions(pg, t)
 	if err != nil {
 		return err
-	}
-	if err := k.EncoderBackward(dtok, nil, dout, tokens, b, t, e.Width, e.Vocab); err != nil {
-		return fmt.Errorf("nn.Embedding.Backward: %w", err)
 	}
 	if err := k.EncoderBackward(nil, pos, dout, tokens, b, t, e.Width, e.Vocab); err != nil {
 		return fmt.Errorf("nn.Embedding.Backward: %w", err)

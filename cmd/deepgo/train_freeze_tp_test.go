@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/deepgo-ml/deepgo/nn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestTrainFreezeTensorParallel: `deepgo train --freeze` with
+// tensor_model_parallel_size 2 (× 2 data-parallel ranks, ZeRO 1, and with
+// Megatron's sequence parallelism) ends at the final loss of the same
+// frozen run at TP 1 (to float32 summation order), and the model it saves
+// (the TP shards gathered) holds the frozen parameters at their initial
+// values bit for bit while the others have moved.
+func TestTrainFreezeTensorParallel(t *testing.T) {
+	dir := t.TempDir()
+	freeze := `wte|h\.0\.attn\.c_attn|ln_f\.bias`
+	train := func(tp int, extra string) (trainResult, string) {
+		cfg := filepath.Join(dir, fmt.Sprintf("tp%d-%d.json", tp, len(extra)))
+		require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8,
+			"tensor_model_parallel_size": %d, %s "gradient_clipping": 1.0, "zero_optimization": {"stage": 1},
+			"optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}`, tp, extra)), 0o644))
+		export := filepath.Join(dir, fmt.Sprintf("export-%d-%d", tp, len(extra)))
+		var out, errb bytes.Buffer
+		code := run([]string{"train", "--config", cfg, "--model", "tiny", "--steps", "10", "--freeze", freeze, "--save-model", export}, &out, &errb)
+		require.Zero(t, code, errb.String())
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		var r trainResult
+		require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &r), "last line %q", lines[len(lines)-1])
+		return r, export
+	}
+	one, _ := train(1, "")
+	mc := trainModels["tiny"]
+	g := mc.gpt
+	g.Vocab = mc.vocab
+	init, err := nn.NewReadyGPT(g, nil, 1)
+	require.NoError(t, err)
+	defer init.Free()
+	re := regexp.MustCompile(freeze)
+	for _, extra := range []string{"", `"megatron_sequence_parallel": true,`} {
+		r, export := train(2, extra)
+		assert.Equal(t, 4, r.Ranks)
+		t.Logf("%s: final loss %v, TP 1 %v", extra, r.FinalLoss, one.FinalLoss)
+		assert.LessOrEqual(t, math.Abs(r.FinalLoss-one.FinalLoss)/one.FinalLoss, 1e-5, "final loss")
+		_, vals := readTensors(t, filepath.Join(export, "model.safetensors"))
+		frozen := 0
+		for _, p := range init.Params() {
+			v, err := p.Data.Float32s()
+			require.NoError(t, err)
+			b, ok := vals[p.Name]
+			require.True(t, ok, p.Name)
+			require.Len(t, b, 4*len(v), p.Name)
+			same := true
+			for i, x := range v {
+				if binary.LittleEndian.Uint32(b[4*i:]) != math.Float32bits(x) {
+					same = false
+					break
+				}
+			}
+			if re.MatchString(p.Name) {
+				frozen++
+				assert.True(t, same, "frozen %s moved", p.Name)
+			} else {
+				assert.False(t, same, "trainable %s did not move", p.Name)
+			}
+		}
+		require.Equal(t, 4, frozen)
+	}
+}
