@@ -14,7 +14,6 @@ import (
 	"fmt"
 
 	"github.com/deepgo-ml/deepgo/backend"
-	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
@@ -29,10 +28,10 @@ type frozenParam struct {
 }
 
 // refuseFrozen refuses a frozen parameter of net where frozen parameters
-// are not supported (with names the layout: pipeline stages, tensor or
-// sequence parallelism, whose tied-weight reductions, sharded layers and
-// gradient paths assume every parameter has a gradient). Every rank
-// decides alone from the model and the config, before any collective.
+// are not supported (with names the layout: pipeline stages, whose
+// tied-weight reduction and stage ZeRO assume every parameter has a
+// gradient). Every rank decides alone from the model and the config,
+// before any collective.
 func refuseFrozen(net model.Model, with string) error {
 	for _, m := range net.Modules() {
 		for _, p := range m.Params() {
@@ -40,16 +39,6 @@ func refuseFrozen(net model.Model, with string) error {
 				return fmt.Errorf("deepgo.Initialize: not supported: frozen parameter %s with %s", p.Name, with)
 			}
 		}
-	}
-	return nil
-}
-
-// refuseFrozenParallel is refuseFrozen for the data-parallel engine's
-// sequence parallelism (tensor parallelism keeps frozen TP shards: see
-// tpFrozenRefs).
-func refuseFrozenParallel(cfg *config.Config, net model.Model) error {
-	if n := cfg.SequenceParallelSize; n > 1 {
-		return refuseFrozen(net, fmt.Sprintf("sequence parallelism (sequence_parallel_size %d)", n))
 	}
 	return nil
 }

@@ -11,13 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestFrozenParallelRefused: frozen parameters with pipeline stages or
-// sequence parallelism are refused at Initialize with an error
+// TestFrozenParallelRefused: frozen parameters with pipeline stages
+// are refused at Initialize with an error
 // naming the parameter and the layout key, before any collective.
 func TestFrozenParallelRefused(t *testing.T) {
 	for _, tc := range []struct{ key, want string }{
 		{`"pipeline_model_parallel_size": 2`, "not supported: frozen parameter transformer.wpe.weight with pipeline stages (pipeline_model_parallel_size 2)"},
-		{`"sequence_parallel_size": 2`, "not supported: frozen parameter transformer.wpe.weight with sequence parallelism (sequence_parallel_size 2)"},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			cfg, err := config.Parse([]byte(fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 1, %s,

@@ -59,9 +59,6 @@ func newEngine(ctx context.Context, cfg *config.Config, net model.Model, o optio
 			e.Close()
 		}
 	}()
-	if err := refuseFrozenParallel(cfg, net); err != nil {
-		return nil, err
-	}
 	if err := checkTP(cfg, net, o); err != nil {
 		return nil, err
 	}

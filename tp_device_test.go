@@ -256,8 +256,9 @@ func parDevSegment(t *testing.T, dev string, c parDevCase, seg parSeg) (*result,
 // checkpointing, and in bf16), Megatron's sequence parallelism at TP 2
 // alone and × DP 2, Ulysses SP 2 alone and × DP 2, and Ulysses SP 2
 // inside TP 2 alone, × DP 2 at ZeRO 3 with engine checkpointing, and in
-// bf16; TP 2 with frozen parameters (parFreeze) × DP 2 at ZeRO 2 with
-// Megatron's sequence parallelism, at ZeRO 3, and in bf16.
+// bf16; with frozen parameters (parFreeze) TP 2 × DP 2 at ZeRO 2 with
+// Megatron's sequence parallelism, at ZeRO 3, and in bf16, Ulysses SP 2 ×
+// DP 2 at ZeRO 2, and TP 2 × SP 2 in bf16.
 func parDevCases() []parDevCase {
 	return []parDevCase{
 		{tp: 2, dp: 1},
@@ -274,11 +275,14 @@ func parDevCases() []parDevCase {
 		{tp: 2, dp: 2, stage: 2, seq: true, freeze: parFreeze},
 		{tp: 2, dp: 2, stage: 3, freeze: parFreeze},
 		{tp: 2, dp: 1, stage: 1, prec: "bf16", freeze: parFreeze},
+		{sp: 2, dp: 2, stage: 2, freeze: parFreeze},
+		{tp: 2, sp: 2, dp: 1, stage: 1, prec: "bf16", freeze: parFreeze},
 	}
 }
 
-// parFreeze freezes the tied wte (vocabulary-parallel), a column-parallel
-// and a row-parallel weight, and replicated LayerNorm parameters.
+// parFreeze freezes the tied wte (vocabulary-parallel under TP), a
+// column-parallel and a row-parallel weight, and replicated LayerNorm
+// parameters.
 const parFreeze = `wte|h\.0\.attn\.c_attn\.weight|h\.1\.mlp\.c_proj\.weight|h\.0\.ln_1\.bias|ln_f\.weight`
 
 // TestModelParallelOnDevice: Megatron TP (with and without Megatron's
@@ -313,14 +317,14 @@ func TestModelParallelOnDevice(t *testing.T) {
 
 // TestModelParallelCheckpointOnDevice: a TP 2 × DP 2 run (ZeRO 1, and
 // with Megatron's sequence parallelism), a Ulysses SP 2 run and a TP 2 ×
-// SP 2 run saved (and TP 2 × DP 2 at ZeRO 2 with Megatron's sequence
-// parallelism and frozen parameters)
+// SP 2 run saved (and with frozen parameters TP 2 × DP 2 at ZeRO 2 with
+// Megatron's sequence parallelism and Ulysses SP 2)
 // after 2 steps on the simulated device with kernel delays and resumed
 // there, saved there and resumed on the CPU backend, and saved on the CPU
 // and resumed on the device, train the next 2 steps with the losses of
 // the uninterrupted CPU run and end with its parameters, bit for bit.
 func TestModelParallelCheckpointOnDevice(t *testing.T) {
-	for _, c := range []parDevCase{{tp: 2, dp: 2, stage: 1}, {tp: 2, dp: 1, seq: true}, {sp: 2, dp: 1}, {tp: 2, sp: 2, dp: 1, stage: 1}, {tp: 2, dp: 2, stage: 2, seq: true, freeze: parFreeze}} {
+	for _, c := range []parDevCase{{tp: 2, dp: 2, stage: 1}, {tp: 2, dp: 1, seq: true}, {sp: 2, dp: 1}, {tp: 2, sp: 2, dp: 1, stage: 1}, {tp: 2, dp: 2, stage: 2, seq: true, freeze: parFreeze}, {sp: 2, dp: 1, freeze: parFreeze}} {
 		t.Run(c.String(), func(t *testing.T) {
 			want, err := parDevRun(t, "", c, 4)
 			require.NoError(t, err, "uninterrupted")

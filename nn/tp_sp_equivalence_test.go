@@ -25,6 +25,7 @@ type tspRun struct {
 	ckpt              bool
 	window            int    // the model's attention window (0: full)
 	extra             string // more config (a precision section), with its trailing comma
+	freeze            string // the parameters to freeze (freezeGPT; "": none)
 }
 
 func (r tspRun) String() string {
@@ -83,6 +84,7 @@ func (s tspSegment) run(t *testing.T, corpus *data.Tokens) ([]float64, map[strin
 			return err
 		}
 		defer g.Free()
+		freezeGPT(g, r.freeze)
 		e, err := deepgo.Initialize(ctx, cfg, g, opts...)
 		if err != nil {
 			return err

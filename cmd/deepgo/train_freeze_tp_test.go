@@ -17,13 +17,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestTrainFreezeTensorParallel: `deepgo train --freeze` with
+// TestTrainFreezeModelParallel: `deepgo train --freeze` with
 // tensor_model_parallel_size 2 (× 2 data-parallel ranks, ZeRO 1, and with
-// Megatron's sequence parallelism) ends at the final loss of the same
+// Megatron's sequence parallelism), and with Ulysses
+// sequence_parallel_size 2, ends at the final loss of the same
 // frozen run at TP 1 (to float32 summation order), and the model it saves
 // (the TP shards gathered) holds the frozen parameters at their initial
 // values bit for bit while the others have moved.
-func TestTrainFreezeTensorParallel(t *testing.T) {
+func TestTrainFreezeModelParallel(t *testing.T) {
 	dir := t.TempDir()
 	freeze := `wte|h\.0\.attn\.c_attn|ln_f\.bias`
 	train := func(tp int, extra string) (trainResult, string) {
@@ -48,9 +49,13 @@ func TestTrainFreezeTensorParallel(t *testing.T) {
 	require.NoError(t, err)
 	defer init.Free()
 	re := regexp.MustCompile(freeze)
-	for _, extra := range []string{"", `"megatron_sequence_parallel": true,`} {
-		r, export := train(2, extra)
-		assert.Equal(t, 4, r.Ranks)
+	for _, c := range []struct {
+		tp, ranks int
+		extra     string
+	}{{2, 4, ""}, {2, 4, `"megatron_sequence_parallel": true,`}, {1, 4, `"sequence_parallel_size": 2,`}} {
+		extra := c.extra
+		r, export := train(c.tp, extra)
+		assert.Equal(t, c.ranks, r.Ranks)
 		t.Logf("%s: final loss %v, TP 1 %v", extra, r.FinalLoss, one.FinalLoss)
 		assert.LessOrEqual(t, math.Abs(r.FinalLoss-one.FinalLoss)/one.FinalLoss, 1e-5, "final loss")
 		_, vals := readTensors(t, filepath.Join(export, "model.safetensors"))
