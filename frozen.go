@@ -14,6 +14,7 @@ import (
 	"fmt"
 
 	"github.com/deepgo-ml/deepgo/backend"
+	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
 	"github.com/deepgo-ml/deepgo/zero"
@@ -25,22 +26,6 @@ type frozenParam struct {
 	m int
 	p *model.Param
 	t *tensor.Tensor
-}
-
-// refuseFrozen refuses a frozen parameter of net where frozen parameters
-// are not supported (with names the layout: pipeline stages, whose
-// tied-weight reduction and stage ZeRO assume every parameter has a
-// gradient). Every rank decides alone from the model and the config,
-// before any collective.
-func refuseFrozen(net model.Model, with string) error {
-	for _, m := range net.Modules() {
-		for _, p := range m.Params() {
-			if p != nil && p.Frozen {
-				return fmt.Errorf("deepgo.Initialize: not supported: frozen parameter %s with %s", p.Name, with)
-			}
-		}
-	}
-	return nil
 }
 
 // checkFrozen refuses a model with nothing left to train.
@@ -104,8 +89,19 @@ func (e *Engine) castInto(dst, src *tensor.Tensor) error {
 // castVia is castInto, with bcast rank 0's float32 value broadcast to
 // every rank first.
 func (e *Engine) castVia(ctx context.Context, dst, src *tensor.Tensor, bcast bool) error {
+	var c comm.Comm
+	if bcast {
+		c = e.c
+	}
+	return castOver(ctx, e.be, c, dst, src)
+}
+
+// castOver writes src (any float dtype, any memory) into dst on be's
+// device through float32, with c (nil: none) rank 0's float32 value
+// broadcast over c first (both engines).
+func castOver(ctx context.Context, be backend.Backend, c comm.Comm, dst, src *tensor.Tensor) error {
 	n := src.Numel()
-	tmp, err := e.be.Empty(tensor.Float32, n)
+	tmp, err := be.Empty(tensor.Float32, n)
 	if err != nil {
 		return err
 	}
@@ -114,26 +110,26 @@ func (e *Engine) castVia(ctx context.Context, dst, src *tensor.Tensor, bcast boo
 	if err != nil {
 		return err
 	}
-	if src.Device() != e.be.Device() {
-		d, err := e.be.Empty(src.DType(), n)
+	if src.Device() != be.Device() {
+		d, err := be.Empty(src.DType(), n)
 		if err != nil {
 			return err
 		}
 		defer d.Free()
-		if err := e.be.Copy(d, dev); err != nil {
+		if err := be.Copy(d, dev); err != nil {
 			return err
 		}
 		dev = d
 	}
-	if err := castFlat(e.be, tmp, dev); err != nil {
+	if err := castFlat(be, tmp, dev); err != nil {
 		return err
 	}
-	if bcast {
-		if err := e.c.Broadcast(ctx, tmp, 0); err != nil {
+	if c != nil {
+		if err := c.Broadcast(ctx, tmp, 0); err != nil {
 			return fmt.Errorf("broadcasting the initial value: %w", err)
 		}
 	}
-	return castFlat(e.be, dst, tmp)
+	return castFlat(be, dst, tmp)
 }
 
 // frozenList is the frozen Params.

@@ -2,32 +2,43 @@ package deepgo_test
 
 import (
 	"context"
-	"fmt"
+	"regexp"
 	"testing"
+	"time"
 
 	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/comm"
+	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
 	"github.com/deepgo-ml/deepgo/nn"
 	"github.com/stretchr/testify/require"
 )
 
-// TestFrozenParallelRefused: frozen parameters with pipeline stages
-// are refused at Initialize with an error
-// naming the parameter and the layout key, before any collective.
-func TestFrozenParallelRefused(t *testing.T) {
-	for _, tc := range []struct{ key, want string }{
-		{`"pipeline_model_parallel_size": 2`, "not supported: frozen parameter transformer.wpe.weight with pipeline stages (pipeline_model_parallel_size 2)"},
-	} {
-		t.Run(tc.key, func(t *testing.T) {
-			cfg, err := config.Parse([]byte(fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 1, %s,
-				"optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`, tc.key)))
-			require.NoError(t, err)
-			g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}, nil, 1)
-			require.NoError(t, err)
-			defer g.Free()
-			g.Embed.Pos.Frozen = true
-			_, err = deepgo.Initialize(context.Background(), cfg, g)
-			require.ErrorContains(t, err, tc.want)
-		})
-	}
+// TestFrozenPipelineStageRefused: a pipeline whose partition leaves a
+// virtual stage only frozen parameters (its optimizer would have nothing
+// to train) is refused at Initialize on every rank, naming the stage,
+// before the stages' collectives could wait for one another.
+func TestFrozenPipelineStageRefused(t *testing.T) {
+	freeze := regexp.MustCompile(`wte|wpe|h\.0\.`) // stage 0: the embedding and block 0
+	err := local.Run(context.Background(), 2, local.Options{Timeout: 30 * time.Second, Threads: 1}, func(ctx context.Context, c comm.Comm) error {
+		cfg, err := config.Parse([]byte(`{"train_micro_batch_size_per_gpu": 1, "pipeline_model_parallel_size": 2,
+			"pipeline": {"partition": "uniform"}, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}`))
+		if err != nil {
+			return err
+		}
+		g, err := nn.NewReadyGPT(nn.GPTConfig{Layers: 2, Heads: 2, Width: 8, Vocab: 16, SeqLen: 8}, nil, 1)
+		if err != nil {
+			return err
+		}
+		defer g.Free()
+		for _, p := range g.Params() {
+			p.Frozen = freeze.MatchString(p.Name)
+		}
+		tr, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithComm(c))
+		if err == nil {
+			tr.Close()
+		}
+		return err
+	})
+	require.ErrorContains(t, err, "not supported: every parameter of pipeline virtual stage 0 is frozen")
 }

@@ -76,7 +76,8 @@ type PipeEngine struct {
 	parts  [][]model.Part  // [chunk][buffer], made on first use
 	bufs   [][]*pipeBuffer // [chunk][buffer]
 
-	tied []tiedParam
+	tied   []tiedParam
+	frozen []pipeFrozen // the stage's frozen parameters, outside its ZeRO (pipe_frozen.go)
 
 	opt    optim.Optimizer
 	ownOpt bool
@@ -161,9 +162,6 @@ func newPipeEngine(ctx context.Context, cfg *config.Config, net model.Model, o o
 		return nil, fmt.Errorf("deepgo.Initialize: pipeline_model_parallel_size %d: not supported for this model (%T): a pipeline needs a model.Pipelined (nn.GPT is one)", pp, net)
 	}
 	if err := unsupported(cfg); err != nil {
-		return nil, err
-	}
-	if err := refuseFrozen(net, fmt.Sprintf("pipeline stages (pipeline_model_parallel_size %d)", pp)); err != nil {
 		return nil, err
 	}
 	if err := checkMegatronSP(cfg, net); err != nil {
@@ -363,6 +361,9 @@ func (e *PipeEngine) split(net model.Pipelined) error {
 	if e.partition, err = pipeline.PartitionLayers(method, layers, nparts); err != nil {
 		return fmt.Errorf("deepgo.Initialize: pipeline.partition %q: %w", method, err)
 	}
+	if err := checkStagesTrainable(all, e.partition.StageBounds, nparts); err != nil {
+		return err
+	}
 	e.chunks = make([][]int, e.virtual)
 	e.parts = make([][]model.Part, e.virtual)
 	e.bufs = make([][]*pipeBuffer, e.virtual)
@@ -386,7 +387,7 @@ func (e *PipeEngine) split(net model.Pipelined) error {
 		for _, m := range part.Modules() {
 			e.chunks[c] = append(e.chunks[c], len(e.mods))
 			e.mods = append(e.mods, m)
-			e.params = append(e.params, m.Params())
+			e.params = append(e.params, e.splitFrozen(len(e.mods)-1, m.Params()))
 		}
 	}
 	return nil
@@ -406,6 +407,9 @@ func (e *PipeEngine) setupOptimizer(ctx context.Context, o options) error {
 			}
 			specs[i].Params[j] = zero.ParamSpec{Name: p.Name, Shape: p.Shape}
 		}
+	}
+	if err := e.checkFrozenInitial(); err != nil {
+		return err
 	}
 	// every donated initial value of the model, this stage's and the
 	// others' (this rank's engine is the one its copy of the model was
@@ -440,6 +444,9 @@ func (e *PipeEngine) setupOptimizer(ctx context.Context, o options) error {
 		}
 		e.notes = append(e.notes, warns...)
 	}
+	if err := e.initFrozen(ctx, dts.model); err != nil {
+		return err
+	}
 	zc := zeroConfig(e.cfg, dts)
 	zc.HostOffload = e.hostBE // offload_optimizer on a device: the step on the host, as the data-parallel engine's
 	zc.PinHost = e.hostBE != nil && e.cfg.ZeroOptimization.OffloadOptimizer.PinMemory
@@ -451,10 +458,8 @@ func (e *PipeEngine) setupOptimizer(ctx context.Context, o options) error {
 	if err := freeDonated(donated); err != nil {
 		return err
 	}
-	for m, ps := range e.params {
-		for j, p := range ps {
-			p.Data, p.Grad = e.z.Data(m, j), e.z.Grad(m, j)
-		}
+	for m := range e.params {
+		e.bind(m)
 	}
 	return nil
 }
@@ -565,7 +570,7 @@ func (e *PipeEngine) Close() error {
 	}
 	e.parts = nil
 	e.lrAtClose = e.LR() // LR stays answerable without the optimizer
-	errs = append(errs, closeOptimizer(&e.z, &e.opt, e.ownOpt))
+	errs = append(errs, closeOptimizer(&e.z, &e.opt, e.ownOpt), e.freeFrozen())
 	if e.hostBE != nil {
 		errs = append(errs, e.hostBE.Close())
 		e.hostBE = nil

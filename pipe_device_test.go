@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -37,7 +38,8 @@ type pipeDevCase struct {
 	prec        string
 	ckpt        bool
 	offload     bool
-	seq         bool // Megatron SP (megatron_sequence_parallel) over the TP group
+	seq         bool   // Megatron SP (megatron_sequence_parallel) over the TP group
+	freeze      string // the parameters frozen (a regexp, parFreeze; "": none)
 }
 
 func (c pipeDevCase) String() string {
@@ -60,6 +62,9 @@ func (c pipeDevCase) String() string {
 	}
 	if c.offload {
 		s += "-offload"
+	}
+	if c.freeze != "" {
+		s += "-frozen"
 	}
 	return s
 }
@@ -210,6 +215,12 @@ func pipeDevSegment(t *testing.T, dev string, c pipeDevCase, seg parSeg) (*pipeD
 			return err
 		}
 		defer g.Free()
+		if c.freeze != "" {
+			re := regexp.MustCompile(c.freeze)
+			for _, p := range g.Params() {
+				p.Frozen = re.MatchString(p.Name)
+			}
+		}
 		tr, err := deepgo.Initialize(ctx, cfg, devArenaGPT{g}, opts...)
 		if err != nil {
 			return err
@@ -280,7 +291,9 @@ func pipeDevSegment(t *testing.T, dev string, c pipeDevCase, seg parSeg) (*pipeD
 // pipeDevCases is the device tables' pipelines: 2 stages under 1F1B,
 // GPipe and the interleaved schedule, 2 stages × 2 data-parallel ranks,
 // gradient accumulation, fp32, bf16 and fp16 (a dynamic loss scale that
-// starts high enough to skip steps), and activation checkpointing.
+// starts high enough to skip steps), activation checkpointing, and frozen
+// parameters (parFreeze: the tied wte among them) under 1F1B × 2
+// data-parallel ranks and the interleaved schedule in bf16.
 func pipeDevCases() []pipeDevCase {
 	return []pipeDevCase{
 		{pp: 2, dp: 1, gas: 4, sched: "1F1B", virtual: 1},
@@ -291,6 +304,8 @@ func pipeDevCases() []pipeDevCase {
 		{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, prec: "fp16"},
 		{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1, offload: true},
 		{pp: 2, dp: 1, gas: 2, sched: "Interleaved", virtual: 2, prec: "bf16", offload: true},
+		{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1, freeze: parFreeze},
+		{pp: 2, dp: 1, gas: 4, sched: "Interleaved", virtual: 2, prec: "bf16", freeze: parFreeze},
 	}
 }
 
@@ -398,12 +413,14 @@ func TestPipelineCheckpointOnDevice(t *testing.T) {
 	}
 }
 
-// pipeTPDevCases are the device tables' TP × PP runs.
+// pipeTPDevCases are the device tables' TP × PP runs (the last with
+// frozen parameters and Megatron's sequence parallelism).
 func pipeTPDevCases() []pipeDevCase {
 	return []pipeDevCase{
 		{pp: 2, dp: 1, gas: 4, sched: "1F1B", virtual: 1, tp: 2},
 		{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1, tp: 2},
 		{pp: 2, dp: 1, gas: 2, sched: "Interleaved", virtual: 2, prec: "bf16", ckpt: true, tp: 2},
+		{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1, tp: 2, seq: true, freeze: parFreeze},
 	}
 }
 
@@ -451,6 +468,15 @@ func requirePipeOnSim(t *testing.T, c pipeDevCase, want *pipeDevResult, steps in
 // the uninterrupted CPU run and ends with its parameters, bit for bit.
 func TestPipelineTensorParallelCheckpointOnDevice(t *testing.T) {
 	pipeCheckpointAcrossDevices(t, pipeDevCase{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, tp: 2}, nil)
+}
+
+// TestPipelineFrozenCheckpointOnDevice: pipelines with frozen parameters
+// (parFreeze, the tied wte among them; alone and with TP 2) resume across
+// devices as TestPipelineTensorParallelCheckpointOnDevice's, bit for bit.
+func TestPipelineFrozenCheckpointOnDevice(t *testing.T) {
+	for _, c := range []pipeDevCase{{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1, freeze: parFreeze}, {pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, tp: 2, freeze: parFreeze}} {
+		t.Run(c.String(), func(t *testing.T) { pipeCheckpointAcrossDevices(t, c, nil) })
+	}
 }
 
 // pipeCheckpointAcrossDevices saves c after 2 of 4 steps and resumes it,

@@ -87,6 +87,9 @@ func (e *PipeEngine) install(ctx context.Context, plan *loadPlan, opts LoadOptio
 	if err := agreeOn(ctx, e.world, "Load", restoreZero(ctx, e.z, plan)); err != nil {
 		return err
 	}
+	if err := agreeOn(ctx, e.world, "Load", e.installFrozen(ctx, plan.frozen)); err != nil {
+		return err
+	}
 	plan.install(&e.scaler, &e.lrs)
 	if !opts.ModuleOnly {
 		e.globalSteps, e.skippedSteps = plan.ec.GlobalSteps, plan.ec.SkippedSteps
@@ -117,8 +120,11 @@ func (e *PipeEngine) preparePipeLoad(ctx context.Context, dir string, opts LoadO
 	if p.ec.ParamNames != paramNamesModel {
 		return nil, fmt.Errorf("deepgo: pipeline engine: Load: %s: parameters named by module (a checkpoint older than model-wide names): not supported by the pipeline engine; load it into the data-parallel Engine and save again", where)
 	}
-	slots, err := e.matchPipeParams(ck, opts, &p.res)
+	slots, err := e.matchPipeParams(ck, opts, p.ec.FrozenExcluded, &p.res)
 	if err != nil {
+		return nil, err
+	}
+	if p.frozen, err = e.readFrozen(ctx, ck); err != nil {
 		return nil, err
 	}
 	if e.halfLoaded != nil && len(p.res.Missing) > 0 {
@@ -139,7 +145,7 @@ func (e *PipeEngine) preparePipeLoad(ctx context.Context, dir string, opts LoadO
 // lists the differences in res) and places each of the stage's
 // parameters, [unit][slot]: a tied copy in its own module's tensor when
 // the checkpoint has it, else in the parameter's.
-func (e *PipeEngine) matchPipeParams(ck *checkpoint.Checkpoint, opts LoadOptions, res *LoadResult) ([][]pipeSlot, error) {
+func (e *PipeEngine) matchPipeParams(ck *checkpoint.Checkpoint, opts LoadOptions, excluded []string, res *LoadResult) ([][]pipeSlot, error) {
 	where := ck.Path
 	refs := map[string]checkpoint.ParamRef{}
 	for _, r := range ck.Manifest.Params {
@@ -149,6 +155,10 @@ func (e *PipeEngine) matchPipeParams(ck *checkpoint.Checkpoint, opts LoadOptions
 	var missing, unexpected []string
 	for _, w := range want {
 		r, ok := refs[w.Name]
+		if !ok && slices.Contains(excluded, w.Name) && e.isFrozen(w.Name) {
+			res.Notes = append(res.Notes, fmt.Sprintf("frozen parameter %s: saved with ExcludeFrozen; keeps its current value", w.Name))
+			continue
+		}
 		if !ok {
 			missing = append(missing, w.Name)
 			continue

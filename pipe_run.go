@@ -509,4 +509,5 @@ func (e *PipeEngine) bind(m int) {
 	for j, p := range e.params[m] {
 		p.Data, p.Grad = e.z.Data(m, j), e.z.Grad(m, j)
 	}
+	e.bindFrozen(m)
 }

@@ -86,7 +86,8 @@ func (e *PipeEngine) ckptKeys() [][]string {
 // modelParams lists every parameter of the whole model once, in module
 // order, as the manifest's parameter map: each in fp32/<name> at offset 0,
 // of its full shape; under tensor parallelism a split one as the TP
-// shards fp32/mp_rank_XX/<name>, a replicated one as without TP.
+// shards fp32/mp_rank_XX/<name>, a replicated one as without TP; a frozen
+// one under frozen/ instead of fp32/ (pipe_frozen.go).
 func (e *PipeEngine) modelParams() []checkpoint.ParamRef {
 	var out []checkpoint.ParamRef
 	seen := map[string]bool{}
@@ -97,11 +98,15 @@ func (e *PipeEngine) modelParams() []checkpoint.ParamRef {
 				continue
 			}
 			seen[p.Name] = true
+			prefix := masterPrefix
+			if p.Frozen { // pipe_frozen.go
+				prefix = frozenPrefix
+			}
 			if p.Parallel.Split && n > 1 {
-				out = append(out, tpSplitRef(p, n, func(t int) string { return tpTensorName(masterPrefix+p.Name, t) }, 0))
+				out = append(out, tpSplitRef(p, n, func(t int) string { return tpTensorName(prefix+p.Name, t) }, 0))
 				continue
 			}
-			out = append(out, checkpoint.ParamRef{Name: p.Name, Shape: slices.Clone(p.Shape), Source: masterPrefix + p.Name})
+			out = append(out, checkpoint.ParamRef{Name: p.Name, Shape: slices.Clone(p.Shape), Source: prefix + p.Name})
 		}
 	}
 	return out
@@ -186,6 +191,9 @@ func (e *PipeEngine) pipeCheckpointState(op, dir string, so SaveOptions) (checkp
 		}
 	}
 	ec := newEngineCheckpoint(z, names, steps, e.scaler, e.lrs, e.globalSteps, e.skippedSteps, e.globalSteps*e.batch.GradAccum, e.batch)
+	if ec.FrozenExcluded, err = e.saveFrozen(st, so.ExcludeFrozen); err != nil {
+		return o, nil, fmt.Errorf("deepgo: pipeline engine: %s: %w", op, err)
+	}
 	if err := st.SetMeta(metaEngine, ec); err != nil {
 		return o, nil, err
 	}

@@ -170,13 +170,11 @@ func (e *PipeEngine) Parameters(ctx context.Context) (map[string][]float32, erro
 			if e.isTiedCopy(m, j) {
 				continue
 			}
-			mine = binary.LittleEndian.AppendUint32(mine, uint32(len(p.Name)))
-			mine = append(mine, p.Name...)
-			mine = binary.LittleEndian.AppendUint32(mine, uint32(len(all[m][j])))
-			for _, x := range all[m][j] {
-				mine = binary.LittleEndian.AppendUint32(mine, math.Float32bits(x))
-			}
+			mine = appendNamedFloats(mine, p.Name, all[m][j])
 		}
+	}
+	if mine, err = e.frozenParameters(mine); err != nil {
+		return nil, err
 	}
 	got, err := comm.AllGatherBytes(ctx, e.pipe, mine)
 	if err != nil {
@@ -211,7 +209,8 @@ func (e *PipeEngine) isTiedCopy(m, p int) bool {
 
 // TiedCopies returns this stage's tied weights as their fp32 master values
 // keyed by name (a collective over the stage's data-parallel group), for
-// checking that the stages' copies stay identical.
+// checking that the stages' copies stay identical; a frozen one
+// (model.Param.Frozen) as its working value widened to float32.
 func (e *PipeEngine) TiedCopies(ctx context.Context) (map[string][]float32, error) {
 	if err := e.openCheck("TiedCopies"); err != nil {
 		return nil, err
@@ -224,7 +223,7 @@ func (e *PipeEngine) TiedCopies(ctx context.Context) (map[string][]float32, erro
 	for _, t := range e.tied {
 		out[t.name] = all[t.m][t.p]
 	}
-	return out, nil
+	return out, e.tiedFrozen(out)
 }
 
 // BatchSizes is the resolved batch triad (data-parallel size dp = world/pp).
@@ -342,4 +341,16 @@ func (e *PipeEngine) devCtx(ctx context.Context) context.Context {
 // moduleCtx is ctx carrying the backend and buffer's arena.
 func (e *PipeEngine) moduleCtx(ctx context.Context, buf *pipeBuffer) context.Context {
 	return tensor.WithArena(e.devCtx(ctx), &buf.arena)
+}
+
+// appendNamedFloats appends name and v to b as Parameters exchanges them:
+// the name's length and bytes, v's length and float32 bits, little-endian.
+func appendNamedFloats(b []byte, name string, v []float32) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(name)))
+	b = append(b, name...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(v)))
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+	}
+	return b
 }

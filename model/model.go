@@ -144,7 +144,8 @@ func (l TPLayout) Check(full []int, n int) error {
 // fp32 master, no optimizer state, no gradient buffer), replicated on
 // every data-parallel rank at every ZeRO stage, outside the ZeRO
 // partition (a tensor-parallel shard, Parallel.Split, stays this TP
-// rank's shard). During Backward its Grad is nil and the module must not
+// rank's shard; with pipeline stages each stage keeps its own). During
+// Backward its Grad is nil and the module must not
 // write it: a module whose parameters may be frozen skips the gradient of
 // a parameter whose Grad is nil (the nn layers do, saving the GEMM). A
 // module that reads another module's parameter (see Resident) asks Frozen

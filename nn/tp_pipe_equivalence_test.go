@@ -25,8 +25,9 @@ type tppRun struct {
 	prec                     string // a precision section and its comma, or ""
 	// seq is Megatron's sequence parallelism (megatron_sequence_parallel,
 	// TP.SequenceParallel); ckpt is pipeline.activation_checkpoint_interval
-	seq  bool
-	ckpt int
+	seq    bool
+	ckpt   int
+	freeze string // the parameters frozen (freezeGPT; "": none)
 }
 
 func (r tppRun) String() string {
@@ -70,6 +71,7 @@ func runTPP(r tppRun, clip float64, vocab int, fn func(ctx context.Context, c co
 			return err
 		}
 		defer g.Free()
+		freezeGPT(g, r.freeze)
 		tr, err := deepgo.Initialize(ctx, cfg, g, deepgo.WithComm(c), deepgo.WithTensorParallel(tc))
 		if err != nil {
 			return err

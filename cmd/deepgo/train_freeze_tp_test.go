@@ -19,8 +19,10 @@ import (
 
 // TestTrainFreezeModelParallel: `deepgo train --freeze` with
 // tensor_model_parallel_size 2 (× 2 data-parallel ranks, ZeRO 1, and with
-// Megatron's sequence parallelism), and with Ulysses
-// sequence_parallel_size 2, ends at the final loss of the same
+// Megatron's sequence parallelism), with Ulysses sequence_parallel_size
+// 2, and with pipeline_model_parallel_size 2 (alone and × TP 2 with
+// Megatron's sequence parallelism: the tied wte frozen on both stages)
+// ends at the final loss of the same
 // frozen run at TP 1 (to float32 summation order), and the model it saves
 // (the TP shards gathered) holds the frozen parameters at their initial
 // values bit for bit while the others have moved.
@@ -43,21 +45,35 @@ func TestTrainFreezeModelParallel(t *testing.T) {
 	}
 	one, _ := train(1, "")
 	mc := trainModels["tiny"]
-	g := mc.gpt
-	g.Vocab = mc.vocab
-	init, err := nn.NewReadyGPT(g, nil, 1)
-	require.NoError(t, err)
-	defer init.Free()
 	re := regexp.MustCompile(freeze)
+	var pp2 trainResult
 	for _, c := range []struct {
-		tp, ranks int
-		extra     string
-	}{{2, 4, ""}, {2, 4, `"megatron_sequence_parallel": true,`}, {1, 4, `"sequence_parallel_size": 2,`}} {
+		tp, pp, ranks int
+		extra         string
+	}{{2, 1, 4, ""}, {2, 1, 4, `"megatron_sequence_parallel": true,`}, {1, 1, 4, `"sequence_parallel_size": 2,`},
+		{1, 2, 4, `"pipeline_model_parallel_size": 2,`}, {2, 2, 8, `"pipeline_model_parallel_size": 2, "megatron_sequence_parallel": true,`}} {
 		extra := c.extra
 		r, export := train(c.tp, extra)
 		assert.Equal(t, c.ranks, r.Ranks)
-		t.Logf("%s: final loss %v, TP 1 %v", extra, r.FinalLoss, one.FinalLoss)
-		assert.LessOrEqual(t, math.Abs(r.FinalLoss-one.FinalLoss)/one.FinalLoss, 1e-5, "final loss")
+		// the pipeline's GPT has a block per stage: PP 2 is its own
+		// reference, and TP 2 × PP 2 ends at its final loss
+		ref := one
+		switch {
+		case c.pp > 1 && c.tp == 1:
+			pp2, ref = r, r
+		case c.pp > 1:
+			ref = pp2
+		}
+		t.Logf("%s: final loss %v, reference %v", extra, r.FinalLoss, ref.FinalLoss)
+		assert.LessOrEqual(t, math.Abs(r.FinalLoss-ref.FinalLoss)/ref.FinalLoss, 1e-5, "final loss")
+		g := mc.gpt
+		g.Vocab = mc.vocab
+		if c.pp > 1 {
+			g.Layers = pipeLayers(g.Layers, c.pp, 1)
+		}
+		init, err := nn.NewReadyGPT(g, nil, 1)
+		require.NoError(t, err)
+		defer init.Free()
 		_, vals := readTensors(t, filepath.Join(export, "model.safetensors"))
 		frozen := 0
 		for _, p := range init.Params() {
