@@ -26,6 +26,7 @@ import (
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/model"
 	"github.com/deepgo-ml/deepgo/tensor"
+	"github.com/deepgo-ml/deepgo/zero"
 )
 
 // pipeFrozen is one of the stage's frozen parameters: its module (an
@@ -343,4 +344,18 @@ func (e *PipeEngine) tiedFrozen(out map[string][]float32) error {
 		out[f.p.Name] = v
 	}
 	return nil
+}
+
+// frozenMemory adds the stage's frozen values to m (Memory), as the
+// data-parallel engine's frozenMemory does.
+func (e *PipeEngine) frozenMemory(m *zero.Memory) {
+	var n int64
+	for _, f := range e.frozen {
+		if f.t != nil {
+			n += int64(f.t.Bytes())
+		}
+	}
+	m.Frozen = n
+	m.Peak += n
+	countLive(m, n)
 }

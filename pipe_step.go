@@ -269,6 +269,7 @@ func (e *PipeEngine) Memory() zero.Memory {
 	}
 	m.ModelActivations = e.ActivationBytes()
 	countLive(&m, m.Arena+m.ModelActivations)
+	e.frozenMemory(&m)
 	return m
 }
 

@@ -28,9 +28,9 @@ var pipeFreezes = []string{
 }
 
 // pipeFrozenCurve is pipeCurve with the parameters freeze matches frozen,
-// saving to save (unless "") after the steps and loading from load
-// (unless "") before them, the model initialised from seed.
-func pipeFrozenCurve(r pipeRun, freeze string, seed uint64, steps int, corpus *data.Tokens, load, save string) ([]float64, map[string][]float32, []map[string][]float32, error) {
+// saving to save (unless "", with so) after the steps and loading from
+// load (unless "") before them, the model initialised from seed.
+func pipeFrozenCurve(r pipeRun, freeze string, seed uint64, steps int, corpus *data.Tokens, load, save string, so deepgo.SaveOptions) ([]float64, map[string][]float32, []map[string][]float32, error) {
 	losses := make([]float64, steps)
 	var params map[string][]float32
 	tied := make([]map[string][]float32, r.pp)
@@ -63,7 +63,7 @@ func pipeFrozenCurve(r pipeRun, freeze string, seed uint64, steps int, corpus *d
 			return err
 		}
 		if save != "" {
-			if err := tr.Save(ctx, save, deepgo.SaveOptions{}); err != nil {
+			if err := tr.Save(ctx, save, so); err != nil {
 				return err
 			}
 		}
@@ -80,6 +80,10 @@ func pipeFrozenCurve(r pipeRun, freeze string, seed uint64, steps int, corpus *d
 		}
 		if c.Rank() == 0 {
 			params = ps
+			// stage 0 holds a frozen wte or wpe: Memory counts it
+			if m := pe.Memory(); m.Frozen <= 0 {
+				return fmt.Errorf("stage 0: Memory().Frozen %d", m.Frozen)
+			}
 		}
 		return nil
 	})
@@ -109,7 +113,7 @@ func TestGPTPipelineFrozen(t *testing.T) {
 		want := flatParams(plain)
 		for _, r := range []pipeRun{{2, 1, 4, "1F1B", 1, 0}, {2, 2, 2, "GPipe", 1, 0}, {4, 1, 4, "Interleaved", 2, 0}, {2, 2, 4, "1F1B", 1, 1}} {
 			t.Run(fmt.Sprintf("%v-%s", r, freeze), func(t *testing.T) {
-				loss, got, tied, err := pipeFrozenCurve(r, freeze, pipeSeed, steps, corpus, "", "")
+				loss, got, tied, err := pipeFrozenCurve(r, freeze, pipeSeed, steps, corpus, "", "", deepgo.SaveOptions{})
 				require.NoError(t, err)
 				requireFollowsPlain(t, r.String(), plainLoss, loss, want, flatParams(got), 1e-6, 3e-6)
 				for name, v := range initial {
@@ -121,9 +125,9 @@ func TestGPTPipelineFrozen(t *testing.T) {
 				require.NotNil(t, tied[0][wte], "stage 0 holds no tied wte")
 				assert.Equal(t, tied[0][wte], tied[r.pp-1][wte], "the stages' copies of the tied wte differ")
 				dir := t.TempDir()
-				_, _, _, err = pipeFrozenCurve(r, freeze, pipeSeed, steps/2, corpus, "", dir)
+				_, _, _, err = pipeFrozenCurve(r, freeze, pipeSeed, steps/2, corpus, "", dir, deepgo.SaveOptions{})
 				require.NoError(t, err)
-				resumed, params, _, err := pipeFrozenCurve(r, freeze, pipeSeed+1, steps/2, corpus, dir, "")
+				resumed, params, _, err := pipeFrozenCurve(r, freeze, pipeSeed+1, steps/2, corpus, dir, "", deepgo.SaveOptions{})
 				require.NoError(t, err)
 				require.Equal(t, loss[steps/2:], resumed)
 				require.Equal(t, flatParams(got), flatParams(params))
