@@ -116,7 +116,8 @@ func followsRun(t *testing.T, what string, want, got *result, lossTol, paramTol 
 // pipeUlyssesDevCases are the device tables' Ulysses SP 2 × PP 2 runs:
 // 1F1B with 1 and 2 data-parallel ranks, the interleaved schedule with
 // every block checkpointed, in fp32, bf16 and fp16 (a loss scale that
-// starts high enough to skip steps).
+// starts high enough to skip steps), and with frozen parameters
+// (parFreeze: the tied wte, wpe's neighbours, LayerNorm parameters).
 func pipeUlyssesDevCases() []pipeDevCase {
 	return []pipeDevCase{
 		{pp: 2, dp: 1, gas: 4, sched: "1F1B", virtual: 1, sp: 2},
@@ -124,6 +125,7 @@ func pipeUlyssesDevCases() []pipeDevCase {
 		{pp: 2, dp: 2, gas: 2, sched: "Interleaved", virtual: 2, ckpt: true, sp: 2},
 		{pp: 2, dp: 1, gas: 2, sched: "Interleaved", virtual: 2, prec: "bf16", ckpt: true, sp: 2},
 		{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, prec: "fp16", sp: 2},
+		{pp: 2, dp: 2, gas: 2, sched: "1F1B", virtual: 1, sp: 2, freeze: parFreeze},
 	}
 }
 
@@ -187,11 +189,13 @@ func withSP(c pipeDevCase, sp int) pipeDevCase { c.sp = sp; return c }
 
 // pipeTensorUlyssesDevCases are the device tables' TP 2 × SP 2 × PP 2
 // runs (8 ranks; the GPT with 4 heads, one per TP × SP rank): 1F1B, and
-// the interleaved schedule with every block checkpointed in bf16.
+// the interleaved schedule with every block checkpointed in bf16, and 1F1B
+// with frozen parameters (parFreeze).
 func pipeTensorUlyssesDevCases() []pipeDevCase {
 	return []pipeDevCase{
 		{pp: 2, dp: 1, gas: 4, sched: "1F1B", virtual: 1, tp: 2, sp: 2},
 		{pp: 2, dp: 1, gas: 2, sched: "Interleaved", virtual: 2, prec: "bf16", ckpt: true, tp: 2, sp: 2},
+		{pp: 2, dp: 1, gas: 2, sched: "1F1B", virtual: 1, tp: 2, sp: 2, freeze: parFreeze},
 	}
 }
 
