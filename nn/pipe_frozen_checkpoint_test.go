@@ -2,11 +2,13 @@ package nn_test
 
 import (
 	"context"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
 
 	"github.com/deepgo-ml/deepgo"
+	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/comm"
 	"github.com/deepgo-ml/deepgo/comm/local"
 	"github.com/deepgo-ml/deepgo/config"
@@ -18,7 +20,8 @@ import (
 // TestGPTPipelineFrozenCheckpointAcrossEngines: a pipeline checkpoint with
 // frozen parameters (the tied wte among them) loads into the
 // data-parallel Engine, initialised from other values, with every
-// parameter, frozen ones included, bit-identical to the pipeline's; saved
+// parameter, frozen ones included, bit-identical to the pipeline's (and
+// the manifest reads them so, Consolidate exporting them); saved
 // with ExcludeFrozen it leaves them out, and a pipeline engine loading it
 // (without NonStrict) keeps its own frozen values and takes the
 // checkpoint's trainable ones.
@@ -58,6 +61,18 @@ func TestGPTPipelineFrozenCheckpointAcrossEngines(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, saved, loaded)
+	ck, err := checkpoint.Open(nil, dir, "")
+	require.NoError(t, err)
+	defer ck.Close()
+	require.Len(t, ck.Manifest.Params, len(saved))
+	for _, p := range ck.Manifest.Params {
+		full, err := ck.ReadParam(context.Background(), p)
+		require.NoError(t, err)
+		v, _ := full.Float32s()
+		require.Equal(t, saved[p.Name], v, "%s: the manifest's value", p.Name)
+		full.Free()
+	}
+	require.NoError(t, ck.Consolidate(context.Background(), nil, filepath.Join(t.TempDir(), "model.safetensors")))
 
 	_, other, _ := plainGPTFrozen(t, pipeGPT(corpus.Vocab), pipeSeed+1, 0, 1.0, nil, re)
 	excl := t.TempDir()
