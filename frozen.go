@@ -21,11 +21,15 @@ import (
 )
 
 // frozenParam is one frozen parameter: its module, the Param, and its
-// value in the engine's memory (the working dtype).
+// value in the engine's memory (the working dtype). The pipeline engine
+// also marks copy (a later holder of a weight tied across stages, or a
+// second holder on the stage: not saved) and tied (several stages hold
+// it; pipe_frozen.go).
 type frozenParam struct {
-	m int
-	p *model.Param
-	t *tensor.Tensor
+	m          int
+	p          *model.Param
+	t          *tensor.Tensor
+	copy, tied bool
 }
 
 // checkFrozen refuses a model with nothing left to train.
@@ -143,18 +147,22 @@ func (e *Engine) frozenList() []*model.Param {
 
 // bindFrozen points module m's frozen parameters at their values, with no
 // gradient.
-func (e *Engine) bindFrozen(m int) {
-	for _, f := range e.frozen {
+func (e *Engine) bindFrozen(m int) { bindFrozenIn(e.frozen, m) }
+
+// bindFrozenIn points the Params of fs in module m at their values, with
+// no gradient (both engines).
+func bindFrozenIn(fs []frozenParam, m int) {
+	for _, f := range fs {
 		if f.m == m {
 			f.p.Data, f.p.Grad = f.t, nil
 		}
 	}
 }
 
-// frozenBytes is the memory the frozen values take.
-func (e *Engine) frozenBytes() int64 {
+// frozenBytesIn is the memory the values of fs take.
+func frozenBytesIn(fs []frozenParam) int64 {
 	var n int64
-	for _, f := range e.frozen {
+	for _, f := range fs {
 		if f.t != nil {
 			n += int64(f.t.Bytes())
 		}
@@ -163,12 +171,15 @@ func (e *Engine) frozenBytes() int64 {
 }
 
 // freeFrozen frees the frozen values (Close).
-func (e *Engine) freeFrozen() error {
+func (e *Engine) freeFrozen() error { return freeFrozenIn(e.frozen) }
+
+// freeFrozenIn frees the values of fs, clearing them (both engines).
+func freeFrozenIn(fs []frozenParam) error {
 	var errs []error
-	for i := range e.frozen {
-		if t := e.frozen[i].t; t != nil {
+	for i := range fs {
+		if t := fs[i].t; t != nil {
 			errs = append(errs, t.Free())
-			e.frozen[i].t = nil
+			fs[i].t = nil
 		}
 	}
 	return errors.Join(errs...)
@@ -210,8 +221,11 @@ func float32sOf(be backend.Backend, t *tensor.Tensor) ([]float32, error) {
 }
 
 // frozenMemory adds the frozen values to m (Memory).
-func (e *Engine) frozenMemory(m *zero.Memory) {
-	n := e.frozenBytes()
+func (e *Engine) frozenMemory(m *zero.Memory) { frozenMemoryIn(e.frozen, m) }
+
+// frozenMemoryIn adds the values of fs to m (both engines' Memory).
+func frozenMemoryIn(fs []frozenParam, m *zero.Memory) {
+	n := frozenBytesIn(fs)
 	m.Frozen = n
 	m.Peak += n
 	countLive(m, n)

@@ -77,7 +77,7 @@ type PipeEngine struct {
 	bufs   [][]*pipeBuffer // [chunk][buffer]
 
 	tied   []tiedParam
-	frozen []pipeFrozen // the stage's frozen parameters, outside its ZeRO (pipe_frozen.go)
+	frozen []frozenParam // the stage's frozen parameters, outside its ZeRO (pipe_frozen.go)
 
 	opt    optim.Optimizer
 	ownOpt bool
@@ -477,26 +477,10 @@ func (e *PipeEngine) tieWeights(ctx context.Context) (func(m, p int) *tensor.Ten
 			mine = append(mine, p.Name)
 		}
 	}
-	slices.Sort(mine)
-	all, err := comm.AllGatherBytes(ctx, e.pipe, []byte(strings.Join(mine, "\n")))
+	holders, names, err := sharedNames(ctx, e.pipe, mine)
 	if err != nil {
 		return nil, func() {}, fmt.Errorf("deepgo.Initialize: pipeline: listing the stages' parameters: %w", err)
 	}
-	holders := map[string][]int{}
-	for s, b := range all {
-		for _, name := range strings.Split(string(b), "\n") {
-			if name != "" {
-				holders[name] = append(holders[name], s)
-			}
-		}
-	}
-	var names []string
-	for name, st := range holders {
-		if len(st) > 1 {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
 	copies := map[[2]int]*tensor.Tensor{}
 	free := func() {
 		for _, t := range copies {
@@ -534,6 +518,33 @@ func (e *PipeEngine) tieWeights(ctx context.Context) (func(m, p int) *tensor.Ten
 		return e.params[m][p].Data
 	}
 	return initial, free, nil
+}
+
+// sharedNames gathers every stage's names (mine is this stage's) over
+// pipe and returns the stages holding each name, in stage order, and the
+// names more than one stage holds, sorted (a collective over pipe).
+func sharedNames(ctx context.Context, pipe comm.Comm, mine []string) (map[string][]int, []string, error) {
+	mine = slices.Sorted(slices.Values(mine))
+	all, err := comm.AllGatherBytes(ctx, pipe, []byte(strings.Join(mine, "\n")))
+	if err != nil {
+		return nil, nil, err
+	}
+	holders := map[string][]int{}
+	for s, b := range all {
+		for _, name := range strings.Split(string(b), "\n") {
+			if name != "" {
+				holders[name] = append(holders[name], s)
+			}
+		}
+	}
+	var names []string
+	for name, st := range holders {
+		if len(st) > 1 {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return holders, names, nil
 }
 
 // Stage is this rank's pipeline stage.

@@ -17,10 +17,8 @@ package deepgo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/comm"
@@ -29,25 +27,13 @@ import (
 	"github.com/deepgo-ml/deepgo/zero"
 )
 
-// pipeFrozen is one of the stage's frozen parameters: its module (an
-// index into e.mods), the Param, its value in the working dtype, and
-// whether it is a copy (a later holder of a weight tied across stages, or
-// a second holder on the stage): a copy is not saved; tied: several stages
-// hold it.
-type pipeFrozen struct {
-	m          int
-	p          *model.Param
-	t          *tensor.Tensor
-	copy, tied bool
-}
-
 // splitFrozen keeps module m's frozen parameters in e.frozen and returns
 // its others (a nil one among them, for setupOptimizer's error).
 func (e *PipeEngine) splitFrozen(m int, ps []*model.Param) []*model.Param {
 	var out []*model.Param
 	for _, p := range ps {
 		if p != nil && p.Frozen {
-			e.frozen = append(e.frozen, pipeFrozen{m: m, p: p})
+			e.frozen = append(e.frozen, frozenParam{m: m, p: p})
 			continue
 		}
 		out = append(out, p)
@@ -124,26 +110,10 @@ func (e *PipeEngine) tieFrozen(ctx context.Context) error {
 			mine = append(mine, f.p.Name)
 		}
 	}
-	slices.Sort(mine)
-	all, err := comm.AllGatherBytes(ctx, e.pipe, []byte(strings.Join(mine, "\n")))
+	holders, names, err := sharedNames(ctx, e.pipe, mine)
 	if err != nil {
 		return fmt.Errorf("deepgo.Initialize: pipeline: listing the stages' frozen parameters: %w", err)
 	}
-	holders := map[string][]int{}
-	for s, b := range all {
-		for _, name := range strings.Split(string(b), "\n") {
-			if name != "" {
-				holders[name] = append(holders[name], s)
-			}
-		}
-	}
-	var names []string
-	for name, st := range holders {
-		if len(st) > 1 {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
 	for _, name := range names {
 		g, err := comm.NewSubgroup(ctx, e.pipe, holders[name])
 		if err != nil {
@@ -185,28 +155,6 @@ func (e *PipeEngine) tieFrozen(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// bindFrozen points module m's frozen parameters at their values, with no
-// gradient.
-func (e *PipeEngine) bindFrozen(m int) {
-	for _, f := range e.frozen {
-		if f.m == m {
-			f.p.Data, f.p.Grad = f.t, nil
-		}
-	}
-}
-
-// freeFrozen frees the frozen values (Close).
-func (e *PipeEngine) freeFrozen() error {
-	var errs []error
-	for i := range e.frozen {
-		if t := e.frozen[i].t; t != nil {
-			errs = append(errs, t.Free())
-			e.frozen[i].t = nil
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // frozenParameters adds the stage's frozen values (not the copies) to
@@ -346,16 +294,12 @@ func (e *PipeEngine) tiedFrozen(out map[string][]float32) error {
 	return nil
 }
 
-// frozenMemory adds the stage's frozen values to m (Memory), as the
-// data-parallel engine's frozenMemory does.
-func (e *PipeEngine) frozenMemory(m *zero.Memory) {
-	var n int64
-	for _, f := range e.frozen {
-		if f.t != nil {
-			n += int64(f.t.Bytes())
-		}
-	}
-	m.Frozen = n
-	m.Peak += n
-	countLive(m, n)
-}
+// bindFrozen points module m's frozen parameters at their values, with no
+// gradient.
+func (e *PipeEngine) bindFrozen(m int) { bindFrozenIn(e.frozen, m) }
+
+// freeFrozen frees the frozen values (Close).
+func (e *PipeEngine) freeFrozen() error { return freeFrozenIn(e.frozen) }
+
+// frozenMemory adds the stage's frozen values to m (Memory).
+func (e *PipeEngine) frozenMemory(m *zero.Memory) { frozenMemoryIn(e.frozen, m) }
