@@ -41,26 +41,9 @@ func TestTrainFreeze(t *testing.T) {
 	defer init.Free()
 	_, vals := readTensors(t, filepath.Join(export, "model.safetensors"))
 	re := regexp.MustCompile(freeze)
-	frozen := 0
-	for _, p := range init.Params() {
-		v, err := p.Data.Float32s()
-		require.NoError(t, err)
-		b, ok := vals[p.Name]
-		require.True(t, ok, p.Name)
-		same := true
-		for i, x := range v {
-			if binary.LittleEndian.Uint16(b[2*i:]) != tensor.Float32ToBFloat16(x) {
-				same = false
-				break
-			}
-		}
-		if re.MatchString(p.Name) {
-			frozen++
-			assert.True(t, same, "frozen %s moved", p.Name)
-		} else {
-			assert.False(t, same, "trainable %s did not move", p.Name)
-		}
-	}
+	frozen := requireFrozenKept(t, init, vals, re, func(b []byte, i int, x float32) bool {
+		return binary.LittleEndian.Uint16(b[2*i:]) == tensor.Float32ToBFloat16(x)
+	})
 	require.Equal(t, 5, frozen)
 
 	for _, tc := range []struct{ re, want string }{
@@ -76,4 +59,33 @@ func TestTrainFreeze(t *testing.T) {
 	code = run([]string{"train", "--config", cfg, "--freeze", "("}, &out, &errb)
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errb.String(), `--freeze "(": not a Go regexp`)
+}
+
+// requireFrozenKept checks a saved model's values vals against init's
+// parameters, element i of a parameter's bytes b matching initial value x
+// when same says so: those re matches (frozen) must all match, the others
+// (trainable) must have moved. It returns how many were frozen.
+func requireFrozenKept(t *testing.T, init *nn.GPT, vals map[string][]byte, re *regexp.Regexp, same func(b []byte, i int, x float32) bool) int {
+	t.Helper()
+	frozen := 0
+	for _, p := range init.Params() {
+		v, err := p.Data.Float32s()
+		require.NoError(t, err)
+		b, ok := vals[p.Name]
+		require.True(t, ok, p.Name)
+		kept := true
+		for i, x := range v {
+			if !same(b, i, x) {
+				kept = false
+				break
+			}
+		}
+		if re.MatchString(p.Name) {
+			frozen++
+			assert.True(t, kept, "frozen %s moved", p.Name)
+		} else {
+			assert.False(t, kept, "trainable %s did not move", p.Name)
+		}
+	}
+	return frozen
 }
