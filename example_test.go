@@ -290,7 +290,7 @@ func ExampleTrainer_SaveModel() {
 // block are frozen (model.Param.Frozen, PyTorch's requires_grad=False)
 // trains the rest. The frozen values never change; they have no
 // gradient, fp32 master or optimizer state (Memory().Frozen counts them,
-// whole on every rank in the working dtype).
+// in the working dtype, whole on every data-parallel rank).
 func ExampleInitialize_frozen() {
 	cfg, err := config.Parse([]byte(`{
 		"train_micro_batch_size_per_gpu": 2,

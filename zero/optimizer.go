@@ -137,7 +137,8 @@ type Memory struct {
 	// (zero_hpz_partition_size > 1) held now.
 	Secondary int64
 	// Frozen is the frozen parameters (model.Param.Frozen), which the
-	// engine keeps outside ZeRO, whole on every rank in the working dtype;
+	// engine keeps outside ZeRO in the working dtype, whole on every
+	// data-parallel rank (a tensor-parallel rank holds its shard);
 	// the engine fills it (and adds it to Peak, HostBytes or DeviceBytes).
 	Frozen int64
 	// Peak is the peak of the sum of the categories above.
