@@ -178,6 +178,11 @@ dg_status dg_cuda_add_f32(dg_cuda_ctx *ctx, dg_dtype t, void *y, const float *x,
  * entries, may be NULL) and *found are DEVICE memory, written on the stream:
  * read them after a synchronize. */
 dg_status dg_cuda_optim_step(dg_cuda_ctx *ctx, const dg_optim_hparams *hp, const dg_optim_lists *l, double *trust);
+/* dg_cuda_adam_bf16_step is deepgo.h's dg_adam_bf16_step (DeepSpeedCPUAdam
+ * on bf16 master weights, moments F32 or BF16) on device lists: same checks
+ * and result bits (optim_bf16.cu). */
+dg_status dg_cuda_adam_bf16_step(dg_cuda_ctx *ctx, const dg_optim_hparams *hp, const dg_optim_lists *l,
+				 dg_dtype state_dtype);
 dg_status dg_cuda_unscale_check(dg_cuda_ctx *ctx, dg_dtype t, void *const *xs, const int64_t *ns, int count,
 				float inv_scale, int *found);
 

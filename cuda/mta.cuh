@@ -47,6 +47,10 @@ template <> struct MtaMax<1> {
 template <> struct MtaMax<2> {
 	enum { tensors = 60 };
 };
+/* the bf16-master Adam step: param, grad, exp_avg, exp_avg_sq (optim_bf16.cu) */
+template <> struct MtaMax<4> {
+	enum { tensors = 40 };
+};
 /* the optimizer steps: param, grad, exp_avg, exp_avg_sq, copy, aux (optim.cu) */
 template <> struct MtaMax<6> {
 	enum { tensors = 31 };
@@ -61,6 +65,7 @@ template <int D> struct MtaTable {
 };
 static_assert(sizeof(MtaTable<1>) <= 3584, "table must leave room for op params in 4 KiB");
 static_assert(sizeof(MtaTable<2>) <= 3584, "table must leave room for op params in 4 KiB");
+static_assert(sizeof(MtaTable<4>) <= 3584, "table must leave room for op params in 4 KiB");
 static_assert(sizeof(MtaTable<6>) <= 3584, "table must leave room for op params in 4 KiB");
 
 /* __grid_constant__: the table stays in the parameter bank even though

@@ -12,23 +12,27 @@ import (
 	"runtime"
 	"unsafe"
 
-	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/optim"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
 // OptimKernels runs optim's fused steps on a Backend's device and stream
 // (optim.WithKernels): the CPU kernels' element math, checks and result
-// bits, Lamb's trust ratios included. Params, grads, copies and state must
-// all live on the backend's device. Step returns once the work is queued,
-// except for Lamb, whose trust ratios it copies back (a wait);
-// UnscaleCheck waits for its answer. Safe for concurrent use (the Backend's
+// bits, Lamb's trust ratios included, and the bf16-master Adam step
+// (StepArgs.BF16Master, moments float32 or bfloat16). Params, grads,
+// copies and state must all live on the backend's device. Step returns
+// once the work is queued, except for Lamb, whose trust ratios it copies
+// back (a wait); UnscaleCheck waits for its answer. Safe for concurrent use (the Backend's
 // mutex).
 type OptimKernels struct {
 	b *Backend
 }
 
-var _ optim.Kernels = (*OptimKernels)(nil)
+var _ optim.BF16MasterKernels = (*OptimKernels)(nil)
+
+// StepsBF16Master implements optim.BF16MasterKernels: StepArgs.BF16Master
+// steps run dg_cuda_adam_bf16_step, csrc/optim_bf16.c's twin (same bits).
+func (k *OptimKernels) StepsBF16Master() bool { return true }
 
 // NewOptimKernels runs the steps on b.
 func NewOptimKernels(b *Backend) (*OptimKernels, error) {
@@ -71,12 +75,12 @@ func (k *OptimKernels) Step(a *optim.StepArgs) error {
 	if !ok {
 		return argErr(op, "Kind", "%v: unknown optimizer kind", a.Kind)
 	}
-	if a.BF16Master {
-		// no CUDA twin of optim_bf16.c yet: bf16 masters step on the host (offload_optimizer)
-		return fmt.Errorf("%s: bf16 master weights (bf16.bf16_master_weights_and_grads) stepped on the GPU: %w", op, backend.ErrUnsupported)
-	}
 	dev := k.b.Device()
 	pt, gt, ct := firstDType(g.Params), firstDType(g.Grads), firstDType(g.Copies)
+	st := tensor.Float32 // the moments: float32, or (BF16Master) float32 or bfloat16
+	if a.BF16Master {
+		st = firstDType(a.ExpAvg)
+	}
 	pp, ns, err := list(op, "params", g.Params, dev, pt)
 	if err != nil {
 		return err
@@ -93,7 +97,7 @@ func (k *OptimKernels) Step(a *optim.StepArgs) error {
 		name string
 		ts   []*tensor.Tensor
 		dt   tensor.DType
-	}{{"copies", g.Copies, ct}, {"exp_avg", a.ExpAvg, tensor.Float32}, {"exp_avg_sq", a.ExpAvgSq, tensor.Float32}} {
+	}{{"copies", g.Copies, ct}, {"exp_avg", a.ExpAvg, st}, {"exp_avg_sq", a.ExpAvgSq, st}} {
 		p, err := optList(op, x.name, x.ts, ns, dev, x.dt)
 		if err != nil {
 			return err
@@ -145,6 +149,9 @@ func (k *OptimKernels) Step(a *optim.StepArgs) error {
 		if trust, err = k.b.results(len(a.Trust)); err != nil {
 			return err
 		}
+	}
+	if a.BF16Master {
+		return k.b.err("dg_cuda_adam_bf16_step", C.dg_cuda_adam_bf16_step(k.b.ctx, &hp, &cl, cdt(st)))
 	}
 	if err := k.b.err("dg_cuda_optim_step", C.dg_cuda_optim_step(k.b.ctx, &hp, &cl, (*C.double)(trust))); err != nil {
 		return err
