@@ -108,7 +108,8 @@ func checkBF16Master(kind Kind, o options) error {
 }
 
 // BF16MasterKernels is implemented by Kernels that run StepArgs.BF16Master
-// steps (CPUKernels: the C core's, on the host or a simulated device).
+// steps (CPUKernels: the C core's, on the host or a simulated device;
+// cuda.OptimKernels: its twin on a GPU).
 type BF16MasterKernels interface {
 	Kernels
 	// StepsBF16Master reports that Step runs BF16Master steps.

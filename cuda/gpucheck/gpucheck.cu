@@ -464,7 +464,49 @@ static void check_optim(dg_ctx *c, gpu *g, const optcase *oc, dg_dtype pt, dg_dt
 	list_free(&cp);
 }
 
-/* every dtype combination for adamw and lamb, two for the other cases */
+/* dg_cuda_adam_bf16_step against dg_adam_bf16_step (bf16 master weights):
+ * the Adam cases, moments st (F32 or BF16), two steps, bit for bit. */
+static void check_adam_bf16(dg_ctx *c, gpu *g, const optcase *oc, dg_dtype st, int64_t n)
+{
+	list p, gr, m, v;
+	list_make(&p, DG_BF16, n, 0);
+	list_make(&gr, DG_BF16, n, 0);
+	list_make(&m, st, n, 0);
+	list_make(&v, st, n, 0);
+	fill_opt(c, DG_BF16, &p, 0);
+	fill_opt(c, DG_BF16, &gr, 0);
+	fill_opt(c, st, &m, 0);
+	fill_opt(c, st, &v, 1);
+	float ms = 0;
+	for (int step = 1; step <= 2; step++) {
+		dg_optim_hparams hp = oc->hp;
+		hp.step = step;
+		dg_optim_lists lh = {p.count, p.ns, DG_BF16, p.h, DG_BF16, (const void *const *)gr.h,
+				     (float *const *)m.h, (float *const *)v.h, DG_F32, NULL};
+		dg_optim_lists ld = lh;
+		ld.params = p.d;
+		ld.grads = (const void *const *)gr.d;
+		ld.exp_avg = (float *const *)m.d;
+		ld.exp_avg_sq = (float *const *)v.d;
+		DG(NULL, dg_adam_bf16_step(c, &hp, &lh, st));
+		tick(g);
+		DG(g->ctx, dg_cuda_adam_bf16_step(g->ctx, &hp, &ld, st));
+		ms = tock(g);
+	}
+	int64_t bad = list_diff(&p, DG_BF16, 0) + list_diff(&m, st, 0) + list_diff(&v, st, 0);
+	char k[40], dt[24], diff[40];
+	snprintf(k, sizeof k, "bf16m.%s", oc->name);
+	snprintf(dt, sizeof dt, "bf16/%s", dname(st));
+	snprintf(diff, sizeof diff, "%lld bad", (long long)bad);
+	row(k, dt, p.total, diff, bad == 0, (double)p.total * (6.0 + 4.0 * dg_dtype_size(st)), ms);
+	list_free(&p);
+	list_free(&gr);
+	list_free(&m);
+	list_free(&v);
+}
+
+/* every dtype combination for adamw and lamb, two for the other cases, and
+ * the bf16-master Adam rows */
 static void check_optims(dg_ctx *c, gpu *g, int64_t n)
 {
 	for (int oi = 0; oi < 9; oi++)
@@ -480,6 +522,11 @@ static void check_optims(dg_ctx *c, gpu *g, int64_t n)
 						continue;
 					check_optim(c, g, &optcases[oi], pt, gt, copy, ct, n);
 				}
+	const int adams[] = {0, 2, 3}; /* adamw, adam-l2, adamw-nobc */
+	for (int i = 0; i < 3; i++) {
+		check_adam_bf16(c, g, &optcases[adams[i]], DG_F32, n);
+		check_adam_bf16(c, g, &optcases[adams[i]], DG_BF16, n);
+	}
 }
 
 static void check_unscale(dg_ctx *c, gpu *g, dg_dtype t, int64_t n, float s)
