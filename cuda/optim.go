@@ -22,8 +22,8 @@ import (
 // (StepArgs.BF16Master, moments float32 or bfloat16). Params, grads,
 // copies and state must all live on the backend's device. Step returns
 // once the work is queued, except for Lamb, whose trust ratios it copies
-// back (a wait); UnscaleCheck waits for its answer. Safe for concurrent use (the Backend's
-// mutex).
+// back (a wait); UnscaleCheck waits for its answer. Safe for concurrent
+// use (the Backend's mutex).
 type OptimKernels struct {
 	b *Backend
 }
