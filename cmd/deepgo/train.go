@@ -374,7 +374,8 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 	}
 	if targs.freeze != nil {
 		withMoE := gcfg
-		withMoE.MoE = targs.moe // the names --freeze matches include the experts'
+		withMoE.MoE = targs.moe                                  // the names --freeze matches include the experts'
+		withMoE.Layers = pipeLayers(withMoE.Layers, pp, virtual) // and the blocks a pipeline adds
 		line, err := checkFreeze(targs.freeze, withMoE)
 		if err != nil {
 			return nil, err

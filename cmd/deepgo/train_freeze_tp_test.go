@@ -29,7 +29,7 @@ import (
 func TestTrainFreezeModelParallel(t *testing.T) {
 	dir := t.TempDir()
 	freeze := `wte|h\.0\.attn\.c_attn|ln_f\.bias`
-	train := func(tp int, extra string) (trainResult, string) {
+	train := func(tp int, extra string) (trainResult, string, string) {
 		cfg := filepath.Join(dir, fmt.Sprintf("tp%d-%d.json", tp, len(extra)))
 		require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8,
 			"tensor_model_parallel_size": %d, %s "gradient_clipping": 1.0, "zero_optimization": {"stage": 1},
@@ -41,9 +41,10 @@ func TestTrainFreezeModelParallel(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 		var r trainResult
 		require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &r), "last line %q", lines[len(lines)-1])
-		return r, export
+		return r, export, errb.String()
 	}
-	one, _ := train(1, "")
+	one, _, note := train(1, "")
+	assert.Contains(t, note, "4 parameters frozen (3712 elements), 12 trainable")
 	mc := trainModels["tiny"]
 	re := regexp.MustCompile(freeze)
 	var pp2 trainResult
@@ -53,8 +54,11 @@ func TestTrainFreezeModelParallel(t *testing.T) {
 	}{{2, 1, 4, ""}, {2, 1, 4, `"megatron_sequence_parallel": true,`}, {1, 1, 4, `"sequence_parallel_size": 2,`},
 		{1, 2, 4, `"pipeline_model_parallel_size": 2,`}, {2, 2, 8, `"pipeline_model_parallel_size": 2, "megatron_sequence_parallel": true,`}} {
 		extra := c.extra
-		r, export := train(c.tp, extra)
+		r, export, note := train(c.tp, extra)
 		assert.Equal(t, c.ranks, r.Ranks)
+		if c.pp > 1 { // the note counts the pipeline's GPT, a block per stage
+			assert.Contains(t, note, "4 parameters frozen (3712 elements), 24 trainable", extra)
+		}
 		// the pipeline's GPT has a block per stage: PP 2 is its own
 		// reference, and TP 2 × PP 2 ends at its final loss
 		ref := one
