@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/deepgo-ml/deepgo/backend"
 	"github.com/deepgo-ml/deepgo/checkpoint"
 	"github.com/deepgo-ml/deepgo/tensor"
 )
@@ -48,20 +49,7 @@ func (e *Engine) saveFrozen(st *checkpoint.State, exclude bool) ([]string, error
 		if e.c.Rank() != 0 {
 			continue
 		}
-		w, err := e.be.Empty(tensor.Float32, f.p.Shape...)
-		if err != nil {
-			return nil, err
-		}
-		if err := castFlat(e.be, w, f.t); err != nil {
-			w.Free()
-			return nil, fmt.Errorf("frozen parameter %s: %w", f.p.Name, err)
-		}
-		h, err := e.hostCopy(w)
-		if h == w {
-			e.staged = append(e.staged, func() { w.Free() })
-		} else {
-			w.Free()
-		}
+		h, err := stageFloat32(e.be, &e.staged, f.t, f.p.Shape)
 		if err != nil {
 			return nil, fmt.Errorf("frozen parameter %s: %w", f.p.Name, err)
 		}
@@ -212,4 +200,26 @@ func FrozenExcluded(ck *checkpoint.Checkpoint) []string {
 		return nil
 	}
 	return ec.FrozenExcluded
+}
+
+// stageFloat32 returns t (a frozen value on be's device) widened to a
+// float32 host tensor of shape, alive until staged is released (both
+// engines' saveFrozen).
+func stageFloat32(be backend.Backend, staged *[]func(), t *tensor.Tensor, shape []int) (*tensor.Tensor, error) {
+	w, err := be.Empty(tensor.Float32, shape...)
+	if err != nil {
+		return nil, err
+	}
+	if err := castFlat(be, w, t); err != nil {
+		w.Free()
+		return nil, err
+	}
+	h, err := stageOnHost(be, staged, w)
+	switch {
+	case err != nil || h != w:
+		w.Free() // the host copy, if any, is staged
+	default:
+		*staged = append(*staged, func() { w.Free() })
+	}
+	return h, err
 }

@@ -200,15 +200,7 @@ func (e *PipeEngine) saveFrozen(st *checkpoint.State, exclude bool) ([]string, e
 		if split {
 			name = tpTensorName(name, tpRank)
 		}
-		w, err := e.be.Empty(tensor.Float32, f.p.Shape...)
-		if err != nil {
-			return nil, err
-		}
-		e.staged = append(e.staged, func() { w.Free() })
-		if err := castFlat(e.be, w, f.t); err != nil {
-			return nil, fmt.Errorf("frozen parameter %s: %w", f.p.Name, err)
-		}
-		h, err := e.hostCopy(w)
+		h, err := stageFloat32(e.be, &e.staged, f.t, f.p.Shape)
 		if err != nil {
 			return nil, fmt.Errorf("frozen parameter %s: %w", f.p.Name, err)
 		}
