@@ -15,7 +15,7 @@ import (
 	"github.com/deepgo-ml/deepgo/tensor"
 )
 
-// EvalOptions are what Trainer.Evaluate returns besides the mean loss.
+// EvalOptions choose what Trainer.Evaluate returns besides the mean loss.
 // The zero value is EvalBatch: the mean loss only. Every rank must pass
 // the same options (the ranks agree on them before any forward).
 type EvalOptions struct {

@@ -373,10 +373,10 @@ func train(cfgPath, dataPath, modelName string, ranks, steps int, targs trainerA
 		gcfg.Vocab = v
 	}
 	if targs.freeze != nil {
-		withMoE := gcfg
-		withMoE.MoE = targs.moe                                  // the names --freeze matches include the experts'
-		withMoE.Layers = pipeLayers(withMoE.Layers, pp, virtual) // and the blocks a pipeline adds
-		line, err := checkFreeze(targs.freeze, withMoE)
+		trained := gcfg // the GPT the ranks build: its experts, a block per pipeline stage
+		trained.MoE = targs.moe
+		trained.Layers = pipeLayers(trained.Layers, pp, virtual)
+		line, err := checkFreeze(targs.freeze, trained)
 		if err != nil {
 			return nil, err
 		}
