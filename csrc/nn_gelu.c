@@ -82,6 +82,12 @@ static DG_VECTORISE void gelu_bwd_scalar(float *dinp, const float *x, const floa
 	static target void gelu_fwd_##sfx(float *out, const float *x, int64_t n)                                    \
 	{                                                                                                          \
 		int64_t i = 0;                                                                                     \
+		for (; i + 2 * W <= n; i += 2 * W) { /* two chains a step, as gelu_bwd */                          \
+			V v0 = P##_loadu_ps(x + i), v1 = P##_loadu_ps(x + i + W);                                  \
+			V t0 = tanh_##sfx(arg_##sfx(v0)), t1 = tanh_##sfx(arg_##sfx(v1));                          \
+			P##_storeu_ps(out + i, P##_mul_ps(P##_mul_ps(P##_set1_ps(0.5f), v0), P##_add_ps(P##_set1_ps(1.0f), t0))); \
+			P##_storeu_ps(out + i + W, P##_mul_ps(P##_mul_ps(P##_set1_ps(0.5f), v1), P##_add_ps(P##_set1_ps(1.0f), t1))); \
+		}                                                                                                  \
 		for (; i + W <= n; i += W) {                                                                       \
 			V v = P##_loadu_ps(x + i), th = tanh_##sfx(arg_##sfx(v));                                  \
 			V half = P##_mul_ps(P##_set1_ps(0.5f), v);                                                 \
@@ -90,22 +96,36 @@ static DG_VECTORISE void gelu_bwd_scalar(float *dinp, const float *x, const floa
 		for (; i < n; i++)                                                                                 \
 			out[i] = dg_nn_gelu(x[i]);                                                                 \
 	}                                                                                                          \
-	/* dinp += GELU'(x) dout, as dg_nn_gelu_grad: 0.5 (1 + th) +                                            \
+	/* GELU'(x), as dg_nn_gelu_grad: 0.5 (1 + th) +                                                        \
 	 * (((0.5 x) sech2) scale) (1 + ((3 cube) x) x) */                                                       \
-	static target void gelu_bwd_##sfx(float *dinp, const float *x, const float *dout, int64_t n, int write)     \
+	static target inline V grad_##sfx(V v)                                                                     \
 	{                                                                                                          \
 		const float k3 = 3.0f * DG_NN_GELU_CUBE; /* folded as in dg_nn_gelu_grad */                      \
 		const V one = P##_set1_ps(1.0f), half = P##_set1_ps(0.5f);                                      \
+		V th = tanh_##sfx(arg_##sfx(v));                                                                   \
+		V sech2 = P##_sub_ps(one, P##_mul_ps(th, th));                                                     \
+		V a = P##_mul_ps(half, P##_add_ps(one, th));                                                       \
+		V b = P##_mul_ps(P##_mul_ps(P##_mul_ps(half, v), sech2), P##_set1_ps(DG_NN_GELU_SCALE));           \
+		V c = P##_add_ps(one, P##_mul_ps(P##_mul_ps(P##_set1_ps(k3), v), v));                              \
+		return P##_add_ps(a, P##_mul_ps(b, c));                                                            \
+	}                                                                                                          \
+	/* dinp += GELU'(x) dout, two vectors a step: each is one chain of ~30 \
+	 * dependent operations and a division, and one vector a step left the \
+	 * core waiting on it (bench-train -mode ops, Intel Xeon, 1 thread: 6.0 \
+	 * -> 4.4 ms a step; the forward 2.8 -> 2.7) */                            \
+	static target void gelu_bwd_##sfx(float *dinp, const float *x, const float *dout, int64_t n, int write)     \
+	{                                                                                                          \
 		int64_t i = 0;                                                                                     \
+		for (; i + 2 * W <= n; i += 2 * W) {                                                               \
+			V g0 = grad_##sfx(P##_loadu_ps(x + i)), g1 = grad_##sfx(P##_loadu_ps(x + i + W));         \
+			V acc0 = write ? P##_setzero_ps() : P##_loadu_ps(dinp + i);                                \
+			V acc1 = write ? P##_setzero_ps() : P##_loadu_ps(dinp + i + W);                            \
+			P##_storeu_ps(dinp + i, P##_add_ps(acc0, P##_mul_ps(g0, P##_loadu_ps(dout + i))));        \
+			P##_storeu_ps(dinp + i + W, P##_add_ps(acc1, P##_mul_ps(g1, P##_loadu_ps(dout + i + W)))); \
+		}                                                                                                  \
 		for (; i + W <= n; i += W) {                                                                       \
-			V v = P##_loadu_ps(x + i), th = tanh_##sfx(arg_##sfx(v));                                  \
-			V sech2 = P##_sub_ps(one, P##_mul_ps(th, th));                                             \
-			V a = P##_mul_ps(half, P##_add_ps(one, th));                                               \
-			V b = P##_mul_ps(P##_mul_ps(P##_mul_ps(half, v), sech2), P##_set1_ps(DG_NN_GELU_SCALE));   \
-			V c = P##_add_ps(one, P##_mul_ps(P##_mul_ps(P##_set1_ps(k3), v), v));                      \
-			V g = P##_add_ps(a, P##_mul_ps(b, c));                                                     \
 			V acc = write ? P##_setzero_ps() : P##_loadu_ps(dinp + i);                                 \
-			P##_storeu_ps(dinp + i, P##_add_ps(acc, P##_mul_ps(g, P##_loadu_ps(dout + i))));           \
+			P##_storeu_ps(dinp + i, P##_add_ps(acc, P##_mul_ps(grad_##sfx(P##_loadu_ps(x + i)), P##_loadu_ps(dout + i)))); \
 		}                                                                                                  \
 		gelu_bwd_scalar(dinp + i, x + i, dout + i, n - i, write);                                          \
 	}

@@ -58,32 +58,61 @@ typedef double lanes_d __attribute__((vector_size(LN_LANES * sizeof(double))));
 LN_LANE_SUM(lane_sum_f, lanes_f, float)
 LN_LANE_SUM(lane_sum_d, lanes_d, double)
 
+/* The double lanes are two halves of 8 (lanes 0-7 and 8-15): one zmm
+ * each on AVX-512. As one 16-double vector GCC kept them on the stack and
+ * every step waited on a store and its reload (LayerNorm forward at ~1
+ * ns/element, bench-train -mode ops on an Intel Xeon); the halves are the
+ * same lanes, added in the same order, so the bits are the same. */
+typedef double half_d __attribute__((vector_size(LN_LANES / 2 * sizeof(double))));
+typedef float half_f __attribute__((vector_size(LN_LANES / 2 * sizeof(float))));
+
+/* the lane sum of halves lo and hi (lane_sum_d's tree: its first level adds
+ * lane l + 8 to lane l) */
+DG_NN_INLINE double halves_sum(const half_d *lo, const half_d *hi)
+{
+	lanes_d v;
+	memcpy(&v, lo, sizeof *lo);
+	memcpy((char *)&v + sizeof *lo, hi, sizeof *hi);
+	return lane_sum_d(&v);
+}
+
 /* mean and rstd of row r, statistics in double: C is small, and it keeps the
  * float32 result within an ulp or two of the float64 reference */
 DG_NN_INLINE void ln_stats(const ln_job *j, int64_t r, float *mf, float *sf)
 {
-	const int64_t c = j->c, cv = c - c % LN_LANES;
+	const int64_t c = j->c, cv = c - c % LN_LANES, h = LN_LANES / 2;
 	const float *x = j->inp + r * c;
-	lanes_d m = {0}, var = {0};
+	half_d m0 = {0}, m1 = {0}, v0 = {0}, v1 = {0};
 	for (int64_t i0 = 0; i0 < cv; i0 += LN_LANES) {
-		lanes_f v;
-		LOAD_LANES(v, x + i0);
-		m += __builtin_convertvector(v, lanes_d);
+		half_f a, b;
+		LOAD_LANES(a, x + i0);
+		LOAD_LANES(b, x + i0 + h);
+		m0 += __builtin_convertvector(a, half_d);
+		m1 += __builtin_convertvector(b, half_d);
 	}
-	for (int64_t i = cv; i < c; i++)
-		m[i - cv] += x[i];
-	const double mean = lane_sum_d(&m) / (double)c;
+	for (int64_t i = cv; i < c; i++) {
+		if (i - cv < h)
+			m0[i - cv] += x[i];
+		else
+			m1[i - cv - h] += x[i];
+	}
+	const double mean = halves_sum(&m0, &m1) / (double)c;
 	for (int64_t i0 = 0; i0 < cv; i0 += LN_LANES) {
-		lanes_f v;
-		LOAD_LANES(v, x + i0);
-		lanes_d d = __builtin_convertvector(v, lanes_d) - mean;
-		var += d * d;
+		half_f a, b;
+		LOAD_LANES(a, x + i0);
+		LOAD_LANES(b, x + i0 + h);
+		half_d d0 = __builtin_convertvector(a, half_d) - mean, d1 = __builtin_convertvector(b, half_d) - mean;
+		v0 += d0 * d0;
+		v1 += d1 * d1;
 	}
 	for (int64_t i = cv; i < c; i++) {
 		double d = x[i] - mean;
-		var[i - cv] += d * d;
+		if (i - cv < h)
+			v0[i - cv] += d * d;
+		else
+			v1[i - cv - h] += d * d;
 	}
-	*sf = (float)(1.0 / sqrt(lane_sum_d(&var) / (double)c + (double)j->eps));
+	*sf = (float)(1.0 / sqrt(halves_sum(&v0, &v1) / (double)c + (double)j->eps));
 	*mf = (float)mean;
 }
 
