@@ -3,14 +3,15 @@
 # run on this machine and printed as one table (goal, measured, pass):
 #   - the BLAS core deepgo runs and its sgemm against the same library with
 #     the CPU's best core forced by hand (OPENBLAS_CORETYPE), alternated;
-#   - bench-train -peer: our GPT's tokens/s over PyTorch eager, 1 and 2 threads;
+#   - bench-train -peer: our GPT's tokens/s over PyTorch eager, 1 and 2 threads
+#     (and again on Intel MKL when scripts/install-mkl.sh fetched it);
 #   - bench-adam -peer: our AdamW over DeepSpeed's CPU Adam per size and
 #     thread count, and its fraction of the update roof;
 #   - bench-kernels: every bandwidth kernel against its roof at 64 and 256 MiB.
 # The benchmarks' JSON stays in the output folder for the closing note.
 # Run it on a quiet machine: nothing else running, no helpers, no CI.
 #
-#   scripts/cpu-speed.sh [OUT_DIR]     (about 15 minutes on 2 vCPUs)
+#   scripts/cpu-speed.sh [OUT_DIR]     (about 15 minutes on 2 vCPUs, 20 with MKL)
 #
 # Without the peers (scripts/install-peers.sh) their rows say so and the
 # rest still runs. ROUNDS (default 3) sets the peers' interleaved rounds.
@@ -39,6 +40,12 @@ for r in 1 2 3; do
 done
 
 "$out/bench-train" -peer -rounds "$rounds" >"$out/bench-train.json"
+# The same GPT on Intel MKL when `make mkl` fetched it (PyTorch's own sgemm
+# is MKL's): its rows say what the BLAS alone is worth.
+mkl=${DG_MKL_DIR:-$HOME/.cache/deepgo/mkl}/lib/libmkl_rt.so.3
+if [ -f "$mkl" ]; then
+	DEEPGO_BLAS=$mkl "$out/bench-train" -peer -rounds "$rounds" >"$out/bench-train-mkl.json"
+fi
 "$out/bench-adam" -peer -rounds "$rounds" >"$out/bench-adam.json"
 "$out/bench-kernels" -mib 64,256 >"$out/bench-kernels.json"
 
@@ -61,14 +68,18 @@ if s["ours"] and s["forced"]:
     o, f = statistics.median(s["ours"]), statistics.median(s["forced"])
     row(f"sgemm 1024^3 1t within 10% of OPENBLAS_CORETYPE={best}", f"{o:.1f} vs {f:.1f} GFLOP/s ({o / f:.3f})", o >= 0.9 * f)
 
-bt = json.load(open(os.path.join(out, "bench-train.json")))
-peer = bt.get("peer") or {}
-if isinstance(peer, dict) and peer.get("results"):
-    for r in peer["results"]:
-        row(f"GPT tokens/s >= PyTorch eager, {r['threads']}t",
-            f"{r['deepgo_over_torch']:.3f}x (MFU {r['deepgo_mfu']:.2f} vs {r['torch_mfu']:.2f})", r["deepgo_over_torch"] >= 1)
-else:
-    row("GPT tokens/s >= PyTorch eager", str(peer.get("unavailable", peer) if isinstance(peer, dict) else peer), None)
+for name, blas in (("bench-train.json", ""), ("bench-train-mkl.json", ", MKL")):
+    if not os.path.exists(os.path.join(out, name)):
+        row(f"GPT tokens/s >= PyTorch eager{blas}", "not run (scripts/install-mkl.sh fetches MKL)", None)
+        continue
+    bt = json.load(open(os.path.join(out, name)))
+    peer = bt.get("peer") or {}
+    if isinstance(peer, dict) and peer.get("results"):
+        for r in peer["results"]:
+            row(f"GPT tokens/s >= PyTorch eager{blas}, {r['threads']}t",
+                f"{r['deepgo_over_torch']:.3f}x (MFU {r['deepgo_mfu']:.2f} vs {r['torch_mfu']:.2f})", r["deepgo_over_torch"] >= 1)
+    else:
+        row(f"GPT tokens/s >= PyTorch eager{blas}", str(peer.get("unavailable", peer) if isinstance(peer, dict) else peer), None)
 
 ba = json.load(open(os.path.join(out, "bench-adam.json")))
 peer = ba.get("peer")
