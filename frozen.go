@@ -3,7 +3,8 @@ package deepgo
 // Frozen parameters (model.Param.Frozen, PyTorch's requires_grad=False):
 // the engine keeps them itself, outside the ZeRO layout, replicated on
 // every data-parallel rank in the working dtype (under tensor parallelism
-// each TP rank its shard of a split one), bound with Data and a nil Grad. ZeRO (reduction, norm, overflow check, optimizer) sees only the
+// each TP rank its shard of a split one), bound with Data and a nil Grad.
+// ZeRO (reduction, norm, overflow check, optimizer) sees only the
 // trainable parameters, so e.params and the zero.ModuleSpecs list those
 // alone, and every (module, parameter) index the engine shares with ZeRO
 // counts trainable parameters only.

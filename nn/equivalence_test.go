@@ -139,6 +139,21 @@ func plainGPT(t *testing.T, cfg nn.GPTConfig, seed uint64, steps int, clip float
 	return plainGPTFrozen(t, cfg, seed, steps, clip, batch, nil)
 }
 
+// requireFrozenUnmoved requires every parameter of initial that freeze
+// matches to hold its initial value bit for bit in got, and returns how
+// many it checked.
+func requireFrozenUnmoved(t *testing.T, freeze *regexp.Regexp, initial, got map[string][]float32) int {
+	t.Helper()
+	n := 0
+	for name, v := range initial {
+		if freeze.MatchString(name) {
+			n++
+			require.Equal(t, v, got[name], "frozen %s moved", name)
+		}
+	}
+	return n
+}
+
 // plainGPTFrozen is plainGPT with the parameters freeze matches frozen
 // (nil: none): no gradient bound, left out of the clipping norm and the
 // AdamW (weight decay included), reported at their initial values.
