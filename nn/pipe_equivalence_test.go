@@ -128,24 +128,31 @@ func pipeCurve(t *testing.T, r pipeRun, steps int, clip float64, corpus *data.To
 		if err := trainMicro(ctx, tr, corpus, losses, c.Rank() == 0, r.dp, d, r.micro); err != nil {
 			return err
 		}
-		ps, err := tr.Parameters(ctx)
-		if err != nil {
-			return err
-		}
-		tc, err := pe.TiedCopies(ctx)
-		if err != nil {
-			return err
-		}
-		if d == 0 {
-			tied[pe.Stage()] = tc
-		}
-		if c.Rank() == 0 {
-			params = ps
-		}
-		return nil
+		return pipeResults(ctx, c, pe, r.dp, &params, tied)
 	})
 	require.NoError(t, err, "%v", r)
 	return losses, params, tied
+}
+
+// pipeResults gathers a trained pipeline's parameters (into *params, on
+// rank 0) and each stage's tied copies (into tied[stage], from its data
+// rank 0): collectives every rank calls.
+func pipeResults(ctx context.Context, c comm.Comm, pe *deepgo.PipeEngine, dp int, params *map[string][]float32, tied []map[string][]float32) error {
+	ps, err := deepgo.Trainer(pe).Parameters(ctx)
+	if err != nil {
+		return err
+	}
+	tc, err := pe.TiedCopies(ctx)
+	if err != nil {
+		return err
+	}
+	if c.Rank()%dp == 0 {
+		tied[pe.Stage()] = tc
+	}
+	if c.Rank() == 0 {
+		*params = ps
+	}
+	return nil
 }
 
 // The GPT trained through the pipeline engine, with every schedule, 2 and

@@ -67,23 +67,12 @@ func pipeFrozenCurve(r pipeRun, freeze string, seed uint64, steps int, corpus *d
 				return err
 			}
 		}
-		ps, err := tr.Parameters(ctx)
-		if err != nil {
+		if err := pipeResults(ctx, c, pe, r.dp, &params, tied); err != nil {
 			return err
 		}
-		tc, err := pe.TiedCopies(ctx)
-		if err != nil {
-			return err
-		}
-		if d == 0 {
-			tied[pe.Stage()] = tc
-		}
-		if c.Rank() == 0 {
-			params = ps
-			// stage 0 holds a frozen wte or wpe: Memory counts it
-			if m := pe.Memory(); m.Frozen <= 0 {
-				return fmt.Errorf("stage 0: Memory().Frozen %d", m.Frozen)
-			}
+		// stage 0 holds a frozen wte or wpe: Memory counts it
+		if m := pe.Memory(); c.Rank() == 0 && m.Frozen <= 0 {
+			return fmt.Errorf("stage 0: Memory().Frozen %d", m.Frozen)
 		}
 		return nil
 	})
