@@ -60,18 +60,11 @@ func (e *Engine) saveFrozen(st *checkpoint.State, exclude bool) ([]string, error
 
 // tpFrozenRefs turns saveFrozen's parameter map refs (one per frozen
 // parameter, none with ExcludeFrozen) into TP rank 0's over n TP ranks'
-// tensors (tpCollect): a split one's shards are the TP ranks' copies of
-// its frozen tensor, a replicated one is TP rank 0's.
+// tensors (tpCollect, tpParamRef).
 func (e *Engine) tpFrozenRefs(refs []checkpoint.ParamRef, n int) []checkpoint.ParamRef {
 	out := make([]checkpoint.ParamRef, 0, len(refs))
 	for i, ref := range refs {
-		p := e.frozen[i].p
-		if !p.Parallel.Split {
-			ref.Source = tpTensorName(ref.Source, 0)
-			out = append(out, ref)
-			continue
-		}
-		out = append(out, tpSplitRef(p, n, func(t int) string { return tpTensorName(ref.Source, t) }, ref.Offset))
+		out = append(out, tpParamRef(e.frozen[i].p, ref, n))
 	}
 	return out
 }

@@ -146,18 +146,23 @@ func (e *Engine) tpCollect(ctx context.Context, st *checkpoint.State) error {
 	i := 0
 	for _, ps := range e.params {
 		for _, p := range ps {
-			ref := st.Params[i]
+			params = append(params, tpParamRef(p, st.Params[i], n))
 			i++
-			if !p.Parallel.Split {
-				ref.Source = tpTensorName(ref.Source, 0)
-				params = append(params, ref)
-				continue
-			}
-			params = append(params, tpSplitRef(p, n, func(t int) string { return tpTensorName(ref.Source, t) }, ref.Offset))
 		}
 	}
 	st.Params = append(params, e.tpFrozenRefs(st.Params[i:], n)...)
 	return nil
+}
+
+// tpParamRef turns p's parameter map ref as one TP rank saves it into TP
+// rank 0's over n TP ranks' tensors: a split parameter's shards are the
+// TP ranks' copies of ref's tensor, a replicated one is TP rank 0's.
+func tpParamRef(p *model.Param, ref checkpoint.ParamRef, n int) checkpoint.ParamRef {
+	if !p.Parallel.Split {
+		ref.Source = tpTensorName(ref.Source, 0)
+		return ref
+	}
+	return tpSplitRef(p, n, func(t int) string { return tpTensorName(ref.Source, t) }, ref.Offset)
 }
 
 // tpSave is Save's write under TP: TP rank 0 collects and saves, and the
