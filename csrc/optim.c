@@ -33,7 +33,7 @@ static const dg_optim_kernels *table_for(const dg_ctx *ctx)
 
 static int is_float(dg_dtype t) { return t == DG_F32 || t == DG_F16 || t == DG_BF16; }
 
-static dg_status check_lists(const dg_optim_hparams *hp, const dg_optim_lists *l, int64_t *total)
+dg_status dg_optim_check_lists(const dg_optim_hparams *hp, const dg_optim_lists *l, int64_t *total)
 {
 	if (l == NULL || l->count < 0 || (l->count > 0 && (l->ns == NULL || l->params == NULL || l->grads == NULL)))
 		return DG_ERR_INVALID;
@@ -181,7 +181,7 @@ dg_status dg_optim_step(dg_ctx *ctx, const dg_optim_hparams *hp, const dg_optim_
 	if (st != DG_OK)
 		return st;
 	int64_t total = 0;
-	if ((st = check_lists(hp, l, &total)) != DG_OK)
+	if ((st = dg_optim_check_lists(hp, l, &total)) != DG_OK)
 		return st;
 	step_job j = {0};
 	j.tab = table_for(ctx);

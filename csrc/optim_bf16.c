@@ -64,21 +64,9 @@ dg_status dg_adam_bf16_step(dg_ctx *ctx, const dg_optim_hparams *hp, const dg_op
 	if (l->param_dtype != DG_BF16 || l->grad_dtype != DG_BF16 || l->copies != NULL ||
 	    (state_dtype != DG_F32 && state_dtype != DG_BF16))
 		return DG_ERR_DTYPE;
-	if (l->count < 0 || (l->count > 0 && (l->ns == NULL || l->params == NULL || l->grads == NULL ||
-					      l->exp_avg == NULL || l->exp_avg_sq == NULL)))
-		return DG_ERR_INVALID;
-	int64_t total = 0;
-	for (int i = 0; i < l->count; i++) {
-		int64_t n = l->ns[i];
-		if (n < 0)
-			return DG_ERR_INVALID;
-		if (n > 0 && (l->params[i] == NULL || l->grads[i] == NULL || l->exp_avg[i] == NULL ||
-			      l->exp_avg_sq[i] == NULL))
-			return DG_ERR_INVALID;
-		if (n > INT64_MAX - total)
-			return DG_ERR_SIZE;
-		total += n;
-	}
+	int64_t total;
+	if ((st = dg_optim_check_lists(hp, l, &total)) != DG_OK)
+		return st;
 	ds_job j;
 	memset(&j, 0, sizeof j);
 	j.l = l;

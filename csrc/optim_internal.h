@@ -37,6 +37,12 @@ typedef struct dg_optim_run {
 #define DG_LAMB_LANES 16
 #define DG_LAMB_BLOCK ((int64_t)65536)
 
+/* dg_optim_check_lists checks l for a step of hp's kind (float dtypes; the
+ * moments the kind reads; no NULL tensor where a count is positive; copies
+ * F16/BF16 of F32 params only) and sums its element counts into *total:
+ * DG_ERR_INVALID, DG_ERR_DTYPE or DG_ERR_SIZE otherwise. */
+dg_status dg_optim_check_lists(const dg_optim_hparams *hp, const dg_optim_lists *l, int64_t *total);
+
 typedef struct dg_optim_kernels {
 	void (*adam)(const dg_optim_coef *k, dg_optim_types t, const dg_optim_run *r);
 	void (*sgd)(const dg_optim_coef *k, dg_optim_types t, const dg_optim_run *r);

@@ -4,7 +4,7 @@
  * dg_math.h (so every kernel rounds exactly like the CPU core).
  *
  * Defines: struct dg_cuda_ctx, DG_CU_CTX, DG_CU, dg_cu_fail, dg_cu_invalid,
- * DG_CU_ENTER, DG_CU_LAUNCH, DG_CU_MAX_GRID, dg_cu_check_list, dg_cu_scratch, dg_cu_copy_lists, Elem<dtype>,
+ * DG_CU_ENTER, DG_CU_LAUNCH, DG_CU_MAX_GRID, dg_cu_check_list, dg_cu_check_optim_lists, dg_cu_scratch, dg_cu_copy_lists, Elem<dtype>,
  * dg_cu_is_float, dg_cu_dtype_size, DG_CU_FLOAT_DISPATCH, DG_CU_BLOCK,
  * dg_cu_nn_release. (The nn kernels' own helpers are in nn.cuh.)
  */
@@ -45,6 +45,9 @@ void dg_cu_nn_release(dg_cuda_ctx *ctx);
 dg_status dg_cu_fail(dg_cuda_ctx *ctx, cudaError_t e, const char *call, const char *file, int line);
 /* dg_cu_invalid records a non-CUDA failure (bad argument) and returns s. */
 dg_status dg_cu_invalid(dg_cuda_ctx *ctx, dg_status s, const char *fn, const char *what);
+/* dg_cu_check_optim_lists is csrc/optim.c's dg_optim_check_lists with
+ * messages naming fn (need_m, need_v: the moments the step reads). */
+dg_status dg_cu_check_optim_lists(dg_cuda_ctx *ctx, const char *fn, const dg_optim_lists *l, int need_m, int need_v);
 
 /* DG_CU_CTX evaluates a CUDA call and returns from the caller on failure. */
 #define DG_CU_CTX(ctx, call)                                                                                   \

@@ -337,10 +337,8 @@ static dg_status lamb_step(Step &s, double *trust)
 	return st;
 }
 
-/* check_lists is optim.c's check_lists, with messages. */
-static dg_status check_lists(dg_cuda_ctx *ctx, const dg_optim_lists *l, int need_m, int need_v)
+dg_status dg_cu_check_optim_lists(dg_cuda_ctx *ctx, const char *fn, const dg_optim_lists *l, int need_m, int need_v)
 {
-	static const char fn[] = "dg_cuda_optim_step";
 	if (l == NULL || l->count < 0 || (l->count > 0 && (l->ns == NULL || l->params == NULL || l->grads == NULL)))
 		return dg_cu_invalid(ctx, DG_ERR_INVALID, fn, "NULL lists or a negative count");
 	if (!dg_cu_is_float(l->param_dtype) || !dg_cu_is_float(l->grad_dtype))
@@ -375,7 +373,7 @@ dg_status dg_cuda_optim_step(dg_cuda_ctx *ctx, const dg_optim_hparams *hp, const
 	/* as optim.c: SGD without momentum ignores exp_avg, only Adam/Lamb read exp_avg_sq */
 	int need_m = hp->kind != DG_OPTIM_SGD || hp->momentum != 0.0;
 	int need_v = hp->kind == DG_OPTIM_ADAM || hp->kind == DG_OPTIM_LAMB;
-	if ((st = check_lists(ctx, l, need_m, need_v)) != DG_OK)
+	if ((st = dg_cu_check_optim_lists(ctx, "dg_cuda_optim_step", l, need_m, need_v)) != DG_OK)
 		return st;
 	/* unused slots point at a list of NULLs: mta_apply reads every slot */
 	const void **nulls = (const void **)calloc((size_t)l->count + 1, sizeof(void *));

@@ -65,22 +65,7 @@ static dg_status check(dg_cuda_ctx *ctx, const dg_optim_hparams *hp, const dg_op
 	    (st != DG_F32 && st != DG_BF16))
 		return dg_cu_invalid(ctx, DG_ERR_DTYPE, fn,
 				     "params and grads BF16, no copies, states F32 or BF16");
-	if (l->count < 0 || (l->count > 0 && (l->ns == NULL || l->params == NULL || l->grads == NULL ||
-					      l->exp_avg == NULL || l->exp_avg_sq == NULL)))
-		return dg_cu_invalid(ctx, DG_ERR_INVALID, fn, "NULL lists or a negative count");
-	int64_t sum = 0;
-	for (int i = 0; i < l->count; i++) {
-		int64_t n = l->ns[i];
-		if (n < 0)
-			return dg_cu_invalid(ctx, DG_ERR_INVALID, fn, "a negative element count");
-		if (n > 0 && (l->params[i] == NULL || l->grads[i] == NULL || l->exp_avg[i] == NULL ||
-			      l->exp_avg_sq[i] == NULL))
-			return dg_cu_invalid(ctx, DG_ERR_INVALID, fn, "a NULL tensor");
-		if (n > INT64_MAX - sum)
-			return dg_cu_invalid(ctx, DG_ERR_SIZE, fn, "total element count overflows");
-		sum += n;
-	}
-	return DG_OK;
+	return dg_cu_check_optim_lists(ctx, fn, l, 1, 1);
 }
 
 dg_status dg_cuda_adam_bf16_step(dg_cuda_ctx *ctx, const dg_optim_hparams *hp, const dg_optim_lists *l,
