@@ -7,8 +7,10 @@
  *
  * The saved softmax weights are rows of span = min(W, T) floats
  * (dg_nn_att_span), key k of query q at slot k - first_key(q), so memory and
- * work both grow as T*W; without a window the rows are T long, slot k. They
- * are the layer's saved activation (deepgo.h), so they stay: the backward
+ * work both grow as T*W; without a window the rows are T long, slot k: a
+ * tile's scores are computed into its rows and turned into weights there,
+ * and the backward reads them in place (no copies). They are the layer's
+ * saved activation (deepgo.h), so they stay: the backward
  * reads them back one tile at a time rather than recomputing them from a
  * row's max and sum as flash attention does. The tiles depend on T and the
  * window alone, not on the thread count, so the results do not either. */
@@ -116,26 +118,31 @@ static DG_NO_SLP void rows_sum(const float *const *a, const float *const *b, con
 	}
 }
 
-/* softmax_rows turns the scaled scores s[m x nk] of queries q0.. (keys
- * kbeg..) into weights in place, zero where a query does not look, and
- * saves each query's row in att */
-static DG_VECTORISE void softmax_rows(const att_job *j, float *s, float *att, int64_t q0, int64_t m, int64_t kbeg,
-				      int64_t nk)
+/* softmax_rows turns the scaled scores s[m x nk] (row stride ld) of queries
+ * q0.. (keys kbeg..) into weights in place, zero where a query does not
+ * look, and saves each query's row in att; att NULL means s is att's rows
+ * already (the full layout, ld = span), zeroed to the end of the row */
+static DG_VECTORISE void softmax_rows(const att_job *j, float *s, int64_t ld, float *att, int64_t q0, int64_t m,
+				      int64_t kbeg, int64_t nk)
 {
 	float *x[DG_NN_ATT_TILE] = {0}, sum[DG_NN_ATT_TILE];
 	int64_t n[DG_NN_ATT_TILE] = {0};
 	for (int64_t r = 0; r < m; r++) {
 		int64_t k0 = dg_nn_first_key(q0 + r, j->window);
 		n[r] = q0 + r - k0 + 1;
-		x[r] = s + r * nk + (k0 - kbeg); /* x[r][i]: key k0 + i */
+		x[r] = s + r * ld + (k0 - kbeg); /* x[r][i]: key k0 + i */
 		dg_nn_softmax_exps(j->ctx->isa, x[r], x[r], n[r], dg_nn_row_max(j->ctx->isa, x[r], n[r]));
 	}
 	rows_sum((const float *const *)x, NULL, n, m, sum);
 	for (int64_t r = 0; r < m; r++) {
-		float *row = s + r * nk, inv = 1.0f / sum[r];
+		float *row = s + r * ld, inv = 1.0f / sum[r];
 		for (int64_t i = 0; i < n[r]; i++)
 			x[r][i] *= inv;
 		memset(row, 0, (size_t)(x[r] - row) * sizeof(float));
+		if (att == NULL) {
+			memset(x[r] + n[r], 0, (size_t)(j->span - (x[r] - row) - n[r]) * sizeof(float));
+			continue;
+		}
 		memset(x[r] + n[r], 0, (size_t)(nk - (x[r] - row) - n[r]) * sizeof(float));
 		float *a = att + r * j->span; /* slot k - k0 */
 		memcpy(a, x[r], (size_t)n[r] * sizeof(float));
@@ -149,6 +156,7 @@ static void att_fwd_task(void *v, int64_t lo, int64_t hi)
 	att_job *j = v;
 	const int64_t T = j->t, NH = j->nh, HS = j->hs, C = NH * HS, C3 = 3 * C;
 	const int64_t tiles = (T + DG_NN_ATT_TILE - 1) / DG_NN_ATT_TILE;
+	const int full = j->span == T;
 	float stack[DG_NN_ATT_STACK_FLOATS];
 	size_t n = tile_floats(j);
 	float *s = tile_scratch(j, stack, n);
@@ -159,10 +167,14 @@ static void att_fwd_task(void *v, int64_t lo, int64_t hi)
 		int64_t q1 = q0 + DG_NN_ATT_TILE < T ? q0 + DG_NN_ATT_TILE : T, m = q1 - q0, kbeg;
 		int64_t nk = keys_of(j, q0, q1, &kbeg);
 		const float *base = j->qkv + b * T * C3 + h * HS;
+		float *att = j->att + (bh * T + q0) * j->span;
+		/* the full layout's rows are the tile's: score into them */
+		float *sc = full ? att : s;
+		int64_t ld = full ? T : nk;
 		dg_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)nk, (int)HS, dg_nn_att_scale(HS),
-			 base + q0 * C3, (int)C3, base + kbeg * C3 + C, (int)C3, 0.0f, s, (int)nk);
-		softmax_rows(j, s, j->att + (bh * T + q0) * j->span, q0, m, kbeg, nk);
-		dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)HS, (int)nk, 1.0f, s, (int)nk,
+			 base + q0 * C3, (int)C3, base + kbeg * C3 + C, (int)C3, 0.0f, sc, (int)ld);
+		softmax_rows(j, sc, ld, full ? NULL : att, q0, m, kbeg, nk);
+		dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)HS, (int)nk, 1.0f, sc, (int)ld,
 			 base + kbeg * C3 + 2 * C, (int)C3, 0.0f, j->out + (b * T + q0) * C + h * HS, (int)C);
 	}
 	tile_scratch_free(j, s, stack, n);
@@ -195,10 +207,10 @@ dg_status dg_nn_attention_forward(dg_ctx *ctx, float *out, float *att, const flo
 }
 
 /* dscore_rows turns dp = dout . v (the weights' gradient, m x nk) into the
- * scores' gradient in place, from the saved weights p (same layout, zero
- * where a query does not look) */
-static DG_VECTORISE void dscore_rows(const att_job *j, float *dp, const float *p, int64_t q0, int64_t m,
-				     int64_t kbeg, int64_t nk)
+ * scores' gradient in place, from the saved weights p (row stride ldp, keys
+ * from kbeg, zero where a query does not look) */
+static DG_VECTORISE void dscore_rows(const att_job *j, float *dp, const float *p, int64_t ldp, int64_t q0,
+				     int64_t m, int64_t kbeg, int64_t nk)
 {
 	const float scale = dg_nn_att_scale(j->hs);
 	const float *a[DG_NN_ATT_TILE] = {0};
@@ -208,7 +220,7 @@ static DG_VECTORISE void dscore_rows(const att_job *j, float *dp, const float *p
 		int64_t k0 = dg_nn_first_key(q0 + r, j->window);
 		n[r] = q0 + r - k0 + 1;
 		dx[r] = dp + r * nk + (k0 - kbeg);
-		a[r] = p + r * nk + (k0 - kbeg);
+		a[r] = p + r * ldp + (k0 - kbeg);
 	}
 	rows_sum(a, (const float *const *)dx, n, m, dot);
 	for (int64_t r = 0; r < m; r++) {
@@ -234,45 +246,61 @@ static void load_rows(const att_job *j, float *p, const float *att, int64_t q0, 
 }
 
 /* unit u = b*NH + h: a thread owns one head of one sequence, so the key and
- * value gradients, summed over query tiles, never race. Each tile reads its
- * weights back from att into a tile x keys block p, and dp (dout . v, then
- * the scores' gradient) is a second one. */
+ * value gradients, summed over query tiles, never race. Each tile's saved
+ * weights p are read in place in the full layout (the tile's rows of att)
+ * and otherwise copied into a tile x keys block; dp (dout . v, then the
+ * scores' gradient) is a tile x keys block. The tiles run last to first:
+ * in the full layout the last sees every key, so when writing
+ * (dg_nn_attention_backward_write) its products write the head's key and
+ * value gradients and each tile's write its query rows, with no clearing
+ * pass; with a window the head's slices are cleared first. */
 static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 {
 	att_job *j = v;
 	const int64_t T = j->t, NH = j->nh, HS = j->hs, C = NH * HS, C3 = 3 * C;
+	const int full = j->span == T;
 	float stack[DG_NN_ATT_STACK_FLOATS];
 	size_t n = tile_floats(j);
-	float *p = tile_scratch(j, stack, 2 * n);
-	if (p == NULL)
+	float *buf = tile_scratch(j, stack, 2 * n);
+	if (buf == NULL)
 		return;
-	float *dp = p + n;
+	float *dp = buf + n;
+	const int64_t last = T > 0 ? (T - 1) / DG_NN_ATT_TILE * DG_NN_ATT_TILE : 0;
 	for (int64_t u = lo; u < hi; u++) {
 		int64_t h = u % NH, b = u / NH;
 		const float *base = j->qkv + b * T * C3 + h * HS;
 		float *dbase = j->dqkv + b * T * C3 + h * HS;
-		if (j->write) /* this head's q, k and v columns, every row */
+		if (j->write && !full) /* this head's q, k and v columns, every row */
 			for (int64_t r = 0; r < T; r++)
 				for (int64_t part = 0; part < 3; part++)
 					memset(dbase + r * C3 + part * C, 0, (size_t)HS * sizeof(float));
-		for (int64_t q0 = 0; q0 < T; q0 += DG_NN_ATT_TILE) {
+		for (int64_t q0 = last; q0 >= 0 && T > 0; q0 -= DG_NN_ATT_TILE) {
 			int64_t q1 = q0 + DG_NN_ATT_TILE < T ? q0 + DG_NN_ATT_TILE : T, m = q1 - q0, kbeg;
 			int64_t nk = keys_of(j, q0, q1, &kbeg);
-			load_rows(j, p, j->catt + (u * T + q0) * j->span, q0, m, kbeg, nk);
+			const float *att = j->catt + (u * T + q0) * j->span, *p = att;
+			int64_t ldp = T;
+			if (!full) {
+				load_rows(j, buf, att, q0, m, kbeg, nk);
+				p = buf, ldp = nk;
+			}
+			/* writing: dq's rows are this tile's alone; the first tile
+			 * (the last queries) covers every key in the full layout */
+			const float qbeta = j->write && full ? 0.0f : 1.0f;
+			const float kvbeta = j->write && full && q0 == last ? 0.0f : 1.0f;
 			const float *d = j->dout + (b * T + q0) * C + h * HS;
 			dg_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)nk, (int)HS, 1.0f, d, (int)C,
 				 base + kbeg * C3 + 2 * C, (int)C3, 0.0f, dp, (int)nk);
-			dscore_rows(j, dp, p, q0, m, kbeg, nk);
+			dscore_rows(j, dp, p, ldp, q0, m, kbeg, nk);
 			/* dq += ds k, dk += ds^T q, dv += p^T dout */
 			dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)HS, (int)nk, 1.0f, dp,
-				 (int)nk, base + kbeg * C3 + C, (int)C3, 1.0f, dbase + q0 * C3, (int)C3);
+				 (int)nk, base + kbeg * C3 + C, (int)C3, qbeta, dbase + q0 * C3, (int)C3);
 			dg_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)HS, (int)m, 1.0f, dp,
-				 (int)nk, base + q0 * C3, (int)C3, 1.0f, dbase + kbeg * C3 + C, (int)C3);
-			dg_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)HS, (int)m, 1.0f, p, (int)nk,
-				 d, (int)C, 1.0f, dbase + kbeg * C3 + 2 * C, (int)C3);
+				 (int)nk, base + q0 * C3, (int)C3, kvbeta, dbase + kbeg * C3 + C, (int)C3);
+			dg_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)HS, (int)m, 1.0f, p, (int)ldp,
+				 d, (int)C, kvbeta, dbase + kbeg * C3 + 2 * C, (int)C3);
 		}
 	}
-	tile_scratch_free(j, p, stack, 2 * n);
+	tile_scratch_free(j, buf, stack, 2 * n);
 }
 
 static dg_status attention_backward(dg_ctx *ctx, int write, float *dqkv, const float *dout, const float *qkv,

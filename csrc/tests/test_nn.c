@@ -308,9 +308,13 @@ static void test_encoder(dg_ctx *ctx, uint64_t *s)
 	free(wte), free(wpe), free(dout), free(out), free(dwte), free(dwpe), free(rdwte), free(rdwpe), free(rout);
 }
 
-static void test_attention(dg_ctx *ctx, uint64_t *s, int64_t window)
+/* attention against a double reference on T tokens (T <= ATT_MAX_T: more
+ * than two query tiles, so the tiles' order and the write mode's first
+ * tile are covered) */
+#define ATT_MAX_T 80
+static void test_attention(dg_ctx *ctx, uint64_t *s, int64_t T, int64_t window)
 {
-	const int64_t B = 2, T = 7, NH = 3, HS = 4, C = NH * HS;
+	const int64_t B = 2, NH = 3, HS = 4, C = NH * HS;
 	float *qkv = randv(s, B * T * 3 * C), *dout = randv(s, B * T * C), *out = malloc(sizeof(float) * B * T * C);
 	/* the saved weights are [B,NH,T,S]: key k of query q at slot
 	 * k - dg_nn_first_key(q), so a window W keeps T*min(W,T) per head */
@@ -323,7 +327,7 @@ static void test_attention(dg_ctx *ctx, uint64_t *s, int64_t window)
 			for (int64_t q = 0; q < T; q++) {
 				const float *Q = qkv + (b * T + q) * 3 * C + h * HS;
 				int64_t k0 = window > 0 && q - window + 1 > 0 ? q - window + 1 : 0;
-				double sc[16], mx = -1e300, sum = 0;
+				double sc[ATT_MAX_T], mx = -1e300, sum = 0;
 				for (int64_t k = k0; k <= q; k++) {
 					const float *K = qkv + (b * T + k) * 3 * C + C + h * HS;
 					double d = 0;
@@ -334,7 +338,7 @@ static void test_attention(dg_ctx *ctx, uint64_t *s, int64_t window)
 				}
 				for (int64_t k = k0; k <= q; k++)
 					sum += exp(sc[k] - mx);
-				double A[16], dA[16], dot = 0;
+				double A[ATT_MAX_T], dA[ATT_MAX_T], dot = 0;
 				const float *D = dout + (b * T + q) * C + h * HS;
 				for (int64_t k = k0; k <= q; k++) {
 					A[k] = exp(sc[k] - mx) / sum;
@@ -670,9 +674,11 @@ static void test_backward_write(dg_ctx *ctx, uint64_t *s)
 		CHECK(memcmp(dxa, dxb, sizeof(float) * n) == 0);
 		CHECK(!signbit(dxa[0]));
 		free(x), free(dout), free(dxa), free(dxb);
-		/* attention, full and windowed, two sequences of 37 tokens */
-		for (int64_t window = 0; window <= 5; window += 5) {
-			const int64_t B = 2, T = 37, NH = 3, HS = 8, C3 = 3 * NH * HS, span = window > 0 ? window : T;
+		/* attention, full and windowed, two sequences of 37 and of 70
+		 * tokens (two and three query tiles) */
+		for (int64_t cs = 0; cs < 4; cs++) {
+			const int64_t window = cs < 2 ? 0 : 5, T = cs % 2 ? 70 : 37;
+			const int64_t B = 2, NH = 3, HS = 8, C3 = 3 * NH * HS, span = window > 0 ? window : T;
 			float *qkv = randv(s, B * T * C3), *o = malloc(sizeof(float) * B * T * NH * HS);
 			float *att = malloc(sizeof(float) * B * NH * T * span), *d = randv(s, B * T * NH * HS);
 			float *qa = malloc(sizeof(float) * B * T * C3), *qb = calloc((size_t)(B * T * C3), sizeof(float));
@@ -708,10 +714,12 @@ int main(void)
 		test_gelu_isas(ctx, &s);
 		test_backward_write(ctx, &s);
 		test_encoder(ctx, &s);
-		test_attention(ctx, &s, 0);
-		test_attention(ctx, &s, 3);
-		test_attention(ctx, &s, 1);
-		test_attention(ctx, &s, INT64_MAX);
+		test_attention(ctx, &s, 7, 0);
+		test_attention(ctx, &s, 7, 3);
+		test_attention(ctx, &s, 7, 1);
+		test_attention(ctx, &s, 7, INT64_MAX);
+		test_attention(ctx, &s, 70, 0);
+		test_attention(ctx, &s, 70, 40);
 		test_attention_unbounded(ctx, &s);
 		test_attention_isas(ctx, &s);
 		test_xent(ctx, &s);
