@@ -1,7 +1,9 @@
 /* ctx.c — the context: thread count, chosen ISA, the per-ctx scratch and its
  * accounting. */
 #define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "dg_internal.h"
@@ -54,6 +56,8 @@ static int resolve_threads(int nthreads)
 	return nthreads > DG_MAX_THREADS ? DG_MAX_THREADS : nthreads;
 }
 
+static void stash_free(dg_ctx *ctx);
+
 dg_status dg_ctx_create(int nthreads, dg_ctx **out)
 {
 	if (out == NULL)
@@ -84,6 +88,7 @@ void dg_ctx_destroy(dg_ctx *ctx)
 	if (ctx == NULL)
 		return;
 	dg_pool_destroy(ctx->pool);
+	stash_free(ctx);
 	free(ctx->partials);
 	free(ctx);
 }
@@ -152,24 +157,86 @@ void dg_parallel_for(dg_ctx *ctx, int64_t n, int64_t grain, int64_t work, dg_tas
 	dg_pool_release(ctx->pool);
 }
 
+/* Each scratch block starts with a header holding its capacity, so a
+ * block from the stash (which may be larger than asked) is put back whole.
+ * The header keeps malloc's alignment. */
+#define SCRATCH_HEAD ((size_t)64)
+
+static void stash_lock(dg_ctx *ctx)
+{
+	while (__atomic_test_and_set(&ctx->stash_lock, __ATOMIC_ACQUIRE))
+		;
+}
+
+static void stash_unlock(dg_ctx *ctx) { __atomic_clear(&ctx->stash_lock, __ATOMIC_RELEASE); }
+
+/* stash_take: the smallest kept block of at least cap bytes, or NULL */
+static char *stash_take(dg_ctx *ctx, size_t cap)
+{
+	stash_lock(ctx);
+	int best = -1;
+	for (int i = 0; i < DG_STASH_SLOTS; i++)
+		if (ctx->stash[i].block != NULL && ctx->stash[i].cap >= cap &&
+		    (best < 0 || ctx->stash[i].cap < ctx->stash[best].cap))
+			best = i;
+	char *block = NULL;
+	if (best >= 0) {
+		block = ctx->stash[best].block;
+		ctx->stash[best].block = NULL;
+	}
+	stash_unlock(ctx);
+	return block;
+}
+
+/* stash_put keeps block (nonzero) when a slot is free */
+static int stash_put(dg_ctx *ctx, char *block, size_t cap)
+{
+	stash_lock(ctx);
+	int kept = 0;
+	for (int i = 0; i < DG_STASH_SLOTS && !kept; i++)
+		if (ctx->stash[i].block == NULL) {
+			ctx->stash[i].block = block;
+			ctx->stash[i].cap = cap;
+			kept = 1;
+		}
+	stash_unlock(ctx);
+	return kept;
+}
+
+static void stash_free(dg_ctx *ctx)
+{
+	for (int i = 0; i < DG_STASH_SLOTS; i++)
+		free(ctx->stash[i].block);
+}
+
 void *dg_scratch_alloc(dg_ctx *ctx, size_t bytes)
 {
-	void *p = malloc(bytes > 0 ? bytes : 1);
-	if (p == NULL)
-		return NULL;
+	size_t cap = bytes > 0 ? bytes : 1;
+	char *block = NULL;
+	if (cap >= DG_STASH_MIN && cap <= DG_STASH_MAX)
+		block = stash_take(ctx, cap);
+	if (block == NULL) {
+		if (cap > SIZE_MAX - SCRATCH_HEAD || (block = malloc(SCRATCH_HEAD + cap)) == NULL)
+			return NULL;
+		memcpy(block, &cap, sizeof cap);
+	}
 	int64_t live = __atomic_add_fetch(&ctx->scratch_live, (int64_t)bytes, __ATOMIC_RELAXED);
 	int64_t peak = __atomic_load_n(&ctx->scratch_peak, __ATOMIC_RELAXED);
 	while (live > peak &&
 	       !__atomic_compare_exchange_n(&ctx->scratch_peak, &peak, live, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		;
-	return p;
+	return block + SCRATCH_HEAD;
 }
 
 void dg_scratch_free(dg_ctx *ctx, void *p, size_t bytes)
 {
 	if (p == NULL)
 		return;
-	free(p);
+	char *block = (char *)p - SCRATCH_HEAD;
+	size_t cap;
+	memcpy(&cap, block, sizeof cap);
+	if (cap < DG_STASH_MIN || cap > DG_STASH_MAX || !stash_put(ctx, block, cap))
+		free(block);
 	__atomic_sub_fetch(&ctx->scratch_live, (int64_t)bytes, __ATOMIC_RELAXED);
 }
 

@@ -166,6 +166,10 @@ void dg_pool_set_spin(dg_pool *p, int64_t ns);
  * reset != 0 restarts the counts. Not while a region runs. */
 void dg_pool_stats(dg_pool *p, int reset, int64_t *regions, int64_t *busy_ns, int64_t *idle_ns);
 
+#define DG_STASH_SLOTS 8
+#define DG_STASH_MIN ((size_t)64 << 10)
+#define DG_STASH_MAX ((size_t)4 << 20)
+
 struct dg_ctx {
 	int nthreads;
 	dg_isa isa;              /* never AUTO once created */
@@ -175,12 +179,22 @@ struct dg_ctx {
 	int64_t scratch_live;    /* bytes of dg_scratch_alloc memory not yet freed (atomic) */
 	int64_t scratch_peak;    /* the most scratch_live has been since reset (atomic) */
 	int64_t spin_ns;         /* dg_ctx_set_spin's value, -1 for the pool's default */
+	/* freed scratch blocks kept for the next dg_scratch_alloc (ctx.c) */
+	struct {
+		char *block;
+		size_t cap;
+	} stash[DG_STASH_SLOTS];
+	char stash_lock; /* __atomic_test_and_set spin lock over stash */
 };
 
 /* dg_scratch_alloc is malloc for a kernel's temporary buffers (the float32
- * tiles of the mixed-precision nn kernels), counted on ctx so that
- * dg_ctx_scratch_peak can show they stay bounded. NULL when out of memory.
- * Free with dg_scratch_free, passing the same size. */
+ * tiles of the mixed-precision nn kernels),
+ * counted on ctx so that dg_ctx_scratch_peak can show they stay bounded.
+ * NULL when out of memory. Free with dg_scratch_free, passing the same
+ * size. Freed blocks of DG_STASH_MIN to DG_STASH_MAX bytes are kept on the
+ * ctx, up to DG_STASH_SLOTS of them, for the next call: malloc serves such
+ * sizes from mmap or trims them back to the system when freed, and the
+ * next call's page faults (zeroing each page) cost every call again. */
 void *dg_scratch_alloc(dg_ctx *ctx, size_t bytes);
 void dg_scratch_free(dg_ctx *ctx, void *p, size_t bytes);
 
