@@ -5,7 +5,7 @@ GOFLAGS ?=
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := liburing-dev libopenblas-dev libopenmpi-dev openmpi-bin libgloo-dev cmake ninja-build
 
-.PHONY: all build deps test test-gloo test-go test-c test-c-asan test-go-asan sanitize lint vet staticcheck bench bench-offload demo selftest cuda-deps cuda-toolchain cuda gpu-check mkl test-mkl clean
+.PHONY: all build deps test test-gloo test-go test-c test-c-asan test-go-asan sanitize lint vet staticcheck bench bench-offload demo selftest cuda-deps cuda-toolchain cuda gpu-check mkl test-mkl test-openblas clean
 
 all: build
 
@@ -145,6 +145,12 @@ mkl:
 test-mkl:
 	@lib=$$(bash scripts/install-mkl.sh) && \
 	DEEPGO_BLAS=$$lib DEEPGO_TEST_MKL=$$lib $(GO) test -count=1 ./csrc ./backend ./nn ./sim ./examples/bench-train
+
+## test-openblas: the same packages with every product on OpenBLAS
+## (DEEPGO_BLAS=openblas): on an Intel CPU with AVX-512, make test runs the
+## Linear products on nn_gemm.c, and this covers OpenBLAS's path there
+test-openblas:
+	DEEPGO_BLAS=openblas $(GO) test -count=1 ./csrc ./backend ./nn ./sim ./examples/bench-train
 
 ## gpu-check: on a GPU machine, compare every CUDA kernel with its CPU twin
 ## and run the cuda and nccl Go tests; fails ("no GPU") without one, and on

@@ -6,7 +6,9 @@ package csrc
 import "C"
 
 // BLASEnv names the environment variable that chooses the BLAS of the nn
-// products: unset or "openblas" for OpenBLAS, "mkl" for Intel MKL's
+// products: unset for OpenBLAS (with the Linear layer's float32 products on
+// deepgo's own AVX-512 sgemm on Intel CPUs: BLASInfo.Linear), "openblas"
+// for OpenBLAS for every product, "mkl" for Intel MKL's
 // libmkl_rt from the loader's search path, or the path of a libmkl_rt file
 // (`make mkl` fetches one into ~/.cache/deepgo/mkl and prints its path).
 // See deepgo.h, "BLAS".
@@ -23,6 +25,11 @@ type BLASInfo struct {
 	Core        string // the core in use
 	Reason      string // why that core
 	Corrected   bool   // Core differs from LibraryCore
+	// Linear says what runs the Linear layer's float32 products (forward,
+	// input and weight gradients), and why: "deepgo AVX-512 (nn_gemm.c)", or
+	// "the BLAS: " and the reason (no AVX-512, not an Intel CPU,
+	// BLASEnv naming a BLAS).
+	Linear string
 }
 
 // BLAS loads the BLAS that BLASEnv asks for and checks OpenBLAS's core
@@ -41,6 +48,7 @@ func BLAS() BLASInfo {
 		Core:        C.GoString(&in.core[0]),
 		Reason:      C.GoString(&in.reason[0]),
 		Corrected:   in.corrected != 0,
+		Linear:      C.GoString(&in.linear[0]),
 	}
 }
 

@@ -153,6 +153,43 @@ static void load_mkl(const char *want)
 	sgemm_impl = sgemm;
 }
 
+/* set once by setup: the Linear products on nn_gemm.c */
+static int linear_own;
+
+/* decide_linear: whether the Linear layer's forward and input-gradient
+ * products leave the BLAS for nn_gemm.c. Only where that was measured
+ * faster (an Intel Xeon with AVX-512, against OpenBLAS 0.3.21's Cooperlake
+ * kernels: docs/design.md), and never when the user chose the BLAS by
+ * name: DEEPGO_BLAS=openblas or MKL keeps every product on it. */
+static void decide_linear(const char *blas)
+{
+	const char *why = "not an x86 CPU";
+#if DG_HAVE_X86
+	__builtin_cpu_init();
+	if (sgemm_impl != openblas_sgemm)
+		why = "DEEPGO_BLAS chose MKL";
+	else if (blas != NULL && strcasecmp(blas, "openblas") == 0)
+		why = "DEEPGO_BLAS=openblas";
+	else if (!__builtin_cpu_supports("avx512f"))
+		why = "the CPU has no AVX-512";
+	else if (!__builtin_cpu_is("intel"))
+		why = "not an Intel CPU (measured on Intel only)";
+	else
+		why = NULL;
+#endif
+	linear_own = why == NULL;
+	if (linear_own)
+		snprintf(info.linear, sizeof info.linear, "deepgo AVX-512 (nn_gemm.c)");
+	else
+		snprintf(info.linear, sizeof info.linear, "the BLAS: %s", why);
+}
+
+int dg_blas_linear_own(void)
+{
+	dg_blas_init();
+	return linear_own;
+}
+
 static void copy_name(char *dst, size_t n, const char *src)
 {
 	snprintf(dst, n, "%s", src ? src : "");
@@ -164,6 +201,7 @@ static void setup(void)
 	const char *blas = getenv("DEEPGO_BLAS");
 	if (blas != NULL && *blas != '\0' && strcasecmp(blas, "openblas") != 0)
 		load_mkl(blas);
+	decide_linear(blas);
 	copy_name(info.config, sizeof info.config, openblas_get_config ? openblas_get_config() : "OpenBLAS (no openblas_get_config)");
 	copy_name(info.library_core, sizeof info.library_core, openblas_get_corename ? openblas_get_corename() : "");
 	copy_name(info.cpu_core, sizeof info.cpu_core, cpu_core());

@@ -79,8 +79,10 @@ func dropEmpty(env []string, name string) []string {
 }
 
 // TestBLASLibraryChoice runs DEEPGO_BLAS's choices in child processes: unset
-// and "openblas" keep OpenBLAS; a missing file and a library that is not
-// MKL are errors naming the variable, with OpenBLAS still in place; with
+// and "openblas" keep OpenBLAS, "openblas" for the Linear products too
+// (unset may give them to nn_gemm.c, which then agrees with OpenBLAS to
+// float32 rounding); a missing file and a library that is not MKL are
+// errors naming the variable, with OpenBLAS still in place; with
 // DEEPGO_TEST_MKL (the path of a libmkl_rt, as `make mkl` makes) MKL runs
 // the products and agrees with OpenBLAS to float32 rounding.
 func TestBLASLibraryChoice(t *testing.T) {
@@ -93,10 +95,10 @@ func TestBLASLibraryChoice(t *testing.T) {
 		require.NoError(t, err)
 		require.Positive(t, s)
 		// the parent parses this line
-		fmt.Printf("LIB %q %q %s\n", b.Library, b.Error, sgemmProbe(t, x))
+		fmt.Printf("LIB %q %q %q %s\n", b.Library, b.Error, b.Linear, sgemmProbe(t, x))
 		return
 	}
-	child := func(blas string) (library, errMsg, probe string) {
+	child := func(blas string) (library, errMsg, linear, probe string) {
 		cmd := exec.Command(os.Args[0], "-test.run", "^TestBLASLibraryChoice$")
 		cmd.Env = append(os.Environ(), "DG_BLAS_LIB_CHILD=1", BLASEnv+"="+blas)
 		out, err := cmd.CombinedOutput()
@@ -104,44 +106,60 @@ func TestBLASLibraryChoice(t *testing.T) {
 		_, line, ok := strings.Cut(string(out), "LIB ")
 		require.True(t, ok, "%s", out)
 		line, _, _ = strings.Cut(line, "\n")
-		_, err = fmt.Sscanf(line, "%q %q %s", &library, &errMsg, &probe)
+		_, err = fmt.Sscanf(line, "%q %q %q %s", &library, &errMsg, &linear, &probe)
 		require.NoError(t, err, "%s", line)
-		return library, errMsg, probe
+		return library, errMsg, linear, probe
 	}
-	lib, msg, ref := child("")
+	near := func(ref, probe string) {
+		var a, b [4]float32
+		_, err := fmt.Sscanf(strings.ReplaceAll(ref, ",", " "), "%g %g %g %g", &a[0], &a[1], &a[2], &a[3])
+		require.NoError(t, err)
+		_, err = fmt.Sscanf(strings.ReplaceAll(probe, ",", " "), "%g %g %g %g", &b[0], &b[1], &b[2], &b[3])
+		require.NoError(t, err)
+		for i := range a {
+			require.InDelta(t, a[i], b[i], 1e-4*(1+math.Abs(float64(a[i]))), "element %d", i)
+		}
+	}
+	lib, msg, linear, ref := child("")
 	require.Equal(t, "OpenBLAS", lib)
 	require.Empty(t, msg)
-	lib, msg, probe := child("openblas")
+	if linear != ownLinear {
+		require.True(t, strings.HasPrefix(linear, "the BLAS: "), "unset: %q", linear)
+	}
+	lib, msg, blasLinear, probe := child("openblas")
 	require.Equal(t, "OpenBLAS", lib)
 	require.Empty(t, msg)
-	require.Equal(t, ref, probe, "the same library, the same bits")
+	require.Equal(t, "the BLAS: DEEPGO_BLAS=openblas", blasLinear)
+	if linear == ownLinear {
+		near(ref, probe)
+	} else {
+		require.Equal(t, ref, probe, "the same library, the same bits")
+	}
 
 	missing := filepath.Join(t.TempDir(), "libmkl_rt.so.3")
-	lib, msg, probe = child(missing)
+	lib, msg, linear2, probe := child(missing)
 	require.Equal(t, "OpenBLAS", lib, "a failed load leaves OpenBLAS")
 	require.Contains(t, msg, BLASEnv+"="+missing+": cannot load MKL")
+	require.Equal(t, linear, linear2)
 	require.Equal(t, ref, probe)
 	if runtime.GOOS == "linux" {
 		// a loadable library that is not MKL: libc exports no MKL service
-		_, msg, _ = child("libc.so.6")
+		_, msg, _, _ = child("libc.so.6")
 		require.Contains(t, msg, BLASEnv+"=libc.so.6: not Intel MKL's runtime library")
 	}
 	mkl := os.Getenv("DEEPGO_TEST_MKL")
 	if mkl == "" {
 		t.Skip("DEEPGO_TEST_MKL unset: the MKL path is not exercised (make mkl fetches it)")
 	}
-	lib, msg, probe = child(mkl)
+	lib, msg, linear, probe = child(mkl)
 	require.Empty(t, msg)
 	require.Contains(t, lib, "Math Kernel Library")
-	var a, b [4]float32
-	_, err := fmt.Sscanf(strings.ReplaceAll(ref, ",", " "), "%g %g %g %g", &a[0], &a[1], &a[2], &a[3])
-	require.NoError(t, err)
-	_, err = fmt.Sscanf(strings.ReplaceAll(probe, ",", " "), "%g %g %g %g", &b[0], &b[1], &b[2], &b[3])
-	require.NoError(t, err)
-	for i := range a {
-		require.InDelta(t, a[i], b[i], 1e-4*(1+math.Abs(float64(a[i]))), "element %d", i)
-	}
+	require.Equal(t, "the BLAS: DEEPGO_BLAS chose MKL", linear)
+	near(ref, probe)
 }
+
+// ownLinear is BLASInfo.Linear when nn_gemm.c runs the Linear products.
+const ownLinear = "deepgo AVX-512 (nn_gemm.c)"
 
 // sgemmProbe runs a 96x80x72 Linear forward through the ctx (the nn path to
 // the BLAS) and prints four of its outputs, comma-separated.

@@ -118,6 +118,28 @@ void dg_nn_softmax_exps(dg_isa isa, float *out, const float *x, int64_t n, float
 #define DG_NO_SLP
 #endif
 
+/* ---- nn_gemm.c: the Linear layer's float32 products on AVX-512 ----
+ * dg_nn_gemm sets C[m x n] (row stride ldc) to its initial value plus
+ * A[m x k] times B[k x n], where A(i, k) is a[i * lda + k], or
+ * a[k * lda + i] with trans_a, and B(k, j) is b[k * ldb + j], or
+ * b[j * ldb + k] with trans_b. Each element is its initial value plus, in
+ * order, each k-block's sum (blocks of dg_nn_gemm_kblock(k) sums, the last
+ * shorter) as one float32 FMA chain in k order from 0, added with one
+ * rounding. scratch holds dg_nn_gemm_scratch(n, k) bytes. Only on x86, and
+ * only where dg_blas_linear_own says so (an AVX-512 CPU). */
+typedef enum dg_gemm_init {
+	DG_GEMM_ZERO = 0, /* C = A B */
+	DG_GEMM_ADD = 1,  /* C += A B */
+	DG_GEMM_BIAS = 2, /* C = bias (every row, n floats) + A B */
+} dg_gemm_init;
+
+#if DG_HAVE_X86
+size_t dg_nn_gemm_scratch(int64_t n, int64_t k);
+int64_t dg_nn_gemm_kblock(int64_t k);
+void dg_nn_gemm(float *c, int64_t ldc, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, int trans_a,
+		const float *b, int64_t ldb, int trans_b, dg_gemm_init init, const float *bias, float *scratch);
+#endif
+
 /* dg_nn_failed records, from inside a task, that scratch could not be
  * allocated; the caller turns it into DG_ERR_NOMEM. */
 static inline void dg_nn_failed(int *flag) { __atomic_store_n(flag, 1, __ATOMIC_RELAXED); }

@@ -7,7 +7,11 @@
  * N = 1536 outputs the wrong choice packs three times the bytes per thread
  * and two threads ran the step only 1.7x faster than one. Half-precision
  * weights are widened into float32 tiles that sgemm reads; half-precision
- * gradients get each call's float32 tile added with one rounding. */
+ * gradients get each call's float32 tile added with one rounding. On Intel
+ * CPUs with AVX-512 the float32 products run on nn_gemm.c instead
+ * (dg_blas_linear_own), in the same splits; the forward splits output
+ * columns, so a thread packs only its columns of the weights and the
+ * threads read the activations in place. */
 #include <cblas.h>
 
 #include "nn_internal.h"
@@ -28,6 +32,31 @@ typedef struct mm_job {
 } mm_job;
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* own_gemm runs dg_nn_gemm on C[m x n] with scratch for a task (1 when it
+ * ran, even out of memory, recorded in j; 0 when the BLAS runs the Linear
+ * products here) */
+static int own_gemm(mm_job *j, float *c, int64_t ldc, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+		    int trans_a, const float *b, int64_t ldb, int trans_b, dg_gemm_init init, const float *bias)
+{
+#if DG_HAVE_X86
+	if (!dg_blas_linear_own())
+		return 0;
+	const size_t bytes = dg_nn_gemm_scratch(n, k);
+	float *scratch = NULL;
+	if (bytes > 0 && (scratch = dg_scratch_alloc(j->ctx, bytes)) == NULL) {
+		dg_nn_failed(&j->failed);
+		return 1;
+	}
+	dg_nn_gemm(c, ldc, m, n, k, a, lda, trans_a, b, ldb, trans_b, init, bias, scratch);
+	dg_scratch_free(j->ctx, scratch, bytes);
+	return 1;
+#else
+	(void)j, (void)c, (void)ldc, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)trans_a, (void)b, (void)ldb,
+		(void)trans_b, (void)init, (void)bias;
+	return 0;
+#endif
+}
 
 /* row_tile allocates a task's float32 tile of rows x width (at most
  * DG_NN_TILE_FLOATS, or one row when a row is longer), or records the
@@ -58,6 +87,15 @@ static void fwd_task(void *v, int64_t lo, int64_t hi)
 		return;
 	dg_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(hi - lo), (int)j->oc, (int)j->c, 1.0f,
 		 j->inp + lo * j->c, (int)j->c, j->w, (int)j->c, beta, j->out + lo * j->oc, (int)j->oc);
+}
+
+/* out[:, lo:hi] = inp @ w[lo:hi, :]^T (+ bias[lo:hi]) on nn_gemm.c */
+static void fwd_own_task(void *v, int64_t lo, int64_t hi)
+{
+	mm_job *j = v;
+	const float *bias = j->bias;
+	own_gemm(j, j->out + lo, j->oc, j->n, hi - lo, j->c, j->inp, j->c, 0, (const float *)j->w + lo * j->c, j->c, 1,
+		 bias != NULL ? DG_GEMM_BIAS : DG_GEMM_ZERO, bias != NULL ? bias + lo : NULL);
 }
 
 /* out[:, lo:hi] = inp @ w[lo:hi, :]^T (+ bias[lo:hi]), float32 w: the
@@ -142,7 +180,9 @@ dg_status dg_nn_matmul_forward_mixed(dg_ctx *ctx, float *out, const float *inp, 
 	dg_blas_init();
 	mm_job j = {.ctx = ctx, .out = out, .inp = inp, .wt = wt, .w = w, .bias = bias, .n = n, .c = c, .oc = oc,
 		    .rows = dg_nn_tile_rows(c)};
-	if (wt == DG_F32 && oc > n)
+	if (wt == DG_F32 && dg_blas_linear_own()) /* panels of 32 columns */
+		dg_parallel_for(ctx, oc, 32, n * c * oc, fwd_own_task, &j);
+	else if (wt == DG_F32 && oc > n)
 		dg_parallel_for(ctx, oc, DG_NN_COL_GRAIN, n * c * oc, fwd_col_task, &j);
 	else if (wt == DG_F32)
 		dg_parallel_for(ctx, n, DG_NN_ROW_GRAIN, n * c * oc, fwd_task, &j);
@@ -154,7 +194,10 @@ dg_status dg_nn_matmul_forward_mixed(dg_ctx *ctx, float *out, const float *inp, 
 /* dinp[lo:hi, :] += dout[lo:hi, :] @ w (= with dbeta 0), float32 w */
 static void dinp_task(void *v, int64_t lo, int64_t hi)
 {
-	const mm_job *j = v;
+	mm_job *j = v;
+	if (own_gemm(j, j->dinp + lo * j->c, j->c, hi - lo, j->c, j->oc, j->dout + lo * j->oc, j->oc, 0, j->w, j->c, 0,
+		     j->dbeta == 0.0f ? DG_GEMM_ZERO : DG_GEMM_ADD, NULL))
+		return;
 	dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(hi - lo), (int)j->c, (int)j->oc, 1.0f,
 		 j->dout + lo * j->oc, (int)j->oc, j->w, (int)j->c, j->dbeta, j->dinp + lo * j->c, (int)j->c);
 }
@@ -163,7 +206,10 @@ static void dinp_task(void *v, int64_t lo, int64_t hi)
  * wider than the batch */
 static void dinp_col_task(void *v, int64_t lo, int64_t hi)
 {
-	const mm_job *j = v;
+	mm_job *j = v;
+	if (own_gemm(j, j->dinp + lo, j->c, j->n, hi - lo, j->oc, j->dout, j->oc, 0, (const float *)j->w + lo, j->c, 0,
+		     j->dbeta == 0.0f ? DG_GEMM_ZERO : DG_GEMM_ADD, NULL))
+		return;
 	dg_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->n, (int)(hi - lo), (int)j->oc, 1.0f, j->dout,
 		 (int)j->oc, (const float *)j->w + lo, (int)j->c, j->dbeta, j->dinp + lo, (int)j->c);
 }
@@ -195,7 +241,10 @@ static void dinp_half_task(void *v, int64_t lo, int64_t hi)
  * weights with more input than output channels (dbias: dbias_task) */
 static void dw_col_task(void *v, int64_t lo, int64_t hi)
 {
-	const mm_job *j = v;
+	mm_job *j = v;
+	if (own_gemm(j, (float *)j->dw + lo, j->c, j->oc, hi - lo, j->n, j->dout, j->oc, 1, j->inp + lo, j->c, 0,
+		     DG_GEMM_ADD, NULL))
+		return;
 	dg_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)j->oc, (int)(hi - lo), (int)j->n, 1.0f, j->dout,
 		 (int)j->oc, j->inp + lo, (int)j->c, 1.0f, (float *)j->dw + lo, (int)j->c);
 }
@@ -216,9 +265,11 @@ static DG_VECTORISE void dbias_task(void *v, int64_t lo, int64_t hi)
  * float32 gradients */
 static DG_VECTORISE void dw_task(void *v, int64_t lo, int64_t hi)
 {
-	const mm_job *j = v;
+	mm_job *j = v;
 	float *dw = j->dw, *dbias = j->dbias;
-	if (dw != NULL && j->c > 0)
+	if (dw != NULL && j->c > 0 &&
+	    !own_gemm(j, dw + lo * j->c, j->c, hi - lo, j->c, j->n, j->dout + lo, j->oc, 1, j->inp, j->c, 0, DG_GEMM_ADD,
+		      NULL))
 		dg_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(hi - lo), (int)j->c, (int)j->n, 1.0f,
 			 j->dout + lo, (int)j->oc, j->inp, (int)j->c, 1.0f, dw + lo * j->c, (int)j->c);
 	if (dbias != NULL) /* rows in order, so the sum does not depend on the split */

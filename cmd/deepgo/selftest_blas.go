@@ -22,6 +22,7 @@ func blasReport(w io.Writer, n int) error {
 	}
 	fmt.Fprintf(w, "OpenBLAS: %s\n", b.Config)
 	fmt.Fprintf(w, "OpenBLAS core: %s (library chose %q, CPU supports %q: %s)\n", b.Core, b.LibraryCore, b.CPUCore, b.Reason)
+	fmt.Fprintf(w, "Linear layer's products: %s\n", b.Linear)
 	if n <= 0 {
 		return nil
 	}

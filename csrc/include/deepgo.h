@@ -316,7 +316,12 @@ dg_status dg_adamw_naive_ref(const dg_optim_hparams *hp, float *p, const float *
  * loader's search path, DEEPGO_BLAS=/path/to/libmkl_rt.so.3 that file
  * (`make mkl` unpacks PyPI's wheel into ~/.cache/deepgo/mkl and prints the
  * path); unset or "openblas" keeps
- * OpenBLAS. MKL runs sequential (its threading layer set before its first
+ * OpenBLAS. Unset, on an Intel CPU with AVX-512, the Linear layer's float32
+ * products (dg_nn_matmul_*: forward, input and weight gradients) run on
+ * deepgo's own AVX-512 sgemm instead (nn_gemm.c: each element one float32
+ * FMA chain in k order, the same bits on any thread count); "openblas"
+ * keeps every product on OpenBLAS, and dg_blas_info.linear says which runs
+ * them and why. MKL runs sequential (its threading layer set before its first
  * call, the ctx pool being the only parallelism), LP64, and with
  * conditional numerical reproducibility (MKL_CBWR_AUTO) so its results do
  * not vary from run to run. A DEEPGO_BLAS that cannot be honoured is
@@ -339,6 +344,8 @@ typedef struct dg_blas_info {
 	char core[32];         /* the core in use */
 	char reason[192];      /* why that core */
 	int corrected;         /* core differs from library_core */
+	char linear[96];       /* what runs the Linear layer's float32 products and why:
+				* "deepgo AVX-512 (nn_gemm.c)" or "the BLAS: <reason>" */
 } dg_blas_info;
 
 /* dg_blas_init runs the check above and pins OpenBLAS to one thread per
@@ -357,10 +364,11 @@ dg_status dg_blas_sgemm_seconds(int64_t n, int64_t reps, double *seconds);
  * ctx pool. Every *_backward ACCUMULATES (+=) into the gradients it writes
  * (inputs and parameters alike), so a weight used twice (tied embedding)
  * sums both uses; a NULL gradient pointer skips that gradient. Matrix
- * products go through the BLAS's sgemm (OpenBLAS or MKL, see BLAS above)
- * kept single-threaded per call (dg_blas_init): the pool splits the rows
- * and every thread runs its own sgemm, so the ctx's thread count is the
- * only knob. */
+ * products go through the BLAS's sgemm (OpenBLAS or MKL, see BLAS above;
+ * the float32 Linear products through nn_gemm.c where dg_blas_info.linear
+ * says so) kept single-threaded per call (dg_blas_init): the pool splits
+ * the rows or columns and every thread runs its own product, so the ctx's
+ * thread count is the only knob. */
 
 /* dg_nn_matmul_forward: out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL). */
 dg_status dg_nn_matmul_forward(dg_ctx *ctx, float *out, const float *inp, const float *w, const float *bias,

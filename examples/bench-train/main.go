@@ -228,7 +228,7 @@ func execute(args []string, w io.Writer) error {
 	blas := csrc.BLAS()
 	// the core fields are OpenBLAS's, linked whichever library runs the
 	// products: nested under its name so an MKL run does not seem to use them
-	out["blas"] = map[string]any{"library": blas.Library, "openblas": map[string]any{"config": blas.Config, "core": blas.Core,
+	out["blas"] = map[string]any{"library": blas.Library, "linear": blas.Linear, "openblas": map[string]any{"config": blas.Config, "core": blas.Core,
 		"library_core": blas.LibraryCore, "cpu_core": blas.CPUCore, "reason": blas.Reason, "runs_products": blas.Library == "OpenBLAS"}}
 	var runs []run
 	// A peak is a best case: on a shared 2-vCPU machine one timing can
