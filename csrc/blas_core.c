@@ -163,19 +163,20 @@ static int linear_own;
  * name: DEEPGO_BLAS=openblas or MKL keeps every product on it. */
 static void decide_linear(const char *blas)
 {
-	const char *why = "not an x86 CPU";
-#if DG_HAVE_X86
-	__builtin_cpu_init();
+	const char *why = NULL;
 	if (sgemm_impl != openblas_sgemm)
 		why = "DEEPGO_BLAS chose MKL";
 	else if (blas != NULL && strcasecmp(blas, "openblas") == 0)
 		why = "DEEPGO_BLAS=openblas";
-	else if (!__builtin_cpu_supports("avx512f"))
+#if DG_HAVE_X86
+	__builtin_cpu_init();
+	if (why == NULL && !__builtin_cpu_supports("avx512f"))
 		why = "the CPU has no AVX-512";
-	else if (!__builtin_cpu_is("intel"))
+	else if (why == NULL && !__builtin_cpu_is("intel"))
 		why = "not an Intel CPU (measured on Intel only)";
-	else
-		why = NULL;
+#else
+	if (why == NULL)
+		why = "not an x86 CPU";
 #endif
 	linear_own = why == NULL;
 	if (linear_own)
