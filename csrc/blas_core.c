@@ -156,11 +156,12 @@ static void load_mkl(const char *want)
 /* set once by setup: the Linear products on nn_gemm.c */
 static int linear_own;
 
-/* decide_linear: whether the Linear layer's forward and input-gradient
- * products leave the BLAS for nn_gemm.c. Only where that was measured
- * faster (an Intel Xeon with AVX-512, against OpenBLAS 0.3.21's Cooperlake
- * kernels: docs/design.md), and never when the user chose the BLAS by
- * name: DEEPGO_BLAS=openblas or MKL keeps every product on it. */
+/* decide_linear: whether the Linear layer's float32 products (forward,
+ * input and weight gradients) leave the BLAS for nn_gemm.c. Only where
+ * that was measured faster (an Intel Xeon with AVX-512, against OpenBLAS
+ * 0.3.21's Cooperlake kernels: docs/design.md), and never when the user
+ * chose the BLAS by name: DEEPGO_BLAS=openblas or MKL keeps every product
+ * on it. */
 static void decide_linear(const char *blas)
 {
 	const char *why = NULL;
@@ -169,8 +170,8 @@ static void decide_linear(const char *blas)
 	else if (blas != NULL && strcasecmp(blas, "openblas") == 0)
 		why = "DEEPGO_BLAS=openblas";
 #if DG_HAVE_X86
-	__builtin_cpu_init();
-	if (why == NULL && !__builtin_cpu_supports("avx512f"))
+	/* nn_gemm.c is built for DG_TARGET_AVX512, the set dg_cpu_best_isa checks */
+	if (why == NULL && dg_cpu_best_isa() != DG_ISA_AVX512)
 		why = "the CPU has no AVX-512";
 	else if (why == NULL && !__builtin_cpu_is("intel"))
 		why = "not an Intel CPU (measured on Intel only)";

@@ -162,6 +162,13 @@ void dg_parallel_for(dg_ctx *ctx, int64_t n, int64_t grain, int64_t work, dg_tas
  * The header keeps malloc's alignment. */
 #define SCRATCH_HEAD ((size_t)64)
 
+static size_t block_cap(const char *block)
+{
+	size_t cap;
+	memcpy(&cap, block, sizeof cap);
+	return cap;
+}
+
 static void stash_lock(dg_ctx *ctx)
 {
 	while (__atomic_test_and_set(&ctx->stash_lock, __ATOMIC_ACQUIRE))
@@ -176,27 +183,26 @@ static char *stash_take(dg_ctx *ctx, size_t cap)
 	stash_lock(ctx);
 	int best = -1;
 	for (int i = 0; i < DG_STASH_SLOTS; i++)
-		if (ctx->stash[i].block != NULL && ctx->stash[i].cap >= cap &&
-		    (best < 0 || ctx->stash[i].cap < ctx->stash[best].cap))
+		if (ctx->stash[i] != NULL && block_cap(ctx->stash[i]) >= cap &&
+		    (best < 0 || block_cap(ctx->stash[i]) < block_cap(ctx->stash[best])))
 			best = i;
 	char *block = NULL;
 	if (best >= 0) {
-		block = ctx->stash[best].block;
-		ctx->stash[best].block = NULL;
+		block = ctx->stash[best];
+		ctx->stash[best] = NULL;
 	}
 	stash_unlock(ctx);
 	return block;
 }
 
 /* stash_put keeps block (nonzero) when a slot is free */
-static int stash_put(dg_ctx *ctx, char *block, size_t cap)
+static int stash_put(dg_ctx *ctx, char *block)
 {
 	stash_lock(ctx);
 	int kept = 0;
 	for (int i = 0; i < DG_STASH_SLOTS && !kept; i++)
-		if (ctx->stash[i].block == NULL) {
-			ctx->stash[i].block = block;
-			ctx->stash[i].cap = cap;
+		if (ctx->stash[i] == NULL) {
+			ctx->stash[i] = block;
 			kept = 1;
 		}
 	stash_unlock(ctx);
@@ -206,7 +212,7 @@ static int stash_put(dg_ctx *ctx, char *block, size_t cap)
 static void stash_free(dg_ctx *ctx)
 {
 	for (int i = 0; i < DG_STASH_SLOTS; i++)
-		free(ctx->stash[i].block);
+		free(ctx->stash[i]);
 }
 
 void *dg_scratch_alloc(dg_ctx *ctx, size_t bytes)
@@ -233,9 +239,8 @@ void dg_scratch_free(dg_ctx *ctx, void *p, size_t bytes)
 	if (p == NULL)
 		return;
 	char *block = (char *)p - SCRATCH_HEAD;
-	size_t cap;
-	memcpy(&cap, block, sizeof cap);
-	if (cap < DG_STASH_MIN || cap > DG_STASH_MAX || !stash_put(ctx, block, cap))
+	const size_t cap = block_cap(block);
+	if (cap < DG_STASH_MIN || cap > DG_STASH_MAX || !stash_put(ctx, block))
 		free(block);
 	__atomic_sub_fetch(&ctx->scratch_live, (int64_t)bytes, __ATOMIC_RELAXED);
 }

@@ -179,11 +179,9 @@ struct dg_ctx {
 	int64_t scratch_live;    /* bytes of dg_scratch_alloc memory not yet freed (atomic) */
 	int64_t scratch_peak;    /* the most scratch_live has been since reset (atomic) */
 	int64_t spin_ns;         /* dg_ctx_set_spin's value, -1 for the pool's default */
-	/* freed scratch blocks kept for the next dg_scratch_alloc (ctx.c) */
-	struct {
-		char *block;
-		size_t cap;
-	} stash[DG_STASH_SLOTS];
+	/* freed scratch blocks kept for the next dg_scratch_alloc (ctx.c; each
+	 * block's header holds its capacity) */
+	char *stash[DG_STASH_SLOTS];
 	char stash_lock; /* __atomic_test_and_set spin lock over stash */
 };
 
@@ -201,9 +199,9 @@ void dg_scratch_free(dg_ctx *ctx, void *p, size_t bytes);
 
 /* dg_blas_linear_own: nonzero when the Linear layer's float32 products
  * (forward, input and weight gradients) run on nn_gemm.c instead of
- * dg_sgemm (an Intel
- * CPU with AVX-512, OpenBLAS as the BLAS, DEEPGO_BLAS not "openblas");
- * dg_blas_info.linear says which and why. Runs dg_blas_init. */
+ * dg_sgemm (an Intel CPU with AVX-512, OpenBLAS as the BLAS, DEEPGO_BLAS
+ * not "openblas"); dg_blas_info.linear says which and why. Runs
+ * dg_blas_init. */
 int dg_blas_linear_own(void);
 
 /* dg_sgemm is cblas_sgemm (CBLAS enum values as ints) on the BLAS in use:

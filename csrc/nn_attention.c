@@ -22,9 +22,11 @@
  * per query for nothing, and a smaller tile makes sgemm calls too thin. */
 #define DG_NN_ATT_TILE ((int64_t)32)
 
-/* Scratch up to this many floats (32 KiB) lives on the task's stack: at
- * T <= 128 both directions take no allocation per call; longer sequences
- * take one dg_scratch_alloc per task. */
+/* Scratch up to this many floats (32 KiB) lives on the task's stack. The
+ * full layout's forward takes none and its backward one tile (dp): no
+ * allocation per call up to T = 256; a window's tiles (span + tile - 1 keys,
+ * two in the backward) fit to a span of about 100; longer rows take one
+ * dg_scratch_alloc per task. */
 #define DG_NN_ATT_STACK_FLOATS ((size_t)8192)
 
 typedef struct att_job {
@@ -158,7 +160,8 @@ static void att_fwd_task(void *v, int64_t lo, int64_t hi)
 	const int64_t tiles = (T + DG_NN_ATT_TILE - 1) / DG_NN_ATT_TILE;
 	const int full = j->span == T;
 	float stack[DG_NN_ATT_STACK_FLOATS];
-	size_t n = tile_floats(j);
+	/* the full layout scores into att itself: no tile */
+	size_t n = full ? 0 : tile_floats(j);
 	float *s = tile_scratch(j, stack, n);
 	if (s == NULL)
 		return;
@@ -260,11 +263,12 @@ static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 	const int64_t T = j->t, NH = j->nh, HS = j->hs, C = NH * HS, C3 = 3 * C;
 	const int full = j->span == T;
 	float stack[DG_NN_ATT_STACK_FLOATS];
-	size_t n = tile_floats(j);
-	float *buf = tile_scratch(j, stack, 2 * n);
+	/* dp, and with a window the tile p loads into (buf) */
+	size_t n = tile_floats(j), need = full ? n : 2 * n;
+	float *buf = tile_scratch(j, stack, need);
 	if (buf == NULL)
 		return;
-	float *dp = buf + n;
+	float *dp = full ? buf : buf + n;
 	const int64_t last = T > 0 ? (T - 1) / DG_NN_ATT_TILE * DG_NN_ATT_TILE : 0;
 	for (int64_t u = lo; u < hi; u++) {
 		int64_t h = u % NH, b = u / NH;
@@ -300,7 +304,7 @@ static void att_bwd_task(void *v, int64_t lo, int64_t hi)
 				 d, (int)C, kvbeta, dbase + kbeg * C3 + 2 * C, (int)C3);
 		}
 	}
-	tile_scratch_free(j, buf, stack, 2 * n);
+	tile_scratch_free(j, buf, stack, need);
 }
 
 static dg_status attention_backward(dg_ctx *ctx, int write, float *dqkv, const float *dout, const float *qkv,

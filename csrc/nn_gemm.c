@@ -31,8 +31,6 @@
 #define NC ((int64_t)384)    /* columns packed per block: KC x NC floats (768 KiB, in L2) */
 #define MB ((int64_t)96)     /* rows of a transposed A packed at once: MB x KC floats (192 KiB) */
 
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 /* lane_mask: the first n of 16 lanes (none for n <= 0) */
 static inline __mmask16 lane_mask(int64_t n)
 {

@@ -118,6 +118,8 @@ void dg_nn_softmax_exps(dg_isa isa, float *out, const float *x, int64_t n, float
 #define DG_NO_SLP
 #endif
 
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
 /* ---- nn_gemm.c: the Linear layer's float32 products on AVX-512 ----
  * dg_nn_gemm sets C[m x n] (row stride ldc) to its initial value plus
  * A[m x k] times B[k x n], where A(i, k) is a[i * lda + k], or

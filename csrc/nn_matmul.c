@@ -31,8 +31,6 @@ typedef struct mm_job {
 	int failed;
 } mm_job;
 
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 /* own_gemm runs dg_nn_gemm on C[m x n] with scratch for a task (1 when it
  * ran, even out of memory, recorded in j; 0 when the BLAS runs the Linear
  * products here) */

@@ -107,8 +107,7 @@ static void test_specials(void)
 
 int main(void)
 {
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx512f")) {
+	if (dg_cpu_best_isa() != DG_ISA_AVX512) {
 		printf("test_gemm: skipped, the CPU has no AVX-512\n");
 		return 0;
 	}
